@@ -1,0 +1,294 @@
+# ddprun — one Makefile for the launcher, the store and libddp.
+#
+#   make            build everything under build/
+#   make run        install missing Debian packages (as root), build, run the example job
+#   make test       every test: unit (cmocka), end-to-end and compat (pytest)
+#   make bench      the side-by-side benchmarks in bench/
+#   make lint       clang-format check and cppcheck
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# Options: CUDA=auto|0|1 (CUDA_HOME=/usr/local/cuda), SAN=1 (ASan+UBSan), V=1.
+#
+# Sources are found by convention so that a new file needs no Makefile edit:
+#   rendezvous/*.c        store protocol, server, clients, node rendezvous
+#   rendezvous/cli/*.c    the ddpstore program
+#   launcher/*.c          the ddprun agent; launcher/main.c holds main()
+#   worker-runtime/src/*.c       libddp; worker-runtime/src/cuda/*.c only with CUDA
+#   tests/unit/test_*.c   one cmocka binary per module
+#   tests/progs/*.c       small programs the end-to-end tests run under ddprun
+#   bench/*/*.c           one benchmark program per file
+#   tests/fuzz/fuzz_*.c   libFuzzer targets (make fuzz; needs clang)
+
+.DEFAULT_GOAL := all
+# Keep intermediate objects (tests and benches are built through pattern rules).
+.SECONDARY:
+SHELL := /bin/bash
+
+VERSION := 0.1.0
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR := $(PREFIX)/bin
+LIBDIR := $(PREFIX)/lib
+INCDIR := $(PREFIX)/include
+MANDIR := $(PREFIX)/share/man
+PCDIR := $(LIBDIR)/pkgconfig
+
+B := build
+CC ?= cc
+PYTHON := /usr/bin/python3
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# ---- CUDA detection -------------------------------------------------------
+CUDA ?= auto
+CUDA_HOME ?= /usr/local/cuda
+cuda_found := $(if $(and $(wildcard $(CUDA_HOME)/bin/nvcc),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/include/cuda_runtime.h)),1,0)
+ifeq ($(CUDA),auto)
+  CUDA_ON := $(cuda_found)
+else ifeq ($(CUDA),1)
+  ifneq ($(cuda_found),1)
+    $(error CUDA=1 but nvcc, cuda_runtime.h or nccl.h not found under CUDA_HOME=$(CUDA_HOME))
+  endif
+  CUDA_ON := 1
+else ifeq ($(CUDA),0)
+  CUDA_ON := 0
+else
+  $(error CUDA must be auto, 0 or 1 (got '$(CUDA)'))
+endif
+
+# ---- flags ------------------------------------------------------------------
+PKGS := libuv libcjson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -lcjson)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS ?= -O2 -g
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -MMD -MP -D_GNU_SOURCE \
+	-DDDP_VERSION=\"$(VERSION)\" \
+	-Irendezvous -Ilauncher -Iworker-runtime/include -Iworker-runtime/src $(PKG_CFLAGS)
+ALL_LDFLAGS := $(LDFLAGS)
+SYS_LIBS := $(PKG_LIBS) -lpthread -lm -lrt -ldl
+
+ifeq ($(SAN),1)
+  ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ALL_LDFLAGS += -fsanitize=address,undefined
+endif
+
+CUDA_LIBS :=
+ifeq ($(CUDA_ON),1)
+  ALL_CFLAGS += -DDDP_WITH_CUDA=1 -I$(CUDA_HOME)/include
+  # An rpath to the toolkit so the binaries find libcudart/libnccl where the
+  # toolkit is installed; neither library needs a GPU or driver to load.
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+  NVCC := $(CUDA_HOME)/bin/nvcc
+endif
+
+# Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS).
+CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON)
+CONFIG_STAMP := $(B)/config.stamp
+$(shell mkdir -p $(B); echo '$(CONFIG)' | cmp -s - $(CONFIG_STAMP) || echo '$(CONFIG)' > $(CONFIG_STAMP))
+# The make variables of this build, so tests that call make (install) reuse them.
+$(shell echo 'SAN=$(SAN) CUDA=$(CUDA_ON)' > $(B)/make.vars)
+
+# ---- sources ------------------------------------------------------------------
+RDZV_SRC := $(wildcard rendezvous/*.c)
+# The pieces of rendezvous/ a worker needs: the wire codec and the blocking client.
+RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c rendezvous/store_addr.c,$(RDZV_SRC))
+DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
+LAUNCHER_SRC := $(wildcard launcher/*.c)
+LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))
+DDP_SRC := $(wildcard worker-runtime/src/*.c)
+ifeq ($(CUDA_ON),1)
+  DDP_SRC += $(wildcard worker-runtime/src/cuda/*.c)
+endif
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+PROG_SRC := $(wildcard tests/progs/*.c)
+BENCH_SRC := $(wildcard bench/*/*.c)
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
+RDZV_OBJ := $(call obj,$(RDZV_SRC))
+RDZV_CLIENT_OBJ := $(call obj,$(RDZV_CLIENT_SRC))
+LAUNCHER_LIB_OBJ := $(call obj,$(LAUNCHER_LIB_SRC))
+DDP_OBJ := $(call obj,$(DDP_SRC))
+# Every internal object, for unit tests (each object once).
+INTERNAL_OBJ := $(sort $(RDZV_OBJ) $(LAUNCHER_LIB_OBJ) $(DDP_OBJ))
+
+BIN_DDPRUN := $(if $(wildcard launcher/main.c),$(B)/bin/ddprun)
+BIN_DDPSTORE := $(if $(DDPSTORE_SRC),$(B)/bin/ddpstore)
+LIB_A := $(if $(DDP_SRC),$(B)/lib/libddp.a)
+LIB_SO := $(if $(DDP_SRC),$(B)/lib/libddp.so)
+BIN_TRAIN := $(if $(and $(wildcard examples/train.c),$(DDP_SRC)),$(B)/bin/train)
+BIN_TRAIN_CUDA := $(if $(and $(filter 1,$(CUDA_ON)),$(wildcard examples/train_cuda.cu),$(DDP_SRC)),$(B)/bin/train_cuda)
+UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRC))
+PROG_BIN := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(PROG_SRC))
+BENCH_BIN := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+PC_FILE := $(B)/lib/pkgconfig/ddp.pc
+
+TARGETS := $(BIN_DDPRUN) $(BIN_DDPSTORE) $(LIB_A) $(LIB_SO) $(BIN_TRAIN) $(BIN_TRAIN_CUDA) $(if $(LIB_A),$(PC_FILE))
+
+.PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz \
+	install uninstall clean deps deps-test deps-bench
+all: $(TARGETS)
+
+# ---- compile ------------------------------------------------------------------
+$(B)/obj/%.o: %.c $(CONFIG_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# ---- link ---------------------------------------------------------------------
+$(B)/bin/ddprun: $(call obj,launcher/main.c) $(LAUNCHER_LIB_OBJ) $(RDZV_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SYS_LIBS)
+
+$(B)/bin/ddpstore: $(call obj,$(DDPSTORE_SRC)) $(RDZV_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SYS_LIBS)
+
+$(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 -o $@ $^ $(CUDA_LIBS) $(SYS_LIBS)
+
+# Programs linked with libddp take the static archive, so they run from build/
+# without LD_LIBRARY_PATH.
+LINK_DDP = $(B)/lib/libddp.a $(CUDA_LIBS) $(SYS_LIBS)
+
+$(B)/bin/train: $(call obj,examples/train.c) $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $(call obj,examples/train.c) $(LINK_DDP)
+
+$(B)/bin/train_cuda: examples/train_cuda.cu $(LIB_A) $(CONFIG_STAMP)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $@")
+	$(Q)$(NVCC) -O2 -std=c++17 -Iworker-runtime/include -o $@ $< $(B)/lib/libddp.a \
+		-Xlinker -rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lnccl -lcudart $(SYS_LIBS) \
+		$(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(,)undefined)
+, := ,
+
+$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(INTERNAL_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CUDA_LIBS) $(SYS_LIBS)
+
+$(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(if $(LIB_A),$(LINK_DDP),$(SYS_LIBS))
+
+$(B)/bench/%: $(B)/obj/bench/%.o $(INTERNAL_OBJ)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(SYS_LIBS)
+
+$(PC_FILE): worker-runtime/ddp.pc.in $(CONFIG_STAMP)
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(SYS_LIBS))|g' $< > $@
+
+# ---- dependencies (Debian packages) ---------------------------------------------
+deps:
+	$(Q).ci/deps.sh build
+deps-test:
+	$(Q).ci/deps.sh test
+deps-bench:
+	$(Q).ci/deps.sh bench
+
+# ---- run the main job -----------------------------------------------------------
+NPROC ?= 4
+run: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)missing=""; \
+	for f in $(B)/bin/ddprun $(B)/bin/train; do [ -x $$f ] || missing="$$missing $$f"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make run: not built yet:$$missing (see README: these parts have not landed)"; \
+	  ls $(B)/bin 2>/dev/null | sed 's/^/  built: /'; exit 1; \
+	fi
+	$(B)/bin/ddprun --nproc-per-node=$(NPROC) $(B)/bin/train
+
+# ---- tests ---------------------------------------------------------------------
+check-build: $(TARGETS) $(UNIT_BIN) $(PROG_BIN)
+
+test: deps-test
+	$(Q)$(MAKE) --no-print-directory check-build
+	$(Q)tests/run.sh all
+
+test-unit: check-build
+	$(Q)tests/run.sh unit
+test-e2e: check-build
+	$(Q)tests/run.sh e2e
+test-compat: check-build
+	$(Q)tests/run.sh compat
+
+# ---- benchmarks ----------------------------------------------------------------
+bench: deps-bench
+	$(Q)$(MAKE) --no-print-directory all $(BENCH_BIN) $(PROG_BIN)
+	$(Q)for d in bench/*/; do \
+	  if [ -x $$d/run.sh ]; then echo "=== $$d"; $$d/run.sh || exit 1; fi; \
+	done
+
+# ---- fuzzing (clang libFuzzer) ----------------------------------------------------
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 60
+$(B)/fuzz/%: tests/fuzz/%.c $(RDZV_SRC) $(CONFIG_STAMP)
+	@mkdir -p $(@D)
+	$(Q)clang -std=gnu11 -g -O1 -D_GNU_SOURCE -Irendezvous $(PKG_CFLAGS) \
+		-fsanitize=fuzzer,address,undefined -o $@ $< $(RDZV_SRC) $(SYS_LIBS)
+fuzz: $(FUZZ_BIN)
+	$(Q)for f in $(FUZZ_BIN); do n=$$(basename $$f); \
+	  mkdir -p $(B)/fuzz/corpus-$$n; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 $(B)/fuzz/corpus-$$n tests/fuzz/corpus/$$n || exit 1; \
+	done
+
+# ---- lint ----------------------------------------------------------------------
+C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+lint:
+	$(Q)clang-format --dry-run -Werror $(C_FILES)
+	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
+		--inline-suppr --std=c11 -D__GNUC__ -D_GNU_SOURCE -DDDP_VERSION=\"lint\" \
+		--suppress=missingIncludeSystem \
+		-Irendezvous -Ilauncher -Iworker-runtime/include -Iworker-runtime/src $(C_FILES)
+	@echo "lint: clang-format and cppcheck clean"
+format:
+	$(Q)clang-format -i $(C_FILES)
+
+# ---- install ---------------------------------------------------------------------
+MANPAGES := $(wildcard man/*.1 man/*.3)
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCDIR) $(DESTDIR)$(PCDIR) \
+		$(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
+	$(if $(BIN_DDPRUN),install -m 755 $(BIN_DDPRUN) $(DESTDIR)$(BINDIR)/ddprun)
+	$(if $(BIN_DDPSTORE),install -m 755 $(BIN_DDPSTORE) $(DESTDIR)$(BINDIR)/ddpstore)
+	$(if $(LIB_A),install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/libddp.a)
+	$(if $(LIB_SO),install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libddp.so.0)
+	$(if $(LIB_SO),ln -sf libddp.so.0 $(DESTDIR)$(LIBDIR)/libddp.so)
+	$(if $(LIB_A),install -m 644 worker-runtime/include/ddp.h $(DESTDIR)$(INCDIR)/ddp.h)
+	$(if $(LIB_A),install -m 644 $(PC_FILE) $(DESTDIR)$(PCDIR)/ddp.pc)
+	for m in $(filter %.1,$(MANPAGES)); do install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/; done
+	for m in $(filter %.3,$(MANPAGES)); do install -m 644 $$m $(DESTDIR)$(MANDIR)/man3/; done
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/ddprun $(DESTDIR)$(BINDIR)/ddpstore \
+		$(DESTDIR)$(LIBDIR)/libddp.a $(DESTDIR)$(LIBDIR)/libddp.so $(DESTDIR)$(LIBDIR)/libddp.so.0 \
+		$(DESTDIR)$(INCDIR)/ddp.h $(DESTDIR)$(PCDIR)/ddp.pc \
+		$(addprefix $(DESTDIR)$(MANDIR)/man1/,$(notdir $(filter %.1,$(MANPAGES)))) \
+		$(addprefix $(DESTDIR)$(MANDIR)/man3/,$(notdir $(filter %.3,$(MANPAGES))))
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

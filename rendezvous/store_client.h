@@ -1,0 +1,72 @@
+/* store_client: blocking client for the ddp store, speaking PyTorch's TCPStore
+ * 2.x dialect (VALIDATE handshake first). Used by libddp workers, the ddpstore
+ * CLI and tests. One client = one TCP connection; not thread-safe (use one per
+ * thread).
+ *
+ * Errors: every function returns 0 (or a documented non-negative value) on
+ * success and a negative errno on failure:
+ *   -ETIMEDOUT     the operation or connect deadline passed
+ *   -ECONNREFUSED  nothing listens (after retrying until the deadline)
+ *   -ECONNRESET / -EPIPE  the server closed the connection
+ *   -EPROTO        the server sent something that is not a valid reply
+ *   -EINVAL / -ENAMETOOLONG / -EMSGSIZE  bad arguments (key/value too long)
+ *   -ENOMEM
+ * store_strerror() turns any of them into text. After -ETIMEDOUT, -EPROTO or a
+ * connection error the client is unusable except for store_client_close(). */
+#ifndef DDP_STORE_CLIENT_H
+#define DDP_STORE_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct store_client;
+
+/* Connect to host:port (IPv4, IPv6 or a name), retrying with backoff until
+ * connect_timeout_ms passes (the server may start later). The default operation
+ * timeout is set to op_timeout_ms (<= 0: wait forever). *out is owned by the
+ * caller and released with store_client_close(). */
+int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
+			 int64_t op_timeout_ms, struct store_client **out);
+void store_client_close(struct store_client *c);
+
+/* Default timeout for every later operation (<= 0: none). */
+void store_client_set_timeout(struct store_client *c, int64_t op_timeout_ms);
+
+/* Key prefix like PyTorch's PrefixStore: key k becomes prefix + "/" + k.
+ * NULL or "" removes it. */
+int store_client_set_prefix(struct store_client *c, const char *prefix);
+
+/* Local address of the connection (numeric, no brackets), for MASTER_ADDR. */
+int store_client_local_addr(const struct store_client *c, char *buf, size_t len);
+
+int store_set(struct store_client *c, const char *key, const void *val, size_t len);
+/* Waits (up to the operation timeout) until key exists, then returns its value
+ * in a malloc'd buffer (*val, NUL-terminated for convenience, *len excludes it). */
+int store_get(struct store_client *c, const char *key, void **val, size_t *len);
+int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *result);
+/* PyTorch's compare_set: the current value after the operation in *cur (malloc'd). */
+int store_compare_set(struct store_client *c, const char *key, const void *expected, size_t elen,
+		      const void *desired, size_t dlen, void **cur, size_t *curlen);
+/* 1 if every key exists, 0 if not. */
+int store_check(struct store_client *c, const char *const *keys, size_t n);
+/* Wait until all keys exist; timeout_ms <= 0 uses the client's default.
+ * On timeout the server-side wait is cancelled and -ETIMEDOUT returned. */
+int store_wait(struct store_client *c, const char *const *keys, size_t n, int64_t timeout_ms);
+/* 1 if the key was deleted, 0 if it did not exist. */
+int store_delete(struct store_client *c, const char *key);
+int store_num_keys(struct store_client *c, int64_t *n);
+int store_append(struct store_client *c, const char *key, const void *val, size_t len);
+/* vals[i]/lens[i] malloc'd per key (the keys must exist: waits like store_get). */
+int store_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,
+		    size_t *lens);
+int store_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
+		    const size_t *lens, size_t n);
+int store_queue_push(struct store_client *c, const char *key, const void *val, size_t len);
+/* Blocks until an item is available or the operation timeout passes. */
+int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len);
+int store_queue_len(struct store_client *c, const char *key, int64_t *n);
+int store_ping(struct store_client *c);
+
+const char *store_strerror(int err);
+
+#endif

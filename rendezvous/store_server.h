@@ -1,0 +1,37 @@
+/* store_server: the ddp store's TCP server on a libuv loop, speaking both
+ * PyTorch TCPStore dialects (1.x and 2.x, chosen per connection). Embeddable:
+ * the ddprun agent runs it inside its own loop; `ddpstore serve` runs it alone.
+ * Errors are negative errno values (see store_strerror in store_client.h). */
+#ifndef DDP_STORE_SERVER_H
+#define DDP_STORE_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct store_server_opts {
+	size_t max_key_len;	/* default 8 KiB */
+	size_t max_value_len;	/* default 8 MiB */
+	size_t max_multi_keys;	/* keys per multi-key op, default 128Ki */
+	size_t max_conn_buffer; /* bytes buffered per connection (in + out) */
+	unsigned max_conns;	/* concurrent connections; 0: 16384 */
+	int backlog;		/* listen backlog */
+	const char *log_prefix; /* "ddpstore" / "ddprun"; NULL: no logging */
+};
+
+void store_server_opts_init(struct store_server_opts *o);
+
+struct store_server;
+
+/* Bind host:port (IPv4/IPv6 literal or name; port 0 picks a free port) and
+ * start serving on loop. *out is owned by the caller until store_server_close's
+ * callback has run. */
+int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
+		       int port, struct store_server **out);
+/* The bound port (useful after port 0). */
+int store_server_port(const struct store_server *s);
+/* Stop accepting, close every connection (parked waiters are dropped), free the
+ * server, then call done(arg) (may be NULL) from the loop. */
+void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,137 @@
+/* util: strict number/address parsing and a monotonic clock (see util.h). */
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t util_now_ms(void)
+{
+	return (int64_t)(util_now_ns() / 1000000u);
+}
+
+uint64_t util_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t')
+		return -EINVAL;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (*end != '\0')
+		return -EINVAL;
+	if (errno == ERANGE || v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+int util_parse_int(const char *s, int min, int max, int *out)
+{
+	int64_t v;
+	int rc = util_parse_i64(s, min, max, &v);
+
+	if (rc == 0)
+		*out = (int)v;
+	return rc;
+}
+
+int util_parse_seconds_ms(const char *s, int64_t *out_ms)
+{
+	char *end;
+	double v;
+
+	if (s == NULL || *s == '\0' || *s == ' ' || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (*end != '\0' || v != v) /* trailing junk or NaN */
+		return -EINVAL;
+	if (errno == ERANGE || v < 0 || v > 1e9)
+		return -ERANGE;
+	*out_ms = (int64_t)(v * 1000.0 + 0.5);
+	return 0;
+}
+
+static int copy_host(const char *s, size_t n, char *host, size_t hostlen)
+{
+	if (n == 0)
+		return -EINVAL;
+	if (n >= hostlen)
+		return -ENAMETOOLONG;
+	memcpy(host, s, n);
+	host[n] = '\0';
+	return 0;
+}
+
+static int parse_port(const char *s, int *port)
+{
+	return util_parse_int(s, 0, 65535, port) == 0 ? 0 : -EINVAL;
+}
+
+int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_port, int *port)
+{
+	const char *colon;
+	int p = default_port;
+	int rc;
+
+	if (s == NULL || *s == '\0')
+		return -EINVAL;
+	if (s[0] == '[') {
+		const char *close = strchr(s, ']');
+
+		if (close == NULL)
+			return -EINVAL;
+		if (close[1] != '\0') {
+			if (close[1] != ':' || parse_port(close + 2, &p) != 0)
+				return -EINVAL;
+		}
+		rc = copy_host(s + 1, (size_t)(close - s - 1), host, hostlen);
+		if (rc == 0)
+			*port = p;
+		return rc;
+	}
+	colon = strchr(s, ':');
+	if (colon != NULL && strchr(colon + 1, ':') != NULL) {
+		/* Two or more colons and no brackets: a bare IPv6 address. */
+		rc = copy_host(s, strlen(s), host, hostlen);
+		if (rc == 0)
+			*port = p;
+		return rc;
+	}
+	if (colon != NULL && parse_port(colon + 1, &p) != 0)
+		return -EINVAL;
+	rc = copy_host(s, colon ? (size_t)(colon - s) : strlen(s), host, hostlen);
+	if (rc == 0)
+		*port = p;
+	return rc;
+}
+
+int util_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}

@@ -1,0 +1,30 @@
+/* util: small helpers shared by every part of ddprun (launcher, store, libddp).
+ * Parsing is strict: a whole string must be consumed, ranges are checked, and a
+ * failure returns a negative errno (-EINVAL, -ERANGE) without touching *out. */
+#ifndef DDP_UTIL_H
+#define DDP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
+int64_t util_now_ms(void);
+uint64_t util_now_ns(void);
+
+/* Decimal integer in [min, max]; leading/trailing spaces are errors. */
+int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+int util_parse_int(const char *s, int min, int max, int *out);
+
+/* Non-negative seconds, decimal fraction allowed ("0.5", "30"); converted to ms. */
+int util_parse_seconds_ms(const char *s, int64_t *out_ms);
+
+/* "host", "host:port", "[v6addr]" or "[v6addr]:port". A bare IPv6 address without
+ * brackets ("::1") is accepted as a host without port. host is copied without
+ * brackets into buf (size hostlen); *port is default_port when none is given.
+ * -EINVAL on malformed input, -ENAMETOOLONG when the host does not fit. */
+int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_port, int *port);
+
+/* Write all of buf to fd, retrying on EINTR and short writes. 0 or -errno. */
+int util_write_all(int fd, const void *buf, size_t len);
+
+#endif

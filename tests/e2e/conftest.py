@@ -1,0 +1,108 @@
+"""Shared helpers for the end-to-end tests: where the binaries are, free ports,
+bounded waits, and process-tree checks. Every wait here is bounded."""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
+BIN = os.path.join(BUILD, "bin")
+PROGS = os.path.join(BUILD, "tests", "progs")
+PYTHON = "/usr/bin/python3"
+
+
+def binary(name):
+    """Path of a built program in build/bin (ddprun, ddpstore, train)."""
+    path = os.path.join(BIN, name)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is not built (run make check-build)")
+    return path
+
+
+def prog(name):
+    """Path of a test program built from tests/progs/<name>.c."""
+    path = os.path.join(PROGS, name)
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path} is not built (run make check-build)")
+    return path
+
+
+def free_port(family=socket.AF_INET, host="127.0.0.1"):
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout=10.0, interval=0.02, what="condition"):
+    """Poll pred() until it returns a true value or timeout passes (then fail)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def pid_alive(pid):
+    """True if pid exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def run(cmd, timeout=60, **kw):
+    """subprocess.run with a timeout and captured text output."""
+    kw.setdefault("stdout", subprocess.PIPE)
+    kw.setdefault("stderr", subprocess.PIPE)
+    kw.setdefault("text", True)
+    return subprocess.run(cmd, timeout=timeout, **kw)
+
+
+def make_vars():
+    """The make variables (SAN=, CUDA=) the current build was made with."""
+    try:
+        with open(os.path.join(BUILD, "make.vars")) as f:
+            return f.read().split()
+    except FileNotFoundError:
+        return []
+
+
+class Reaper:
+    """Kills every process group it was given when the test ends."""
+
+    def __init__(self):
+        self.procs = []
+
+    def popen(self, cmd, **kw):
+        kw.setdefault("start_new_session", True)
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self):
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+@pytest.fixture
+def reaper():
+    r = Reaper()
+    yield r
+    r.cleanup()

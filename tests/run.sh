@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The test runner: unit (cmocka binaries), e2e and compat (pytest on /usr/bin/python3).
+#   tests/run.sh all|unit|e2e|compat [pytest args...]
+# Each unit binary runs alone under a timeout. Ends with one summary line and a
+# non-zero status if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-all}; shift || true
+B=${B:-build}
+PY=/usr/bin/python3
+UNIT_TIMEOUT=${UNIT_TIMEOUT:-300}
+declare -A pass fail
+failed_names=()
+
+run_unit() {
+  pass[unit]=0; fail[unit]=0
+  local t
+  for t in "$B"/tests/unit/test_*; do
+    [[ -x $t ]] || continue
+    if timeout -k 5 "$UNIT_TIMEOUT" "$t"; then
+      pass[unit]=$((pass[unit] + 1))
+    else
+      fail[unit]=$((fail[unit] + 1)); failed_names+=("unit:$(basename "$t")")
+    fi
+  done
+}
+
+run_pytest() {  # suite dir
+  local suite=$1; shift
+  pass[$suite]=0; fail[$suite]=0
+  local files=(tests/"$suite"/test_*.py)
+  [[ -e ${files[0]} ]] || return 0
+  local junit="$B/tests/$suite-junit.xml"
+  mkdir -p "$B/tests"
+  DDP_BUILD="$PWD/$B" "$PY" -m pytest -q -p no:cacheprovider --junitxml="$junit" \
+    "tests/$suite" "$@"
+  local rc=$?
+  # Counts from the junit report; a crash before it is written counts as a failure.
+  if [[ -s $junit ]]; then
+    read -r n f e s < <("$PY" - "$junit" <<'PYEOF'
+import sys, xml.etree.ElementTree as ET
+r = ET.parse(sys.argv[1]).getroot()
+ts = r if r.tag == "testsuite" else r.find("testsuite")
+print(ts.get("tests"), ts.get("failures"), ts.get("errors"), ts.get("skipped"))
+PYEOF
+)
+    pass[$suite]=$((n - f - e - s)); fail[$suite]=$((f + e))
+    skip[$suite]=$s
+  fi
+  if [[ $rc -ne 0 && ${fail[$suite]} -eq 0 ]]; then
+    fail[$suite]=1; failed_names+=("$suite:pytest-exit-$rc")
+  elif [[ ${fail[$suite]} -gt 0 ]]; then
+    failed_names+=("$suite:${fail[$suite]}-failed")
+  fi
+}
+
+declare -A skip
+case $what in
+  unit) run_unit ;;
+  e2e) run_pytest e2e "$@" ;;
+  compat) run_pytest compat "$@" ;;
+  all) run_unit; run_pytest e2e "$@"; run_pytest compat "$@" ;;
+  *) echo "run.sh: unknown suite '$what' (all, unit, e2e, compat)" >&2; exit 2 ;;
+esac
+
+total_fail=0; summary=""
+for s in unit e2e compat; do
+  [[ -n ${pass[$s]+x} ]] || continue
+  summary+=" $s ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
+  total_fail=$((total_fail + fail[$s]))
+done
+if [[ $total_fail -eq 0 ]]; then
+  echo "TEST SUMMARY: PASS:${summary%;}"
+else
+  echo "TEST SUMMARY: FAIL:${summary%;} — failed: ${failed_names[*]}"
+  exit 1
+fi

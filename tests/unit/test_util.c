@@ -1,0 +1,82 @@
+/* Unit tests for rendezvous/util.c: strict parsing of numbers, durations, addresses. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <string.h>
+
+#include "util.h"
+
+static void test_parse_i64(void **state)
+{
+	int64_t v = 42;
+
+	assert_int_equal(util_parse_i64("17", 0, 100, &v), 0);
+	assert_int_equal(v, 17);
+	assert_int_equal(util_parse_i64("-5", -10, 10, &v), 0);
+	assert_int_equal(v, -5);
+	assert_int_equal(util_parse_i64("", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64(" 1", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64("1 ", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64("1x", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64("101", 0, 100, &v), -ERANGE);
+	assert_int_equal(util_parse_i64("99999999999999999999", 0, INT64_MAX, &v), -ERANGE);
+	assert_int_equal(v, -5); /* untouched on failure */
+}
+
+static void test_parse_seconds(void **state)
+{
+	int64_t ms = 0;
+
+	assert_int_equal(util_parse_seconds_ms("30", &ms), 0);
+	assert_int_equal(ms, 30000);
+	assert_int_equal(util_parse_seconds_ms("0.1", &ms), 0);
+	assert_int_equal(ms, 100);
+	assert_int_equal(util_parse_seconds_ms("-1", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("abc", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("nan", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("1e12", &ms), -ERANGE);
+}
+
+static void test_parse_hostport(void **state)
+{
+	char host[64];
+	int port = -1;
+
+	assert_int_equal(util_parse_hostport("node1:29400", host, sizeof(host), 1, &port), 0);
+	assert_string_equal(host, "node1");
+	assert_int_equal(port, 29400);
+	assert_int_equal(util_parse_hostport("node1", host, sizeof(host), 29500, &port), 0);
+	assert_int_equal(port, 29500);
+	assert_int_equal(util_parse_hostport("[::1]:80", host, sizeof(host), 1, &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 80);
+	assert_int_equal(util_parse_hostport("[fe80::1]", host, sizeof(host), 7, &port), 0);
+	assert_string_equal(host, "fe80::1");
+	assert_int_equal(port, 7);
+	assert_int_equal(util_parse_hostport("::1", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 9);
+	assert_int_equal(util_parse_hostport("h:70000", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport("h:", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport(":80", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport("[::1", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport("[::1]x", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport("", host, sizeof(host), 1, &port), -EINVAL);
+	assert_int_equal(util_parse_hostport("averyveryverylonghostname", host, 8, 1, &port),
+			 -ENAMETOOLONG);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_i64),
+		cmocka_unit_test(test_parse_seconds),
+		cmocka_unit_test(test_parse_hostport),
+	};
+
+	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
+}
