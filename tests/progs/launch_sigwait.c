@@ -2,7 +2,8 @@
  * waits; on SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2 prints
  * "rank R got SIGxxx" and exits with status EXIT (default 0).
  *   launch_sigwait [--ignore SIGNAME]... [--exit N] READY_DIR
- * READY_DIR/ready.<LOCAL_RANK> is created once the handlers are in place. */
+ * READY_DIR/ready.<LOCAL_RANK> appears, holding the pid, once the handlers
+ * are in place. */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -39,7 +40,7 @@ int main(int argc, char **argv)
 	const char *lr = getenv("LOCAL_RANK");
 	const char *rank = getenv("RANK");
 	int ignore[8], nignore = 0, code = 0, i, k, fd;
-	char path[4096];
+	char path[4096], tmp[4096];
 	sigset_t none;
 
 	for (i = 1; i + 1 < argc; i++) {
@@ -66,13 +67,15 @@ int main(int argc, char **argv)
 	}
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Write then rename, so a reader never sees an empty file. */
+	snprintf(tmp, sizeof(tmp), "%s/.ready.%s", argv[i], lr);
 	snprintf(path, sizeof(path), "%s/ready.%s", argv[i], lr);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0) {
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || dprintf(fd, "%d\n", (int)getpid()) < 0 || close(fd) != 0 ||
+	    rename(tmp, path) != 0) {
 		perror(path);
 		return 2;
 	}
-	close(fd);
 	while (!got)
 		pause();
 	printf("rank %s got SIG%s\n", rank, sigabbrev_np(got));
