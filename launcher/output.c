@@ -44,6 +44,8 @@ static int buf_reserve(struct output_buf *b, size_t extra)
 
 static int buf_add(struct output_buf *b, const char *s, size_t n)
 {
+	if (n == 0)
+		return 0; /* s may be NULL then: memcpy must not see it */
 	if (buf_reserve(b, n) != 0)
 		return -ENOMEM;
 	memcpy(b->p + b->len, s, n);
@@ -70,7 +72,7 @@ int output_lines(struct output_buf *pending, const char *prefix, size_t prefix_l
 	const char *end = data + n;
 	const char *nl;
 
-	while ((nl = memchr(data, '\n', (size_t)(end - data))) != NULL) {
+	while (data < end && (nl = memchr(data, '\n', (size_t)(end - data))) != NULL) {
 		if (emit(out, prefix, prefix_len, pending->p, pending->len, data,
 			 (size_t)(nl - data)) != 0)
 			return -ENOMEM;

@@ -206,9 +206,11 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	if (python && !o->module && !has_macro(script)) {
 		struct stat st;
 
-		if (stat(script, &st) != 0)
-			return resolve_error(errno == EACCES ? -EACCES : -ENOENT, script, err,
-					     errlen);
+		if (stat(script, &st) != 0) {
+			rc = errno == EACCES ? -EACCES : -ENOENT;
+			snprintf(err, errlen, "cannot open %.300s: %s", script, strerror(-rc));
+			return rc;
+		}
 		if (!S_ISREG(st.st_mode) || access(script, R_OK) != 0) {
 			snprintf(err, errlen, "%.300s: permission denied (not a readable file)",
 				 script);
