@@ -262,7 +262,7 @@ static void start_attempt(struct agent *a)
 	a->killed = false;
 	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
 	if (rc != 0) {
-		say("%s", err);
+		say("error: %s", err);
 		finish(a, 1);
 		return;
 	}
@@ -570,7 +570,7 @@ int agent_start(struct agent *a)
 
 		rc = agent_store_open(a, err, sizeof(err));
 		if (rc != 0) {
-			say("%s", err);
+			say("error: %s", err);
 			a->failed = true;
 			finish(a, 1);
 			return rc;

@@ -1,51 +1,20 @@
-/* agent_store: address and port of the workers' store (see agent_store.h).
- * Until the store server is available the workers' rank 0 hosts PyTorch's own
- * TCPStore on the port chosen here (TORCHELASTIC_USE_AGENT_STORE=False). */
+/* agent_store: host the workers' store in the agent's loop (see
+ * agent_store.h). PyTorch workers reach it through env:// with
+ * TORCHELASTIC_USE_AGENT_STORE=True, exactly as under torchrun. */
 #include "agent_store.h"
 
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
+#include "store_client.h"
+#include "store_server.h"
 #include "util.h"
-
-/* A port nobody listens on right now (bind to port 0, read it, close). */
-static int free_port(const char *host, int *port)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res, *ai;
-	int rc = -EADDRNOTAVAIL;
-
-	if (getaddrinfo(host, "0", &hints, &res) != 0)
-		return -EADDRNOTAVAIL;
-	for (ai = res; ai != NULL; ai = ai->ai_next) {
-		struct sockaddr_storage ss;
-		socklen_t len = sizeof(ss);
-		int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-
-		if (fd < 0)
-			continue;
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-			*port = ss.ss_family == AF_INET6
-					? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
-					: ntohs(((struct sockaddr_in *)&ss)->sin_port);
-			rc = 0;
-		}
-		close(fd);
-		if (rc == 0)
-			break;
-	}
-	freeaddrinfo(res);
-	return rc;
-}
 
 int agent_store_open(struct agent *a, char *err, size_t errlen)
 {
+	struct store_server_opts so;
 	char host[256];
 	int port, rc;
 
@@ -57,14 +26,26 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 	a->store_host = strdup(host);
 	if (a->store_host == NULL)
 		return -ENOMEM;
-	a->store_port = a->o->master_port;
-	if (!a->o->master_port_given && a->o->max_nodes == 1) {
-		rc = free_port(host, &a->store_port);
-		if (rc != 0) {
-			snprintf(err, errlen, "cannot find a free port on %.200s", host);
-			return rc;
-		}
+	/* One node and no port asked for: any free port, never a collision on
+	 * torchrun's 29500. Several nodes must agree on it: keep it. */
+	port = a->o->master_port;
+	if (!a->o->master_port_given && a->o->max_nodes == 1)
+		port = 0;
+	store_server_opts_init(&so);
+	rc = store_server_start(a->loop, &so, host, port, &a->store);
+	if (rc != 0) {
+		a->store = NULL;
+		if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
+			snprintf(err, errlen,
+				 "cannot listen on %.200s:%d: the port is in use (pick another "
+				 "--master-port, or leave it out to use a free one)",
+				 host, port);
+		else
+			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
+				 store_strerror(rc));
+		return rc;
 	}
+	a->store_port = store_server_port(a->store);
 	return 0;
 }
 
@@ -77,7 +58,5 @@ void agent_store_world(struct agent *a, struct agent_world *w)
 
 void agent_store_close(struct store_server *s, void (*done)(void *arg), void *arg)
 {
-	(void)s;
-	if (done != NULL)
-		done(arg);
+	store_server_close(s, done, arg);
 }

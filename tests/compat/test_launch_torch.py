@@ -20,7 +20,15 @@ TRAIN = textwrap.dedent("""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     def main():
-        dist.init_process_group("gloo")  # env:// from ddprun's variables
+        # env:// from ddprun's variables, on the store ddprun hosts
+        assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        dist.init_process_group("gloo")
+        if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_ATTEMPTS", 0)):
+            dist.barrier()
+            if dist.get_rank() == 1:
+                raise SystemExit(5)  # fail after the group formed: the next try reuses the store
+            import time
+            time.sleep(60)
         rank, world = dist.get_rank(), dist.get_world_size()
         assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
         torch.manual_seed(0)
@@ -66,8 +74,8 @@ RAISES = textwrap.dedent("""
 """)
 
 
-def ddprun(tmp_path, *args, timeout=180):
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+def ddprun(tmp_path, *args, timeout=180, **extra):
+    env = dict(os.environ, PYTHON_EXEC=PYTHON, **extra)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
         env.pop(k, None)
     return subprocess.run([DDPRUN, *args], cwd=tmp_path, env=env, timeout=timeout,
@@ -89,6 +97,16 @@ def test_ddp_training_with_gloo_on_four_workers_agrees(tmp_path):
     assert [l.split()[1] for l in lines] == ["0/4", "1/4", "2/4", "3/4"]
     assert all("agree=True" in l for l in lines), lines
     assert len({l.split("sum=")[1] for l in lines}) == 1, lines
+
+
+def test_restart_forms_a_new_group_on_the_same_store(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    r = ddprun(tmp_path, "--nproc-per-node=3", "--max-restarts=1", "--shutdown-timeout=10",
+               "train.py", FAIL_ATTEMPTS="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "restart 1 of 1" in r.stderr
+    lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
+    assert len(lines) == 3 and all("agree=True" in l for l in lines), lines
 
 
 def test_record_exception_and_traceback_appear_in_the_report(tmp_path):

@@ -52,7 +52,7 @@ def test_every_worker_gets_the_contract(tmp_path):
         assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
         assert e["TORCHELASTIC_MAX_RESTARTS"] == "2"
         assert e["TORCHELASTIC_RUN_ID"] == "run42"
-        assert e["TORCHELASTIC_USE_AGENT_STORE"] in ("True", "False")
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
         assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{lr}/error.json")
         assert e["OMP_NUM_THREADS"] == "1"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
@@ -141,3 +141,28 @@ def test_workers_inherit_no_descriptors_and_run_in_their_own_session(tmp_path):
     assert r.returncode == 0, r.stderr
     # 0-2 and the one listdir itself opens.
     assert r.stdout.splitlines() == ["[0, 1, 2, 3] True True"] * 2
+
+
+def test_workers_share_the_store_ddprun_hosts():
+    # Every worker writes its key into the agent's store (MASTER_ADDR:PORT),
+    # waits for all three, and reads its neighbour's.
+    ds = binary("ddpstore")
+    script = (f'{ds} --timeout 30 set key.$RANK "from $RANK" && '
+              f'{ds} --timeout 30 wait key.0 key.1 key.2 && '
+              f'{ds} --timeout 30 get key.$(( (RANK + 1) % 3 ))')
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "sh", "-c", script], env=base_env())
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:-1]) == ["from 0", "from 1", "from 2"]
+
+
+def test_explicit_master_port_that_is_taken_is_a_clear_error():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run([binary("ddprun"), "--master-port", str(port), "/bin/true"], env=base_env())
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"ddprun: error: cannot listen on 127.0.0.1:{port}: "
+                               "the port is in use")
+    assert len(r.stderr.splitlines()) == 1
