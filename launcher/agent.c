@@ -506,6 +506,7 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		 struct agent **out, char *err, size_t errlen)
 {
 	struct agent *a = calloc(1, sizeof(*a));
+	bool redirected;
 	int i, rc;
 
 	if (a == NULL)
@@ -535,9 +536,13 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		snprintf(err, errlen, "cannot open /dev/null: %s", strerror(errno));
 		goto fail;
 	}
-	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, err, errlen);
+	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir. */
+	redirected = a->o->redirects.all != 0 || a->o->tee.all != 0;
+	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
 	if (rc != 0)
 		goto fail;
+	if (a->o->log_dir == NULL && redirected)
+		say("logs are in %s", a->logdir.run_dir);
 	*out = a;
 	return 0;
 fail:
@@ -611,7 +616,7 @@ void agent_destroy(struct agent *a)
 		report_entry_free(&a->failures[k]);
 	if (a->devnull >= 0)
 		close(a->devnull);
-	if (a->logdir.base != NULL && !a->keep_logdir)
+	if (a->logdir.temporary && !a->keep_logdir)
 		logdir_remove(&a->logdir);
 	logdir_free(&a->logdir);
 	free(a->master_addr);

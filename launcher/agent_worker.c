@@ -1,5 +1,5 @@
 /* agent_worker: start one worker: its log files, output pipes, environment
- * and arguments, then spawn (see agent.h, spawn.h, output.h). */
+ * and arguments, then spawn (see agent.h, spawn_worker.h, output.h). */
 #include "agent_int.h"
 
 #include <errno.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "spawn.h"
+#include "spawn_worker.h"
 #include "workenv.h"
 
 static const char *const stream_file[2] = {"stdout.log", "stderr.log"};
@@ -209,7 +209,7 @@ void agent_worker_signal(struct agent_worker *w, int sig)
 	if (kill(-w->pid, sig) == 0)
 		return;
 	/* ESRCH while the worker runs: it has not called setsid() yet. Signal it
-	 * directly; its handlers are the default ones by then (spawn.c). */
+	 * directly; its handlers are the default ones by then (spawn_worker.c). */
 	if (errno == ESRCH && w->running)
 		kill(w->pid, sig);
 }

@@ -50,7 +50,8 @@ static int mkdirs(const char *path)
 	return rc;
 }
 
-int logdir_create(struct logdir *ld, const char *base, const char *run_id, char *err, size_t errlen)
+int logdir_create(struct logdir *ld, const char *base, const char *run_id, bool layout, char *err,
+		  size_t errlen)
 {
 	size_t n;
 	char *s;
@@ -70,14 +71,29 @@ int logdir_create(struct logdir *ld, const char *base, const char *run_id, char 
 		snprintf(ld->base, n, "%s/ddprun_XXXXXX", tmp);
 		if (mkdtemp(ld->base) == NULL)
 			return fail(-errno, "cannot create", ld->base, err, errlen);
-		ld->temporary = true;
+		if (!layout) {
+			ld->temporary = ld->flat = true;
+			ld->run_dir = strdup(ld->base);
+			return ld->run_dir ? 0 : -ENOMEM;
+		}
 	} else {
-		ld->base = strdup(base);
+		/* Absolute, so that a worker that changes directory still finds
+		 * its error file. */
+		char cwd[4096];
+
+		if (base[0] != '/' && getcwd(cwd, sizeof(cwd)) != NULL) {
+			n = strlen(cwd) + strlen(base) + 2;
+			ld->base = malloc(n);
+			if (ld->base != NULL)
+				snprintf(ld->base, n, "%s/%s", cwd, base);
+		} else {
+			ld->base = strdup(base);
+		}
 		if (ld->base == NULL)
 			return -ENOMEM;
-		rc = mkdirs(base);
+		rc = mkdirs(ld->base);
 		if (rc != 0)
-			return fail(rc, "cannot create log directory", base, err, errlen);
+			return fail(rc, "cannot create log directory", ld->base, err, errlen);
 	}
 	n = strlen(ld->base) + strlen(run_id) + 16;
 	ld->run_dir = malloc(n);
@@ -102,6 +118,11 @@ int logdir_attempt(struct logdir *ld, int attempt, int nproc, char *err, size_t 
 
 	if (p == NULL)
 		return -ENOMEM;
+	if (ld->flat) { /* file names carry the attempt: nothing to make */
+		ld->attempt = attempt;
+		free(p);
+		return 0;
+	}
 	len = (size_t)snprintf(p, n, "%s/attempt_%d", ld->run_dir, attempt);
 	logdir_rmtree(p);
 	if (mkdir(p, 0755) != 0) {
@@ -126,7 +147,9 @@ char *logdir_path(const struct logdir *ld, int local_rank, const char *file)
 	size_t n = strlen(ld->run_dir) + strlen(file) + 48;
 	char *p = malloc(n);
 
-	if (p != NULL)
+	if (p != NULL && ld->flat)
+		snprintf(p, n, "%s/attempt_%d.%d.%s", ld->run_dir, ld->attempt, local_rank, file);
+	else if (p != NULL)
 		snprintf(p, n, "%s/attempt_%d/%d/%s", ld->run_dir, ld->attempt, local_rank, file);
 	return p;
 }
@@ -153,7 +176,8 @@ int logdir_rmtree(const char *path)
 
 void logdir_remove(struct logdir *ld)
 {
-	if (ld->temporary && ld->base != NULL)
+	/* Usually empty (no worker wrote an error file): one rmdir does it. */
+	if (ld->temporary && ld->base != NULL && rmdir(ld->base) != 0)
 		logdir_rmtree(ld->base);
 }
 

@@ -107,7 +107,7 @@ int main(int argc, char **argv)
 	parent_ef = getenv("TORCHELASTIC_ERROR_FILE");
 
 	/* A worker must not inherit what ddprun does to signals: libuv's handlers
-	 * (reset before exec, spawn.c) and our SIGPIPE ignore. */
+	 * (reset before exec, spawn_worker.c) and our SIGPIPE ignore. */
 	sigaction(SIGPIPE, NULL, &old_pipe);
 	if (old_pipe.sa_handler != SIG_IGN)
 		dfl[ndfl++] = SIGPIPE;

@@ -17,12 +17,13 @@ struct watchdog {
 	int fd;	   /* write end; give it to spawn_req.watch_fd */
 };
 
-/* Fork the watchdog. 0 or a negative errno. */
+/* Fork the watchdog (early: ddprun pays copy-on-write faults for what it
+ * writes afterwards). 0 or a negative errno. */
 int watchdog_start(struct watchdog *w);
 /* The group is gone (its leader was reaped and the group is empty): forget it,
  * so a later reuse of that number is never signalled. */
 void watchdog_forget(struct watchdog *w, pid_t pgid);
-/* Clean exit: the watchdog forgets every group and exits; reaps it. */
+/* Clean exit: the watchdog forgets every group and exits (not waited for). */
 void watchdog_stop(struct watchdog *w);
 
 #endif

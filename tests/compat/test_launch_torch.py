@@ -111,7 +111,8 @@ def test_restart_forms_a_new_group_on_the_same_store(tmp_path):
 
 def test_record_exception_and_traceback_appear_in_the_report(tmp_path):
     (tmp_path / "fails.py").write_text(RAISES)
-    r = ddprun(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=5", "fails.py")
+    r = ddprun(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=5", "--log-dir=logs",
+               "fails.py")
     assert r.returncode == 1, r.stderr[-3000:]
     err = r.stderr
     assert "fails.py FAILED" in err

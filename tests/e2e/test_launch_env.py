@@ -53,11 +53,23 @@ def test_every_worker_gets_the_contract(tmp_path):
         assert e["TORCHELASTIC_MAX_RESTARTS"] == "2"
         assert e["TORCHELASTIC_RUN_ID"] == "run42"
         assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
-        assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0/{lr}/error.json")
+        # Without --log-dir: flat, in a private temporary directory.
+        assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0.{lr}.error.json")
         assert e["OMP_NUM_THREADS"] == "1"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
         assert e["KEEP_ME"] == "inherited"
     assert len(ports) == 1
+
+
+def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path):
+    logs = tmp_path / "logs"
+    out = tmp_path / "out"
+    out.mkdir()
+    envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
+    for lr, e in envs.items():
+        f = e["TORCHELASTIC_ERROR_FILE"]
+        assert f.startswith(str(logs) + "/none_") and f.endswith(f"/attempt_0/{lr}/error.json")
+        assert os.path.isdir(os.path.dirname(f))
 
 
 def test_user_settings_and_stale_values_in_the_environment(tmp_path):

@@ -102,7 +102,7 @@ sleep 1000'''
                env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent)))
     assert r.returncode == 1
     others, root = report(r.stderr)
-    assert root[0][1] == "1" and root[0][5].endswith("/attempt_0/1/error.json")
+    assert root[0][1] == "1" and root[0][5].endswith("/attempt_0.1.error.json")
     assert root[0][6] == "Traceback (most recent call last):"
     assert '    File "t.py", line 3\n  ValueError: boom\n====' in r.stderr
     # The named error file is still there to read after ddprun has exited.

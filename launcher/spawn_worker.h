@@ -1,4 +1,9 @@
-/* spawn: start one worker with fork + exec.
+/* spawn_worker: start one worker with vfork-style clone + exec.
+ *
+ * clone(CLONE_VM | CLONE_VFORK) as posix_spawn does: no page tables copied,
+ * no copy-on-write faults in ddprun afterwards (a plain fork costs more than
+ * the exec of a small worker), ddprun suspended until the child has exec'd.
+ * The child only makes system calls and writes to its own stack.
  *
  * The child becomes the leader of its own session and process group (pgid ==
  * pid, as torchrun's start_new_session), asks the kernel for SIGKILL when
@@ -9,8 +14,8 @@
  * and execs. Signals are blocked in ddprun around fork so that no handler of
  * ddprun's ever runs in the child. A failed exec prints one line on the
  * worker's stderr and exits 127 (not found) or 126. */
-#ifndef DDP_SPAWN_H
-#define DDP_SPAWN_H
+#ifndef DDP_SPAWN_WORKER_H
+#define DDP_SPAWN_WORKER_H
 
 #include <sys/types.h>
 
@@ -25,7 +30,7 @@ struct spawn_req {
 	int ndfl_sigs;
 };
 
-/* The pid of the new worker, or a negative errno (fork failed). */
+/* The pid of the new worker, or a negative errno (clone failed). */
 pid_t spawn_worker(const struct spawn_req *r);
 
 #endif

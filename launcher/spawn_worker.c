@@ -1,7 +1,8 @@
-/* spawn: fork + exec one worker in its own session (see spawn.h). */
-#include "spawn.h"
+/* spawn_worker: start one worker in its own session (see spawn_worker.h). */
+#include "spawn_worker.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -10,6 +11,9 @@
 #include <unistd.h>
 
 #include "util.h"
+
+/* Arguments the "#!"-less fallback can carry on the child's stack. */
+#define SH_MAX_ARGS 4096
 
 static void child_fail(const char *path, const char *what, int err) __attribute__((noreturn));
 static void child_fail(const char *path, const char *what, int err)
@@ -63,7 +67,7 @@ static void child(const struct spawn_req *r, pid_t parent, const sigset_t *mask)
 		/* A script without "#!": run it with /bin/sh, as execvp does. */
 		for (argc = 0; r->argv[argc] != NULL; argc++)
 			;
-		{
+		if (argc <= SH_MAX_ARGS) {
 			char *sh_argv[argc + 2];
 
 			sh_argv[0] = "sh";
@@ -76,19 +80,40 @@ static void child(const struct spawn_req *r, pid_t parent, const sigset_t *mask)
 	child_fail(r->path, "cannot execute", errno);
 }
 
+/* The child runs here while the parent is suspended (CLONE_VFORK): one child
+ * at a time, and the parent's stack is never touched. */
+static char child_stack[64 * 1024] __attribute__((aligned(64)));
+
+static pid_t spawn_vfork(int (*fn)(void *arg), void *arg)
+{
+	pid_t pid =
+		clone(fn, child_stack + sizeof(child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, arg);
+
+	return pid < 0 ? -errno : pid;
+}
+
+struct child_arg {
+	const struct spawn_req *r;
+	pid_t parent;
+	sigset_t mask;
+};
+
+static int child_main(void *p)
+{
+	struct child_arg *c = p;
+
+	child(c->r, c->parent, &c->mask);
+}
+
 pid_t spawn_worker(const struct spawn_req *r)
 {
-	sigset_t all, old;
-	pid_t parent = getpid();
+	struct child_arg c = {.r = r, .parent = getpid()};
+	sigset_t all;
 	pid_t pid;
-	int err;
 
 	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	pid = fork();
-	if (pid == 0)
-		child(r, parent, &old);
-	err = errno;
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return pid < 0 ? -err : pid;
+	pthread_sigmask(SIG_SETMASK, &all, &c.mask);
+	pid = spawn_vfork(child_main, &c);
+	pthread_sigmask(SIG_SETMASK, &c.mask, NULL);
+	return pid;
 }
