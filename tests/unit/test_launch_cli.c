@@ -44,26 +44,29 @@ static int setup(void **state)
 
 static char err[512];
 
-/* Parse a NULL-terminated list of words after "ddprun". */
-static int parse(struct cli_opts *o, ...)
-{
-	static char *argv[64];
-	va_list ap;
-	int argc = 0;
+/* The words after "ddprun", as a NULL-terminated array. */
+#define ARGS(...) ((char *[]){"ddprun", __VA_ARGS__, NULL})
+#define NO_ARGS	  ((char *[]){"ddprun", NULL})
 
-	argv[argc++] = "ddprun";
-	va_start(ap, o);
-	while ((argv[argc] = va_arg(ap, char *)) != NULL)
-		argc++;
-	va_end(ap);
-	return cli_parse(argc, argv, fake_getenv, o, err, sizeof(err));
+static int count(char **argv)
+{
+	int n = 0;
+
+	while (argv[n] != NULL)
+		n++;
+	return n;
+}
+
+static int parse(struct cli_opts *o, char **argv)
+{
+	return cli_parse(count(argv), argv, fake_getenv, o, err, sizeof(err));
 }
 
 static void test_defaults_are_torchruns(void **state)
 {
 	struct cli_opts o;
 
-	assert_int_equal(parse(&o, "train", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("train")), CLI_OK);
 	assert_int_equal(o.nproc_kind, CLI_NPROC_NUM);
 	assert_int_equal(o.nproc, 1);
 	assert_int_equal(o.min_nodes, 1);
@@ -96,9 +99,10 @@ static void test_both_spellings_equals_and_prefixes(void **state)
 {
 	struct cli_opts o;
 
-	assert_int_equal(parse(&o, "--nproc_per_node=4", "--master-port", "1234", "--max_rest", "2",
-			       "-r3", "-t", "0:1,12:2", "prog", "--nproc-per-node", "9", NULL),
-			 CLI_OK);
+	assert_int_equal(
+		parse(&o, ARGS("--nproc_per_node=4", "--master-port", "1234", "--max_rest", "2",
+			       "-r3", "-t", "0:1,12:2", "prog", "--nproc-per-node", "9")),
+		CLI_OK);
 	assert_int_equal(o.nproc, 4);
 	assert_int_equal(o.master_port, 1234);
 	assert_true(o.master_port_given);
@@ -118,15 +122,15 @@ static void test_nproc_words_and_flags(void **state)
 {
 	struct cli_opts o;
 
-	assert_int_equal(parse(&o, "--nproc-per-node", "gpu", "-m", "--standalone", "--tag-output",
-			       "pkg.mod", NULL),
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "gpu", "-m", "--standalone",
+					"--tag-output", "pkg.mod")),
 			 CLI_OK);
 	assert_int_equal(o.nproc_kind, CLI_NPROC_GPU);
 	assert_true(o.module);
 	assert_true(o.standalone);
 	assert_true(o.tag_output);
 	cli_free(&o);
-	assert_int_equal(parse(&o, "--nproc-per-node", "auto", "--", "-weird-name", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "auto", "--", "-weird-name")), CLI_OK);
 	assert_int_equal(o.nproc_kind, CLI_NPROC_AUTO);
 	assert_string_equal(o.prog_argv[0], "-weird-name");
 	cli_free(&o);
@@ -141,7 +145,7 @@ static void test_pet_environment_then_command_line(void **state)
 	set_env("PET_NO_PYTHON", "1");
 	set_env("PET_SIGNALS_TO_HANDLE", "SIGTERM, SIGUSR1");
 	set_env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7");
-	assert_int_equal(parse(&o, "prog", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
 	assert_int_equal(o.nproc, 3);
 	assert_int_equal(o.master_port, 4000);
 	assert_true(o.master_port_given);
@@ -152,12 +156,12 @@ static void test_pet_environment_then_command_line(void **state)
 	cli_free(&o);
 	/* The flag wins over PET_*, PET_SHUTDOWN_TIMEOUT over the torch variable. */
 	set_env("PET_SHUTDOWN_TIMEOUT", "2.5");
-	assert_int_equal(parse(&o, "--nproc-per-node=5", "prog", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node=5", "prog")), CLI_OK);
 	assert_int_equal(o.nproc, 5);
 	assert_int_equal(o.shutdown_timeout_ms, 2500);
 	cli_free(&o);
 	set_env("PET_STANDALONE", "0");
-	assert_int_equal(parse(&o, "prog", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
 	assert_false(o.standalone);
 	cli_free(&o);
 }
@@ -166,25 +170,17 @@ static void test_help_and_version(void **state)
 {
 	struct cli_opts o;
 
-	assert_int_equal(parse(&o, "--help", NULL), CLI_HELP);
-	assert_int_equal(parse(&o, "--nproc-per-node", "2", "-h", "prog", NULL), CLI_HELP);
-	assert_int_equal(parse(&o, "--version", NULL), CLI_VERSION);
+	assert_int_equal(parse(&o, ARGS("--help")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "2", "-h", "prog")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("--version")), CLI_VERSION);
 }
 
 /* Each malformed line fails with -EINVAL and a message naming the problem. */
-static void expect_error(const char *needle, ...)
+static void expect_error(const char *needle, char **argv)
 {
-	static char *argv[32];
 	struct cli_opts o;
-	va_list ap;
-	int argc = 0;
 
-	argv[argc++] = "ddprun";
-	va_start(ap, needle);
-	while ((argv[argc] = va_arg(ap, char *)) != NULL)
-		argc++;
-	va_end(ap);
-	assert_int_equal(cli_parse(argc, argv, fake_getenv, &o, err, sizeof(err)), -EINVAL);
+	assert_int_equal(cli_parse(count(argv), argv, fake_getenv, &o, err, sizeof(err)), -EINVAL);
 	if (strstr(err, needle) == NULL)
 		fail_msg("message '%s' lacks '%s'", err, needle);
 	assert_null(strchr(err, '\n'));
@@ -192,36 +188,36 @@ static void expect_error(const char *needle, ...)
 
 static void test_errors(void **state)
 {
-	expect_error("missing the program", NULL);
-	expect_error("unrecognized option '--frob'", "--frob", "p", NULL);
-	expect_error("unrecognized option '-x'", "-x", "p", NULL);
-	expect_error("ambiguous option '--n'", "--n", "1", "p", NULL);
-	expect_error("--nproc-per-node expects a value", "--nproc-per-node", NULL);
-	expect_error("invalid value '0' for --nproc-per-node", "--nproc-per-node", "0", "p", NULL);
-	expect_error("invalid value '4097' for --nproc-per-node", "--nproc-per-node=4097", "p",
-		     NULL);
-	expect_error("--nnodes", "--nnodes", "0", "p", NULL);
-	expect_error("--nnodes", "--nnodes", "2:1", "p", NULL);
-	expect_error("--nnodes", "--nnodes", "1:2:3", "p", NULL);
-	expect_error("--node-rank 2 is not below", "--nnodes", "2", "--node-rank", "2", "p", NULL);
-	expect_error("--master-port", "--master-port", "-1", "p", NULL);
-	expect_error("--redirects", "-r", "0:4", "p", NULL);
-	expect_error("--redirects", "-r", "0:1,", "p", NULL);
-	expect_error("--tee", "--tee", "x", "p", NULL);
-	expect_error("--local-ranks-filter", "--local-ranks-filter", "a", "p", NULL);
-	expect_error("unknown signal 'TERM'", "--signals-to-handle", "TERM", "p", NULL);
-	expect_error("cannot be handled", "--signals-to-handle", "SIGCHLD", "p", NULL);
-	expect_error("--rdzv-conf", "--rdzv-conf", "a=1,=2", "p", NULL);
-	expect_error("--rdzv-backend", "--rdzv-backend", "etcd-v2", "p", NULL);
-	expect_error("--role", "--role", "", "p", NULL);
-	expect_error("--log-dir", "--log-dir", "", "p", NULL);
-	expect_error("--standalone takes no value", "--standalone=yes", "p", NULL);
-	expect_error("cannot be used together", "-m", "--no-python", "p", NULL);
+	expect_error("missing the program", NO_ARGS);
+	expect_error("unrecognized option '--frob'", ARGS("--frob", "p"));
+	expect_error("unrecognized option '-x'", ARGS("-x", "p"));
+	expect_error("ambiguous option '--n'", ARGS("--n", "1", "p"));
+	expect_error("--nproc-per-node expects a value", ARGS("--nproc-per-node"));
+	expect_error("invalid value '0' for --nproc-per-node", ARGS("--nproc-per-node", "0", "p"));
+	expect_error("invalid value '4097' for --nproc-per-node",
+		     ARGS("--nproc-per-node=4097", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "0", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "2:1", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "1:2:3", "p"));
+	expect_error("--node-rank 2 is not below", ARGS("--nnodes", "2", "--node-rank", "2", "p"));
+	expect_error("--master-port", ARGS("--master-port", "-1", "p"));
+	expect_error("--redirects", ARGS("-r", "0:4", "p"));
+	expect_error("--redirects", ARGS("-r", "0:1,", "p"));
+	expect_error("--tee", ARGS("--tee", "x", "p"));
+	expect_error("--local-ranks-filter", ARGS("--local-ranks-filter", "a", "p"));
+	expect_error("unknown signal 'TERM'", ARGS("--signals-to-handle", "TERM", "p"));
+	expect_error("cannot be handled", ARGS("--signals-to-handle", "SIGCHLD", "p"));
+	expect_error("--rdzv-conf", ARGS("--rdzv-conf", "a=1,=2", "p"));
+	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
+	expect_error("--role", ARGS("--role", "", "p"));
+	expect_error("--log-dir", ARGS("--log-dir", "", "p"));
+	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
+	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
 	set_env("PET_MAX_RESTARTS", "-3");
-	expect_error("invalid value '-3' for PET_MAX_RESTARTS", "p", NULL);
+	expect_error("invalid value '-3' for PET_MAX_RESTARTS", ARGS("p"));
 	memset(fake_env, 0, sizeof(fake_env));
 	set_env("PET_MODULE", "yes");
-	expect_error("PET_MODULE", "p", NULL);
+	expect_error("PET_MODULE", ARGS("p"));
 }
 
 static void test_std_parse(void **state)
@@ -248,7 +244,7 @@ static void test_ranks_filter(void **state)
 {
 	struct cli_opts o;
 
-	assert_int_equal(parse(&o, "--local_ranks_filter", "0,2", "p", NULL), CLI_OK);
+	assert_int_equal(parse(&o, ARGS("--local_ranks_filter", "0,2", "p")), CLI_OK);
 	assert_true(cli_rank_shown(&o, 0));
 	assert_false(cli_rank_shown(&o, 1));
 	assert_true(cli_rank_shown(&o, 2));
