@@ -18,8 +18,7 @@
 
 static void check_progress(struct agent *a);
 
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
+void agent_say(const char *fmt, ...)
 {
 	char buf[600];
 	va_list ap;
@@ -100,12 +99,14 @@ static void on_kill_timer(uv_timer_t *t)
 		struct agent_worker *w = &a->w[i];
 
 		if (w->running)
-			say("worker %d (pid %d) did not stop within the shutdown timeout: SIGKILL",
-			    i, (int)w->pid);
+			agent_say("worker %d (pid %d) did not stop within the shutdown timeout: "
+				  "SIGKILL",
+				  i, (int)w->pid);
 		else if (w->group_live)
-			say("processes left by worker %d did not stop within the shutdown timeout: "
-			    "SIGKILL",
-			    i);
+			agent_say("processes left by worker %d did not stop within the shutdown "
+				  "timeout: "
+				  "SIGKILL",
+				  i);
 	}
 	kill_all(a, SIGKILL);
 	a->killed = true;
@@ -223,10 +224,10 @@ static void on_signal(uv_signal_t *h, int sig)
 	char name[32];
 
 	if (sig == SIGINT && ++a->sigints >= 2) {
-		say("second SIGINT: killing every worker now");
+		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
 	} else {
-		say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
+		agent_say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
 	}
 	/* A failure already seen stays the root cause of the exit status. */
 	if (a->nfailures == 0)
@@ -262,7 +263,7 @@ static void start_attempt(struct agent *a)
 	a->killed = false;
 	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
 	if (rc != 0) {
-		say("error: %s", err);
+		agent_say("error: %s", err);
 		finish(a, 1);
 		return;
 	}
@@ -270,7 +271,7 @@ static void start_attempt(struct agent *a)
 	for (k = 0; k < a->nproc; k++) {
 		rc = agent_worker_start(a, &a->w[k], err, sizeof(err));
 		if (rc != 0) {
-			say("%s", err);
+			agent_say("%s", err);
 			a->failed = true;
 			set_status(a, 1);
 			begin_stop(a, SIGTERM, AFTER_EXIT);
@@ -303,7 +304,7 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
 	if (a->state != AS_RDZV)
 		return;
 	if (rc != 0) {
-		say("rendezvous failed: %s", strerror(-rc));
+		agent_say("rendezvous failed: %s", strerror(-rc));
 		a->failed = true;
 		finish(a, 1);
 		return;
@@ -355,8 +356,8 @@ static void attempt_over(struct agent *a)
 		status = report_exit_status(root);
 		if (a->after == AFTER_DECIDE && a->restart_count < a->o->max_restarts) {
 			a->restart_count++;
-			say("worker group failed (rank %d: exit status %d); restart %d of %d",
-			    root->global_rank, status, a->restart_count, a->o->max_restarts);
+			agent_say("worker group failed (rank %d: exit status %d); restart %d of %d",
+				  root->global_rank, status, a->restart_count, a->o->max_restarts);
 			rendezvous(a);
 			return;
 		}
@@ -376,7 +377,7 @@ static void attempt_over(struct agent *a)
 		set_status(a, status);
 	if (status != 0)
 		a->failed = true;
-	if (a->has_coord && a->coord.finished != NULL) {
+	if (a->has_coord && a->coord.finished != NULL && !a->stop_requested) {
 		a->state = AS_WAITING;
 		a->coord.finished(a, status, a->coord.arg);
 		return;
@@ -429,7 +430,10 @@ static void check_progress(struct agent *a)
 
 void agent_stop(struct agent *a, int status)
 {
-	set_status(a, status);
+	/* The coordinator's word is final, even over a local failure's status. */
+	a->status = status;
+	a->status_set = true;
+	a->stop_requested = true;
 	switch (a->state) {
 	case AS_RUNNING:
 	case AS_STOPPING:
@@ -502,54 +506,6 @@ static int watch_signals(struct agent *a)
 	return 0;
 }
 
-int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct agent_coord *coord,
-		 struct agent **out, char *err, size_t errlen)
-{
-	struct agent *a = calloc(1, sizeof(*a));
-	bool redirected;
-	int i, rc;
-
-	if (a == NULL)
-		return -ENOMEM;
-	a->loop = loop;
-	a->cfg = *cfg;
-	a->o = cfg->opts;
-	a->nproc = cfg->nproc;
-	a->devnull = -1;
-	if (coord != NULL) {
-		a->coord = *coord;
-		a->has_coord = true;
-	}
-	a->w = calloc((size_t)a->nproc, sizeof(*a->w));
-	a->failures = calloc((size_t)a->nproc, sizeof(*a->failures));
-	if (a->w == NULL || a->failures == NULL) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	for (i = 0; i < a->nproc; i++) {
-		a->w[i].a = a;
-		a->w[i].local_rank = i;
-	}
-	a->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (a->devnull < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open /dev/null: %s", strerror(errno));
-		goto fail;
-	}
-	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir. */
-	redirected = a->o->redirects.all != 0 || a->o->tee.all != 0;
-	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
-	if (rc != 0)
-		goto fail;
-	if (a->o->log_dir == NULL && redirected)
-		say("logs are in %s", a->logdir.run_dir);
-	*out = a;
-	return 0;
-fail:
-	agent_destroy(a);
-	return rc;
-}
-
 int agent_start(struct agent *a)
 {
 	int rc;
@@ -566,7 +522,7 @@ int agent_start(struct agent *a)
 	if (rc == 0)
 		rc = watch_signals(a);
 	if (rc != 0) {
-		say("cannot set up the event loop: %s", uv_strerror(rc));
+		agent_say("cannot set up the event loop: %s", uv_strerror(rc));
 		finish(a, 1);
 		return rc;
 	}
@@ -575,7 +531,7 @@ int agent_start(struct agent *a)
 
 		rc = agent_store_open(a, err, sizeof(err));
 		if (rc != 0) {
-			say("error: %s", err);
+			agent_say("error: %s", err);
 			a->failed = true;
 			finish(a, 1);
 			return rc;
@@ -583,45 +539,4 @@ int agent_start(struct agent *a)
 	}
 	rendezvous(a);
 	return 0;
-}
-
-uv_loop_t *agent_loop(struct agent *a)
-{
-	return a->loop;
-}
-
-int agent_exit_status(const struct agent *a)
-{
-	return a->status;
-}
-
-bool agent_failed(const struct agent *a)
-{
-	return a->failed;
-}
-
-void agent_destroy(struct agent *a)
-{
-	size_t k;
-	int i;
-
-	if (a == NULL)
-		return;
-	for (i = 0; a->w != NULL && i < a->nproc; i++) {
-		free(a->w[i].error_file);
-		free(a->w[i].prefix[0]);
-		free(a->w[i].prefix[1]);
-	}
-	for (k = 0; k < a->nfailures; k++)
-		report_entry_free(&a->failures[k]);
-	if (a->devnull >= 0)
-		close(a->devnull);
-	if (a->logdir.temporary && !a->keep_logdir)
-		logdir_remove(&a->logdir);
-	logdir_free(&a->logdir);
-	free(a->master_addr);
-	free(a->store_host);
-	free(a->failures);
-	free(a->w);
-	free(a);
 }

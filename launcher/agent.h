@@ -19,9 +19,10 @@
  *  - failed(): the first local failure of an attempt, as soon as it is seen
  *    (before the local workers are stopped), with its report entry and the
  *    exit status it implies, so other nodes can be told at once.
- *  - finished(): the local workers have all ended, status 0 (success) or the
- *    final failure status (no restarts left). The agent then keeps its loop
- *    (and store) alive until the coordinator calls agent_stop().
+ *  - finished(): the local workers have all ended on their own, status 0
+ *    (success) or the final failure status (no restarts left). The agent then
+ *    keeps its loop (and store) alive until the coordinator calls
+ *    agent_stop(). Not called after the coordinator's own agent_stop().
  *  - agent_stop(status): stop every local worker now (failure elsewhere) and
  *    end with status. agent_restart(): stop them and go back to rendezvous.
  * Every agent_* call is made from the loop's thread. */
