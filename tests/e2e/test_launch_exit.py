@@ -72,8 +72,8 @@ def test_grace_period_covers_what_a_worker_leaves_behind(tmp_path):
     # finishes its cleanup: ddprun waits for it (within the shutdown timeout)
     # instead of killing it as soon as the worker itself is gone.
     p = prog("launch_sigwait")
-    script = (f'{p} --exit 0 {tmp_path} & '
-              f'while [ ! -e {tmp_path}/ready.$LOCAL_RANK ]; do sleep 0.01; done; '
+    script = (f'{p} --exit 0 {tmp_path} & cd {tmp_path}; '
+              'while [ ! -e ready.0 ] || [ ! -e ready.1 ]; do sleep 0.01; done; '
               '[ "$RANK" = 0 ] && exit 1; wait')
     r = ddprun("--nproc-per-node", "2", "--shutdown-timeout", "1000", "sh", "-c", script,
                timeout=60)
