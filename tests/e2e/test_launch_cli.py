@@ -7,6 +7,15 @@ import pytest
 
 from conftest import binary, run
 
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
 TRUE = "/bin/true"
 
 

@@ -2,7 +2,18 @@
 runs: the program itself, *.py with Python -u, -m module, ${local_rank}."""
 import os
 
+import pytest
+
 from conftest import PYTHON, binary, run
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
 
 CONTRACT = [
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",

@@ -4,7 +4,18 @@ import json
 import os
 import re
 
+import pytest
+
 from conftest import binary, pid_alive, prog, run, wait_for
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
 
 FAIL_RE = re.compile(
     r"\[(\d+)\]:\n  time      : \d{4}-\d\d-\d\d_\d\d:\d\d:\d\d\n  host      : \S+\n"
@@ -121,12 +132,14 @@ def test_garbage_error_file_does_not_crash_the_report(tmp_path):
 
 
 def test_temporary_log_dir_is_removed_unless_the_report_needs_it(tmp_path):
-    env = dict(os.environ, TMPDIR=str(tmp_path))
+    t = tmp_path / "own"
+    t.mkdir()
+    env = dict(os.environ, TMPDIR=str(t))
     assert ddprun("--nproc-per-node", "2", "/bin/true", env=env).returncode == 0
     assert ddprun("--nproc-per-node", "2", "/bin/false", env=env).returncode == 1
-    assert os.listdir(tmp_path) == []
+    assert os.listdir(t) == []
     r = ddprun("sh", "-c", 'echo "{}" > "$TORCHELASTIC_ERROR_FILE"; exit 1', env=env)
-    assert r.returncode == 1 and len(os.listdir(tmp_path)) == 1
+    assert r.returncode == 1 and len(os.listdir(t)) == 1
 
 
 def test_sigwait_prog_exit_code_passes_through(tmp_path):

@@ -5,7 +5,18 @@ import glob
 import os
 import re
 
+import pytest
+
 from conftest import binary, prog, run
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
 
 
 def ddprun(*args, **kw):
