@@ -217,6 +217,29 @@ static void on_sigchld(uv_signal_t *h, int signum)
 	check_progress(a);
 }
 
+/* Stop the workers with sig (if any run) and end the job; the exit status
+ * has been decided already. */
+static void stop_and_end(struct agent *a, int sig)
+{
+	switch (a->state) {
+	case AS_RUNNING:
+	case AS_STOPPING:
+		begin_stop(a, sig, AFTER_EXIT);
+		break;
+	case AS_DRAINING:
+		a->after = AFTER_EXIT;
+		break;
+	case AS_IDLE:
+	case AS_RDZV:
+	case AS_WAITING:
+		finish(a, a->status);
+		break;
+	case AS_CLOSING:
+		break;
+	}
+	check_progress(a);
+}
+
 static void on_signal(uv_signal_t *h, int sig)
 {
 	struct agent *a = h->data;
@@ -230,25 +253,11 @@ static void on_signal(uv_signal_t *h, int sig)
 		agent_say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
 	}
 	/* A failure already seen stays the root cause of the exit status. */
-	if (a->nfailures == 0)
-		set_status(a, 128 + sig);
-	switch (a->state) {
-	case AS_RUNNING:
-	case AS_STOPPING:
-		begin_stop(a, fwd, AFTER_EXIT);
-		break;
-	case AS_DRAINING:
-		a->after = AFTER_EXIT;
-		break;
-	case AS_IDLE:
-	case AS_RDZV:
-	case AS_WAITING:
-		finish(a, 128 + sig);
-		break;
-	case AS_CLOSING:
-		break;
-	}
-	check_progress(a);
+	if (a->nfailures > 0)
+		set_status(a, report_exit_status(
+				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
+	set_status(a, 128 + sig);
+	stop_and_end(a, fwd);
 }
 
 static void start_attempt(struct agent *a)
@@ -434,23 +443,7 @@ void agent_stop(struct agent *a, int status)
 	a->status = status;
 	a->status_set = true;
 	a->stop_requested = true;
-	switch (a->state) {
-	case AS_RUNNING:
-	case AS_STOPPING:
-		begin_stop(a, SIGTERM, AFTER_EXIT);
-		break;
-	case AS_DRAINING:
-		a->after = AFTER_EXIT;
-		break;
-	case AS_IDLE:
-	case AS_RDZV:
-	case AS_WAITING:
-		finish(a, status);
-		break;
-	case AS_CLOSING:
-		break;
-	}
-	check_progress(a);
+	stop_and_end(a, SIGTERM);
 }
 
 void agent_restart(struct agent *a)

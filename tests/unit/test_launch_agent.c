@@ -76,35 +76,24 @@ static void fake_finished(struct agent *a, int status, void *arg)
 	agent_stop(a, f->stop_on_finish);
 }
 
-/* Run `sh -c script` on 2 workers under the fake coordinator. */
-static int run_job(struct fake *f, const char *script, int max_restarts)
+/* Run ddprun's words (after "ddprun") on a real loop under the fake
+ * coordinator, with rdzv as its rendezvous hook; the exit status. */
+static int run_words(struct fake *f, char **words, void (*rdzv)(struct agent *, int, void *))
 {
-	char *words[] = {"ddprun",
-			 "--nproc-per-node=2",
-			 "--max-restarts",
-			 "0",
-			 "--shutdown-timeout",
-			 "5",
-			 "sh",
-			 "-c",
-			 (char *)script,
-			 NULL};
-	char restarts[16], err[512];
+	const char *(*env)(const char *) = (const char *(*)(const char *))getenv;
+	struct agent_coord coord = {rdzv, fake_failed, fake_finished, f};
+	struct agent_config cfg = {0};
 	struct cli_opts o;
 	struct prog p;
 	struct agent *a;
 	uv_loop_t loop;
-	struct agent_config cfg = {0};
-	struct agent_coord coord = {fake_rendezvous, fake_failed, fake_finished, f};
-	int status;
+	char err[512];
+	int argc = 0, status;
 
-	snprintf(restarts, sizeof(restarts), "%d", max_restarts);
-	words[3] = restarts;
-	assert_int_equal(
-		cli_parse(9, words, (const char *(*)(const char *))getenv, &o, err, sizeof(err)),
-		CLI_OK);
-	assert_int_equal(
-		prog_resolve(&o, (const char *(*)(const char *))getenv, &p, err, sizeof(err)), 0);
+	while (words[argc] != NULL)
+		argc++;
+	assert_int_equal(cli_parse(argc, words, env, &o, err, sizeof(err)), CLI_OK);
+	assert_int_equal(prog_resolve(&o, env, &p, err, sizeof(err)), 0);
 	cfg.opts = &o;
 	cfg.prog = &p;
 	cfg.nproc = 2;
@@ -121,6 +110,25 @@ static int run_job(struct fake *f, const char *script, int max_restarts)
 	prog_free(&p);
 	cli_free(&o);
 	return status;
+}
+
+/* `sh -c script` on 2 workers. */
+static int run_job(struct fake *f, const char *script, int max_restarts)
+{
+	char restarts[16];
+	char *words[] = {"ddprun",
+			 "--nproc-per-node=2",
+			 "--max-restarts",
+			 restarts,
+			 "--shutdown-timeout",
+			 "5",
+			 "sh",
+			 "-c",
+			 (char *)script,
+			 NULL};
+
+	snprintf(restarts, sizeof(restarts), "%d", max_restarts);
+	return run_words(f, words, fake_rendezvous);
 }
 
 static void test_world_from_the_coordinator_reaches_the_workers(void **state)
@@ -200,38 +208,13 @@ static void rendezvous_then_stop_later(struct agent *a, int restart_count, void 
 static void test_stop_from_the_coordinator_ends_running_workers(void **state)
 {
 	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
-	char err[512];
 	struct fake f = {0};
-	struct cli_opts o;
-	struct prog p;
-	struct agent *a;
-	uv_loop_t loop;
-	struct agent_config cfg = {0};
-	struct agent_coord coord = {rendezvous_then_stop_later, fake_failed, fake_finished, &f};
 
-	assert_int_equal(
-		cli_parse(4, words, (const char *(*)(const char *))getenv, &o, err, sizeof(err)),
-		CLI_OK);
-	assert_int_equal(
-		prog_resolve(&o, (const char *(*)(const char *))getenv, &p, err, sizeof(err)), 0);
-	cfg.opts = &o;
-	cfg.prog = &p;
-	cfg.nproc = 2;
-	cfg.worker_env = environ;
-	cfg.hostname = "testhost";
-	uv_loop_init(&loop);
-	assert_int_equal(agent_create(&loop, &cfg, &coord, &a, err, sizeof(err)), 0);
-	f.agent = a;
-	agent_start(a);
-	uv_run(&loop, UV_RUN_DEFAULT);
 	/* The workers' SIGTERM deaths are not local failures; the status is the
 	 * coordinator's. */
-	assert_int_equal(agent_exit_status(a), 3);
+	assert_int_equal(run_words(&f, words, rendezvous_then_stop_later), 3);
 	assert_int_equal(f.failed_calls, 0);
-	agent_destroy(a);
-	uv_loop_close(&loop);
-	prog_free(&p);
-	cli_free(&o);
+	assert_int_equal(f.finished_calls, 0);
 }
 
 int main(void)
