@@ -1,11 +1,12 @@
 """ddprun's command line: torchrun's flags in both spellings, PET_* defaults,
 usage errors (one line, exit 2), and programs that cannot run (127/126)."""
 import os
+import re
 import subprocess
 
 import pytest
 
-from conftest import binary, run
+from conftest import REPO, binary, run
 
 
 @pytest.fixture(autouse=True)
@@ -207,3 +208,11 @@ def test_multi_node_is_refused_clearly_for_now():
     r = ddprun("--nnodes", "2", TRUE)
     assert r.returncode == 2
     assert "multi-node" in one_error_line(r)
+
+
+def test_every_flag_in_help_is_in_the_man_page():
+    helptext = ddprun("--help").stdout
+    flags = set(re.findall(r"--[a-z][a-z-]+", helptext))
+    man = open(os.path.join(REPO, "man", "ddprun.1")).read().replace("\\-", "-")
+    missing = sorted(f for f in flags if f not in man)
+    assert len(flags) > 20 and missing == []
