@@ -70,6 +70,7 @@ static void finish(struct agent *a, int status)
 		return;
 	set_status(a, status);
 	a->state = AS_CLOSING;
+	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
 	for (i = 0; i < a->nsigs; i++)

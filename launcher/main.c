@@ -15,6 +15,7 @@
 #include "agent.h"
 #include "cli.h"
 #include "nproc.h"
+#include "output.h"
 #include "prog.h"
 #include "watchdog.h"
 
@@ -136,6 +137,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
 		goto out;
 	}
+	/* From here on, a reader that stalls on our stdout cannot stall the job. */
+	output_console_open(&loop);
 	rc = agent_create(&loop, &cfg, NULL, &agent, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err[0] ? err : strerror(-rc));
@@ -146,6 +149,7 @@ int main(int argc, char **argv)
 		agent_destroy(agent);
 	}
 	uv_loop_close(&loop);
+	output_console_finish();
 out:
 	watchdog_stop(&wd);
 	prog_free(&prog);

@@ -2,7 +2,6 @@
 #include "output.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +14,9 @@
 /* One loop, one reader at a time: libuv calls alloc_cb then read_cb. */
 static char read_buf[READ_CHUNK];
 static struct output_buf scratch;
-static bool console_gone[3];
+/* Every open stream, so that a backed-up console can pause them all. */
+static struct output_stream *streams;
+static bool paused;
 
 void output_buf_free(struct output_buf *b)
 {
@@ -98,31 +99,6 @@ int output_lines(struct output_buf *pending, const char *prefix, size_t prefix_l
 	return 0;
 }
 
-void output_console_write(int fd, const char *buf, size_t len)
-{
-	if (fd < 1 || fd > 2 || console_gone[fd])
-		return;
-	while (len > 0) {
-		ssize_t w = write(fd, buf, len);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN) {
-				/* Someone made our stdout non-blocking: wait for room. */
-				struct pollfd p = {.fd = fd, .events = POLLOUT};
-
-				poll(&p, 1, -1);
-				continue;
-			}
-			console_gone[fd] = true; /* EPIPE and the like */
-			return;
-		}
-		buf += w;
-		len -= (size_t)w;
-	}
-}
-
 static void consume(struct output_stream *s, const char *data, size_t n, bool final)
 {
 	if (s->file_fd >= 0 && n > 0 && util_write_all(s->file_fd, data, n) != 0) {
@@ -143,6 +119,33 @@ static void consume(struct output_stream *s, const char *data, size_t n, bool fi
 		output_buf_free(&scratch);
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+
+static void unlink_stream(struct output_stream *s)
+{
+	struct output_stream **p;
+
+	for (p = &streams; *p != NULL; p = &(*p)->next)
+		if (*p == s) {
+			*p = s->next;
+			break;
+		}
+}
+
+void output_pause(bool on)
+{
+	struct output_stream *s;
+
+	paused = on;
+	for (s = streams; s != NULL; s = s->next) {
+		if (on)
+			uv_read_stop((uv_stream_t *)&s->pipe);
+		else
+			uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+	}
+}
+
 static void on_closed(uv_handle_t *h)
 {
 	struct output_stream *s = h->data;
@@ -161,6 +164,7 @@ static void stream_close(struct output_stream *s)
 		close(s->file_fd);
 	s->file_fd = -1;
 	s->open = false;
+	unlink_stream(s);
 	uv_close((uv_handle_t *)&s->pipe, on_closed);
 }
 
@@ -196,10 +200,12 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd)
 	}
 	s->pipe.data = s;
 	s->open = true;
+	s->next = streams;
+	streams = s;
 	rc = uv_pipe_open(&s->pipe, fd);
 	if (rc != 0)
 		close(fd); /* not taken by libuv */
-	else
+	else if (!paused)
 		rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
 	if (rc != 0)
 		stream_close(s); /* closed_cb still runs, from the loop */

@@ -6,7 +6,10 @@
  * never mixed with another worker's. An incomplete last line is held until
  * its newline arrives, up to OUTPUT_MAX_LINE bytes (longer lines are cut
  * there); at end of stream it is written with a newline added. Writing to a
- * console that is gone (EPIPE) drops console output and keeps the files. */
+ * console that is gone (EPIPE) drops console output and keeps the files.
+ * The console itself never blocks the loop (output_console.c): output that
+ * its reader is not ready for is queued, and a long queue pauses the
+ * workers' pipes until it drains. */
 #ifndef DDP_OUTPUT_H
 #define DDP_OUTPUT_H
 
@@ -37,7 +40,8 @@ struct output_stream {
 	size_t prefix_len;
 	bool open;
 	void (*closed_cb)(struct output_stream *s);
-	void *data; /* caller's */
+	void *data;		    /* caller's */
+	struct output_stream *next; /* the list of open streams */
 };
 
 /* Start pumping fd (a pipe's read end; the stream owns it and file_fd from
@@ -50,7 +54,18 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd);
  * may still hold the pipe open; its later output is not waited for). */
 void output_stream_finish(struct output_stream *s);
 
-/* Write all of buf to ddprun's fd 1 or 2 (waits while the fd is full). */
+/* Queue buf for ddprun's fd 1 or 2, in order with everything else written
+ * there. Before output_console_open (and after output_console_finish) the
+ * write is plain and blocking. */
 void output_console_write(int fd, const char *buf, size_t len);
+/* Make the console non-blocking on loop. 0 or a negative errno. */
+int output_console_open(uv_loop_t *loop);
+/* Stop watching the console (the loop can end); queued output stays. */
+void output_console_close(void);
+/* After the loop: write out what is queued, waiting for the readers. */
+void output_console_finish(void);
+/* Internal: write what the readers take now; pause/resume every stream. */
+void output_console_flush_some(void);
+void output_pause(bool on);
 
 #endif

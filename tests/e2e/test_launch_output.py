@@ -1,13 +1,18 @@
 """Output: whole lines only, never mixed between workers; torchrun's
 -r/--redirects, -t/--tee and --log-dir layout; --local-ranks-filter;
 --tag-output; and --max-restarts with one attempt directory per try."""
+import array
+import fcntl
 import glob
 import os
 import re
+import signal
+import subprocess
+import termios
 
 import pytest
 
-from conftest import binary, prog, run
+from conftest import binary, pid_alive, prog, run, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -154,3 +159,36 @@ def test_log_dir_that_is_a_file_is_a_clear_error(tmp_path):
     r = ddprun("--log-dir", str(f), "/bin/true")
     assert r.returncode == 1
     assert r.stderr.startswith("ddprun: error: cannot create log directory")
+
+
+def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
+    # Nobody reads ddprun's stdout while two workers print 100 MB each: ddprun
+    # must still react to SIGTERM (stop the workers); what it holds for the
+    # console is written once the reader comes back.
+    spew = prog("launch_spew")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                      f"echo $$ > {tmp_path}/pid.$RANK; exec {spew} 100000 1000"],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    wait_for(lambda: all((tmp_path / f"pid.{r}").exists() for r in range(2)), timeout=20,
+             what="workers started")
+    wait_for(lambda: all((tmp_path / f"pid.{r}").read_text().strip() for r in range(2)),
+             timeout=5, what="pids written")
+    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
+
+    def unread():
+        buf = array.array("i", [0])
+        fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
+        return buf[0]
+
+    # The pipe to the test is (nearly) full: ddprun's writes would block now.
+    wait_for(lambda: unread() >= 32768, timeout=20, what="ddprun's stdout pipe to fill")
+    p.send_signal(signal.SIGTERM)
+    for x in pids:
+        wait_for(lambda: not pid_alive(x), timeout=20, what=f"worker {x} stopped")
+    out = p.stdout.read()  # the reader is back
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    assert len(out) > 0
+    for line in out.decode().splitlines():
+        # A worker killed mid-line leaves its last line short, never mixed.
+        m = re.fullmatch(r"([01]):\d+:([ab]*)", line)
+        assert m and set(m.group(2)) <= {"ab"[int(m.group(1))]}, line[:80]
