@@ -6,8 +6,9 @@
 # Launchers: ddprun; torchrun (Debian 1.13, through torchrun_fixed.py, which
 # fixes its -r/-t parsing on Python 3.11: plain torchrun crashes there);
 # Open MPI mpirun; and the floor (a C program that posix_spawns N /bin/true
-# and waits). Environment: REPS (ddprun, floor; 21), MPI_REPS (7),
-# TORCH_REPS (3), NS ("1 4 16"), B (build dir).
+# and waits). The floor, ddprun and mpirun run in turns. Environment: REPS
+# (launch runs of each; 21), MPI_REPS (fail-fast runs; 7), TORCH_REPS (3),
+# NS ("1 4 16"), B (build dir).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -36,7 +37,7 @@ mpirun_flags=(--oversubscribe)
 port=$($PY -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 # measure REPS CMD... -> "ms rss_kib fails" (or "- - -" when unavailable)
-meas() { timeout 900 "$M" "$@" || printf -- '- - -\n- - -\n'; }
+meas() { timeout 900 "$M" "$@" || printf -- '- - -\n- - -\n- - -\n'; }
 TORCHRUN=("$PY" bench/launch/torchrun_fixed.py --master_port "$port")
 
 ratio() { # a / b, or "-"
@@ -50,16 +51,20 @@ printf '\n%-4s %10s %10s %12s %10s | %8s %10s %10s | %6s %6s %8s %6s\n' \
   N floor_ms ddprun_ms torchrun_ms mpirun_ms ddp/flr trun/ddp mpi/ddp \
   flrMiB ddpMiB trunMiB mpiMiB
 for n in $NS; do
-  # The floor and ddprun run in turns, so the machine's load hits both alike.
-  { read -r f_ms f_rss _; read -r d_ms d_rss _; } < <(
-    meas "$REPS" "$FLOOR" "$n" /bin/true -- "$DDPRUN" --nproc-per-node "$n" /bin/true)
+  # The floor, ddprun and mpirun run in turns, so the machine's load hits
+  # them alike (torchrun is too slow for that: it runs on its own).
+  m_ms=- m_rss=-
+  if [[ $have_mpi -eq 1 ]]; then
+    { read -r f_ms f_rss _; read -r d_ms d_rss _; read -r m_ms m_rss _; } < <(
+      meas "$REPS" "$FLOOR" "$n" /bin/true -- "$DDPRUN" --nproc-per-node "$n" /bin/true \
+        -- mpirun "${mpirun_flags[@]}" -np "$n" /bin/true)
+  else
+    { read -r f_ms f_rss _; read -r d_ms d_rss _; } < <(
+      meas "$REPS" "$FLOOR" "$n" /bin/true -- "$DDPRUN" --nproc-per-node "$n" /bin/true)
+  fi
   t_ms=- t_rss=-
   if [[ $have_torch -eq 1 ]]; then
     read -r t_ms t_rss _ < <(meas "$TORCH_REPS" "${TORCHRUN[@]}" --nproc_per_node "$n" --no_python /bin/true)
-  fi
-  m_ms=- m_rss=-
-  if [[ $have_mpi -eq 1 ]]; then
-    read -r m_ms m_rss _ < <(meas "$MPI_REPS" mpirun "${mpirun_flags[@]}" -np "$n" /bin/true)
   fi
   printf '%-4s %10s %10s %12s %10s | %8s %10s %10s | %6s %6s %8s %6s\n' "$n" "$f_ms" "$d_ms" \
     "$t_ms" "$m_ms" "$(ratio "$d_ms" "$f_ms")" "$(ratio "$t_ms" "$d_ms")" "$(ratio "$m_ms" "$d_ms")" \
@@ -67,14 +72,16 @@ for n in $NS; do
 done
 
 fail='[ "${LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}" = 0 ] && exit 1; exec sleep 1000'
-read -r d_ms _ _ < <(meas "$REPS" "$DDPRUN" --nproc-per-node 4 sh -c "$fail")
+m_ms=-
+if [[ $have_mpi -eq 1 ]]; then
+  { read -r d_ms _ _; read -r m_ms _ _; } < <(meas "$MPI_REPS" \
+    "$DDPRUN" --nproc-per-node 4 sh -c "$fail" -- mpirun "${mpirun_flags[@]}" -np 4 sh -c "$fail")
+else
+  read -r d_ms _ _ < <(meas "$REPS" "$DDPRUN" --nproc-per-node 4 sh -c "$fail")
+fi
 t_ms=-
 if [[ $have_torch -eq 1 ]]; then
   read -r t_ms _ _ < <(meas "$TORCH_REPS" "${TORCHRUN[@]}" --nproc_per_node 4 --no_python sh -c "$fail")
-fi
-m_ms=-
-if [[ $have_mpi -eq 1 ]]; then
-  read -r m_ms _ _ < <(meas "$MPI_REPS" mpirun "${mpirun_flags[@]}" -np 4 sh -c "$fail")
 fi
 printf '\nfail-fast, 4 workers (rank 0 exits 1, three sleep): ddprun %s ms, torchrun %s ms, mpirun %s ms\n' \
   "$d_ms" "$t_ms" "$m_ms"
