@@ -31,6 +31,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "cli.h"
@@ -50,6 +51,7 @@ struct agent_config {
 	struct watchdog *watchdog;     /* kills worker groups if ddprun dies; NULL: none */
 	const int *dfl_sigs;	       /* dispositions workers must not inherit */
 	int ndfl_sigs;
+	const struct rlimit *nofile; /* RLIMIT_NOFILE for the workers; NULL: ddprun's */
 };
 
 /* This node's place in the job, decided by the rendezvous. */

@@ -141,6 +141,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		.watch_fd = a->cfg.watchdog ? a->cfg.watchdog->fd : -1,
 		.dfl_sigs = a->cfg.dfl_sigs,
 		.ndfl_sigs = a->cfg.ndfl_sigs,
+		.nofile = a->cfg.nofile,
 	};
 	char **env = NULL, **argv = NULL;
 	pid_t pid;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
@@ -17,6 +18,7 @@
 #include "nproc.h"
 #include "output.h"
 #include "prog.h"
+#include "store_server.h"
 #include "watchdog.h"
 
 extern char **environ;
@@ -63,6 +65,8 @@ int main(int argc, char **argv)
 	struct agent_config cfg = {0};
 	uv_loop_t loop;
 	struct sigaction old_pipe;
+	struct rlimit nofile;
+	uint64_t fdlimit;
 	char err[512], host[256] = "localhost", run_id[40];
 	int dfl[CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
 	const char *parent_ef;
@@ -116,6 +120,11 @@ int main(int argc, char **argv)
 	dfl[ndfl++] = SIGCHLD;
 	for (i = 0; i < o.nsignals; i++)
 		dfl[ndfl++] = o.signals[i];
+
+	/* Two pipes per worker and a store connection each: allow as many
+	 * descriptors as the hard limit does (the workers get the original). */
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && store_server_raise_nofile(&fdlimit) == 0)
+		cfg.nofile = &nofile;
 
 	rc = watchdog_start(&wd);
 	if (rc != 0)

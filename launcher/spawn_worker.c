@@ -61,6 +61,9 @@ static void child(const struct spawn_req *r, pid_t parent, const sigset_t *mask)
 	syscall(SYS_close_range, 3, ~0U, 0);
 	for (i = 0; i < r->ndfl_sigs; i++)
 		signal(r->dfl_sigs[i], SIG_DFL);
+	/* ddprun raised its own descriptor limit; the worker gets the original. */
+	if (r->nofile != NULL)
+		setrlimit(RLIMIT_NOFILE, r->nofile);
 	sigprocmask(SIG_SETMASK, mask, NULL);
 	execve(r->path, r->argv, r->envp);
 	if (errno == ENOEXEC) {

@@ -17,6 +17,7 @@
 #ifndef DDP_SPAWN_WORKER_H
 #define DDP_SPAWN_WORKER_H
 
+#include <sys/resource.h>
 #include <sys/types.h>
 
 struct spawn_req {
@@ -28,6 +29,7 @@ struct spawn_req {
 	int watch_fd;	     /* watchdog registration pipe; -1: none */
 	const int *dfl_sigs; /* signals to reset to SIG_DFL before exec */
 	int ndfl_sigs;
+	const struct rlimit *nofile; /* RLIMIT_NOFILE to give back; NULL: keep */
 };
 
 /* The pid of the new worker, or a negative errno (clone failed). */

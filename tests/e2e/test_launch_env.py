@@ -189,3 +189,18 @@ def test_explicit_master_port_that_is_taken_is_a_clear_error():
     assert r.stderr.startswith(f"ddprun: error: cannot listen on 127.0.0.1:{port}: "
                                "the port is in use")
     assert len(r.stderr.splitlines()) == 1
+
+
+def test_many_workers_under_a_low_descriptor_limit(tmp_path):
+    # 2 pipes per worker exceed a soft limit of 64: ddprun raises its own
+    # (up to the hard limit) and hands the workers the limit it was given.
+    import resource
+
+    def low_soft_limit():
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+
+    r = run([binary("ddprun"), "--nproc-per-node", "48", "sh", "-c", "ulimit -n"],
+            env=base_env(), preexec_fn=low_soft_limit)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["64"] * 48
