@@ -10,7 +10,13 @@
  * an attempt stops every other worker (fail fast). Signals from
  * --signals-to-handle are forwarded to every worker group and end the job
  * with 128+signal; a second SIGINT SIGKILLs at once. A signal that was
- * ignored when ddprun started (nohup) stays ignored.
+ * ignored when ddprun started (nohup) stays ignored. ddprun is the child
+ * subreaper: what a worker leaves in its process group gets the same grace
+ * period, and is SIGKILLed once every worker has exited.
+ *
+ * With a coordinator, the single-node store is not started by the agent:
+ * the coordinator decides who hosts it (agent_loop() gives its loop) and
+ * fills agent_world.master_addr/master_port/use_agent_store.
  *
  * Multi-node plugs in through struct agent_coord (NULL: a single node, where
  * the rendezvous is trivial and the job ends when the local workers end):
