@@ -516,7 +516,7 @@ int store_check(struct store_client *c, const char *const *keys, size_t n)
 
 int store_delete(struct store_client *c, const char *key)
 {
-	int64_t r;
+	int64_t r = 0;
 	int rc = begin(c, STORE_OP_DELETE);
 
 	if (rc == 0)

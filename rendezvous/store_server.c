@@ -376,6 +376,33 @@ static void log_refusal(struct store_server *s, const char *why)
 	s->refused_since_log = 0;
 }
 
+/* Descriptors kept free near RLIMIT_NOFILE: at the limit libuv would
+ * silently accept-and-close instead (its EMFILE trick), and the embedding
+ * process needs a few for itself. */
+#define FD_SPARE 8
+
+static uint64_t nofile_now(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return UINT64_MAX;
+	return (uint64_t)rl.rlim_cur;
+}
+
+/* Is the descriptor just accepted too close to the open-files limit? */
+static bool near_nofile(struct store_server *s, struct store_conn *c)
+{
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&c->tcp, &fd) < 0)
+		return false;
+	if ((uint64_t)fd + FD_SPARE < s->nofile)
+		return false;
+	s->nofile = nofile_now(); /* it may have been raised meanwhile */
+	return (uint64_t)fd + FD_SPARE >= s->nofile;
+}
+
 static void on_connection(uv_stream_t *ls, int status)
 {
 	struct store_server *s = ls->data;
@@ -413,8 +440,14 @@ static void on_connection(uv_stream_t *ls, int status)
 	}
 	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
 		store_addr_format((struct sockaddr *)&ss, true, c->peer, sizeof(c->peer));
-	if (s->nconns >= s->o.max_conns) {
-		snprintf(why, sizeof(why), "connection limit (%u) reached", s->o.max_conns);
+	if (s->nconns >= s->o.max_conns || near_nofile(s, c)) {
+		if (s->nconns >= s->o.max_conns)
+			snprintf(why, sizeof(why), "connection limit (%u) reached", s->o.max_conns);
+		else
+			snprintf(why, sizeof(why),
+				 "open-files limit (RLIMIT_NOFILE %llu) reached with %u "
+				 "connections; raise it (ulimit -n)",
+				 (unsigned long long)s->nofile, s->nconns);
 		log_refusal(s, why);
 		c->closing = true;
 		uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
@@ -549,6 +582,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		if (s->o.backlog <= 0)
 			s->o.backlog = 65535;
 	}
+	s->nofile = nofile_now();
 	s->lim.max_key_len = s->o.max_key_len;
 	s->lim.max_value_len = s->o.max_value_len;
 	s->lim.max_multi_keys = s->o.max_multi_keys;

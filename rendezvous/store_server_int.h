@@ -50,6 +50,7 @@ struct store_server {
 	unsigned open_handles;
 	void (*done)(void *arg);
 	void *done_arg;
+	uint64_t nofile; /* soft RLIMIT_NOFILE, refreshed near the limit */
 	uint64_t last_limit_log_ms;
 	uint64_t refused_since_log;
 };

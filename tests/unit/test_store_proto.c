@@ -229,7 +229,8 @@ static void test_pipelined_messages(void **state)
 static void test_dialect_chosen_by_first_bytes(void **state)
 {
 	static const uint8_t validate[] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
-	static const uint8_t v1_set[] = {0x00, 0x01, 0, 0, 0, 0, 0, 0, 0, 'k', 0, 0, 0, 0, 0, 0, 0, 0};
+	static const uint8_t v1_set[] = {0x00, 0x01, 0, 0, 0, 0, 0, 0, 0,
+					 'k',  0,    0, 0, 0, 0, 0, 0, 0};
 	struct store_parser p;
 	struct store_req r;
 
@@ -281,10 +282,8 @@ static void test_unknown_opcodes_rejected(void **state)
 
 static void test_oversize_lengths_rejected(void **state)
 {
-	struct store_limits lim = {.max_key_len = 16,
-				   .max_value_len = 64,
-				   .max_multi_keys = 4,
-				   .max_msg_len = 256};
+	struct store_limits lim = {
+		.max_key_len = 16, .max_value_len = 64, .max_multi_keys = 4, .max_msg_len = 256};
 	struct store_parser p;
 	struct store_req r;
 	struct store_buf b;
@@ -373,8 +372,9 @@ static void test_garbage_never_crashes(void **state)
 			/* Mostly small bytes, so lengths are often plausible. */
 			buf[i] = (uint8_t)(x % 4 == 0 ? x >> 8 : (x >> 8) % 4);
 		}
-		parser_for(&p, iter % 3 == 0 ? STORE_DIALECT_NONE
-					     : (iter % 3 == 1 ? STORE_DIALECT_V1 : STORE_DIALECT_V2));
+		parser_for(&p, iter % 3 == 0
+				       ? STORE_DIALECT_NONE
+				       : (iter % 3 == 1 ? STORE_DIALECT_V1 : STORE_DIALECT_V2));
 		while ((rc = store_parse(&p, buf + off, len - off, &r)) == 1) {
 			assert_true(r.len > 0 && r.len <= len - off);
 			off += r.len;
@@ -425,8 +425,8 @@ static void test_reply_lengths(void **state)
 static void test_captured_torch_bytes(void **state)
 {
 	/* set("k1", b"v1") from Debian's torch 1.13 client. */
-	static const uint8_t cap[] = {0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x6b, 0x31,
-				      0x02, 0,	  0, 0, 0, 0, 0, 0, 0x76, 0x31};
+	static const uint8_t cap[] = {0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x6b,
+				      0x31, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x76, 0x31};
 	struct store_parser p;
 	struct store_req r;
 
