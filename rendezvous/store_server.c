@@ -240,7 +240,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static int keep_tail(struct store_conn *c, const uint8_t *p, size_t n)
 {
-	if (p == c->in) {
+	if (n == 0 || p == c->in) {
 		c->in_len = n;
 		return 0;
 	}
