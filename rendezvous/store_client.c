@@ -310,21 +310,7 @@ static int begin(struct store_client *c, enum store_op op)
 
 static int put_key(struct store_client *c, const char *key)
 {
-	size_t kl, pl = c->prefix ? strlen(c->prefix) + 1 : 0;
-
-	if (key == NULL)
-		return -EINVAL;
-	kl = strlen(key);
-	if (1 + pl + kl > 8 * 1024)
-		return -ENAMETOOLONG;
-	store_put_u64(&c->req, 1 + pl + kl);
-	store_buf_put(&c->req, "/", 1);
-	if (c->prefix) {
-		store_buf_put(&c->req, c->prefix, pl - 1);
-		store_buf_put(&c->req, "/", 1);
-	}
-	store_buf_put(&c->req, key, kl);
-	return 0;
+	return store_put_user_key(&c->req, c->prefix, key, 8 * 1024);
 }
 
 static int put_val(struct store_client *c, const void *val, size_t len)
