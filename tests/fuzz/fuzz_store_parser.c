@@ -12,10 +12,10 @@
 #include "store_kv.h"
 #include "store_proto.h"
 
-#define CHECK(x)                                                                                   \
-	do {                                                                                       \
-		if (!(x))                                                                          \
-			__builtin_trap();                                                          \
+#define CHECK(x)                          \
+	do {                              \
+		if (!(x))                 \
+			__builtin_trap(); \
 	} while (0)
 
 #define MAX_WAITERS 64
