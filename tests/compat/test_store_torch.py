@@ -32,7 +32,7 @@ KEY_UNDER_AGENT_STORE = "/worker/attempt_0/default_pg/0/0/rank_1"
 def srv():
     sv = Server()
     yield sv
-    sv.kill()
+    assert sv.close() == 0
 
 
 def client(port, timeout=10):
@@ -116,7 +116,7 @@ def test_gloo_all_reduce_through_our_store(mode):
             # torchrun's layout: PrefixStore("/worker/attempt_0") over TCPStore.
             assert cli(sv.addr, "check", KEY_UNDER_AGENT_STORE).returncode == 0
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def _stall_then_use(port, timeout_s):

@@ -16,7 +16,7 @@ from storeutil import (CAS_FAILED, CONN, DDPSTORE, NOT_FOUND, OK, TIMEOUT, USAGE
 def srv():
     s = Server()
     yield s
-    s.kill()
+    assert s.close() == 0
 
 
 def test_set_then_get_prints_raw_value(srv):
@@ -166,7 +166,7 @@ def test_listens_on_ipv4_and_ipv6_by_default():
         r = cli(f"[::1]:{s.port}", "get", "fam")
         assert r.returncode == OK and r.stdout == b"both"
     finally:
-        s.kill()
+        assert s.close() == 0
 
 
 def test_ipv6_only_host():
@@ -176,7 +176,7 @@ def test_ipv6_only_host():
         r = cli(f"127.0.0.1:{s.port}", "ping", "--connect-timeout", "0.2")
         assert r.returncode == CONN
     finally:
-        s.kill()
+        assert s.close() == 0
 
 
 def test_serve_exits_0_on_sigterm():
@@ -193,4 +193,4 @@ def test_serve_port_in_use_is_a_clear_error():
         assert r.returncode == 1
         assert "cannot listen" in r.stderr and r.stderr.count("\n") == 1
     finally:
-        s.kill()
+        assert s.close() == 0

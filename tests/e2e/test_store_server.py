@@ -19,7 +19,7 @@ from storeutil import (CONN, OK, V1, V2, VALIDATE, Server, cli, closed_by_peer, 
 def srv():
     sv = Server()
     yield sv
-    sv.kill()
+    assert sv.close() == 0
 
 
 def test_both_dialects_share_one_key_space(srv):
@@ -166,7 +166,7 @@ def test_garbage_closes_only_that_connection_with_one_log_line():
         assert len(lines) == n_bad
         good.close()
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def test_huge_declared_lengths_allocate_nothing():
@@ -191,7 +191,7 @@ def test_huge_declared_lengths_allocate_nothing():
         assert cli(sv.addr, "ping").returncode == OK
         assert sv.log().count("over the limit") == 5
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def test_a_stalled_client_does_not_slow_the_others(srv):
@@ -215,7 +215,7 @@ def test_a_stalled_client_does_not_slow_the_others(srv):
 def test_a_client_that_never_reads_is_paused_not_buffered():
     sv = Server("--max-conn-buffer", str(1 << 20))
     try:
-        c = connect(sv.port)
+        c = connect(sv.port, rcvbuf=65536)
         c.sendall(bytes([V2["SET"]]) + s("/big") + s(b"z" * (256 << 10)))
         before = rss_kib(sv.proc.pid)
         # 200 GETs of 256 KiB = 50 MiB of replies that nobody reads yet.
@@ -228,26 +228,26 @@ def test_a_client_that_never_reads_is_paused_not_buffered():
             assert len(recv_bytes(c)) == 256 << 10
         c.close()
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def test_a_watcher_that_never_reads_is_closed():
     sv = Server("--max-conn-buffer", str(1 << 20))
     try:
-        w = connect(sv.port, v2=False)
-        w.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        w = connect(sv.port, v2=False, rcvbuf=4096)
         w.sendall(bytes([V1["WATCH_KEY"]]) + s("/watched"))
         assert recv_exact(w, 1) == b"\x03"  # KEY_CALLBACK_REGISTERED
         c = connect(sv.port)
-        for i in range(40):
-            c.sendall(bytes([V2["SET"]]) + s("/watched") + s(bytes([i]) * (128 << 10)))
+        # 25 MiB of notifications: far more than kernel buffers can hide.
+        for i in range(100):
+            c.sendall(bytes([V2["SET"]]) + s("/watched") + s(bytes([i]) * (256 << 10)))
         assert sv.wait_log("not reading its replies")
         c.sendall(bytes([V2["PING"]]) + struct.pack("<I", 5))
         assert recv_exact(c, 4) == struct.pack("<I", 5)
         c.close()
         w.close()
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def test_connection_limit_gives_a_clear_refusal():
@@ -270,7 +270,7 @@ def test_connection_limit_gives_a_clear_refusal():
         for h in held:
             h.close()
     finally:
-        sv.kill()
+        assert sv.close() == 0
 
 
 def _raise_nofile(want):
@@ -309,7 +309,7 @@ def test_ten_thousand_concurrent_connections():
         for c in conns:
             c.close()
         sel.close()
-        sv.kill()
+        assert sv.close() == 0
     assert "refusing" not in sv.log()
 
 
@@ -330,7 +330,7 @@ def test_open_files_limit_too_low_is_reported():
     finally:
         for c in conns:
             c.close()
-        sv.kill()
+        assert sv.close() == 0
 
 
 def test_validate_then_1x_opcodes_are_2x(srv):
