@@ -114,12 +114,26 @@ static void on_conn_closed(uv_handle_t *h)
 	maybe_all_closed(s);
 }
 
+/* The peer's address, looked up only when a log line needs it (a syscall per
+ * connection otherwise, at every rendezvous). */
+const char *store_conn_peer(struct store_conn *c)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (c->peer[0] == '\0' &&
+	    (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0 ||
+	     store_addr_format((struct sockaddr *)&ss, true, c->peer, sizeof(c->peer)) < 0))
+		snprintf(c->peer, sizeof(c->peer), "?");
+	return c->peer;
+}
+
 void store_conn_close(struct store_conn *c, const char *reason)
 {
 	if (c->closing)
 		return;
-	if (reason)
-		store_srv_log(c->s, "closing connection from %s: %s", c->peer, reason);
+	if (reason && c->s->o.log_prefix)
+		store_srv_log(c->s, "closing connection from %s: %s", store_conn_peer(c), reason);
 	/* Before marking closing, so that the on-close SET can wake others. */
 	store_exec_conn_gone(c, !c->s->closing);
 	c->closing = true;
@@ -407,8 +421,6 @@ static void on_connection(uv_stream_t *ls, int status)
 {
 	struct store_server *s = ls->data;
 	struct store_conn *c;
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
 	char why[128];
 
 	if (status < 0) {
@@ -423,7 +435,6 @@ static void on_connection(uv_stream_t *ls, int status)
 	if (c == NULL)
 		return;
 	c->s = s;
-	snprintf(c->peer, sizeof(c->peer), "?");
 	store_parser_init(&c->parser, &s->lim, STORE_DIALECT_NONE);
 	store_buf_init(&c->out);
 	uv_tcp_init(s->loop, &c->tcp);
@@ -438,8 +449,6 @@ static void on_connection(uv_stream_t *ls, int status)
 		uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 		return;
 	}
-	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
-		store_addr_format((struct sockaddr *)&ss, true, c->peer, sizeof(c->peer));
 	if (s->nconns >= s->o.max_conns || near_nofile(s, c)) {
 		if (s->nconns >= s->o.max_conns)
 			snprintf(why, sizeof(why), "connection limit (%u) reached", s->o.max_conns);
@@ -455,7 +464,9 @@ static void on_connection(uv_stream_t *ls, int status)
 	}
 	c->counted = true;
 	s->nconns++;
-	uv_tcp_nodelay(&c->tcp, 1);
+#ifndef __linux__
+	uv_tcp_nodelay(&c->tcp, 1); /* Linux: inherited from the listener */
+#endif
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
 		store_conn_close(c, NULL);
 		return;
@@ -525,6 +536,10 @@ static int listen_all(struct store_server *s, const char *host, int port)
 		s->listeners[s->nlisteners++] = t;
 		rc = uv_tcp_bind(t, (struct sockaddr *)&ss,
 				 a->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
+		/* Replies are small and latency-bound: no Nagle. Accepted
+		 * sockets inherit it on Linux. */
+		if (rc == 0)
+			rc = uv_tcp_nodelay(t, 1);
 		if (rc == 0)
 			rc = uv_listen((uv_stream_t *)t, s->o.backlog, on_connection);
 		if (rc == 0 && !bound) {

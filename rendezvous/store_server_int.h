@@ -30,7 +30,7 @@ struct store_conn {
 	uint8_t *oc_key, *oc_val;     /* ON_CLOSE_SET registration */
 	size_t oc_klen, oc_vlen;
 	bool oc_set;
-	char peer[64];
+	char peer[64]; /* "" until store_conn_peer looks it up */
 };
 
 struct store_server {
@@ -63,6 +63,7 @@ void store_conn_close(struct store_conn *c, const char *reason);
 /* Queue c for the end-of-batch flush. */
 void store_conn_mark_dirty(struct store_conn *c);
 size_t store_conn_out_bytes(const struct store_conn *c);
+const char *store_conn_peer(struct store_conn *c);
 
 /* Execute one parsed request on c (store_exec.c). May close c. */
 void store_exec(struct store_conn *c, const struct store_req *r);
