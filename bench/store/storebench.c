@@ -131,8 +131,13 @@ static void ops_reply(struct bconn *c)
 
 	if (measuring && now < t_stop) {
 		if (nlat == caplat) {
+			uint32_t *n;
+
 			caplat = caplat ? caplat * 2 : 1 << 16;
-			lat = realloc(lat, caplat * sizeof(*lat));
+			n = realloc(lat, caplat * sizeof(*lat));
+			if (n == NULL)
+				_exit(1);
+			lat = n;
 		}
 		lat[nlat++] = (uint32_t)((now - c->t0) / 1000);
 		ops_measured++;
@@ -463,8 +468,13 @@ int main(int argc, char **argv)
 			ops_total_x1000 += r.ops * 1000000000000ull / r.window_ns;
 		if (ops_mode && r.nlat) {
 			if (nlat + r.nlat > caplat) {
+				uint32_t *n;
+
 				caplat = nlat + r.nlat;
-				lat = realloc(lat, caplat * sizeof(*lat));
+				n = realloc(lat, caplat * sizeof(*lat));
+				if (n == NULL)
+					return 1;
+				lat = n;
 			}
 			if (read_all(res[i], lat + nlat, r.nlat * sizeof(*lat)) == 0)
 				nlat += r.nlat;
