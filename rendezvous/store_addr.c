@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +53,18 @@ int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo
 		*gai_err = rc;
 	if (rc != 0)
 		return rc == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
+	return 0;
+}
+
+int store_sock_keepalive(int fd, int idle_s)
+{
+	int on = 1, intvl = idle_s / 3 > 0 ? idle_s / 3 : 1, cnt = 3;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0)
+		return -errno;
 	return 0;
 }
 

@@ -19,6 +19,11 @@ int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size
 int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,
 		       int *gai_err);
 
+/* TCP keepalive on fd: probe after idle_s idle seconds, then every
+ * idle_s / 3 (at least 1 s), give up after 3 probes -- a peer whose host died
+ * is noticed in about twice idle_s. 0 or a negative errno. */
+int store_sock_keepalive(int fd, int idle_s);
+
 /* Monotonic clock in milliseconds (the client avoids util.c: libddp links
  * only the codec, the client and this file). */
 int64_t store_now_ms(void);

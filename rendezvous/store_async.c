@@ -408,6 +408,13 @@ static void on_connected(uv_connect_t *req, int status)
 	freeaddrinfo(a->ai);
 	a->ai = a->ai_cur = NULL;
 	uv_tcp_nodelay(a->tcp, 1);
+	{
+		uv_os_fd_t fd;
+
+		/* A connection to a dead host must end (and fail its ops). */
+		if (uv_fileno((uv_handle_t *)a->tcp, &fd) == 0)
+			store_sock_keepalive(fd, 15);
+	}
 	ping = calloc(1, sizeof(*ping));
 	if (ping == NULL) {
 		attempt_failed(a, -ENOMEM);

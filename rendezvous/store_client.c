@@ -243,6 +243,8 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* A wait with no timeout must still end if the server's host dies. */
+	store_sock_keepalive(c->fd, 15);
 	/* The handshake gets the operation timeout: a server that accepts but
 	 * never answers (a PyTorch 1.x server reads VALIDATE as a huge SET) must
 	 * not hang us. */

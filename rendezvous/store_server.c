@@ -38,6 +38,7 @@ void store_server_opts_init(struct store_server_opts *o)
 	o->max_conn_buffer = l.max_msg_len;
 	o->max_conns = 16384;
 	o->backlog = 65535; /* the kernel caps it at net.core.somaxconn */
+	o->keepalive_s = 15;
 	o->log_prefix = NULL;
 }
 
@@ -466,6 +467,8 @@ static void on_connection(uv_stream_t *ls, int status)
 	s->nconns++;
 #ifndef __linux__
 	uv_tcp_nodelay(&c->tcp, 1); /* Linux: inherited from the listener */
+	if (s->o.keepalive_s > 0)
+		uv_tcp_keepalive(&c->tcp, 1, (unsigned)s->o.keepalive_s);
 #endif
 	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
 		store_conn_close(c, NULL);
@@ -537,9 +540,15 @@ static int listen_all(struct store_server *s, const char *host, int port)
 		rc = uv_tcp_bind(t, (struct sockaddr *)&ss,
 				 a->ai_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
 		/* Replies are small and latency-bound: no Nagle. Accepted
-		 * sockets inherit it on Linux. */
+		 * sockets inherit it, and the keepalive settings, on Linux. */
 		if (rc == 0)
 			rc = uv_tcp_nodelay(t, 1);
+		if (rc == 0 && s->o.keepalive_s > 0) {
+			uv_os_fd_t fd;
+
+			if (uv_fileno((uv_handle_t *)t, &fd) == 0)
+				store_sock_keepalive(fd, s->o.keepalive_s);
+		}
 		if (rc == 0)
 			rc = uv_listen((uv_stream_t *)t, s->o.backlog, on_connection);
 		if (rc == 0 && !bound) {
@@ -596,6 +605,8 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		}
 		if (s->o.backlog <= 0)
 			s->o.backlog = 65535;
+		if (s->o.keepalive_s == 0)
+			s->o.keepalive_s = 15;
 	}
 	s->nofile = nofile_now();
 	s->lim.max_key_len = s->o.max_key_len;

@@ -17,15 +17,21 @@ struct store_server_opts {
 	unsigned max_conns;	/* concurrent connections; 0: 16384 */
 	int backlog;		/* listen backlog */
 	const char *log_prefix; /* "ddpstore" / "ddprun"; NULL: no logging */
+	int keepalive_s;	/* TCP keepalive idle time, so a dead peer host
+				 * closes (and runs its ON_CLOSE_SET) in about
+				 * twice this; 0: 15 s; < 0: off */
 };
 
 void store_server_opts_init(struct store_server_opts *o);
 
 struct store_server;
 
-/* Bind host:port (IPv4/IPv6 literal or name; port 0 picks a free port) and
- * start serving on loop. *out is owned by the caller until store_server_close's
- * callback has run. */
+/* Bind host:port (IPv4/IPv6 literal or name, every address it resolves to;
+ * NULL, "" or "*": all interfaces, IPv4 and IPv6; port 0 picks a free port)
+ * and start serving on loop. *out is owned by the caller until
+ * store_server_close's callback has run. On failure there is nothing to
+ * free, but handles may still be closing: run the loop before
+ * uv_loop_close(). */
 int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
 		       int port, struct store_server **out);
 /* The bound port (useful after port 0). */

@@ -339,3 +339,27 @@ def test_validate_then_1x_opcodes_are_2x(srv):
     c.sendall(VALIDATE)
     assert closed_by_peer(c)
     assert srv.wait_log("repeated VALIDATE")
+
+
+def _tcp_timer(local_port, remote_port):
+    """The timer field of a /proc/net/tcp entry: "tr:when" (tr 2 = keepalive)."""
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            loc, rem = fields[1], fields[2]
+            if int(loc.split(":")[1], 16) == local_port and int(rem.split(":")[1], 16) == remote_port:
+                return fields[5]
+    return None
+
+
+def test_accepted_connections_have_tcp_keepalive(srv):
+    # So a peer whose host dies is closed (and its ON_CLOSE_SET runs).
+    c = connect(srv.port)
+    c.sendall(bytes([V2["PING"]]) + struct.pack("<I", 1))
+    recv_exact(c, 4)
+    time.sleep(0.1)  # let the delayed-ACK timer expire: then only keepalive runs
+    timer = _tcp_timer(srv.port, c.getsockname()[1])
+    c.close()
+    assert timer is not None and timer.split(":")[0] == "02"
+    # The keepalive fires within the configured 15 s idle time.
+    assert int(timer.split(":")[1], 16) <= 15 * 100 + 100  # in USER_HZ (100/s) ticks
