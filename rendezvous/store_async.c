@@ -18,69 +18,7 @@
 #include <string.h>
 
 #include "store_addr.h"
-#include "store_proto.h"
-
-#define MAX_KEY		  (8 * 1024)
-#define MAX_VALUE	  (8 * 1024 * 1024)
-#define MAX_REPLY_VALUE	  ((size_t)1 << 30)
-#define HANDSHAKE_ONLY_MS 30000 /* bound when connect_timeout_ms <= 0 */
-
-enum astate { AS_CONNECTING, AS_READY, AS_LOST, AS_CLOSING };
-enum akind { K_DONE, K_INT, K_BYTES, K_MULTI };
-
-struct aop {
-	struct aop *next;
-	enum store_op op;
-	enum store_reply_kind reply;
-	uint64_t n;
-	struct store_buf req;
-	enum akind kind;
-	union {
-		store_async_done_cb done;
-		store_async_int_cb i;
-		store_async_bytes_cb bytes;
-		store_async_multi_cb multi;
-	} cb;
-	void *arg;
-	int64_t timeout_ms; /* WAIT; <= 0: none */
-	bool internal;	    /* the handshake's PING */
-	bool cancel_sent, stop_seen;
-	int phase, check; /* get: CHECK reply, then GET reply */
-	uint32_t nonce;
-	uint64_t seq; /* order of its write among operation writes */
-};
-
-struct wreq {
-	uv_write_t req;
-	struct store_async *a;
-	uint8_t *data;
-	bool op_write; /* an operation's request (counted), not CANCEL/handshake */
-};
-
-struct store_async {
-	uv_loop_t *loop;
-	char *host, *prefix;
-	int port;
-	enum astate state;
-	int64_t deadline, backoff;
-	int last_err;
-	uv_getaddrinfo_t gai;
-	bool gai_busy;
-	struct addrinfo *ai, *ai_cur;
-	uv_tcp_t *tcp; /* current attempt or connection; malloc'd */
-	uv_connect_t creq;
-	uv_timer_t retry_timer, deadline_timer, wait_timer;
-	unsigned nclosing;
-	struct aop *sendq, *sendq_tail, *replyq, *replyq_tail;
-	struct aop *cur_wait;
-	uint8_t *rbuf;
-	size_t rlen, rcap;
-	uint32_t nonce;
-	uint64_t nsent, nwritten; /* operation writes issued / completed */
-	struct store_async_callbacks cbs;
-	void (*done)(void *arg);
-	void *done_arg;
-};
+#include "store_async_int.h"
 
 /* ---- operations ------------------------------------------------------------------ */
 
@@ -635,7 +573,7 @@ static void process(struct store_async *a)
 			continue;
 		}
 		l = store_reply_len(op->reply, op->n, a->rbuf + pos, a->rlen - pos,
-				    MAX_REPLY_VALUE);
+				    STORE_ASYNC_MAX_REPLY);
 		if (l < 0) {
 			lost(a, -EPROTO);
 			return;
@@ -685,9 +623,10 @@ int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t con
 	uv_timer_init(loop, &a->deadline_timer);
 	uv_timer_init(loop, &a->wait_timer);
 	a->retry_timer.data = a->deadline_timer.data = a->wait_timer.data = a;
-	uv_timer_start(&a->deadline_timer, on_deadline,
-		       (uint64_t)(connect_timeout_ms > 0 ? connect_timeout_ms : HANDSHAKE_ONLY_MS),
-		       0);
+	uv_timer_start(
+		&a->deadline_timer, on_deadline,
+		(uint64_t)(connect_timeout_ms > 0 ? connect_timeout_ms : STORE_ASYNC_HANDSHAKE_MS),
+		0);
 	start_attempt(a);
 	*out = a;
 	return 0;
@@ -723,8 +662,8 @@ int store_async_set_prefix(struct store_async *a, const char *prefix)
 	return 0;
 }
 
-static struct aop *op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
-			  enum akind kind, void *arg)
+struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
+			       enum akind kind, void *arg)
 {
 	struct aop *o;
 
@@ -743,7 +682,7 @@ static struct aop *op_new(struct store_async *a, enum store_op op, enum store_re
 }
 
 /* Queue o (or fail with rc and free it). */
-static int submit(struct store_async *a, struct aop *o, int rc)
+int store_async_submit(struct store_async *a, struct aop *o, int rc)
 {
 	if (o == NULL)
 		return a->state == AS_LOST || a->state == AS_CLOSING ? -ENOTCONN : -ENOMEM;
@@ -756,201 +695,4 @@ static int submit(struct store_async *a, struct aop *o, int rc)
 	push(&a->sendq, &a->sendq_tail, o);
 	pump(a);
 	return 0;
-}
-
-static int put_val(struct aop *o, const void *val, size_t len)
-{
-	if (len > MAX_VALUE)
-		return -EMSGSIZE;
-	if (len && val == NULL)
-		return -EINVAL;
-	store_put_bytes(&o->req, val, len);
-	return 0;
-}
-
-static int put_keys(struct store_async *a, struct aop *o, const char *const *keys, size_t n)
-{
-	size_t i;
-	int rc = 0;
-
-	if (n > 128 * 1024)
-		return -E2BIG;
-	store_put_u64(&o->req, n);
-	for (i = 0; i < n && rc == 0; i++)
-		rc = store_put_user_key(&o->req, a->prefix, keys[i], MAX_KEY);
-	return rc;
-}
-
-int store_async_set(struct store_async *a, const char *key, const void *val, size_t len,
-		    store_async_done_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_SET, STORE_REPLY_NONE, K_DONE, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, MAX_KEY) : 0;
-
-	if (o && rc == 0)
-		rc = put_val(o, val, len);
-	if (o)
-		o->cb.done = cb;
-	return submit(a, o, rc);
-}
-
-int store_async_get(struct store_async *a, const char *key, store_async_bytes_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_GET, STORE_REPLY_U8, K_BYTES, arg);
-	int rc = 0;
-
-	/* CHECK then GET in one write: one round trip, and an empty value
-	 * is told apart from a missing key. */
-	if (o) {
-		o->req.len = 0;
-		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_CHECK);
-		store_put_u64(&o->req, 1);
-		rc = store_put_user_key(&o->req, a->prefix, key, MAX_KEY);
-		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_GET);
-		if (rc == 0)
-			rc = store_put_user_key(&o->req, a->prefix, key, MAX_KEY);
-		o->cb.bytes = cb;
-	}
-	return submit(a, o, rc);
-}
-
-int store_async_add(struct store_async *a, const char *key, int64_t delta, store_async_int_cb cb,
-		    void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_ADD, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, MAX_KEY) : 0;
-
-	if (o) {
-		store_put_i64(&o->req, delta);
-		o->cb.i = cb;
-	}
-	return submit(a, o, rc);
-}
-
-int store_async_compare_set(struct store_async *a, const char *key, const void *expected,
-			    size_t elen, const void *desired, size_t dlen, store_async_bytes_cb cb,
-			    void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_COMPARE_SET, STORE_REPLY_BYTES, K_BYTES, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, MAX_KEY) : 0;
-
-	if (o && rc == 0)
-		rc = put_val(o, expected, elen);
-	if (o && rc == 0)
-		rc = put_val(o, desired, dlen);
-	if (o) {
-		o->check = STORE_CHECK_READY;
-		o->cb.bytes = cb;
-	}
-	return submit(a, o, rc);
-}
-
-int store_async_check(struct store_async *a, const char *const *keys, size_t n,
-		      store_async_int_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_CHECK, STORE_REPLY_U8, K_INT, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
-
-	if (o)
-		o->cb.i = cb;
-	return submit(a, o, rc);
-}
-
-int store_async_multi_get(struct store_async *a, const char *const *keys, size_t n,
-			  store_async_multi_cb cb, void *arg)
-{
-	struct aop *o;
-	int rc;
-
-	if (n == 0)
-		return -EINVAL; /* no reply would ever come to complete it */
-	o = op_new(a, STORE_OP_MULTI_GET, STORE_REPLY_BYTES_N, K_MULTI, arg);
-	rc = o ? put_keys(a, o, keys, n) : 0;
-
-	if (o) {
-		o->n = n;
-		o->cb.multi = cb;
-	}
-	return submit(a, o, rc);
-}
-
-int store_async_multi_set(struct store_async *a, const char *const *keys, const void *const *vals,
-			  const size_t *lens, size_t n, store_async_done_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_MULTI_SET, STORE_REPLY_NONE, K_DONE, arg);
-	size_t i;
-	int rc = n > 128 * 1024 ? -E2BIG : 0;
-
-	if (o && rc == 0) {
-		store_put_u64(&o->req, n);
-		for (i = 0; i < n && rc == 0; i++) {
-			rc = store_put_user_key(&o->req, a->prefix, keys[i], MAX_KEY);
-			if (rc == 0)
-				rc = put_val(o, vals[i], lens[i]);
-		}
-	}
-	if (o)
-		o->cb.done = cb;
-	return submit(a, o, rc);
-}
-
-int store_async_delete(struct store_async *a, const char *key, store_async_int_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_DELETE, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, MAX_KEY) : 0;
-
-	if (o)
-		o->cb.i = cb;
-	return submit(a, o, rc);
-}
-
-int store_async_num_keys(struct store_async *a, store_async_int_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_NUMKEYS, STORE_REPLY_I64, K_INT, arg);
-
-	if (o)
-		o->cb.i = cb;
-	return submit(a, o, 0);
-}
-
-int store_async_on_close_set(struct store_async *a, const char *key, const void *val, size_t len,
-			     store_async_done_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_ON_CLOSE_SET, STORE_REPLY_U8, K_DONE, arg);
-	int rc = 0;
-
-	if (o && (key == NULL || *key == '\0'))
-		store_put_u64(&o->req, 0); /* clears */
-	else if (o)
-		rc = store_put_user_key(&o->req, a->prefix, key, MAX_KEY);
-	if (o && rc == 0)
-		rc = put_val(o, val, len);
-	if (o)
-		o->cb.done = cb;
-	return submit(a, o, rc);
-}
-
-int store_async_wait(struct store_async *a, const char *const *keys, size_t n, int64_t timeout_ms,
-		     store_async_done_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_WAIT, STORE_REPLY_U8, K_DONE, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
-
-	if (o) {
-		o->timeout_ms = timeout_ms;
-		o->cb.done = cb;
-	}
-	return submit(a, o, rc);
-}
-
-int store_async_ping(struct store_async *a, store_async_done_cb cb, void *arg)
-{
-	struct aop *o = op_new(a, STORE_OP_PING, STORE_REPLY_U32, K_DONE, arg);
-
-	if (o) {
-		o->nonce = ++a->nonce;
-		store_put_u32(&o->req, o->nonce);
-		o->cb.done = cb;
-	}
-	return submit(a, o, 0);
 }

@@ -1,5 +1,6 @@
-/* store_server_int: what store_server.c (sockets, buffers, lifecycle) and
- * store_exec.c (requests against the key table) share. Not a public API. */
+/* store_server_int: what store_server.c (listening, lifecycle), store_conn.c
+ * (connections, buffers) and store_exec.c (requests against the key table)
+ * share. Not a public API. */
 #ifndef DDP_STORE_SERVER_INT_H
 #define DDP_STORE_SERVER_INT_H
 
@@ -64,6 +65,15 @@ void store_conn_close(struct store_conn *c, const char *reason);
 void store_conn_mark_dirty(struct store_conn *c);
 size_t store_conn_out_bytes(const struct store_conn *c);
 const char *store_conn_peer(struct store_conn *c);
+
+/* store_conn.c: start reading c; the close callback of a connection; the
+ * after-poll flush of every dirty connection. */
+int store_conn_start_reading(struct store_conn *c);
+void store_conn_on_closed(uv_handle_t *h);
+void store_server_flush(uv_check_t *h);
+/* store_server.c: free the server once it is closing and its last handle
+ * has closed. */
+void store_server_maybe_free(struct store_server *s);
 
 /* Execute one parsed request on c (store_exec.c). May close c. */
 void store_exec(struct store_conn *c, const struct store_req *r);
