@@ -1,7 +1,8 @@
 /* store_server: the ddp store's TCP server on a libuv loop, speaking both
  * PyTorch TCPStore dialects (1.x and 2.x, chosen per connection). Embeddable:
  * the ddprun agent runs it inside its own loop; `ddpstore serve` runs it alone.
- * Errors are negative errno values (see store_strerror in store_client.h). */
+ * Errors are negative errno values (see store_strerror in store_client.h).
+ * The process must ignore SIGPIPE (libuv writes to sockets with write()). */
 #ifndef DDP_STORE_SERVER_H
 #define DDP_STORE_SERVER_H
 
@@ -44,8 +45,7 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 unsigned store_server_num_conns(const struct store_server *s);
 
 /* Raise the soft RLIMIT_NOFILE to the hard limit (each connection is one
- * descriptor). *limit gets the resulting soft limit. 0 or a negative errno.
- * Embedders must also ignore SIGPIPE: libuv writes to sockets with write(). */
+ * descriptor). *limit gets the resulting soft limit. 0 or a negative errno. */
 int store_server_raise_nofile(uint64_t *limit);
 
 #endif
