@@ -97,7 +97,7 @@ $(shell echo 'SAN=$(SAN) CUDA=$(CUDA_ON)' > $(B)/make.vars)
 # ---- sources ------------------------------------------------------------------
 RDZV_SRC := $(wildcard rendezvous/*.c)
 # The pieces of rendezvous/ a worker needs: the wire codec and the blocking client.
-RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c rendezvous/store_addr.c,$(RDZV_SRC))
+RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c rendezvous/store_addr.c rendezvous/util.c,$(RDZV_SRC))
 DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))

@@ -1,0 +1,320 @@
+/* slurm: Slurm hostlist expansion and SLURM_* derivation (see slurm.h). */
+#include "slurm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* One numeric range of a bracket: lo..hi printed with at least width digits. */
+struct range {
+	unsigned long lo, hi;
+	int width;
+};
+
+struct hostvec {
+	char **v;
+	size_t n, cap;
+};
+
+static int hostvec_push(struct hostvec *hv, const char *name)
+{
+	if (hv->n >= SLURM_MAX_HOSTS)
+		return -E2BIG;
+	if (hv->n == hv->cap) {
+		size_t cap = hv->cap ? hv->cap * 2 : 16;
+		char **v = realloc(hv->v, cap * sizeof(*v));
+
+		if (v == NULL)
+			return -ENOMEM;
+		hv->v = v;
+		hv->cap = cap;
+	}
+	hv->v[hv->n] = strdup(name);
+	if (hv->v[hv->n] == NULL)
+		return -ENOMEM;
+	hv->n++;
+	return 0;
+}
+
+/* Parse "lo" or "lo-hi" from s[0..len). */
+static int parse_range(const char *s, size_t len, struct range *r)
+{
+	char buf[32];
+	const char *dash;
+	size_t llen;
+	int64_t lo, hi;
+
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	dash = strchr(buf, '-');
+	llen = dash ? (size_t)(dash - buf) : len;
+	if (llen == 0 || llen > 18)
+		return -EINVAL;
+	if (dash)
+		buf[llen] = '\0';
+	if (util_parse_i64(buf, 0, INT64_MAX, &lo) != 0 || buf[0] == '-' || buf[0] == '+')
+		return -EINVAL;
+	hi = lo;
+	if (dash) {
+		const char *h = dash + 1;
+
+		if (*h == '\0' || *h == '-' || *h == '+' || strlen(h) > 18 ||
+		    util_parse_i64(h, 0, INT64_MAX, &hi) != 0 || hi < lo)
+			return -EINVAL;
+	}
+	r->lo = (unsigned long)lo;
+	r->hi = (unsigned long)hi;
+	r->width = (int)llen;
+	return 0;
+}
+
+/* Length of the expression starting at s: up to the first comma outside
+ * brackets. Checks bracket balance and nesting. */
+static int expr_len(const char *s, size_t *len)
+{
+	int depth = 0;
+	size_t i;
+
+	for (i = 0; s[i] != '\0'; i++) {
+		if (s[i] == '[') {
+			if (depth++ > 0)
+				return -EINVAL;
+		} else if (s[i] == ']') {
+			if (--depth < 0)
+				return -EINVAL;
+		} else if (s[i] == ',' && depth == 0) {
+			break;
+		}
+	}
+	if (depth != 0 || i == 0)
+		return -EINVAL;
+	*len = i;
+	return 0;
+}
+
+/* Expand expression e[0..len) appending to the name built so far in name
+ * (current length nlen). first_only stops after the first host. */
+static int expand(const char *e, size_t len, char *name, size_t nlen, struct hostvec *hv,
+		  int first_only)
+{
+	const char *open = memchr(e, '[', len);
+	size_t lit = open ? (size_t)(open - e) : len;
+	const char *close, *p;
+	int rc;
+
+	if (nlen + lit > SLURM_MAX_HOSTNAME)
+		return -E2BIG;
+	memcpy(name + nlen, e, lit);
+	nlen += lit;
+	if (open == NULL) {
+		name[nlen] = '\0';
+		return hostvec_push(hv, name);
+	}
+	close = memchr(open, ']', len - lit);
+	if (close == NULL || close == open + 1)
+		return -EINVAL;
+	/* Each comma-separated item of the bracket, in order. */
+	for (p = open + 1; p < close;) {
+		const char *c = memchr(p, ',', (size_t)(close - p));
+		const char *end = c ? c : close;
+		struct range r;
+		unsigned long v;
+
+		rc = parse_range(p, (size_t)(end - p), &r);
+		if (rc != 0)
+			return rc;
+		for (v = r.lo;; v++) {
+			char num[32];
+			int k = snprintf(num, sizeof(num), "%0*lu", r.width, v);
+
+			if (nlen + (size_t)k > SLURM_MAX_HOSTNAME)
+				return -E2BIG;
+			memcpy(name + nlen, num, (size_t)k);
+			rc = expand(close + 1, len - (size_t)(close + 1 - e), name,
+				    nlen + (size_t)k, hv, first_only);
+			if (rc != 0 || (first_only && hv->n > 0))
+				return rc;
+			if (v == r.hi)
+				break;
+			if (hv->n >= SLURM_MAX_HOSTS)
+				return -E2BIG;
+		}
+		p = c ? c + 1 : close;
+		if (c != NULL && p == close)
+			return -EINVAL; /* trailing comma: "[1,]" */
+	}
+	return 0;
+}
+
+/* Syntax check of a whole list without expanding it. */
+static int validate_list(const char *list)
+{
+	const char *s = list;
+	int rc;
+
+	if (list == NULL || *list == '\0')
+		return -EINVAL;
+	for (;;) {
+		const char *e, *end;
+		size_t len;
+
+		rc = expr_len(s, &len);
+		if (rc != 0)
+			return rc;
+		for (e = s, end = s + len; (e = memchr(e, '[', (size_t)(end - e))) != NULL;) {
+			const char *close = memchr(e, ']', (size_t)(end - e));
+			const char *p = e + 1;
+			struct range r;
+
+			if (close == NULL || close == p)
+				return -EINVAL;
+			for (;;) {
+				const char *c = memchr(p, ',', (size_t)(close - p));
+				const char *item_end = c ? c : close;
+
+				rc = parse_range(p, (size_t)(item_end - p), &r);
+				if (rc != 0)
+					return rc;
+				if (c == NULL)
+					break;
+				p = c + 1;
+			}
+			e = close + 1;
+		}
+		s += len;
+		if (*s == '\0')
+			return 0;
+		if (*++s == '\0')
+			return -EINVAL;
+	}
+}
+
+static int expand_list(const char *list, struct hostvec *hv, int first_only)
+{
+	char name[SLURM_MAX_HOSTNAME + 1];
+	const char *s = list;
+	int rc;
+
+	if (list == NULL || *list == '\0')
+		return -EINVAL;
+	for (;;) {
+		size_t len;
+
+		rc = expr_len(s, &len);
+		if (rc != 0)
+			return rc;
+		rc = expand(s, len, name, 0, hv, first_only);
+		if (rc != 0 || (first_only && hv->n > 0))
+			return rc;
+		s += len;
+		if (*s == '\0')
+			return 0;
+		s++; /* the comma */
+		if (*s == '\0')
+			return -EINVAL;
+	}
+}
+
+void slurm_hosts_free(char **hosts, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(hosts[i]);
+	free(hosts);
+}
+
+int slurm_hostlist_expand(const char *list, char ***hosts, size_t *n)
+{
+	struct hostvec hv = {0};
+	int rc = expand_list(list, &hv, 0);
+
+	if (rc != 0) {
+		slurm_hosts_free(hv.v, hv.n);
+		return rc;
+	}
+	*hosts = hv.v;
+	*n = hv.n;
+	return 0;
+}
+
+int slurm_hostlist_first(const char *list, char *buf, size_t len)
+{
+	struct hostvec hv = {0};
+	int rc = validate_list(list);
+
+	if (rc == 0)
+		rc = expand_list(list, &hv, 1);
+
+	if (rc == 0 && hv.n == 0)
+		rc = -EINVAL;
+	if (rc == 0) {
+		if (strlen(hv.v[0]) >= len)
+			rc = -ENAMETOOLONG;
+		else
+			strcpy(buf, hv.v[0]);
+	}
+	slurm_hosts_free(hv.v, hv.n);
+	return rc;
+}
+
+static int read_int(const char *(*getenv_fn)(const char *), const char *name, int min, int *out,
+		    char *err, size_t errlen)
+{
+	const char *v = getenv_fn(name);
+
+	*out = -1;
+	if (v == NULL)
+		return 0;
+	if (util_parse_int(v, min, 1 << 24, out) != 0) {
+		snprintf(err, errlen, "%s='%s' is not a valid number", name, v);
+		*out = -1;
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
+		    size_t errlen)
+{
+	const char *v;
+	int rc;
+
+	memset(info, 0, sizeof(*info));
+	info->nnodes = info->node_rank = -1;
+	v = getenv_fn("SLURM_JOB_ID");
+	if (v == NULL)
+		v = getenv_fn("SLURM_JOBID");
+	if (v == NULL)
+		return 0;
+	info->in_allocation = 1;
+	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
+
+	rc = read_int(getenv_fn, getenv_fn("SLURM_NNODES") ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES",
+		      1, &info->nnodes, err, errlen);
+	if (rc == 0)
+		rc = read_int(getenv_fn, "SLURM_NODEID", 0, &info->node_rank, err, errlen);
+	if (rc != 0)
+		return rc;
+	if (info->nnodes > 0 && info->node_rank >= info->nnodes) {
+		snprintf(err, errlen, "SLURM_NODEID=%d is not below SLURM_NNODES=%d",
+			 info->node_rank, info->nnodes);
+		return -EINVAL;
+	}
+	v = getenv_fn("SLURM_JOB_NODELIST");
+	if (v == NULL)
+		v = getenv_fn("SLURM_NODELIST");
+	if (v != NULL) {
+		rc = slurm_hostlist_first(v, info->master, sizeof(info->master));
+		if (rc != 0) {
+			snprintf(err, errlen, "SLURM_JOB_NODELIST='%.200s' is not a valid hostlist",
+				 v);
+			info->master[0] = '\0';
+			return -EINVAL;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,42 @@
+/* slurm: read a Slurm allocation's shape from SLURM_* variables.
+ *
+ * Hostlists use Slurm's syntax: comma-separated expressions, each a run of
+ * literal text and bracketed range lists, e.g. "node[01-04,07],gpu-a[1-2]" or
+ * "rack[1-2]-n[1-3]" (several brackets form the cross product, leftmost
+ * slowest). A range "a-b" keeps the zero padding of a ("01-10" gives 01..10).
+ * Errors: -EINVAL for malformed lists (unbalanced or nested brackets, empty
+ * items, b < a, non-digits in a range), -E2BIG beyond SLURM_MAX_HOSTS hosts or
+ * a host name longer than SLURM_MAX_HOSTNAME, -ENOMEM. */
+#ifndef DDP_SLURM_H
+#define DDP_SLURM_H
+
+#include <stddef.h>
+
+#define SLURM_MAX_HOSTS	   (1 << 20)
+#define SLURM_MAX_HOSTNAME 255
+
+/* Expand a hostlist into a malloc'd array of malloc'd names (*hosts, *n);
+ * release with slurm_hosts_free(). */
+int slurm_hostlist_expand(const char *list, char ***hosts, size_t *n);
+void slurm_hosts_free(char **hosts, size_t n);
+
+/* The first host of a hostlist, without expanding the rest. */
+int slurm_hostlist_first(const char *list, char *buf, size_t len);
+
+/* What a Slurm allocation says about this node. Fields are -1 / "" when the
+ * variable is absent. */
+struct slurm_info {
+	int in_allocation;		     /* SLURM_JOB_ID is set */
+	int nnodes;			     /* SLURM_NNODES (or SLURM_JOB_NUM_NODES) */
+	int node_rank;			     /* SLURM_NODEID */
+	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of SLURM_JOB_NODELIST */
+	char job_id[64];
+};
+
+/* Read the variables through getenv_fn (getenv in production, a table in
+ * tests). A variable that is present but malformed gives -EINVAL and names it
+ * in err (size errlen). */
+int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
+		    size_t errlen);
+
+#endif

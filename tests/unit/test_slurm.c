@@ -1,0 +1,204 @@
+/* Unit tests for launcher/slurm.c: Slurm hostlist syntax and SLURM_* derivation. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "slurm.h"
+
+/* Expand list and compare with the space-separated expectation. */
+static void expect_hosts(const char *list, const char *want)
+{
+	char **hosts = NULL;
+	size_t n = 0;
+	char got[4096] = "";
+
+	assert_int_equal(slurm_hostlist_expand(list, &hosts, &n), 0);
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			strcat(got, " ");
+		strcat(got, hosts[i]);
+	}
+	slurm_hosts_free(hosts, n);
+	assert_string_equal(got, want);
+}
+
+static void expect_error(const char *list, int err)
+{
+	char **hosts = (char **)0x1;
+	size_t n = 12345;
+	char first[64];
+
+	assert_int_equal(slurm_hostlist_expand(list, &hosts, &n), err);
+	assert_ptr_equal(hosts, (char **)0x1); /* untouched on failure */
+	assert_int_equal(n, 12345);
+	if (err == -EINVAL && list != NULL)
+		assert_int_not_equal(slurm_hostlist_first(list, first, sizeof(first)), 0);
+}
+
+static void test_plain_names(void **state)
+{
+	expect_hosts("node1", "node1");
+	expect_hosts("a,b,c", "a b c");
+	expect_hosts("node-1.cluster.example", "node-1.cluster.example");
+}
+
+static void test_ranges_and_padding(void **state)
+{
+	expect_hosts("node[01-04,07],gpu-a[1-2]",
+		     "node01 node02 node03 node04 node07 gpu-a1 gpu-a2");
+	expect_hosts("n[8-11]", "n8 n9 n10 n11");
+	expect_hosts("n[098-101]", "n098 n099 n100 n101");
+	expect_hosts("n[0]", "n0");
+	expect_hosts("n[5,3,4]", "n5 n3 n4"); /* order as written */
+	expect_hosts("[1-2]x", "1x 2x");
+}
+
+static void test_cross_product(void **state)
+{
+	expect_hosts("rack[1-2]-n[1-3]", "rack1-n1 rack1-n2 rack1-n3 rack2-n1 rack2-n2 rack2-n3");
+	expect_hosts("r[1-2]s,x[3]", "r1s r2s x3");
+}
+
+static void test_first_host(void **state)
+{
+	char first[64];
+
+	assert_int_equal(slurm_hostlist_first("node[01-04,07],gpu-a[1-2]", first, sizeof(first)),
+			 0);
+	assert_string_equal(first, "node01");
+	assert_int_equal(slurm_hostlist_first("gpu[3-4]-x[7]", first, sizeof(first)), 0);
+	assert_string_equal(first, "gpu3-x7");
+	/* A huge range is not expanded just to read the first host. */
+	assert_int_equal(slurm_hostlist_first("n[0-999999999]", first, sizeof(first)), 0);
+	assert_string_equal(first, "n0");
+	assert_int_equal(slurm_hostlist_first("node[01-04]", first, 4), -ENAMETOOLONG);
+}
+
+static void test_malformed(void **state)
+{
+	expect_error("", -EINVAL);
+	expect_error(NULL, -EINVAL);
+	expect_error("node[1-3", -EINVAL);
+	expect_error("node1-3]", -EINVAL);
+	expect_error("node[[1-3]]", -EINVAL);
+	expect_error("node[]", -EINVAL);
+	expect_error("node[3-1]", -EINVAL);
+	expect_error("node[a-b]", -EINVAL);
+	expect_error("node[1-]", -EINVAL);
+	expect_error("node[-1]", -EINVAL);
+	expect_error("node[1,]", -EINVAL);
+	expect_error("node[,1]", -EINVAL);
+	expect_error("node[1--2]", -EINVAL);
+	expect_error("node[ 1]", -EINVAL);
+	expect_error("a,,b", -EINVAL);
+	expect_error("a,", -EINVAL);
+	expect_error(",a", -EINVAL);
+}
+
+static void test_limits(void **state)
+{
+	char name[300];
+
+	expect_error("n[0-99999999]", -E2BIG); /* more than SLURM_MAX_HOSTS */
+	memset(name, 'x', sizeof(name) - 1);
+	name[sizeof(name) - 1] = '\0';
+	expect_error(name, -E2BIG);
+}
+
+/* A fake environment for slurm_info_read. */
+static const char *const *fake_env;
+static const char *fake_getenv(const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *const *e = fake_env; *e != NULL; e++)
+		if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+			return *e + n + 1;
+	return NULL;
+}
+
+static void test_info_outside_allocation(void **state)
+{
+	static const char *const env[] = {"SLURM_NNODES=4", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(info.in_allocation, 0);
+	assert_int_equal(info.nnodes, -1);
+}
+
+static void test_info_allocation(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=123", "SLURM_NNODES=5", "SLURM_NODEID=2",
+					  "SLURM_JOB_NODELIST=gpu-a[07-09],gpu-b[1-2]", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(info.in_allocation, 1);
+	assert_int_equal(info.nnodes, 5);
+	assert_int_equal(info.node_rank, 2);
+	assert_string_equal(info.master, "gpu-a07");
+	assert_string_equal(info.job_id, "123");
+}
+
+static void test_info_alternate_names(void **state)
+{
+	static const char *const env[] = {"SLURM_JOBID=9", "SLURM_JOB_NUM_NODES=2",
+					  "SLURM_NODEID=1", "SLURM_NODELIST=x[1-2]", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(info.nnodes, 2);
+	assert_int_equal(info.node_rank, 1);
+	assert_string_equal(info.master, "x1");
+}
+
+static void test_info_malformed(void **state)
+{
+	static const char *const bad_nodes[] = {"SLURM_JOB_ID=1", "SLURM_NNODES=two", NULL};
+	static const char *const bad_rank[] = {"SLURM_JOB_ID=1", "SLURM_NNODES=2", "SLURM_NODEID=2",
+					       NULL};
+	static const char *const bad_list[] = {"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=n[1-", NULL};
+	struct slurm_info info;
+	char err[256];
+
+	fake_env = bad_nodes;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES='two'"));
+	fake_env = bad_rank;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NODEID=2"));
+	fake_env = bad_list;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "SLURM_JOB_NODELIST"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_plain_names),
+		cmocka_unit_test(test_ranges_and_padding),
+		cmocka_unit_test(test_cross_product),
+		cmocka_unit_test(test_first_host),
+		cmocka_unit_test(test_malformed),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_info_outside_allocation),
+		cmocka_unit_test(test_info_allocation),
+		cmocka_unit_test(test_info_alternate_names),
+		cmocka_unit_test(test_info_malformed),
+	};
+
+	return cmocka_run_group_tests_name("slurm", tests, NULL, NULL);
+}
