@@ -8,7 +8,6 @@
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len)
 {
@@ -66,12 +65,4 @@ int store_sock_keepalive(int fd, int idle_s)
 	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0)
 		return -errno;
 	return 0;
-}
-
-int64_t store_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "store_addr.h"
+#include "util.h"
 #include "store_async_int.h"
 
 /* ---- operations ------------------------------------------------------------------ */
@@ -269,7 +270,7 @@ static void attempt_failed(struct store_async *a, int err)
 		op = pop(&a->replyq, &a->replyq_tail);
 		op_free(op);
 	}
-	if (store_now_ms() + a->backoff >= a->deadline) {
+	if (util_now_ms() + a->backoff >= a->deadline) {
 		connect_failed(a, err);
 		return;
 	}
@@ -615,10 +616,10 @@ int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t con
 	a->loop = loop;
 	a->port = port;
 	a->backoff = 10;
-	a->nonce = (uint32_t)store_now_ms();
+	a->nonce = (uint32_t)util_now_ms();
 	if (cbs)
 		a->cbs = *cbs;
-	a->deadline = store_now_ms() + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
+	a->deadline = util_now_ms() + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
 	uv_timer_init(loop, &a->retry_timer);
 	uv_timer_init(loop, &a->deadline_timer);
 	uv_timer_init(loop, &a->wait_timer);

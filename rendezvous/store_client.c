@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "store_addr.h"
+#include "util.h"
 #include "store_proto.h"
 
 /* Replies larger than this are treated as protocol errors (a server sending a
@@ -37,7 +38,7 @@ struct store_client {
 
 static int64_t deadline_after(int64_t ms)
 {
-	return ms > 0 ? store_now_ms() + ms : -1;
+	return ms > 0 ? util_now_ms() + ms : -1;
 }
 
 static int poll_fd(int fd, short events, int64_t deadline)
@@ -45,7 +46,7 @@ static int poll_fd(int fd, short events, int64_t deadline)
 	struct pollfd p = {.fd = fd, .events = events};
 
 	for (;;) {
-		int64_t left = deadline < 0 ? -1 : deadline - store_now_ms();
+		int64_t left = deadline < 0 ? -1 : deadline - util_now_ms();
 		int rc;
 
 		if (deadline >= 0 && left <= 0)
@@ -222,7 +223,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 		return -ENOMEM;
 	c->fd = -1;
 	c->op_timeout_ms = op_timeout_ms;
-	c->nonce = (uint32_t)store_now_ms() ^ ((uint32_t)getpid() << 16);
+	c->nonce = (uint32_t)util_now_ms() ^ ((uint32_t)getpid() << 16);
 	store_buf_init(&c->req);
 	for (;;) {
 		struct addrinfo *ai = NULL, *a;
@@ -237,7 +238,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 			freeaddrinfo(ai);
 		if (rc == 0)
 			break;
-		if (deadline < 0 || store_now_ms() + backoff >= deadline)
+		if (deadline < 0 || util_now_ms() + backoff >= deadline)
 			goto fail;
 		sleep_ms(backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
