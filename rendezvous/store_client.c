@@ -589,10 +589,12 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 
 int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
 {
-	int64_t deadline = op_deadline(c), n;
+	int64_t deadline = op_deadline(c), n, pause = 1;
 	int rc;
 
-	/* Wait for an item, then pop; another client may take it first. */
+	/* Wait for an item, then pop. Another client may take it first; and a
+	 * key that also holds a plain value satisfies WAIT at once: then retry
+	 * with a growing pause (at most 100 ms) until the deadline. */
 	for (;;) {
 		rc = do_wait(c, &key, 1, deadline);
 		if (rc == 0)
@@ -607,6 +609,10 @@ int store_queue_pop(struct store_client *c, const char *key, void **val, size_t 
 			return rc;
 		if (n > 0)
 			return fail(c, recv_bytes(c, val, len, deadline));
+		if (deadline >= 0 && util_now_ms() + pause >= deadline)
+			return -ETIMEDOUT;
+		sleep_ms(pause);
+		pause = pause * 2 > 100 ? 100 : pause * 2;
 	}
 }
 

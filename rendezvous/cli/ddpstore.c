@@ -338,6 +338,13 @@ static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char *
 	if (util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta) < 0)
 		return usage_error("add: '%s' is not an integer", a[1]);
 	rc = store_add(c, a[0], delta, &r);
+	if (rc == -ECONNRESET) {
+		/* The server drops a connection that ADDs to a non-number. */
+		ddpstore_err("add: the server closed the connection (is the value of '%s' not "
+			     "an integer?)",
+			     a[0]);
+		return EXIT_CONN;
+	}
 	if (rc < 0)
 		return fail_op("add", rc);
 	printf("%lld\n", (long long)r);

@@ -51,6 +51,7 @@ def test_add_to_non_integer_value_fails(srv):
     cli(srv.addr, "set", "word", "abc")
     r = cli(srv.addr, "add", "word", "1", text=True)
     assert r.returncode == CONN  # the server drops the connection, as PyTorch's does
+    assert "not an integer" in r.stderr
     assert cli(srv.addr, "get", "word").stdout == b"abc"
 
 

@@ -231,6 +231,25 @@ def test_a_client_that_never_reads_is_paused_not_buffered():
         assert sv.close() == 0
 
 
+def test_watch_key_pushes_changes_in_the_1x_format(srv):
+    w = connect(srv.port, v2=False)
+    w.sendall(bytes([V1["WATCH_KEY"]]) + s("/wk"))
+    assert recv_exact(w, 1) == b"\x03"  # KEY_CALLBACK_REGISTERED
+    c = connect(srv.port)
+    c.sendall(bytes([V2["SET"]]) + s("/wk") + s("one"))
+    c.sendall(bytes([V2["SET"]]) + s("/wk") + s("two"))
+    c.sendall(bytes([V2["DELETE_KEY"]]) + s("/wk"))
+    assert recv_i64(c) == 1
+    # type (CREATED=1, UPDATED=0, DELETED=2), key, old value, new value
+    for typ, old, new in ((1, b"", b"one"), (0, b"one", b"two"), (2, b"two", b"")):
+        assert recv_exact(w, 1) == bytes([typ])
+        assert recv_bytes(w) == b"/wk"
+        assert recv_bytes(w) == old
+        assert recv_bytes(w) == new
+    w.close()
+    c.close()
+
+
 def test_a_watcher_that_never_reads_is_closed():
     sv = Server("--max-conn-buffer", str(1 << 20))
     try:

@@ -214,6 +214,10 @@ static void test_get_and_queue_pop_block_until_data(void **state)
 	assert_int_equal(n, 0);
 	store_client_set_timeout(c, 50);
 	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	/* A plain value under the same key does not make pop spin forever. */
+	assert_int_equal(store_set(c, "q", "plain", 5), 0);
+	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_ping(c), 0);
 	store_client_close(c);
 }
 
