@@ -185,15 +185,16 @@ static void close_listeners(struct store_server *s)
 	s->nlisteners = 0;
 }
 
-/* Bind and listen on every address of host (all interfaces when NULL/""/"*"),
- * all on one port. Returns the port or a negative errno. */
-static int listen_all(struct store_server *s, const char *host, int port)
+/* Bind and listen on every address host resolves to (all interfaces when
+ * NULL), all on one port: *port is fixed by the first address bound.
+ * Returns 0, or a negative errno that ends the attempt. */
+static int listen_host(struct store_server *s, const char *host, int *port, int *bound,
+		       int *first_err)
 {
 	struct addrinfo *ai = NULL, *a;
-	int rc, bound = 0, first_err = 0;
-	bool any = host == NULL || *host == '\0' || strcmp(host, "*") == 0;
+	int rc;
 
-	rc = store_addr_resolve(any ? NULL : host, port, true, &ai, NULL);
+	rc = store_addr_resolve(host, *port, true, &ai, NULL);
 	if (rc < 0)
 		return rc;
 	for (a = ai; a && s->nlisteners < STORE_MAX_LISTENERS; a = a->ai_next) {
@@ -209,10 +210,8 @@ static int listen_all(struct store_server *s, const char *host, int port)
 			break;
 		}
 		memcpy(&ss, a->ai_addr, a->ai_addrlen);
-		/* Later addresses take the port the first one got (sin_port
-		 * and sin6_port share their offset). */
-		if (bound)
-			((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+		/* sin_port and sin6_port share their offset. */
+		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)*port);
 		uv_tcp_init(s->loop, t);
 		t->data = s;
 		s->open_handles++;
@@ -231,26 +230,49 @@ static int listen_all(struct store_server *s, const char *host, int port)
 		}
 		if (rc == 0)
 			rc = uv_listen((uv_stream_t *)t, s->o.backlog, on_connection);
-		if (rc == 0 && !bound) {
+		if (rc == 0 && *bound == 0) {
 			rc = uv_tcp_getsockname(t, (struct sockaddr *)&ss, &len);
 			if (rc == 0)
-				port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+				*port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
 		}
 		if (rc < 0) {
 			s->nlisteners--;
 			uv_close((uv_handle_t *)t, on_listener_closed);
-			if (first_err == 0)
-				first_err = rc;
+			if (*first_err == 0)
+				*first_err = rc;
 			/* An address family this host lacks is not an error;
 			 * the port being taken on a further address is. */
-			if (rc == UV_EADDRINUSE && bound)
+			if (rc == UV_EADDRINUSE && *bound)
 				break;
+			rc = 0;
 			continue;
 		}
-		bound++;
+		(*bound)++;
 	}
 	freeaddrinfo(ai);
-	if (rc == UV_EADDRINUSE && bound)
+	return rc;
+}
+
+/* host: NULL, "" or "*" for all interfaces, else one or more names or
+ * literals separated by commas ("127.0.0.1,::1"). Returns the port or a
+ * negative errno. */
+static int listen_all(struct store_server *s, const char *host, int port)
+{
+	int rc = 0, bound = 0, first_err = 0;
+	char *list, *part, *save = NULL;
+
+	if (host == NULL || *host == '\0' || strcmp(host, "*") == 0) {
+		rc = listen_host(s, NULL, &port, &bound, &first_err);
+	} else {
+		list = strdup(host);
+		if (list == NULL)
+			return -ENOMEM;
+		for (part = strtok_r(list, ",", &save); part && rc == 0;
+		     part = strtok_r(NULL, ",", &save))
+			rc = listen_host(s, part, &port, &bound, &first_err);
+		free(list);
+	}
+	if (rc < 0)
 		return rc;
 	return bound ? port : (first_err ? first_err : -EADDRNOTAVAIL);
 }

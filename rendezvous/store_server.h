@@ -28,7 +28,8 @@ void store_server_opts_init(struct store_server_opts *o);
 struct store_server;
 
 /* Bind host:port (IPv4/IPv6 literal or name, every address it resolves to;
- * NULL, "" or "*": all interfaces, IPv4 and IPv6; port 0 picks a free port)
+ * several separated by commas; NULL, "" or "*": all interfaces, IPv4 and
+ * IPv6; port 0 picks a free port, the same on every address)
  * and start serving on loop. *out is owned by the caller until
  * store_server_close's callback has run. On failure there is nothing to
  * free, but handles may still be closing: run the loop before
