@@ -1,0 +1,82 @@
+/* shm: one shared-memory segment per node for the ranks of that node, and the
+ * progress counters they synchronize on.
+ *
+ * Layout: a header page (attach count, abort flag, pids and global ranks), one
+ * cache line of control per local rank (a progress counter and its futex
+ * waiter count), then per local rank `nslots` staging slots of `slot_bytes`.
+ *
+ * Lifetime: local rank 0 creates the segment under a name made of the run id,
+ * restart count, master port and node; the others open it. As soon as every
+ * local rank has mapped it, it is unlinked, so no crash after init can leave it
+ * behind (a failure during init unlinks it too).
+ *
+ * Synchronization: each rank only ever increments its own counter (publish);
+ * waiting means "until peer p's counter reaches t", spinning briefly then
+ * sleeping on a futex, always with a deadline. Every rank publishes the same
+ * number of times per collective, so targets are just local publish counts.
+ * A failure on any rank sets the abort flag and wakes everyone: the others fail
+ * at once instead of waiting for their own timeouts. */
+#ifndef DDP_SHM_H
+#define DDP_SHM_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "ddp_internal.h"
+
+#define DDPI_SHM_MAX_LOCAL 256
+
+struct ddpi_shm {
+	int lws, me;
+	void *map;
+	size_t map_len;
+	struct shm_hdr *hdr;
+	struct shm_ctl *ctl;
+	size_t slot_bytes;
+	int nslots;
+	char **stage; /* stage[q]: rank q's staging area (nslots * slot_bytes) */
+	uint32_t seq; /* publishes so far (the same on every rank between collectives) */
+	uint32_t *slot_done;
+	int next_slot;
+	int spin;
+	char name[200];
+	int unlinked;
+};
+
+/* Creates (local rank 0) or opens the node's segment and waits until every local
+ * rank has attached; then unlinks it. */
+int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm **out);
+void ddpi_shm_close(struct ddpi_shm *s);
+
+/* The global rank of local rank q (as registered in the header). */
+int ddpi_shm_rank_of(const struct ddpi_shm *s, int q);
+/* The local index of global rank r, or -1 if it is on another node. */
+int ddpi_shm_local_of(const struct ddpi_shm *s, int rank);
+
+/* Publish progress: my counter += 1. Returns the new value. */
+uint32_t ddpi_shm_publish(struct ddpi_shm *s);
+/* Wait until peer q's counter reaches target. */
+int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what);
+/* Wait until every peer's counter reaches target. */
+int ddpi_shm_wait_all(struct ddpi_shm *s, uint32_t target, int64_t deadline, const char *what);
+/* A free staging slot (every peer is done with its previous use). */
+int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what, int *slot);
+void ddpi_shm_release_slot(struct ddpi_shm *s, int slot, uint32_t done_mark);
+static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
+{
+	return s->stage[q] + (size_t)slot * s->slot_bytes;
+}
+/* Tell every local rank that this one failed (they stop waiting at once). */
+void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
+
+/* Collectives among the node's ranks (shm_coll.c). */
+int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
+			enum ddp_op op, int avg_div, int64_t deadline);
+int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root_local,
+		       int64_t deadline);
+/* recv + pos[q] * bytes receives local rank q's send, for every q. */
+int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			const int *pos, int64_t deadline);
+int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline);
+
+#endif
