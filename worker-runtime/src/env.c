@@ -104,6 +104,12 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 					e->world, e->local_world);
 		e->nnodes = e->world / e->local_world;
 	}
+	if (e->nnodes == 1 && e->local_world != e->world)
+		return ddpi_err(
+			DDP_EENV,
+			"one node (GROUP_WORLD_SIZE=1) but LOCAL_WORLD_SIZE=%d differs from "
+			"WORLD_SIZE=%d",
+			e->local_world, e->world);
 	if (!has_node) {
 		/* torchrun numbers ranks node by node, so equal nodes give the node. */
 		if ((int64_t)e->nnodes * e->local_world != e->world)
@@ -117,12 +123,6 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	if (e->nnodes > e->world)
 		return ddpi_err(DDP_EENV, "GROUP_WORLD_SIZE=%d is above WORLD_SIZE=%d", e->nnodes,
 				e->world);
-	if (e->nnodes == 1 && e->local_world != e->world)
-		return ddpi_err(
-			DDP_EENV,
-			"one node (GROUP_WORLD_SIZE=1) but LOCAL_WORLD_SIZE=%d differs from "
-			"WORLD_SIZE=%d",
-			e->local_world, e->world);
 	return 0;
 }
 

@@ -23,6 +23,8 @@ const char *ddp_strerror(int err)
 	switch (err) {
 	case 0:
 		return "success";
+	case -ETIMEDOUT:
+		return "timed out (see DDP_TIMEOUT)";
 	case DDP_EBROKEN:
 		return "communicator broken by an earlier failure";
 	case DDP_ENOGPU:
