@@ -21,14 +21,17 @@ def worker_env(rank, world, local_rank, local_world, node, nnodes, port, run_id,
     return env
 
 
-def launch(reaper, cmd, nproc, port, run_id, nnodes=1, extra=None, per_rank=None):
-    """Starts nnodes * nproc ranks (node-major numbering, like torchrun).
-    per_rank(rank) may return extra variables for one rank. Returns the Popen list."""
+def launch(reaper, cmd, nproc, port, run_id, nnodes=1, extra=None, per_rank=None, only=None):
+    """Starts nnodes * nproc ranks (node-major numbering, like torchrun), or only
+    the ranks listed in only. per_rank(rank) may return extra variables for one
+    rank. Returns the Popen list."""
     procs = []
     world = nproc * nnodes
     for node in range(nnodes):
         for lr in range(nproc):
             rank = node * nproc + lr
+            if only is not None and rank not in only:
+                continue
             env = worker_env(rank, world, lr, nproc, node, nnodes, port, run_id, extra)
             if per_rank:
                 env.update(per_rank(rank) or {})

@@ -3,6 +3,7 @@
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK     RANK exits (status 7) in the middle of all_reduces
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
+ *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  * Without --spawn it takes its identity from the environment (ddprun, or a test
  * harness). Prints "ok rank R" on success; exits 1 with the error otherwise. */
 #include <math.h>
@@ -195,7 +196,11 @@ static int worker(int rank, void *p)
 		rc = run_check(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
-	else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
+	else if (!strcmp(mode, "hold")) {
+		ddp_print_force(ctx, "ready\n");
+		sleep(1);
+		rc = ddp_barrier(ctx) < 0;
+	} else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
 		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"));
 	else {
 		fprintf(stderr, "ddp_coll: bad mode\n");

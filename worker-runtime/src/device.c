@@ -63,7 +63,9 @@ int ddpi_select_backend(struct ddp_ctx *ctx, enum ddp_backend want, char *why, s
 			ctx->device = ctx->env.local_rank % n;
 		} else {
 			ctx->backend = DDP_BACKEND_CPU;
-			snprintf(why, len, "%s", msg);
+#ifdef DDP_WITH_CUDA
+			snprintf(why, len, "%s", msg); /* worth saying: a GPU was expected */
+#endif
 		}
 		return 0;
 	}

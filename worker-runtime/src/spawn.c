@@ -195,9 +195,12 @@ static void stop_all(struct ddp_spawn_ctx *sc)
 {
 	int64_t end;
 
+	/* SIGCONT too: a stopped child would never act on SIGTERM. */
 	for (int i = 0; i < sc->nprocs; i++)
-		if (!sc->done[i])
+		if (!sc->done[i]) {
 			kill(sc->pids[i], SIGTERM);
+			kill(sc->pids[i], SIGCONT);
+		}
 	end = util_now_ms() + sc->grace_ms;
 	while (reap(sc) > 0) {
 		int64_t left = end - util_now_ms();
