@@ -12,7 +12,14 @@
  *   -EINVAL / -ENAMETOOLONG / -EMSGSIZE  bad arguments (key/value too long)
  *   -ENOMEM
  * store_strerror() turns any of them into text. After -ETIMEDOUT, -EPROTO or a
- * connection error the client is unusable except for store_client_close(). */
+ * connection error the client is unusable except for store_client_close()
+ * (-ENOTCONN from then on) -- except a -ETIMEDOUT from store_wait/store_get/
+ * store_multi_get/store_queue_pop, whose server-side wait was cancelled: the
+ * client stays usable after it.
+ *
+ * Keys go on the wire as "/" + key, exactly as torch.distributed.TCPStore
+ * sends them, so C clients and PyTorch's TCPStore share one key space on the
+ * same server (with a prefix p: "/" + p + "/" + key, as PrefixStore(p, ...)). */
 #ifndef DDP_STORE_CLIENT_H
 #define DDP_STORE_CLIENT_H
 
@@ -43,6 +50,8 @@ int store_set(struct store_client *c, const char *key, const void *val, size_t l
 /* Waits (up to the operation timeout) until key exists, then returns its value
  * in a malloc'd buffer (*val, NUL-terminated for convenience, *len excludes it). */
 int store_get(struct store_client *c, const char *key, void **val, size_t *len);
+/* Like store_get without waiting: -ENOENT if the key does not exist. */
+int store_try_get(struct store_client *c, const char *key, void **val, size_t *len);
 int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *result);
 /* PyTorch's compare_set: the current value after the operation in *cur (malloc'd). */
 int store_compare_set(struct store_client *c, const char *key, const void *expected, size_t elen,
@@ -66,6 +75,10 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len);
 int store_queue_len(struct store_client *c, const char *key, int64_t *n);
 int store_ping(struct store_client *c);
+/* ddp extension (see store_proto.h): when this connection closes for any
+ * reason but a server shutdown, the server sets key to val. Replaces an
+ * earlier registration; key NULL or "" clears it. Returns once in force. */
+int store_on_close_set(struct store_client *c, const char *key, const void *val, size_t len);
 
 const char *store_strerror(int err);
 

@@ -34,4 +34,12 @@ int store_server_port(const struct store_server *s);
  * server, then call done(arg) (may be NULL) from the loop. */
 void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg);
 
+/* Connections now open (refused ones not counted). */
+unsigned store_server_num_conns(const struct store_server *s);
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit (each connection is one
+ * descriptor). *limit gets the resulting soft limit. 0 or a negative errno.
+ * Embedders must also ignore SIGPIPE: libuv writes to sockets with write(). */
+int store_server_raise_nofile(uint64_t *limit);
+
 #endif

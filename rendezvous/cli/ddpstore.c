@@ -1,0 +1,504 @@
+/* ddpstore: the store from a shell -- `ddpstore serve` runs a server, the
+ * other commands are one-shot clients (see ddpstore(1)).
+ *
+ * Options are long options only and may come anywhere; an argument that is
+ * not a known --option (a negative number, "-" for stdin) is positional, and
+ * "--" ends the options. */
+#include "ddpstore.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store_client.h"
+#include "util.h"
+
+#define DEFAULT_WAIT_MS	   (300 * 1000)
+#define DEFAULT_CONNECT_MS (30 * 1000)
+#define MAX_STDIN_VALUE	   (8 * 1024 * 1024)
+
+static const char usage_text[] =
+	"usage: ddpstore serve [--host H] [--port P] [--port-file F] [--max-conns N]\n"
+	"                      [--max-key-len N] [--max-value-len N] [--max-multi-keys N]\n"
+	"                      [--max-conn-buffer N] [--quiet]\n"
+	"       ddpstore [--addr HOST:PORT] [--prefix P] [--timeout S] [--connect-timeout S]\n"
+	"                COMMAND ARGS...\n"
+	"commands: set KEY VALUE | get KEY [--wait] | add KEY N | cas KEY EXPECTED DESIRED |\n"
+	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping\n"
+	"A VALUE of - is read from stdin. --addr defaults to $MASTER_ADDR:$MASTER_PORT.\n"
+	"Exit: 0 ok, 1 error, 2 usage, 3 not found, 4 timeout, 5 connection failed,\n"
+	"      6 cas mismatch. See ddpstore(1).\n";
+
+void ddpstore_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ddpstore: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("ddpstore: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputs(" (see ddpstore --help)\n", stderr);
+	return EXIT_USAGE;
+}
+
+/* ---- option parsing ------------------------------------------------------------ */
+
+enum optkind { O_STR, O_SECONDS, O_PORT, O_COUNT, O_FLAG };
+
+struct optdef {
+	const char *name;
+	enum optkind kind;
+	size_t off;
+	bool serve_only, client_only;
+};
+
+#define OFF(f) offsetof(struct ddpstore_opts, f)
+static const struct optdef optdefs[] = {
+	{"addr", O_STR, OFF(addr), false, true},
+	{"prefix", O_STR, OFF(prefix), false, true},
+	{"timeout", O_SECONDS, OFF(timeout_ms), false, true},
+	{"connect-timeout", O_SECONDS, OFF(connect_timeout_ms), false, true},
+	{"wait", O_FLAG, OFF(wait), false, true},
+	{"host", O_STR, OFF(host), true, false},
+	{"port", O_PORT, OFF(port), true, false},
+	{"port-file", O_STR, OFF(port_file), true, false},
+	{"max-conns", O_COUNT, OFF(max_conns), true, false},
+	{"max-key-len", O_COUNT, OFF(max_key_len), true, false},
+	{"max-value-len", O_COUNT, OFF(max_value_len), true, false},
+	{"max-multi-keys", O_COUNT, OFF(max_multi_keys), true, false},
+	{"max-conn-buffer", O_COUNT, OFF(max_conn_buffer), true, false},
+	{"quiet", O_FLAG, OFF(quiet), true, false},
+};
+
+static int set_opt(struct ddpstore_opts *o, const struct optdef *d, const char *val)
+{
+	char *base = (char *)o + d->off;
+
+	switch (d->kind) {
+	case O_STR:
+		*(const char **)base = val;
+		return 0;
+	case O_SECONDS:
+		return util_parse_seconds_ms(val, (int64_t *)base);
+	case O_PORT:
+		return util_parse_int(val, 0, 65535, (int *)base);
+	case O_COUNT:
+		return util_parse_i64(val, 1, INT64_MAX / 4, (int64_t *)base);
+	case O_FLAG:
+		*(bool *)base = true;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* Split argv into options and positionals (pos[0] is the command). */
+static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos, int *npos,
+		      bool *help)
+{
+	bool only_pos = false;
+	const struct optdef *seen[sizeof(optdefs) / sizeof(optdefs[0])];
+	int nseen = 0, i, rc;
+
+	*npos = 0;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *eq, *val;
+		size_t nl, k;
+		const struct optdef *d = NULL;
+
+		if (only_pos || strncmp(a, "--", 2) != 0 || a[2] == '\0') {
+			if (!only_pos && strcmp(a, "--") == 0) {
+				only_pos = true;
+				continue;
+			}
+			if (!only_pos && strcmp(a, "-h") == 0) {
+				*help = true;
+				continue;
+			}
+			pos[(*npos)++] = argv[i];
+			continue;
+		}
+		if (strcmp(a, "--help") == 0) {
+			*help = true;
+			continue;
+		}
+		if (strcmp(a, "--version") == 0) {
+			printf("ddpstore %s\n", DDP_VERSION);
+			exit(EXIT_OK);
+		}
+		eq = strchr(a, '=');
+		nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+		for (k = 0; k < sizeof(optdefs) / sizeof(optdefs[0]); k++)
+			if (strlen(optdefs[k].name) == nl &&
+			    strncmp(optdefs[k].name, a + 2, nl) == 0)
+				d = &optdefs[k];
+		if (d == NULL)
+			return usage_error("unknown option '%s'", a);
+		if (d->kind == O_FLAG) {
+			if (eq)
+				return usage_error("option --%s takes no value", d->name);
+			val = NULL;
+		} else if (eq) {
+			val = eq + 1;
+		} else if (i + 1 < argc) {
+			val = argv[++i];
+		} else {
+			return usage_error("option --%s needs a value", d->name);
+		}
+		rc = set_opt(o, d, val);
+		if (rc < 0)
+			return usage_error("bad value '%s' for --%s", val, d->name);
+		seen[nseen++ % (int)(sizeof(seen) / sizeof(seen[0]))] = d;
+	}
+	if (*help)
+		return 0;
+	if (*npos == 0)
+		return usage_error("no command given");
+	for (i = 0; i < nseen && i < (int)(sizeof(seen) / sizeof(seen[0])); i++) {
+		bool serve = strcmp(pos[0], "serve") == 0;
+
+		if (serve && seen[i]->client_only)
+			return usage_error("--%s is not an option of serve", seen[i]->name);
+		if (!serve && seen[i]->serve_only)
+			return usage_error("--%s is an option of serve only", seen[i]->name);
+	}
+	return 0;
+}
+
+/* ---- client commands ---------------------------------------------------------- */
+
+static int exit_for(int err)
+{
+	switch (err) {
+	case -ETIMEDOUT:
+		return EXIT_TIMEOUT;
+	case -ENOENT:
+		return EXIT_NOT_FOUND;
+	case -ECONNREFUSED:
+	case -ECONNRESET:
+	case -EPIPE:
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+	case -ENOTCONN:
+		return EXIT_CONN;
+	default:
+		return EXIT_ERROR;
+	}
+}
+
+static int fail_op(const char *what, int err)
+{
+	ddpstore_err("%s: %s", what, store_strerror(err));
+	return exit_for(err);
+}
+
+/* VALUE argument: "-" reads stdin (binary-safe). */
+static int read_value(const char *arg, void **val, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf;
+
+	if (strcmp(arg, "-") != 0) {
+		*val = (void *)arg;
+		*len = strlen(arg);
+		return 0;
+	}
+	buf = malloc(cap);
+	if (buf == NULL)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t r;
+
+		if (n == cap) {
+			char *nb;
+
+			if (cap >= MAX_STDIN_VALUE + 1) {
+				free(buf);
+				return -EMSGSIZE;
+			}
+			cap *= 2;
+			nb = realloc(buf, cap);
+			if (nb == NULL) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		r = read(STDIN_FILENO, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = -errno;
+
+			free(buf);
+			return e;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n > MAX_STDIN_VALUE) {
+		free(buf);
+		return -EMSGSIZE;
+	}
+	*val = buf;
+	*len = n;
+	return 0;
+}
+
+static void free_value(const char *arg, void *val)
+{
+	if (strcmp(arg, "-") == 0)
+		free(val);
+}
+
+static int write_out(const void *p, size_t n)
+{
+	if (util_write_all(STDOUT_FILENO, p, n) < 0) {
+		ddpstore_err("cannot write to stdout: %s", strerror(errno));
+		return EXIT_ERROR;
+	}
+	return EXIT_OK;
+}
+
+struct cmd {
+	const char *name;
+	int min_args, max_args; /* -1: any number */
+	int (*run)(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
+};
+
+static int cmd_set(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	void *v;
+	size_t len;
+	int rc = read_value(a[1], &v, &len);
+
+	if (rc < 0)
+		return fail_op("reading the value", rc);
+	rc = store_set(c, a[0], v, len);
+	free_value(a[1], v);
+	if (rc == 0)
+		rc = store_ping(c); /* SET has no reply: make sure it landed */
+	return rc < 0 ? fail_op("set", rc) : EXIT_OK;
+}
+
+static int cmd_append(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	void *v;
+	size_t len;
+	int rc = read_value(a[1], &v, &len);
+
+	if (rc < 0)
+		return fail_op("reading the value", rc);
+	rc = store_append(c, a[0], v, len);
+	free_value(a[1], v);
+	if (rc == 0)
+		rc = store_ping(c); /* APPEND has no reply: make sure it landed */
+	return rc < 0 ? fail_op("append", rc) : EXIT_OK;
+}
+
+static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	void *v;
+	size_t len;
+	int rc = o->wait ? store_get(c, a[0], &v, &len) : store_try_get(c, a[0], &v, &len);
+
+	if (rc == -ENOENT) {
+		ddpstore_err("get: key '%s' not found", a[0]);
+		return EXIT_NOT_FOUND;
+	}
+	if (rc == -ETIMEDOUT && o->wait) {
+		ddpstore_err("get: timed out waiting for key '%s'", a[0]);
+		return EXIT_TIMEOUT;
+	}
+	if (rc < 0)
+		return fail_op("get", rc);
+	rc = write_out(v, len);
+	free(v);
+	return rc;
+}
+
+static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int64_t delta, r;
+	int rc;
+
+	if (util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta) < 0)
+		return usage_error("add: '%s' is not an integer", a[1]);
+	rc = store_add(c, a[0], delta, &r);
+	if (rc < 0)
+		return fail_op("add", rc);
+	printf("%lld\n", (long long)r);
+	return EXIT_OK;
+}
+
+static int cmd_cas(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	void *des, *cur;
+	size_t dlen, clen;
+	int rc = read_value(a[2], &des, &dlen);
+	bool swapped;
+
+	if (rc < 0)
+		return fail_op("reading the value", rc);
+	rc = store_compare_set(c, a[0], a[1], strlen(a[1]), des, dlen, &cur, &clen);
+	if (rc < 0) {
+		free_value(a[2], des);
+		return fail_op("cas", rc);
+	}
+	swapped = clen == dlen && memcmp(cur, des, dlen) == 0;
+	free_value(a[2], des);
+	rc = write_out(cur, clen);
+	free(cur);
+	return rc != EXIT_OK ? rc : (swapped ? EXIT_OK : EXIT_CAS_FAILED);
+}
+
+static int cmd_check(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int rc = store_check(c, (const char *const *)a, (size_t)n);
+
+	if (rc < 0)
+		return fail_op("check", rc);
+	return rc == 1 ? EXIT_OK : EXIT_NOT_FOUND;
+}
+
+static int cmd_wait(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int rc = store_wait(c, (const char *const *)a, (size_t)n, 0);
+
+	if (rc == -ETIMEDOUT) {
+		ddpstore_err("wait: timed out");
+		return EXIT_TIMEOUT;
+	}
+	return rc < 0 ? fail_op("wait", rc) : EXIT_OK;
+}
+
+static int cmd_del(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int rc = store_delete(c, a[0]);
+
+	if (rc < 0)
+		return fail_op("del", rc);
+	return rc == 1 ? EXIT_OK : EXIT_NOT_FOUND;
+}
+
+static int cmd_numkeys(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int64_t k;
+	int rc = store_num_keys(c, &k);
+
+	if (rc < 0)
+		return fail_op("numkeys", rc);
+	printf("%lld\n", (long long)k);
+	return EXIT_OK;
+}
+
+static int cmd_ping(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int rc = store_ping(c);
+
+	return rc < 0 ? fail_op("ping", rc) : EXIT_OK;
+}
+
+static const struct cmd cmds[] = {
+	{"set", 2, 2, cmd_set},	  {"get", 1, 1, cmd_get},	  {"add", 2, 2, cmd_add},
+	{"cas", 3, 3, cmd_cas},	  {"check", 1, -1, cmd_check},	  {"wait", 1, -1, cmd_wait},
+	{"del", 1, 1, cmd_del},	  {"numkeys", 0, 0, cmd_numkeys}, {"append", 2, 2, cmd_append},
+	{"ping", 0, 0, cmd_ping},
+};
+
+static int run_client(const struct cmd *cmd, struct ddpstore_opts *o, char **args, int nargs)
+{
+	char host[256], addrbuf[300];
+	const char *addr = o->addr;
+	int port = 0, rc;
+	struct store_client *c;
+	int64_t op_ms;
+
+	if (addr == NULL) {
+		const char *h = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
+
+		if (h == NULL || *h == '\0' || p == NULL || *p == '\0')
+			return usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
+		snprintf(addrbuf, sizeof(addrbuf), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+		addr = addrbuf;
+	}
+	if (util_parse_hostport(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
+		return usage_error("bad address '%s' (want HOST:PORT)", addr);
+	/* --timeout bounds waiting commands; every other request gets the same
+	 * bound, or the default, so a dead server never hangs a script. */
+	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
+	rc = store_client_connect(host, port, o->connect_timeout_ms, op_ms, &c);
+	if (rc < 0) {
+		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
+			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"
+					       : "");
+		return EXIT_CONN;
+	}
+	if (o->prefix)
+		store_client_set_prefix(c, o->prefix);
+	rc = cmd->run(c, o, args, nargs);
+	store_client_close(c);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct ddpstore_opts o;
+	char **pos = calloc((size_t)argc + 1, sizeof(char *));
+	int npos = 0, rc;
+	bool help = false;
+	size_t i;
+
+	if (pos == NULL)
+		return EXIT_ERROR;
+	memset(&o, 0, sizeof(o));
+	o.timeout_ms = -1;
+	o.connect_timeout_ms = DEFAULT_CONNECT_MS;
+	o.port = -1;
+	rc = parse_args(argc, argv, &o, pos, &npos, &help);
+	if (rc != 0 || help) {
+		if (help)
+			fputs(usage_text, stdout);
+		free(pos);
+		return help ? EXIT_OK : rc;
+	}
+	if (strcmp(pos[0], "serve") == 0) {
+		rc = npos == 1 ? ddpstore_serve(&o) : usage_error("serve takes no arguments");
+		free(pos);
+		return rc;
+	}
+	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		const struct cmd *cmd = &cmds[i];
+		int n = npos - 1;
+
+		if (strcmp(pos[0], cmd->name) != 0)
+			continue;
+		if (n < cmd->min_args || (cmd->max_args >= 0 && n > cmd->max_args)) {
+			rc = usage_error("%s: wrong number of arguments", cmd->name);
+		} else if (o.wait && strcmp(cmd->name, "get") != 0) {
+			rc = usage_error("--wait is an option of get only");
+		} else {
+			rc = run_client(cmd, &o, pos + 1, n);
+		}
+		free(pos);
+		return rc;
+	}
+	rc = usage_error("unknown command '%s'", pos[0]);
+	free(pos);
+	return rc;
+}

@@ -1,0 +1,37 @@
+/* ddpstore: shared pieces of the CLI (options, exit statuses). */
+#ifndef DDP_DDPSTORE_H
+#define DDP_DDPSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit statuses (documented in ddpstore(1)). */
+enum {
+	EXIT_OK = 0,
+	EXIT_ERROR = 1, /* any other failure */
+	EXIT_USAGE = 2,
+	EXIT_NOT_FOUND = 3,  /* get/check/del: key absent */
+	EXIT_TIMEOUT = 4,    /* wait/get --wait: deadline passed */
+	EXIT_CONN = 5,	     /* could not connect, or the connection was lost */
+	EXIT_CAS_FAILED = 6, /* cas: the value was not the expected one */
+};
+
+struct ddpstore_opts {
+	const char *addr;   /* --addr HOST:PORT */
+	const char *prefix; /* --prefix P */
+	int64_t timeout_ms; /* --timeout S; -1: default */
+	int64_t connect_timeout_ms;
+	bool wait; /* get --wait */
+	/* serve */
+	const char *host;
+	int port; /* -1: default */
+	const char *port_file;
+	int64_t max_conns, max_key_len, max_value_len, max_multi_keys, max_conn_buffer;
+	bool quiet;
+};
+
+int ddpstore_serve(const struct ddpstore_opts *o);
+void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

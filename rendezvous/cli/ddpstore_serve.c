@@ -1,0 +1,138 @@
+/* ddpstore serve: a standalone store server on the default loop, until
+ * SIGINT or SIGTERM (then a clean shutdown, exit 0). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "ddpstore.h"
+#include "store_server.h"
+
+/* Descriptors kept aside from connections (stdio, loop, listeners, logs). */
+#define FD_RESERVE 32
+
+struct serve {
+	uv_loop_t *loop;
+	struct store_server *srv;
+	uv_signal_t sigint, sigterm;
+	int signo;
+};
+
+static void on_closed(void *arg)
+{
+	struct serve *sv = arg;
+
+	uv_close((uv_handle_t *)&sv->sigint, NULL);
+	uv_close((uv_handle_t *)&sv->sigterm, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signo)
+{
+	struct serve *sv = h->data;
+
+	if (sv->signo)
+		return;
+	sv->signo = signo;
+	store_server_close(sv->srv, on_closed, sv);
+}
+
+/* Write the port to path atomically: a temporary file, then rename, so a
+ * reader never sees a partial number. */
+static int write_port_file(const char *path, int port)
+{
+	size_t n = strlen(path) + 32;
+	char *tmp = malloc(n);
+	FILE *f;
+	int rc = 0;
+
+	if (tmp == NULL)
+		return -ENOMEM;
+	snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
+	f = fopen(tmp, "w");
+	if (f == NULL) {
+		rc = -errno;
+		free(tmp);
+		return rc;
+	}
+	fprintf(f, "%d\n", port);
+	if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+		rc = -errno;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) != 0)
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+	free(tmp);
+	return rc;
+}
+
+int ddpstore_serve(const struct ddpstore_opts *o)
+{
+	struct store_server_opts so;
+	struct serve sv;
+	uint64_t nofile = 0;
+	int port = o->port, rc;
+	const char *env;
+
+	memset(&sv, 0, sizeof(sv));
+	store_server_opts_init(&so);
+	so.log_prefix = o->quiet ? NULL : "ddpstore";
+	if (o->max_conns)
+		so.max_conns = o->max_conns > 1000000 ? 1000000 : (unsigned)o->max_conns;
+	if (o->max_key_len)
+		so.max_key_len = (size_t)o->max_key_len;
+	if (o->max_value_len)
+		so.max_value_len = (size_t)o->max_value_len;
+	if (o->max_multi_keys)
+		so.max_multi_keys = (size_t)o->max_multi_keys;
+	if (o->max_conn_buffer)
+		so.max_conn_buffer = (size_t)o->max_conn_buffer;
+	if (port < 0) {
+		env = getenv("MASTER_PORT");
+		port = 29500;
+		if (env && *env && (sscanf(env, "%d", &port) != 1 || port < 0 || port > 65535)) {
+			ddpstore_err("bad MASTER_PORT '%s'", env);
+			return EXIT_USAGE;
+		}
+	}
+	signal(SIGPIPE, SIG_IGN);
+	rc = store_server_raise_nofile(&nofile);
+	if (rc == 0 && nofile < (uint64_t)so.max_conns + FD_RESERVE)
+		ddpstore_err("warning: the open-files limit (RLIMIT_NOFILE) is %llu: at most about "
+			     "%llu of the %u allowed connections can be served; raise the hard "
+			     "limit (ulimit -Hn) or lower --max-conns",
+			     (unsigned long long)nofile,
+			     (unsigned long long)(nofile > FD_RESERVE ? nofile - FD_RESERVE : 0),
+			     so.max_conns);
+	sv.loop = uv_default_loop();
+	rc = store_server_start(sv.loop, &so, o->host, port, &sv.srv);
+	if (rc < 0) {
+		ddpstore_err("cannot listen on %s port %d: %s", o->host ? o->host : "*", port,
+			     uv_strerror(rc));
+		uv_run(sv.loop, UV_RUN_DEFAULT); /* finish the failed start's closes */
+		uv_loop_close(sv.loop);
+		return EXIT_ERROR;
+	}
+	port = store_server_port(sv.srv);
+	if (o->port_file && (rc = write_port_file(o->port_file, port)) < 0) {
+		ddpstore_err("cannot write the port file %s: %s", o->port_file, strerror(-rc));
+		store_server_close(sv.srv, NULL, NULL);
+		uv_run(sv.loop, UV_RUN_DEFAULT);
+		uv_loop_close(sv.loop);
+		return EXIT_ERROR;
+	}
+	if (!o->quiet)
+		fprintf(stderr, "ddpstore: serving on %s port %d\n", o->host ? o->host : "*", port);
+	uv_signal_init(sv.loop, &sv.sigint);
+	uv_signal_init(sv.loop, &sv.sigterm);
+	sv.sigint.data = sv.sigterm.data = &sv;
+	uv_signal_start(&sv.sigint, on_signal, SIGINT);
+	uv_signal_start(&sv.sigterm, on_signal, SIGTERM);
+	uv_run(sv.loop, UV_RUN_DEFAULT);
+	uv_loop_close(sv.loop);
+	return EXIT_OK;
+}

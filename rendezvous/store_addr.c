@@ -1,0 +1,64 @@
+/* store_addr: address formatting and resolution (see store_addr.h). */
+#include "store_addr.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len)
+{
+	char host[INET6_ADDRSTRLEN];
+	int port, n;
+
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+
+		inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+		port = ntohs(in->sin_port);
+		n = with_port ? snprintf(buf, len, "%s:%d", host, port)
+			      : snprintf(buf, len, "%s", host);
+	} else if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+
+		inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+		port = ntohs(in6->sin6_port);
+		n = with_port ? snprintf(buf, len, "[%s]:%d", host, port)
+			      : snprintf(buf, len, "%s", host);
+	} else {
+		return -EAFNOSUPPORT;
+	}
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,
+		       int *gai_err)
+{
+	struct addrinfo hints;
+	char ports[16];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+	snprintf(ports, sizeof(ports), "%d", port);
+	rc = getaddrinfo(host, ports, &hints, out);
+	if (gai_err)
+		*gai_err = rc;
+	if (rc != 0)
+		return rc == EAI_MEMORY ? -ENOMEM : -EHOSTUNREACH;
+	return 0;
+}
+
+int64_t store_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,26 @@
+/* store_addr: address helpers shared by the store's server and clients
+ * (no libuv here: the blocking client links without the loop). */
+#ifndef DDP_STORE_ADDR_H
+#define DDP_STORE_ADDR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct addrinfo;
+
+/* Numeric text of sa: "1.2.3.4" / "::1", with ":port" ("[::1]:port") when
+ * with_port. 0 or a negative errno. */
+int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len);
+
+/* getaddrinfo for TCP with a numeric port; passive for binding. Returns 0 or
+ * -EHOSTUNREACH (name does not resolve; text via gai in *gai_err if not NULL). */
+int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,
+		       int *gai_err);
+
+/* Monotonic clock in milliseconds (the client avoids util.c: libddp links
+ * only the codec, the client and this file). */
+int64_t store_now_ms(void);
+
+#endif

@@ -1,0 +1,76 @@
+/* store_server_int: what store_server.c (sockets, buffers, lifecycle) and
+ * store_exec.c (requests against the key table) share. Not a public API. */
+#ifndef DDP_STORE_SERVER_INT_H
+#define DDP_STORE_SERVER_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "store_kv.h"
+#include "store_proto.h"
+#include "store_server.h"
+
+#define STORE_MAX_LISTENERS 8
+#define STORE_READ_CHUNK    (64 * 1024)
+
+struct store_conn {
+	uv_tcp_t tcp;
+	struct store_server *s;
+	struct store_conn *prev, *next; /* every open connection */
+	struct store_conn *dirty_next;	/* has replies to flush */
+	struct store_parser parser;
+	uint8_t *in; /* unparsed bytes (a partial message) */
+	size_t in_len, in_cap;
+	struct store_buf out; /* replies not yet handed to libuv */
+	size_t out_inflight;  /* bytes in uv_write requests */
+	bool dirty, closing, reading, paused, doomed, counted;
+	struct store_waiter *waiters; /* parked WAITs */
+	struct store_watch *watches;  /* 1.x WATCH_KEY registrations */
+	uint8_t *oc_key, *oc_val;     /* ON_CLOSE_SET registration */
+	size_t oc_klen, oc_vlen;
+	bool oc_set;
+	char peer[64];
+};
+
+struct store_server {
+	uv_loop_t *loop;
+	struct store_server_opts o;
+	struct store_limits lim;
+	uv_tcp_t *listeners[STORE_MAX_LISTENERS]; /* malloc'd, freed when closed */
+	int nlisteners;
+	int port;
+	struct store_kv *kv;
+	struct store_conn *conns;
+	unsigned nconns;
+	struct store_conn *dirty;
+	uv_check_t flush; /* after each poll: hand every dirty reply to libuv */
+	uint8_t *rbuf;	  /* shared read buffer; every read is consumed at once */
+	bool closing;
+	unsigned open_handles;
+	void (*done)(void *arg);
+	void *done_arg;
+	uint64_t last_limit_log_ms;
+	uint64_t refused_since_log;
+};
+
+void store_srv_log(struct store_server *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Close c; reason (may be NULL) goes to the log. Runs its ON_CLOSE_SET
+ * unless the server itself is shutting down. */
+void store_conn_close(struct store_conn *c, const char *reason);
+/* Queue c for the end-of-batch flush. */
+void store_conn_mark_dirty(struct store_conn *c);
+size_t store_conn_out_bytes(const struct store_conn *c);
+
+/* Execute one parsed request on c (store_exec.c). May close c. */
+void store_exec(struct store_conn *c, const struct store_req *r);
+/* Table callbacks: a parked waiter completed / a watched key changed. */
+void store_exec_woken(struct store_waiter *w, void *arg);
+void store_exec_watch(struct store_watch *w, int type, const uint8_t *key, size_t klen,
+		      const uint8_t *old, size_t oldlen, const uint8_t *nv, size_t nvlen,
+		      void *arg);
+/* Drop c's waiters, watches; perform its ON_CLOSE_SET when run_on_close. */
+void store_exec_conn_gone(struct store_conn *c, bool run_on_close);
+
+#endif
