@@ -63,11 +63,12 @@ static void announce(const struct ddp_ctx *ctx, const char *why)
 	if (ctx->env.rank != 0 || ctx->env.quiet)
 		return;
 	if (ctx->backend == DDP_BACKEND_NCCL)
-		fprintf(stderr, "libddp: backend nccl (rank 0 on GPU %d), world size %d, %d node(s)\n",
+		fprintf(stderr,
+			"libddp: backend nccl (rank 0 on GPU %d), world size %d, %d node(s)\n",
 			ctx->device, ctx->env.world, ctx->env.nnodes);
 	else if (why[0] && strcmp(why, "requested") != 0)
-		fprintf(stderr, "libddp: no GPU (%s): backend cpu, world size %d, %d node(s)\n", why,
-			ctx->env.world, ctx->env.nnodes);
+		fprintf(stderr, "libddp: no GPU (%s): backend cpu, world size %d, %d node(s)\n",
+			why, ctx->env.world, ctx->env.nnodes);
 	else
 		fprintf(stderr, "libddp: backend cpu, world size %d, %d node(s)\n", ctx->env.world,
 			ctx->env.nnodes);

@@ -23,37 +23,39 @@
 #endif
 #define VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 
-/* acc op= s for n elements; NaN propagates through min/max (torch semantics):
- * a NaN in s replaces acc, a NaN in acc stays because comparisons with it fail. */
-#define DEFINE_COMBINE(T, NAME)                                                                    \
-	CLONES VEC static void NAME##_sum(T *restrict acc, const T *restrict s, size_t n)          \
-	{                                                                                          \
-		for (size_t i = 0; i < n; i++)                                                     \
-			acc[i] += s[i];                                                            \
-	}                                                                                          \
-	CLONES VEC static void NAME##_min(T *restrict acc, const T *restrict s, size_t n)          \
-	{                                                                                          \
-		for (size_t i = 0; i < n; i++)                                                     \
-			acc[i] = (s[i] < acc[i] || s[i] != s[i]) ? s[i] : acc[i];                  \
-	}                                                                                          \
-	CLONES VEC static void NAME##_max(T *restrict acc, const T *restrict s, size_t n)          \
-	{                                                                                          \
-		for (size_t i = 0; i < n; i++)                                                     \
-			acc[i] = (s[i] > acc[i] || s[i] != s[i]) ? s[i] : acc[i];                  \
-	}                                                                                          \
-	CLONES VEC static void NAME##_div(T *restrict acc, T d, size_t n)                          \
-	{                                                                                          \
-		for (size_t i = 0; i < n; i++)                                                     \
-			acc[i] /= d;                                                               \
-	}                                                                                          \
-	static void NAME##_combine(enum ddp_op op, T *restrict acc, const T *restrict s, size_t n) \
-	{                                                                                          \
-		if (op == DDP_MIN)                                                                 \
-			NAME##_min(acc, s, n);                                                     \
-		else if (op == DDP_MAX)                                                            \
-			NAME##_max(acc, s, n);                                                     \
-		else                                                                               \
-			NAME##_sum(acc, s, n);                                                     \
+/* out = a op b for n elements. out may be a or b (element i is read before it
+ * is written), so no restrict on it; the compiler checks overlap at run time.
+ * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
+ * a stays because every comparison with it fails. */
+#define DEFINE_COMBINE(T, NAME)                                                              \
+	CLONES VEC static void NAME##_sum(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = a[i] + b[i];                                                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_min(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i];                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_max(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i];                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_div(T *acc, T d, size_t n)                             \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			acc[i] /= d;                                                         \
+	}                                                                                    \
+	static void NAME##_combine(enum ddp_op op, T *out, const T *a, const T *b, size_t n) \
+	{                                                                                    \
+		if (op == DDP_MIN)                                                           \
+			NAME##_min(out, a, b, n);                                            \
+		else if (op == DDP_MAX)                                                      \
+			NAME##_max(out, a, b, n);                                            \
+		else                                                                         \
+			NAME##_sum(out, a, b, n);                                            \
 	}
 
 DEFINE_COMBINE(float, f32)
@@ -61,18 +63,24 @@ DEFINE_COMBINE(double, f64)
 DEFINE_COMBINE(int32_t, i32)
 DEFINE_COMBINE(int64_t, i64)
 
-/* One block of a natively typed reduction. */
-#define NATIVE_BLOCK(T, NAME)                                                \
-	do {                                                                 \
-		T acc[BLK];                                                  \
-		memcpy(acc, (const T *)src[0] + off, m * sizeof(T));         \
-		for (int k = 1; k < nsrc; k++)                               \
-			NAME##_combine(op, acc, (const T *)src[k] + off, m); \
-		if (op == DDP_AVG && avg_div > 1)                            \
-			NAME##_div(acc, (T)avg_div, m);                      \
-		memcpy((T *)dst + off, acc, m * sizeof(T));                  \
-		if (dst2)                                                    \
-			memcpy((T *)dst2 + off, acc, m * sizeof(T));         \
+/* One block of a natively typed reduction: sources are combined pairwise
+ * through an L1 accumulator, the last combination writing dst directly (every
+ * source's block has been read by then, so dst may alias any of them). */
+#define NATIVE_BLOCK(T, NAME)                                                      \
+	do {                                                                       \
+		T acc[BLK], *d = (T *)dst + off;                                   \
+		const T *prev = (const T *)src[0] + off;                           \
+		if (nsrc == 1 && d != prev)                                        \
+			memmove(d, prev, m * sizeof(T));                           \
+		for (int k = 1; k < nsrc; k++) {                                   \
+			T *out = k == nsrc - 1 ? d : acc;                          \
+			NAME##_combine(op, out, prev, (const T *)src[k] + off, m); \
+			prev = out;                                                \
+		}                                                                  \
+		if (op == DDP_AVG && avg_div > 1)                                  \
+			NAME##_div(d, (T)avg_div, m);                              \
+		if (dst2)                                                          \
+			memcpy((T *)dst2 + off, d, m * sizeof(T));                 \
 	} while (0)
 
 static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
@@ -90,7 +98,7 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 			ddpi_bf16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
 		else
 			ddpi_f16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
-		f32_combine(op, acc, tmp, m);
+		f32_combine(op, acc, acc, tmp, m);
 	}
 	if (op == DDP_AVG && avg_div > 1)
 		f32_div(acc, (float)avg_div, m);

@@ -349,7 +349,6 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what)
 {
 	struct shm_ctl *c = ctl_of(s, q);
-	int64_t next_check = 0;
 
 	for (int i = 0; i < s->spin; i++) {
 		if ((int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0)
@@ -371,7 +370,8 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 			ddpi_shm_abort(s, ddp_errmsg());
 			return -ETIMEDOUT;
 		}
-		if (now >= next_check) {
+		/* Liveness costs four syscalls: look at most every 100 ms. */
+		if (now >= s->next_check) {
 			/* A rank may publish its last step and exit: look once more. */
 			if (!pid_alive(s->hdr->pids[q]) &&
 			    (int32_t)(atomic_load(&c->seq) - target) < 0) {
@@ -380,7 +380,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 				ddpi_shm_abort(s, ddp_errmsg());
 				return DDP_EPEER;
 			}
-			next_check = now + 100;
+			s->next_check = now + 100;
 		}
 		int64_t left = deadline - now;
 		if (left > 100)
