@@ -33,10 +33,13 @@ struct ddpi_async {
 	int stop;
 };
 
+__thread int ddpi_in_background;
+
 static void *comm_main(void *arg)
 {
 	struct ddpi_async *a = arg;
 
+	ddpi_in_background = 1;
 	pthread_mutex_lock(&a->mu);
 	for (;;) {
 		while (a->head == a->tail && !a->stop)

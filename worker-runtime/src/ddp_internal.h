@@ -141,6 +141,9 @@ extern const struct ddpi_backend_ops ddpi_cpu_ops;
 /* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */
 
 int ddpi_async_start(struct ddp_ctx *ctx, struct ddpi_async **out);
+/* Set on the communication thread: its waits must not spin, the program's
+ * own threads are computing on the same cores. */
+extern __thread int ddpi_in_background;
 /* Queues an all_reduce of buf to run on the communication thread. */
 int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
 		      enum ddp_op op);

@@ -117,15 +117,23 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 		size_t m = n - off < BLK ? n - off : BLK;
 		switch (dt) {
 		case DDP_FLOAT32:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
 			NATIVE_BLOCK(float, f32);
 			break;
 		case DDP_FLOAT64:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
 			NATIVE_BLOCK(double, f64);
 			break;
 		case DDP_INT32:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
 			NATIVE_BLOCK(int32_t, i32);
 			break;
 		case DDP_INT64:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
 			NATIVE_BLOCK(int64_t, i64);
 			break;
 		case DDP_FLOAT16:

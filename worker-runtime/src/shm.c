@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -100,7 +101,7 @@ static void make_name(const struct ddp_env *env, char *buf, size_t len)
 	char id[101];
 	size_t i;
 
-	for (i = 0; env->run_id[i] && i < sizeof(id) - 1; i++) {
+	for (i = 0; i < sizeof(id) - 1 && env->run_id[i]; i++) {
 		char c = env->run_id[i];
 		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 			 (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
@@ -109,6 +110,16 @@ static void make_name(const struct ddp_env *env, char *buf, size_t len)
 	id[i] = '\0';
 	snprintf(buf, len, "/ddp-%s-r%d-p%d-n%d-u%d", id, env->restart, env->master_port, env->node,
 		 (int)getuid());
+}
+
+/* CPUs this process may run on (affinity and cpusets included). */
+static int usable_cpus(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return CPU_COUNT(&set);
+	return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 static size_t slot_bytes_from_env(void)
@@ -244,7 +255,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	s->nslots = 2;
 	s->slot_bytes = slot_bytes_from_env();
 	/* Oversubscribed cores: a spinning waiter steals the time its peer needs. */
-	s->spin = sysconf(_SC_NPROCESSORS_ONLN) >= s->lws ? 4000 : 50;
+	s->spin = usable_cpus() >= s->lws ? 4000 : 50;
 	make_name(env, s->name, sizeof(s->name));
 
 	ctl_off = HDR_BYTES;
@@ -350,7 +361,9 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 {
 	struct shm_ctl *c = ctl_of(s, q);
 
-	for (int i = 0; i < s->spin; i++) {
+	int spin = ddpi_in_background ? 50 : s->spin;
+
+	for (int i = 0; i < spin; i++) {
 		if ((int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0)
 			return 0;
 		cpu_relax();

@@ -100,6 +100,8 @@ static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t dead
 			int k = 0;
 			for (int i = sq->i; i < sq->n && k < 16; i++, k++)
 				v[k] = sq->v[i];
+			if (k == 0)
+				continue; /* cannot happen: the queue is not done */
 			v[0].iov_base = (char *)v[0].iov_base + sq->off;
 			v[0].iov_len -= sq->off;
 			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)k};
@@ -116,6 +118,8 @@ static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t dead
 			int k = 0;
 			for (int i = rq->i; i < rq->n && k < 16; i++, k++)
 				v[k] = rq->v[i];
+			if (k == 0)
+				continue; /* cannot happen: the queue is not done */
 			v[0].iov_base = (char *)v[0].iov_base + rq->off;
 			v[0].iov_len -= rq->off;
 			ssize_t r = readv(t->left_fd, v, k);
