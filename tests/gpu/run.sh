@@ -16,7 +16,7 @@ rows=()
 fails=0
 
 row() { # name status detail
-  rows+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
+  rows+=("$(printf '%-40s %-5s %s' "$1" "$2" "$3")")
   [[ $2 == PASS ]] || fails=$((fails + 1))
 }
 
@@ -97,7 +97,7 @@ else
   row "unit tests (CUDA build)" FAIL "see $log"
 fi
 
-printf '\n%-34s %-5s %s\n' "CHECK" "RESULT" "DETAIL"
+printf '\n%-40s %-5s %s\n' "CHECK" "RESULT" "DETAIL"
 printf '%s\n' "${rows[@]}"
 printf '\n%d failed, %ss, log: %s\n' "$fails" "$(( $(date +%s) - start ))" "$log"
 [[ $fails -eq 0 ]]
