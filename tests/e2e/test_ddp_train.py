@@ -12,10 +12,11 @@ from conftest import binary, free_port
 from ddp_launch import launch, wait_all
 
 
-def train(reaper, nproc, args, tmp_path, nnodes=1, port=None):
+def train(reaper, nproc, args, tmp_path, nnodes=1, port=None, extra=None):
     dump = tmp_path / f"params-{nnodes}x{nproc}-{uuid.uuid4().hex[:6]}.bin"
     procs = launch(reaper, [binary("train")] + args + ["--dump", str(dump)], nproc,
-                   port or free_port(), "train" + uuid.uuid4().hex[:8], nnodes=nnodes)
+                   port or free_port(), "train" + uuid.uuid4().hex[:8], nnodes=nnodes,
+                   extra=extra)
     results = wait_all(procs, timeout=120)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 0, f"rank {rank}: {rc}\n{out}\n{err}"
@@ -61,12 +62,14 @@ def test_n_ranks_match_one_rank(reaper, tmp_path, one_rank, nproc):
         [l for l in out1.splitlines() if l.startswith("epoch")]
 
 
-def test_many_buckets_and_gradient_accumulation(reaper, tmp_path):
-    """Small buckets (several per step, launched while backward runs) and
-    no_sync for 3 of every 4 steps: 4 ranks still match 1 rank."""
+@pytest.mark.parametrize("async_", ["1", "0"], ids=["comm-thread", "in-finish"])
+def test_many_buckets_and_gradient_accumulation(reaper, tmp_path, async_):
+    """Small buckets (several per step, launched while backward runs, or run
+    by finish() with DDP_ASYNC=0) and no_sync for 3 of every 4 steps: 4 ranks
+    still match 1 rank."""
     args = ["--steps", "40", "--bucket-cap-kb", "16", "--no-sync-every", "4", "--lr", "0.05"]
     out1, p1 = train(reaper, 1, args, tmp_path)
-    out4, p4 = train(reaper, 4, args + ["--check-sync"], tmp_path)
+    out4, p4 = train(reaper, 4, args + ["--check-sync"], tmp_path, extra={"DDP_ASYNC": async_})
     assert "bucket(s)" in out4 and " 1 bucket(s)" not in out4
     assert_close(p1, p4)
 

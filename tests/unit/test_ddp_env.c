@@ -142,6 +142,7 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_TIMEOUT=soon", NULL}, "DDP_TIMEOUT");
 	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
+	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
 }
 
 static void test_print_rank_specs(void **state)

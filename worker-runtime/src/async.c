@@ -31,9 +31,45 @@ struct ddpi_async {
 	int err;
 	char errmsg[512];
 	int stop;
+	int threaded; /* 0: no thread, the queue runs in ddpi_async_wait */
 };
 
 __thread int ddpi_in_background;
+
+/* Runs one queued reduction under the context lock. */
+static int run_job(struct ddpi_async *a, const struct job *j)
+{
+	struct ddp_ctx *ctx = a->ctx;
+	int rc;
+
+	pthread_mutex_lock(&ctx->lock);
+	rc = ctx->broken ? ddpi_err(DDP_EBROKEN, "%s", ctx->broken_msg)
+			 : ctx->ops->all_reduce(ctx->be, j->buf, j->count, j->dt, j->op,
+						ddpi_deadline(ctx));
+	if (rc < 0 && !ctx->broken)
+		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+/* Takes the head job (a->mu held), runs it unlocked, records the outcome. */
+static void run_head(struct ddpi_async *a)
+{
+	struct job j = a->q[a->head % a->cap];
+	int skip = a->err != 0, rc = 0;
+
+	pthread_mutex_unlock(&a->mu);
+	if (!skip)
+		rc = run_job(a, &j);
+	pthread_mutex_lock(&a->mu);
+	if (rc < 0 && !a->err) {
+		a->err = rc;
+		snprintf(a->errmsg, sizeof(a->errmsg), "%s", ddp_errmsg());
+	}
+	a->head++;
+	a->running--;
+	pthread_cond_broadcast(&a->cv);
+}
 
 static void *comm_main(void *arg)
 {
@@ -46,37 +82,13 @@ static void *comm_main(void *arg)
 			pthread_cond_wait(&a->cv, &a->mu);
 		if (a->head == a->tail && a->stop)
 			break;
-		struct job j = a->q[a->head % a->cap];
-		int skip = a->err != 0;
-		pthread_mutex_unlock(&a->mu);
-
-		int rc = 0;
-		if (!skip) {
-			struct ddp_ctx *ctx = a->ctx;
-			pthread_mutex_lock(&ctx->lock);
-			rc = ctx->broken ? ddpi_err(DDP_EBROKEN, "%s", ctx->broken_msg)
-					 : ctx->ops->all_reduce(ctx->be, j.buf, j.count, j.dt, j.op,
-								ddpi_deadline(ctx));
-			if (rc < 0 && !ctx->broken)
-				ddpi_ctx_fail(ctx,
-					      ddpi_err_prefix(rc, "gradient bucket all_reduce"));
-			pthread_mutex_unlock(&ctx->lock);
-		}
-
-		pthread_mutex_lock(&a->mu);
-		if (rc < 0 && !a->err) {
-			a->err = rc;
-			snprintf(a->errmsg, sizeof(a->errmsg), "%s", ddp_errmsg());
-		}
-		a->head++;
-		a->running--;
-		pthread_cond_broadcast(&a->cv);
+		run_head(a);
 	}
 	pthread_mutex_unlock(&a->mu);
 	return NULL;
 }
 
-int ddpi_async_start(struct ddp_ctx *ctx, struct ddpi_async **out)
+int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out)
 {
 	struct ddpi_async *a = calloc(1, sizeof(*a));
 	int rc;
@@ -85,6 +97,7 @@ int ddpi_async_start(struct ddp_ctx *ctx, struct ddpi_async **out)
 		return -ENOMEM;
 	a->ctx = ctx;
 	a->cap = 64;
+	a->threaded = threaded;
 	a->q = calloc(a->cap, sizeof(*a->q));
 	if (!a->q) {
 		free(a);
@@ -92,7 +105,7 @@ int ddpi_async_start(struct ddp_ctx *ctx, struct ddpi_async **out)
 	}
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
-	if ((rc = pthread_create(&a->thread, NULL, comm_main, a)) != 0) {
+	if (threaded && (rc = pthread_create(&a->thread, NULL, comm_main, a)) != 0) {
 		free(a->q);
 		free(a);
 		return ddpi_err(-rc, "cannot start the communication thread: %s", strerror(rc));
@@ -131,6 +144,9 @@ int ddpi_async_wait(struct ddpi_async *a, int64_t deadline)
 	int rc;
 
 	pthread_mutex_lock(&a->mu);
+	/* Without a thread, the queue runs here, in order. */
+	while (!a->threaded && a->head != a->tail)
+		run_head(a);
 	while (a->running) {
 		/* The thread's own collectives carry deadlines; this one only guards
 		 * against a thread that cannot be scheduled at all. */
@@ -159,7 +175,8 @@ void ddpi_async_stop(struct ddpi_async *a)
 	a->stop = 1;
 	pthread_cond_broadcast(&a->cv);
 	pthread_mutex_unlock(&a->mu);
-	pthread_join(a->thread, NULL);
+	if (a->threaded)
+		pthread_join(a->thread, NULL);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
 	free(a->q);

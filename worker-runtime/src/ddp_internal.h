@@ -38,6 +38,7 @@ struct ddp_env {
 	char print_ranks[256];	  /* from DDP_PRINT_RANKS ("" unset) */
 	int64_t timeout_ms;	  /* from DDP_TIMEOUT, else the default */
 	int quiet;		  /* DDP_QUIET */
+	int async;		  /* DDP_ASYNC: buckets on a communication thread (1) */
 };
 
 typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);
@@ -140,7 +141,8 @@ extern const struct ddpi_backend_ops ddpi_cpu_ops;
 
 /* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */
 
-int ddpi_async_start(struct ddp_ctx *ctx, struct ddpi_async **out);
+/* threaded 0: no thread; submitted reductions run in ddpi_async_wait. */
+int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out);
 /* Set on the communication thread: its waits must not spin, the program's
  * own threads are computing on the same cores. */
 extern __thread int ddpi_in_background;

@@ -191,6 +191,9 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	e->quiet = 0;
 	if ((v = get(fn, arg, "DDP_QUIET")) && util_parse_int(v, 0, 1, &e->quiet) < 0)
 		return ddpi_err(DDP_EENV, "DDP_QUIET='%s' is not 0 or 1", v);
+	e->async = 1;
+	if ((v = get(fn, arg, "DDP_ASYNC")) && util_parse_int(v, 0, 1, &e->async) < 0)
+		return ddpi_err(DDP_EENV, "DDP_ASYNC='%s' is not 0 or 1", v);
 	return 0;
 }
 

@@ -203,7 +203,7 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 	}
 	ddpi_bucket_plan_free(&plan);
 	if (ddp_world_size(ctx) > 1 && !ctx->ops->all_reduce_async && !ctx->async &&
-	    (rc = ddpi_async_start(ctx, &ctx->async)) < 0)
+	    (rc = ddpi_async_start(ctx, ctx->env.async, &ctx->async)) < 0)
 		goto fail;
 	if (o->broadcast_params && (rc = broadcast_params(ctx, params, nparams)) < 0) {
 		rc = ddpi_err_prefix(rc, "reducer: initial broadcast of the parameters");
