@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   1
+#define SHM_VERSION   2
 #define HDR_BYTES     8192
 #define CTL_BYTES     128 /* two cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
@@ -38,6 +38,8 @@ struct shm_hdr {
 	char abort_msg[256];
 	int32_t pids[DDPI_SHM_MAX_LOCAL];
 	int32_t ranks[DDPI_SHM_MAX_LOCAL];
+	/* Each rank's pid namespace: pids are only comparable inside one. */
+	uint64_t pidns[DDPI_SHM_MAX_LOCAL];
 };
 
 struct shm_ctl {
@@ -47,14 +49,14 @@ struct shm_ctl {
 
 _Static_assert(sizeof(struct shm_hdr) <= HDR_BYTES, "shm header too large");
 
-static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
-{
-	return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
-}
-
 static inline struct shm_ctl *ctl_of(const struct ddpi_shm *s, int q)
 {
 	return (struct shm_ctl *)((char *)s->ctl + (size_t)q * CTL_BYTES);
+}
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
 static inline void cpu_relax(void)
@@ -238,6 +240,26 @@ static int wait_attached(struct ddpi_shm *s, int64_t deadline)
 	return 0;
 }
 
+/* Liveness checks look at peers' pids, which only mean something when every
+ * local rank shares our pid namespace (not so for ranks in separate containers
+ * sharing /dev/shm): compare, and rely on timeouts alone otherwise. */
+static int check_pid_namespace(struct ddpi_shm *s, int64_t deadline)
+{
+	struct stat st;
+	uint32_t in;
+	int rc;
+
+	s->hdr->pidns[s->me] = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+	in = ddpi_shm_publish(s);
+	if ((rc = ddpi_shm_wait_all(s, in, deadline, "init")) < 0)
+		return rc;
+	s->liveness = s->hdr->pidns[s->me] != 0;
+	for (int q = 0; q < s->lws; q++)
+		if (s->hdr->pidns[q] != s->hdr->pidns[s->me])
+			s->liveness = 0;
+	return 0;
+}
+
 int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm **out)
 {
 	struct ddpi_shm *s;
@@ -295,6 +317,8 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	/* Everyone has it mapped: the name is no longer needed. */
 	shm_unlink(s->name);
 	s->unlinked = 1;
+	if ((rc = check_pid_namespace(s, deadline)) < 0)
+		goto fail;
 	*out = s;
 	return 0;
 fail:
@@ -384,7 +408,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 			return -ETIMEDOUT;
 		}
 		/* Liveness costs four syscalls: look at most every 100 ms. */
-		if (now >= s->next_check) {
+		if (s->liveness && now >= s->next_check) {
 			/* A rank may publish its last step and exit: look once more. */
 			if (!pid_alive(s->hdr->pids[q]) &&
 			    (int32_t)(atomic_load(&c->seq) - target) < 0) {

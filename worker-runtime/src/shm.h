@@ -39,6 +39,7 @@ struct ddpi_shm {
 	uint32_t *slot_done;
 	int next_slot;
 	int spin;
+	int liveness;	    /* peers' pids are in our pid namespace: check them */
 	int64_t next_check; /* next peer liveness check (util_now_ms) */
 	char name[200];
 	int unlinked;
