@@ -54,3 +54,15 @@ def wait_all(procs, timeout=60):
             se += "\n[ddp_launch: killed at the test deadline]"
         out.append((p.returncode, so, se))
     return out
+
+
+def start_store(reaper, tmp_path):
+    """A standalone `ddpstore serve` on loopback (the store a multi-node job's
+    node leaders meet at); returns its port."""
+    from conftest import binary, wait_for
+    port_file = tmp_path / "store-port"
+    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port", "0",
+                  "--port-file", str(port_file), "--quiet"])
+    wait_for(lambda: port_file.exists() and port_file.read_text().strip(), timeout=10,
+             what="ddpstore port file")
+    return int(port_file.read_text().strip())

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from conftest import binary, prog, run, wait_for, free_port
-from ddp_launch import launch, wait_all
+from conftest import prog, run, free_port
+from ddp_launch import launch, start_store, wait_all
 
 
 def run_id():
@@ -38,13 +38,7 @@ def test_ddp_spawn_gives_a_working_world():
 
 @pytest.fixture
 def store(reaper, tmp_path):
-    """A standalone ddpstore server on loopback; yields its port."""
-    port_file = tmp_path / "port"
-    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port", "0",
-                  "--port-file", str(port_file), "--quiet"])
-    wait_for(lambda: port_file.exists() and port_file.read_text().strip(), timeout=10,
-             what="ddpstore port file")
-    return int(port_file.read_text().strip())
+    return start_store(reaper, tmp_path)
 
 
 @pytest.mark.parametrize("nnodes,nproc", [(2, 2), (3, 1)])

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from conftest import binary, free_port
-from ddp_launch import launch, wait_all
+from ddp_launch import launch, start_store, wait_all
 
 
 def train(reaper, nproc, args, tmp_path, nnodes=1, port=None, extra=None):
@@ -84,3 +84,13 @@ def test_bad_options_are_one_clear_line(reaper, tmp_path):
     for rc, out, err in wait_all(procs, timeout=30):
         assert rc == 1
         assert "fatal: the global batch (5) must be a multiple of the world size (2)" in err
+
+
+def test_two_nodes_match_one_rank(reaper, tmp_path, one_rank):
+    """2 nodes x 2 ranks by hand on loopback (shared memory inside each node, TCP
+    between the node leaders, peers found through a ddpstore): same model."""
+    out1, p1 = one_rank
+    out, p = train(reaper, 2, ["--steps", "100", "--check-sync"], tmp_path, nnodes=2,
+                   port=start_store(reaper, tmp_path))
+    assert_close(p1, p)
+    assert checksum(out) == checksum(out1)
