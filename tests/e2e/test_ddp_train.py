@@ -24,7 +24,7 @@ def train(reaper, nproc, args, tmp_path, nnodes=1, port=None, extra=None):
     # print control: only rank 0 talks on stdout
     assert all(out == "" for _, out, _ in results[1:])
     data = dump.read_bytes()
-    return out0, struct.unpack(f"{len(data) // 4}f", data)
+    return out0, struct.unpack(f"{len(data) // 8}d", data)
 
 
 def checksum(out):
