@@ -215,6 +215,28 @@ static void test_error_file_is_torchelastic_format(void **state)
 	assert_int_equal(ddp_record_error("x"), 0);
 }
 
+static void test_one_context_per_process(void **state)
+{
+	struct ddp_ctx *a = NULL, *b = NULL;
+
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	setenv("DDP_QUIET", "1", 1);
+	assert_int_equal(ddp_init(NULL, &a), 0);
+	assert_int_equal(ddp_world_size(a), 1);
+	assert_int_equal(ddp_init(NULL, &b), -EBUSY);
+	assert_null(b);
+	assert_int_equal(ddp_finalize(a), 0);
+	assert_int_equal(ddp_init(NULL, &b), 0);
+	assert_int_equal(ddp_finalize(b), 0);
+	/* a bad environment leaves no context behind either */
+	setenv("DDP_BACKEND", "bogus", 1);
+	assert_int_equal(ddp_init(NULL, &a), DDP_EENV);
+	unsetenv("DDP_BACKEND");
+	assert_int_equal(ddp_init(NULL, &a), 0);
+	assert_int_equal(ddp_finalize(a), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -225,6 +247,7 @@ int main(void)
 		cmocka_unit_test(test_print_rank_specs),
 		cmocka_unit_test(test_error_texts),
 		cmocka_unit_test(test_error_file_is_torchelastic_format),
+		cmocka_unit_test(test_one_context_per_process),
 	};
 	return cmocka_run_group_tests_name("ddp_env", tests, NULL, NULL);
 }

@@ -123,7 +123,8 @@ void ddp_options_init(struct ddp_options *o);
  * rank has joined or the timeout passes. o may be NULL (defaults).
  * Errors: DDP_EENV (inconsistent environment: RANK >= WORLD_SIZE, missing
  * MASTER_ADDR in a world > 1, ...), DDP_ENOGPU, DDP_ENOTBUILT, -ETIMEDOUT,
- * -ECONNREFUSED, DDP_ENCCL, -ENOMEM. *out is set only on success. */
+ * -ECONNREFUSED, DDP_ENCCL, -ENOMEM, -EBUSY (a process has one context at a
+ * time). *out is set only on success. */
 int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores

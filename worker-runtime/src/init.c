@@ -4,6 +4,7 @@
  * has joined). */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@
 
 #include "ddp_internal.h"
 #include "util.h"
+
+/* One context per process: a second one would share the node's segment name. */
+static _Atomic int live_contexts;
 
 static const char *real_getenv(const char *name, void *arg)
 {
@@ -88,9 +92,16 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		ddp_options_init(&defaults);
 		o = &defaults;
 	}
+	if (atomic_fetch_add(&live_contexts, 1) != 0) {
+		atomic_fetch_sub(&live_contexts, 1);
+		return ddpi_err(-EBUSY, "ddp_init: this process already has a context "
+					"(call ddp_finalize first)");
+	}
 	ctx = calloc(1, sizeof(*ctx));
-	if (!ctx)
+	if (!ctx) {
+		atomic_fetch_sub(&live_contexts, 1);
 		return ddpi_err(-ENOMEM, "ddp_init: out of memory");
+	}
 	ctx->saved_stdout = -1;
 	ctx->print_enabled = 1;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -136,6 +147,7 @@ fail:
 	ddpi_cpu_close(ctx->cpu);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
+	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
 }
 
@@ -155,6 +167,7 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
+	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
 }
 
