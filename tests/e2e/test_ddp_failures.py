@@ -48,6 +48,21 @@ def test_stopped_rank_gives_a_timeout_error(reaper):
     assert segments(rid) == []
 
 
+def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper):
+    """Rank 1 all_reduces 2000 elements, the others 1000: instead of garbage or
+    a hang, every rank fails at once and says who called what."""
+    procs = launch(reaper, [prog("ddp_coll"), "mismatch"], 3, free_port(),
+                   "mm" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "60"})
+    start = time.monotonic()
+    results = wait_all(procs, timeout=60)
+    assert time.monotonic() - start < 30  # not the 60 s timeout
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "mismatched collectives" in err or "failed: all_reduce: mismatched" in err, err
+    assert any("rank 1 called all_reduce(2000 x float32, sum) while rank" in err or
+               "called all_reduce(2000 x float32, sum)" in err for _, _, err in results)
+
+
 def test_segment_is_removed_when_a_rank_never_joins(reaper):
     """Rank 1 of 3 never starts: the segment local rank 0 created exists while
     the others wait for it, they time out joining, and it is unlinked anyway."""

@@ -4,6 +4,8 @@
  *   ddp_coll [--spawn N] crash RANK     RANK exits (status 7) in the middle of all_reduces
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
+ *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
+ *                                       prints the error (exit 3)
  * Without --spawn it takes its identity from the environment (ddprun, or a test
  * harness). Prints "ok rank R" on success; exits 1 with the error otherwise. */
 #include <math.h>
@@ -196,7 +198,13 @@ static int worker(int rank, void *p)
 		rc = run_check(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
-	else if (!strcmp(mode, "hold")) {
+	else if (!strcmp(mode, "mismatch")) {
+		static float buf[2000];
+		int r = ddp_all_reduce(ctx, buf, ddp_rank(ctx) == 1 ? 2000 : 1000, DDP_FLOAT32,
+				       DDP_SUM);
+		fprintf(stderr, "rank %d: %s: %s\n", ddp_rank(ctx), ddp_strerror(r), ddp_errmsg());
+		rc = r < 0 ? 3 : 0;
+	} else if (!strcmp(mode, "hold")) {
 		ddp_print_force(ctx, "ready\n");
 		sleep(1);
 		rc = ddp_barrier(ctx) < 0;

@@ -45,7 +45,10 @@ struct shm_hdr {
 struct shm_ctl {
 	_Atomic uint32_t seq;
 	_Atomic uint32_t waiters;
+	struct ddpi_coll_desc desc[2];
 };
+
+_Static_assert(sizeof(struct shm_ctl) <= CTL_BYTES, "shm control line too large");
 
 _Static_assert(sizeof(struct shm_hdr) <= HDR_BYTES, "shm header too large");
 
@@ -470,4 +473,57 @@ void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)
 	}
 	for (int q = 0; q < s->lws; q++)
 		futex(&ctl_of(s, q)->seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d)
+{
+	/* Plain stores: the publish that follows (seq_cst) makes them visible. */
+	ctl_of(s, s->me)->desc[s->ncoll & 1] = *d;
+}
+
+void ddpi_shm_end(struct ddpi_shm *s)
+{
+	s->ncoll++;
+}
+
+static void describe(const struct ddpi_shm *s, const struct ddpi_coll_desc *d, char *buf,
+		     size_t len)
+{
+	static const char *const ops[] = {"sum", "avg", "min", "max"};
+
+	switch (d->kind) {
+	case DDPI_ALL_REDUCE:
+		snprintf(buf, len, "all_reduce(%llu x %s, %s)", (unsigned long long)d->count,
+			 ddpi_dtype_name((enum ddp_dtype)d->dt), d->op < 4 ? ops[d->op] : "?");
+		break;
+	case DDPI_BROADCAST:
+		snprintf(buf, len, "broadcast(%llu bytes from rank %d)",
+			 (unsigned long long)d->count,
+			 d->root >= 0 && d->root < s->lws ? s->hdr->ranks[d->root] : -1);
+		break;
+	case DDPI_ALL_GATHER:
+		snprintf(buf, len, "all_gather(%llu bytes each)", (unsigned long long)d->count);
+		break;
+	case DDPI_BARRIER:
+		snprintf(buf, len, "barrier()");
+		break;
+	default:
+		snprintf(buf, len, "an unknown collective");
+	}
+}
+
+int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what)
+{
+	const struct ddpi_coll_desc *mine = &ctl_of(s, s->me)->desc[s->ncoll & 1];
+	const struct ddpi_coll_desc *theirs = &ctl_of(s, q)->desc[s->ncoll & 1];
+	char a[96], b[96];
+
+	if (!memcmp(mine, theirs, sizeof(*mine)))
+		return 0;
+	describe(s, theirs, a, sizeof(a));
+	describe(s, mine, b, sizeof(b));
+	ddpi_err(-EINVAL, "%s: mismatched collectives: rank %d called %s while rank %d called %s",
+		 what, s->hdr->ranks[q], a, s->hdr->ranks[s->me], b);
+	ddpi_shm_abort(s, ddp_errmsg());
+	return -EINVAL;
 }

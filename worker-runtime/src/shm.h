@@ -26,6 +26,17 @@
 
 #define DDPI_SHM_MAX_LOCAL 256
 
+/* What a rank is about to do, so that mismatched collectives (a classic
+ * source of silent hangs) fail at once with both sides named. */
+enum ddpi_coll_kind { DDPI_ALL_REDUCE = 1, DDPI_BROADCAST, DDPI_ALL_GATHER, DDPI_BARRIER };
+
+struct ddpi_coll_desc {
+	uint32_t kind;
+	uint32_t dt, op;
+	int32_t root;	/* local rank of a broadcast's root */
+	uint64_t count; /* elements (all_reduce) or bytes */
+};
+
 struct ddpi_shm {
 	int lws, me;
 	void *map;
@@ -34,8 +45,9 @@ struct ddpi_shm {
 	struct shm_ctl *ctl;
 	size_t slot_bytes;
 	int nslots;
-	char **stage; /* stage[q]: rank q's staging area (nslots * slot_bytes) */
-	uint32_t seq; /* publishes so far (the same on every rank between collectives) */
+	char **stage;	/* stage[q]: rank q's staging area (nslots * slot_bytes) */
+	uint32_t seq;	/* publishes so far (the same on every rank between collectives) */
+	uint32_t ncoll; /* collectives so far: picks the descriptor slot (ncoll & 1) */
 	uint32_t *slot_done;
 	int next_slot;
 	int spin;
@@ -68,6 +80,13 @@ static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
 {
 	return s->stage[q] + (size_t)slot * s->slot_bytes;
 }
+/* Declare this rank's next collective (before its first publish); check, once
+ * a wait showed that q has published in it, that q declared the same one;
+ * close it. A peer is never more than one collective ahead, so two
+ * descriptor slots per rank are enough. */
+void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d);
+int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
+void ddpi_shm_end(struct ddpi_shm *s);
 /* Tell every local rank that this one failed (they stop waiting at once). */
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
 

@@ -29,6 +29,16 @@ static void slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *
 	*hi = (size_t)(q + 1) * per < m ? (size_t)(q + 1) * per : m;
 }
 
+static int check_all(struct ddpi_shm *s, const char *what)
+{
+	for (int q = 0; q < s->lws; q++) {
+		int rc;
+		if (q != s->me && (rc = ddpi_shm_check(s, q, what)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
 static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			    enum ddp_op op, int avg_div, int64_t deadline)
 {
@@ -41,7 +51,8 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 		return rc;
 	memcpy(ddpi_shm_slot(s, s->me, slot), buf, bytes);
 	in = ddpi_shm_publish(s);
-	if ((rc = ddpi_shm_wait_all(s, in, deadline, "all_reduce")) < 0)
+	if ((rc = ddpi_shm_wait_all(s, in, deadline, "all_reduce")) < 0 ||
+	    (rc = check_all(s, "all_reduce")) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
 		src[q] = q == s->me ? buf : ddpi_shm_slot(s, q, slot);
@@ -51,7 +62,7 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 }
 
 static int all_reduce_chunk(struct ddpi_shm *s, char *buf, size_t m, enum ddp_dtype dt,
-			    enum ddp_op op, int avg_div, int64_t deadline)
+			    enum ddp_op op, int avg_div, int first, int64_t deadline)
 {
 	const void *src[DDPI_SHM_MAX_LOCAL];
 	size_t es = ddp_dtype_size(dt), lo, hi;
@@ -67,7 +78,8 @@ static int all_reduce_chunk(struct ddpi_shm *s, char *buf, size_t m, enum ddp_dt
 	memcpy(mine, buf, lo * es);
 	memcpy(mine + hi * es, buf + hi * es, (m - hi) * es);
 	copied = ddpi_shm_publish(s);
-	if ((rc = ddpi_shm_wait_all(s, copied, deadline, "all_reduce")) < 0)
+	if ((rc = ddpi_shm_wait_all(s, copied, deadline, "all_reduce")) < 0 ||
+	    (first && (rc = check_all(s, "all_reduce")) < 0))
 		return rc;
 
 	for (int q = 0; q < s->lws; q++)
@@ -92,6 +104,8 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 {
 	size_t es = ddp_dtype_size(dt), bytes = count * es;
 	size_t chunk = s->slot_bytes / es;
+	struct ddpi_coll_desc d = {DDPI_ALL_REDUCE, (uint32_t)dt, (uint32_t)op, -1, count};
+	int rc = 0;
 
 	if (s->lws == 1) {
 		const void *src[1] = {buf};
@@ -99,78 +113,108 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 			ddpi_reduce(dt, op, buf, src, 1, count, avg_div);
 		return 0;
 	}
-	if (bytes <= SMALL_BYTES && bytes <= s->slot_bytes)
-		return all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
-	for (size_t off = 0; off < count; off += chunk) {
-		size_t m = count - off < chunk ? count - off : chunk;
-		int rc = all_reduce_chunk(s, (char *)buf + off * es, m, dt, op, avg_div, deadline);
-		if (rc < 0)
-			return rc;
+	ddpi_shm_begin(s, &d);
+	if (bytes <= SMALL_BYTES && bytes <= s->slot_bytes) {
+		rc = all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
+	} else {
+		for (size_t off = 0; off < count && rc == 0; off += chunk) {
+			size_t m = count - off < chunk ? count - off : chunk;
+			rc = all_reduce_chunk(s, (char *)buf + off * es, m, dt, op, avg_div,
+					      off == 0, deadline);
+		}
 	}
-	return 0;
+	ddpi_shm_end(s);
+	return rc;
 }
 
 int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
+	struct ddpi_coll_desc d = {DDPI_BROADCAST, 0, 0, root, bytes};
+	int rc = 0;
+
 	if (s->lws == 1)
 		return 0;
-	for (size_t off = 0; off < bytes; off += s->slot_bytes) {
+	ddpi_shm_begin(s, &d);
+	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
 		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
 		uint32_t in;
-		int slot, rc;
+		int slot;
 
 		if ((rc = ddpi_shm_acquire_slot(s, deadline, "broadcast", &slot)) < 0)
-			return rc;
+			break;
 		if (s->me == root)
 			memcpy(ddpi_shm_slot(s, root, slot), (char *)buf + off, m);
 		in = ddpi_shm_publish(s);
 		if (s->me != root) {
-			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
-				return rc;
+			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0 ||
+			    (off == 0 && (rc = ddpi_shm_check(s, root, "broadcast")) < 0))
+				break;
 			memcpy((char *)buf + off, ddpi_shm_slot(s, root, slot), m);
 		}
 		ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
 	}
-	return 0;
+	ddpi_shm_end(s);
+	return rc;
+}
+
+/* Every rank has published for this collective: compare with each peer. */
+static int sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
+{
+	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
+	return rc < 0 ? rc : check_all(s, what);
 }
 
 int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			const int *pos, int64_t deadline)
 {
+	struct ddpi_coll_desc d = {DDPI_ALL_GATHER, 0, 0, -1, bytes};
 	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
+	int rc = 0;
 
-	if (s->lws == 1 || bytes == 0) {
+	if (s->lws == 1) {
 		if (bytes && my_dst != send)
 			memmove(my_dst, send, bytes);
-		return s->lws == 1 ? 0 : ddpi_shm_barrier(s, deadline);
+		return 0;
 	}
-	for (size_t off = 0; off < bytes; off += s->slot_bytes) {
+	ddpi_shm_begin(s, &d);
+	if (bytes == 0)
+		rc = sync_all(s, deadline, "all_gather");
+	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
 		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
 		uint32_t in;
-		int slot, rc;
+		int slot;
 
 		if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_gather", &slot)) < 0)
-			return rc;
+			break;
 		memcpy(ddpi_shm_slot(s, s->me, slot), (const char *)send + off, m);
 		in = ddpi_shm_publish(s);
-		for (int k = 1; k < s->lws; k++) {
+		for (int k = 1; k < s->lws && rc == 0; k++) {
 			int q = (s->me + k) % s->lws;
-			if ((rc = ddpi_shm_wait(s, q, in, deadline, "all_gather")) < 0)
-				return rc;
+			if ((rc = ddpi_shm_wait(s, q, in, deadline, "all_gather")) < 0 ||
+			    (off == 0 && (rc = ddpi_shm_check(s, q, "all_gather")) < 0))
+				break;
 			memcpy((char *)recv + (size_t)pos[q] * bytes + off,
 			       ddpi_shm_slot(s, q, slot), m);
 		}
-		ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
+		if (rc == 0)
+			ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
 	}
 	/* send may alias my slot in recv: copy it last. */
-	if (my_dst != send)
+	if (rc == 0 && my_dst != send)
 		memmove(my_dst, send, bytes);
-	return 0;
+	ddpi_shm_end(s);
+	return rc;
 }
 
 int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
 {
+	struct ddpi_coll_desc d = {DDPI_BARRIER, 0, 0, -1, 0};
+	int rc;
+
 	if (s->lws == 1)
 		return 0;
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "barrier");
+	ddpi_shm_begin(s, &d);
+	rc = sync_all(s, deadline, "barrier");
+	ddpi_shm_end(s);
+	return rc;
 }
