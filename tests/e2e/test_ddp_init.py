@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from conftest import prog, run, free_port, make_vars
+from conftest import prog, run, free_port
 from ddp_launch import launch, wait_all
 
 
@@ -47,10 +47,16 @@ def test_inconsistent_environment_is_one_clear_error(env, needle):
     assert len(lines) == 1 and needle in lines[0], r.stderr
 
 
+def built_with_cuda():
+    # make.vars follows the last make invocation, not necessarily this build:
+    # ask the build itself (ddp_gpu_check exits 77 without CUDA).
+    return run([prog("ddp_gpu_check")], timeout=30, env=base_env()).returncode != 77
+
+
 def test_nccl_without_a_gpu_is_a_clear_error():
     r = run([prog("ddp_hello")], timeout=30, env=base_env(DDP_BACKEND="nccl"))
     assert r.returncode == 1
-    if "CUDA=1" in make_vars():
+    if built_with_cuda():
         assert "backend nccl requested but no GPU is visible" in r.stderr, r.stderr
     else:
         assert "backend nccl requested but libddp was built without CUDA" in r.stderr, r.stderr

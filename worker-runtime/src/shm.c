@@ -22,7 +22,7 @@
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
 #define SHM_VERSION   2
 #define HDR_BYTES     8192
-#define CTL_BYTES     128 /* two cache lines: no false sharing between ranks */
+#define CTL_BYTES     256 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
 
 struct shm_hdr {
@@ -45,7 +45,7 @@ struct shm_hdr {
 struct shm_ctl {
 	_Atomic uint32_t seq;
 	_Atomic uint32_t waiters;
-	struct ddpi_coll_desc desc[2];
+	struct ddpi_coll_desc desc[DDPI_DESC_SLOTS];
 };
 
 _Static_assert(sizeof(struct shm_ctl) <= CTL_BYTES, "shm control line too large");
@@ -477,8 +477,11 @@ void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)
 
 void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d)
 {
+	struct ddpi_coll_desc *mine = &ctl_of(s, s->me)->desc[s->ncoll % DDPI_DESC_SLOTS];
+
 	/* Plain stores: the publish that follows (seq_cst) makes them visible. */
-	ctl_of(s, s->me)->desc[s->ncoll & 1] = *d;
+	*mine = *d;
+	mine->ncoll = s->ncoll;
 }
 
 void ddpi_shm_end(struct ddpi_shm *s)
@@ -514,13 +517,24 @@ static void describe(const struct ddpi_shm *s, const struct ddpi_coll_desc *d, c
 
 int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what)
 {
-	const struct ddpi_coll_desc *mine = &ctl_of(s, s->me)->desc[s->ncoll & 1];
-	const struct ddpi_coll_desc *theirs = &ctl_of(s, q)->desc[s->ncoll & 1];
+	const struct ddpi_coll_desc *mine = &ctl_of(s, s->me)->desc[s->ncoll % DDPI_DESC_SLOTS];
+	struct ddpi_coll_desc theirs = ctl_of(s, q)->desc[s->ncoll % DDPI_DESC_SLOTS];
 	char a[96], b[96];
 
-	if (!memcmp(mine, theirs, sizeof(*mine)))
+	if ((int32_t)(theirs.ncoll - mine->ncoll) > 0)
+		return 0; /* q moved on: it checked this collective against us */
+	if (theirs.ncoll != mine->ncoll) {
+		ddpi_err(
+			-EINVAL,
+			"%s: mismatched collectives: rank %d is still in an earlier one (different "
+			"sizes, or a call missing on some rank)",
+			what, s->hdr->ranks[q]);
+		ddpi_shm_abort(s, ddp_errmsg());
+		return -EINVAL;
+	}
+	if (!memcmp(mine, &theirs, sizeof(*mine)))
 		return 0;
-	describe(s, theirs, a, sizeof(a));
+	describe(s, &theirs, a, sizeof(a));
 	describe(s, mine, b, sizeof(b));
 	ddpi_err(-EINVAL, "%s: mismatched collectives: rank %d called %s while rank %d called %s",
 		 what, s->hdr->ranks[q], a, s->hdr->ranks[s->me], b);

@@ -35,7 +35,11 @@ struct ddpi_coll_desc {
 	uint32_t dt, op;
 	int32_t root;	/* local rank of a broadcast's root */
 	uint64_t count; /* elements (all_reduce) or bytes */
+	uint32_t ncoll; /* which collective of this rank (set by ddpi_shm_begin) */
+	uint32_t pad;
 };
+
+#define DDPI_DESC_SLOTS 4 /* descriptors kept per rank (a ring) */
 
 struct ddpi_shm {
 	int lws, me;
@@ -47,7 +51,7 @@ struct ddpi_shm {
 	int nslots;
 	char **stage;	/* stage[q]: rank q's staging area (nslots * slot_bytes) */
 	uint32_t seq;	/* publishes so far (the same on every rank between collectives) */
-	uint32_t ncoll; /* collectives so far: picks the descriptor slot (ncoll & 1) */
+	uint32_t ncoll; /* collectives so far (the same on every rank) */
 	uint32_t *slot_done;
 	int next_slot;
 	int spin;
@@ -82,8 +86,8 @@ static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
 }
 /* Declare this rank's next collective (before its first publish); check, once
  * a wait showed that q has published in it, that q declared the same one;
- * close it. A peer is never more than one collective ahead, so two
- * descriptor slots per rank are enough. */
+ * close it. A peer that already moved on (a broadcast's root does not wait)
+ * may have reused the slot; it compared with us itself while it was there. */
 void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d);
 int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
 void ddpi_shm_end(struct ddpi_shm *s);

@@ -104,7 +104,11 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 {
 	size_t es = ddp_dtype_size(dt), bytes = count * es;
 	size_t chunk = s->slot_bytes / es;
-	struct ddpi_coll_desc d = {DDPI_ALL_REDUCE, (uint32_t)dt, (uint32_t)op, -1, count};
+	struct ddpi_coll_desc d = {.kind = DDPI_ALL_REDUCE,
+				   .dt = (uint32_t)dt,
+				   .op = (uint32_t)op,
+				   .root = -1,
+				   .count = count};
 	int rc = 0;
 
 	if (s->lws == 1) {
@@ -129,7 +133,7 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 
 int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
-	struct ddpi_coll_desc d = {DDPI_BROADCAST, 0, 0, root, bytes};
+	struct ddpi_coll_desc d = {.kind = DDPI_BROADCAST, .root = root, .count = bytes};
 	int rc = 0;
 
 	if (s->lws == 1)
@@ -167,7 +171,7 @@ static int sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
 int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			const int *pos, int64_t deadline)
 {
-	struct ddpi_coll_desc d = {DDPI_ALL_GATHER, 0, 0, -1, bytes};
+	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
 	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
 	int rc = 0;
 
@@ -208,7 +212,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 
 int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
 {
-	struct ddpi_coll_desc d = {DDPI_BARRIER, 0, 0, -1, 0};
+	struct ddpi_coll_desc d = {.kind = DDPI_BARRIER, .root = -1};
 	int rc;
 
 	if (s->lws == 1)
