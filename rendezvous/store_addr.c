@@ -5,9 +5,9 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len)
 {
@@ -55,10 +55,14 @@ int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo
 	return 0;
 }
 
-int64_t store_now_ms(void)
+int store_sock_keepalive(int fd, int idle_s)
 {
-	struct timespec ts;
+	int on = 1, intvl = idle_s / 3 > 0 ? idle_s / 3 : 1, cnt = 3;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0)
+		return -errno;
+	return 0;
 }

@@ -1,5 +1,5 @@
-/* store_addr: address helpers shared by the store's server and clients
- * (no libuv here: the blocking client links without the loop). */
+/* store_addr: socket address and option helpers shared by the store's server
+ * and clients (no libuv here: the blocking client does not need the loop). */
 #ifndef DDP_STORE_ADDR_H
 #define DDP_STORE_ADDR_H
 
@@ -19,8 +19,9 @@ int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size
 int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,
 		       int *gai_err);
 
-/* Monotonic clock in milliseconds (the client avoids util.c: libddp links
- * only the codec, the client and this file). */
-int64_t store_now_ms(void);
+/* TCP keepalive on fd: probe after idle_s idle seconds, then every
+ * idle_s / 3 (at least 1 s), give up after 3 probes -- a peer whose host died
+ * is noticed in about twice idle_s. 0 or a negative errno. */
+int store_sock_keepalive(int fd, int idle_s);
 
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "store_addr.h"
+#include "util.h"
 #include "store_proto.h"
 
 /* Replies larger than this are treated as protocol errors (a server sending a
@@ -37,7 +38,7 @@ struct store_client {
 
 static int64_t deadline_after(int64_t ms)
 {
-	return ms > 0 ? store_now_ms() + ms : -1;
+	return ms > 0 ? util_now_ms() + ms : -1;
 }
 
 static int poll_fd(int fd, short events, int64_t deadline)
@@ -45,7 +46,7 @@ static int poll_fd(int fd, short events, int64_t deadline)
 	struct pollfd p = {.fd = fd, .events = events};
 
 	for (;;) {
-		int64_t left = deadline < 0 ? -1 : deadline - store_now_ms();
+		int64_t left = deadline < 0 ? -1 : deadline - util_now_ms();
 		int rc;
 
 		if (deadline >= 0 && left <= 0)
@@ -222,7 +223,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 		return -ENOMEM;
 	c->fd = -1;
 	c->op_timeout_ms = op_timeout_ms;
-	c->nonce = (uint32_t)store_now_ms() ^ ((uint32_t)getpid() << 16);
+	c->nonce = (uint32_t)util_now_ms() ^ ((uint32_t)getpid() << 16);
 	store_buf_init(&c->req);
 	for (;;) {
 		struct addrinfo *ai = NULL, *a;
@@ -237,12 +238,14 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 			freeaddrinfo(ai);
 		if (rc == 0)
 			break;
-		if (deadline < 0 || store_now_ms() + backoff >= deadline)
+		if (deadline < 0 || util_now_ms() + backoff >= deadline)
 			goto fail;
 		sleep_ms(backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	/* A wait with no timeout must still end if the server's host dies. */
+	store_sock_keepalive(c->fd, 15);
 	/* The handshake gets the operation timeout: a server that accepts but
 	 * never answers (a PyTorch 1.x server reads VALIDATE as a huge SET) must
 	 * not hang us. */
@@ -310,21 +313,7 @@ static int begin(struct store_client *c, enum store_op op)
 
 static int put_key(struct store_client *c, const char *key)
 {
-	size_t kl, pl = c->prefix ? strlen(c->prefix) + 1 : 0;
-
-	if (key == NULL)
-		return -EINVAL;
-	kl = strlen(key);
-	if (1 + pl + kl > 8 * 1024)
-		return -ENAMETOOLONG;
-	store_put_u64(&c->req, 1 + pl + kl);
-	store_buf_put(&c->req, "/", 1);
-	if (c->prefix) {
-		store_buf_put(&c->req, c->prefix, pl - 1);
-		store_buf_put(&c->req, "/", 1);
-	}
-	store_buf_put(&c->req, key, kl);
-	return 0;
+	return store_put_user_key(&c->req, c->prefix, key, 8 * 1024);
 }
 
 static int put_val(struct store_client *c, const void *val, size_t len)
@@ -516,7 +505,7 @@ int store_check(struct store_client *c, const char *const *keys, size_t n)
 
 int store_delete(struct store_client *c, const char *key)
 {
-	int64_t r;
+	int64_t r = 0;
 	int rc = begin(c, STORE_OP_DELETE);
 
 	if (rc == 0)
@@ -600,10 +589,12 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 
 int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
 {
-	int64_t deadline = op_deadline(c), n;
+	int64_t deadline = op_deadline(c), n, pause = 1;
 	int rc;
 
-	/* Wait for an item, then pop; another client may take it first. */
+	/* Wait for an item, then pop. Another client may take it first; and a
+	 * key that also holds a plain value satisfies WAIT at once: then retry
+	 * with a growing pause (at most 100 ms) until the deadline. */
 	for (;;) {
 		rc = do_wait(c, &key, 1, deadline);
 		if (rc == 0)
@@ -618,6 +609,10 @@ int store_queue_pop(struct store_client *c, const char *key, void **val, size_t 
 			return rc;
 		if (n > 0)
 			return fail(c, recv_bytes(c, val, len, deadline));
+		if (deadline >= 0 && util_now_ms() + pause >= deadline)
+			return -ETIMEDOUT;
+		sleep_ms(pause);
+		pause = pause * 2 > 100 ? 100 : pause * 2;
 	}
 }
 

@@ -71,7 +71,8 @@ int store_multi_get(struct store_client *c, const char *const *keys, size_t n, v
 int store_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
 		    const size_t *lens, size_t n);
 int store_queue_push(struct store_client *c, const char *key, const void *val, size_t len);
-/* Blocks until an item is available or the operation timeout passes. */
+/* Blocks until an item is available or the operation timeout passes (a key
+ * that also holds a plain value makes this poll, every 100 ms at most). */
 int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len);
 int store_queue_len(struct store_client *c, const char *key, int64_t *n);
 int store_ping(struct store_client *c);

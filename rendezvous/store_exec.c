@@ -132,7 +132,8 @@ void store_exec_conn_gone(struct store_conn *c, bool run_on_close)
 	}
 	if (c->oc_set && run_on_close &&
 	    store_kv_set(kv, c->oc_key, c->oc_klen, c->oc_val, c->oc_vlen) < 0)
-		store_srv_log(c->s, "out of memory running the on-close set of %s", c->peer);
+		store_srv_log(c->s, "out of memory running the on-close set of %s",
+			      store_conn_peer(c));
 	on_close_clear(c);
 }
 

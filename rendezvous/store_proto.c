@@ -455,6 +455,25 @@ void store_put_validate(struct store_buf *b)
 	store_put_u32(b, STORE_V2_MAGIC);
 }
 
+int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max)
+{
+	size_t kl, pl = prefix && *prefix ? strlen(prefix) + 1 : 0;
+
+	if (key == NULL)
+		return -EINVAL;
+	kl = strlen(key);
+	if (1 + pl + kl > max)
+		return -ENAMETOOLONG;
+	store_put_u64(b, 1 + pl + kl);
+	store_buf_put(b, "/", 1);
+	if (pl) {
+		store_buf_put(b, prefix, pl - 1);
+		store_buf_put(b, "/", 1);
+	}
+	store_buf_put(b, key, kl);
+	return 0;
+}
+
 /* ---- replies ------------------------------------------------------------------ */
 
 /* Length of a bytes field at off, or 0 if incomplete, -EPROTO if too long. */

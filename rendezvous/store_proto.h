@@ -189,6 +189,10 @@ void store_put_bytes(struct store_buf *b, const void *data, size_t n);
 void store_put_op(struct store_buf *b, enum store_dialect d, enum store_op op);
 /* The 2.x handshake: VALIDATE + magic. */
 void store_put_validate(struct store_buf *b);
+/* A client key as torch.distributed.TCPStore sends it: "/" + key, or with a
+ * prefix p "/" + p + "/" + key (PrefixStore). -EINVAL for a NULL key,
+ * -ENAMETOOLONG past max bytes (nothing written then). */
+int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max);
 
 static inline uint64_t store_get_u64(const uint8_t *p)
 {

@@ -1,7 +1,8 @@
 /* store_server: the ddp store's TCP server on a libuv loop, speaking both
  * PyTorch TCPStore dialects (1.x and 2.x, chosen per connection). Embeddable:
  * the ddprun agent runs it inside its own loop; `ddpstore serve` runs it alone.
- * Errors are negative errno values (see store_strerror in store_client.h). */
+ * Errors are negative errno values (see store_strerror in store_client.h).
+ * The process must ignore SIGPIPE (libuv writes to sockets with write()). */
 #ifndef DDP_STORE_SERVER_H
 #define DDP_STORE_SERVER_H
 
@@ -17,15 +18,22 @@ struct store_server_opts {
 	unsigned max_conns;	/* concurrent connections; 0: 16384 */
 	int backlog;		/* listen backlog */
 	const char *log_prefix; /* "ddpstore" / "ddprun"; NULL: no logging */
+	int keepalive_s;	/* TCP keepalive idle time, so a dead peer host
+				 * closes (and runs its ON_CLOSE_SET) in about
+				 * twice this; 0: 15 s; < 0: off */
 };
 
 void store_server_opts_init(struct store_server_opts *o);
 
 struct store_server;
 
-/* Bind host:port (IPv4/IPv6 literal or name; port 0 picks a free port) and
- * start serving on loop. *out is owned by the caller until store_server_close's
- * callback has run. */
+/* Bind host:port (IPv4/IPv6 literal or name, every address it resolves to;
+ * several separated by commas; NULL, "" or "*": all interfaces, IPv4 and
+ * IPv6; port 0 picks a free port, the same on every address)
+ * and start serving on loop. *out is owned by the caller until
+ * store_server_close's callback has run. On failure there is nothing to
+ * free, but handles may still be closing: run the loop before
+ * uv_loop_close(). */
 int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
 		       int port, struct store_server **out);
 /* The bound port (useful after port 0). */
@@ -38,8 +46,7 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 unsigned store_server_num_conns(const struct store_server *s);
 
 /* Raise the soft RLIMIT_NOFILE to the hard limit (each connection is one
- * descriptor). *limit gets the resulting soft limit. 0 or a negative errno.
- * Embedders must also ignore SIGPIPE: libuv writes to sockets with write(). */
+ * descriptor). *limit gets the resulting soft limit. 0 or a negative errno. */
 int store_server_raise_nofile(uint64_t *limit);
 
 #endif

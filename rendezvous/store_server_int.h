@@ -1,5 +1,6 @@
-/* store_server_int: what store_server.c (sockets, buffers, lifecycle) and
- * store_exec.c (requests against the key table) share. Not a public API. */
+/* store_server_int: what store_server.c (listening, lifecycle), store_conn.c
+ * (connections, buffers) and store_exec.c (requests against the key table)
+ * share. Not a public API. */
 #ifndef DDP_STORE_SERVER_INT_H
 #define DDP_STORE_SERVER_INT_H
 
@@ -30,7 +31,7 @@ struct store_conn {
 	uint8_t *oc_key, *oc_val;     /* ON_CLOSE_SET registration */
 	size_t oc_klen, oc_vlen;
 	bool oc_set;
-	char peer[64];
+	char peer[64]; /* "" until store_conn_peer looks it up */
 };
 
 struct store_server {
@@ -50,6 +51,7 @@ struct store_server {
 	unsigned open_handles;
 	void (*done)(void *arg);
 	void *done_arg;
+	uint64_t nofile; /* soft RLIMIT_NOFILE, refreshed near the limit */
 	uint64_t last_limit_log_ms;
 	uint64_t refused_since_log;
 };
@@ -62,6 +64,16 @@ void store_conn_close(struct store_conn *c, const char *reason);
 /* Queue c for the end-of-batch flush. */
 void store_conn_mark_dirty(struct store_conn *c);
 size_t store_conn_out_bytes(const struct store_conn *c);
+const char *store_conn_peer(struct store_conn *c);
+
+/* store_conn.c: start reading c; the close callback of a connection; the
+ * after-poll flush of every dirty connection. */
+int store_conn_start_reading(struct store_conn *c);
+void store_conn_on_closed(uv_handle_t *h);
+void store_server_flush(uv_check_t *h);
+/* store_server.c: free the server once it is closing and its last handle
+ * has closed. */
+void store_server_maybe_free(struct store_server *s);
 
 /* Execute one parsed request on c (store_exec.c). May close c. */
 void store_exec(struct store_conn *c, const struct store_req *r);

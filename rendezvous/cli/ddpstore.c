@@ -281,7 +281,10 @@ struct cmd {
 	int (*run)(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 };
 
-static int cmd_set(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+/* set and append: KEY VALUE, no reply from the server, so a PING after it
+ * makes sure it landed (a rejected request closes the connection). */
+static int write_cmd(struct store_client *c, char **a, const char *name,
+		     int (*op)(struct store_client *, const char *, const void *, size_t))
 {
 	void *v;
 	size_t len;
@@ -289,26 +292,21 @@ static int cmd_set(struct store_client *c, const struct ddpstore_opts *o, char *
 
 	if (rc < 0)
 		return fail_op("reading the value", rc);
-	rc = store_set(c, a[0], v, len);
+	rc = op(c, a[0], v, len);
 	free_value(a[1], v);
 	if (rc == 0)
-		rc = store_ping(c); /* SET has no reply: make sure it landed */
-	return rc < 0 ? fail_op("set", rc) : EXIT_OK;
+		rc = store_ping(c);
+	return rc < 0 ? fail_op(name, rc) : EXIT_OK;
+}
+
+static int cmd_set(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	return write_cmd(c, a, "set", store_set);
 }
 
 static int cmd_append(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	void *v;
-	size_t len;
-	int rc = read_value(a[1], &v, &len);
-
-	if (rc < 0)
-		return fail_op("reading the value", rc);
-	rc = store_append(c, a[0], v, len);
-	free_value(a[1], v);
-	if (rc == 0)
-		rc = store_ping(c); /* APPEND has no reply: make sure it landed */
-	return rc < 0 ? fail_op("append", rc) : EXIT_OK;
+	return write_cmd(c, a, "append", store_append);
 }
 
 static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
@@ -340,6 +338,13 @@ static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char *
 	if (util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta) < 0)
 		return usage_error("add: '%s' is not an integer", a[1]);
 	rc = store_add(c, a[0], delta, &r);
+	if (rc == -ECONNRESET) {
+		/* The server drops a connection that ADDs to a non-number. */
+		ddpstore_err("add: the server closed the connection (is the value of '%s' not "
+			     "an integer?)",
+			     a[0]);
+		return EXIT_CONN;
+	}
 	if (rc < 0)
 		return fail_op("add", rc);
 	printf("%lld\n", (long long)r);

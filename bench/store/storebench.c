@@ -1,0 +1,499 @@
+/* storebench: a TCPStore load generator speaking the 1.x dialect (so the same
+ * client drives PyTorch 1.13's server and ours), on one libuv loop.
+ *
+ *   storebench ops  HOST PORT CONNS SECONDS   closed loop; prints
+ *       "ops=<ops/s> p50_us=<..> p99_us=<..> errors=<n>"
+ *   storebench rdzv HOST PORT CLIENTS TAG     rendezvous; prints
+ *       "rdzv_ms=<..> errors=<n>"
+ *
+ * ops: every connection repeats, one at a time, "SET k v(64 B) + GET k" (one
+ * round trip: SET has no reply) and "ADD c 1"; each counts as one op. The
+ * first 20% of the time is warm-up and not measured.
+ * rdzv: every client connects (all at once), ADDs a shared counter, the one
+ * that reaches CLIENTS sets the done key, and every client WAITs for it; the
+ * time is from the first connect to the last STOP_WAITING. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "store_proto.h"
+
+#define VALUE_LEN	64
+#define RDZV_TIMEOUT_MS 120000
+
+struct bconn {
+	uv_tcp_t tcp;
+	uv_connect_t creq;
+	int id;
+	bool connected, closed;
+	int step;      /* ops: 0 SET+GET, 1 ADD; rdzv: 0 ADD, 1 WAIT */
+	size_t expect; /* reply bytes awaited */
+	size_t got;
+	uint8_t reply[128];
+	uint64_t t0;
+	struct store_buf req[2]; /* prebuilt requests (ops) */
+};
+
+static uv_loop_t *loop;
+static struct sockaddr_storage addr;
+static struct bconn *conns;
+static int nconns, nconnected, nerrors, ndone, rdzv_target;
+static bool ops_mode, measuring, stopping;
+static uint64_t t_measure, t_stop, t_start;
+static uint32_t *lat;
+static size_t nlat, caplat;
+static uint64_t ops_measured;
+static char tag[32];
+static int outstanding;
+
+static void on_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
+{
+	struct bconn *c = h->data;
+
+	*b = uv_buf_init((char *)c->reply + c->got, (unsigned)(sizeof(c->reply) - c->got));
+}
+
+static void on_closed(uv_handle_t *h)
+{
+}
+
+static void fail(struct bconn *c)
+{
+	if (c->closed)
+		return;
+	c->closed = true;
+	nerrors++;
+	uv_close((uv_handle_t *)&c->tcp, on_closed);
+	if (!ops_mode && ndone + nerrors == nconns)
+		uv_stop(loop);
+	if (ops_mode && outstanding > 0 && --outstanding == 0)
+		uv_stop(loop);
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+	free(w->data);
+	free(w);
+}
+
+static void send_buf(struct bconn *c, const struct store_buf *b)
+{
+	uv_buf_t ub = uv_buf_init((char *)b->p, (unsigned)b->len);
+	int n = uv_try_write((uv_stream_t *)&c->tcp, &ub, 1);
+
+	if (n == (int)b->len)
+		return;
+	if (n < 0 && n != UV_EAGAIN) {
+		fail(c);
+		return;
+	}
+	if (n < 0)
+		n = 0;
+	{
+		uv_write_t *w = malloc(sizeof(*w));
+		char *copy = malloc(b->len - (size_t)n);
+
+		memcpy(copy, b->p + n, b->len - (size_t)n);
+		w->data = copy;
+		ub = uv_buf_init(copy, (unsigned)(b->len - (size_t)n));
+		if (uv_write(w, (uv_stream_t *)&c->tcp, &ub, 1, on_write) < 0) {
+			free(copy);
+			free(w);
+			fail(c);
+		}
+	}
+}
+
+/* ---- closed-loop ops ------------------------------------------------------------- */
+
+static void ops_next(struct bconn *c)
+{
+	if (stopping) {
+		outstanding--;
+		if (outstanding == 0)
+			uv_stop(loop);
+		return;
+	}
+	c->got = 0;
+	c->expect = c->step == 0 ? 8 + VALUE_LEN : 8;
+	c->t0 = uv_hrtime();
+	send_buf(c, &c->req[c->step]);
+}
+
+static void ops_reply(struct bconn *c)
+{
+	uint64_t now = uv_hrtime();
+
+	if (measuring && now < t_stop) {
+		if (nlat == caplat) {
+			uint32_t *n;
+
+			caplat = caplat ? caplat * 2 : 1 << 16;
+			n = realloc(lat, caplat * sizeof(*lat));
+			if (n == NULL)
+				_exit(1);
+			lat = n;
+		}
+		lat[nlat++] = (uint32_t)((now - c->t0) / 1000);
+		ops_measured++;
+	}
+	c->step ^= 1;
+	ops_next(c);
+}
+
+static void build_ops(struct bconn *c)
+{
+	char key[128], val[VALUE_LEN];
+
+	memset(val, 'v', sizeof(val));
+	snprintf(key, sizeof(key), "/bench/%s/k%d", tag, c->id);
+	store_buf_init(&c->req[0]);
+	store_put_op(&c->req[0], STORE_DIALECT_V1, STORE_OP_SET);
+	store_put_bytes(&c->req[0], key, strlen(key));
+	store_put_bytes(&c->req[0], val, sizeof(val));
+	store_put_op(&c->req[0], STORE_DIALECT_V1, STORE_OP_GET);
+	store_put_bytes(&c->req[0], key, strlen(key));
+	snprintf(key, sizeof(key), "/bench/%s/c%d", tag, c->id);
+	store_buf_init(&c->req[1]);
+	store_put_op(&c->req[1], STORE_DIALECT_V1, STORE_OP_ADD);
+	store_put_bytes(&c->req[1], key, strlen(key));
+	store_put_i64(&c->req[1], 1);
+}
+
+/* ---- rendezvous ---------------------------------------------------------------------- */
+
+static void rdzv_send(struct bconn *c, enum store_op op)
+{
+	struct store_buf b;
+	char key[128];
+
+	store_buf_init(&b);
+	store_put_op(&b, STORE_DIALECT_V1, op);
+	if (op == STORE_OP_WAIT)
+		store_put_u64(&b, 1);
+	snprintf(key, sizeof(key), "/rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
+	store_put_bytes(&b, key, strlen(key));
+	if (op == STORE_OP_ADD)
+		store_put_i64(&b, 1);
+	else if (op == STORE_OP_SET)
+		store_put_bytes(&b, "1", 1);
+	send_buf(c, &b);
+	store_buf_free(&b);
+}
+
+static void rdzv_reply(struct bconn *c)
+{
+	if (c->step == 0) {
+		int64_t v;
+
+		memcpy(&v, c->reply, 8);
+		if (v == rdzv_target)
+			rdzv_send(c, STORE_OP_SET);
+		c->step = 1;
+		c->got = 0;
+		c->expect = 1;
+		rdzv_send(c, STORE_OP_WAIT);
+		return;
+	}
+	ndone++;
+	uv_close((uv_handle_t *)&c->tcp, on_closed);
+	c->closed = true;
+	if (ndone + nerrors == nconns)
+		uv_stop(loop);
+}
+
+/* ---- common --------------------------------------------------------------------------- */
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+{
+	struct bconn *c = s->data;
+
+	if (n < 0) {
+		fail(c);
+		return;
+	}
+	c->got += (size_t)n;
+	if (c->got < c->expect)
+		return;
+	if (c->got > c->expect) { /* nothing else is ever in flight */
+		fail(c);
+		return;
+	}
+	if (ops_mode)
+		ops_reply(c);
+	else
+		rdzv_reply(c);
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+	struct bconn *c = req->data;
+
+	if (status < 0) {
+		fail(c);
+		return;
+	}
+	c->connected = true;
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+	nconnected++;
+	if (ops_mode)
+		return; /* the closed loop starts on the go signal */
+	c->expect = 8;
+	rdzv_send(c, STORE_OP_ADD);
+}
+
+static void connect_all(void)
+{
+	int i;
+
+	for (i = 0; i < nconns; i++) {
+		struct bconn *c = &conns[i];
+
+		uv_tcp_init(loop, &c->tcp);
+		c->tcp.data = c;
+		c->creq.data = c;
+		if (ops_mode)
+			build_ops(c);
+		if (uv_tcp_connect(&c->creq, &c->tcp, (struct sockaddr *)&addr, on_connect) < 0)
+			fail(c);
+	}
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void on_phase(uv_timer_t *t)
+{
+	if (!measuring) {
+		measuring = true;
+		t_measure = uv_hrtime();
+		return;
+	}
+	stopping = true;
+	uv_timer_stop(t);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+	uv_stop(loop);
+}
+
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+/* What a worker process reports (then, for ops, nlat latency samples). */
+struct result {
+	uint64_t ops, nlat, window_ns, t_end;
+	int32_t errors, done;
+};
+
+static int read_all(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+
+	while (n > 0) {
+		ssize_t r = read(fd, b, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n > 0) {
+		ssize_t w = write(fd, b, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(1);
+		b += w;
+		n -= (size_t)w;
+	}
+}
+
+/* One worker: connections [first, first + n) of `total`. It says it is
+ * ready on ready_fd, waits for go_fd to close, runs, and reports. */
+static void worker(int first, int n, int total, double seconds, int go_fd, int ready_fd, int res_fd)
+{
+	uv_timer_t timer, deadline;
+	struct result r = {0};
+	char c = 'r';
+	int i;
+
+	loop = uv_default_loop();
+	nconns = n;
+	rdzv_target = total;
+	conns = calloc((size_t)n, sizeof(*conns));
+	for (i = 0; i < n; i++)
+		conns[i].id = first + i;
+	uv_timer_init(loop, &timer);
+	uv_timer_init(loop, &deadline);
+	if (ops_mode) {
+		connect_all();
+		while (nconnected + nerrors < nconns && uv_run(loop, UV_RUN_ONCE))
+			;
+	}
+	write_all(ready_fd, &c, 1);
+	while (read(go_fd, &c, 1) > 0) /* EOF: go */
+		;
+	t_start = uv_hrtime();
+	/* Whatever the server does, the run ends. */
+	uv_timer_start(&deadline, on_deadline,
+		       ops_mode ? (uint64_t)(seconds * 3000) + 30000 : RDZV_TIMEOUT_MS, 0);
+	if (ops_mode) {
+		uv_timer_start(&timer, on_phase, (uint64_t)(seconds * 200),
+			       (uint64_t)(seconds * 800));
+		t_stop = t_start + (uint64_t)(seconds * 1e9);
+		outstanding = nconns - nerrors;
+		for (i = 0; i < nconns; i++)
+			if (!conns[i].closed)
+				ops_next(&conns[i]);
+		if (outstanding > 0)
+			uv_run(loop, UV_RUN_DEFAULT);
+		r.ops = ops_measured;
+		r.nlat = nlat;
+		r.window_ns = t_stop - t_measure;
+	} else {
+		connect_all();
+		uv_run(loop, UV_RUN_DEFAULT);
+		r.t_end = uv_hrtime();
+	}
+	r.errors = nerrors;
+	r.done = ndone;
+	write_all(res_fd, &r, sizeof(r));
+	if (ops_mode && nlat)
+		write_all(res_fd, lat, nlat * sizeof(*lat));
+	_exit(0);
+}
+
+int main(int argc, char **argv)
+{
+	int procs = 1, total, go[2], ready[2], i;
+	int *res;
+	pid_t *pids;
+	double seconds = 0;
+	uint64_t t0, t_end = 0, ops_total_x1000 = 0;
+	int errors = 0, done = 0;
+	char c;
+
+	if ((argc != 6 && argc != 7) ||
+	    (strcmp(argv[1], "ops") != 0 && strcmp(argv[1], "rdzv") != 0)) {
+		fprintf(stderr, "usage: storebench ops HOST PORT CONNS SECONDS [PROCS]\n"
+				"       storebench rdzv HOST PORT CLIENTS TAG [PROCS]\n");
+		return 2;
+	}
+	ops_mode = strcmp(argv[1], "ops") == 0;
+	total = atoi(argv[4]);
+	if (argc == 7)
+		procs = atoi(argv[6]);
+	if (total <= 0 || procs <= 0 ||
+	    (uv_ip4_addr(argv[2], atoi(argv[3]), (struct sockaddr_in *)&addr) < 0 &&
+	     uv_ip6_addr(argv[2], atoi(argv[3]), (struct sockaddr_in6 *)&addr) < 0)) {
+		fprintf(stderr, "storebench: bad arguments\n");
+		return 2;
+	}
+	if (procs > total)
+		procs = total;
+	if (ops_mode) {
+		seconds = atof(argv[5]);
+		snprintf(tag, sizeof(tag), "%d", (int)(uv_hrtime() % 1000000));
+	} else {
+		snprintf(tag, sizeof(tag), "%s", argv[5]);
+	}
+	raise_nofile();
+	if (pipe(go) < 0 || pipe(ready) < 0)
+		return 1;
+	res = calloc((size_t)procs, sizeof(*res));
+	pids = calloc((size_t)procs, sizeof(*pids));
+	for (i = 0; i < procs; i++) {
+		int rp[2], first = (int)((int64_t)total * i / procs);
+		int n = (int)((int64_t)total * (i + 1) / procs) - first;
+
+		if (pipe(rp) < 0)
+			return 1;
+		pids[i] = fork();
+		if (pids[i] == 0) {
+			close(go[1]);
+			close(ready[0]);
+			close(rp[0]);
+			worker(first, n, total, seconds, go[0], ready[1], rp[1]);
+		}
+		close(rp[1]);
+		res[i] = rp[0];
+	}
+	close(go[0]);
+	close(ready[1]);
+	for (i = 0; i < procs; i++)
+		if (read_all(ready[0], &c, 1) < 0)
+			return 1;
+	t0 = uv_hrtime();
+	close(go[1]); /* everyone starts now */
+	for (i = 0; i < procs; i++) {
+		struct result r;
+
+		if (read_all(res[i], &r, sizeof(r)) < 0) {
+			errors += 1;
+			continue;
+		}
+		errors += r.errors;
+		done += r.done;
+		if (r.t_end > t_end)
+			t_end = r.t_end;
+		if (ops_mode && r.window_ns)
+			ops_total_x1000 += r.ops * 1000000000000ull / r.window_ns;
+		if (ops_mode && r.nlat) {
+			if (nlat + r.nlat > caplat) {
+				uint32_t *n;
+
+				caplat = nlat + r.nlat;
+				n = realloc(lat, caplat * sizeof(*lat));
+				if (n == NULL)
+					return 1;
+				lat = n;
+			}
+			if (read_all(res[i], lat + nlat, r.nlat * sizeof(*lat)) == 0)
+				nlat += r.nlat;
+		}
+		close(res[i]);
+	}
+	for (i = 0; i < procs; i++)
+		waitpid(pids[i], NULL, 0);
+	if (ops_mode) {
+		qsort(lat, nlat, sizeof(*lat), cmp_u32);
+		printf("ops=%.0f p50_us=%u p99_us=%u errors=%d\n", (double)ops_total_x1000 / 1000,
+		       nlat ? lat[nlat / 2] : 0, nlat ? lat[nlat * 99 / 100] : 0, errors);
+	} else if (done < total) {
+		printf("rdzv_ms=nan errors=%d done=%d\n", errors, done);
+	} else {
+		printf("rdzv_ms=%.1f errors=%d\n", (double)(t_end - t0) / 1e6, errors);
+	}
+	free(lat);
+	free(res);
+	free(pids);
+	return 0;
+}

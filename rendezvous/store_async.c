@@ -1,0 +1,699 @@
+/* store_async: non-blocking store client on a libuv loop (see store_async.h).
+ *
+ * Operations wait in sendq until the connection is up, then travel in order
+ * into replyq, whose head owns the next reply bytes; one without a reply
+ * completes at the head once written, so callbacks keep submission order
+ * (libuv reports writes in order, so a count of completed writes says which
+ * operations are out). A WAIT holds sendq until it completes (its reply may come after
+ * replies to later requests otherwise). Connecting is a small state machine:
+ * resolve, try each address, handshake (VALIDATE + PING), on failure retry
+ * after a backoff until the deadline. */
+#include "store_async.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_addr.h"
+#include "util.h"
+#include "store_async_int.h"
+
+/* ---- operations ------------------------------------------------------------------ */
+
+static void op_free(struct aop *op)
+{
+	store_buf_free(&op->req);
+	free(op);
+}
+
+/* Call op's callback with a failure status (no value) and free it. */
+static void op_fail(struct aop *op, int status)
+{
+	switch (op->kind) {
+	case K_DONE:
+		if (op->cb.done)
+			op->cb.done(status, op->arg);
+		break;
+	case K_INT:
+		if (op->cb.i)
+			op->cb.i(status, 0, op->arg);
+		break;
+	case K_BYTES:
+		if (op->cb.bytes)
+			op->cb.bytes(status, NULL, 0, op->arg);
+		break;
+	case K_MULTI:
+		if (op->cb.multi)
+			op->cb.multi(status, 0, NULL, NULL, op->arg);
+		break;
+	}
+	op_free(op);
+}
+
+static struct aop *pop(struct aop **head, struct aop **tail)
+{
+	struct aop *op = *head;
+
+	if (op) {
+		*head = op->next;
+		if (*head == NULL)
+			*tail = NULL;
+		op->next = NULL;
+	}
+	return op;
+}
+
+static void push(struct aop **head, struct aop **tail, struct aop *op)
+{
+	op->next = NULL;
+	if (*tail)
+		(*tail)->next = op;
+	else
+		*head = op;
+	*tail = op;
+}
+
+/* Fail every queued operation. A callback may close the handle meanwhile;
+ * the rest are then cancelled by the close. */
+static void fail_all(struct store_async *a, int status)
+{
+	struct aop *op;
+
+	while (a->state != AS_CLOSING &&
+	       ((op = pop(&a->replyq, &a->replyq_tail)) || (op = pop(&a->sendq, &a->sendq_tail)))) {
+		if (op == a->cur_wait)
+			a->cur_wait = NULL;
+		if (op->internal)
+			op_free(op);
+		else
+			op_fail(op, status);
+	}
+}
+
+/* ---- handles ------------------------------------------------------------------------ */
+
+static void maybe_finish_close(struct store_async *a)
+{
+	struct aop *op;
+
+	if (a->state != AS_CLOSING || a->nclosing > 0 || a->gai_busy)
+		return;
+	while ((op = pop(&a->replyq, &a->replyq_tail)) || (op = pop(&a->sendq, &a->sendq_tail))) {
+		if (op->internal)
+			op_free(op);
+		else
+			op_fail(op, -ECANCELED);
+	}
+	if (a->ai)
+		freeaddrinfo(a->ai);
+	free(a->rbuf);
+	free(a->host);
+	free(a->prefix);
+	if (a->done) {
+		void (*done)(void *) = a->done;
+		void *arg = a->done_arg;
+
+		free(a);
+		done(arg);
+	} else {
+		free(a);
+	}
+}
+
+static void on_tcp_closed(uv_handle_t *h)
+{
+	struct store_async *a = h->data;
+
+	free(h);
+	a->nclosing--;
+	maybe_finish_close(a);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct store_async *a = h->data;
+
+	a->nclosing--;
+	maybe_finish_close(a);
+}
+
+static void close_tcp(struct store_async *a)
+{
+	if (a->tcp == NULL)
+		return;
+	a->nclosing++;
+	uv_close((uv_handle_t *)a->tcp, on_tcp_closed);
+	a->tcp = NULL;
+	a->rlen = 0;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static void lost(struct store_async *a, int reason);
+
+static void process(struct store_async *a);
+
+static void on_write(uv_write_t *req, int status)
+{
+	struct wreq *w = (struct wreq *)req;
+	struct store_async *a = w->a;
+	bool counted = w->op_write;
+
+	free(w->data);
+	free(w);
+	if (status < 0) {
+		if (a->state == AS_READY)
+			lost(a, status);
+		return;
+	}
+	if (counted) {
+		a->nwritten++;
+		process(a); /* a written SET may now complete */
+	}
+}
+
+static int write_bytes(struct store_async *a, struct store_buf *b, bool op_write)
+{
+	struct wreq *w = malloc(sizeof(*w));
+	uv_buf_t ub;
+	int rc;
+
+	if (w == NULL)
+		return -ENOMEM;
+	w->a = a;
+	w->op_write = op_write;
+	w->data = b->p;
+	ub = uv_buf_init((char *)b->p, (unsigned)b->len);
+	store_buf_init(b); /* the bytes travel with the request */
+	rc = uv_write(&w->req, (uv_stream_t *)a->tcp, &ub, 1, on_write);
+	if (rc < 0) {
+		free(w->data);
+		free(w);
+	}
+	return rc;
+}
+
+static void on_wait_timer(uv_timer_t *t);
+
+static void send_op(struct store_async *a, struct aop *op)
+{
+	int rc;
+
+	op->seq = a->nsent++;
+	push(&a->replyq, &a->replyq_tail, op);
+	if (op->op == STORE_OP_WAIT) {
+		a->cur_wait = op;
+		if (op->timeout_ms > 0)
+			uv_timer_start(&a->wait_timer, on_wait_timer, (uint64_t)op->timeout_ms, 0);
+	}
+	rc = write_bytes(a, &op->req, true);
+	if (rc < 0)
+		lost(a, rc);
+}
+
+/* Send what may go now: everything up to and including a WAIT. */
+static void pump(struct store_async *a)
+{
+	while (a->state == AS_READY && a->cur_wait == NULL && a->sendq)
+		send_op(a, pop(&a->sendq, &a->sendq_tail));
+}
+
+static void on_wait_timer(uv_timer_t *t)
+{
+	struct store_async *a = t->data;
+	struct store_buf b;
+
+	if (a->cur_wait == NULL || a->cur_wait->cancel_sent || a->state != AS_READY)
+		return;
+	a->cur_wait->cancel_sent = true;
+	store_buf_init(&b);
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_CANCEL_WAIT);
+	if (b.err || write_bytes(a, &b, false) < 0) {
+		store_buf_free(&b);
+		lost(a, -ENOMEM);
+	}
+}
+
+/* ---- connecting ------------------------------------------------------------------------ */
+
+static void start_attempt(struct store_async *a);
+static void try_next_addr(struct store_async *a);
+
+static void connect_failed(struct store_async *a, int err)
+{
+	a->state = AS_LOST;
+	uv_timer_stop(&a->retry_timer);
+	uv_timer_stop(&a->deadline_timer);
+	close_tcp(a);
+	fail_all(a, err);
+	if (a->state != AS_CLOSING && a->cbs.on_connect)
+		a->cbs.on_connect(a, err, a->cbs.arg);
+}
+
+static void on_retry(uv_timer_t *t)
+{
+	start_attempt(t->data);
+}
+
+/* This attempt failed: retry after a backoff, or give up at the deadline. */
+static void attempt_failed(struct store_async *a, int err)
+{
+	struct aop *op;
+
+	a->last_err = err;
+	close_tcp(a);
+	/* Drop the handshake's PING: the next attempt sends its own. */
+	while (a->replyq && a->replyq->internal) {
+		op = pop(&a->replyq, &a->replyq_tail);
+		op_free(op);
+	}
+	if (util_now_ms() + a->backoff >= a->deadline) {
+		connect_failed(a, err);
+		return;
+	}
+	uv_timer_start(&a->retry_timer, on_retry, (uint64_t)a->backoff, 0);
+	a->backoff = a->backoff * 2 > 1000 ? 1000 : a->backoff * 2;
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+	struct store_async *a = t->data;
+
+	if (a->state != AS_CONNECTING)
+		return;
+	if (a->gai_busy)
+		uv_cancel((uv_req_t *)&a->gai);
+	connect_failed(a, a->last_err ? a->last_err : -ETIMEDOUT);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct store_async *a = h->data;
+
+	if (a->rcap - a->rlen < 65536) {
+		size_t cap = a->rcap ? a->rcap * 2 : 65536;
+		uint8_t *n;
+
+		while (cap - a->rlen < 65536)
+			cap *= 2;
+		n = realloc(a->rbuf, cap);
+		if (n == NULL) {
+			*buf = uv_buf_init(NULL, 0);
+			return;
+		}
+		a->rbuf = n;
+		a->rcap = cap;
+	}
+	*buf = uv_buf_init((char *)a->rbuf + a->rlen, (unsigned)(a->rcap - a->rlen));
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct store_async *a = st->data;
+
+	if (a->tcp != (uv_tcp_t *)st)
+		return; /* a closed attempt */
+	if (nread < 0) {
+		int err = nread == UV_EOF ? -ECONNRESET : (int)nread;
+
+		if (a->state == AS_CONNECTING)
+			attempt_failed(a, err);
+		else if (a->state == AS_READY)
+			lost(a, err);
+		return;
+	}
+	a->rlen += (size_t)nread;
+	process(a);
+}
+
+static void on_connected(uv_connect_t *req, int status)
+{
+	struct store_async *a = req->data;
+	struct aop *ping;
+	int rc;
+
+	if (a->state != AS_CONNECTING || req->handle != (uv_stream_t *)a->tcp)
+		return; /* closed meanwhile */
+	if (status < 0) {
+		a->last_err = status;
+		close_tcp(a);
+		a->ai_cur = a->ai_cur->ai_next;
+		try_next_addr(a);
+		return;
+	}
+	freeaddrinfo(a->ai);
+	a->ai = a->ai_cur = NULL;
+	uv_tcp_nodelay(a->tcp, 1);
+	{
+		uv_os_fd_t fd;
+
+		/* A connection to a dead host must end (and fail its ops). */
+		if (uv_fileno((uv_handle_t *)a->tcp, &fd) == 0)
+			store_sock_keepalive(fd, 15);
+	}
+	ping = calloc(1, sizeof(*ping));
+	if (ping == NULL) {
+		attempt_failed(a, -ENOMEM);
+		return;
+	}
+	ping->internal = true;
+	ping->op = STORE_OP_PING;
+	ping->reply = STORE_REPLY_U32;
+	ping->nonce = ++a->nonce;
+	store_buf_init(&ping->req);
+	store_put_validate(&ping->req);
+	store_put_op(&ping->req, STORE_DIALECT_V2, STORE_OP_PING);
+	store_put_u32(&ping->req, ping->nonce);
+	/* The handshake answer comes before any other reply. */
+	ping->next = a->replyq;
+	a->replyq = ping;
+	if (a->replyq_tail == NULL)
+		a->replyq_tail = ping;
+	rc = uv_read_start((uv_stream_t *)a->tcp, on_alloc, on_read);
+	if (rc == 0)
+		rc = ping->req.err ? ping->req.err : write_bytes(a, &ping->req, false);
+	if (rc < 0)
+		attempt_failed(a, rc);
+}
+
+static void try_next_addr(struct store_async *a)
+{
+	while (a->ai_cur && a->ai_cur->ai_family != AF_INET && a->ai_cur->ai_family != AF_INET6)
+		a->ai_cur = a->ai_cur->ai_next;
+	if (a->ai_cur == NULL) {
+		if (a->ai)
+			freeaddrinfo(a->ai);
+		a->ai = NULL;
+		attempt_failed(a, a->last_err ? a->last_err : -ECONNREFUSED);
+		return;
+	}
+	a->tcp = malloc(sizeof(*a->tcp));
+	if (a->tcp == NULL) {
+		attempt_failed(a, -ENOMEM);
+		return;
+	}
+	uv_tcp_init(a->loop, a->tcp);
+	a->tcp->data = a;
+	a->creq.data = a;
+	if (uv_tcp_connect(&a->creq, a->tcp, a->ai_cur->ai_addr, on_connected) < 0) {
+		close_tcp(a);
+		a->ai_cur = a->ai_cur->ai_next;
+		try_next_addr(a);
+	}
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+	struct store_async *a = req->data;
+
+	a->gai_busy = false;
+	if (a->state != AS_CONNECTING) {
+		if (res)
+			uv_freeaddrinfo(res);
+		maybe_finish_close(a);
+		return;
+	}
+	if (status < 0) {
+		attempt_failed(a, -EHOSTUNREACH);
+		return;
+	}
+	a->ai = a->ai_cur = res;
+	try_next_addr(a);
+}
+
+static void start_attempt(struct store_async *a)
+{
+	struct addrinfo hints;
+	char port[16];
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_protocol = IPPROTO_TCP;
+	hints.ai_flags = AI_NUMERICSERV;
+	snprintf(port, sizeof(port), "%d", a->port);
+	a->gai.data = a;
+	if (uv_getaddrinfo(a->loop, &a->gai, on_resolved, a->host, port, &hints) < 0) {
+		attempt_failed(a, -EHOSTUNREACH);
+		return;
+	}
+	a->gai_busy = true;
+}
+
+/* ---- replies ---------------------------------------------------------------------------- */
+
+static void lost(struct store_async *a, int reason)
+{
+	if (a->state == AS_CONNECTING) {
+		attempt_failed(a, reason);
+		return;
+	}
+	if (a->state != AS_READY)
+		return;
+	a->state = AS_LOST;
+	uv_timer_stop(&a->wait_timer);
+	close_tcp(a);
+	fail_all(a, reason);
+	if (a->state == AS_LOST && a->cbs.on_lost)
+		a->cbs.on_lost(a, reason, a->cbs.arg);
+}
+
+static void deliver_multi(struct aop *op, const uint8_t *p)
+{
+	const void **vals = calloc(op->n ? op->n : 1, sizeof(*vals));
+	size_t *lens = calloc(op->n ? op->n : 1, sizeof(*lens));
+	uint64_t i;
+
+	if (vals == NULL || lens == NULL) {
+		free(vals);
+		free(lens);
+		op_fail(op, -ENOMEM);
+		return;
+	}
+	for (i = 0; i < op->n; i++) {
+		lens[i] = (size_t)store_get_u64(p);
+		vals[i] = p + 8;
+		p += 8 + lens[i];
+	}
+	op->cb.multi(0, (size_t)op->n, vals, lens, op->arg);
+	free(vals);
+	free(lens);
+	op_free(op);
+}
+
+/* The head operation's reply (len bytes at p). Returns false when the
+ * stream is out of step (protocol error). */
+static bool deliver(struct store_async *a, const uint8_t *p)
+{
+	struct aop *op = a->replyq;
+
+	if (op->internal) {
+		op = pop(&a->replyq, &a->replyq_tail);
+		if (store_get_u32(p) != op->nonce) {
+			op_free(op);
+			return false;
+		}
+		op_free(op);
+		a->state = AS_READY;
+		uv_timer_stop(&a->deadline_timer);
+		if (a->cbs.on_connect)
+			a->cbs.on_connect(a, 0, a->cbs.arg);
+		return true;
+	}
+	if (op->op == STORE_OP_WAIT) {
+		int st;
+
+		if (p[0] == STORE_WAIT_STOP && op->cancel_sent) {
+			op->stop_seen = true; /* the cancel's answer follows */
+			return true;
+		}
+		if (p[0] == STORE_WAIT_STOP)
+			st = 0;
+		else if (p[0] == STORE_WAIT_CANCELED && op->cancel_sent)
+			st = op->stop_seen ? 0 : -ETIMEDOUT;
+		else
+			return false;
+		pop(&a->replyq, &a->replyq_tail);
+		a->cur_wait = NULL;
+		uv_timer_stop(&a->wait_timer);
+		op_fail(op, st);
+		return true;
+	}
+	if (op->op == STORE_OP_GET && op->phase == 0) {
+		op->check = p[0];
+		op->phase = 1;
+		op->reply = STORE_REPLY_BYTES;
+		return p[0] == STORE_CHECK_READY || p[0] == STORE_CHECK_NOT_READY;
+	}
+	pop(&a->replyq, &a->replyq_tail);
+	switch (op->kind) {
+	case K_DONE:
+		if (op->op == STORE_OP_PING && store_get_u32(p) != op->nonce) {
+			op_free(op);
+			return false;
+		}
+		op_fail(op, 0);
+		break;
+	case K_INT: {
+		int64_t v = op->reply == STORE_REPLY_U8 ? (p[0] == STORE_CHECK_READY)
+							: (int64_t)store_get_u64(p);
+
+		op->cb.i(0, v, op->arg);
+		op_free(op);
+		break;
+	}
+	case K_BYTES:
+		if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
+			op->cb.bytes(-ENOENT, NULL, 0, op->arg);
+		else
+			op->cb.bytes(0, p + 8, (size_t)store_get_u64(p), op->arg);
+		op_free(op);
+		break;
+	case K_MULTI:
+		deliver_multi(op, p);
+		break;
+	}
+	return true;
+}
+
+static void process(struct store_async *a)
+{
+	size_t pos = 0;
+
+	while (a->replyq && (a->state == AS_READY || a->state == AS_CONNECTING)) {
+		struct aop *op = a->replyq;
+		long l;
+
+		if (op->reply == STORE_REPLY_NONE) {
+			if (op->seq >= a->nwritten)
+				break; /* not out yet */
+			op_fail(pop(&a->replyq, &a->replyq_tail), 0);
+			continue;
+		}
+		l = store_reply_len(op->reply, op->n, a->rbuf + pos, a->rlen - pos,
+				    STORE_ASYNC_MAX_REPLY);
+		if (l < 0) {
+			lost(a, -EPROTO);
+			return;
+		}
+		if (l == 0)
+			break; /* need more bytes */
+		if (!deliver(a, a->rbuf + pos)) {
+			lost(a, -EPROTO);
+			return;
+		}
+		pos += (size_t)l;
+	}
+	if (a->state == AS_CLOSING || a->state == AS_LOST)
+		return;
+	if (pos > 0) {
+		memmove(a->rbuf, a->rbuf + pos, a->rlen - pos);
+		a->rlen -= pos;
+	}
+	pump(a);
+}
+
+/* ---- public ----------------------------------------------------------------------------- */
+
+int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t connect_timeout_ms,
+			const struct store_async_callbacks *cbs, struct store_async **out)
+{
+	struct store_async *a;
+
+	if (host == NULL || port <= 0 || port > 65535)
+		return -EINVAL;
+	a = calloc(1, sizeof(*a));
+	if (a == NULL)
+		return -ENOMEM;
+	a->host = strdup(host);
+	if (a->host == NULL) {
+		free(a);
+		return -ENOMEM;
+	}
+	a->loop = loop;
+	a->port = port;
+	a->backoff = 10;
+	a->nonce = (uint32_t)util_now_ms();
+	if (cbs)
+		a->cbs = *cbs;
+	a->deadline = util_now_ms() + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
+	uv_timer_init(loop, &a->retry_timer);
+	uv_timer_init(loop, &a->deadline_timer);
+	uv_timer_init(loop, &a->wait_timer);
+	a->retry_timer.data = a->deadline_timer.data = a->wait_timer.data = a;
+	uv_timer_start(
+		&a->deadline_timer, on_deadline,
+		(uint64_t)(connect_timeout_ms > 0 ? connect_timeout_ms : STORE_ASYNC_HANDSHAKE_MS),
+		0);
+	start_attempt(a);
+	*out = a;
+	return 0;
+}
+
+void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg)
+{
+	uv_timer_t *timers[] = {&a->retry_timer, &a->deadline_timer, &a->wait_timer};
+	size_t i;
+
+	if (a->state == AS_CLOSING)
+		return;
+	a->state = AS_CLOSING;
+	a->done = done;
+	a->done_arg = arg;
+	for (i = 0; i < 3; i++) {
+		a->nclosing++;
+		uv_close((uv_handle_t *)timers[i], on_timer_closed);
+	}
+	close_tcp(a);
+	if (a->gai_busy)
+		uv_cancel((uv_req_t *)&a->gai);
+}
+
+int store_async_set_prefix(struct store_async *a, const char *prefix)
+{
+	char *p = NULL;
+
+	if (prefix && *prefix && (p = strdup(prefix)) == NULL)
+		return -ENOMEM;
+	free(a->prefix);
+	a->prefix = p;
+	return 0;
+}
+
+struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
+			       enum akind kind, void *arg)
+{
+	struct aop *o;
+
+	if (a->state == AS_LOST || a->state == AS_CLOSING)
+		return NULL;
+	o = calloc(1, sizeof(*o));
+	if (o == NULL)
+		return NULL;
+	o->op = op;
+	o->reply = reply;
+	o->kind = kind;
+	o->arg = arg;
+	store_buf_init(&o->req);
+	store_put_op(&o->req, STORE_DIALECT_V2, op);
+	return o;
+}
+
+/* Queue o (or fail with rc and free it). */
+int store_async_submit(struct store_async *a, struct aop *o, int rc)
+{
+	if (o == NULL)
+		return a->state == AS_LOST || a->state == AS_CLOSING ? -ENOTCONN : -ENOMEM;
+	if (rc == 0 && o->req.err)
+		rc = o->req.err;
+	if (rc < 0) {
+		op_free(o);
+		return rc;
+	}
+	push(&a->sendq, &a->sendq_tail, o);
+	pump(a);
+	return 0;
+}

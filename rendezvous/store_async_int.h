@@ -1,0 +1,83 @@
+/* store_async_int: what store_async.c (connection, I/O, replies) and
+ * store_async_ops.c (building requests) share. Not a public API. */
+#ifndef DDP_STORE_ASYNC_INT_H
+#define DDP_STORE_ASYNC_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "store_async.h"
+#include "store_proto.h"
+
+#define STORE_ASYNC_MAX_KEY	 (8 * 1024)
+#define STORE_ASYNC_MAX_VALUE	 (8 * 1024 * 1024)
+#define STORE_ASYNC_MAX_REPLY	 ((size_t)1 << 30)
+#define STORE_ASYNC_HANDSHAKE_MS 30000 /* bound when connect_timeout_ms <= 0 */
+
+enum astate { AS_CONNECTING, AS_READY, AS_LOST, AS_CLOSING };
+enum akind { K_DONE, K_INT, K_BYTES, K_MULTI };
+
+struct aop {
+	struct aop *next;
+	enum store_op op;
+	enum store_reply_kind reply;
+	uint64_t n;
+	struct store_buf req;
+	enum akind kind;
+	union {
+		store_async_done_cb done;
+		store_async_int_cb i;
+		store_async_bytes_cb bytes;
+		store_async_multi_cb multi;
+	} cb;
+	void *arg;
+	int64_t timeout_ms; /* WAIT; <= 0: none */
+	bool internal;	    /* the handshake's PING */
+	bool cancel_sent, stop_seen;
+	int phase, check; /* get: CHECK reply, then GET reply */
+	uint32_t nonce;
+	uint64_t seq; /* order of its write among operation writes */
+};
+
+struct wreq {
+	uv_write_t req;
+	struct store_async *a;
+	uint8_t *data;
+	bool op_write; /* an operation's request (counted), not CANCEL/handshake */
+};
+
+struct store_async {
+	uv_loop_t *loop;
+	char *host, *prefix;
+	int port;
+	enum astate state;
+	int64_t deadline, backoff;
+	int last_err;
+	uv_getaddrinfo_t gai;
+	bool gai_busy;
+	struct addrinfo *ai, *ai_cur;
+	uv_tcp_t *tcp; /* current attempt or connection; malloc'd */
+	uv_connect_t creq;
+	uv_timer_t retry_timer, deadline_timer, wait_timer;
+	unsigned nclosing;
+	struct aop *sendq, *sendq_tail, *replyq, *replyq_tail;
+	struct aop *cur_wait;
+	uint8_t *rbuf;
+	size_t rlen, rcap;
+	uint32_t nonce;
+	uint64_t nsent, nwritten; /* operation writes issued / completed */
+	struct store_async_callbacks cbs;
+	void (*done)(void *arg);
+	void *done_arg;
+};
+
+/* A new operation with its opcode written, or NULL (-ENOTCONN after loss or
+ * close, else -ENOMEM: see store_async_submit). */
+struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
+			       enum akind kind, void *arg);
+/* Queue o and send what may go; with rc < 0 (or o == NULL) free it and
+ * return the error instead. */
+int store_async_submit(struct store_async *a, struct aop *o, int rc);
+
+#endif

@@ -1,0 +1,337 @@
+/* store_conn: one client connection of the store server -- reading into
+ * bounded buffers, the parse loop, batched replies, back-pressure and close.
+ *
+ * Every read lands in the server's shared 64 KiB buffer and is parsed in
+ * place; only the tail of a partial message is copied into the connection (so
+ * an idle connection costs no buffer, and a client stalled mid-message holds
+ * only its own bytes). Replies accumulate per connection during a loop
+ * iteration and are written once, after the poll phase (store_server_flush,
+ * a uv_check handle). A connection whose unsent replies pass max_conn_buffer
+ * is not read (and its buffered requests not executed) until they drain; one
+ * that passes twice that through pushes it did not ask for (watch events) is
+ * closed. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_addr.h"
+#include "store_server_int.h"
+
+struct wreq {
+	uv_write_t req;
+	struct store_conn *c;
+	uint8_t *data;
+	size_t len;
+};
+
+size_t store_conn_out_bytes(const struct store_conn *c)
+{
+	return c->out.len + c->out_inflight;
+}
+
+void store_conn_mark_dirty(struct store_conn *c)
+{
+	if (c->dirty || c->closing)
+		return;
+	c->dirty = true;
+	c->dirty_next = c->s->dirty;
+	c->s->dirty = c;
+}
+
+void store_conn_on_closed(uv_handle_t *h)
+{
+	struct store_conn *c = h->data;
+	struct store_server *s = c->s;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (s->conns == c)
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->counted)
+		s->nconns--;
+	if (c->dirty) {
+		struct store_conn **pp;
+
+		for (pp = &s->dirty; *pp; pp = &(*pp)->dirty_next)
+			if (*pp == c) {
+				*pp = c->dirty_next;
+				break;
+			}
+	}
+	free(c->in);
+	store_buf_free(&c->out);
+	free(c);
+	s->open_handles--;
+	store_server_maybe_free(s);
+}
+
+/* The peer's address, looked up only when a log line needs it (a syscall per
+ * connection otherwise, at every rendezvous). */
+const char *store_conn_peer(struct store_conn *c)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (c->peer[0] == '\0' &&
+	    (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) < 0 ||
+	     store_addr_format((struct sockaddr *)&ss, true, c->peer, sizeof(c->peer)) < 0))
+		snprintf(c->peer, sizeof(c->peer), "?");
+	return c->peer;
+}
+
+void store_conn_close(struct store_conn *c, const char *reason)
+{
+	if (c->closing)
+		return;
+	if (reason && c->s->o.log_prefix)
+		store_srv_log(c->s, "closing connection from %s: %s", store_conn_peer(c), reason);
+	/* Before marking closing, so that the on-close SET can wake others. */
+	store_exec_conn_gone(c, !c->s->closing);
+	c->closing = true;
+	uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
+}
+
+/* ---- writing -------------------------------------------------------------------- */
+
+static void on_write(uv_write_t *req, int status);
+
+static void conn_flush(struct store_conn *c)
+{
+	struct wreq *w;
+	uv_buf_t b;
+	int n;
+
+	if (c->out.len == 0)
+		return;
+	b = uv_buf_init((char *)c->out.p, (unsigned)c->out.len);
+	n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+	if (n == (int)c->out.len) {
+		c->out.len = 0;
+		return;
+	}
+	if (n < 0 && n != UV_EAGAIN) {
+		store_conn_close(c, NULL);
+		return;
+	}
+	if (n < 0)
+		n = 0;
+	/* The rest travels with its own request; the buffer goes with it. */
+	w = malloc(sizeof(*w));
+	if (w == NULL) {
+		store_conn_close(c, "out of memory");
+		return;
+	}
+	w->c = c;
+	w->data = c->out.p;
+	w->len = c->out.len - (size_t)n;
+	b = uv_buf_init((char *)c->out.p + n, (unsigned)w->len);
+	store_buf_init(&c->out);
+	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) < 0) {
+		free(w->data);
+		free(w);
+		store_conn_close(c, NULL);
+		return;
+	}
+	c->out_inflight += w->len;
+}
+
+static void conn_resume(struct store_conn *c);
+
+static void on_write(uv_write_t *req, int status)
+{
+	struct wreq *w = (struct wreq *)req;
+	struct store_conn *c = w->c;
+
+	c->out_inflight -= w->len;
+	free(w->data);
+	free(w);
+	if (c->closing)
+		return;
+	if (status < 0) {
+		store_conn_close(c, NULL);
+		return;
+	}
+	if (c->paused && store_conn_out_bytes(c) <= c->s->o.max_conn_buffer / 2)
+		conn_resume(c);
+}
+
+void store_server_flush(uv_check_t *h)
+{
+	struct store_server *s = h->data;
+
+	while (s->dirty) {
+		struct store_conn *c = s->dirty;
+
+		s->dirty = c->dirty_next;
+		c->dirty = false;
+		if (c->closing)
+			continue;
+		if (c->doomed) {
+			store_conn_close(c, "not reading its replies (buffer limit)");
+			continue;
+		}
+		conn_flush(c);
+		/* Written at once: a paused connection may go on. */
+		if (!c->closing && c->paused && store_conn_out_bytes(c) <= s->o.max_conn_buffer / 2)
+			conn_resume(c);
+	}
+}
+
+/* ---- reading -------------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct store_conn *c = h->data;
+	size_t want;
+
+	/* A large message in progress reads straight into its own buffer. */
+	if (c->in_len > 0 && c->parser.need > c->in_len + STORE_READ_CHUNK) {
+		want = c->parser.need + STORE_READ_CHUNK;
+		if (want > c->in_cap) {
+			uint8_t *n = realloc(c->in, want);
+
+			if (n == NULL) {
+				*buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
+				return;
+			}
+			c->in = n;
+			c->in_cap = want;
+		}
+		*buf = uv_buf_init((char *)c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
+		return;
+	}
+	*buf = uv_buf_init((char *)c->s->rbuf, STORE_READ_CHUNK);
+}
+
+static int keep_tail(struct store_conn *c, const uint8_t *p, size_t n)
+{
+	if (n == 0 || p == c->in) {
+		c->in_len = n;
+		return 0;
+	}
+	if (p > c->in && p < c->in + c->in_cap) {
+		memmove(c->in, p, n);
+		c->in_len = n;
+		return 0;
+	}
+	if (n > c->in_cap) {
+		size_t cap = n < 4096 ? 4096 : n;
+		uint8_t *nb = malloc(cap);
+
+		if (nb == NULL)
+			return -ENOMEM;
+		free(c->in);
+		c->in = nb;
+		c->in_cap = cap;
+	}
+	memmove(c->in, p, n);
+	c->in_len = n;
+	return 0;
+}
+
+/* Execute every complete message in p[0..n); keep the rest in c->in. */
+static void process(struct store_conn *c, const uint8_t *p, size_t n)
+{
+	struct store_req r;
+	size_t pos = 0;
+	int rc;
+
+	while (pos < n && !c->closing) {
+		if (store_conn_out_bytes(c) > c->s->o.max_conn_buffer) {
+			c->paused = true;
+			if (c->reading) {
+				uv_read_stop((uv_stream_t *)&c->tcp);
+				c->reading = false;
+			}
+			break;
+		}
+		rc = store_parse(&c->parser, p + pos, n - pos, &r);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			store_conn_close(c, c->parser.err);
+			return;
+		}
+		store_exec(c, &r);
+		pos += r.len;
+	}
+	if (c->closing)
+		return;
+	if (keep_tail(c, p + pos, n - pos) < 0) {
+		store_conn_close(c, "out of memory");
+		return;
+	}
+	/* Give back a large buffer once its message is done. */
+	if (c->in_len == 0 && c->in_cap > STORE_READ_CHUNK) {
+		free(c->in);
+		c->in = NULL;
+		c->in_cap = 0;
+	}
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct store_conn *c = st->data;
+	struct store_server *s = c->s;
+
+	if (nread < 0) {
+		store_conn_close(c, nread == UV_EOF || nread == UV_ECONNRESET
+					    ? NULL
+					    : (nread == UV_ENOBUFS ? "out of memory"
+								   : uv_strerror((int)nread)));
+		return;
+	}
+	if (nread == 0 || c->closing)
+		return;
+	if ((uint8_t *)buf->base != s->rbuf) {
+		c->in_len += (size_t)nread; /* read in place */
+		process(c, c->in, c->in_len);
+		return;
+	}
+	if (c->in_len == 0) {
+		process(c, s->rbuf, (size_t)nread);
+		return;
+	}
+	if (c->in_len + (size_t)nread > c->in_cap) {
+		size_t cap = c->in_cap ? c->in_cap : 4096;
+		uint8_t *nb;
+
+		while (cap < c->in_len + (size_t)nread)
+			cap *= 2;
+		nb = realloc(c->in, cap);
+		if (nb == NULL) {
+			store_conn_close(c, "out of memory");
+			return;
+		}
+		c->in = nb;
+		c->in_cap = cap;
+	}
+	memcpy(c->in + c->in_len, s->rbuf, (size_t)nread);
+	c->in_len += (size_t)nread;
+	process(c, c->in, c->in_len);
+}
+
+static void conn_resume(struct store_conn *c)
+{
+	c->paused = false;
+	if (c->in_len > 0)
+		process(c, c->in, c->in_len);
+	if (!c->closing && !c->paused && !c->reading) {
+		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
+			store_conn_close(c, NULL);
+			return;
+		}
+		c->reading = true;
+	}
+}
+
+int store_conn_start_reading(struct store_conn *c)
+{
+	int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+
+	c->reading = rc == 0;
+	return rc;
+}

@@ -1,0 +1,197 @@
+"""ddpstore, the CLI, against a running `ddpstore serve`: every command, its
+output and its documented exit status, waiters across clients, stdin values,
+the MASTER_ADDR/MASTER_PORT default, the port file, IPv4 and IPv6."""
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from storeutil import (CAS_FAILED, CONN, DDPSTORE, NOT_FOUND, OK, TIMEOUT, USAGE, Server,
+                       cli)
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server()
+    yield s
+    assert s.close() == 0
+
+
+def test_set_then_get_prints_raw_value(srv):
+    assert cli(srv.addr, "set", "greeting", "hello world").returncode == OK
+    r = cli(srv.addr, "get", "greeting")
+    assert r.returncode == OK
+    assert r.stdout == b"hello world"  # raw: no newline added
+
+
+def test_get_of_missing_key_is_not_found(srv):
+    r = cli(srv.addr, "get", "no-such-key", text=True)
+    assert r.returncode == NOT_FOUND
+    assert "not found" in r.stderr and r.stdout == ""
+
+
+def test_value_dash_reads_stdin_binary_safe(srv):
+    blob = bytes(range(256)) * 4000 + b"\0\n\r\xff"
+    assert cli(srv.addr, "set", "blob", "-", input=blob).returncode == OK
+    r = cli(srv.addr, "get", "blob")
+    assert r.returncode == OK and r.stdout == blob
+
+
+def test_add_keeps_decimal_text_and_takes_negatives(srv):
+    assert cli(srv.addr, "add", "ctr", "5", text=True).stdout == "5\n"
+    assert cli(srv.addr, "add", "ctr", "-7", text=True).stdout == "-2\n"
+    assert cli(srv.addr, "get", "ctr").stdout == b"-2"
+    r = cli(srv.addr, "add", "ctr", "x", text=True)
+    assert r.returncode == USAGE and "not an integer" in r.stderr
+
+
+def test_add_to_non_integer_value_fails(srv):
+    cli(srv.addr, "set", "word", "abc")
+    r = cli(srv.addr, "add", "word", "1", text=True)
+    assert r.returncode == CONN  # the server drops the connection, as PyTorch's does
+    assert "not an integer" in r.stderr
+    assert cli(srv.addr, "get", "word").stdout == b"abc"
+
+
+def test_cas_swaps_only_on_expected_value(srv):
+    r = cli(srv.addr, "cas", "leader", "", "node-a")
+    assert r.returncode == OK and r.stdout == b"node-a"
+    r = cli(srv.addr, "cas", "leader", "", "node-b")
+    assert r.returncode == CAS_FAILED and r.stdout == b"node-a"
+    r = cli(srv.addr, "cas", "leader", "node-a", "node-b")
+    assert r.returncode == OK and r.stdout == b"node-b"
+
+
+def test_check_del_numkeys_append_ping(srv):
+    cli(srv.addr, "set", "c1", "x")
+    assert cli(srv.addr, "check", "c1").returncode == OK
+    assert cli(srv.addr, "check", "c1", "c2").returncode == NOT_FOUND
+    n = int(cli(srv.addr, "numkeys").stdout)
+    assert cli(srv.addr, "del", "c1").returncode == OK
+    assert cli(srv.addr, "del", "c1").returncode == NOT_FOUND
+    assert int(cli(srv.addr, "numkeys").stdout) == n - 1
+    cli(srv.addr, "append", "log", "ab")
+    cli(srv.addr, "append", "log", "cd")
+    assert cli(srv.addr, "get", "log").stdout == b"abcd"
+    assert cli(srv.addr, "ping").returncode == OK
+
+
+def test_waiters_across_clients_are_woken_by_one_set(srv):
+    waiters = [subprocess.Popen([DDPSTORE, "--addr", srv.addr, "wait", "go", "also",
+                                 "--timeout", "60"], stderr=subprocess.PIPE)
+               for _ in range(3)]
+    cli(srv.addr, "set", "also", "1")
+    time.sleep(0.2)
+    assert all(w.poll() is None for w in waiters)  # still parked: "go" is missing
+    cli(srv.addr, "set", "go", "1")
+    for w in waiters:
+        assert w.wait(timeout=30) == OK
+
+
+def test_get_wait_blocks_until_the_key_arrives(srv):
+    p = subprocess.Popen([DDPSTORE, "--addr", srv.addr, "get", "late", "--wait"],
+                         stdout=subprocess.PIPE)
+    time.sleep(0.2)
+    assert p.poll() is None
+    cli(srv.addr, "set", "late", "finally")
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == OK and out == b"finally"
+
+
+def test_wait_timeout_exit_status(srv):
+    r = cli(srv.addr, "wait", "never", "--timeout", "0.2", text=True)
+    assert r.returncode == TIMEOUT and "timed out" in r.stderr
+    r = cli(srv.addr, "get", "never", "--wait", "--timeout", "0.2")
+    assert r.returncode == TIMEOUT
+
+
+def test_addr_defaults_to_master_addr_and_port(srv):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(srv.port))
+    cli(srv.addr, "set", "envkey", "v")
+    r = cli(None, "get", "envkey", env=env)
+    assert r.returncode == OK and r.stdout == b"v"
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    r = cli(None, "ping", env=env, text=True)
+    assert r.returncode == USAGE and "MASTER_ADDR" in r.stderr
+
+
+def test_prefix_namespaces_keys(srv):
+    cli(srv.addr, "--prefix", "job7", "set", "k", "in-job")
+    assert cli(srv.addr, "get", "k").returncode == NOT_FOUND
+    assert cli(srv.addr, "get", "job7/k").stdout == b"in-job"
+
+
+@pytest.mark.parametrize("args,needle", [
+    ([], "no command"),
+    (["frobnicate"], "unknown command"),
+    (["get"], "wrong number"),
+    (["set", "k"], "wrong number"),
+    (["ping", "--bogus"], "unknown option"),
+    (["ping", "--timeout", "soon"], "bad value"),
+    (["ping", "--port", "5"], "serve only"),
+    (["set", "k", "v", "--wait"], "--wait"),
+])
+def test_usage_errors_exit_2_with_one_line(srv, args, needle):
+    r = cli(srv.addr, *args, text=True)
+    assert r.returncode == USAGE
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_connection_failure_exit_status():
+    with socket.socket() as s:  # a port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = cli(f"127.0.0.1:{port}", "ping", "--connect-timeout", "0.3", text=True)
+    assert r.returncode == CONN and "connection refused" in r.stderr
+
+
+def test_help_and_version():
+    assert cli(None, "--help").returncode == OK
+    r = cli(None, "--version", text=True)
+    assert r.returncode == OK and r.stdout.startswith("ddpstore ")
+
+
+def test_port_file_holds_the_chosen_port(srv):
+    with open(srv.port_file) as f:
+        text = f.read()
+    assert text == f"{srv.port}\n"
+    assert not [n for n in os.listdir(srv.dir) if ".tmp." in n]
+
+
+def test_listens_on_ipv4_and_ipv6_on_one_port():
+    s = Server(host="127.0.0.1,::1")  # loopback only; the default is every interface
+    try:
+        assert cli(f"127.0.0.1:{s.port}", "set", "fam", "both").returncode == OK
+        r = cli(f"[::1]:{s.port}", "get", "fam")
+        assert r.returncode == OK and r.stdout == b"both"
+    finally:
+        assert s.close() == 0
+
+
+def test_ipv6_only_host():
+    s = Server(host="::1")
+    try:
+        assert cli(f"[::1]:{s.port}", "set", "v6", "yes").returncode == OK
+        r = cli(f"127.0.0.1:{s.port}", "ping", "--connect-timeout", "0.2")
+        assert r.returncode == CONN
+    finally:
+        assert s.close() == 0
+
+
+def test_serve_exits_0_on_sigterm():
+    s = Server()
+    assert cli(s.addr, "ping").returncode == OK
+    assert s.stop() == 0
+
+
+def test_serve_port_in_use_is_a_clear_error():
+    s = Server()
+    try:
+        r = subprocess.run([DDPSTORE, "serve", "--host", "127.0.0.1", "--port", str(s.port)],
+                           stderr=subprocess.PIPE, timeout=30, text=True)
+        assert r.returncode == 1
+        assert "cannot listen" in r.stderr and r.stderr.count("\n") == 1
+    finally:
+        assert s.close() == 0

@@ -1,0 +1,314 @@
+/* Unit tests for rendezvous/store_client.c (the blocking client libddp and
+ * the CLI use) against a store server running on its own loop in a thread:
+ * every operation, waits that time out and leave the client usable, blocking
+ * queue pops, the key prefix, ON_CLOSE_SET, argument errors, and connecting
+ * before the server is up. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "store_client.h"
+#include "store_server.h"
+
+struct srv {
+	pthread_t thread;
+	uv_loop_t loop;
+	uv_async_t stop;
+	struct store_server *s;
+	int port;     /* 0: pick one */
+	int delay_ms; /* start listening after this */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool up;
+};
+
+static void on_stop(uv_async_t *h)
+{
+	struct srv *v = h->data;
+
+	store_server_close(v->s, NULL, NULL);
+	uv_close((uv_handle_t *)h, NULL);
+}
+
+static void *serve(void *arg)
+{
+	struct srv *v = arg;
+	struct store_server_opts o;
+
+	if (v->delay_ms)
+		usleep((useconds_t)v->delay_ms * 1000);
+	store_server_opts_init(&o);
+	if (store_server_start(&v->loop, &o, "127.0.0.1", v->port, &v->s) != 0)
+		abort();
+	pthread_mutex_lock(&v->mu);
+	v->port = store_server_port(v->s);
+	v->up = true;
+	pthread_cond_signal(&v->cv);
+	pthread_mutex_unlock(&v->mu);
+	uv_run(&v->loop, UV_RUN_DEFAULT);
+	return NULL;
+}
+
+static struct srv *srv_start(int port, int delay_ms, bool wait_up)
+{
+	struct srv *v = calloc(1, sizeof(*v));
+
+	v->port = port;
+	v->delay_ms = delay_ms;
+	pthread_mutex_init(&v->mu, NULL);
+	pthread_cond_init(&v->cv, NULL);
+	uv_loop_init(&v->loop);
+	uv_async_init(&v->loop, &v->stop, on_stop);
+	v->stop.data = v;
+	pthread_create(&v->thread, NULL, serve, v);
+	pthread_mutex_lock(&v->mu);
+	while (wait_up && !v->up)
+		pthread_cond_wait(&v->cv, &v->mu);
+	pthread_mutex_unlock(&v->mu);
+	return v;
+}
+
+static void srv_stop(struct srv *v)
+{
+	uv_async_send(&v->stop);
+	pthread_join(v->thread, NULL);
+	uv_loop_close(&v->loop);
+	free(v);
+}
+
+static int setup(void **state)
+{
+	*state = srv_start(0, 0, true);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	srv_stop(*state);
+	return 0;
+}
+
+static struct store_client *conn(void **state, int64_t op_ms)
+{
+	struct srv *v = *state;
+	struct store_client *c = NULL;
+
+	assert_int_equal(store_client_connect("127.0.0.1", v->port, 5000, op_ms, &c), 0);
+	return c;
+}
+
+/* The call runs first, then v/len are read (argument order is unspecified). */
+#define GOT(call, v, len, want)                \
+	do {                                   \
+		int rc_ = (call);              \
+		assert_got(rc_, v, len, want); \
+	} while (0)
+
+static void assert_got(int rc, void *val, size_t len, const char *want)
+{
+	assert_int_equal(rc, 0);
+	assert_int_equal(len, strlen(want));
+	assert_memory_equal(val, want, len);
+	assert_int_equal(((char *)val)[len], '\0'); /* NUL-terminated for convenience */
+	free(val);
+}
+
+static void test_every_operation(void **state)
+{
+	struct store_client *c = conn(state, 5000);
+	const char *keys[] = {"m1", "m2"};
+	const void *vals[] = {"one", "two"};
+	size_t lens[] = {3, 3}, len;
+	void *v, *mv[2];
+	size_t ml[2];
+	int64_t n;
+
+	assert_int_equal(store_set(c, "k", "v", 1), 0);
+	GOT(store_get(c, "k", &v, &len), v, len, "v");
+	assert_int_equal(store_add(c, "n", 40, &n), 0);
+	assert_int_equal(store_add(c, "n", 2, &n), 0);
+	assert_int_equal(n, 42);
+	GOT(store_get(c, "n", &v, &len), v, len, "42");
+	GOT(store_compare_set(c, "k", "v", 1, "w", 1, &v, &len), v, len, "w");
+	GOT(store_compare_set(c, "k", "x", 1, "y", 1, &v, &len), v, len, "w");
+	assert_int_equal(store_multi_set(c, keys, vals, lens, 2), 0);
+	assert_int_equal(store_multi_get(c, keys, 2, mv, ml), 0);
+	assert_got(0, mv[0], ml[0], "one");
+	assert_got(0, mv[1], ml[1], "two");
+	assert_int_equal(store_check(c, keys, 2), 1);
+	assert_int_equal(store_append(c, "log", "ab", 2), 0);
+	assert_int_equal(store_append(c, "log", "cd", 2), 0);
+	GOT(store_get(c, "log", &v, &len), v, len, "abcd");
+	assert_int_equal(store_num_keys(c, &n), 0);
+	assert_int_equal(n, 5);
+	assert_int_equal(store_delete(c, "k"), 1);
+	assert_int_equal(store_delete(c, "k"), 0);
+	assert_int_equal(store_try_get(c, "k", &v, &len), -ENOENT);
+	assert_int_equal(store_ping(c), 0);
+	store_client_close(c);
+}
+
+static void test_wait_timeout_leaves_client_usable(void **state)
+{
+	struct store_client *c = conn(state, 5000);
+	const char *k[] = {"never"};
+	void *v;
+	size_t len;
+
+	assert_int_equal(store_wait(c, k, 1, 50), -ETIMEDOUT);
+	assert_int_equal(store_ping(c), 0);
+	store_client_set_timeout(c, 50);
+	assert_int_equal(store_get(c, "never", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_set(c, "now", "x", 1), 0);
+	assert_int_equal(store_check(c, (const char *[]){"now"}, 1), 1);
+	store_client_close(c);
+}
+
+struct later {
+	void **state;
+	const char *key;
+	int op; /* 0 set, 1 queue push */
+};
+
+static void *do_later(void *arg)
+{
+	struct later *l = arg;
+	struct store_client *c = conn(l->state, 5000);
+
+	usleep(100 * 1000);
+	if (l->op == 0)
+		store_set(c, l->key, "arrived", 7);
+	else
+		store_queue_push(c, l->key, "job", 3);
+	store_ping(c);
+	store_client_close(c);
+	return NULL;
+}
+
+static void test_get_and_queue_pop_block_until_data(void **state)
+{
+	struct store_client *c = conn(state, 10000);
+	struct later l1 = {state, "slow", 0}, l2 = {state, "q", 1};
+	pthread_t t;
+	void *v;
+	size_t len;
+	int64_t n;
+
+	pthread_create(&t, NULL, do_later, &l1);
+	GOT(store_get(c, "slow", &v, &len), v, len, "arrived");
+	pthread_join(t, NULL);
+	pthread_create(&t, NULL, do_later, &l2);
+	GOT(store_queue_pop(c, "q", &v, &len), v, len, "job");
+	pthread_join(t, NULL);
+	assert_int_equal(store_queue_len(c, "q", &n), 0);
+	assert_int_equal(n, 0);
+	store_client_set_timeout(c, 50);
+	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	/* A plain value under the same key does not make pop spin forever. */
+	assert_int_equal(store_set(c, "q", "plain", 5), 0);
+	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_ping(c), 0);
+	store_client_close(c);
+}
+
+static void test_prefix_and_shared_key_layout(void **state)
+{
+	struct store_client *a = conn(state, 5000), *b = conn(state, 5000);
+	void *v;
+	size_t len;
+
+	assert_int_equal(store_client_set_prefix(a, "/worker/attempt_0"), 0);
+	assert_int_equal(store_set(a, "rank_1", "addr", 4), 0);
+	/* PrefixStore(p, TCPStore): "/" + p + "/" + key on the wire. */
+	GOT(store_get(b, "/worker/attempt_0/rank_1", &v, &len), v, len, "addr");
+	assert_int_equal(store_client_set_prefix(a, NULL), 0);
+	assert_int_equal(store_try_get(a, "rank_1", &v, &len), -ENOENT);
+	store_client_close(a);
+	store_client_close(b);
+}
+
+static void test_on_close_set(void **state)
+{
+	struct store_client *agent = conn(state, 5000), *peer = conn(state, 5000);
+	const char *k[] = {"job/1/failed"};
+	void *v;
+	size_t len;
+
+	assert_int_equal(store_on_close_set(agent, "job/1/failed", "boom", 4), 0);
+	assert_int_equal(store_check(peer, k, 1), 0);
+	store_client_close(agent);
+	assert_int_equal(store_wait(peer, k, 1, 5000), 0);
+	GOT(store_get(peer, "job/1/failed", &v, &len), v, len, "boom");
+	/* Cleared registrations do nothing. */
+	agent = conn(state, 5000);
+	assert_int_equal(store_on_close_set(agent, "job/2/failed", "x", 1), 0);
+	assert_int_equal(store_on_close_set(agent, NULL, NULL, 0), 0);
+	store_client_close(agent);
+	assert_int_equal(store_ping(peer), 0);
+	assert_int_equal(store_check(peer, (const char *[]){"job/2/failed"}, 1), 0);
+	store_client_close(peer);
+}
+
+static void test_argument_errors(void **state)
+{
+	struct store_client *c = conn(state, 5000);
+	char *big_key = malloc(9000);
+	void *v;
+	size_t len;
+
+	memset(big_key, 'k', 8999);
+	big_key[8999] = '\0';
+	assert_int_equal(store_set(c, big_key, "v", 1), -ENAMETOOLONG);
+	assert_int_equal(store_set(c, "k", NULL, 9 * 1024 * 1024), -EMSGSIZE);
+	assert_int_equal(store_get(c, NULL, &v, &len), -EINVAL);
+	/* Rejected locally: the connection is still fine. */
+	assert_int_equal(store_ping(c), 0);
+	free(big_key);
+	store_client_close(c);
+	assert_string_equal(store_strerror(-ETIMEDOUT), "timed out");
+	assert_non_null(strstr(store_strerror(-ECONNREFUSED), "refused"));
+}
+
+static void test_connect_waits_for_a_late_server(void **state)
+{
+	struct srv *v = *state, *late;
+	struct store_client *c;
+	int port = v->port;
+
+	srv_stop(v);
+	*state = NULL;
+	/* Nothing listens: a short deadline gives -ECONNREFUSED. */
+	assert_int_equal(store_client_connect("127.0.0.1", port, 100, 1000, &c), -ECONNREFUSED);
+	late = srv_start(port, 300, false);
+	assert_int_equal(store_client_connect("127.0.0.1", port, 10000, 1000, &c), 0);
+	assert_int_equal(store_ping(c), 0);
+	store_client_close(c);
+	*state = late;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_every_operation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wait_timeout_leaves_client_usable, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_get_and_queue_pop_block_until_data, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_prefix_and_shared_key_layout, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_on_close_set, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connect_waits_for_a_late_server, setup,
+						teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

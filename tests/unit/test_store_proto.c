@@ -1,0 +1,455 @@
+/* Unit tests for rendezvous/store_proto.c: every request of both dialects
+ * parses back to what was encoded; every truncation point is "need more
+ * bytes", whether parsed afresh or resumed; oversize lengths and unknown
+ * opcodes are rejected before anything is trusted; random garbage never
+ * crashes the parser; reply lengths are recognised. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_proto.h"
+
+/* One request of every shape, as the fields a test expects back. */
+struct sample {
+	enum store_op op;
+	const char *key, *val, *val2;
+	int64_t num;
+	const char *list[3]; /* keys, or key/value pairs for MULTI_SET */
+	uint64_t count;
+};
+
+static const struct sample samples[] = {
+	{STORE_OP_SET, "/k1", "v1", NULL, 0, {NULL}, 0},
+	{STORE_OP_SET, "", "", NULL, 0, {NULL}, 0}, /* empty key and value */
+	{STORE_OP_COMPARE_SET, "/cas", "old", "new", 0, {NULL}, 0},
+	{STORE_OP_GET, "/key", NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_ADD, "/ctr", NULL, NULL, -42, {NULL}, 0},
+	{STORE_OP_CHECK, NULL, NULL, NULL, 0, {"/a", "/bb", "/ccc"}, 3},
+	{STORE_OP_WAIT, NULL, NULL, NULL, 0, {"/a", "/b"}, 2},
+	{STORE_OP_WAIT, NULL, NULL, NULL, 0, {NULL}, 0}, /* no keys */
+	{STORE_OP_NUMKEYS, NULL, NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_DELETE, "/gone", NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_WATCH_KEY, "/w", NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_APPEND, "/log", "line", NULL, 0, {NULL}, 0},
+	{STORE_OP_MULTI_GET, NULL, NULL, NULL, 0, {"/x", "/y"}, 2},
+	{STORE_OP_MULTI_SET, NULL, NULL, NULL, 0, {"/x", "1", NULL}, 1},
+	{STORE_OP_CANCEL_WAIT, NULL, NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_PING, NULL, NULL, NULL, 0xdeadbeef, {NULL}, 0},
+	{STORE_OP_QUEUE_PUSH, "/q", "item", NULL, 0, {NULL}, 0},
+	{STORE_OP_QUEUE_POP, "/q", NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_QUEUE_LEN, "/q", NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_ON_CLOSE_SET, "/job/failed", "agent 3", NULL, 0, {NULL}, 0},
+	{STORE_OP_ON_CLOSE_SET, "", "", NULL, 0, {NULL}, 0}, /* clear */
+};
+
+static void put_str(struct store_buf *b, const char *s)
+{
+	store_put_bytes(b, s, strlen(s));
+}
+
+/* Encode a sample in dialect d; false if the dialect lacks the op. */
+static bool encode(struct store_buf *b, enum store_dialect d, const struct sample *s)
+{
+	uint64_t i;
+
+	if (store_opcode(d, s->op) < 0)
+		return false;
+	store_put_op(b, d, s->op);
+	switch (s->op) {
+	case STORE_OP_SET:
+	case STORE_OP_APPEND:
+	case STORE_OP_QUEUE_PUSH:
+	case STORE_OP_ON_CLOSE_SET:
+		put_str(b, s->key);
+		put_str(b, s->val);
+		break;
+	case STORE_OP_COMPARE_SET:
+		put_str(b, s->key);
+		put_str(b, s->val);
+		put_str(b, s->val2);
+		break;
+	case STORE_OP_ADD:
+		put_str(b, s->key);
+		store_put_i64(b, s->num);
+		break;
+	case STORE_OP_CHECK:
+	case STORE_OP_WAIT:
+	case STORE_OP_MULTI_GET:
+		store_put_u64(b, s->count);
+		for (i = 0; i < s->count; i++)
+			put_str(b, s->list[i]);
+		break;
+	case STORE_OP_MULTI_SET:
+		store_put_u64(b, s->count);
+		for (i = 0; i < 2 * s->count; i++)
+			put_str(b, s->list[i]);
+		break;
+	case STORE_OP_PING:
+		store_put_u32(b, (uint32_t)s->num);
+		break;
+	case STORE_OP_NUMKEYS:
+	case STORE_OP_CANCEL_WAIT:
+		break;
+	default:
+		put_str(b, s->key);
+		break;
+	}
+	assert_int_equal(b->err, 0);
+	return true;
+}
+
+static void assert_field(const uint8_t *p, size_t n, const char *want)
+{
+	assert_int_equal(n, strlen(want));
+	assert_memory_equal(p, want, n);
+}
+
+static void check_req(const struct sample *s, const struct store_req *r, size_t len)
+{
+	const uint8_t *pos, *item;
+	size_t il;
+	uint64_t i;
+
+	assert_int_equal(r->op, s->op);
+	assert_int_equal(r->len, len);
+	if (s->key)
+		assert_field(r->key, r->key_len, s->key);
+	if (s->val)
+		assert_field(r->val, r->val_len, s->val);
+	if (s->val2)
+		assert_field(r->val2, r->val2_len, s->val2);
+	if (s->op == STORE_OP_ADD || s->op == STORE_OP_PING)
+		assert_true(r->num == s->num || (uint32_t)r->num == (uint32_t)s->num);
+	assert_int_equal(r->count, s->count);
+	pos = r->list;
+	for (i = 0; i < (s->op == STORE_OP_MULTI_SET ? 2 * s->count : s->count); i++) {
+		store_list_next(&pos, &item, &il);
+		assert_field(item, il, s->list[i]);
+	}
+}
+
+static void parser_for(struct store_parser *p, enum store_dialect d)
+{
+	store_parser_init(p, NULL, d);
+}
+
+static void test_every_op_round_trips(void **state)
+{
+	enum store_dialect ds[] = {STORE_DIALECT_V1, STORE_DIALECT_V2};
+	size_t i, k, n = 0;
+
+	for (k = 0; k < 2; k++) {
+		for (i = 0; i < sizeof(samples) / sizeof(samples[0]); i++) {
+			struct store_buf b;
+			struct store_parser p;
+			struct store_req r;
+
+			store_buf_init(&b);
+			if (!encode(&b, ds[k], &samples[i])) {
+				store_buf_free(&b);
+				continue;
+			}
+			parser_for(&p, ds[k]);
+			assert_int_equal(store_parse(&p, b.p, b.len, &r), 1);
+			check_req(&samples[i], &r, b.len);
+			store_buf_free(&b);
+			n++;
+		}
+	}
+	/* 1.x: 9 ops x samples; 2.x: all but WATCH_KEY. */
+	assert_true(n >= 30);
+}
+
+/* Every prefix of every message is "need more", both afresh and resumed. */
+static void test_every_truncation_needs_more(void **state)
+{
+	enum store_dialect ds[] = {STORE_DIALECT_V1, STORE_DIALECT_V2};
+	size_t i, k, cut;
+
+	for (k = 0; k < 2; k++) {
+		for (i = 0; i < sizeof(samples) / sizeof(samples[0]); i++) {
+			struct store_buf b;
+			struct store_parser fresh, resumed;
+			struct store_req r;
+			uint8_t *copy;
+
+			store_buf_init(&b);
+			if (!encode(&b, ds[k], &samples[i])) {
+				store_buf_free(&b);
+				continue;
+			}
+			parser_for(&resumed, ds[k]);
+			for (cut = 0; cut < b.len; cut++) {
+				/* A fresh copy each time: the buffer may move. */
+				copy = malloc(cut ? cut : 1);
+				memcpy(copy, b.p, cut);
+				parser_for(&fresh, ds[k]);
+				assert_int_equal(store_parse(&fresh, copy, cut, &r), 0);
+				assert_true(fresh.need > cut && fresh.need <= b.len);
+				assert_int_equal(store_parse(&resumed, copy, cut, &r), 0);
+				assert_true(resumed.need > cut && resumed.need <= b.len);
+				free(copy);
+			}
+			assert_int_equal(store_parse(&resumed, b.p, b.len, &r), 1);
+			check_req(&samples[i], &r, b.len);
+			store_buf_free(&b);
+		}
+	}
+}
+
+static void test_pipelined_messages(void **state)
+{
+	struct store_buf b;
+	struct store_parser p;
+	struct store_req r;
+	size_t off = 0, i, n = sizeof(samples) / sizeof(samples[0]);
+
+	store_buf_init(&b);
+	for (i = 0; i < n; i++)
+		encode(&b, STORE_DIALECT_V2, &samples[i]);
+	parser_for(&p, STORE_DIALECT_V2);
+	for (i = 0; i < n; i++) {
+		if (store_opcode(STORE_DIALECT_V2, samples[i].op) < 0)
+			continue;
+		assert_int_equal(store_parse(&p, b.p + off, b.len - off, &r), 1);
+		check_req(&samples[i], &r, r.len);
+		off += r.len;
+	}
+	assert_int_equal(off, b.len);
+	assert_int_equal(store_parse(&p, b.p + off, 0, &r), 0);
+	store_buf_free(&b);
+}
+
+static void test_dialect_chosen_by_first_bytes(void **state)
+{
+	static const uint8_t validate[] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
+	static const uint8_t v1_set[] = {0x00, 0x01, 0, 0, 0, 0, 0, 0, 0,
+					 'k',  0,    0, 0, 0, 0, 0, 0, 0};
+	struct store_parser p;
+	struct store_req r;
+
+	parser_for(&p, STORE_DIALECT_NONE);
+	assert_int_equal(store_parse(&p, validate, 3, &r), 0);
+	assert_int_equal(p.need, 5);
+	assert_int_equal(store_parse(&p, validate, 5, &r), 1);
+	assert_int_equal(r.op, STORE_OP_VALIDATE);
+	assert_int_equal(r.len, 5);
+	assert_int_equal(p.dialect, STORE_DIALECT_V2);
+	/* After the handshake a second VALIDATE is an error. */
+	assert_int_equal(store_parse(&p, validate, 5, &r), -EPROTO);
+
+	parser_for(&p, STORE_DIALECT_NONE);
+	assert_int_equal(store_parse(&p, v1_set, sizeof(v1_set), &r), 1);
+	assert_int_equal(p.dialect, STORE_DIALECT_V1);
+	assert_int_equal(r.op, STORE_OP_SET);
+	assert_int_equal(r.key_len, 1);
+	assert_int_equal(r.key[0], 'k');
+
+	/* A 1.x ADD (opcode 3) is recognised at once. */
+	parser_for(&p, STORE_DIALECT_NONE);
+	assert_int_equal(store_parse(&p, (const uint8_t *)"\x03", 1, &r), 0);
+	assert_int_equal(p.dialect, STORE_DIALECT_V1);
+}
+
+static void test_unknown_opcodes_rejected(void **state)
+{
+	static const uint8_t v1_bad[] = {9, 0x7f, 0x80, 0xff};
+	static const uint8_t v2_bad[] = {17, 18, 0x7f, 0x81, 0xff};
+	struct store_parser p;
+	struct store_req r;
+	size_t i;
+
+	for (i = 0; i < sizeof(v1_bad); i++) {
+		parser_for(&p, STORE_DIALECT_V1);
+		assert_int_equal(store_parse(&p, &v1_bad[i], 1, &r), -EPROTO);
+		assert_non_null(strstr(p.err, "unknown opcode"));
+	}
+	for (i = 0; i < sizeof(v2_bad); i++) {
+		parser_for(&p, STORE_DIALECT_V2);
+		assert_int_equal(store_parse(&p, &v2_bad[i], 1, &r), -EPROTO);
+	}
+	/* The ddp extension exists only in the 2.x dialect. */
+	assert_int_equal(store_opcode(STORE_DIALECT_V1, STORE_OP_ON_CLOSE_SET), -1);
+	assert_int_equal(store_opcode(STORE_DIALECT_V2, STORE_OP_ON_CLOSE_SET), 0x80);
+	assert_int_equal(store_opcode(STORE_DIALECT_V2, STORE_OP_WATCH_KEY), -1);
+}
+
+static void test_oversize_lengths_rejected(void **state)
+{
+	struct store_limits lim = {
+		.max_key_len = 16, .max_value_len = 64, .max_multi_keys = 4, .max_msg_len = 256};
+	struct store_parser p;
+	struct store_req r;
+	struct store_buf b;
+	int i;
+
+	/* Key one byte over; a declared 2^63 value length; header only. */
+	store_buf_init(&b);
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_SET);
+	store_put_u64(&b, 17);
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+	assert_non_null(strstr(p.err, "key length 17"));
+
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_SET);
+	put_str(&b, "k");
+	store_put_u64(&b, (uint64_t)1 << 63);
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+
+	/* Exactly at the limits is fine. */
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_SET);
+	store_put_u64(&b, 16);
+	store_buf_put(&b, "0123456789abcdef", 16);
+	store_put_u64(&b, 64);
+	store_buf_reserve(&b, 64);
+	memset(b.p + b.len, 'v', 64);
+	b.len += 64;
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), 1);
+
+	/* Too many keys in a multi-key op, in both dialects. */
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V1, STORE_OP_WAIT);
+	store_put_u64(&b, 5);
+	store_parser_init(&p, &lim, STORE_DIALECT_V1);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_MULTI_SET);
+	store_put_u64(&b, UINT64_MAX);
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+
+	/* Items each within limits but a whole message over max_msg_len. */
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_MULTI_SET);
+	store_put_u64(&b, 4);
+	for (i = 0; i < 4; i++) {
+		put_str(&b, "k");
+		store_put_u64(&b, 64);
+		store_buf_reserve(&b, 64);
+		memset(b.p + b.len, 'v', 64);
+		b.len += 64;
+	}
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+	assert_non_null(strstr(p.err, "limit"));
+	store_buf_free(&b);
+}
+
+/* xorshift: a deterministic stream of garbage. */
+static uint64_t rng(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void test_garbage_never_crashes(void **state)
+{
+	uint8_t buf[512];
+	uint64_t seed = 0x9E3779B97F4A7C15ull;
+	int iter, ok = 0, more = 0, bad = 0;
+
+	for (iter = 0; iter < 20000; iter++) {
+		struct store_parser p;
+		struct store_req r;
+		size_t len = rng(&seed) % sizeof(buf), i, off = 0;
+		int rc;
+
+		for (i = 0; i < len; i++) {
+			uint64_t x = rng(&seed);
+
+			/* Mostly small bytes, so lengths are often plausible. */
+			buf[i] = (uint8_t)(x % 4 == 0 ? x >> 8 : (x >> 8) % 4);
+		}
+		parser_for(&p, iter % 3 == 0
+				       ? STORE_DIALECT_NONE
+				       : (iter % 3 == 1 ? STORE_DIALECT_V1 : STORE_DIALECT_V2));
+		while ((rc = store_parse(&p, buf + off, len - off, &r)) == 1) {
+			assert_true(r.len > 0 && r.len <= len - off);
+			off += r.len;
+			ok++;
+		}
+		if (rc == 0)
+			more++;
+		else
+			bad++;
+	}
+	/* The stream exercised every outcome. */
+	assert_true(ok > 0 && more > 0 && bad > 0);
+}
+
+static void test_reply_lengths(void **state)
+{
+	struct store_buf b;
+	size_t cut;
+
+	assert_int_equal(store_reply_len(STORE_REPLY_U8, 0, (const uint8_t *)"\0", 1, 10), 1);
+	assert_int_equal(store_reply_len(STORE_REPLY_U8, 0, NULL, 0, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_U32, 0, (const uint8_t *)"abc", 3, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_I64, 0, (const uint8_t *)"12345678", 8, 10),
+			 8);
+
+	store_buf_init(&b);
+	put_str(&b, "hello");
+	put_str(&b, "");
+	put_str(&b, "xy");
+	for (cut = 0; cut < 13; cut++)
+		assert_int_equal(store_reply_len(STORE_REPLY_BYTES, 0, b.p, cut, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_BYTES, 0, b.p, b.len, 10), 13);
+	assert_int_equal(store_reply_len(STORE_REPLY_BYTES, 0, b.p, b.len, 4), -EPROTO);
+	assert_int_equal(store_reply_len(STORE_REPLY_BYTES_N, 3, b.p, b.len, 10), (long)b.len);
+	assert_int_equal(store_reply_len(STORE_REPLY_BYTES_N, 3, b.p, b.len - 1, 10), 0);
+
+	b.len = 0;
+	store_put_i64(&b, 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, b.len, 10), 8);
+	b.len = 0;
+	store_put_i64(&b, 2);
+	put_str(&b, "item");
+	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, 8, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, b.len, 10), 20);
+	store_buf_free(&b);
+}
+
+static void test_captured_torch_bytes(void **state)
+{
+	/* set("k1", b"v1") from Debian's torch 1.13 client. */
+	static const uint8_t cap[] = {0x00, 0x03, 0, 0, 0, 0, 0, 0, 0, 0x2f, 0x6b,
+				      0x31, 0x02, 0, 0, 0, 0, 0, 0, 0, 0x76, 0x31};
+	struct store_parser p;
+	struct store_req r;
+
+	parser_for(&p, STORE_DIALECT_NONE);
+	assert_int_equal(store_parse(&p, cap, sizeof(cap), &r), 1);
+	assert_int_equal(p.dialect, STORE_DIALECT_V1);
+	assert_int_equal(r.op, STORE_OP_SET);
+	assert_field(r.key, r.key_len, "/k1");
+	assert_field(r.val, r.val_len, "v1");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_every_op_round_trips),
+		cmocka_unit_test(test_every_truncation_needs_more),
+		cmocka_unit_test(test_pipelined_messages),
+		cmocka_unit_test(test_dialect_chosen_by_first_bytes),
+		cmocka_unit_test(test_unknown_opcodes_rejected),
+		cmocka_unit_test(test_oversize_lengths_rejected),
+		cmocka_unit_test(test_garbage_never_crashes),
+		cmocka_unit_test(test_reply_lengths),
+		cmocka_unit_test(test_captured_torch_bytes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
