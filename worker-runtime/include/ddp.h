@@ -207,8 +207,9 @@ struct ddp_reducer;
  * registration order, a bucket closing once it reaches its cap; buckets are
  * then reduced in reverse order (the last layers' gradients are ready first).
  * Gradients live inside the bucket buffers (gradient_as_bucket_view), zeroed.
- * Collective: every rank must register the same parameters in the same order.
- * o may be NULL. */
+ * Collective: every rank must register the same parameters in the same order
+ * (checked: -EINVAL otherwise). A reducer is driven by one thread. o may be
+ * NULL. */
 int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size_t nparams,
 		       const struct ddp_reducer_options *o, struct ddp_reducer **out);
 /* Waits for pending reductions and frees r (NULL is a no-op). */
