@@ -31,6 +31,20 @@ struct closed_bucket {
 	size_t min_idx;
 };
 
+/* Moves b's indices to the end of flat as bucket c; b starts over empty. */
+static void close_bucket(struct open_bucket *b, struct closed_bucket *c, size_t *flat,
+			 size_t *nflat)
+{
+	c->first = *nflat;
+	c->n = b->n;
+	c->bytes = b->bytes;
+	c->min_idx = b->idx[0];
+	memcpy(flat + *nflat, b->idx, b->n * sizeof(size_t));
+	*nflat += b->n;
+	b->n = 0;
+	b->bytes = 0;
+}
+
 static int by_min_idx(const void *a, const void *b)
 {
 	const struct closed_bucket *x = a, *y = b;
@@ -70,30 +84,13 @@ int ddpi_bucket_plan(const struct ddp_param *params, size_t n, size_t first_cap,
 		b->bytes += params[i].count * ddp_dtype_size(params[i].dtype);
 		limit = b->limit_step == 0 ? first_cap : cap;
 		if (b->bytes >= limit) {
-			struct closed_bucket *c = &closed[nclosed++];
-			c->first = nflat;
-			c->n = b->n;
-			c->bytes = b->bytes;
-			c->min_idx = b->idx[0];
-			memcpy(flat + nflat, b->idx, b->n * sizeof(size_t));
-			nflat += b->n;
-			b->n = 0;
-			b->bytes = 0;
+			close_bucket(b, &closed[nclosed++], flat, &nflat);
 			b->limit_step = 1;
 		}
 	}
-	for (int d = 0; d < NDTYPES; d++) {
-		struct open_bucket *b = &open[d];
-		if (!b->n)
-			continue;
-		struct closed_bucket *c = &closed[nclosed++];
-		c->first = nflat;
-		c->n = b->n;
-		c->bytes = b->bytes;
-		c->min_idx = b->idx[0];
-		memcpy(flat + nflat, b->idx, b->n * sizeof(size_t));
-		nflat += b->n;
-	}
+	for (int d = 0; d < NDTYPES; d++)
+		if (open[d].n)
+			close_bucket(&open[d], &closed[nclosed++], flat, &nflat);
 	/* min_idx values are distinct, so the unstable qsort is deterministic. */
 	qsort(closed, nclosed, sizeof(*closed), by_min_idx);
 

@@ -188,31 +188,53 @@ static int check_comm(struct nccl_be *b, const char *what)
 	return 0;
 }
 
+/* An in-place operation on buf: its device address (buf, or the scratch
+ * after copying a host buffer in), once the program's queued work is done. */
+static int begin_op(struct nccl_be *b, void *buf, size_t bytes, void **dev, const char *what)
+{
+	int rc;
+
+	*dev = buf;
+	if ((rc = check_comm(b, what)) < 0 || (rc = after_user_work(b)) < 0)
+		return rc;
+	if (on_device(buf))
+		return 0;
+	if ((rc = need_scratch(b, bytes)) < 0)
+		return rc;
+	*dev = b->scratch;
+	cudaMemcpyAsync(*dev, buf, bytes, cudaMemcpyHostToDevice, b->stream);
+	return 0;
+}
+
+/* After the NCCL call that returned r: settle, copy a staged result back, and
+ * wait under the watchdog. */
+static int end_op(struct nccl_be *b, ncclResult_t r, void *buf, void *dev, size_t bytes,
+		  int64_t deadline, const char *what)
+{
+	int rc;
+
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_err(b, r, what);
+	if ((rc = settle(b, deadline, what)) < 0)
+		return rc;
+	if (dev != buf)
+		cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, b->stream);
+	return wait_stream(b, deadline, what);
+}
+
 static int nccl_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
 			   int64_t deadline)
 {
 	struct nccl_be *b = be;
 	size_t bytes = count * ddp_dtype_size(dt);
-	int host = !on_device(buf), rc;
-	void *dev = buf;
+	void *dev;
+	int rc;
 
-	if ((rc = check_comm(b, "all_reduce")) < 0 || (rc = after_user_work(b)) < 0)
+	if ((rc = begin_op(b, buf, bytes, &dev, "all_reduce")) < 0)
 		return rc;
-	if (host) {
-		if ((rc = need_scratch(b, bytes)) < 0)
-			return rc;
-		dev = b->scratch;
-		cudaMemcpyAsync(dev, buf, bytes, cudaMemcpyHostToDevice, b->stream);
-	}
 	ncclResult_t r =
 		ncclAllReduce(dev, dev, count, nccl_type(dt), nccl_op(op), b->comm, b->stream);
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_err(b, r, "ncclAllReduce");
-	if ((rc = settle(b, deadline, "all_reduce")) < 0)
-		return rc;
-	if (host)
-		cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, b->stream);
-	return wait_stream(b, deadline, "all_reduce");
+	return end_op(b, r, buf, dev, bytes, deadline, "all_reduce");
 }
 
 static int nccl_all_reduce_async(void *be, void *buf, size_t count, enum ddp_dtype dt,
@@ -238,25 +260,13 @@ static int nccl_wait_async(void *be, int64_t deadline)
 static int nccl_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	struct nccl_be *b = be;
-	int host = !on_device(buf), rc;
-	void *dev = buf;
+	void *dev;
+	int rc;
 
-	if ((rc = check_comm(b, "broadcast")) < 0 || (rc = after_user_work(b)) < 0)
+	if ((rc = begin_op(b, buf, bytes, &dev, "broadcast")) < 0)
 		return rc;
-	if (host) {
-		if ((rc = need_scratch(b, bytes)) < 0)
-			return rc;
-		dev = b->scratch;
-		cudaMemcpyAsync(dev, buf, bytes, cudaMemcpyHostToDevice, b->stream);
-	}
 	ncclResult_t r = ncclBroadcast(dev, dev, bytes, ncclInt8, root, b->comm, b->stream);
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_err(b, r, "ncclBroadcast");
-	if ((rc = settle(b, deadline, "broadcast")) < 0)
-		return rc;
-	if (host)
-		cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, b->stream);
-	return wait_stream(b, deadline, "broadcast");
+	return end_op(b, r, buf, dev, bytes, deadline, "broadcast");
 }
 
 static int nccl_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
