@@ -457,9 +457,9 @@ int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what
 	return ddpi_shm_wait_all(s, s->slot_done[k], deadline, what);
 }
 
-void ddpi_shm_release_slot(struct ddpi_shm *s, int slot, uint32_t done_mark)
+void ddpi_shm_release_slot(struct ddpi_shm *s, int slot)
 {
-	s->slot_done[slot] = done_mark;
+	s->slot_done[slot] = s->seq + 1;
 }
 
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)

@@ -79,7 +79,10 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 int ddpi_shm_wait_all(struct ddpi_shm *s, uint32_t target, int64_t deadline, const char *what);
 /* A free staging slot (every peer is done with its previous use). */
 int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what, int *slot);
-void ddpi_shm_release_slot(struct ddpi_shm *s, int slot, uint32_t done_mark);
+/* This rank has finished reading the peers' copies of slot's current use. No
+ * publish is needed: a rank reads before its next publish, whatever that is,
+ * so a peer's counter reaching our next value proves it is done too. */
+void ddpi_shm_release_slot(struct ddpi_shm *s, int slot);
 static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
 {
 	return s->stage[q] + (size_t)slot * s->slot_bytes;

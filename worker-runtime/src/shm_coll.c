@@ -57,7 +57,7 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	for (int q = 0; q < s->lws; q++)
 		src[q] = q == s->me ? buf : ddpi_shm_slot(s, q, slot);
 	ddpi_reduce(dt, op, buf, src, s->lws, count, avg_div);
-	ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
+	ddpi_shm_release_slot(s, slot);
 	return 0;
 }
 
@@ -95,7 +95,7 @@ static int all_reduce_chunk(struct ddpi_shm *s, char *buf, size_t m, enum ddp_dt
 			return rc;
 		memcpy(buf + qlo * es, ddpi_shm_slot(s, q, slot) + qlo * es, (qhi - qlo) * es);
 	}
-	ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
+	ddpi_shm_release_slot(s, slot);
 	return 0;
 }
 
@@ -155,7 +155,7 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 				break;
 			memcpy((char *)buf + off, ddpi_shm_slot(s, root, slot), m);
 		}
-		ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
+		ddpi_shm_release_slot(s, slot);
 	}
 	ddpi_shm_end(s);
 	return rc;
@@ -201,7 +201,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 			       ddpi_shm_slot(s, q, slot), m);
 		}
 		if (rc == 0)
-			ddpi_shm_release_slot(s, slot, ddpi_shm_publish(s));
+			ddpi_shm_release_slot(s, slot);
 	}
 	/* send may alias my slot in recv: copy it last. */
 	if (rc == 0 && my_dst != send)
