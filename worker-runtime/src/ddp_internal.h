@@ -10,6 +10,9 @@
 
 #include "ddp.h"
 
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
 #define DDP_DEFAULT_TIMEOUT_MS (600 * 1000)
 
 /* ---- errors (error.c) ---------------------------------------------------------- */
@@ -192,5 +195,7 @@ struct ddpi_mt19937 {
 };
 void ddpi_mt19937_seed(struct ddpi_mt19937 *m, uint64_t seed);
 uint32_t ddpi_mt19937_next(struct ddpi_mt19937 *m);
+
+#pragma GCC visibility pop
 
 #endif

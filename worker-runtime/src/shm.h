@@ -24,6 +24,9 @@
 
 #include "ddp_internal.h"
 
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
 #define DDPI_SHM_MAX_LOCAL 256
 
 /* What a rank is about to do, so that mismatched collectives (a classic
@@ -106,5 +109,7 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root_loc
 int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			const int *pos, int64_t deadline);
 int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline);
+
+#pragma GCC visibility pop
 
 #endif

@@ -16,6 +16,9 @@
 
 #include "ddp_internal.h"
 
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
 struct ddpi_tcp;
 
 /* local_ranks: the global ranks of this node (env->local_world entries). */
@@ -30,5 +33,7 @@ int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, in
 /* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
 int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
 int ddpi_tcp_barrier(struct ddpi_tcp *t, int64_t deadline);
+
+#pragma GCC visibility pop
 
 #endif
