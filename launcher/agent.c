@@ -1,0 +1,536 @@
+/* agent: the supervisor's state machine (see agent.h). */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_store.h"
+#include "signame.h"
+
+static void check_progress(struct agent *a);
+
+void agent_say(const char *fmt, ...)
+{
+	char buf[600];
+	va_list ap;
+	int n = snprintf(buf, sizeof(buf), "ddprun: ");
+
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 2)
+		n = (int)sizeof(buf) - 2;
+	buf[n++] = '\n';
+	output_console_write(2, buf, (size_t)n);
+}
+
+static void set_status(struct agent *a, int status)
+{
+	if (!a->status_set) {
+		a->status = status;
+		a->status_set = true;
+	}
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	struct agent *a = h->data;
+
+	a->open_handles--;
+}
+
+static void close_handle(struct agent *a, uv_handle_t *h)
+{
+	if (h->data == a && !uv_is_closing(h))
+		uv_close(h, on_handle_closed);
+}
+
+static void store_closed(void *arg)
+{
+	struct agent *a = arg;
+
+	a->open_handles--;
+}
+
+/* The end: close every handle so that uv_run returns. */
+static void finish(struct agent *a, int status)
+{
+	int i;
+
+	if (a->state == AS_CLOSING)
+		return;
+	set_status(a, status);
+	a->state = AS_CLOSING;
+	output_console_close();
+	close_handle(a, (uv_handle_t *)&a->sigchld);
+	close_handle(a, (uv_handle_t *)&a->kill_timer);
+	for (i = 0; i < a->nsigs; i++)
+		close_handle(a, (uv_handle_t *)&a->sigs[i]);
+	if (a->store != NULL) {
+		a->open_handles++;
+		agent_store_close(a->store, store_closed, a);
+		a->store = NULL;
+	}
+}
+
+static void kill_all(struct agent *a, int sig)
+{
+	int i;
+
+	for (i = 0; i < a->nproc; i++)
+		agent_worker_signal(&a->w[i], sig);
+}
+
+static void on_kill_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+	int i;
+
+	a->kill_timer_on = false;
+	for (i = 0; i < a->nproc; i++) {
+		struct agent_worker *w = &a->w[i];
+
+		if (w->running)
+			agent_say("worker %d (pid %d) did not stop within the shutdown timeout: "
+				  "SIGKILL",
+				  i, (int)w->pid);
+		else if (w->group_live)
+			agent_say("processes left by worker %d did not stop within the shutdown "
+				  "timeout: "
+				  "SIGKILL",
+				  i);
+	}
+	kill_all(a, SIGKILL);
+	a->killed = true;
+	check_progress(a);
+}
+
+/* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
+ * SIGKILL after the shutdown timeout. Repeated stops only forward sig. */
+static void begin_stop(struct agent *a, int sig, enum agent_after after)
+{
+	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
+		kill_all(a, sig);
+		if (sig == SIGKILL)
+			a->killed = true;
+		else if (sig != SIGCONT)
+			kill_all(a, SIGCONT);
+	}
+	if (a->state == AS_RUNNING) {
+		a->state = AS_STOPPING;
+		a->after = after;
+		uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)a->o->shutdown_timeout_ms,
+			       0);
+		a->kill_timer_on = true;
+	} else if (a->state == AS_STOPPING && after != AFTER_DECIDE) {
+		a->after = after; /* a signal or agent_stop overrides a restart */
+	}
+}
+
+static int64_t epoch_now(void)
+{
+	return (int64_t)time(NULL);
+}
+
+static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
+{
+	struct report_entry *e = &a->failures[a->nfailures];
+
+	if (report_entry_init(e, a->world.rank_offset + w->local_rank, w->local_rank, w->pid,
+			      wstatus, w->error_file, epoch_now()) != 0) {
+		report_entry_free(e);
+		return; /* out of memory: the exit status still tells */
+	}
+	a->nfailures++;
+	if (a->nfailures == 1 && a->has_coord && a->coord.failed != NULL)
+		a->coord.failed(a, e, report_exit_status(e), a->coord.arg);
+}
+
+static struct agent_worker *find_worker(struct agent *a, pid_t pid)
+{
+	int i;
+
+	for (i = 0; i < a->nproc; i++)
+		if (a->w[i].running && a->w[i].pid == pid)
+			return &a->w[i];
+	return NULL;
+}
+
+/* A group whose leader is gone empties when its last member exits; as the
+ * child subreaper, ddprun inherits those members and hears of their exits. */
+static int update_groups(struct agent *a)
+{
+	int i, live = 0;
+
+	for (i = 0; i < a->nproc; i++) {
+		struct agent_worker *w = &a->w[i];
+
+		if (w->group_live && !w->running && kill(-w->pid, 0) != 0 && errno == ESRCH) {
+			/* An empty group can never be refilled: forget it for good. */
+			w->group_live = false;
+			agent_watchdog_forget(a, w->pid);
+		}
+		live += w->group_live;
+	}
+	return live;
+}
+
+static void on_sigchld(uv_signal_t *h, int signum)
+{
+	struct agent *a = h->data;
+	bool failed_now = false;
+	int wstatus;
+	pid_t pid;
+
+	for (;;) {
+		struct agent_worker *w;
+
+		pid = waitpid(-1, &wstatus, WNOHANG);
+		if (pid < 0 && errno == EINTR)
+			continue;
+		if (pid <= 0)
+			break;
+		w = find_worker(a, pid);
+		if (w == NULL)
+			continue; /* an adopted orphan, the watchdog, a helper of ours */
+		w->running = false;
+		a->nrunning--;
+		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+			continue;
+		/* Failures seen in the same batch as the first one are reported
+		 * too; after the stop signals, exits are ours to cause. */
+		if (a->state == AS_RUNNING) {
+			record_failure(a, w, wstatus);
+			failed_now = true;
+		}
+	}
+	if (failed_now && a->state == AS_RUNNING)
+		begin_stop(a, SIGTERM, AFTER_DECIDE);
+	check_progress(a);
+}
+
+/* Stop the workers with sig (if any run) and end the job; the exit status
+ * has been decided already. */
+static void stop_and_end(struct agent *a, int sig)
+{
+	switch (a->state) {
+	case AS_RUNNING:
+	case AS_STOPPING:
+		begin_stop(a, sig, AFTER_EXIT);
+		break;
+	case AS_DRAINING:
+		a->after = AFTER_EXIT;
+		break;
+	case AS_IDLE:
+	case AS_RDZV:
+	case AS_WAITING:
+		finish(a, a->status);
+		break;
+	case AS_CLOSING:
+		break;
+	}
+	check_progress(a);
+}
+
+static void on_signal(uv_signal_t *h, int sig)
+{
+	struct agent *a = h->data;
+	int fwd = sig;
+	char name[32];
+
+	if (sig == SIGINT && ++a->sigints >= 2) {
+		agent_say("second SIGINT: killing every worker now");
+		fwd = SIGKILL;
+	} else {
+		agent_say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
+	}
+	/* A failure already seen stays the root cause of the exit status. */
+	if (a->nfailures > 0)
+		set_status(a, report_exit_status(
+				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
+	set_status(a, 128 + sig);
+	stop_and_end(a, fwd);
+}
+
+static void start_attempt(struct agent *a)
+{
+	char err[512];
+	size_t i;
+	int k, rc;
+
+	for (i = 0; i < a->nfailures; i++)
+		report_entry_free(&a->failures[i]);
+	a->nfailures = 0;
+	a->killed = false;
+	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
+	if (rc != 0) {
+		agent_say("error: %s", err);
+		finish(a, 1);
+		return;
+	}
+	a->state = AS_RUNNING;
+	for (k = 0; k < a->nproc; k++) {
+		rc = agent_worker_start(a, &a->w[k], err, sizeof(err));
+		if (rc != 0) {
+			agent_say("%s", err);
+			a->failed = true;
+			set_status(a, 1);
+			begin_stop(a, SIGTERM, AFTER_EXIT);
+			break;
+		}
+	}
+	check_progress(a);
+}
+
+static void rendezvous(struct agent *a)
+{
+	struct agent_world w = {0};
+
+	a->state = AS_RDZV;
+	if (a->has_coord && a->coord.rendezvous != NULL) {
+		a->coord.rendezvous(a, a->restart_count, a->coord.arg);
+		return;
+	}
+	/* One node: the world is this node. */
+	w.group_rank = 0;
+	w.group_world_size = 1;
+	w.rank_offset = 0;
+	w.world_size = a->nproc;
+	agent_store_world(a, &w);
+	agent_rendezvous_done(a, 0, &w);
+}
+
+void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
+{
+	if (a->state != AS_RDZV)
+		return;
+	if (rc != 0) {
+		agent_say("rendezvous failed: %s", strerror(-rc));
+		a->failed = true;
+		finish(a, 1);
+		return;
+	}
+	free(a->master_addr);
+	a->world = *w;
+	a->master_addr = strdup(w->master_addr ? w->master_addr : "127.0.0.1");
+	if (a->master_addr == NULL) {
+		finish(a, 1);
+		return;
+	}
+	a->world.master_addr = a->master_addr;
+	start_attempt(a);
+}
+
+static void print_report(struct agent *a)
+{
+	char *text =
+		report_format(a->cfg.prog->entrypoint, a->cfg.hostname, a->failures, a->nfailures);
+
+	size_t i;
+
+	if (text != NULL) {
+		output_console_write(2, text, strlen(text));
+		free(text);
+	}
+	/* A temporary log directory outlives the job only if the report points
+	 * into it. */
+	for (i = 0; i < a->nfailures; i++)
+		if (a->failures[i].error_file != NULL)
+			a->keep_logdir = true;
+	if (a->cfg.parent_error_file != NULL) {
+		const struct report_entry *root =
+			&a->failures[report_root_cause(a->failures, a->nfailures)];
+
+		report_write_parent_error(a->cfg.parent_error_file, root);
+	}
+}
+
+/* Every worker has exited and every stream is closed: what next? */
+static void attempt_over(struct agent *a)
+{
+	int status = 0;
+
+	if (a->nfailures > 0) {
+		const struct report_entry *root =
+			&a->failures[report_root_cause(a->failures, a->nfailures)];
+
+		status = report_exit_status(root);
+		if (a->after == AFTER_DECIDE && a->restart_count < a->o->max_restarts) {
+			a->restart_count++;
+			agent_say("worker group failed (rank %d: exit status %d); restart %d of %d",
+				  root->global_rank, status, a->restart_count, a->o->max_restarts);
+			rendezvous(a);
+			return;
+		}
+	}
+	if (a->after == AFTER_RESTART) {
+		a->restart_count++;
+		rendezvous(a);
+		return;
+	}
+	if (a->nfailures > 0) {
+		a->failed = true;
+		print_report(a);
+	}
+	if (a->status_set)
+		status = a->status;
+	else
+		set_status(a, status);
+	if (status != 0)
+		a->failed = true;
+	if (a->has_coord && a->coord.finished != NULL && !a->stop_requested) {
+		a->state = AS_WAITING;
+		a->coord.finished(a, status, a->coord.arg);
+		return;
+	}
+	finish(a, status);
+}
+
+void agent_stream_closed(struct output_stream *s)
+{
+	struct agent *a = s->data;
+
+	a->open_streams--;
+	check_progress(a);
+}
+
+static void check_progress(struct agent *a)
+{
+	int i;
+
+	if ((a->state == AS_RUNNING || a->state == AS_STOPPING) && a->nrunning == 0) {
+		/* Stopping: give what the workers left in their groups the same
+		 * grace (until the groups are empty or the kill timer fires). */
+		if (update_groups(a) > 0 && a->state == AS_STOPPING && !a->killed)
+			return;
+		if (a->kill_timer_on) {
+			uv_timer_stop(&a->kill_timer);
+			a->kill_timer_on = false;
+		}
+		/* Whatever is left once every worker is gone is an orphan now. */
+		for (i = 0; i < a->nproc; i++) {
+			struct agent_worker *w = &a->w[i];
+
+			if (w->group_live) {
+				kill(-w->pid, SIGKILL);
+				w->group_live = false;
+				agent_watchdog_forget(a, w->pid);
+			}
+		}
+		if (a->state == AS_RUNNING)
+			a->after = AFTER_EXIT;
+		a->state = AS_DRAINING;
+		for (i = 0; i < a->nproc; i++) {
+			output_stream_finish(&a->w[i].stream[0]);
+			output_stream_finish(&a->w[i].stream[1]);
+		}
+	}
+	if (a->state == AS_DRAINING && a->open_streams == 0)
+		attempt_over(a);
+}
+
+void agent_stop(struct agent *a, int status)
+{
+	/* The coordinator's word is final, even over a local failure's status. */
+	a->status = status;
+	a->status_set = true;
+	a->stop_requested = true;
+	stop_and_end(a, SIGTERM);
+}
+
+void agent_restart(struct agent *a)
+{
+	switch (a->state) {
+	case AS_RUNNING:
+	case AS_STOPPING:
+		begin_stop(a, SIGTERM, AFTER_RESTART);
+		break;
+	case AS_DRAINING:
+		a->after = AFTER_RESTART;
+		break;
+	case AS_WAITING:
+		a->restart_count++;
+		rendezvous(a);
+		break;
+	default:
+		break;
+	}
+	check_progress(a);
+}
+
+static int init_handle(struct agent *a, uv_handle_t *h, int rc)
+{
+	if (rc == 0) {
+		h->data = a;
+		a->open_handles++;
+	}
+	return rc;
+}
+
+/* Catch the signals to forward, except those ignored at startup: under
+ * nohup SIGHUP must stay ignored (torchrun's handler overrides SIG_IGN). */
+static int watch_signals(struct agent *a)
+{
+	int i, rc;
+
+	for (i = 0; i < a->o->nsignals; i++) {
+		struct sigaction old;
+		int sig = a->o->signals[i];
+
+		if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		rc = init_handle(a, (uv_handle_t *)&a->sigs[a->nsigs],
+				 uv_signal_init(a->loop, &a->sigs[a->nsigs]));
+		if (rc != 0)
+			return rc;
+		a->nsigs++;
+		rc = uv_signal_start(&a->sigs[a->nsigs - 1], on_signal, sig);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+int agent_start(struct agent *a)
+{
+	int rc;
+
+	/* Orphans of the workers become ddprun's children: their exits are
+	 * events, and ddprun knows when a worker's process group is empty. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	rc = init_handle(a, (uv_handle_t *)&a->sigchld, uv_signal_init(a->loop, &a->sigchld));
+	if (rc == 0)
+		rc = uv_signal_start(&a->sigchld, on_sigchld, SIGCHLD);
+	if (rc == 0)
+		rc = init_handle(a, (uv_handle_t *)&a->kill_timer,
+				 uv_timer_init(a->loop, &a->kill_timer));
+	if (rc == 0)
+		rc = watch_signals(a);
+	if (rc != 0) {
+		agent_say("cannot set up the event loop: %s", uv_strerror(rc));
+		finish(a, 1);
+		return rc;
+	}
+	if (!a->has_coord) {
+		char err[512];
+
+		rc = agent_store_open(a, err, sizeof(err));
+		if (rc != 0) {
+			agent_say("error: %s", err);
+			a->failed = true;
+			finish(a, 1);
+			return rc;
+		}
+	}
+	rendezvous(a);
+	return 0;
+}

@@ -1,0 +1,97 @@
+/* agent: the per-node supervisor, one state machine on one libuv loop.
+ *
+ *   rendezvous -> start workers -> running --(all exit 0)--------> finished
+ *        ^                           |  (a worker fails, a signal, agent_stop)
+ *        |                           v
+ *        +------ restart <------- stopping: SIGTERM+SIGCONT to every worker
+ *          (restarts left)           group, --shutdown-timeout, then SIGKILL
+ *
+ * Exits are events (SIGCHLD in the loop), never polled. The first failure of
+ * an attempt stops every other worker (fail fast). Signals from
+ * --signals-to-handle are forwarded to every worker group and end the job
+ * with 128+signal; a second SIGINT SIGKILLs at once. A signal that was
+ * ignored when ddprun started (nohup) stays ignored. ddprun is the child
+ * subreaper: what a worker leaves in its process group gets the same grace
+ * period, and is SIGKILLed once every worker has exited.
+ *
+ * With a coordinator, the single-node store is not started by the agent:
+ * the coordinator decides who hosts it (agent_loop() gives its loop) and
+ * fills agent_world.master_addr/master_port/use_agent_store.
+ *
+ * Multi-node plugs in through struct agent_coord (NULL: a single node, where
+ * the rendezvous is trivial and the job ends when the local workers end):
+ *  - rendezvous(): called before each attempt; the coordinator answers with
+ *    agent_rendezvous_done() once it knows this node's place in the world.
+ *  - failed(): the first local failure of an attempt, as soon as it is seen
+ *    (before the local workers are stopped), with its report entry and the
+ *    exit status it implies, so other nodes can be told at once.
+ *  - finished(): the local workers have all ended on their own, status 0
+ *    (success) or the final failure status (no restarts left). The agent then
+ *    keeps its loop (and store) alive until the coordinator calls
+ *    agent_stop(). Not called after the coordinator's own agent_stop().
+ *  - agent_stop(status): stop every local worker now (failure elsewhere) and
+ *    end with status. agent_restart(): stop them and go back to rendezvous.
+ * Every agent_* call is made from the loop's thread. */
+#ifndef DDP_AGENT_H
+#define DDP_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/resource.h>
+#include <uv.h>
+
+#include "cli.h"
+#include "prog.h"
+#include "report.h"
+#include "watchdog.h"
+
+struct agent;
+
+struct agent_config {
+	const struct cli_opts *opts;
+	const struct prog *prog;
+	int nproc;		       /* local workers */
+	char *const *worker_env;       /* environment the workers inherit */
+	const char *hostname;	       /* for the report */
+	const char *parent_error_file; /* ddprun's own TORCHELASTIC_ERROR_FILE, or NULL */
+	struct watchdog *watchdog;     /* kills worker groups if ddprun dies; NULL: none */
+	const int *dfl_sigs;	       /* dispositions workers must not inherit */
+	int ndfl_sigs;
+	const struct rlimit *nofile; /* RLIMIT_NOFILE for the workers; NULL: ddprun's */
+};
+
+/* This node's place in the job, decided by the rendezvous. */
+struct agent_world {
+	int group_rank;		 /* GROUP_RANK: this node's rank */
+	int group_world_size;	 /* GROUP_WORLD_SIZE: nodes */
+	int rank_offset;	 /* global rank of local rank 0 */
+	int world_size;		 /* WORLD_SIZE: workers in the job */
+	const char *master_addr; /* MASTER_ADDR (copied) */
+	int master_port;	 /* MASTER_PORT */
+	bool use_agent_store;	 /* TORCHELASTIC_USE_AGENT_STORE */
+};
+
+struct agent_coord {
+	void (*rendezvous)(struct agent *a, int restart_count, void *arg);
+	void (*failed)(struct agent *a, const struct report_entry *root, int status, void *arg);
+	void (*finished)(struct agent *a, int status, void *arg);
+	void *arg;
+};
+
+/* 0 or a negative errno with a message in err. coord may be NULL. */
+int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct agent_coord *coord,
+		 struct agent **out, char *err, size_t errlen);
+/* Begin the first attempt; run the loop afterwards until it returns. */
+int agent_start(struct agent *a);
+void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w);
+void agent_stop(struct agent *a, int status);
+void agent_restart(struct agent *a);
+uv_loop_t *agent_loop(struct agent *a);
+/* The exit status, once the loop has returned. */
+int agent_exit_status(const struct agent *a);
+/* True when the job failed (the log directory is then kept for its report). */
+bool agent_failed(const struct agent *a);
+/* Release everything (after the loop has returned). */
+void agent_destroy(struct agent *a);
+
+#endif

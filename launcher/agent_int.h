@@ -1,0 +1,92 @@
+/* agent_int: the agent's private state, shared by agent.c (the state
+ * machine) and agent_worker.c (starting and signalling one worker). */
+#ifndef DDP_AGENT_INT_H
+#define DDP_AGENT_INT_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "logdir.h"
+#include "output.h"
+
+struct store_server;
+
+enum agent_state {
+	AS_IDLE,     /* created, not started */
+	AS_RDZV,     /* waiting for agent_rendezvous_done */
+	AS_RUNNING,  /* workers running, none failed */
+	AS_STOPPING, /* stop signals sent; waiting for every worker to exit */
+	AS_DRAINING, /* all exited; waiting for output streams to close */
+	AS_WAITING,  /* done locally; the coordinator decides when to end */
+	AS_CLOSING   /* handles closing; the loop is about to return */
+};
+
+/* What follows a stop once every worker has exited. */
+enum agent_after {
+	AFTER_DECIDE, /* a local failure: restart if restarts are left */
+	AFTER_EXIT,   /* a signal, agent_stop, an agent error: end */
+	AFTER_RESTART /* agent_restart */
+};
+
+struct agent_worker {
+	struct agent *a;
+	int local_rank;
+	pid_t pid;	 /* also the process group id; 0: not started */
+	bool running;	 /* started and not yet reaped */
+	bool group_live; /* the process group may still have members */
+	char *error_file;
+	char *prefix[2]; /* console line prefix for stdout, stderr */
+	struct output_stream stream[2];
+};
+
+struct agent {
+	uv_loop_t *loop;
+	struct agent_config cfg;
+	const struct cli_opts *o;
+	struct agent_coord coord;
+	bool has_coord;
+	enum agent_state state;
+	enum agent_after after;
+	int restart_count;
+	struct agent_world world;
+	char *master_addr; /* world.master_addr points here */
+	struct agent_worker *w;
+	int nproc;
+	int nrunning;
+	int open_streams;
+	int devnull;
+	struct logdir logdir;
+	struct report_entry *failures; /* this attempt's, in the order seen */
+	size_t nfailures;
+	int status; /* exit status once status_set */
+	bool status_set;
+	bool stop_requested; /* agent_stop was called: no finished() then */
+	bool failed;	     /* the job ended in failure */
+	bool keep_logdir;    /* the report names a file in a temporary log dir */
+	int sigints;
+	uv_signal_t sigchld;
+	uv_signal_t sigs[CLI_MAX_SIGNALS];
+	int nsigs;
+	uv_timer_t kill_timer;
+	bool kill_timer_on;
+	bool killed;		    /* SIGKILL went to every group in this attempt */
+	int open_handles;	    /* loop handles not yet closed */
+	struct store_server *store; /* the store this agent hosts, or NULL */
+	char *store_host;
+	int store_port;
+};
+
+/* Start w for the current attempt. 0 or a negative errno with err set. */
+int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen);
+/* Send sig to w's process group (or to w itself before it has made one). */
+void agent_worker_signal(struct agent_worker *w, int sig);
+/* Closed-stream bookkeeping, called by the output streams. */
+void agent_stream_closed(struct output_stream *s);
+/* One line on ddprun's stderr, "ddprun: " first. */
+void agent_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Tell the watchdog that w's group is gone for good. */
+void agent_watchdog_forget(struct agent *a, pid_t pgid);
+
+#endif

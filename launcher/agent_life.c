@@ -1,0 +1,99 @@
+/* agent_life: creating, querying and destroying an agent (see agent.h); the
+ * state machine itself is agent.c. */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct agent_coord *coord,
+		 struct agent **out, char *err, size_t errlen)
+{
+	struct agent *a = calloc(1, sizeof(*a));
+	bool redirected;
+	int i, rc;
+
+	if (a == NULL)
+		return -ENOMEM;
+	a->loop = loop;
+	a->cfg = *cfg;
+	a->o = cfg->opts;
+	a->nproc = cfg->nproc;
+	a->devnull = -1;
+	if (coord != NULL) {
+		a->coord = *coord;
+		a->has_coord = true;
+	}
+	a->w = calloc((size_t)a->nproc, sizeof(*a->w));
+	a->failures = calloc((size_t)a->nproc, sizeof(*a->failures));
+	if (a->w == NULL || a->failures == NULL) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (i = 0; i < a->nproc; i++) {
+		a->w[i].a = a;
+		a->w[i].local_rank = i;
+	}
+	a->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (a->devnull < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open /dev/null: %s", strerror(errno));
+		goto fail;
+	}
+	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir. */
+	redirected = a->o->redirects.all != 0 || a->o->tee.all != 0;
+	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
+	if (rc != 0)
+		goto fail;
+	if (a->o->log_dir == NULL && redirected)
+		agent_say("logs are in %s", a->logdir.run_dir);
+	*out = a;
+	return 0;
+fail:
+	agent_destroy(a);
+	return rc;
+}
+
+uv_loop_t *agent_loop(struct agent *a)
+{
+	return a->loop;
+}
+
+int agent_exit_status(const struct agent *a)
+{
+	return a->status;
+}
+
+bool agent_failed(const struct agent *a)
+{
+	return a->failed;
+}
+
+void agent_destroy(struct agent *a)
+{
+	size_t k;
+	int i;
+
+	if (a == NULL)
+		return;
+	for (i = 0; a->w != NULL && i < a->nproc; i++) {
+		free(a->w[i].error_file);
+		free(a->w[i].prefix[0]);
+		free(a->w[i].prefix[1]);
+	}
+	for (k = 0; k < a->nfailures; k++)
+		report_entry_free(&a->failures[k]);
+	if (a->devnull >= 0)
+		close(a->devnull);
+	if (a->logdir.temporary && !a->keep_logdir)
+		logdir_remove(&a->logdir);
+	logdir_free(&a->logdir);
+	free(a->master_addr);
+	free(a->store_host);
+	free(a->failures);
+	free(a->w);
+	free(a);
+}

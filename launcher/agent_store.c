@@ -1,0 +1,62 @@
+/* agent_store: host the workers' store in the agent's loop (see
+ * agent_store.h). PyTorch workers reach it through env:// with
+ * TORCHELASTIC_USE_AGENT_STORE=True, exactly as under torchrun. */
+#include "agent_store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_client.h"
+#include "store_server.h"
+#include "util.h"
+
+int agent_store_open(struct agent *a, char *err, size_t errlen)
+{
+	struct store_server_opts so;
+	char host[256];
+	int port, rc;
+
+	rc = util_parse_hostport(a->o->master_addr, host, sizeof(host), a->o->master_port, &port);
+	if (rc != 0) {
+		snprintf(err, errlen, "invalid --master-addr '%.200s'", a->o->master_addr);
+		return rc;
+	}
+	a->store_host = strdup(host);
+	if (a->store_host == NULL)
+		return -ENOMEM;
+	/* One node and no port asked for: any free port, never a collision on
+	 * torchrun's 29500. Several nodes must agree on it: keep it. */
+	port = a->o->master_port;
+	if (!a->o->master_port_given && a->o->max_nodes == 1)
+		port = 0;
+	store_server_opts_init(&so);
+	rc = store_server_start(a->loop, &so, host, port, &a->store);
+	if (rc != 0) {
+		a->store = NULL;
+		if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
+			snprintf(err, errlen,
+				 "cannot listen on %.200s:%d: the port is in use (pick another "
+				 "--master-port, or leave it out to use a free one)",
+				 host, port);
+		else
+			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
+				 store_strerror(rc));
+		return rc;
+	}
+	a->store_port = store_server_port(a->store);
+	return 0;
+}
+
+void agent_store_world(struct agent *a, struct agent_world *w)
+{
+	w->master_addr = a->store_host;
+	w->master_port = a->store_port;
+	w->use_agent_store = a->store != NULL;
+}
+
+void agent_store_close(struct store_server *s, void (*done)(void *arg), void *arg)
+{
+	store_server_close(s, done, arg);
+}

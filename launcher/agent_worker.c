@@ -1,0 +1,222 @@
+/* agent_worker: start one worker: its log files, output pipes, environment
+ * and arguments, then spawn (see agent.h, spawn_worker.h, output.h). */
+#include "agent_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "spawn_worker.h"
+#include "workenv.h"
+
+static const char *const stream_file[2] = {"stdout.log", "stderr.log"};
+
+static int open_log(const char *path, char *err, size_t errlen)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot open %.300s: %s", path, strerror(errno));
+		return rc;
+	}
+	return fd;
+}
+
+/* The console prefix of one stream: --tag-output's "[rankN]: ", else for a
+ * tee'd stream torchrun's "[<role><local_rank>]:" or the template in
+ * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else nothing. */
+static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
+{
+	static const char *const names[] = {"role_name", "rank", "local_rank"};
+	int rank = a->world.rank_offset + w->local_rank;
+	const char *tpl = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	char buf[96], r[16], lr[16];
+	const char *values[] = {a->o->role, r, lr};
+
+	if (a->o->tag_output) {
+		snprintf(buf, sizeof(buf), "[rank%d]: ", rank);
+		return strdup(buf);
+	}
+	if (!tee)
+		return strdup("");
+	snprintf(r, sizeof(r), "%d", rank);
+	snprintf(lr, sizeof(lr), "%d", w->local_rank);
+	if (tpl != NULL)
+		return prog_template(tpl, names, values, 3);
+	{
+		size_t n = strlen(a->o->role) + 24;
+		char *p = malloc(n);
+
+		if (p != NULL)
+			snprintf(p, n, "[%s%d]:", a->o->role, w->local_rank);
+		return p;
+	}
+}
+
+/* Decide where stream s (0 stdout, 1 stderr) of w goes. On success *child_fd
+ * is what the worker gets (a file, /dev/null or a pipe's write end), and for
+ * a pumped stream *read_fd / *file_fd are the pipe's read end and the tee
+ * file (or -1). */
+static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *child_fd, int *read_fd,
+		       int *file_fd, char *err, size_t errlen)
+{
+	int bit = s == 0 ? CLI_STD_OUT : CLI_STD_ERR;
+	bool tee = (cli_std_get(&a->o->tee, w->local_rank) & bit) != 0;
+	bool redirect = tee || (cli_std_get(&a->o->redirects, w->local_rank) & bit) != 0;
+	bool shown = cli_rank_shown(a->o, w->local_rank);
+	int f = -1, p[2];
+
+	*child_fd = *read_fd = *file_fd = -1;
+	if (redirect) {
+		char *path = logdir_path(&a->logdir, w->local_rank, stream_file[s]);
+
+		if (path == NULL)
+			return -ENOMEM;
+		f = open_log(path, err, errlen);
+		free(path);
+		if (f < 0)
+			return f;
+		if (!tee || !shown) { /* straight to the file */
+			*child_fd = f;
+			return 0;
+		}
+	} else if (!shown) {
+		*child_fd = a->devnull;
+		return 0;
+	}
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot make a pipe: %s", strerror(errno));
+		if (f >= 0)
+			close(f);
+		return rc;
+	}
+	free(w->prefix[s]);
+	w->prefix[s] = make_prefix(a, w, tee);
+	if (w->prefix[s] == NULL) {
+		close(p[0]);
+		close(p[1]);
+		if (f >= 0)
+			close(f);
+		return -ENOMEM;
+	}
+	*child_fd = p[1];
+	*read_fd = p[0];
+	*file_fd = f;
+	return 0;
+}
+
+static void close_fd(int fd, int keep)
+{
+	if (fd >= 0 && fd != keep)
+		close(fd);
+}
+
+int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen)
+{
+	struct workenv_job job = {
+		.world_size = a->world.world_size,
+		.local_world_size = a->nproc,
+		.group_rank = a->world.group_rank,
+		.group_world_size = a->world.group_world_size,
+		.rank_offset = a->world.rank_offset,
+		.role = a->o->role,
+		.master_addr = a->world.master_addr,
+		.master_port = a->world.master_port,
+		.run_id = a->o->rdzv_id,
+		.restart_count = a->restart_count,
+		.max_restarts = a->o->max_restarts,
+		.use_agent_store = a->world.use_agent_store,
+	};
+	int child_fd[2] = {-1, -1}, read_fd[2] = {-1, -1}, file_fd[2] = {-1, -1};
+	struct spawn_req req = {
+		.path = a->cfg.prog->path,
+		.watch_fd = a->cfg.watchdog ? a->cfg.watchdog->fd : -1,
+		.dfl_sigs = a->cfg.dfl_sigs,
+		.ndfl_sigs = a->cfg.ndfl_sigs,
+		.nofile = a->cfg.nofile,
+	};
+	char **env = NULL, **argv = NULL;
+	pid_t pid;
+	int s, rc;
+
+	free(w->error_file);
+	w->error_file = logdir_path(&a->logdir, w->local_rank, "error.json");
+	if (w->error_file == NULL)
+		return -ENOMEM;
+	for (s = 0; s < 2; s++) {
+		rc = plan_stream(a, w, s, &child_fd[s], &read_fd[s], &file_fd[s], err, errlen);
+		if (rc != 0)
+			goto fail;
+	}
+	env = workenv_build(a->cfg.worker_env, &job, w->local_rank, w->error_file);
+	argv = prog_argv_for(a->cfg.prog, w->local_rank);
+	rc = -ENOMEM;
+	if (env == NULL || argv == NULL)
+		goto fail;
+	req.argv = argv;
+	req.envp = env;
+	req.stdout_fd = child_fd[0];
+	req.stderr_fd = child_fd[1];
+	pid = spawn_worker(&req);
+	if (pid < 0) {
+		rc = pid;
+		snprintf(err, errlen, "cannot start worker %d: fork: %s", w->local_rank,
+			 strerror(-rc));
+		goto fail;
+	}
+	w->pid = pid;
+	w->running = true;
+	w->group_live = true;
+	a->nrunning++;
+	for (s = 0; s < 2; s++) {
+		close_fd(child_fd[s], a->devnull);
+		if (read_fd[s] < 0)
+			continue;
+		w->stream[s].console_fd = s + 1;
+		w->stream[s].file_fd = file_fd[s];
+		w->stream[s].prefix = w->prefix[s];
+		w->stream[s].prefix_len = strlen(w->prefix[s]);
+		w->stream[s].closed_cb = agent_stream_closed;
+		w->stream[s].data = a;
+		if (output_stream_start(a->loop, &w->stream[s], read_fd[s]) == 0)
+			a->open_streams++;
+	}
+	free(env);
+	prog_argv_free(a->cfg.prog, argv);
+	return 0;
+fail:
+	for (s = 0; s < 2; s++) {
+		close_fd(child_fd[s], a->devnull);
+		close_fd(read_fd[s], -1);
+		close_fd(file_fd[s], child_fd[s]);
+	}
+	free(env);
+	prog_argv_free(a->cfg.prog, argv);
+	return rc;
+}
+
+void agent_worker_signal(struct agent_worker *w, int sig)
+{
+	if (!w->group_live)
+		return;
+	if (kill(-w->pid, sig) == 0)
+		return;
+	/* ESRCH while the worker runs: it has not called setsid() yet. Signal it
+	 * directly; its handlers are the default ones by then (spawn_worker.c). */
+	if (errno == ESRCH && w->running)
+		kill(w->pid, sig);
+}
+
+void agent_watchdog_forget(struct agent *a, pid_t pgid)
+{
+	if (a->cfg.watchdog != NULL)
+		watchdog_forget(a->cfg.watchdog, pgid);
+}

@@ -1,0 +1,579 @@
+/* cli: torchrun-compatible command line parsing (see cli.h). */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "signame.h"
+#include "util.h"
+
+enum opt_id {
+	O_NNODES,
+	O_NPROC,
+	O_RDZV_BACKEND,
+	O_RDZV_ENDPOINT,
+	O_RDZV_ID,
+	O_RDZV_CONF,
+	O_STANDALONE,
+	O_MAX_RESTARTS,
+	O_MONITOR_INTERVAL,
+	O_START_METHOD,
+	O_ROLE,
+	O_MODULE,
+	O_NO_PYTHON,
+	O_RUN_PATH,
+	O_LOG_DIR,
+	O_REDIRECTS,
+	O_TEE,
+	O_LOCAL_RANKS_FILTER,
+	O_NODE_RANK,
+	O_MASTER_ADDR,
+	O_MASTER_PORT,
+	O_LOCAL_ADDR,
+	O_SIGNALS,
+	O_SHUTDOWN_TIMEOUT,
+	O_TAG_OUTPUT,
+	O_HELP,
+	O_VERSION,
+	O_COUNT
+};
+
+/* name: the dash spelling (the underscore one is accepted by normalising);
+ * env: PET_<NAME> unless the option has none. */
+static const struct optdef {
+	const char *name;
+	char shortopt;
+	bool flag;
+	bool has_env;
+	const char *def;
+} opts[O_COUNT] = {
+	[O_NNODES] = {"nnodes", 0, false, true, "1:1"},
+	[O_NPROC] = {"nproc-per-node", 0, false, true, "1"},
+	[O_RDZV_BACKEND] = {"rdzv-backend", 0, false, true, "static"},
+	[O_RDZV_ENDPOINT] = {"rdzv-endpoint", 0, false, true, ""},
+	[O_RDZV_ID] = {"rdzv-id", 0, false, true, "none"},
+	[O_RDZV_CONF] = {"rdzv-conf", 0, false, true, ""},
+	[O_STANDALONE] = {"standalone", 0, true, true, NULL},
+	[O_MAX_RESTARTS] = {"max-restarts", 0, false, true, "0"},
+	[O_MONITOR_INTERVAL] = {"monitor-interval", 0, false, true, "0.1"},
+	[O_START_METHOD] = {"start-method", 0, false, true, "spawn"},
+	[O_ROLE] = {"role", 0, false, true, "default"},
+	[O_MODULE] = {"module", 'm', true, true, NULL},
+	[O_NO_PYTHON] = {"no-python", 0, true, true, NULL},
+	[O_RUN_PATH] = {"run-path", 0, true, true, NULL},
+	[O_LOG_DIR] = {"log-dir", 0, false, true, NULL},
+	[O_REDIRECTS] = {"redirects", 'r', false, true, "0"},
+	[O_TEE] = {"tee", 't', false, true, "0"},
+	[O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, false, true, ""},
+	[O_NODE_RANK] = {"node-rank", 0, false, true, "0"},
+	[O_MASTER_ADDR] = {"master-addr", 0, false, true, "127.0.0.1"},
+	[O_MASTER_PORT] = {"master-port", 0, false, true, "29500"},
+	[O_LOCAL_ADDR] = {"local-addr", 0, false, true, NULL},
+	[O_SIGNALS] = {"signals-to-handle", 0, false, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, false, true, NULL},
+	[O_TAG_OUTPUT] = {"tag-output", 0, true, true, NULL},
+	[O_HELP] = {"help", 'h', true, false, NULL},
+	[O_VERSION] = {"version", 0, true, false, NULL},
+};
+
+/* Where a value came from, for error messages. */
+struct raw {
+	const char *val;
+	const char *src; /* "--name", "-r" or "PET_NAME"; NULL: default */
+	char envname[40];
+};
+
+struct parse {
+	struct raw raw[O_COUNT];
+	char *err;
+	size_t errlen;
+};
+
+static int fail(struct parse *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct parse *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(p->err, p->errlen, fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+/* "--nproc-per-node" for error messages about option i. */
+static const char *src_of(struct parse *p, int i)
+{
+	return p->raw[i].src ? p->raw[i].src : "the default";
+}
+
+static int bad_value(struct parse *p, int i, const char *expect)
+{
+	return fail(p, "invalid value '%.200s' for %s: expected %s", p->raw[i].val, src_of(p, i),
+		    expect);
+}
+
+/* Find the long option named by s[0..len) ('_' and '-' are the same; a unique
+ * prefix is enough, as with argparse). -1 unknown, -2 ambiguous. */
+static int find_long(const char *s, size_t len)
+{
+	int found = -1;
+	int i;
+
+	for (i = 0; i < O_COUNT; i++) {
+		const char *n = opts[i].name;
+		size_t k;
+
+		for (k = 0; k < len && n[k] != '\0'; k++) {
+			char c = s[k] == '_' ? '-' : s[k];
+
+			if (c != n[k])
+				break;
+		}
+		if (k < len)
+			continue;
+		if (n[k] == '\0')
+			return i; /* exact */
+		if (found >= 0)
+			found = -2;
+		else if (found == -1)
+			found = i;
+	}
+	return found;
+}
+
+static int find_short(char c)
+{
+	int i;
+
+	for (i = 0; i < O_COUNT; i++)
+		if (opts[i].shortopt == c)
+			return i;
+	return -1;
+}
+
+/* argparse refuses a value that looks like an option (but not a negative number). */
+static bool looks_like_option(const char *s)
+{
+	return s[0] == '-' && s[1] != '\0' && !isdigit((unsigned char)s[1]);
+}
+
+static void env_name(int i, char *buf, size_t len)
+{
+	size_t k = 0;
+	const char *n = opts[i].name;
+
+	k = (size_t)snprintf(buf, len, "PET_");
+	for (; *n != '\0' && k + 1 < len; n++)
+		buf[k++] = *n == '-' ? '_' : (char)toupper((unsigned char)*n);
+	buf[k] = '\0';
+}
+
+static void load_env(struct parse *p, const char *(*getenv_fn)(const char *))
+{
+	int i;
+
+	for (i = 0; i < O_COUNT; i++) {
+		const char *v;
+
+		p->raw[i].val = opts[i].def;
+		p->raw[i].src = NULL;
+		if (!opts[i].has_env)
+			continue;
+		env_name(i, p->raw[i].envname, sizeof(p->raw[i].envname));
+		v = getenv_fn(p->raw[i].envname);
+		if (v != NULL) {
+			p->raw[i].val = v;
+			p->raw[i].src = p->raw[i].envname;
+		}
+	}
+}
+
+/* Walk argv up to the program. Returns the program's index or a negative
+ * errno (-EINVAL), or argc + 1 / argc + 2 for --help / --version. */
+static int scan_argv(struct parse *p, int argc, char **argv)
+{
+	int a;
+
+	for (a = 1; a < argc; a++) {
+		const char *s = argv[a];
+		const char *val = NULL;
+		int i;
+
+		if (strcmp(s, "--") == 0)
+			return a + 1;
+		if (s[0] != '-' || s[1] == '\0')
+			return a;
+		if (s[1] == '-') {
+			const char *eq = strchr(s + 2, '=');
+			size_t len = eq ? (size_t)(eq - s - 2) : strlen(s + 2);
+
+			i = find_long(s + 2, len);
+			if (i == -2)
+				return fail(p, "ambiguous option '%.*s'", (int)len + 2, s);
+			if (i < 0)
+				return fail(p, "unrecognized option '%.*s'", (int)len + 2, s);
+			if (eq != NULL)
+				val = eq + 1;
+		} else {
+			i = find_short(s[1]);
+			if (i < 0)
+				return fail(p, "unrecognized option '%.200s'", s);
+			if (s[2] != '\0')
+				val = s + 2;
+		}
+		if (i == O_HELP)
+			return argc + 1;
+		if (i == O_VERSION)
+			return argc + 2;
+		if (opts[i].flag) {
+			if (val != NULL)
+				return fail(p, "option --%s takes no value", opts[i].name);
+			val = "1";
+		} else if (val == NULL) {
+			if (a + 1 >= argc || looks_like_option(argv[a + 1]))
+				return fail(p, "option --%s expects a value", opts[i].name);
+			val = argv[++a];
+		}
+		p->raw[i].val = val;
+		/* Errors name the option in its dash spelling, not the token. */
+		snprintf(p->raw[i].envname, sizeof(p->raw[i].envname), "--%s", opts[i].name);
+		p->raw[i].src = p->raw[i].envname;
+	}
+	return fail(p, "missing the program to run");
+}
+
+static int parse_flag(struct parse *p, int i, bool *out)
+{
+	int v;
+
+	if (p->raw[i].val == NULL) {
+		*out = false;
+		return 0;
+	}
+	/* torchrun: bool(int(PET_X)) */
+	if (util_parse_int(p->raw[i].val, INT32_MIN, INT32_MAX, &v) != 0)
+		return bad_value(p, i, "0 or 1");
+	*out = v != 0;
+	return 0;
+}
+
+static int parse_nnodes(struct parse *p, struct cli_opts *o)
+{
+	const char *v = p->raw[O_NNODES].val;
+	const char *colon = strchr(v, ':');
+	char buf[32];
+
+	if (colon == NULL) {
+		if (util_parse_int(v, 1, CLI_MAX_NODES, &o->min_nodes) != 0)
+			return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+		o->max_nodes = o->min_nodes;
+		return 0;
+	}
+	if ((size_t)(colon - v) >= sizeof(buf))
+		return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+	memcpy(buf, v, (size_t)(colon - v));
+	buf[colon - v] = '\0';
+	if (util_parse_int(buf, 1, CLI_MAX_NODES, &o->min_nodes) != 0 ||
+	    util_parse_int(colon + 1, 1, CLI_MAX_NODES, &o->max_nodes) != 0 ||
+	    o->min_nodes > o->max_nodes)
+		return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+	return 0;
+}
+
+static int parse_nproc(struct parse *p, struct cli_opts *o)
+{
+	const char *v = p->raw[O_NPROC].val;
+
+	o->nproc = 0;
+	if (strcmp(v, "gpu") == 0)
+		o->nproc_kind = CLI_NPROC_GPU;
+	else if (strcmp(v, "cpu") == 0)
+		o->nproc_kind = CLI_NPROC_CPU;
+	else if (strcmp(v, "auto") == 0)
+		o->nproc_kind = CLI_NPROC_AUTO;
+	else if (util_parse_int(v, 1, CLI_MAX_NPROC, &o->nproc) == 0)
+		o->nproc_kind = CLI_NPROC_NUM;
+	else
+		return bad_value(p, O_NPROC, "an integer from 1 to 4096, gpu, cpu or auto");
+	return 0;
+}
+
+int cli_std_parse(const char *s, struct cli_std *out)
+{
+	struct cli_std st = {.all = -1};
+	const char *q = s;
+
+	if (s[0] >= '0' && s[0] <= '3' && s[1] == '\0') {
+		out->all = s[0] - '0';
+		out->map = NULL;
+		out->nmap = 0;
+		return 0;
+	}
+	/* "lr:code[,lr:code]..." */
+	while (*q != '\0') {
+		const char *colon = strchr(q, ':');
+		char num[16];
+		int lr;
+
+		if (colon == NULL || colon == q || (size_t)(colon - q) >= sizeof(num))
+			goto fail;
+		memcpy(num, q, (size_t)(colon - q));
+		num[colon - q] = '\0';
+		if (!isdigit((unsigned char)num[0]) ||
+		    util_parse_int(num, 0, CLI_MAX_NPROC - 1, &lr) != 0)
+			goto fail;
+		if (colon[1] < '0' || colon[1] > '3' || (colon[2] != ',' && colon[2] != '\0'))
+			goto fail;
+		if (lr >= st.nmap) {
+			int *m = realloc(st.map, (size_t)(lr + 1) * sizeof(*m));
+
+			if (m == NULL)
+				goto fail;
+			memset(m + st.nmap, 0, (size_t)(lr + 1 - st.nmap) * sizeof(*m));
+			st.map = m;
+			st.nmap = lr + 1;
+		}
+		st.map[lr] = colon[1] - '0';
+		q = colon + 2;
+		if (*q == ',') {
+			q++;
+			if (*q == '\0')
+				goto fail;
+		}
+	}
+	if (st.nmap == 0)
+		goto fail;
+	*out = st;
+	return 0;
+fail:
+	free(st.map);
+	return -EINVAL;
+}
+
+int cli_std_get(const struct cli_std *s, int local_rank)
+{
+	if (s->all >= 0)
+		return s->all;
+	return local_rank >= 0 && local_rank < s->nmap ? s->map[local_rank] : CLI_STD_NONE;
+}
+
+static int parse_ranks_filter(struct parse *p, struct cli_opts *o)
+{
+	const char *q = p->raw[O_LOCAL_RANKS_FILTER].val;
+	int n = 0;
+
+	if (q[0] == '\0')
+		return 0;
+	o->ranks_filter = calloc(CLI_MAX_NPROC, sizeof(int));
+	if (o->ranks_filter == NULL)
+		return fail(p, "out of memory");
+	while (n < CLI_MAX_NPROC) {
+		const char *comma = strchr(q, ',');
+		size_t len = comma ? (size_t)(comma - q) : strlen(q);
+		char num[16];
+
+		if (len == 0 || len >= sizeof(num))
+			break;
+		memcpy(num, q, len);
+		num[len] = '\0';
+		if (!isdigit((unsigned char)num[0]) ||
+		    util_parse_int(num, 0, CLI_MAX_NPROC - 1, &o->ranks_filter[n]) != 0)
+			break;
+		n++;
+		if (comma == NULL) {
+			o->nranks_filter = n;
+			return 0;
+		}
+		q = comma + 1;
+	}
+	return bad_value(p, O_LOCAL_RANKS_FILTER, "a comma-separated list of local ranks");
+}
+
+bool cli_rank_shown(const struct cli_opts *o, int local_rank)
+{
+	int i;
+
+	if (o->ranks_filter == NULL)
+		return true;
+	for (i = 0; i < o->nranks_filter; i++)
+		if (o->ranks_filter[i] == local_rank)
+			return true;
+	return false;
+}
+
+static int parse_signals(struct parse *p, struct cli_opts *o)
+{
+	const char *q = p->raw[O_SIGNALS].val;
+
+	o->nsignals = 0;
+	for (;;) {
+		const char *comma = strchr(q, ',');
+		size_t len = comma ? (size_t)(comma - q) : strlen(q);
+		char name[24];
+		int sig, k;
+
+		while (len > 0 && *q == ' ') { /* torchrun strips spaces */
+			q++;
+			len--;
+		}
+		while (len > 0 && q[len - 1] == ' ')
+			len--;
+		if (len == 0 || len >= sizeof(name))
+			return bad_value(p, O_SIGNALS,
+					 "a comma-separated list like SIGTERM,SIGUSR1");
+		memcpy(name, q, len);
+		name[len] = '\0';
+		sig = signame_to_num(name);
+		if (sig < 0)
+			return fail(p, "unknown signal '%s' in %s", name, src_of(p, O_SIGNALS));
+		if (!signame_forwardable(sig))
+			return fail(p, "signal %s in %s cannot be handled and forwarded", name,
+				    src_of(p, O_SIGNALS));
+		for (k = 0; k < o->nsignals && o->signals[k] != sig; k++)
+			;
+		if (k == o->nsignals) {
+			if (o->nsignals == CLI_MAX_SIGNALS)
+				return bad_value(p, O_SIGNALS, "at most 32 signals");
+			o->signals[o->nsignals++] = sig;
+		}
+		if (comma == NULL)
+			return 0;
+		q = comma + 1;
+	}
+}
+
+static int parse_rdzv_conf(struct parse *p)
+{
+	const char *q = p->raw[O_RDZV_CONF].val;
+
+	while (*q == ' ')
+		q++;
+	if (*q == '\0')
+		return 0;
+	for (;;) {
+		const char *comma = strchr(q, ',');
+		const char *end = comma ? comma : q + strlen(q);
+		const char *eq = memchr(q, '=', (size_t)(end - q));
+		const char *k = q;
+
+		while (k < end && *k == ' ')
+			k++;
+		if (eq == NULL || eq == k || eq + 1 == end)
+			return bad_value(p, O_RDZV_CONF, "KEY=VALUE[,KEY=VALUE...]");
+		if (comma == NULL)
+			return 0;
+		q = comma + 1;
+	}
+}
+
+static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
+{
+	struct raw *r = p->raw;
+	const char *to;
+	int rc;
+
+	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
+		return rc;
+	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
+		return bad_value(p, O_NODE_RANK, "a non-negative integer");
+	if (o->node_rank >= o->max_nodes)
+		return fail(p, "--node-rank %d is not below the number of nodes (%d)", o->node_rank,
+			    o->max_nodes);
+	o->master_addr = r[O_MASTER_ADDR].val;
+	if (o->master_addr[0] == '\0')
+		return bad_value(p, O_MASTER_ADDR, "a host name or address");
+	if (util_parse_int(r[O_MASTER_PORT].val, 0, 65535, &o->master_port) != 0)
+		return bad_value(p, O_MASTER_PORT, "a port number from 0 to 65535");
+	o->master_port_given = r[O_MASTER_PORT].src != NULL;
+	o->rdzv_backend = r[O_RDZV_BACKEND].val;
+	if (strcmp(o->rdzv_backend, "static") != 0 && strcmp(o->rdzv_backend, "c10d") != 0)
+		return bad_value(p, O_RDZV_BACKEND, "static or c10d");
+	o->rdzv_endpoint = r[O_RDZV_ENDPOINT].val;
+	o->rdzv_id = r[O_RDZV_ID].val;
+	if (o->rdzv_id[0] == '\0')
+		return bad_value(p, O_RDZV_ID, "a non-empty id");
+	o->rdzv_conf = r[O_RDZV_CONF].val;
+	if ((rc = parse_rdzv_conf(p)) != 0)
+		return rc;
+	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts) != 0)
+		return bad_value(p, O_MAX_RESTARTS, "a non-negative integer");
+	if (util_parse_seconds_ms(r[O_MONITOR_INTERVAL].val, &o->monitor_interval_ms) != 0)
+		return bad_value(p, O_MONITOR_INTERVAL, "a non-negative number of seconds");
+	o->start_method = r[O_START_METHOD].val;
+	if (strcmp(o->start_method, "spawn") != 0 && strcmp(o->start_method, "fork") != 0 &&
+	    strcmp(o->start_method, "forkserver") != 0)
+		return bad_value(p, O_START_METHOD, "spawn, fork or forkserver");
+	o->role = r[O_ROLE].val;
+	if (o->role[0] == '\0')
+		return bad_value(p, O_ROLE, "a non-empty name");
+	if ((rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0 ||
+	    (rc = parse_flag(p, O_MODULE, &o->module)) != 0 ||
+	    (rc = parse_flag(p, O_NO_PYTHON, &o->no_python)) != 0 ||
+	    (rc = parse_flag(p, O_RUN_PATH, &o->run_path)) != 0 ||
+	    (rc = parse_flag(p, O_TAG_OUTPUT, &o->tag_output)) != 0)
+		return rc;
+	o->log_dir = r[O_LOG_DIR].val;
+	if (o->log_dir != NULL && o->log_dir[0] == '\0')
+		return bad_value(p, O_LOG_DIR, "a directory");
+	if (cli_std_parse(r[O_REDIRECTS].val, &o->redirects) != 0)
+		return bad_value(p, O_REDIRECTS, "0-3 or LOCAL_RANK:0-3[,...]");
+	if (cli_std_parse(r[O_TEE].val, &o->tee) != 0)
+		return bad_value(p, O_TEE, "0-3 or LOCAL_RANK:0-3[,...]");
+	if ((rc = parse_ranks_filter(p, o)) != 0 || (rc = parse_signals(p, o)) != 0)
+		return rc;
+	o->local_addr = r[O_LOCAL_ADDR].val;
+	/* --shutdown-timeout, PET_SHUTDOWN_TIMEOUT, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s */
+	to = r[O_SHUTDOWN_TIMEOUT].val;
+	if (to == NULL && (to = getenv_fn("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) != NULL) {
+		r[O_SHUTDOWN_TIMEOUT].val = to;
+		r[O_SHUTDOWN_TIMEOUT].src = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+	}
+	o->shutdown_timeout_ms = 30000;
+	if (to != NULL && util_parse_seconds_ms(to, &o->shutdown_timeout_ms) != 0)
+		return bad_value(p, O_SHUTDOWN_TIMEOUT, "a non-negative number of seconds");
+	if (o->module && o->no_python)
+		return fail(p, "--module and --no-python cannot be used together");
+	return 0;
+}
+
+int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name), struct cli_opts *o,
+	      char *err, size_t errlen)
+{
+	struct parse p = {.err = err, .errlen = errlen};
+	int prog, rc;
+
+	memset(o, 0, sizeof(*o));
+	o->redirects.all = o->tee.all = 0;
+	if (errlen > 0)
+		err[0] = '\0';
+	load_env(&p, getenv_fn);
+	prog = scan_argv(&p, argc, argv);
+	if (prog < 0)
+		return prog;
+	if (prog == argc + 1)
+		return CLI_HELP;
+	if (prog == argc + 2)
+		return CLI_VERSION;
+	if (prog >= argc)
+		return fail(&p, "missing the program to run");
+	rc = parse_values(&p, o, getenv_fn);
+	if (rc != 0) {
+		cli_free(o);
+		return rc;
+	}
+	o->prog_argv = argv + prog;
+	o->prog_argc = argc - prog;
+	return CLI_OK;
+}
+
+void cli_free(struct cli_opts *o)
+{
+	free(o->redirects.map);
+	free(o->tee.map);
+	free(o->ranks_filter);
+	o->redirects.map = o->tee.map = NULL;
+	o->ranks_filter = NULL;
+}

@@ -1,0 +1,81 @@
+/* cli: ddprun's command line, torchrun-compatible.
+ *
+ * Every torchrun flag in both spellings (--nproc-per-node, --nproc_per_node),
+ * unique prefixes accepted like argparse, defaults taken from PET_<NAME>
+ * environment variables (then the command line wins). Parsing stops at the
+ * first non-option: that is the program, the rest are its arguments.
+ * Strings in struct cli_opts point into argv or the environment (not copied);
+ * only the rank maps are allocated (cli_free releases them).
+ * cli_parse returns CLI_OK, CLI_HELP or CLI_VERSION, or -EINVAL with one line
+ * (no trailing newline) in err for the caller to print and exit 2. */
+#ifndef DDP_CLI_H
+#define DDP_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_MAX_NPROC	4096 /* workers per node */
+#define CLI_MAX_NODES	65536
+#define CLI_MAX_SIGNALS 32
+
+enum { CLI_OK = 0, CLI_HELP = 1, CLI_VERSION = 2 };
+
+enum cli_nproc_kind { CLI_NPROC_NUM, CLI_NPROC_GPU, CLI_NPROC_CPU, CLI_NPROC_AUTO };
+
+/* Stream codes of -r/--redirects and -t/--tee: bit 1 stdout, bit 2 stderr. */
+enum { CLI_STD_NONE = 0, CLI_STD_OUT = 1, CLI_STD_ERR = 2, CLI_STD_ALL = 3 };
+
+/* "3" (every local rank) or "0:1,1:2" (per local rank, others NONE). */
+struct cli_std {
+	int all;  /* code for every local rank, or -1 when map is used */
+	int *map; /* map[local_rank] for local_rank < nmap */
+	int nmap;
+};
+
+struct cli_opts {
+	enum cli_nproc_kind nproc_kind;
+	int nproc; /* for CLI_NPROC_NUM */
+	int min_nodes, max_nodes;
+	int node_rank;
+	const char *master_addr;
+	int master_port;
+	bool master_port_given; /* --master-port or PET_MASTER_PORT */
+	const char *rdzv_backend;
+	const char *rdzv_endpoint;
+	const char *rdzv_id;
+	const char *rdzv_conf;
+	bool standalone;
+	int max_restarts;
+	int64_t monitor_interval_ms; /* accepted; the agent is event driven */
+	const char *start_method;    /* accepted; workers are always exec'd */
+	const char *role;
+	bool module, no_python, run_path;
+	const char *log_dir; /* NULL: a temporary directory */
+	struct cli_std redirects, tee;
+	int *ranks_filter; /* local ranks shown on the console; NULL: all */
+	int nranks_filter;
+	const char *local_addr;
+	int signals[CLI_MAX_SIGNALS];
+	int nsignals;
+	int64_t shutdown_timeout_ms;
+	bool tag_output;  /* ddprun's own: "[rankN]: " before each console line */
+	char **prog_argv; /* the program and its arguments (NULL-terminated) */
+	int prog_argc;
+};
+
+int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name), struct cli_opts *o,
+	      char *err, size_t errlen);
+void cli_free(struct cli_opts *o);
+void cli_usage(FILE *f);
+
+/* The stream code for one local rank. */
+int cli_std_get(const struct cli_std *s, int local_rank);
+/* Parse "0".."3" or "lr:code,..." (as torchrun, but local ranks may have
+ * several digits). -EINVAL on anything else. */
+int cli_std_parse(const char *s, struct cli_std *out);
+/* True when local_rank is shown on the console (--local-ranks-filter). */
+bool cli_rank_shown(const struct cli_opts *o, int local_rank);
+
+#endif

@@ -1,0 +1,167 @@
+/* ddprun: a torchrun-compatible launcher for distributed data-parallel jobs.
+ * main(): parse the command line, decide the program and the number of
+ * workers, start the watchdog, run the agent's loop, exit with its status. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "agent.h"
+#include "cli.h"
+#include "nproc.h"
+#include "output.h"
+#include "prog.h"
+#include "store_server.h"
+#include "watchdog.h"
+
+extern char **environ;
+
+#define EXIT_USAGE 2
+
+static const char *env_get(const char *name)
+{
+	return getenv(name);
+}
+
+/* Workers and pipes must never land on 0-2 by accident. */
+static void ensure_std_fds(void)
+{
+	int fd;
+
+	while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd <= 2)
+		;
+	if (fd > 2)
+		close(fd);
+}
+
+/* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here). */
+static void random_run_id(char *buf, size_t len)
+{
+	unsigned char r[16];
+	size_t i;
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		unsigned long x = (unsigned long)getpid() ^ (unsigned long)time(NULL);
+
+		memcpy(r, &x, sizeof(x) < sizeof(r) ? sizeof(x) : sizeof(r));
+	}
+	for (i = 0; i < sizeof(r) && 2 * i + 2 < len; i++)
+		snprintf(buf + 2 * i, 3, "%02x", r[i]);
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_opts o;
+	struct prog prog = {0};
+	struct watchdog wd = {.pid = 0, .fd = -1};
+	struct agent *agent = NULL;
+	struct agent_config cfg = {0};
+	uv_loop_t loop;
+	struct sigaction old_pipe;
+	struct rlimit nofile;
+	uint64_t fdlimit;
+	char err[512], host[256] = "localhost", run_id[40];
+	int dfl[CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
+	const char *parent_ef;
+
+	ensure_std_fds();
+	rc = cli_parse(argc, argv, env_get, &o, err, sizeof(err));
+	if (rc == CLI_HELP) {
+		cli_usage(stdout);
+		return 0;
+	}
+	if (rc == CLI_VERSION) {
+		printf("ddprun %s\n", DDP_VERSION);
+		return 0;
+	}
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s (see ddprun --help)\n", err);
+		return EXIT_USAGE;
+	}
+	if (o.max_nodes > 1) {
+		fprintf(stderr,
+			"ddprun: error: --nnodes %d:%d: multi-node jobs are not supported by "
+			"this build yet\n",
+			o.min_nodes, o.max_nodes);
+		cli_free(&o);
+		return EXIT_USAGE;
+	}
+	if (o.standalone) {
+		random_run_id(run_id, sizeof(run_id));
+		o.rdzv_id = run_id;
+	}
+	rc = nproc_resolve(&o, &nproc, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		goto out;
+	}
+	rc = prog_resolve(&o, env_get, &prog, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		status = rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
+		goto out;
+	}
+	gethostname(host, sizeof(host) - 1);
+	parent_ef = getenv("TORCHELASTIC_ERROR_FILE");
+
+	/* A worker must not inherit what ddprun does to signals: libuv's handlers
+	 * (reset before exec, spawn_worker.c) and our SIGPIPE ignore. */
+	sigaction(SIGPIPE, NULL, &old_pipe);
+	if (old_pipe.sa_handler != SIG_IGN)
+		dfl[ndfl++] = SIGPIPE;
+	signal(SIGPIPE, SIG_IGN);
+	dfl[ndfl++] = SIGCHLD;
+	for (i = 0; i < o.nsignals; i++)
+		dfl[ndfl++] = o.signals[i];
+
+	/* Two pipes per worker and a store connection each: allow as many
+	 * descriptors as the hard limit does (the workers get the original). */
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && store_server_raise_nofile(&fdlimit) == 0)
+		cfg.nofile = &nofile;
+
+	rc = watchdog_start(&wd);
+	if (rc != 0)
+		fprintf(stderr,
+			"ddprun: warning: no watchdog (%s): if ddprun is killed, workers' "
+			"children may outlive it\n",
+			strerror(-rc));
+
+	cfg.opts = &o;
+	cfg.prog = &prog;
+	cfg.nproc = nproc;
+	cfg.worker_env = environ;
+	cfg.hostname = host;
+	cfg.parent_error_file = parent_ef;
+	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
+	cfg.dfl_sigs = dfl;
+	cfg.ndfl_sigs = ndfl;
+	if (uv_loop_init(&loop) != 0) {
+		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
+		goto out;
+	}
+	/* From here on, a reader that stalls on our stdout cannot stall the job. */
+	output_console_open(&loop);
+	rc = agent_create(&loop, &cfg, NULL, &agent, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err[0] ? err : strerror(-rc));
+	} else {
+		agent_start(agent);
+		uv_run(&loop, UV_RUN_DEFAULT);
+		status = agent_exit_status(agent);
+		agent_destroy(agent);
+	}
+	uv_loop_close(&loop);
+	output_console_finish();
+out:
+	watchdog_stop(&wd);
+	prog_free(&prog);
+	cli_free(&o);
+	return status;
+}

@@ -1,0 +1,227 @@
+/* output_console: ddprun's own stdout and stderr, written without ever
+ * blocking the loop (see output.h).
+ *
+ * A pipe or terminal on fd 1/2 is reopened through /proc/self/fd with
+ * O_NONBLOCK: a private open file description, so the flag never touches the
+ * description ddprun shares with its parent (what uv_tty_init does for ttys).
+ * What the reader is not ready for waits in one FIFO of chunks, for both fds
+ * together, so that lines keep their order and are never split between
+ * writers even when stdout and stderr are the same pipe. Above
+ * CONSOLE_HIGH queued bytes the workers' pipes are paused (they then block on
+ * their own writes, as they would on a slow terminal); below CONSOLE_LOW they
+ * resume. A reader that goes away (EPIPE) drops that fd's output. */
+#include "output.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CONSOLE_HIGH (8u << 20)
+#define CONSOLE_LOW  (1u << 20)
+
+struct chunk {
+	struct chunk *next;
+	int fd;
+	size_t off, len;
+	char data[];
+};
+
+static struct {
+	bool open;
+	int wfd[3];	   /* where output for 1 and 2 is written */
+	bool nonblock[3];  /* wfd is our own non-blocking description */
+	bool gone[3];	   /* the reader went away */
+	uv_poll_t poll[3]; /* on wfd, while output for it waits */
+	bool poll_init[3];
+	bool polling[3];
+	struct chunk *head, *tail;
+	size_t backlog;
+	bool paused;
+} con = {.wfd = {-1, 1, 2}};
+
+/* 1 written all, 0 would block (c->off advanced), -1 reader gone. */
+static int write_some(int fd, const char *p, size_t len, size_t *off)
+{
+	while (*off < len) {
+		ssize_t w = write(con.wfd[fd], p + *off, len - *off);
+
+		if (w > 0) {
+			*off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN) {
+			if (con.nonblock[fd])
+				return 0;
+			/* Somebody made the shared description non-blocking. */
+			struct pollfd pfd = {.fd = con.wfd[fd], .events = POLLOUT};
+
+			poll(&pfd, 1, -1);
+			continue;
+		}
+		return -1; /* EPIPE and the like */
+	}
+	return 1;
+}
+
+static void set_polling(int fd, bool on);
+
+static void on_writable(uv_poll_t *h, int status, int events)
+{
+	output_console_flush_some();
+}
+
+static void set_polling(int fd, bool on)
+{
+	if (!con.poll_init[fd] || con.polling[fd] == on)
+		return;
+	if (on)
+		on = uv_poll_start(&con.poll[fd], UV_WRITABLE, on_writable) == 0;
+	else
+		uv_poll_stop(&con.poll[fd]);
+	con.polling[fd] = on;
+}
+
+static void pop(void)
+{
+	struct chunk *c = con.head;
+
+	con.head = c->next;
+	if (con.head == NULL)
+		con.tail = NULL;
+	con.backlog -= c->len;
+	free(c);
+}
+
+void output_console_flush_some(void)
+{
+	while (con.head != NULL) {
+		struct chunk *c = con.head;
+		int rc = con.gone[c->fd] ? -1 : write_some(c->fd, c->data, c->len, &c->off);
+
+		if (rc == 0) {
+			set_polling(c->fd, true);
+			set_polling(3 - c->fd, false);
+			return;
+		}
+		if (rc < 0)
+			con.gone[c->fd] = true;
+		pop();
+	}
+	set_polling(1, false);
+	set_polling(2, false);
+	if (con.paused && con.backlog < CONSOLE_LOW) {
+		con.paused = false;
+		output_pause(false);
+	}
+}
+
+static void enqueue(int fd, const char *p, size_t len)
+{
+	struct chunk *c = malloc(sizeof(*c) + len);
+
+	if (c == NULL)
+		return; /* out of memory: this output is lost, the job goes on */
+	c->next = NULL;
+	c->fd = fd;
+	c->off = 0;
+	c->len = len;
+	memcpy(c->data, p, len);
+	if (con.tail != NULL)
+		con.tail->next = c;
+	else
+		con.head = c;
+	con.tail = c;
+	con.backlog += len;
+	if (!con.paused && con.backlog > CONSOLE_HIGH) {
+		con.paused = true;
+		output_pause(true);
+	}
+}
+
+void output_console_write(int fd, const char *buf, size_t len)
+{
+	size_t off = 0;
+
+	if (fd < 1 || fd > 2 || con.gone[fd] || len == 0)
+		return;
+	if (con.head == NULL) {
+		int rc = write_some(fd, buf, len, &off);
+
+		if (rc != 0) {
+			con.gone[fd] = rc < 0;
+			return;
+		}
+	}
+	enqueue(fd, buf + off, len - off);
+	output_console_flush_some();
+}
+
+int output_console_open(uv_loop_t *loop)
+{
+	int fd;
+
+	for (fd = 1; fd <= 2; fd++) {
+		struct stat st;
+		char path[32];
+		int nb;
+
+		if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
+			continue; /* files never block; sockets stay blocking */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		nb = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (nb < 0)
+			continue;
+		if (uv_poll_init(loop, &con.poll[fd], nb) != 0) {
+			close(nb);
+			continue;
+		}
+		con.wfd[fd] = nb;
+		con.nonblock[fd] = true;
+		con.poll_init[fd] = true;
+	}
+	con.open = true;
+	return 0;
+}
+
+void output_console_close(void)
+{
+	int fd;
+
+	for (fd = 1; fd <= 2; fd++) {
+		if (con.poll_init[fd] && !uv_is_closing((uv_handle_t *)&con.poll[fd]))
+			uv_close((uv_handle_t *)&con.poll[fd], NULL);
+		con.polling[fd] = false;
+		con.poll_init[fd] = false;
+	}
+}
+
+void output_console_finish(void)
+{
+	int fd;
+
+	/* The loop is over: wait for the readers, however long they take (the
+	 * signal handlers are gone, so SIGINT/SIGTERM still end ddprun). */
+	for (fd = 1; fd <= 2; fd++)
+		con.nonblock[fd] = false;
+	while (con.head != NULL) {
+		struct chunk *c = con.head;
+
+		if (!con.gone[c->fd] && write_some(c->fd, c->data, c->len, &c->off) < 0)
+			con.gone[c->fd] = true;
+		pop();
+	}
+	for (fd = 1; fd <= 2; fd++) {
+		if (con.wfd[fd] != fd && con.wfd[fd] >= 0)
+			close(con.wfd[fd]);
+		con.wfd[fd] = fd;
+	}
+	con.open = false;
+}

@@ -1,0 +1,245 @@
+/* prog: resolve the workers' program (see prog.h). */
+#include "prog.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* 0 when path is an executable regular file; -ENOENT or -EACCES otherwise. */
+static int check_exec(const char *path)
+{
+	struct stat st;
+
+	if (stat(path, &st) != 0)
+		return errno == EACCES ? -EACCES : -ENOENT;
+	if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0)
+		return -EACCES;
+	return 0;
+}
+
+int prog_lookup(const char *name, const char *path_env, char **out)
+{
+	const char *p;
+	bool denied = false;
+	size_t nlen = strlen(name);
+
+	if (nlen == 0)
+		return -ENOENT;
+	if (strchr(name, '/') != NULL) {
+		int rc = check_exec(name);
+
+		if (rc == 0 && (*out = strdup(name)) == NULL)
+			return -ENOMEM;
+		return rc;
+	}
+	if (path_env == NULL)
+		path_env = "/bin:/usr/bin";
+	for (p = path_env;; p++) {
+		const char *end = strchr(p, ':');
+		size_t dlen = end ? (size_t)(end - p) : strlen(p);
+		char *cand = malloc(dlen + nlen + 3);
+		int rc;
+
+		if (cand == NULL)
+			return -ENOMEM;
+		if (dlen == 0)
+			snprintf(cand, dlen + nlen + 3, "./%s", name);
+		else
+			snprintf(cand, dlen + nlen + 3, "%.*s/%s", (int)dlen, p, name);
+		rc = check_exec(cand);
+		if (rc == 0) {
+			*out = cand;
+			return 0;
+		}
+		free(cand);
+		if (rc == -EACCES)
+			denied = true;
+		if (end == NULL)
+			break;
+		p = end;
+	}
+	return denied ? -EACCES : -ENOENT;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), k = strlen(suffix);
+
+	return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static bool is_ident(char c)
+{
+	return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+	       (c >= '0' && c <= '9');
+}
+
+/* Length of "${name}" or "$name" (not followed by an identifier character, as
+ * Python's string.Template reads it) at s, else 0. */
+static size_t var_at(const char *s, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (s[0] != '$')
+		return 0;
+	if (s[1] == '{' && strncmp(s + 2, name, n) == 0 && s[2 + n] == '}')
+		return n + 3;
+	if (strncmp(s + 1, name, n) == 0 && !is_ident(s[1 + n]))
+		return n + 1;
+	return 0;
+}
+
+static bool has_macro(const char *s)
+{
+	for (; (s = strchr(s, '$')) != NULL; s++)
+		if (var_at(s, "local_rank") > 0)
+			return true;
+	return false;
+}
+
+char *prog_template(const char *tpl, const char *const *names, const char *const *values, size_t n)
+{
+	size_t cap = strlen(tpl) + 1, len = 0, i, m;
+	const char *s;
+	char *out;
+
+	for (s = tpl; *s != '\0'; s++)
+		for (i = 0; i < n; i++)
+			if (var_at(s, names[i]) > 0)
+				cap += strlen(values[i]);
+	out = malloc(cap);
+	if (out == NULL)
+		return NULL;
+	for (s = tpl; *s != '\0';) {
+		for (i = 0, m = 0; i < n && m == 0; i++)
+			m = var_at(s, names[i]);
+		if (m > 0) {
+			size_t vl = strlen(values[i - 1]);
+
+			memcpy(out + len, values[i - 1], vl);
+			len += vl;
+			s += m;
+		} else {
+			out[len++] = *s++;
+		}
+	}
+	out[len] = '\0';
+	return out;
+}
+
+char *prog_subst(const char *arg, int local_rank)
+{
+	static const char *const names[] = {"local_rank"};
+	char num[16];
+	const char *values[] = {num};
+
+	snprintf(num, sizeof(num), "%d", local_rank);
+	return prog_template(arg, names, values, 1);
+}
+
+char **prog_argv_for(const struct prog *p, int local_rank)
+{
+	char **v;
+	int i;
+
+	if (!p->has_macro)
+		return p->argv;
+	v = calloc((size_t)p->argc + 1, sizeof(*v));
+	if (v == NULL)
+		return NULL;
+	for (i = 0; i < p->argc; i++) {
+		v[i] = prog_subst(p->argv[i], local_rank);
+		if (v[i] == NULL) {
+			prog_argv_free(p, v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+void prog_argv_free(const struct prog *p, char **argv)
+{
+	int i;
+
+	if (argv == NULL || argv == p->argv)
+		return;
+	for (i = 0; argv[i] != NULL; i++)
+		free(argv[i]);
+	free(argv);
+}
+
+static int resolve_error(int rc, const char *what, char *err, size_t errlen)
+{
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "%.300s: command not found", what);
+	else if (rc == -EACCES)
+		snprintf(err, errlen, "%.300s: permission denied (not an executable file)", what);
+	else
+		snprintf(err, errlen, "%.300s: %s", what, strerror(-rc));
+	return rc;
+}
+
+int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *name),
+		 struct prog *p, char *err, size_t errlen)
+{
+	const char *script = o->prog_argv[0];
+	bool python;
+	const char *exe;
+	int i, k = 0, rc;
+
+	memset(p, 0, sizeof(*p));
+	if (o->run_path)
+		python = true; /* torchrun: --run-path wins over --no-python */
+	else if (o->no_python)
+		python = false;
+	else
+		python = o->module || ends_with(script, ".py");
+	exe = python ? getenv_fn("PYTHON_EXEC") : script;
+	if (exe == NULL || exe[0] == '\0')
+		exe = "python3";
+	rc = prog_lookup(exe, getenv_fn("PATH"), &p->path);
+	if (rc != 0)
+		return resolve_error(rc, exe, err, errlen);
+	if (python && !o->module && !has_macro(script)) {
+		struct stat st;
+
+		if (stat(script, &st) != 0) {
+			rc = errno == EACCES ? -EACCES : -ENOENT;
+			snprintf(err, errlen, "cannot open %.300s: %s", script, strerror(-rc));
+			return rc;
+		}
+		if (!S_ISREG(st.st_mode) || access(script, R_OK) != 0) {
+			snprintf(err, errlen, "%.300s: permission denied (not a readable file)",
+				 script);
+			return -EACCES;
+		}
+	}
+	p->argc = o->prog_argc + (python ? (o->module ? 3 : 2) : 0);
+	p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
+	if (p->argv == NULL)
+		return -ENOMEM;
+	if (python) {
+		p->argv[k++] = (char *)exe;
+		p->argv[k++] = "-u";
+		if (o->module)
+			p->argv[k++] = "-m";
+	}
+	for (i = 0; i < o->prog_argc; i++) {
+		p->argv[k++] = o->prog_argv[i];
+		if (has_macro(o->prog_argv[i]))
+			p->has_macro = true;
+	}
+	/* torchrun's title: the script (or module) for Python, else the program. */
+	p->entrypoint = script;
+	return 0;
+}
+
+void prog_free(struct prog *p)
+{
+	free(p->path);
+	free(p->argv);
+	memset(p, 0, sizeof(*p));
+}

@@ -1,0 +1,347 @@
+/* report: failure entries and torchrun's failure summary (see report.h). */
+#include "report.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "signame.h"
+#include "util.h"
+
+#define NO_TRACEBACK "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+#define WIDTH_MAX    60
+
+/* The whole file, capped; NULL if it does not exist or cannot be read. */
+static char *slurp(const char *path, size_t *len)
+{
+	struct stat st;
+	char *buf = NULL;
+	size_t n = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (size_t)st.st_size > REPORT_MAX_ERROR_FILE)
+		goto out;
+	buf = malloc((size_t)st.st_size + 1);
+	if (buf == NULL)
+		goto out;
+	while (n < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		n += (size_t)r;
+	}
+	buf[n] = '\0';
+	*len = n;
+out:
+	close(fd);
+	return buf;
+}
+
+/* "1693822223" or 1693822223. */
+static int json_epoch(const cJSON *v, int64_t *out)
+{
+	if (cJSON_IsNumber(v)) {
+		*out = (int64_t)v->valuedouble;
+		return 0;
+	}
+	if (cJSON_IsString(v)) {
+		double d;
+		char *end;
+
+		d = strtod(v->valuestring, &end);
+		if (end != v->valuestring && *end == '\0') {
+			*out = (int64_t)d;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+int report_parse_error_json(const char *json, size_t len, char **message, int64_t *timestamp)
+{
+	cJSON *root = cJSON_ParseWithLength(json, len);
+	const cJSON *msg;
+	const char *text = NULL;
+	int rc = -EINVAL;
+
+	if (root == NULL)
+		return -EINVAL;
+	msg = cJSON_GetObjectItemCaseSensitive(root, "message");
+	if (cJSON_IsString(msg)) {
+		text = msg->valuestring;
+		json_epoch(cJSON_GetObjectItemCaseSensitive(root, "timestamp"), timestamp);
+	} else if (cJSON_IsObject(msg)) {
+		const cJSON *extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
+		const cJSON *stack = cJSON_GetObjectItemCaseSensitive(extra, "py_callstack");
+		const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
+
+		/* torchrun shows the Python call stack, else the message. */
+		if (cJSON_IsString(stack))
+			text = stack->valuestring;
+		else if (cJSON_IsString(m))
+			text = m->valuestring;
+		else
+			text = "<N/A>";
+		json_epoch(cJSON_GetObjectItemCaseSensitive(extra, "timestamp"), timestamp);
+	}
+	if (text != NULL) {
+		size_t n = strlen(text);
+
+		while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+			n--; /* tracebacks end in a newline */
+		*message = strndup(text, n);
+		rc = *message ? 0 : -ENOMEM;
+	}
+	cJSON_Delete(root);
+	return rc;
+}
+
+int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
+		      int wstatus, const char *error_file, int64_t now)
+{
+	char buf[160], sname[32];
+	size_t len = 0;
+
+	memset(e, 0, sizeof(*e));
+	e->global_rank = global_rank;
+	e->local_rank = local_rank;
+	e->pid = pid;
+	e->exitcode = WIFSIGNALED(wstatus) ? -WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
+	e->timestamp = now;
+	if (error_file != NULL)
+		e->error_json = slurp(error_file, &len);
+	if (e->error_json != NULL) {
+		int rc;
+
+		e->error_file = strdup(error_file);
+		if (e->error_file == NULL)
+			return -ENOMEM;
+		rc = report_parse_error_json(e->error_json, len, &e->message, &e->timestamp);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc == 0)
+			return 0;
+		snprintf(buf, sizeof(buf), "<error file is not torchelastic JSON>");
+	} else if (e->exitcode < 0) {
+		snprintf(buf, sizeof(buf), "Signal %d (%s) received by PID %d", -e->exitcode,
+			 signame_of(-e->exitcode, sname, sizeof(sname)), (int)pid);
+	} else {
+		snprintf(buf, sizeof(buf), "%s", NO_TRACEBACK);
+	}
+	e->message = strdup(buf);
+	return e->message ? 0 : -ENOMEM;
+}
+
+void report_entry_free(struct report_entry *e)
+{
+	free(e->error_file);
+	free(e->message);
+	free(e->error_json);
+	memset(e, 0, sizeof(*e));
+}
+
+int report_exit_status(const struct report_entry *e)
+{
+	if (e->exitcode < 0)
+		return 128 + -e->exitcode;
+	return e->exitcode;
+}
+
+size_t report_root_cause(const struct report_entry *e, size_t n)
+{
+	size_t i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (e[i].timestamp < e[best].timestamp)
+			best = i;
+	return best;
+}
+
+/* Growable text. */
+struct text {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void add(struct text *t, const char *s, size_t n)
+{
+	if (t->oom)
+		return;
+	if (t->len + n + 1 > t->cap) {
+		size_t cap = t->cap ? t->cap : 1024;
+		char *p;
+
+		while (cap < t->len + n + 1)
+			cap *= 2;
+		p = realloc(t->p, cap);
+		if (p == NULL) {
+			t->oom = 1;
+			return;
+		}
+		t->p = p;
+		t->cap = cap;
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+	t->p[t->len] = '\0';
+}
+
+static void adds(struct text *t, const char *s)
+{
+	add(t, s, strlen(s));
+}
+
+static void addf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void addf(struct text *t, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		add(t, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/* One "[idx]:" block, multi-line messages indented by two spaces. */
+static void format_failure(struct text *t, size_t idx, const char *host,
+			   const struct report_entry *e)
+{
+	char when[32];
+	struct tm tm;
+	time_t ts = (time_t)e->timestamp;
+	const char *m, *nl;
+
+	localtime_r(&ts, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
+	addf(t, "[%zu]:\n", idx);
+	addf(t, "  time      : %s\n", when);
+	adds(t, "  host      : ");
+	adds(t, host);
+	adds(t, "\n");
+	addf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
+	addf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
+	adds(t, "  error_file: ");
+	adds(t, e->error_file ? e->error_file : "<N/A>");
+	adds(t, "\n  traceback : ");
+	for (m = e->message; (nl = strchr(m, '\n')) != NULL; m = nl + 1) {
+		add(t, m, (size_t)(nl - m + 1));
+		adds(t, "  ");
+	}
+	adds(t, m);
+	adds(t, "\n");
+}
+
+static size_t widest_line(const char *s)
+{
+	size_t w = 0;
+
+	while (*s != '\0') {
+		const char *nl = strchr(s, '\n');
+		size_t n = nl ? (size_t)(nl - s) : strlen(s);
+
+		if (n > w)
+			w = n;
+		s += n + (nl ? 1 : 0);
+	}
+	return w;
+}
+
+static void rule(struct text *t, char c, size_t width)
+{
+	char line[WIDTH_MAX + 1];
+
+	memset(line, c, width);
+	line[width] = '\n';
+	add(t, line, width + 1);
+}
+
+char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
+		    size_t n)
+{
+	struct text root = {0}, others = {0}, out = {0};
+	size_t i, idx = 0, width, r = report_root_cause(e, n);
+
+	for (i = 0; i < n; i++) {
+		if (i == r)
+			format_failure(&root, idx++, host, &e[i]);
+		else
+			format_failure(&others, idx++, host, &e[i]);
+	}
+	if (others.len == 0)
+		adds(&others, "  <NO_OTHER_FAILURES>\n");
+	width = strlen(entrypoint) + 7;
+	if (root.p != NULL && widest_line(root.p) > width)
+		width = widest_line(root.p);
+	if (widest_line(others.p) > width)
+		width = widest_line(others.p);
+	if (width > WIDTH_MAX)
+		width = WIDTH_MAX;
+	rule(&out, '=', width);
+	adds(&out, entrypoint);
+	adds(&out, " FAILED\n");
+	rule(&out, '-', width);
+	adds(&out, "Failures:\n");
+	add(&out, others.p, others.len);
+	rule(&out, '-', width);
+	adds(&out, "Root Cause (first observed failure):\n");
+	if (root.p != NULL)
+		add(&out, root.p, root.len);
+	rule(&out, '=', width);
+	free(root.p);
+	free(others.p);
+	if (root.oom || others.oom || out.oom) {
+		free(out.p);
+		return NULL;
+	}
+	return out.p;
+}
+
+int report_write_parent_error(const char *path, const struct report_entry *root)
+{
+	cJSON *j;
+	cJSON *msg;
+	char *text;
+	int fd, rc;
+
+	if (root->error_json == NULL)
+		return 0;
+	j = cJSON_Parse(root->error_json);
+	if (j == NULL)
+		return -EINVAL;
+	msg = cJSON_GetObjectItemCaseSensitive(j, "message");
+	if (cJSON_IsObject(msg) && root->exitcode != 0) {
+		cJSON_DeleteItemFromObjectCaseSensitive(msg, "errorCode");
+		cJSON_AddNumberToObject(msg, "errorCode", root->exitcode);
+	}
+	text = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	if (text == NULL)
+		return -ENOMEM;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+	} else {
+		rc = util_write_all(fd, text, strlen(text));
+		close(fd);
+	}
+	cJSON_free(text);
+	return rc;
+}

@@ -1,0 +1,29 @@
+/* watchdog: a small helper process that kills the workers' process groups if
+ * ddprun dies without doing it (kill -9, OOM killer).
+ *
+ * PR_SET_PDEATHSIG only reaches a worker itself; its children (DataLoader
+ * processes, `sh -c 'a & b'`) would live on. Each worker registers its group
+ * through a pipe before it execs (spawn.c); ddprun holds the only other write
+ * end. When the pipe reaches end-of-file without a clean goodbye, the watchdog
+ * SIGKILLs every registered group. It runs in its own session, ignores the
+ * usual termination signals, and holds no other descriptor of ddprun's. */
+#ifndef DDP_WATCHDOG_H
+#define DDP_WATCHDOG_H
+
+#include <sys/types.h>
+
+struct watchdog {
+	pid_t pid; /* 0: not running */
+	int fd;	   /* write end; give it to spawn_req.watch_fd */
+};
+
+/* Fork the watchdog (early: ddprun pays copy-on-write faults for what it
+ * writes afterwards). 0 or a negative errno. */
+int watchdog_start(struct watchdog *w);
+/* The group is gone (its leader was reaped and the group is empty): forget it,
+ * so a later reuse of that number is never signalled. */
+void watchdog_forget(struct watchdog *w, pid_t pgid);
+/* Clean exit: the watchdog forgets every group and exits (not waited for). */
+void watchdog_stop(struct watchdog *w);
+
+#endif

@@ -1,0 +1,34 @@
+/* workenv: each worker's environment, torchrun's contract (DESIGN.md):
+ * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
+ * ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
+ * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
+ * OMP_NUM_THREADS=1 when unset and more than one local worker;
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset. Everything else is inherited
+ * from ddprun's own environment. */
+#ifndef DDP_WORKENV_H
+#define DDP_WORKENV_H
+
+#include <stdbool.h>
+
+/* What is the same for every worker of one attempt. */
+struct workenv_job {
+	int world_size;
+	int local_world_size;
+	int group_rank;
+	int group_world_size;
+	int rank_offset; /* global rank of local rank 0 */
+	const char *role;
+	const char *master_addr;
+	int master_port;
+	const char *run_id;
+	int restart_count;
+	int max_restarts;
+	bool use_agent_store;
+};
+
+/* The environment of local rank lr: one malloc'd block (pointers then
+ * strings), released with free(). NULL on ENOMEM. */
+char **workenv_build(char *const *parent_env, const struct workenv_job *j, int local_rank,
+		     const char *error_file);
+
+#endif

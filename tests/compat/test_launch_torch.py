@@ -1,0 +1,124 @@
+"""Real PyTorch (Debian python3-torch 1.13, CPU, gloo) under ddprun: scripts
+written for torchrun run unmodified, and @record tracebacks reach the report."""
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
+DDPRUN = os.path.join(BUILD, "bin", "ddprun")
+PYTHON = "/usr/bin/python3"
+
+TRAIN = textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def main():
+        # env:// from ddprun's variables, on the store ddprun hosts
+        assert os.environ["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        dist.init_process_group("gloo")
+        if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_ATTEMPTS", 0)):
+            dist.barrier()
+            if dist.get_rank() == 1:
+                raise SystemExit(5)  # fail after the group formed: the next try reuses the store
+            import time
+            time.sleep(60)
+        rank, world = dist.get_rank(), dist.get_world_size()
+        assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+        torch.manual_seed(0)
+        model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                        torch.nn.Linear(16, 1)))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + rank)  # different data per rank
+        for _ in range(20):
+            x = torch.randn(32, 8, generator=g)
+            y = x.sum(dim=1, keepdim=True)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        every = [torch.zeros_like(flat) for _ in range(world)]
+        dist.all_gather(every, flat)
+        agree = all(torch.equal(every[0], t) for t in every)
+        print(f"rank {rank}/{world} agree={agree} sum={flat.sum().item():.6f}", flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+""")
+
+RAISES = textwrap.dedent("""
+    import os
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    def inner():
+        raise ValueError("rank " + os.environ["RANK"] + " lost its data")
+
+    @record
+    def main():
+        if os.environ["RANK"] == "1":
+            inner()
+        import time
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+def ddprun(tmp_path, *args, timeout=180, **extra):
+    env = dict(os.environ, PYTHON_EXEC=PYTHON, **extra)
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
+        env.pop(k, None)
+    return subprocess.run([DDPRUN, *args], cwd=tmp_path, env=env, timeout=timeout,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture(autouse=True)
+def need_torch():
+    r = subprocess.run([PYTHON, "-c", "import torch.distributed as d; print(d.is_available())"],
+                       stdout=subprocess.PIPE, text=True, timeout=120)
+    assert r.stdout.strip() == "True", "Debian python3-torch with distributed is required"
+
+
+def test_ddp_training_with_gloo_on_four_workers_agrees(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    r = ddprun(tmp_path, "--nproc-per-node=4", "train.py")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
+    assert [l.split()[1] for l in lines] == ["0/4", "1/4", "2/4", "3/4"]
+    assert all("agree=True" in l for l in lines), lines
+    assert len({l.split("sum=")[1] for l in lines}) == 1, lines
+
+
+def test_restart_forms_a_new_group_on_the_same_store(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    r = ddprun(tmp_path, "--nproc-per-node=3", "--max-restarts=1", "--shutdown-timeout=10",
+               "train.py", FAIL_ATTEMPTS="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "restart 1 of 1" in r.stderr
+    lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
+    assert len(lines) == 3 and all("agree=True" in l for l in lines), lines
+
+
+def test_record_exception_and_traceback_appear_in_the_report(tmp_path):
+    (tmp_path / "fails.py").write_text(RAISES)
+    r = ddprun(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=5", "--log-dir=logs",
+               "fails.py")
+    assert r.returncode == 1, r.stderr[-3000:]
+    err = r.stderr
+    assert "fails.py FAILED" in err
+    root = err.split("Root Cause (first observed failure):")[1]
+    assert re.search(r"rank      : 1 \(local_rank: 1\)", root)
+    assert re.search(r"error_file: /\S+/attempt_0/1/error\.json", root)
+    assert "traceback : Traceback (most recent call last):" in root
+    assert 'in inner\n      raise ValueError("rank " + os.environ["RANK"] + " lost its data")' in root
+    assert "  ValueError: rank 1 lost its data" in root

@@ -1,0 +1,218 @@
+"""ddprun's command line: torchrun's flags in both spellings, PET_* defaults,
+usage errors (one line, exit 2), and programs that cannot run (127/126)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import REPO, binary, run
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+TRUE = "/bin/true"
+
+
+def ddprun(*args, env=None, **kw):
+    e = dict(os.environ)
+    e.update(env or {})
+    return run([binary("ddprun"), *args], env=e, **kw)
+
+
+def one_error_line(r):
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("ddprun: error: "), r.stderr
+    return lines[0]
+
+
+def test_help_and_version():
+    r = ddprun("--help")
+    assert r.returncode == 0 and "--nproc-per-node" in r.stdout and r.stderr == ""
+    r = ddprun("-h")
+    assert r.returncode == 0 and "usage: ddprun" in r.stdout
+    r = ddprun("--version")
+    assert r.returncode == 0 and r.stdout.startswith("ddprun ")
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--bogus", TRUE], "unrecognized option '--bogus'"),
+        (["--nproc-per-node", "zero", TRUE], "--nproc-per-node"),
+        (["--nproc-per-node", "0", TRUE], "--nproc-per-node"),
+        (["--nproc-per-node"], "expects a value"),
+        (["--nproc_per_node", "2"], "missing the program"),
+        ([], "missing the program"),
+        (["--m", "1", TRUE], "ambiguous option"),
+        (["--nnodes", "3:2", TRUE], "--nnodes"),
+        (["--node-rank", "1", TRUE], "--node-rank"),
+        (["--master-port", "70000", TRUE], "--master-port"),
+        (["-r", "4", TRUE], "--redirects"),
+        (["--tee", "0:1,x:2", TRUE], "--tee"),
+        (["--local-ranks-filter", "0,,1", TRUE], "--local-ranks-filter"),
+        (["--signals-to-handle", "SIGNOPE", TRUE], "unknown signal 'SIGNOPE'"),
+        (["--signals-to-handle", "SIGKILL", TRUE], "cannot be handled"),
+        (["--shutdown-timeout", "-1", TRUE], "--shutdown-timeout"),
+        (["--max-restarts", "many", TRUE], "--max-restarts"),
+        (["--rdzv-backend", "etcd", TRUE], "--rdzv-backend"),
+        (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
+        (["--start-method", "thread", TRUE], "--start-method"),
+        (["--standalone=1", TRUE], "takes no value"),
+        (["-m", "--no-python", "mod"], "cannot be used together"),
+        (["--log-dir", "--tee", "3", TRUE], "expects a value"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args, says):
+    r = ddprun(*args)
+    assert r.returncode == 2, r
+    assert says in one_error_line(r)
+    assert r.stdout == ""
+
+
+def test_bad_pet_variable_names_the_variable():
+    r = ddprun(TRUE, env={"PET_NPROC_PER_NODE": "lots"})
+    assert r.returncode == 2
+    assert "PET_NPROC_PER_NODE" in one_error_line(r)
+
+
+def test_both_spellings_and_prefixes_are_accepted():
+    for flag in ("--nproc-per-node=3", "--nproc_per_node=3", "--nproc=3"):
+        r = ddprun(flag, "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"')
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["3"] * 3, flag
+    r = ddprun("--nproc_per_node", "2", "--max_restarts", "0", "--monitor_interval", "1",
+               "--start_method", "fork", "--role", "trainer", "--rdzv_id", "job7",
+               "sh", "-c", 'echo "$ROLE_NAME $TORCHELASTIC_RUN_ID"')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["trainer job7"] * 2
+
+
+def test_pet_environment_gives_defaults_and_flags_win():
+    env = {"PET_NPROC_PER_NODE": "2", "PET_ROLE": "envrole", "PET_MAX_RESTARTS": "0"}
+    r = ddprun("sh", "-c", 'echo "$ROLE_NAME"', env=env)
+    assert r.returncode == 0 and r.stdout.split() == ["envrole"] * 2
+    r = ddprun("--role", "flagrole", "sh", "-c", 'echo "$ROLE_NAME"', env=env)
+    assert r.stdout.split() == ["flagrole"] * 2
+
+
+def test_options_after_the_program_belong_to_the_program():
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", 'echo "$@"', "sh", "--nproc-per-node", "5")
+    assert r.returncode == 0
+    assert r.stdout.strip() == "--nproc-per-node 5"
+
+
+def test_missing_program_is_127_before_any_worker(tmp_path):
+    marker = tmp_path / "started"
+    r = ddprun("--nproc-per-node", "2", "no-such-program-xyz", str(marker))
+    assert r.returncode == 127
+    assert "no-such-program-xyz: command not found" in one_error_line(r)
+    r = ddprun(str(tmp_path / "missing.py"))
+    assert r.returncode == 127
+    assert not marker.exists()
+
+
+def test_not_executable_is_126(tmp_path):
+    f = tmp_path / "data.txt"
+    f.write_text("hello\n")
+    r = ddprun(str(f))
+    assert r.returncode == 126
+    assert "permission denied" in one_error_line(r)
+    r = ddprun(str(tmp_path))  # a directory
+    assert r.returncode == 126
+
+
+def test_program_is_found_on_path_like_exec(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "myprog").write_text("#!/bin/sh\necho found $LOCAL_RANK\n")
+    os.chmod(bindir / "myprog", 0o755)
+    r = ddprun("myprog", env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout == "found 0\n"
+    # A script without "#!" runs with /bin/sh, as execvp does.
+    (bindir / "noshebang").write_text("echo plain $RANK\n")
+    os.chmod(bindir / "noshebang", 0o755)
+    r = ddprun("noshebang", env={"PATH": f"{bindir}:/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout == "plain 0\n"
+
+
+def test_nproc_cpu_is_the_online_cpus():
+    r = ddprun("--nproc-per-node", "cpu", "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"')
+    assert r.returncode == 0
+    assert r.stdout.split() == [str(os.cpu_count())] * os.cpu_count()
+
+
+def test_nproc_gpu_without_a_gpu_is_a_clear_error(tmp_path):
+    # No CUDA driver on this machine (or none visible): one line, no worker.
+    r = ddprun("--nproc-per-node", "gpu", "sh", "-c", "touch " + str(tmp_path / "ran"),
+               env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 1
+    assert "--nproc-per-node=gpu: no visible GPU" in one_error_line(r)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_nproc_auto_falls_back_to_cpus_without_a_gpu():
+    r = ddprun("--nproc-per-node", "auto", "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"',
+               env={"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0
+    assert r.stdout.split()[0] in (str(os.cpu_count()),)
+
+
+FAKE_CUDA = r"""
+#include <stdlib.h>
+#include <string.h>
+/* A stand-in driver: FAKE_GPUS devices, CUDA_VISIBLE_DEVICES honoured. */
+int cuInit(unsigned flags) { return 0; }
+int cuDeviceGetCount(int *n)
+{
+    const char *all = getenv("FAKE_GPUS"), *vis = getenv("CUDA_VISIBLE_DEVICES");
+    int count = all ? atoi(all) : 0, k = 0;
+    if (vis != NULL) {
+        const char *p = vis;
+        if (*p == '\0') { *n = 0; return 0; }
+        for (k = 1; (p = strchr(p, ',')) != NULL; p++) k++;
+        if (k < count) count = k;
+    }
+    *n = count;
+    return 0;
+}
+"""
+
+
+def test_nproc_gpu_counts_devices_through_the_driver(tmp_path):
+    src = tmp_path / "fakecuda.c"
+    src.write_text(FAKE_CUDA)
+    lib = tmp_path / "libcuda.so.1"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True,
+                   timeout=60)
+    e = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), FAKE_GPUS="3")
+    e.pop("CUDA_VISIBLE_DEVICES", None)
+    cmd = [binary("ddprun"), "--nproc-per-node", "gpu", "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"']
+    r = run(cmd, env=e)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3"] * 3
+    r = run(cmd, env=dict(e, CUDA_VISIBLE_DEVICES="1,2"))
+    assert r.stdout.split() == ["2"] * 2
+    r = run(cmd, env=dict(e, FAKE_GPUS="0"))
+    assert r.returncode == 1 and "no visible GPU" in r.stderr
+
+
+def test_multi_node_is_refused_clearly_for_now():
+    r = ddprun("--nnodes", "2", TRUE)
+    assert r.returncode == 2
+    assert "multi-node" in one_error_line(r)
+
+
+def test_every_flag_in_help_is_in_the_man_page():
+    helptext = ddprun("--help").stdout
+    flags = set(re.findall(r"--[a-z][a-z-]+", helptext))
+    man = open(os.path.join(REPO, "man", "ddprun.1")).read().replace("\\-", "-")
+    missing = sorted(f for f in flags if f not in man)
+    assert len(flags) > 20 and missing == []

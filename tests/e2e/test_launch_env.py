@@ -1,0 +1,206 @@
+"""The environment every worker gets (torchrun's contract, DESIGN.md) and what
+runs: the program itself, *.py with Python -u, -m module, ${local_rank}."""
+import os
+
+import pytest
+
+from conftest import PYTHON, binary, run
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+CONTRACT = [
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
+    "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+]
+
+
+def base_env(**extra):
+    e = {k: v for k, v in os.environ.items()
+         if k not in CONTRACT and not k.startswith("PET_")}
+    e.update(extra)
+    return e
+
+
+def worker_envs(tmp_path, args, env):
+    """Run `ddprun ARGS sh -c 'env > DIR/env.$LOCAL_RANK'`; {local_rank: {k: v}}."""
+    cmd = [binary("ddprun"), *args, "sh", "-c", f'env > {tmp_path}/env.$LOCAL_RANK']
+    r = run(cmd, env=env)
+    assert r.returncode == 0, r.stderr
+    out = {}
+    for name in os.listdir(tmp_path):
+        if name.startswith("env."):
+            with open(tmp_path / name) as f:
+                out[int(name[4:])] = dict(line.rstrip("\n").split("=", 1)
+                                          for line in f if "=" in line)
+    return out
+
+
+def test_every_worker_gets_the_contract(tmp_path):
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "4", "--max-restarts", "2",
+                                  "--rdzv-id", "run42", "--role", "trainer"],
+                       base_env(KEEP_ME="inherited"))
+    assert sorted(envs) == [0, 1, 2, 3]
+    ports = set()
+    for lr, e in envs.items():
+        assert e["RANK"] == str(lr) and e["LOCAL_RANK"] == str(lr)
+        assert e["ROLE_RANK"] == str(lr)
+        assert e["WORLD_SIZE"] == e["LOCAL_WORLD_SIZE"] == e["ROLE_WORLD_SIZE"] == "4"
+        assert e["GROUP_RANK"] == "0" and e["GROUP_WORLD_SIZE"] == "1"
+        assert e["ROLE_NAME"] == "trainer"
+        assert e["MASTER_ADDR"] == "127.0.0.1"
+        assert 0 < int(e["MASTER_PORT"]) < 65536
+        ports.add(e["MASTER_PORT"])
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert e["TORCHELASTIC_MAX_RESTARTS"] == "2"
+        assert e["TORCHELASTIC_RUN_ID"] == "run42"
+        assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+        # Without --log-dir: flat, in a private temporary directory.
+        assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0.{lr}.error.json")
+        assert e["OMP_NUM_THREADS"] == "1"
+        assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert e["KEEP_ME"] == "inherited"
+    assert len(ports) == 1
+
+
+def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path):
+    logs = tmp_path / "logs"
+    out = tmp_path / "out"
+    out.mkdir()
+    envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
+    for lr, e in envs.items():
+        f = e["TORCHELASTIC_ERROR_FILE"]
+        assert f.startswith(str(logs) + "/none_") and f.endswith(f"/attempt_0/{lr}/error.json")
+        assert os.path.isdir(os.path.dirname(f))
+
+
+def test_user_settings_and_stale_values_in_the_environment(tmp_path):
+    # The user's OMP_NUM_THREADS / TORCH_NCCL_ASYNC_ERROR_HANDLING win; a stale
+    # RANK from an outer launcher does not leak into the workers.
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "2"],
+                       base_env(OMP_NUM_THREADS="7", TORCH_NCCL_ASYNC_ERROR_HANDLING="0",
+                                RANK="99", WORLD_SIZE="99"))
+    for lr, e in envs.items():
+        assert e["OMP_NUM_THREADS"] == "7"
+        assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+        assert e["RANK"] == str(lr) and e["WORLD_SIZE"] == "2"
+
+
+def test_one_worker_does_not_force_omp_threads(tmp_path):
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "1"], base_env())
+    assert "OMP_NUM_THREADS" not in envs[0]
+
+
+def test_explicit_master_addr_and_port_are_exported(tmp_path):
+    from conftest import free_port
+    port = free_port()
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "2", "--master-addr", "localhost",
+                                  "--master-port", str(port)], base_env())
+    for e in envs.values():
+        assert e["MASTER_ADDR"] == "localhost" and e["MASTER_PORT"] == str(port)
+
+
+def test_local_rank_macro_is_replaced_in_arguments():
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "sh", "-c",
+             'echo "$1 $2"', "sh", "--local-rank=${local_rank}", "x$local_rank.y"])
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == [
+        "--local-rank=0 x0.y", "--local-rank=1 x1.y", "--local-rank=2 x2.y"]
+
+
+def test_py_script_runs_unbuffered_with_python_exec(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text("import sys, os\n"
+                      "argv = open('/proc/self/cmdline').read().split('\\0')\n"
+                      "print(argv[1] == '-u', os.environ['RANK'], sys.argv[1:])\n")
+    r = run([binary("ddprun"), "--nproc-per-node", "2", str(script), "a", "b"],
+            env=base_env(PYTHON_EXEC=PYTHON))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["True 0 ['a', 'b']", "True 1 ['a', 'b']"]
+
+
+def test_module_runs_with_python_m(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "job.py").write_text("import os\n"
+                                "argv = open('/proc/self/cmdline').read().split('\\0')\n"
+                                "print('module', os.environ['LOCAL_RANK'], argv[1:3])\n")
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "-m", "mypkg.job"],
+            env=base_env(PYTHON_EXEC=PYTHON, PYTHONPATH=str(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["module 0 ['-u', '-m']", "module 1 ['-u', '-m']"]
+
+
+def test_no_python_execs_a_py_file_directly(tmp_path):
+    script = tmp_path / "direct.py"
+    script.write_text("#!/bin/sh\necho direct $LOCAL_RANK\n")
+    os.chmod(script, 0o755)
+    r = run([binary("ddprun"), "--no-python", str(script)],
+            env=base_env(PYTHON_EXEC="/nonexistent/python"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "direct 0\n"
+
+
+def test_workers_inherit_no_descriptors_and_run_in_their_own_session(tmp_path):
+    fd = os.open(os.devnull, os.O_RDONLY)  # inheritable, as from a careless parent
+    os.set_inheritable(fd, True)
+    try:
+        r = run([binary("ddprun"), "--nproc-per-node", "2", PYTHON, "-c",
+                 "import os; print(sorted(int(f) for f in os.listdir('/proc/self/fd')),"
+                 " os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())"],
+                pass_fds=(fd,), env=base_env())
+    finally:
+        os.close(fd)
+    assert r.returncode == 0, r.stderr
+    # 0-2 and the one listdir itself opens.
+    assert r.stdout.splitlines() == ["[0, 1, 2, 3] True True"] * 2
+
+
+def test_workers_share_the_store_ddprun_hosts():
+    # Every worker writes its key into the agent's store (MASTER_ADDR:PORT),
+    # waits for all three, and reads its neighbour's.
+    ds = binary("ddpstore")
+    script = (f'{ds} --timeout 30 set key.$RANK "from $RANK" && '
+              f'{ds} --timeout 30 wait key.0 key.1 key.2 && '
+              f'{ds} --timeout 30 get key.$(( (RANK + 1) % 3 ))')
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "sh", "-c", script], env=base_env())
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:-1]) == ["from 0", "from 1", "from 2"]
+
+
+def test_explicit_master_port_that_is_taken_is_a_clear_error():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = run([binary("ddprun"), "--master-port", str(port), "/bin/true"], env=base_env())
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"ddprun: error: cannot listen on 127.0.0.1:{port}: "
+                               "the port is in use")
+    assert len(r.stderr.splitlines()) == 1
+
+
+def test_many_workers_under_a_low_descriptor_limit(tmp_path):
+    # 2 pipes per worker exceed a soft limit of 64: ddprun raises its own
+    # (up to the hard limit) and hands the workers the limit it was given.
+    import resource
+
+    def low_soft_limit():
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+
+    r = run([binary("ddprun"), "--nproc-per-node", "48", "sh", "-c", "ulimit -n"],
+            env=base_env(), preexec_fn=low_soft_limit)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["64"] * 48

@@ -1,0 +1,152 @@
+"""Exit status (the failed worker's code or 128+signal), fail-fast, and the
+failure report in torchrun's layout, with error files read from the workers."""
+import json
+import os
+import re
+
+import pytest
+
+from conftest import binary, pid_alive, prog, run, wait_for
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+FAIL_RE = re.compile(
+    r"\[(\d+)\]:\n  time      : \d{4}-\d\d-\d\d_\d\d:\d\d:\d\d\n  host      : \S+\n"
+    r"  rank      : (\d+) \(local_rank: (\d+)\)\n  exitcode  : (-?\d+) \(pid: (\d+)\)\n"
+    r"  error_file: (.*)\n  traceback : (.*)")
+
+
+def ddprun(*args, **kw):
+    return run([binary("ddprun"), *args], **kw)
+
+
+def report(stderr):
+    """(failures, root) parsed from the report at the end of stderr."""
+    start = stderr.index("FAILED\n")
+    text = stderr[start:]
+    others, root = text.split("Root Cause (first observed failure):\n")
+    return FAIL_RE.findall(others), FAIL_RE.findall(root)
+
+
+def test_success_is_0_and_prints_no_report():
+    r = ddprun("--nproc-per-node", "3", "/bin/true")
+    assert r.returncode == 0 and r.stderr == "" and r.stdout == ""
+
+
+def test_worker_exit_code_becomes_ddprun_exit_code():
+    r = ddprun("--nproc-per-node", "2", "sh", "-c", '[ "$RANK" = 1 ] && exit 7; exit 0')
+    assert r.returncode == 7
+    others, root = report(r.stderr)
+    assert root[0][1:4] == ("1", "1", "7")
+    assert root[0][5] == "<N/A>"
+    assert "sh FAILED" in r.stderr
+
+
+def test_worker_killed_by_sigsegv_gives_139_and_names_the_signal():
+    r = ddprun("--nproc-per-node", "2", "sh", "-c",
+               '[ "$RANK" = 0 ] && kill -SEGV $$; sleep 30')
+    assert r.returncode == 139
+    others, root = report(r.stderr)
+    assert root[0][3] == "-11"
+    assert root[0][6] == f"Signal 11 (SIGSEGV) received by PID {root[0][4]}"
+    assert others == []
+    assert "<NO_OTHER_FAILURES>" in r.stderr
+
+
+def test_fail_fast_stops_siblings_that_ignore_sigterm(tmp_path):
+    # Ranks 1-3 ignore SIGTERM and would sleep for 1000 s; rank 0 fails once
+    # they are all up.
+    script = (f'cd {tmp_path}; if [ "$RANK" = 0 ]; then '
+              'while [ ! -e pid.1 ] || [ ! -e pid.2 ] || [ ! -e pid.3 ]; do sleep 0.01; done; '
+              'exit 3; fi; trap "" TERM; echo $$ > pid.tmp.$RANK; mv pid.tmp.$RANK pid.$RANK; '
+              'exec sleep 1000')
+    r = ddprun("--nproc-per-node", "4", "--shutdown-timeout", "1", "sh", "-c", script,
+               timeout=60)
+    assert r.returncode == 3
+    assert "did not stop within the shutdown timeout: SIGKILL" in r.stderr
+    for rank in (1, 2, 3):
+        pid = int((tmp_path / f"pid.{rank}").read_text())
+        wait_for(lambda: not pid_alive(pid), timeout=10, what=f"rank {rank} gone")
+    others, root = report(r.stderr)
+    assert root[0][1] == "0" and others == []
+
+
+def test_grace_period_covers_what_a_worker_leaves_behind(tmp_path):
+    # The worker (sh) dies of SIGTERM at once; its child catches SIGTERM and
+    # finishes its cleanup: ddprun waits for it (within the shutdown timeout)
+    # instead of killing it as soon as the worker itself is gone.
+    p = prog("launch_sigwait")
+    script = (f'{p} --exit 0 {tmp_path} & cd {tmp_path}; '
+              'while [ ! -e ready.0 ] || [ ! -e ready.1 ]; do sleep 0.01; done; '
+              '[ "$RANK" = 0 ] && exit 1; wait')
+    r = ddprun("--nproc-per-node", "2", "--shutdown-timeout", "1000", "sh", "-c", script,
+               timeout=60)
+    assert r.returncode == 1
+    assert "rank 1 got SIGTERM" in r.stdout
+
+
+def test_siblings_that_honour_sigterm_end_without_waiting_for_the_timeout(tmp_path):
+    # With a 1000 s shutdown timeout, finishing at all proves SIGTERM was sent.
+    r = ddprun("--nproc-per-node", "3", "--shutdown-timeout", "1000", "sh", "-c",
+               '[ "$RANK" = 2 ] && exit 5; exec sleep 1000', timeout=60)
+    assert r.returncode == 5
+
+
+def test_error_file_message_and_traceback_are_in_the_report(tmp_path):
+    script = r'''
+if [ "$RANK" = 1 ]; then
+  printf '%s' '{"message": {"message": "ValueError: boom", "extraInfo":
+    {"py_callstack": "Traceback (most recent call last):\n  File \"t.py\", line 3\nValueError: boom\n",
+     "timestamp": "1700000000"}}}' > "$TORCHELASTIC_ERROR_FILE"
+  exit 1
+fi
+sleep 1000'''
+    parent = tmp_path / "parent.json"
+    r = ddprun("--nproc-per-node", "2", "sh", "-c", script, timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent)))
+    assert r.returncode == 1
+    others, root = report(r.stderr)
+    assert root[0][1] == "1" and root[0][5].endswith("/attempt_0.1.error.json")
+    assert root[0][6] == "Traceback (most recent call last):"
+    assert '    File "t.py", line 3\n  ValueError: boom\n====' in r.stderr
+    # The named error file is still there to read after ddprun has exited.
+    assert os.path.exists(root[0][5])
+    # ddprun's own error file (an outer launcher's) gets the root cause + errorCode.
+    data = json.loads(parent.read_text())
+    assert data["message"]["message"] == "ValueError: boom"
+    assert data["message"]["errorCode"] == 1
+
+
+def test_garbage_error_file_does_not_crash_the_report(tmp_path):
+    r = ddprun("sh", "-c", 'echo "{not json" > "$TORCHELASTIC_ERROR_FILE"; exit 2')
+    assert r.returncode == 2
+    others, root = report(r.stderr)
+    assert root[0][6] == "<error file is not torchelastic JSON>"
+
+
+def test_temporary_log_dir_is_removed_unless_the_report_needs_it(tmp_path):
+    t = tmp_path / "own"
+    t.mkdir()
+    env = dict(os.environ, TMPDIR=str(t))
+    assert ddprun("--nproc-per-node", "2", "/bin/true", env=env).returncode == 0
+    assert ddprun("--nproc-per-node", "2", "/bin/false", env=env).returncode == 1
+    assert os.listdir(t) == []
+    r = ddprun("sh", "-c", 'echo "{}" > "$TORCHELASTIC_ERROR_FILE"; exit 1', env=env)
+    assert r.returncode == 1 and len(os.listdir(t)) == 1
+
+
+def test_sigwait_prog_exit_code_passes_through(tmp_path):
+    # A C worker that exits 9 on SIGUSR1 (forwarded), status 128+SIGUSR1 wins.
+    p = prog("launch_sigwait")
+    r = ddprun("--nproc-per-node", "1", "--signals-to-handle", "SIGUSR1", "sh", "-c",
+               f'{p} --exit 9 {tmp_path} & while [ ! -e {tmp_path}/ready.0 ]; do sleep 0.01; '
+               'done; kill -USR1 $PPID; wait', timeout=60)
+    assert r.returncode == 128 + 10
+    assert "rank 0 got SIGUSR1" in r.stdout

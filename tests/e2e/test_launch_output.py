@@ -1,0 +1,194 @@
+"""Output: whole lines only, never mixed between workers; torchrun's
+-r/--redirects, -t/--tee and --log-dir layout; --local-ranks-filter;
+--tag-output; and --max-restarts with one attempt directory per try."""
+import array
+import fcntl
+import glob
+import os
+import re
+import signal
+import subprocess
+import termios
+
+import pytest
+
+from conftest import binary, pid_alive, prog, run, wait_for
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+
+def ddprun(*args, **kw):
+    return run([binary("ddprun"), *args], **kw)
+
+
+def check_lines(text, nproc, lines, length):
+    """Every line is one worker's complete line; none missing, none mixed."""
+    seen = {r: [] for r in range(nproc)}
+    for line in text.splitlines():
+        m = re.fullmatch(r"(\d+):(\d+):([a-z]*)", line)
+        assert m, f"mixed or broken line: {line[:120]!r}"
+        rank, i, body = int(m.group(1)), int(m.group(2)), m.group(3)
+        assert body == chr(ord("a") + rank) * len(body), f"mixed line from rank {rank}"
+        assert len(line) == max(length, len(f"{rank}:{i}:"))
+        seen[rank].append(i)
+    for r in range(nproc):
+        assert seen[r] == list(range(lines)), f"rank {r} lines missing or out of order"
+
+
+def test_four_workers_printing_long_lines_fast_never_interleave():
+    # 4 x 300 lines of 20 KB, each written in three pieces, on stdout and stderr.
+    r = ddprun("--nproc-per-node", "4", "sh", "-c",
+               f"{prog('launch_spew')} 300 20000 & {prog('launch_spew')} 300 20000 stderr; wait",
+               timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    check_lines(r.stdout, 4, 300, 20000)
+    check_lines(r.stderr, 4, 300, 20000)
+
+
+def test_last_line_without_newline_is_kept_on_its_own_line():
+    r = ddprun("--nproc-per-node", "2", "sh", "-c", 'printf "rank$RANK-no-newline"')
+    assert r.returncode == 0
+    assert sorted(r.stdout.splitlines()) == ["rank0-no-newline", "rank1-no-newline"]
+    assert r.stdout.endswith("\n")
+
+
+def test_tag_output_prefixes_each_console_line_with_the_rank():
+    r = ddprun("--nproc-per-node", "3", "--tag-output", "sh", "-c",
+               'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0
+    assert sorted(r.stdout.splitlines()) == [f"[rank{i}]: out {i}" for i in range(3)]
+    assert sorted(r.stderr.splitlines()) == [f"[rank{i}]: err {i}" for i in range(3)]
+
+
+def test_local_ranks_filter_shows_only_those_ranks():
+    r = ddprun("--nproc-per-node", "4", "--local-ranks-filter", "1,3", "sh", "-c",
+               'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0
+    assert sorted(r.stdout.splitlines()) == ["out 1", "out 3"]
+    assert sorted(r.stderr.splitlines()) == ["err 1", "err 3"]
+
+
+def run_dir(logdir, run_id="none"):
+    dirs = glob.glob(os.path.join(logdir, f"{run_id}_*"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def test_redirects_write_torchrun_layout_and_keep_console_clean(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-r", "3",
+               "sh", "-c", 'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0
+    assert r.stdout == "" and r.stderr == ""
+    d = run_dir(tmp_path / "logs")
+    for lr in range(2):
+        assert open(f"{d}/attempt_0/{lr}/stdout.log").read() == f"out {lr}\n"
+        assert open(f"{d}/attempt_0/{lr}/stderr.log").read() == f"err {lr}\n"
+
+
+def test_per_rank_redirect_map(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), "--redirects", "0:1,1:2",
+               "--rdzv-id", "job", "sh", "-c", 'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0
+    d = run_dir(tmp_path, "job")
+    assert os.listdir(f"{d}/attempt_0/0") == ["stdout.log"]
+    assert os.listdir(f"{d}/attempt_0/1") == ["stderr.log"]
+    assert r.stdout == "out 1\n" and r.stderr == "err 0\n"
+
+
+def test_tee_writes_files_and_prefixed_console_lines(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), "-t", "3", "--role",
+               "trainer", "sh", "-c", 'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0
+    d = run_dir(tmp_path)
+    for lr in range(2):
+        assert open(f"{d}/attempt_0/{lr}/stdout.log").read() == f"out {lr}\n"
+        assert open(f"{d}/attempt_0/{lr}/stderr.log").read() == f"err {lr}\n"
+    assert sorted(r.stdout.splitlines()) == ["[trainer0]:out 0", "[trainer1]:out 1"]
+    assert sorted(r.stderr.splitlines()) == ["[trainer0]:err 0", "[trainer1]:err 1"]
+
+
+def test_tee_prefix_template_and_filter_only_affect_the_console(tmp_path):
+    env = dict(os.environ, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="<${role_name}:${rank}> ")
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), "--tee", "1",
+               "--local-ranks-filter", "0", "sh", "-c", 'echo "out $RANK"', env=env)
+    assert r.returncode == 0
+    assert r.stdout == "<default:0> out 0\n"
+    d = run_dir(tmp_path)
+    assert open(f"{d}/attempt_0/1/stdout.log").read() == "out 1\n"
+
+
+def test_restarts_count_up_and_use_a_new_attempt_directory(tmp_path):
+    # Fails on the first two attempts, succeeds on the third.
+    script = ('echo "attempt $TORCHELASTIC_RESTART_COUNT"; '
+              '[ "$TORCHELASTIC_RESTART_COUNT" -ge 2 ] || exit 3')
+    r = ddprun("--nproc-per-node", "2", "--max-restarts", "3", "--log-dir", str(tmp_path),
+               "-t", "1", "sh", "-c", script)
+    assert r.returncode == 0, r.stderr
+    assert "restart 1 of 3" in r.stderr and "restart 2 of 3" in r.stderr
+    assert "FAILED" not in r.stderr
+    d = run_dir(tmp_path)
+    assert sorted(os.listdir(d)) == ["attempt_0", "attempt_1", "attempt_2"]
+    for n in range(3):
+        logs = [open(f"{d}/attempt_{n}/{lr}/stdout.log").read() for lr in range(2)]
+        if n == 2:
+            assert logs == ["attempt 2\n"] * 2
+        else:  # the first failure may stop its sibling before it prints
+            assert f"attempt {n}\n" in logs and set(logs) <= {"", f"attempt {n}\n"}
+
+
+def test_restarts_exhausted_fail_with_the_last_attempts_report(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "--max-restarts", "2", "--log-dir", str(tmp_path),
+               "sh", "-c", '[ "$RANK" = 1 ] && exit 6; sleep 30', timeout=60)
+    assert r.returncode == 6
+    assert r.stderr.count("FAILED") == 1
+    assert "restart 2 of 2" in r.stderr and "restart 3" not in r.stderr
+    assert re.search(r"error_file: <N/A>", r.stderr)
+    assert sorted(os.listdir(run_dir(tmp_path))) == ["attempt_0", "attempt_1", "attempt_2"]
+
+
+def test_log_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("")
+    r = ddprun("--log-dir", str(f), "/bin/true")
+    assert r.returncode == 1
+    assert r.stderr.startswith("ddprun: error: cannot create log directory")
+
+
+def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
+    # Nobody reads ddprun's stdout while two workers print 100 MB each: ddprun
+    # must still react to SIGTERM (stop the workers); what it holds for the
+    # console is written once the reader comes back.
+    spew = prog("launch_spew")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                      f"echo $$ > {tmp_path}/pid.$RANK; exec {spew} 100000 1000"],
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    wait_for(lambda: all((tmp_path / f"pid.{r}").exists() for r in range(2)), timeout=20,
+             what="workers started")
+    wait_for(lambda: all((tmp_path / f"pid.{r}").read_text().strip() for r in range(2)),
+             timeout=5, what="pids written")
+    pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
+
+    def unread():
+        buf = array.array("i", [0])
+        fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
+        return buf[0]
+
+    # The pipe to the test is (nearly) full: ddprun's writes would block now.
+    wait_for(lambda: unread() >= 32768, timeout=20, what="ddprun's stdout pipe to fill")
+    p.send_signal(signal.SIGTERM)
+    for x in pids:
+        wait_for(lambda: not pid_alive(x), timeout=20, what=f"worker {x} stopped")
+    out = p.stdout.read()  # the reader is back
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    assert len(out) > 0
+    for line in out.decode().splitlines():
+        # A worker killed mid-line leaves its last line short, never mixed.
+        m = re.fullmatch(r"([01]):\d+:([ab]*)", line)
+        assert m and set(m.group(2)) <= {"ab"[int(m.group(1))]}, line[:80]

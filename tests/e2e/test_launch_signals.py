@@ -1,0 +1,134 @@
+"""Signals: ddprun forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT (and
+--signals-to-handle) to every worker group and exits 128+signal; a second
+SIGINT kills at once; a signal ignored at startup (nohup) stays ignored; and
+`kill -9 ddprun` leaves no worker or grandchild alive."""
+import os
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import binary, pid_alive, prog, wait_for
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+
+def start(reaper, tmp_path, *args, nproc=2, sigwait_args=(), **kw):
+    """ddprun running launch_sigwait workers; returns once every worker is ready."""
+    cmd = [binary("ddprun"), "--nproc-per-node", str(nproc), *args,
+           prog("launch_sigwait"), *sigwait_args, str(tmp_path)]
+    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(nproc))
+             or p.poll() is not None, timeout=20, what="workers ready")
+    assert p.poll() is None, p.communicate()
+    return p
+
+
+def ready_pids(tmp_path, nproc):
+    return [int((tmp_path / f"ready.{i}").read_text()) for i in range(nproc)]
+
+
+def wait_stderr(p, text, timeout=20):
+    """Read ddprun's stderr until text shows up (bounded)."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {text!r} on stderr; got {seen!r}"
+        if select.select([p.stderr], [], [], left)[0]:
+            line = p.stderr.readline()
+            assert line, f"stderr closed before {text!r}; got {seen!r}"
+            seen += line
+    return seen
+
+
+def finish(p, timeout=30):
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT])
+def test_signal_is_forwarded_to_every_worker_and_ddprun_exits_128_plus_sig(
+        reaper, tmp_path, sig):
+    p = start(reaper, tmp_path, nproc=3)
+    p.send_signal(sig)
+    rc, out, err = finish(p)
+    assert rc == 128 + sig
+    name = signal.Signals(sig).name
+    assert sorted(out.splitlines()) == [f"rank {r} got {name}" for r in range(3)]
+    assert f"received {name}" in err
+
+
+def test_extra_signals_to_handle_for_slurm_preemption(reaper, tmp_path):
+    p = start(reaper, tmp_path, "--signals-to-handle", "SIGTERM,SIGUSR1")
+    p.send_signal(signal.SIGUSR1)
+    rc, out, err = finish(p)
+    assert rc == 128 + signal.SIGUSR1
+    assert sorted(out.splitlines()) == ["rank 0 got SIGUSR1", "rank 1 got SIGUSR1"]
+
+
+def test_second_sigint_kills_at_once(reaper, tmp_path):
+    # The workers ignore SIGINT and the grace period is huge: only the second
+    # SIGINT can end this job.
+    p = start(reaper, tmp_path, "--shutdown-timeout", "1000",
+              sigwait_args=("--ignore", "SIGINT"))
+    p.send_signal(signal.SIGINT)
+    wait_stderr(p, "received SIGINT")  # two signals at once would merge into one
+    p.send_signal(signal.SIGINT)
+    rc, out, err = finish(p)
+    assert rc == 130
+    assert "second SIGINT: killing every worker now" in err
+    for x in ready_pids(tmp_path, 2):
+        wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
+
+
+def test_sighup_ignored_at_start_stays_ignored(reaper, tmp_path):
+    # Like `nohup ddprun ...`: SIGHUP is ignored by ddprun and its workers.
+    def ignore_hup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    p = start(reaper, tmp_path, preexec_fn=ignore_hup)
+    p.send_signal(signal.SIGHUP)
+    p.send_signal(signal.SIGTERM)  # then end the job the ordinary way
+    rc, out, err = finish(p)
+    assert rc == 128 + signal.SIGTERM
+    assert "SIGHUP" not in out + err
+
+
+def test_kill_9_of_ddprun_leaves_no_worker_or_grandchild(reaper, tmp_path):
+    # Each worker is a shell with a background grandchild (a DataLoader-like
+    # child) in its group; neither may outlive ddprun.
+    script = f'sleep 1000 & echo "$$ $!" > {tmp_path}/pids.tmp.$RANK; ' \
+             f'mv {tmp_path}/pids.tmp.$RANK {tmp_path}/pids.$RANK; wait'
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "3", "sh", "-c", script],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: all((tmp_path / f"pids.{r}").exists() for r in range(3)),
+             timeout=20, what="workers started")
+    pids = [int(x) for r in range(3) for x in (tmp_path / f"pids.{r}").read_text().split()]
+    assert len(pids) == 6 and all(pid_alive(x) for x in pids)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    for x in pids:
+        wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
+
+
+def test_kill_9_during_the_grace_period_leaves_nothing(reaper, tmp_path):
+    # Workers that ignore SIGTERM, ddprun stopping them, then killed itself.
+    p = start(reaper, tmp_path, "--shutdown-timeout", "1000", nproc=2,
+              sigwait_args=("--ignore", "SIGTERM"))
+    pids = ready_pids(tmp_path, 2)
+    p.send_signal(signal.SIGTERM)
+    wait_stderr(p, "received SIGTERM")
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    for x in pids:
+        wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")

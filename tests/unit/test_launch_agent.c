@@ -1,0 +1,232 @@
+/* Unit tests for the agent's coordinator interface (agent.h), the hook that
+ * multi-node plugs into: a fake coordinator places this node in a bigger
+ * world, hears of local failure and success, and stops or restarts the
+ * workers. Real worker processes (/bin/sh) run on a real loop. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "cli.h"
+#include "prog.h"
+
+extern char **environ;
+
+struct fake {
+	int rendezvous_calls;
+	int last_restart_count;
+	int failed_calls;
+	int failed_status;
+	int failed_rank;
+	int finished_calls;
+	int finished_status;
+	int restart_on_failure; /* agent_restart() from failed() this many times */
+	int stop_on_finish;	/* agent_stop(status) from finished() */
+	int stop_in_rendezvous; /* answer the rendezvous with agent_stop(7) */
+	uv_timer_t timer;
+	struct agent *agent;
+};
+
+static void fake_rendezvous(struct agent *a, int restart_count, void *arg)
+{
+	struct fake *f = arg;
+	/* Node 1 of 2, two workers each: global ranks 2 and 3. */
+	struct agent_world w = {.group_rank = 1,
+				.group_world_size = 2,
+				.rank_offset = 2,
+				.world_size = 4,
+				.master_addr = "127.0.0.1",
+				.master_port = 1,
+				.use_agent_store = false};
+
+	f->rendezvous_calls++;
+	f->last_restart_count = restart_count;
+	if (f->stop_in_rendezvous) {
+		agent_stop(a, 7);
+		return;
+	}
+	agent_rendezvous_done(a, 0, &w);
+}
+
+static void fake_failed(struct agent *a, const struct report_entry *root, int status, void *arg)
+{
+	struct fake *f = arg;
+
+	f->failed_calls++;
+	f->failed_status = status;
+	f->failed_rank = root->global_rank;
+	if (f->restart_on_failure-- > 0)
+		agent_restart(a);
+}
+
+static void fake_finished(struct agent *a, int status, void *arg)
+{
+	struct fake *f = arg;
+
+	f->finished_calls++;
+	f->finished_status = status;
+	agent_stop(a, f->stop_on_finish);
+}
+
+/* Run ddprun's words (after "ddprun") on a real loop under the fake
+ * coordinator, with rdzv as its rendezvous hook; the exit status. */
+static int run_words(struct fake *f, char **words, void (*rdzv)(struct agent *, int, void *))
+{
+	const char *(*env)(const char *) = (const char *(*)(const char *))getenv;
+	struct agent_coord coord = {rdzv, fake_failed, fake_finished, f};
+	struct agent_config cfg = {0};
+	struct cli_opts o;
+	struct prog p;
+	struct agent *a;
+	uv_loop_t loop;
+	char err[512];
+	int argc = 0, status;
+
+	while (words[argc] != NULL)
+		argc++;
+	assert_int_equal(cli_parse(argc, words, env, &o, err, sizeof(err)), CLI_OK);
+	assert_int_equal(prog_resolve(&o, env, &p, err, sizeof(err)), 0);
+	cfg.opts = &o;
+	cfg.prog = &p;
+	cfg.nproc = 2;
+	cfg.worker_env = environ;
+	cfg.hostname = "testhost";
+	assert_int_equal(uv_loop_init(&loop), 0);
+	assert_int_equal(agent_create(&loop, &cfg, &coord, &a, err, sizeof(err)), 0);
+	f->agent = a;
+	agent_start(a);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	status = agent_exit_status(a);
+	agent_destroy(a);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	prog_free(&p);
+	cli_free(&o);
+	return status;
+}
+
+/* `sh -c script` on 2 workers. */
+static int run_job(struct fake *f, const char *script, int max_restarts)
+{
+	char restarts[16];
+	char *words[] = {"ddprun",
+			 "--nproc-per-node=2",
+			 "--max-restarts",
+			 restarts,
+			 "--shutdown-timeout",
+			 "5",
+			 "sh",
+			 "-c",
+			 (char *)script,
+			 NULL};
+
+	snprintf(restarts, sizeof(restarts), "%d", max_restarts);
+	return run_words(f, words, fake_rendezvous);
+}
+
+static void test_world_from_the_coordinator_reaches_the_workers(void **state)
+{
+	struct fake f = {0};
+	/* Exits 0 only if the environment carries the coordinator's world. */
+	const char *check =
+		"[ \"$RANK\" = $((LOCAL_RANK + 2)) ] && [ \"$WORLD_SIZE\" = 4 ] && "
+		"[ \"$GROUP_RANK\" = 1 ] && [ \"$GROUP_WORLD_SIZE\" = 2 ] && "
+		"[ \"$LOCAL_WORLD_SIZE\" = 2 ] && [ \"$TORCHELASTIC_USE_AGENT_STORE\" = False ]";
+
+	assert_int_equal(run_job(&f, check, 0), 0);
+	assert_int_equal(f.rendezvous_calls, 1);
+	assert_int_equal(f.failed_calls, 0);
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.finished_status, 0);
+}
+
+static void test_local_failure_is_reported_with_global_rank_and_status(void **state)
+{
+	struct fake f = {.stop_on_finish = 9};
+
+	/* Global rank 3 exits 5; the coordinator ends the job with its own status. */
+	assert_int_equal(run_job(&f, "[ \"$RANK\" = 3 ] && exit 5; exec sleep 30", 0), 9);
+	assert_int_equal(f.failed_calls, 1);
+	assert_int_equal(f.failed_status, 5);
+	assert_int_equal(f.failed_rank, 3);
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.finished_status, 5);
+}
+
+static void test_restart_requested_by_the_coordinator_goes_back_to_rendezvous(void **state)
+{
+	struct fake f = {.restart_on_failure = 1};
+
+	/* Fails on the first attempt only; max-restarts 0, but the coordinator
+	 * asks for a restart (a failure elsewhere would do the same). */
+	assert_int_equal(run_job(&f,
+				 "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 2 ] && "
+				 "exit 4; exit 0",
+				 0),
+			 0);
+	assert_int_equal(f.rendezvous_calls, 2);
+	assert_int_equal(f.last_restart_count, 1);
+	assert_int_equal(f.failed_calls, 1);
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.finished_status, 0);
+}
+
+static void test_stop_during_rendezvous_ends_with_the_given_status(void **state)
+{
+	struct fake f = {.stop_in_rendezvous = 1};
+
+	assert_int_equal(run_job(&f, "exit 0", 0), 7);
+	assert_int_equal(f.finished_calls, 0);
+}
+
+static void on_stop_timer(uv_timer_t *t)
+{
+	struct fake *f = t->data;
+
+	/* A failure on another node: stop every local worker now. */
+	agent_stop(f->agent, 3);
+	uv_close((uv_handle_t *)t, NULL);
+}
+
+static void rendezvous_then_stop_later(struct agent *a, int restart_count, void *arg)
+{
+	struct fake *f = arg;
+
+	fake_rendezvous(a, restart_count, arg);
+	uv_timer_init(agent_loop(a), &f->timer);
+	f->timer.data = f;
+	uv_timer_start(&f->timer, on_stop_timer, 200, 0);
+}
+
+static void test_stop_from_the_coordinator_ends_running_workers(void **state)
+{
+	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
+	struct fake f = {0};
+
+	/* The workers' SIGTERM deaths are not local failures; the status is the
+	 * coordinator's. */
+	assert_int_equal(run_words(&f, words, rendezvous_then_stop_later), 3);
+	assert_int_equal(f.failed_calls, 0);
+	assert_int_equal(f.finished_calls, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_world_from_the_coordinator_reaches_the_workers),
+		cmocka_unit_test(test_local_failure_is_reported_with_global_rank_and_status),
+		cmocka_unit_test(test_restart_requested_by_the_coordinator_goes_back_to_rendezvous),
+		cmocka_unit_test(test_stop_during_rendezvous_ends_with_the_given_status),
+		cmocka_unit_test(test_stop_from_the_coordinator_ends_running_workers),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,268 @@
+/* Unit tests for launcher/cli.c: torchrun's flags, both spellings, PET_*
+ * defaults, and one clear message for every malformed command line. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* A fake environment for getenv_fn. */
+static const char *fake_env[16][2];
+
+static const char *fake_getenv(const char *name)
+{
+	int i;
+
+	for (i = 0; i < 16 && fake_env[i][0] != NULL; i++)
+		if (strcmp(fake_env[i][0], name) == 0)
+			return fake_env[i][1];
+	return NULL;
+}
+
+static void set_env(const char *name, const char *value)
+{
+	int i;
+
+	for (i = 0; i < 15 && fake_env[i][0] != NULL; i++)
+		;
+	fake_env[i][0] = name;
+	fake_env[i][1] = value;
+}
+
+static int setup(void **state)
+{
+	memset(fake_env, 0, sizeof(fake_env));
+	return 0;
+}
+
+static char err[512];
+
+/* The words after "ddprun", as a NULL-terminated array. */
+#define ARGS(...) ((char *[]){"ddprun", __VA_ARGS__, NULL})
+#define NO_ARGS	  ((char *[]){"ddprun", NULL})
+
+static int count(char **argv)
+{
+	int n = 0;
+
+	while (argv[n] != NULL)
+		n++;
+	return n;
+}
+
+static int parse(struct cli_opts *o, char **argv)
+{
+	return cli_parse(count(argv), argv, fake_getenv, o, err, sizeof(err));
+}
+
+static void test_defaults_are_torchruns(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("train")), CLI_OK);
+	assert_int_equal(o.nproc_kind, CLI_NPROC_NUM);
+	assert_int_equal(o.nproc, 1);
+	assert_int_equal(o.min_nodes, 1);
+	assert_int_equal(o.max_nodes, 1);
+	assert_int_equal(o.node_rank, 0);
+	assert_string_equal(o.master_addr, "127.0.0.1");
+	assert_int_equal(o.master_port, 29500);
+	assert_false(o.master_port_given);
+	assert_string_equal(o.rdzv_backend, "static");
+	assert_string_equal(o.rdzv_id, "none");
+	assert_string_equal(o.role, "default");
+	assert_int_equal(o.max_restarts, 0);
+	assert_int_equal(o.monitor_interval_ms, 100);
+	assert_int_equal(o.shutdown_timeout_ms, 30000);
+	assert_int_equal(o.redirects.all, 0);
+	assert_int_equal(o.tee.all, 0);
+	assert_null(o.log_dir);
+	assert_null(o.ranks_filter);
+	assert_int_equal(o.nsignals, 4);
+	assert_int_equal(o.signals[0], SIGTERM);
+	assert_int_equal(o.signals[1], SIGINT);
+	assert_int_equal(o.signals[2], SIGHUP);
+	assert_int_equal(o.signals[3], SIGQUIT);
+	assert_int_equal(o.prog_argc, 1);
+	assert_string_equal(o.prog_argv[0], "train");
+	cli_free(&o);
+}
+
+static void test_both_spellings_equals_and_prefixes(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(
+		parse(&o, ARGS("--nproc_per_node=4", "--master-port", "1234", "--max_rest", "2",
+			       "-r3", "-t", "0:1,12:2", "prog", "--nproc-per-node", "9")),
+		CLI_OK);
+	assert_int_equal(o.nproc, 4);
+	assert_int_equal(o.master_port, 1234);
+	assert_true(o.master_port_given);
+	assert_int_equal(o.max_restarts, 2);
+	assert_int_equal(o.redirects.all, 3);
+	assert_int_equal(o.tee.all, -1);
+	assert_int_equal(cli_std_get(&o.tee, 0), CLI_STD_OUT);
+	assert_int_equal(cli_std_get(&o.tee, 5), CLI_STD_NONE);
+	assert_int_equal(cli_std_get(&o.tee, 12), CLI_STD_ERR);
+	/* Everything after the program is the program's. */
+	assert_int_equal(o.prog_argc, 3);
+	assert_string_equal(o.prog_argv[1], "--nproc-per-node");
+	cli_free(&o);
+}
+
+static void test_nproc_words_and_flags(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "gpu", "-m", "--standalone",
+					"--tag-output", "pkg.mod")),
+			 CLI_OK);
+	assert_int_equal(o.nproc_kind, CLI_NPROC_GPU);
+	assert_true(o.module);
+	assert_true(o.standalone);
+	assert_true(o.tag_output);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "auto", "--", "-weird-name")), CLI_OK);
+	assert_int_equal(o.nproc_kind, CLI_NPROC_AUTO);
+	assert_string_equal(o.prog_argv[0], "-weird-name");
+	cli_free(&o);
+}
+
+static void test_pet_environment_then_command_line(void **state)
+{
+	struct cli_opts o;
+
+	set_env("PET_NPROC_PER_NODE", "3");
+	set_env("PET_MASTER_PORT", "4000");
+	set_env("PET_NO_PYTHON", "1");
+	set_env("PET_SIGNALS_TO_HANDLE", "SIGTERM, SIGUSR1");
+	set_env("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7");
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
+	assert_int_equal(o.nproc, 3);
+	assert_int_equal(o.master_port, 4000);
+	assert_true(o.master_port_given);
+	assert_true(o.no_python);
+	assert_int_equal(o.nsignals, 2);
+	assert_int_equal(o.signals[1], SIGUSR1);
+	assert_int_equal(o.shutdown_timeout_ms, 7000);
+	cli_free(&o);
+	/* The flag wins over PET_*, PET_SHUTDOWN_TIMEOUT over the torch variable. */
+	set_env("PET_SHUTDOWN_TIMEOUT", "2.5");
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node=5", "prog")), CLI_OK);
+	assert_int_equal(o.nproc, 5);
+	assert_int_equal(o.shutdown_timeout_ms, 2500);
+	cli_free(&o);
+	set_env("PET_STANDALONE", "0");
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
+	assert_false(o.standalone);
+	cli_free(&o);
+}
+
+static void test_help_and_version(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("--help")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "2", "-h", "prog")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("--version")), CLI_VERSION);
+}
+
+/* Each malformed line fails with -EINVAL and a message naming the problem. */
+static void expect_error(const char *needle, char **argv)
+{
+	struct cli_opts o;
+
+	assert_int_equal(cli_parse(count(argv), argv, fake_getenv, &o, err, sizeof(err)), -EINVAL);
+	if (strstr(err, needle) == NULL)
+		fail_msg("message '%s' lacks '%s'", err, needle);
+	assert_null(strchr(err, '\n'));
+}
+
+static void test_errors(void **state)
+{
+	expect_error("missing the program", NO_ARGS);
+	expect_error("unrecognized option '--frob'", ARGS("--frob", "p"));
+	expect_error("unrecognized option '-x'", ARGS("-x", "p"));
+	expect_error("ambiguous option '--n'", ARGS("--n", "1", "p"));
+	expect_error("--nproc-per-node expects a value", ARGS("--nproc-per-node"));
+	expect_error("invalid value '0' for --nproc-per-node", ARGS("--nproc-per-node", "0", "p"));
+	expect_error("invalid value '4097' for --nproc-per-node",
+		     ARGS("--nproc-per-node=4097", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "0", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "2:1", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "1:2:3", "p"));
+	expect_error("--node-rank 2 is not below", ARGS("--nnodes", "2", "--node-rank", "2", "p"));
+	expect_error("--master-port", ARGS("--master-port", "-1", "p"));
+	expect_error("--redirects", ARGS("-r", "0:4", "p"));
+	expect_error("--redirects", ARGS("-r", "0:1,", "p"));
+	expect_error("--tee", ARGS("--tee", "x", "p"));
+	expect_error("--local-ranks-filter", ARGS("--local-ranks-filter", "a", "p"));
+	expect_error("unknown signal 'TERM'", ARGS("--signals-to-handle", "TERM", "p"));
+	expect_error("cannot be handled", ARGS("--signals-to-handle", "SIGCHLD", "p"));
+	expect_error("--rdzv-conf", ARGS("--rdzv-conf", "a=1,=2", "p"));
+	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
+	expect_error("--role", ARGS("--role", "", "p"));
+	expect_error("--log-dir", ARGS("--log-dir", "", "p"));
+	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
+	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
+	set_env("PET_MAX_RESTARTS", "-3");
+	expect_error("invalid value '-3' for PET_MAX_RESTARTS", ARGS("p"));
+	memset(fake_env, 0, sizeof(fake_env));
+	set_env("PET_MODULE", "yes");
+	expect_error("PET_MODULE", ARGS("p"));
+}
+
+static void test_std_parse(void **state)
+{
+	struct cli_std s;
+
+	assert_int_equal(cli_std_parse("2", &s), 0);
+	assert_int_equal(s.all, 2);
+	assert_int_equal(cli_std_parse("3:3,0:1", &s), 0);
+	assert_int_equal(s.all, -1);
+	assert_int_equal(cli_std_get(&s, 0), 1);
+	assert_int_equal(cli_std_get(&s, 1), 0);
+	assert_int_equal(cli_std_get(&s, 3), 3);
+	free(s.map);
+	assert_int_equal(cli_std_parse("", &s), -EINVAL);
+	assert_int_equal(cli_std_parse("01", &s), -EINVAL);
+	assert_int_equal(cli_std_parse(":1", &s), -EINVAL);
+	assert_int_equal(cli_std_parse("1:", &s), -EINVAL);
+	assert_int_equal(cli_std_parse("-1:1", &s), -EINVAL);
+	assert_int_equal(cli_std_parse("1:13", &s), -EINVAL);
+}
+
+static void test_ranks_filter(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("--local_ranks_filter", "0,2", "p")), CLI_OK);
+	assert_true(cli_rank_shown(&o, 0));
+	assert_false(cli_rank_shown(&o, 1));
+	assert_true(cli_rank_shown(&o, 2));
+	cli_free(&o);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(test_defaults_are_torchruns, setup),
+		cmocka_unit_test_setup(test_both_spellings_equals_and_prefixes, setup),
+		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
+		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
+		cmocka_unit_test_setup(test_help_and_version, setup),
+		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_std_parse, setup),
+		cmocka_unit_test_setup(test_ranks_filter, setup),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,209 @@
+/* Unit tests for launcher/prog.c and workenv.c: what runs (PATH lookup as
+ * execvp, *.py with Python -u, -m), ${local_rank}, and the environment. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "prog.h"
+#include "workenv.h"
+
+static void test_subst(void **state)
+{
+	char *s;
+
+	s = prog_subst("--local-rank=${local_rank}", 3);
+	assert_string_equal(s, "--local-rank=3");
+	free(s);
+	s = prog_subst("$local_rank/$local_rank_x/${local_rankx}/$$/${other}", 12);
+	assert_string_equal(s, "12/$local_rank_x/${local_rankx}/$$/${other}");
+	free(s);
+	s = prog_subst("no macro", 1);
+	assert_string_equal(s, "no macro");
+	free(s);
+}
+
+static void test_template(void **state)
+{
+	const char *names[] = {"role_name", "rank", "local_rank"};
+	const char *values[] = {"trainer", "7", "3"};
+	char *s = prog_template("[${role_name}:$rank/${local_rank}] $ranks", names, values, 3);
+
+	assert_string_equal(s, "[trainer:7/3] $ranks");
+	free(s);
+}
+
+static void test_lookup_like_execvp(void **state)
+{
+	char dir[] = "/tmp/test_launch_prog_XXXXXX";
+	char path[256], pathenv[600];
+	char *out = NULL;
+	FILE *f;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/tool", dir);
+	f = fopen(path, "w");
+	fputs("#!/bin/sh\n", f);
+	fclose(f);
+	chmod(path, 0644);
+	snprintf(pathenv, sizeof(pathenv), "/nonexistent:%s", dir);
+	/* Present but not executable: EACCES (126), like execvp. */
+	assert_int_equal(prog_lookup("tool", pathenv, &out), -EACCES);
+	chmod(path, 0755);
+	assert_int_equal(prog_lookup("tool", pathenv, &out), 0);
+	assert_string_equal(out, path);
+	free(out);
+	assert_int_equal(prog_lookup("nope-not-here", pathenv, &out), -ENOENT);
+	assert_int_equal(prog_lookup("", pathenv, &out), -ENOENT);
+	assert_int_equal(prog_lookup(dir, pathenv, &out), -EACCES); /* a directory */
+	assert_int_equal(prog_lookup("sh", NULL, &out), 0);	    /* default /bin:/usr/bin */
+	assert_string_equal(out, "/bin/sh");
+	free(out);
+	unlink(path);
+	rmdir(dir);
+}
+
+static const char *python_env(const char *name)
+{
+	if (strcmp(name, "PYTHON_EXEC") == 0)
+		return "sh"; /* any executable stands in for the interpreter */
+	return getenv(name);
+}
+
+static void resolve(const char *const *words, int n, bool module, struct prog *p)
+{
+	struct cli_opts o = {.module = module, .prog_argv = (char **)words, .prog_argc = n};
+	char err[256];
+
+	assert_int_equal(prog_resolve(&o, python_env, p, err, sizeof(err)), 0);
+}
+
+static void test_resolve_python_script_and_module(void **state)
+{
+	char script[] = "/tmp/test_launch_prog_XXXXXX.py";
+	const char *words[] = {script, "--x=${local_rank}"};
+	const char *mod[] = {"pkg.train", "a"};
+	struct prog p;
+	char **argv;
+
+	close(mkstemps(script, 3));
+	resolve(words, 2, false, &p);
+	assert_string_equal(p.path + strlen(p.path) - 3, "/sh");
+	assert_int_equal(p.argc, 4);
+	assert_string_equal(p.argv[1], "-u");
+	assert_string_equal(p.argv[2], script);
+	assert_true(p.has_macro);
+	assert_string_equal(p.entrypoint, script);
+	argv = prog_argv_for(&p, 5);
+	assert_string_equal(argv[3], "--x=5");
+	assert_null(argv[4]);
+	prog_argv_free(&p, argv);
+	prog_free(&p);
+	unlink(script);
+
+	resolve(mod, 2, true, &p);
+	assert_int_equal(p.argc, 5);
+	assert_string_equal(p.argv[1], "-u");
+	assert_string_equal(p.argv[2], "-m");
+	assert_string_equal(p.argv[3], "pkg.train");
+	assert_false(p.has_macro);
+	assert_ptr_equal(prog_argv_for(&p, 0), p.argv);
+	prog_free(&p);
+}
+
+static void test_resolve_errors(void **state)
+{
+	const char *missing[] = {"/nonexistent/train.py"};
+	char plain[] = "/tmp/test_launch_prog_XXXXXX";
+	const char *noexec[] = {plain};
+	struct cli_opts o = {.prog_argv = (char **)missing, .prog_argc = 1};
+	struct prog p;
+	char err[256];
+
+	close(mkstemp(plain)); /* mode 0600: not executable */
+
+	assert_int_equal(prog_resolve(&o, python_env, &p, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/train.py"));
+	prog_free(&p);
+	o.prog_argv = (char **)noexec;
+	assert_int_equal(prog_resolve(&o, python_env, &p, err, sizeof(err)), -EACCES);
+	prog_free(&p);
+	unlink(plain);
+}
+
+static const char *env_get(char **env, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (; *env != NULL; env++)
+		if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+			return *env + n + 1;
+	return NULL;
+}
+
+static void test_workenv(void **state)
+{
+	char *parent[] = {"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=4", "RANKX=keep", NULL};
+	struct workenv_job j = {.world_size = 8,
+				.local_world_size = 4,
+				.group_rank = 1,
+				.group_world_size = 2,
+				.rank_offset = 4,
+				.role = "trainer",
+				.master_addr = "10.0.0.1",
+				.master_port = 29500,
+				.run_id = "job",
+				.restart_count = 2,
+				.max_restarts = 3,
+				.use_agent_store = true};
+	char **env = workenv_build(parent, &j, 1, "/l/error.json");
+	int n = 0;
+
+	assert_non_null(env);
+	assert_string_equal(env_get(env, "RANK"), "5");
+	assert_string_equal(env_get(env, "LOCAL_RANK"), "1");
+	assert_string_equal(env_get(env, "ROLE_RANK"), "5");
+	assert_string_equal(env_get(env, "WORLD_SIZE"), "8");
+	assert_string_equal(env_get(env, "LOCAL_WORLD_SIZE"), "4");
+	assert_string_equal(env_get(env, "GROUP_RANK"), "1");
+	assert_string_equal(env_get(env, "GROUP_WORLD_SIZE"), "2");
+	assert_string_equal(env_get(env, "ROLE_WORLD_SIZE"), "8");
+	assert_string_equal(env_get(env, "ROLE_NAME"), "trainer");
+	assert_string_equal(env_get(env, "MASTER_ADDR"), "10.0.0.1");
+	assert_string_equal(env_get(env, "MASTER_PORT"), "29500");
+	assert_string_equal(env_get(env, "TORCHELASTIC_RESTART_COUNT"), "2");
+	assert_string_equal(env_get(env, "TORCHELASTIC_MAX_RESTARTS"), "3");
+	assert_string_equal(env_get(env, "TORCHELASTIC_RUN_ID"), "job");
+	assert_string_equal(env_get(env, "TORCHELASTIC_USE_AGENT_STORE"), "True");
+	assert_string_equal(env_get(env, "TORCHELASTIC_ERROR_FILE"), "/l/error.json");
+	assert_string_equal(env_get(env, "OMP_NUM_THREADS"), "4"); /* the user's */
+	assert_string_equal(env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+	assert_string_equal(env_get(env, "RANKX"), "keep");
+	while (env[n] != NULL)
+		n++;
+	assert_int_equal(n, 3 + 17); /* PATH, OMP, RANKX + what ddprun sets */
+	free(env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_subst),
+		cmocka_unit_test(test_template),
+		cmocka_unit_test(test_lookup_like_execvp),
+		cmocka_unit_test(test_resolve_python_script_and_module),
+		cmocka_unit_test(test_resolve_errors),
+		cmocka_unit_test(test_workenv),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

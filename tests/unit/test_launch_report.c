@@ -1,0 +1,230 @@
+/* Unit tests for launcher/report.c: torchelastic error files in both formats,
+ * the root-cause rule, exit statuses, and torchrun's summary layout. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "report.h"
+
+#define EXITED(c) ((c) << 8)
+#define KILLED(s) (s)
+
+static int utc(void **state)
+{
+	setenv("TZ", "UTC", 1);
+	tzset();
+	return 0;
+}
+
+static char *write_tmp(const char *text)
+{
+	static char path[64];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/tmp/test_launch_report_XXXXXX");
+	close(mkstemp(path));
+	f = fopen(path, "w");
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+static void test_parse_record_format(void **state)
+{
+	const char *j = "{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": "
+			"{\"py_callstack\": \"Traceback:\\n  x\\nValueError: boom\\n\", "
+			"\"timestamp\": \"1693822223\"}}}";
+	char *msg = NULL;
+	int64_t ts = 0;
+
+	assert_int_equal(report_parse_error_json(j, strlen(j), &msg, &ts), 0);
+	assert_string_equal(msg, "Traceback:\n  x\nValueError: boom");
+	assert_int_equal(ts, 1693822223);
+	free(msg);
+}
+
+static void test_parse_other_formats(void **state)
+{
+	const char *plain = "{\"message\": \"plain text\", \"timestamp\": 17}";
+	const char *nostack = "{\"message\": {\"message\": \"only msg\", \"extraInfo\": "
+			      "{\"timestamp\": 5}}}";
+	const char *nothing = "{\"message\": {}}";
+	char *msg = NULL;
+	int64_t ts = 99;
+
+	assert_int_equal(report_parse_error_json(plain, strlen(plain), &msg, &ts), 0);
+	assert_string_equal(msg, "plain text");
+	assert_int_equal(ts, 17);
+	free(msg);
+	assert_int_equal(report_parse_error_json(nostack, strlen(nostack), &msg, &ts), 0);
+	assert_string_equal(msg, "only msg");
+	assert_int_equal(ts, 5);
+	free(msg);
+	ts = 99;
+	assert_int_equal(report_parse_error_json(nothing, strlen(nothing), &msg, &ts), 0);
+	assert_string_equal(msg, "<N/A>");
+	assert_int_equal(ts, 99); /* no timestamp: the caller's stays */
+	free(msg);
+	assert_int_equal(report_parse_error_json("[1]", 3, &msg, &ts), -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"message\": 3}", 14, &msg, &ts), -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"mess", 6, &msg, &ts), -EINVAL);
+}
+
+static void test_entry_without_error_file(void **state)
+{
+	struct report_entry e;
+
+	assert_int_equal(report_entry_init(&e, 5, 1, 4242, EXITED(7), "/nonexistent/e.json", 100),
+			 0);
+	assert_int_equal(e.exitcode, 7);
+	assert_null(e.error_file);
+	assert_int_equal(e.timestamp, 100);
+	assert_string_equal(
+		e.message,
+		"To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
+	assert_int_equal(report_exit_status(&e), 7);
+	report_entry_free(&e);
+
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGSEGV), NULL, 100), 0);
+	assert_int_equal(e.exitcode, -11);
+	assert_string_equal(e.message, "Signal 11 (SIGSEGV) received by PID 77");
+	assert_int_equal(report_exit_status(&e), 139);
+	report_entry_free(&e);
+}
+
+static void test_entry_with_error_file(void **state)
+{
+	char *path = write_tmp("{\"message\": \"disk full\", \"timestamp\": 1000}");
+	struct report_entry e;
+
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000), 0);
+	assert_string_equal(e.error_file, path);
+	assert_string_equal(e.message, "disk full");
+	assert_int_equal(e.timestamp, 1000);
+	report_entry_free(&e);
+	unlink(path);
+
+	path = write_tmp("not json");
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000), 0);
+	assert_string_equal(e.message, "<error file is not torchelastic JSON>");
+	assert_int_equal(e.timestamp, 2000);
+	report_entry_free(&e);
+	unlink(path);
+}
+
+static void test_root_cause_is_earliest_then_first(void **state)
+{
+	struct report_entry e[4] = {
+		{.timestamp = 30}, {.timestamp = 10}, {.timestamp = 20}, {.timestamp = 10}};
+
+	assert_int_equal(report_root_cause(e, 4), 1);
+	assert_int_equal(report_root_cause(e, 1), 0);
+}
+
+static void test_format_matches_torchrun(void **state)
+{
+	struct report_entry e[2] = {
+		{.global_rank = 4,
+		 .local_rank = 0,
+		 .pid = 100,
+		 .exitcode = 1,
+		 .timestamp = 1693822223,
+		 .error_file = "/tmp/logs/a-long-run-id_abcdef/attempt_0/0/error.json",
+		 .message = "Traceback (most recent call last):\n  File \"t.py\", line 1\nE: x"},
+		{.global_rank = 5,
+		 .local_rank = 1,
+		 .pid = 101,
+		 .exitcode = -9,
+		 .timestamp = 1693822224,
+		 .message = "Signal 9 (SIGKILL) received by PID 101"},
+	};
+	char *text = report_format("train.py", "node7", e, 2);
+	const char *want = "============================================================\n"
+			   "train.py FAILED\n"
+			   "------------------------------------------------------------\n"
+			   "Failures:\n"
+			   "[1]:\n"
+			   "  time      : 2023-09-04_10:10:24\n"
+			   "  host      : node7\n"
+			   "  rank      : 5 (local_rank: 1)\n"
+			   "  exitcode  : -9 (pid: 101)\n"
+			   "  error_file: <N/A>\n"
+			   "  traceback : Signal 9 (SIGKILL) received by PID 101\n"
+			   "------------------------------------------------------------\n"
+			   "Root Cause (first observed failure):\n"
+			   "[0]:\n"
+			   "  time      : 2023-09-04_10:10:23\n"
+			   "  host      : node7\n"
+			   "  rank      : 4 (local_rank: 0)\n"
+			   "  exitcode  : 1 (pid: 100)\n"
+			   "  error_file: /tmp/logs/a-long-run-id_abcdef/attempt_0/0/error.json\n"
+			   "  traceback : Traceback (most recent call last):\n"
+			   "    File \"t.py\", line 1\n"
+			   "  E: x\n"
+			   "============================================================\n";
+
+	assert_non_null(text);
+	assert_string_equal(text, want);
+	free(text);
+}
+
+static void test_format_narrow_and_alone(void **state)
+{
+	struct report_entry e = {.pid = 1, .exitcode = 2, .timestamp = 0, .message = "short"};
+	char *text = report_format("a", "h", &e, 1);
+
+	/* Width is the widest line when under 60: "  time      : 1970-01-01_00:00:00". */
+	assert_non_null(strstr(text, "\n  <NO_OTHER_FAILURES>\n"));
+	assert_memory_equal(text, "=================================\na FAILED\n---", 46);
+	free(text);
+}
+
+static void test_parent_error_file_gets_error_code(void **state)
+{
+	char *child = strdup(write_tmp("{\"message\": {\"message\": \"E: x\", \"extraInfo\": "
+				       "{\"py_callstack\": \"tb\", \"timestamp\": \"5\"}}}"));
+	char parent[] = "/tmp/test_launch_report_parent_XXXXXX";
+	struct report_entry e;
+	char buf[512] = "";
+	FILE *f;
+
+	close(mkstemp(parent));
+	assert_int_equal(report_entry_init(&e, 0, 0, 1, EXITED(3), child, 0), 0);
+	assert_int_equal(report_write_parent_error(parent, &e), 0);
+	f = fopen(parent, "r");
+	assert_non_null(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	assert_non_null(strstr(buf, "\"errorCode\":3"));
+	assert_non_null(strstr(buf, "\"py_callstack\":\"tb\""));
+	report_entry_free(&e);
+	unlink(child);
+	unlink(parent);
+	free(child);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_record_format),
+		cmocka_unit_test(test_parse_other_formats),
+		cmocka_unit_test(test_entry_without_error_file),
+		cmocka_unit_test(test_entry_with_error_file),
+		cmocka_unit_test(test_root_cause_is_earliest_then_first),
+		cmocka_unit_test(test_format_matches_torchrun),
+		cmocka_unit_test(test_format_narrow_and_alone),
+		cmocka_unit_test(test_parent_error_file_gets_error_code),
+	};
+
+	return cmocka_run_group_tests(tests, utc, NULL);
+}
