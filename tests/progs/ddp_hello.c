@@ -3,9 +3,14 @@
  *                             and a forced line from every rank
  *   ddp_hello fatal MSG       ddp_fatal(MSG) on the last rank after a barrier
  *   ddp_hello info            prints rank/world/local/node/backend/device on every rank
+ *   ddp_hello crash-once      in the first attempt (TORCHELASTIC_RESTART_COUNT=0) the last
+ *                             rank exits 5 after a barrier; later attempts all_reduce and
+ *                             print "attempt N sum S" on rank 0
  * Exits 1 with ddp_errmsg() when ddp_init fails. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddp.h"
 
@@ -24,6 +29,21 @@ int main(int argc, char **argv)
 			ddp_fatal(ctx, "%s", argv[2]);
 		ddp_barrier(ctx); /* fails once the last rank is gone */
 		return 3;
+	}
+	if (argc > 1 && !strcmp(argv[1], "crash-once")) {
+		const char *a = getenv("TORCHELASTIC_RESTART_COUNT");
+		int v = r;
+		ddp_barrier(ctx);
+		if (a && !strcmp(a, "0")) {
+			if (r == w - 1)
+				_exit(5);
+			ddp_barrier(ctx); /* fails: the last rank is gone */
+			return 3;
+		}
+		if (ddp_all_reduce(ctx, &v, 1, DDP_INT32, DDP_SUM) < 0)
+			return 1;
+		printf("attempt %s sum %d\n", a ? a : "?", v);
+		return ddp_finalize(ctx) < 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "info")) {
 		ddp_print_force(

@@ -206,7 +206,13 @@ static void test_error_file_is_torchelastic_format(void **state)
 	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "message")),
 			    "all_reduce: rank 3 exited");
 	cJSON *x = cJSON_GetObjectItem(m, "extraInfo");
-	assert_true(cJSON_IsString(cJSON_GetObjectItem(x, "py_callstack")));
+	const char *tb = cJSON_GetStringValue(cJSON_GetObjectItem(x, "py_callstack"));
+	assert_non_null(tb);
+	assert_non_null(strstr(tb, "C backtrace (most recent call first):\n  #0 "));
+	/* like a Python traceback, it ends with the error itself */
+	const char *end = "\nall_reduce: rank 3 exited";
+	assert_true(strlen(tb) > strlen(end));
+	assert_string_equal(tb + strlen(tb) - strlen(end), end);
 	const char *ts = cJSON_GetStringValue(cJSON_GetObjectItem(x, "timestamp"));
 	assert_non_null(ts);
 	assert_true(strtoll(ts, NULL, 10) > 1600000000);

@@ -85,39 +85,49 @@ int ddpi_log_rank(void)
 	return log_rank;
 }
 
-/* The calling thread's stack as text (one frame per line). Names need the
- * program linked with -rdynamic; addresses are always there. */
-static char *backtrace_text(void)
+/* Appends text to the growing string *out (NULL after an allocation failure). */
+static void append(char **out, size_t *len, size_t *cap, const char *text)
+{
+	size_t add = strlen(text);
+
+	if (!*out)
+		return;
+	if (*len + add + 1 > *cap) {
+		while (*len + add + 1 > *cap)
+			*cap *= 2;
+		char *p = realloc(*out, *cap);
+		if (!p) {
+			free(*out);
+			*out = NULL;
+			return;
+		}
+		*out = p;
+	}
+	memcpy(*out + *len, text, add + 1);
+	*len += add;
+}
+
+/* The calling thread's stack, then the message, the way a Python traceback
+ * ends with the exception: that is what the launcher's report shows. Frame
+ * names need the program linked with -rdynamic; addresses are always there. */
+static char *traceback_text(const char *msg)
 {
 	void *frames[64];
 	int n = backtrace(frames, 64);
 	char **syms = backtrace_symbols(frames, n);
-	size_t cap = 64, len = 0;
+	size_t cap = 256, len = 0;
 	char *out = malloc(cap);
 
-	if (!out) {
-		free(syms);
-		return NULL;
-	}
-	out[0] = '\0';
-	/* Frame 0 and 1 are this function and ddp_record_error. */
+	if (out)
+		out[0] = '\0';
+	append(&out, &len, &cap, "C backtrace (most recent call first):\n");
+	/* Frames 0 and 1 are this function and ddp_record_error. */
 	for (int i = 2; i < n; i++) {
 		char line[512];
-		int k = snprintf(line, sizeof(line), "  #%d %s\n", i - 2, syms ? syms[i] : "?");
-		size_t add = (size_t)k < sizeof(line) ? (size_t)k : sizeof(line) - 1;
-		if (len + add + 1 > cap) {
-			char *p;
-			while (len + add + 1 > cap)
-				cap *= 2;
-			p = realloc(out, cap);
-			if (!p)
-				break;
-			out = p;
-		}
-		memcpy(out + len, line, add);
-		len += add;
-		out[len] = '\0';
+		snprintf(line, sizeof(line), "  #%d %s\n", i - 2, syms ? syms[i] : "?");
+		append(&out, &len, &cap, line);
 	}
+	append(&out, &len, &cap, msg);
 	free(syms);
 	return out;
 }
@@ -133,7 +143,7 @@ int ddp_record_error(const char *msg)
 		return 0;
 	if (strlen(path) > 4000)
 		return -ENAMETOOLONG;
-	stack = backtrace_text();
+	stack = traceback_text(msg ? msg : "");
 	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
 	root = cJSON_CreateObject();
 	m = cJSON_AddObjectToObject(root, "message");
