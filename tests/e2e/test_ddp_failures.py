@@ -4,10 +4,9 @@ with a timeout error after DDP_TIMEOUT, and the node's shared-memory segment
 is gone either way."""
 import os
 import signal
-import time
 import uuid
 
-from conftest import prog, free_port, wait_for, pid_alive
+from conftest import prog, free_port, wait_for
 from ddp_launch import launch, wait_all
 
 
@@ -18,7 +17,7 @@ def segments(run_id):
 def test_crash_mid_collective_fails_the_others_not_hangs(reaper):
     rid = "crash" + uuid.uuid4().hex[:8]
     procs = launch(reaper, [prog("ddp_coll"), "crash", "1"], 4, free_port(), rid,
-                   extra={"DDP_TIMEOUT": "30"})
+                   extra={"DDP_TIMEOUT": "600"})  # only detection can beat the deadline
     results = wait_all(procs, timeout=60)
     assert results[1][0] == 7, results[1]
     for rank in (0, 2, 3):
@@ -51,11 +50,10 @@ def test_stopped_rank_gives_a_timeout_error(reaper):
 def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper):
     """Rank 1 all_reduces 2000 elements, the others 1000: instead of garbage or
     a hang, every rank fails at once and says who called what."""
+    # DDP_TIMEOUT far beyond the test's own deadline: only detection can pass
     procs = launch(reaper, [prog("ddp_coll"), "mismatch"], 3, free_port(),
-                   "mm" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "60"})
-    start = time.monotonic()
+                   "mm" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "600"})
     results = wait_all(procs, timeout=60)
-    assert time.monotonic() - start < 30  # not the 60 s timeout
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 3, f"rank {rank}: {rc}\n{err}"
         assert "mismatched collectives" in err or "failed: all_reduce: mismatched" in err, err

@@ -4,7 +4,6 @@ control (quiet ranks, DDP_PRINT_RANKS, forced prints with a [rankN] prefix,
 stderr untouched), and fatal errors written as torchelastic error files."""
 import json
 import os
-import re
 import time
 import uuid
 
