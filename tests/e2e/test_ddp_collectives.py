@@ -1,0 +1,60 @@
+"""libddp's collectives on the cpu backend, run as real processes: every dtype
+and op of all_reduce, broadcast from every root, all_gather and barrier at
+world sizes 1, 2, 3 and 4 on one node (shared memory), through ddp_spawn, and
+across two or three "nodes" on loopback (shared memory inside, TCP between the
+node leaders, peers found through a ddpstore server)."""
+import os
+import uuid
+
+import pytest
+
+from conftest import prog, run, free_port
+from ddp_launch import launch, start_store, wait_all
+
+
+def run_id():
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def assert_all_ok(results, world):
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+    seen = sorted(line for _, out, _ in results for line in out.splitlines()
+                  if line.startswith("[rank"))
+    assert seen == sorted(f"[rank{r}] ok rank {r}" for r in range(world))
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+def test_every_collective_on_one_node(reaper, nproc):
+    procs = launch(reaper, [prog("ddp_coll"), "check"], nproc, free_port(), run_id())
+    assert_all_ok(wait_all(procs, timeout=90), nproc)
+
+
+def test_ddp_spawn_gives_a_working_world():
+    r = run([prog("ddp_coll"), "--spawn", "3", "check"], timeout=90, env=dict(os.environ, DDP_QUIET="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(r.stdout.splitlines()) == [f"[rank{i}] ok rank {i}" for i in range(3)]
+
+
+@pytest.fixture
+def store(reaper, tmp_path):
+    return start_store(reaper, tmp_path)
+
+
+@pytest.mark.parametrize("nnodes,nproc", [(2, 2), (3, 1)])
+def test_collectives_across_nodes_over_tcp(reaper, store, nnodes, nproc):
+    procs = launch(reaper, [prog("ddp_coll"), "check"], nproc, store, run_id(), nnodes=nnodes)
+    assert_all_ok(wait_all(procs, timeout=120), nnodes * nproc)
+
+
+def test_node_leader_dying_fails_the_other_node_fast(reaper, store):
+    """Rank 2 (leader of node 1) exits mid-run: node 0 sees the TCP connection
+    close, and every rank fails with an error instead of hanging."""
+    procs = launch(reaper, [prog("ddp_coll"), "crash", "2"], 2, store, run_id(), nnodes=2,
+                   extra={"DDP_TIMEOUT": "20"})
+    results = wait_all(procs, timeout=60)
+    assert results[2][0] == 7
+    for rank in (0, 1, 3):
+        rc, out, err = results[rank]
+        assert rc == 3, f"rank {rank}: rc={rc}\n{err}"
+        assert "all_reduce failed" in err

@@ -1,0 +1,94 @@
+"""Collectives never hang: a rank that crashes mid-collective makes the others
+fail at once (it is seen gone), a rank that stops responding makes them fail
+with a timeout error after DDP_TIMEOUT, and the node's shared-memory segment
+is gone either way."""
+import os
+import signal
+import uuid
+
+from conftest import prog, free_port, wait_for
+from ddp_launch import launch, wait_all
+
+
+def segments(run_id):
+    return [n for n in os.listdir("/dev/shm") if run_id in n]
+
+
+def test_crash_mid_collective_fails_the_others_not_hangs(reaper):
+    rid = "crash" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "crash", "1"], 4, free_port(), rid,
+                   extra={"DDP_TIMEOUT": "600"})  # only detection can beat the deadline
+    results = wait_all(procs, timeout=60)
+    assert results[1][0] == 7, results[1]
+    for rank in (0, 2, 3):
+        rc, out, err = results[rank]
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "all_reduce failed" in err
+        assert "rank 1" in err and "exited" in err, err
+        # and the communicator stays broken: no second hang
+        assert "then barrier: communicator broken" in err
+    assert segments(rid) == []
+
+
+def test_stopped_rank_gives_a_timeout_error(reaper):
+    rid = "stop" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "stop", "2"], 3, free_port(), rid,
+                   extra={"DDP_TIMEOUT": "2"})
+    victim = procs[2]
+    wait_for(lambda: _state(victim.pid) == "T", timeout=30, what="rank 2 to stop itself")
+    results = wait_all(procs[:2], timeout=40)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "timed out" in err, err
+    # the waiting rank names whom it waited for
+    assert any("timed out waiting for rank 2" in err for _, _, err in results)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)
+    assert segments(rid) == []
+
+
+def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper):
+    """Rank 1 all_reduces 2000 elements, the others 1000: instead of garbage or
+    a hang, every rank fails at once and says who called what."""
+    # DDP_TIMEOUT far beyond the test's own deadline: only detection can pass
+    procs = launch(reaper, [prog("ddp_coll"), "mismatch"], 3, free_port(),
+                   "mm" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "600"})
+    results = wait_all(procs, timeout=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "mismatched collectives" in err or "failed: all_reduce: mismatched" in err, err
+    assert any("rank 1 called all_reduce(2000 x float32, sum) while rank" in err or
+               "called all_reduce(2000 x float32, sum)" in err for _, _, err in results)
+
+
+def test_segment_is_removed_when_a_rank_never_joins(reaper):
+    """Rank 1 of 3 never starts: the segment local rank 0 created exists while
+    the others wait for it, they time out joining, and it is unlinked anyway."""
+    rid = "init" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "check"], 3, free_port(), rid,
+                   extra={"DDP_TIMEOUT": "3"}, only=[0, 2])
+    wait_for(lambda: segments(rid), timeout=10, what="the node's segment to appear")
+    for rc, out, err in wait_all(procs, timeout=30):
+        assert rc == 1, err
+        assert "ddp_init" in err and "only 2 of 3 local ranks joined" in err, err
+    assert segments(rid) == []
+
+
+def test_segment_is_unlinked_as_soon_as_everyone_attached(reaper):
+    """While a healthy job runs, its segment is already gone from /dev/shm: a
+    crash from now on cannot leak it."""
+    rid = "live" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "hold"], 2, free_port(), rid)
+    line = procs[0].stdout.readline()
+    assert line.strip() == "[rank0] ready"  # ddp_init done on every rank
+    assert segments(rid) == []
+    for rc, out, err in wait_all(procs, timeout=60):
+        assert rc == 0, err
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"

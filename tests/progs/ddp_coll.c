@@ -1,0 +1,302 @@
+/* ddp_coll: drives libddp's collectives for the end-to-end tests.
+ *   ddp_coll [--spawn N] check          every dtype x op, broadcast, all_gather, barrier
+ *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
+ *   ddp_coll [--spawn N] crash RANK     RANK exits (status 7) in the middle of all_reduces
+ *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
+ *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
+ *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
+ *                                       prints the error (exit 3)
+ * Without --spawn it takes its identity from the environment (ddprun, or a test
+ * harness). Prints "ok rank R" on success; exits 1 with the error otherwise. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddp.h"
+
+struct args {
+	int argc;
+	char **argv;
+};
+
+#define CHECK(ctx, call)                                                                       \
+	do {                                                                                   \
+		int rc_ = (call);                                                              \
+		if (rc_ < 0)                                                                   \
+			ddp_fatal(ctx, "%s: %s (%s)", #call, ddp_strerror(rc_), ddp_errmsg()); \
+	} while (0)
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Value of element i on rank r: small integers, exact in every dtype. */
+static double val(int r, size_t i)
+{
+	return (double)((int)((r * 7 + i * 3) % 11) - 5);
+}
+
+static void put(void *buf, enum ddp_dtype dt, size_t i, double v);
+static double get(const void *buf, enum ddp_dtype dt, size_t i);
+
+static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op op, size_t n)
+{
+	int w = ddp_world_size(ctx), me = ddp_rank(ctx);
+	size_t es = ddp_dtype_size(dt);
+	char *buf = malloc(n * es + 1);
+
+	for (size_t i = 0; i < n; i++)
+		put(buf, dt, i, val(me, i));
+	CHECK(ctx, ddp_all_reduce(ctx, buf, n, dt, op));
+	for (size_t i = 0; i < n; i++) {
+		double want = op == DDP_MIN ? INFINITY : op == DDP_MAX ? -INFINITY : 0;
+		for (int r = 0; r < w; r++) {
+			double v = val(r, i);
+			if (op == DDP_MIN)
+				want = v < want ? v : want;
+			else if (op == DDP_MAX)
+				want = v > want ? v : want;
+			else
+				want += v;
+		}
+		if (op == DDP_AVG) {
+			want /= w;
+			if (dt == DDP_INT32 || dt == DDP_INT64)
+				want = trunc(want);
+		}
+		double got = get(buf, dt, i),
+		       tol = dt == DDP_FLOAT16 || dt == DDP_BFLOAT16 ? 0.02 : 1e-6;
+		if (fabs(got - want) > tol * (1 + fabs(want))) {
+			fprintf(stderr,
+				"rank %d: all_reduce dtype %d op %d n %zu: [%zu] = %g, want %g\n",
+				me, dt, op, n, i, got, want);
+			free(buf);
+			return 1;
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+static int run_check(struct ddp_ctx *ctx)
+{
+	static const size_t sizes[] = {1, 7, 1000, 8193, 300000};
+	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
+
+	for (int dt = DDP_FLOAT32; dt <= DDP_INT64; dt++)
+		for (int op = DDP_SUM; op <= DDP_MAX; op++)
+			for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+				bad |= check_all_reduce(ctx, dt, op, sizes[k]);
+	for (int root = 0; root < w; root++) {
+		size_t n = 3000001;
+		unsigned char *b = malloc(n);
+		for (size_t i = 0; i < n; i++)
+			b[i] = me == root ? (unsigned char)(i * 13 + root) : 0;
+		CHECK(ctx, ddp_broadcast(ctx, b, n, root));
+		for (size_t i = 0; i < n && !bad; i++)
+			if (b[i] != (unsigned char)(i * 13 + root)) {
+				fprintf(stderr, "rank %d: broadcast from %d wrong at %zu\n", me,
+					root, i);
+				bad = 1;
+			}
+		free(b);
+	}
+	for (size_t bytes = 1; bytes <= 5000000; bytes *= 97) {
+		unsigned char *send = malloc(bytes), *recv = malloc(bytes * w);
+		for (size_t i = 0; i < bytes; i++)
+			send[i] = (unsigned char)(me * 31 + i);
+		CHECK(ctx, ddp_all_gather(ctx, send, recv, bytes));
+		for (int r = 0; r < w && !bad; r++)
+			for (size_t i = 0; i < bytes; i++)
+				if (recv[r * bytes + i] != (unsigned char)(r * 31 + i)) {
+					fprintf(stderr,
+						"rank %d: all_gather slot %d wrong at %zu\n", me, r,
+						i);
+					bad = 1;
+					break;
+				}
+		free(send);
+		free(recv);
+	}
+	CHECK(ctx, ddp_barrier(ctx));
+	return bad;
+}
+
+static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
+{
+	size_t n = bytes / 4;
+	float *buf = malloc(n * 4 + 4);
+	double t0, best = 1e9, sum = 0;
+
+	for (size_t i = 0; i < n; i++)
+		buf[i] = 1.0f;
+	CHECK(ctx, ddp_all_reduce(ctx, buf, n, DDP_FLOAT32, DDP_SUM)); /* warm up */
+	CHECK(ctx, ddp_barrier(ctx));
+	for (int it = 0; it < iters; it++) {
+		t0 = now_s();
+		CHECK(ctx, ddp_all_reduce(ctx, buf, n, DDP_FLOAT32, DDP_SUM));
+		double dt = now_s() - t0;
+		sum += dt;
+		best = dt < best ? dt : best;
+	}
+	/* The slowest rank's mean is the collective's time. */
+	double mean = sum / iters;
+	CHECK(ctx, ddp_all_reduce(ctx, &mean, 1, DDP_FLOAT64, DDP_MAX));
+	if (ddp_rank(ctx) == 0)
+		printf("bench bytes=%zu ranks=%d mean_us=%.1f best_us=%.1f\n", bytes,
+		       ddp_world_size(ctx), mean * 1e6, best * 1e6);
+	free(buf);
+	return 0;
+}
+
+static int run_fail(struct ddp_ctx *ctx, int victim, int stop)
+{
+	float buf[1024];
+
+	for (int it = 0; it < 20; it++) {
+		if (it == 10 && ddp_rank(ctx) == victim) {
+			fprintf(stderr, "rank %d: %s now\n", victim, stop ? "stopping" : "exiting");
+			if (stop)
+				raise(SIGSTOP);
+			else
+				_exit(7);
+		}
+		for (int i = 0; i < 1024; i++)
+			buf[i] = 1;
+		int rc = ddp_all_reduce(ctx, buf, 1024, DDP_FLOAT32, DDP_SUM);
+		if (rc < 0) {
+			fprintf(stderr, "rank %d: all_reduce failed: %s: %s\n", ddp_rank(ctx),
+				ddp_strerror(rc), ddp_errmsg());
+			rc = ddp_barrier(ctx);
+			fprintf(stderr, "rank %d: then barrier: %s\n", ddp_rank(ctx),
+				ddp_strerror(rc));
+			return 3;
+		}
+	}
+	return 0;
+}
+
+static int worker(int rank, void *p)
+{
+	struct args *a = p;
+	struct ddp_ctx *ctx;
+	int rc = ddp_init(NULL, &ctx);
+	const char *mode = a->argc > 0 ? a->argv[0] : "check";
+
+	if (rc < 0) {
+		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		return 1;
+	}
+	if (!strcmp(mode, "check"))
+		rc = run_check(ctx);
+	else if (!strcmp(mode, "bench") && a->argc >= 3)
+		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
+	else if (!strcmp(mode, "mismatch")) {
+		static float buf[2000];
+		int r = ddp_all_reduce(ctx, buf, ddp_rank(ctx) == 1 ? 2000 : 1000, DDP_FLOAT32,
+				       DDP_SUM);
+		fprintf(stderr, "rank %d: %s: %s\n", ddp_rank(ctx), ddp_strerror(r), ddp_errmsg());
+		rc = r < 0 ? 3 : 0;
+	} else if (!strcmp(mode, "hold")) {
+		ddp_print_force(ctx, "ready\n");
+		sleep(1);
+		rc = ddp_barrier(ctx) < 0;
+	} else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
+		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"));
+	else {
+		fprintf(stderr, "ddp_coll: bad mode\n");
+		rc = 2;
+	}
+	if (rc == 0)
+		ddp_print_force(ctx, "ok rank %d\n", ddp_rank(ctx));
+	ddp_finalize(ctx);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct args a = {argc - 1, argv + 1};
+
+	if (argc > 2 && !strcmp(argv[1], "--spawn")) {
+		int n = atoi(argv[2]);
+		a.argc -= 2;
+		a.argv += 2;
+		int rc = ddp_spawn(worker, &a, n, NULL, NULL);
+		if (rc < 0) {
+			fprintf(stderr, "ddp_spawn: %s\n", ddp_errmsg());
+			return 1;
+		}
+		return 0;
+	}
+	return worker(0, &a);
+}
+
+static void put(void *buf, enum ddp_dtype dt, size_t i, double v)
+{
+	switch (dt) {
+	case DDP_FLOAT32:
+		((float *)buf)[i] = (float)v;
+		break;
+	case DDP_FLOAT64:
+		((double *)buf)[i] = v;
+		break;
+	case DDP_INT32:
+		((int *)buf)[i] = (int)v;
+		break;
+	case DDP_INT64:
+		((long long *)buf)[i] = (long long)v;
+		break;
+	case DDP_FLOAT16: {
+		/* small integers: exact half floats built by hand */
+		float f = (float)v;
+		unsigned u;
+		memcpy(&u, &f, 4);
+		unsigned s = (u >> 16) & 0x8000, e = (u >> 23) & 0xff, m = u & 0x7fffff;
+		((unsigned short *)buf)[i] =
+			f == 0 ? (unsigned short)s
+			       : (unsigned short)(s | ((e - 112) << 10) | (m >> 13));
+		break;
+	}
+	case DDP_BFLOAT16: {
+		float f = (float)v;
+		unsigned u;
+		memcpy(&u, &f, 4);
+		((unsigned short *)buf)[i] = (unsigned short)(u >> 16);
+		break;
+	}
+	}
+}
+
+static double get(const void *buf, enum ddp_dtype dt, size_t i)
+{
+	switch (dt) {
+	case DDP_FLOAT32:
+		return ((const float *)buf)[i];
+	case DDP_FLOAT64:
+		return ((const double *)buf)[i];
+	case DDP_INT32:
+		return ((const int *)buf)[i];
+	case DDP_INT64:
+		return (double)((const long long *)buf)[i];
+	case DDP_FLOAT16: {
+		unsigned short h = ((const unsigned short *)buf)[i];
+		unsigned s = (h >> 15) & 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+		double v = e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
+		return s ? -v : v;
+	}
+	case DDP_BFLOAT16: {
+		unsigned u = (unsigned)((const unsigned short *)buf)[i] << 16;
+		float f;
+		memcpy(&f, &u, 4);
+		return f;
+	}
+	}
+	return 0;
+}

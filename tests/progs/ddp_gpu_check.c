@@ -1,0 +1,164 @@
+/* ddp_gpu_check: the NCCL backend on one GPU (world size 1), run by
+ * tests/gpu/run.sh. Each check prints "CHECK|<name>|ok|" or "CHECK|<name>|FAIL|<why>"; exit 0 only
+ * if all pass. Built everywhere; without CUDA it says so and exits 77. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp.h"
+
+#ifndef DDP_WITH_CUDA
+int main(void)
+{
+	printf("ddp_gpu_check: libddp was built without CUDA (make CUDA=1)\n");
+	return 77;
+}
+#else
+#include <cuda_runtime_api.h>
+
+static int failures;
+
+static void report(const char *name, int ok, const char *why)
+{
+	printf("CHECK|%s|%s|%s\n", name, ok ? "ok" : "FAIL", ok ? "" : why);
+	fflush(stdout);
+	failures += !ok;
+}
+
+static int dev_equal(const void *dev, const void *host, size_t bytes)
+{
+	char *tmp = malloc(bytes);
+	int eq = tmp && cudaMemcpy(tmp, dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess &&
+		 memcmp(tmp, host, bytes) == 0;
+	free(tmp);
+	return eq;
+}
+
+static void check_binding(struct ddp_ctx *ctx)
+{
+	int cur = -1;
+	cudaGetDevice(&cur);
+	report("backend is nccl", ddp_backend(ctx) == DDP_BACKEND_NCCL,
+	       ddp_backend_name(ddp_backend(ctx)));
+	report("device bound (local_rank % n)", ddp_device(ctx) == 0 && cur == 0, "device != 0");
+}
+
+static void check_collectives(struct ddp_ctx *ctx)
+{
+	float h[1000], hh[1000];
+	float *d;
+	int rc;
+
+	for (int i = 0; i < 1000; i++)
+		h[i] = (float)(i % 17) - 8;
+	cudaMalloc((void **)&d, sizeof(h));
+	cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+	for (int op = DDP_SUM; op <= DDP_MAX; op++) {
+		rc = ddp_all_reduce(ctx, d, 1000, DDP_FLOAT32, op);
+		char name[64];
+		snprintf(name, sizeof(name), "all_reduce device op %d", op);
+		report(name, rc == 0 && dev_equal(d, h, sizeof(h)), ddp_errmsg());
+	}
+	for (int dt = DDP_FLOAT32; dt <= DDP_INT64; dt++) {
+		char buf[8000];
+		void *db;
+		memset(buf, 0x3c, sizeof(buf));
+		cudaMalloc(&db, sizeof(buf));
+		cudaMemcpy(db, buf, sizeof(buf), cudaMemcpyHostToDevice);
+		rc = ddp_all_reduce(ctx, db, sizeof(buf) / ddp_dtype_size(dt), dt, DDP_SUM);
+		char name[64];
+		snprintf(name, sizeof(name), "all_reduce dtype %d", dt);
+		report(name, rc == 0 && dev_equal(db, buf, sizeof(buf)), ddp_errmsg());
+		cudaFree(db);
+	}
+	memcpy(hh, h, sizeof(h));
+	rc = ddp_all_reduce(ctx, hh, 1000, DDP_FLOAT32, DDP_AVG);
+	report("all_reduce host buffer", rc == 0 && !memcmp(hh, h, sizeof(h)), ddp_errmsg());
+	rc = ddp_broadcast(ctx, d, sizeof(h), 0);
+	report("broadcast", rc == 0 && dev_equal(d, h, sizeof(h)), ddp_errmsg());
+	float *g;
+	cudaMalloc((void **)&g, sizeof(h));
+	rc = ddp_all_gather(ctx, d, g, sizeof(h));
+	report("all_gather", rc == 0 && dev_equal(g, h, sizeof(h)), ddp_errmsg());
+	report("barrier", ddp_barrier(ctx) == 0, ddp_errmsg());
+	cudaFree(g);
+	cudaFree(d);
+}
+
+static void check_reducer(struct ddp_ctx *ctx)
+{
+	enum { N = 3 };
+	size_t counts[N] = {300000, 70000, 5};
+	struct ddp_param p[N];
+	struct ddp_reducer_options o;
+	struct ddp_reducer *r;
+	float *host = calloc(300000, sizeof(float));
+	int rc;
+
+	for (int i = 0; i < N; i++) {
+		void *d;
+		cudaMalloc(&d, counts[i] * 4);
+		cudaMemset(d, 0, counts[i] * 4);
+		p[i] = (struct ddp_param){i == 0   ? "w0"
+					  : i == 1 ? "w1"
+						   : "b",
+					  d, counts[i], DDP_FLOAT32};
+	}
+	ddp_reducer_options_init(&o);
+	o.first_bucket_bytes = 256 * 1024;
+	o.bucket_bytes = 1 << 20;
+	rc = ddp_reducer_create(ctx, p, N, &o, &r);
+	report("reducer create (buckets)", rc == 0 && ddp_reducer_num_buckets(r) == 2,
+	       ddp_errmsg());
+	if (rc < 0)
+		return;
+	for (size_t i = 0; i < 300000; i++)
+		host[i] = (float)(i % 5);
+	for (int it = 0; it < 3; it++) {
+		for (int i = N - 1; i >= 0; i--) {
+			cudaMemcpy(ddp_reducer_grad(r, (size_t)i), host, counts[i] * 4,
+				   cudaMemcpyHostToDevice);
+			ddp_reducer_mark_ready(r, (size_t)i);
+		}
+		rc = ddp_reducer_finish(r);
+	}
+	report("buckets all-reduce (avg of 1)",
+	       rc == 0 && dev_equal(ddp_reducer_grad(r, 0), host, counts[0] * 4), ddp_errmsg());
+	ddp_reducer_zero_grad(r);
+	float *zeros = calloc(counts[1], sizeof(float));
+	report("zero_grad", dev_equal(ddp_reducer_grad(r, 1), zeros, counts[1] * 4), "not zero");
+	ddp_reducer_mark_ready(r, 2);
+	rc = ddp_reducer_finish(r);
+	report("never-marked parameter", rc == DDP_ENOTREADY && strstr(ddp_errmsg(), "w0"),
+	       ddp_errmsg());
+	ddp_reducer_set_sync(r, 0);
+	ddp_reducer_mark_ready(r, 0);
+	report("no_sync finish", ddp_reducer_finish(r) == 0, ddp_errmsg());
+	ddp_reducer_destroy(r);
+	for (int i = 0; i < N; i++)
+		cudaFree(p[i].data);
+	free(zeros);
+	free(host);
+}
+
+int main(void)
+{
+	struct ddp_options o;
+	struct ddp_ctx *ctx;
+
+	ddp_options_init(&o);
+	o.backend = DDP_BACKEND_NCCL;
+	if (ddp_init(&o, &ctx) < 0) {
+		report("ddp_init nccl", 0, ddp_errmsg());
+		return 1;
+	}
+	report("ddp_init nccl", 1, "");
+	check_binding(ctx);
+	check_collectives(ctx);
+	check_reducer(ctx);
+	printf("stdout from rank 0 (print control)\n");
+	ddp_print_force(ctx, "forced line\n");
+	report("finalize", ddp_finalize(ctx) == 0, ddp_errmsg());
+	return failures ? 1 : 0;
+}
+#endif

@@ -1,0 +1,278 @@
+/* Unit tests for libddp's dtype conversions and reduction kernels: float16 and
+ * bfloat16 round to nearest even exactly like a float64 reference does (scalar
+ * and vectorized paths), and reductions over many ranks' buffers give the
+ * correctly rounded float64 result (or within one ulp where float32
+ * accumulation itself must round). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp_internal.h"
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static double f16_value(uint16_t h)
+{
+	int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+	return (h & 0x8000) ? -v : v;
+}
+
+/* Reference: the float16 nearest to x (ties to the even encoding), by search
+ * over the finite values; beyond 65520 it is infinity. */
+static uint16_t ref_f16(double x)
+{
+	uint16_t sign = signbit(x) ? 0x8000 : 0;
+	double a = fabs(x);
+	if (a >= 65520.0)
+		return sign | 0x7c00;
+	int lo = 0, hi = 0x7bff; /* positive finite encodings are ordered by value */
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
+		if (f16_value((uint16_t)mid) <= a)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	uint16_t best = (uint16_t)lo;
+	if (lo < 0x7bff) {
+		double d0 = a - f16_value((uint16_t)lo), d1 = f16_value((uint16_t)(lo + 1)) - a;
+		if (d1 < d0 || (d1 == d0 && (lo & 1)))
+			best = (uint16_t)(lo + 1);
+	}
+	return sign | best;
+}
+
+/* Reference bfloat16: x rounded to 8 significant bits in float64, then checked
+ * against the float32 range. */
+static uint16_t ref_bf16(double x)
+{
+	if (x == 0)
+		return signbit(x) ? 0x8000 : 0;
+	int e;
+	double m = frexp(fabs(x), &e); /* m in [0.5, 1) */
+	if (e - 1 < -126)	       /* subnormal bfloat16: fixed step 2^-133 */
+		m = nearbyint(ldexp(fabs(x), 133)), e = -133;
+	else
+		m = nearbyint(ldexp(m, 8)), e -= 8; /* nearbyint: ties to even */
+	double r = ldexp(m, e);
+	float f = (float)r; /* exact: r has at most 8 significant bits */
+	if (r >= 0x1.fffffep127 * (1 + 0x1p-9) || isinf(f))
+		f = INFINITY;
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u >> 16) | (signbit(x) ? 0x8000 : 0));
+}
+
+static float random_f32(void)
+{
+	uint32_t u = (uint32_t)next();
+	float f;
+	/* Mostly values around half's and bfloat16's ranges, some anything. */
+	if (u & 1)
+		u = (u & 0x807fffff) | ((uint32_t)(100 + (next() % 45)) << 23);
+	memcpy(&f, &u, 4);
+	return isnan(f) ? 1.5f : f;
+}
+
+static void test_f16_roundtrip_every_value(void **state)
+{
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		float f = ddpi_f16_to_f32((uint16_t)h);
+		uint16_t back = ddpi_f32_to_f16(f);
+		if (((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff)) {
+			assert_true(isnan(f));
+			assert_true((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
+			continue;
+		}
+		assert_true((double)f == f16_value((uint16_t)h) || isinf(f));
+		assert_int_equal(back, h);
+	}
+}
+
+static void test_f16_rounding_matches_float64_reference(void **state)
+{
+	enum { N = 200000 };
+	float *x = malloc(N * sizeof(float));
+	uint16_t *bulk = malloc(N * sizeof(uint16_t));
+	/* Ties and boundaries first: halfway points of neighbouring halves. */
+	int k = 0;
+	for (uint32_t h = 0; h < 0x7bff && k < N / 2; h += 7) {
+		x[k++] = (float)((f16_value((uint16_t)h) + f16_value((uint16_t)(h + 1))) / 2);
+		x[k++] = -(float)f16_value((uint16_t)h);
+	}
+	x[k++] = 65519.0f;
+	x[k++] = 65520.0f;
+	x[k++] = 0x1p-25f;
+	x[k++] = 0x1.000002p-25f;
+	while (k < N)
+		x[k++] = random_f32();
+	ddpi_f32_to_f16_n(bulk, x, N);
+	for (int i = 0; i < N; i++) {
+		uint16_t want = ref_f16((double)x[i]);
+		if (ddpi_f32_to_f16(x[i]) != want || bulk[i] != want)
+			fail_msg("f16(%a): scalar %04x bulk %04x want %04x", (double)x[i],
+				 ddpi_f32_to_f16(x[i]), bulk[i], want);
+	}
+	free(x);
+	free(bulk);
+}
+
+static void test_bf16_rounding_matches_float64_reference(void **state)
+{
+	enum { N = 200000 };
+	float *x = malloc(N * sizeof(float));
+	uint16_t *bulk = malloc(N * sizeof(uint16_t));
+	int k = 0;
+	for (uint32_t b = 0; b < 0x7f7f && k < N / 2; b += 5) { /* exact ties */
+		uint32_t u = (b << 16) | 0x8000;
+		memcpy(&x[k++], &u, 4);
+	}
+	x[k++] = 0x1.fffffep127f; /* rounds up to infinity */
+	while (k < N)
+		x[k++] = random_f32();
+	ddpi_f32_to_bf16_n(bulk, x, N);
+	for (int i = 0; i < N; i++) {
+		uint16_t want = ref_bf16((double)x[i]);
+		if (ddpi_f32_to_bf16(x[i]) != want || bulk[i] != want)
+			fail_msg("bf16(%a): scalar %04x bulk %04x want %04x", (double)x[i],
+				 ddpi_f32_to_bf16(x[i]), bulk[i], want);
+		assert_true(ddpi_bf16_to_f32(want) == (float)ddpi_bf16_to_f32(bulk[i]));
+	}
+	uint32_t nan = 0x7f800001;
+	float fn;
+	memcpy(&fn, &nan, 4);
+	assert_true(isnan(ddpi_bf16_to_f32(ddpi_f32_to_bf16(fn))));
+	free(x);
+	free(bulk);
+}
+
+/* Reduce nsrc random half buffers; compare with the float64 reference. */
+static void half_reduce_case(enum ddp_dtype dt, enum ddp_op op, int nsrc, int narrow)
+{
+	enum { N = 5000 };
+	uint16_t *src[8], out[N];
+	const void *cs[8];
+	int exact = 0, within = 0;
+
+	for (int s = 0; s < nsrc; s++) {
+		src[s] = malloc(N * 2);
+		for (int i = 0; i < N; i++) {
+			/* narrow: magnitudes in [2^-6, 2^3], so a float32 sum of up
+			 * to 8 of them is exact and the result must be correctly rounded */
+			double v = narrow ? ldexp(1 + (double)(next() % 1024) / 1024,
+						  (int)(next() % 10) - 6)
+					  : ldexp((double)(next() % 2048), (int)(next() % 20) - 20);
+			if (next() & 1)
+				v = -v;
+			src[s][i] = dt == DDP_FLOAT16 ? ref_f16(v) : ref_bf16(v);
+		}
+		cs[s] = src[s];
+	}
+	ddpi_reduce(dt, op, out, cs, nsrc, N, nsrc);
+	for (int i = 0; i < N; i++) {
+		double acc = op == DDP_MIN ? INFINITY : op == DDP_MAX ? -INFINITY : 0;
+		for (int s = 0; s < nsrc; s++) {
+			double v = dt == DDP_FLOAT16 ? f16_value(src[s][i])
+						     : ddpi_bf16_to_f32(src[s][i]);
+			acc = op == DDP_MIN ? fmin(acc, v) : op == DDP_MAX ? fmax(acc, v) : acc + v;
+		}
+		if (op == DDP_AVG)
+			acc /= nsrc;
+		uint16_t want = dt == DDP_FLOAT16 ? ref_f16(acc) : ref_bf16(acc);
+		if (out[i] == want) {
+			exact++;
+			continue;
+		}
+		/* One ulp of slack where float32 accumulation has already rounded. */
+		int d = (int)(out[i] & 0x7fff) - (int)(want & 0x7fff);
+		if ((out[i] & 0x8000) == (want & 0x8000) && (d == 1 || d == -1) &&
+		    !(narrow && (op == DDP_SUM || op == DDP_MIN || op == DDP_MAX)))
+			within++;
+		else
+			fail_msg("dtype %d op %d nsrc %d [%d]: got %04x want %04x (%.17g)", dt, op,
+				 nsrc, i, out[i], want, acc);
+	}
+	assert_true(exact >= N * 99 / 100);
+	for (int s = 0; s < nsrc; s++)
+		free(src[s]);
+}
+
+static void test_half_reductions_round_like_float64(void **state)
+{
+	for (int dt = DDP_FLOAT16; dt <= DDP_BFLOAT16; dt++)
+		for (int op = DDP_SUM; op <= DDP_MAX; op++)
+			for (int n = 2; n <= 8; n *= 2) {
+				half_reduce_case(dt, op, n, 1);
+				half_reduce_case(dt, op, n, 0);
+			}
+}
+
+static void test_native_reductions_and_aliasing(void **state)
+{
+	enum { N = 3001 };
+	float a[N], b[N], c[N];
+	double d[N], e[N];
+	int64_t i1[N], i2[N];
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)i;
+		b[i] = 0.5f * i;
+		c[i] = -1.0f;
+		d[i] = i;
+		e[i] = 3;
+		i1[i] = i;
+		i2[i] = -2 * i + 1;
+	}
+	/* dst aliases the last source: blocks are read before being written. */
+	const void *s3[] = {a, b, c};
+	ddpi_reduce(DDP_FLOAT32, DDP_SUM, c, s3, 3, N, 1);
+	for (int i = 0; i < N; i++)
+		assert_true(c[i] == 1.5f * i - 1.0f);
+	const void *sd[] = {d, e};
+	ddpi_reduce(DDP_FLOAT64, DDP_AVG, d, sd, 2, N, 2);
+	for (int i = 0; i < N; i++)
+		assert_true(d[i] == (i + 3) / 2.0);
+	const void *si[] = {i1, i2};
+	ddpi_reduce(DDP_INT64, DDP_AVG, i1, si, 2, N, 2);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(i1[i], (1 - i) / 2); /* truncated toward zero */
+	ddpi_reduce(DDP_INT64, DDP_MIN, i2, si, 2, N, 2);
+	ddpi_scale_div(DDP_FLOAT32, a, N, 4);
+	assert_true(a[8] == 2.0f);
+}
+
+static void test_min_max_propagate_nan(void **state)
+{
+	float x[3] = {1, NAN, 3}, y[3] = {NAN, 2, 0}, out[3];
+	const void *s[] = {x, y};
+	ddpi_reduce(DDP_FLOAT32, DDP_MIN, out, s, 2, 3, 2);
+	assert_true(isnan(out[0]) && isnan(out[1]) && out[2] == 0);
+	ddpi_reduce(DDP_FLOAT32, DDP_MAX, out, s, 2, 3, 2);
+	assert_true(isnan(out[0]) && isnan(out[1]) && out[2] == 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_f16_roundtrip_every_value),
+		cmocka_unit_test(test_f16_rounding_matches_float64_reference),
+		cmocka_unit_test(test_bf16_rounding_matches_float64_reference),
+		cmocka_unit_test(test_half_reductions_round_like_float64),
+		cmocka_unit_test(test_native_reductions_and_aliasing),
+		cmocka_unit_test(test_min_max_propagate_nan),
+	};
+	return cmocka_run_group_tests_name("ddp_dtype", tests, NULL, NULL);
+}

@@ -1,0 +1,259 @@
+/* Unit tests for libddp's environment parsing (torchrun's variables and the
+ * DDP_* knobs), the print-ranks spec, error texts and the torchelastic error
+ * file. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "ddp_internal.h"
+
+/* A fake environment: "NAME=value" strings, NULL-terminated. */
+static const char *table_get(const char *name, void *arg)
+{
+	const char *const *kv = arg;
+	size_t n = strlen(name);
+	for (; *kv; kv++)
+		if (!strncmp(*kv, name, n) && (*kv)[n] == '=')
+			return *kv + n + 1;
+	return NULL;
+}
+
+static int parse(const char *const *kv, struct ddp_env *e)
+{
+	return ddpi_env_parse(table_get, (void *)kv, e);
+}
+
+static void test_nothing_set_is_a_world_of_one(void **state)
+{
+	const char *kv[] = {NULL};
+	struct ddp_env e;
+	assert_int_equal(parse(kv, &e), 0);
+	assert_int_equal(e.rank, 0);
+	assert_int_equal(e.world, 1);
+	assert_int_equal(e.local_world, 1);
+	assert_int_equal(e.nnodes, 1);
+	assert_int_equal(e.under_launcher, 0);
+	assert_string_equal(e.run_id, "none");
+	assert_int_equal(e.timeout_ms, DDP_DEFAULT_TIMEOUT_MS);
+	assert_int_equal(e.backend, DDP_BACKEND_AUTO);
+}
+
+static void test_torchrun_environment(void **state)
+{
+	const char *kv[] = {"RANK=5",
+			    "WORLD_SIZE=8",
+			    "LOCAL_RANK=1",
+			    "LOCAL_WORLD_SIZE=4",
+			    "GROUP_RANK=1",
+			    "GROUP_WORLD_SIZE=2",
+			    "MASTER_ADDR=node0",
+			    "MASTER_PORT=29500",
+			    "TORCHELASTIC_RUN_ID=job 7",
+			    "TORCHELASTIC_RESTART_COUNT=2",
+			    "DDP_TIMEOUT=1.5",
+			    "DDP_BACKEND=cpu",
+			    "DDP_PRINT_RANKS=0,5-6",
+			    NULL};
+	struct ddp_env e;
+	assert_int_equal(parse(kv, &e), 0);
+	assert_int_equal(e.rank, 5);
+	assert_int_equal(e.world, 8);
+	assert_int_equal(e.local_rank, 1);
+	assert_int_equal(e.local_world, 4);
+	assert_int_equal(e.node, 1);
+	assert_int_equal(e.nnodes, 2);
+	assert_string_equal(e.master_addr, "node0");
+	assert_int_equal(e.master_port, 29500);
+	assert_string_equal(e.run_id, "job 7");
+	assert_int_equal(e.restart, 2);
+	assert_int_equal(e.timeout_ms, 1500);
+	assert_int_equal(e.backend, DDP_BACKEND_CPU);
+	assert_string_equal(e.print_ranks, "0,5-6");
+	assert_int_equal(e.under_launcher, 1);
+}
+
+static void test_missing_local_values_are_derived(void **state)
+{
+	/* env:// style: only RANK/WORLD_SIZE/MASTER_*: one node of everything. */
+	const char *kv[] = {"RANK=2", "WORLD_SIZE=3", "MASTER_ADDR=h", "MASTER_PORT=1", NULL};
+	struct ddp_env e;
+	assert_int_equal(parse(kv, &e), 0);
+	assert_int_equal(e.local_rank, 2);
+	assert_int_equal(e.local_world, 3);
+	assert_int_equal(e.node, 0);
+	assert_int_equal(e.nnodes, 1);
+	/* LOCAL_WORLD_SIZE alone gives the nodes (torchrun numbers node by node). */
+	const char *kv2[] = {"RANK=6",	      "WORLD_SIZE=8",  "LOCAL_WORLD_SIZE=4",
+			     "MASTER_ADDR=h", "MASTER_PORT=1", NULL};
+	assert_int_equal(parse(kv2, &e), 0);
+	assert_int_equal(e.local_rank, 2);
+	assert_int_equal(e.node, 1);
+	assert_int_equal(e.nnodes, 2);
+}
+
+/* Each inconsistent environment fails with DDP_EENV and a message naming it. */
+static void expect_eenv(const char *const *kv, const char *needle)
+{
+	struct ddp_env e;
+	assert_int_equal(parse(kv, &e), DDP_EENV);
+	if (!strstr(ddp_errmsg(), needle))
+		fail_msg("message '%s' does not mention '%s'", ddp_errmsg(), needle);
+}
+
+static void test_inconsistent_values_are_clear_errors(void **state)
+{
+	expect_eenv(
+		(const char *[]){"RANK=4", "WORLD_SIZE=4", "MASTER_ADDR=h", "MASTER_PORT=1", NULL},
+		"RANK=4 is not below WORLD_SIZE=4");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_PORT=1", NULL},
+		    "MASTER_ADDR");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h", NULL},
+		    "MASTER_PORT");
+	expect_eenv((const char *[]){"RANK=1", NULL}, "WORLD_SIZE");
+	expect_eenv((const char *[]){"WORLD_SIZE=2", NULL}, "RANK");
+	expect_eenv((const char *[]){"RANK=x", "WORLD_SIZE=2", NULL}, "RANK='x'");
+	expect_eenv((const char *[]){"RANK=0", "WORLD_SIZE=0", NULL}, "WORLD_SIZE='0'");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=3", "LOCAL_WORLD_SIZE=2",
+				     "MASTER_ADDR=h", "MASTER_PORT=1", NULL},
+		    "LOCAL_RANK=3 is not below LOCAL_WORLD_SIZE=2");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=5", "LOCAL_WORLD_SIZE=2",
+				     "MASTER_ADDR=h", "MASTER_PORT=1", NULL},
+		    "not a multiple");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=2",
+				     "MASTER_ADDR=h", "MASTER_PORT=1", NULL},
+		    "GROUP_RANK=2 is not below GROUP_WORLD_SIZE=2");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
+				     "GROUP_WORLD_SIZE=1", "MASTER_ADDR=h", "MASTER_PORT=1", NULL},
+		    "GROUP_WORLD_SIZE=1");
+	expect_eenv((const char *[]){"MASTER_PORT=70000", NULL}, "MASTER_PORT");
+	expect_eenv((const char *[]){"DDP_BACKEND=gloo", NULL}, "DDP_BACKEND='gloo'");
+	expect_eenv((const char *[]){"DDP_TIMEOUT=0", NULL}, "DDP_TIMEOUT");
+	expect_eenv((const char *[]){"DDP_TIMEOUT=soon", NULL}, "DDP_TIMEOUT");
+	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
+	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
+	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
+}
+
+static void test_print_rank_specs(void **state)
+{
+	int m = -1;
+	assert_int_equal(ddpi_print_spec_match("all", 7, &m), 0);
+	assert_int_equal(m, 1);
+	assert_int_equal(ddpi_print_spec_match("none", 0, &m), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(ddpi_print_spec_match("0", 0, &m), 0);
+	assert_int_equal(m, 1);
+	assert_int_equal(ddpi_print_spec_match("0", 1, &m), 0);
+	assert_int_equal(m, 0);
+	assert_int_equal(ddpi_print_spec_match("1,3", 3, &m), 0);
+	assert_int_equal(m, 1);
+	assert_int_equal(ddpi_print_spec_match("0,2-5", 4, &m), 0);
+	assert_int_equal(m, 1);
+	assert_int_equal(ddpi_print_spec_match("0,2-5", 6, &m), 0);
+	assert_int_equal(m, 0);
+	const char *bad[] = {"", ",", "1,", "a", "1-", "3-1", "-1", "1 2", "all,0", NULL};
+	for (int i = 0; bad[i]; i++)
+		assert_int_equal(ddpi_print_spec_match(bad[i], 0, &m), -EINVAL);
+}
+
+static void test_error_texts(void **state)
+{
+	assert_string_equal(ddp_strerror(0), "success");
+	assert_non_null(strstr(ddp_strerror(DDP_ENOTREADY), "never marked"));
+	assert_non_null(strstr(ddp_strerror(-ETIMEDOUT), "timed out"));
+	assert_string_equal(ddp_strerror(-99999), "unknown error");
+	assert_int_equal(ddpi_err(-EINVAL, "x %d", 3), -EINVAL);
+	assert_string_equal(ddp_errmsg(), "x 3");
+	assert_int_equal(ddpi_err_prefix(-EINVAL, "what"), -EINVAL);
+	assert_string_equal(ddp_errmsg(), "what: x 3");
+}
+
+static void test_error_file_is_torchelastic_format(void **state)
+{
+	char path[] = "/tmp/ddp-errfile-XXXXXX";
+	int fd = mkstemp(path);
+	char buf[8192];
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	setenv("TORCHELASTIC_ERROR_FILE", path, 1);
+	assert_int_equal(ddp_record_error("all_reduce: rank 3 exited"), 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd); /* the old inode: the file was replaced by a rename */
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	unlink(path);
+	unsetenv("TORCHELASTIC_ERROR_FILE");
+	assert_true(n > 0);
+	buf[n] = '\0';
+	cJSON *root = cJSON_Parse(buf);
+	assert_non_null(root);
+	cJSON *m = cJSON_GetObjectItem(root, "message");
+	assert_true(cJSON_IsObject(m));
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "message")),
+			    "all_reduce: rank 3 exited");
+	cJSON *x = cJSON_GetObjectItem(m, "extraInfo");
+	const char *tb = cJSON_GetStringValue(cJSON_GetObjectItem(x, "py_callstack"));
+	assert_non_null(tb);
+	assert_non_null(strstr(tb, "C backtrace (most recent call first):\n  #0 "));
+	/* like a Python traceback, it ends with the error itself */
+	const char *end = "\nall_reduce: rank 3 exited";
+	assert_true(strlen(tb) > strlen(end));
+	assert_string_equal(tb + strlen(tb) - strlen(end), end);
+	const char *ts = cJSON_GetStringValue(cJSON_GetObjectItem(x, "timestamp"));
+	assert_non_null(ts);
+	assert_true(strtoll(ts, NULL, 10) > 1600000000);
+	cJSON_Delete(root);
+	/* No variable: nothing to do. */
+	assert_int_equal(ddp_record_error("x"), 0);
+}
+
+static void test_one_context_per_process(void **state)
+{
+	struct ddp_ctx *a = NULL, *b = NULL;
+
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	setenv("DDP_QUIET", "1", 1);
+	assert_int_equal(ddp_init(NULL, &a), 0);
+	assert_int_equal(ddp_world_size(a), 1);
+	assert_int_equal(ddp_init(NULL, &b), -EBUSY);
+	assert_null(b);
+	assert_int_equal(ddp_finalize(a), 0);
+	assert_int_equal(ddp_init(NULL, &b), 0);
+	assert_int_equal(ddp_finalize(b), 0);
+	/* a bad environment leaves no context behind either */
+	setenv("DDP_BACKEND", "bogus", 1);
+	assert_int_equal(ddp_init(NULL, &a), DDP_EENV);
+	unsetenv("DDP_BACKEND");
+	assert_int_equal(ddp_init(NULL, &a), 0);
+	assert_int_equal(ddp_finalize(a), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_nothing_set_is_a_world_of_one),
+		cmocka_unit_test(test_torchrun_environment),
+		cmocka_unit_test(test_missing_local_values_are_derived),
+		cmocka_unit_test(test_inconsistent_values_are_clear_errors),
+		cmocka_unit_test(test_print_rank_specs),
+		cmocka_unit_test(test_error_texts),
+		cmocka_unit_test(test_error_file_is_torchelastic_format),
+		cmocka_unit_test(test_one_context_per_process),
+	};
+	return cmocka_run_group_tests_name("ddp_env", tests, NULL, NULL);
+}

@@ -1,0 +1,184 @@
+/* async: the communication thread that reduces gradient buckets in the
+ * background for backends without streams (cpu). Buckets run strictly in
+ * submission order, which the reducer makes the same on every rank. After the
+ * first failure the remaining queue is dropped and the error is kept for
+ * ddpi_async_wait (and the context is marked broken). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+struct job {
+	void *buf;
+	size_t count;
+	enum ddp_dtype dt;
+	enum ddp_op op;
+};
+
+struct ddpi_async {
+	struct ddp_ctx *ctx;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *q;
+	size_t cap, head, tail; /* ring buffer of jobs */
+	size_t running;		/* jobs submitted and not finished */
+	int err;
+	char errmsg[512];
+	int stop;
+	int threaded; /* 0: no thread, the queue runs in ddpi_async_wait */
+};
+
+__thread int ddpi_in_background;
+
+/* Runs one queued reduction under the context lock. */
+static int run_job(struct ddpi_async *a, const struct job *j)
+{
+	struct ddp_ctx *ctx = a->ctx;
+	int rc;
+
+	pthread_mutex_lock(&ctx->lock);
+	rc = ctx->broken ? ddpi_err(DDP_EBROKEN, "%s", ctx->broken_msg)
+			 : ctx->ops->all_reduce(ctx->be, j->buf, j->count, j->dt, j->op,
+						ddpi_deadline(ctx));
+	if (rc < 0 && !ctx->broken)
+		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+/* Takes the head job (a->mu held), runs it unlocked, records the outcome. */
+static void run_head(struct ddpi_async *a)
+{
+	struct job j = a->q[a->head % a->cap];
+	int skip = a->err != 0, rc = 0;
+
+	pthread_mutex_unlock(&a->mu);
+	if (!skip)
+		rc = run_job(a, &j);
+	pthread_mutex_lock(&a->mu);
+	if (rc < 0 && !a->err) {
+		a->err = rc;
+		snprintf(a->errmsg, sizeof(a->errmsg), "%s", ddp_errmsg());
+	}
+	a->head++;
+	a->running--;
+	pthread_cond_broadcast(&a->cv);
+}
+
+static void *comm_main(void *arg)
+{
+	struct ddpi_async *a = arg;
+
+	ddpi_in_background = 1;
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		while (a->head == a->tail && !a->stop)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (a->head == a->tail && a->stop)
+			break;
+		run_head(a);
+	}
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out)
+{
+	struct ddpi_async *a = calloc(1, sizeof(*a));
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	a->ctx = ctx;
+	a->cap = 64;
+	a->threaded = threaded;
+	a->q = calloc(a->cap, sizeof(*a->q));
+	if (!a->q) {
+		free(a);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	if (threaded && (rc = pthread_create(&a->thread, NULL, comm_main, a)) != 0) {
+		free(a->q);
+		free(a);
+		return ddpi_err(-rc, "cannot start the communication thread: %s", strerror(rc));
+	}
+	*out = a;
+	return 0;
+}
+
+int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
+		      enum ddp_op op)
+{
+	pthread_mutex_lock(&a->mu);
+	if (a->tail - a->head == a->cap) {
+		/* Grow the ring, keeping order. */
+		struct job *nq = calloc(a->cap * 2, sizeof(*nq));
+		if (!nq) {
+			pthread_mutex_unlock(&a->mu);
+			return -ENOMEM;
+		}
+		for (size_t i = a->head; i < a->tail; i++)
+			nq[i % (a->cap * 2)] = a->q[i % a->cap];
+		free(a->q);
+		a->q = nq;
+		a->cap *= 2;
+	}
+	a->q[a->tail % a->cap] = (struct job){buf, count, dt, op};
+	a->tail++;
+	a->running++;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	return 0;
+}
+
+int ddpi_async_wait(struct ddpi_async *a, int64_t deadline)
+{
+	int rc;
+
+	pthread_mutex_lock(&a->mu);
+	/* Without a thread, the queue runs here, in order. */
+	while (!a->threaded && a->head != a->tail)
+		run_head(a);
+	while (a->running) {
+		/* The thread's own collectives carry deadlines; this one only guards
+		 * against a thread that cannot be scheduled at all. */
+		struct timespec ts;
+		int64_t left = deadline - util_now_ms();
+		if (left <= 0) {
+			pthread_mutex_unlock(&a->mu);
+			return ddpi_err(-ETIMEDOUT, "timed out waiting for gradient buckets");
+		}
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+	}
+	rc = a->err;
+	if (rc < 0)
+		ddpi_err(rc, "%s", a->errmsg);
+	pthread_mutex_unlock(&a->mu);
+	return rc;
+}
+
+void ddpi_async_stop(struct ddpi_async *a)
+{
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->mu);
+	a->stop = 1;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+	if (a->threaded)
+		pthread_join(a->thread, NULL);
+	pthread_mutex_destroy(&a->mu);
+	pthread_cond_destroy(&a->cv);
+	free(a->q);
+	free(a);
+}

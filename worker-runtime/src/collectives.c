@@ -1,0 +1,86 @@
+/* collectives: the public collective calls. Each checks its arguments, fails
+ * fast on a broken context, lets queued gradient buckets finish first (so
+ * every rank issues collectives in the same order), runs the backend's
+ * operation under the context lock with a deadline, and breaks the context if
+ * it fails. */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ddp_internal.h"
+
+static int begin(struct ddp_ctx *ctx, const char *what)
+{
+	int rc;
+
+	if (!ctx)
+		return ddpi_err(-EINVAL, "%s: no context", what);
+	if (ctx->broken)
+		return ddpi_err(DDP_EBROKEN, "%s: the communicator failed earlier: %s", what,
+				ctx->broken_msg);
+	if (ctx->async && (rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx))) < 0)
+		return ddpi_err_prefix(rc, what);
+	pthread_mutex_lock(&ctx->lock);
+	return 0;
+}
+
+static int end(struct ddp_ctx *ctx, int rc)
+{
+	if (rc < 0)
+		ddpi_ctx_fail(ctx, rc);
+	pthread_mutex_unlock(&ctx->lock);
+	return rc;
+}
+
+int ddp_all_reduce(struct ddp_ctx *ctx, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op)
+{
+	int rc;
+
+	if (!ddpi_dtype_valid(dt) || !ddpi_op_valid(op))
+		return ddpi_err(-EINVAL, "all_reduce: invalid dtype %d or op %d", (int)dt, (int)op);
+	if (count > SIZE_MAX / 8 || (count && !buf))
+		return ddpi_err(-EINVAL, "all_reduce: bad buffer or count");
+	if ((rc = begin(ctx, "all_reduce")) < 0)
+		return rc;
+	rc = ctx->ops->all_reduce(ctx->be, buf, count, dt, op, ddpi_deadline(ctx));
+	return end(ctx, rc);
+}
+
+int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root)
+{
+	int rc;
+
+	if (bytes && !buf)
+		return ddpi_err(-EINVAL, "broadcast: buf is NULL");
+	if (ctx && (root < 0 || root >= ctx->env.world))
+		return ddpi_err(-EINVAL, "broadcast: root %d is not a rank of a world of %d", root,
+				ctx->env.world);
+	if ((rc = begin(ctx, "broadcast")) < 0)
+		return rc;
+	rc = ctx->ops->broadcast(ctx->be, buf, bytes, root, ddpi_deadline(ctx));
+	return end(ctx, rc);
+}
+
+int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t bytes)
+{
+	int rc;
+
+	if (bytes && (!send || !recv))
+		return ddpi_err(-EINVAL, "all_gather: send or recv is NULL");
+	if (ctx && bytes > SIZE_MAX / (size_t)ctx->env.world)
+		return ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large", bytes);
+	if ((rc = begin(ctx, "all_gather")) < 0)
+		return rc;
+	rc = ctx->ops->all_gather(ctx->be, send, recv, bytes, ddpi_deadline(ctx));
+	return end(ctx, rc);
+}
+
+int ddp_barrier(struct ddp_ctx *ctx)
+{
+	int rc;
+
+	if ((rc = begin(ctx, "barrier")) < 0)
+		return rc;
+	rc = ctx->ops->barrier(ctx->be, ddpi_deadline(ctx));
+	return end(ctx, rc);
+}

@@ -1,0 +1,199 @@
+/* cpu: the cpu backend, hierarchical. Inside a node the ranks share memory
+ * (shm_coll.c); between nodes only the node leaders (local rank 0) talk, over
+ * TCP (tcp.c), and then hand the result to their node through shared memory. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm.h"
+#include "tcp.h"
+
+struct ddpi_cpu {
+	struct ddp_env env;
+	struct ddpi_shm *shm; /* NULL with one local rank */
+	struct ddpi_tcp *tcp; /* node leaders of a multi-node job only */
+	int *pos;	      /* local rank -> global rank (all_gather positions) */
+	void *tmp;	      /* scratch for multi-node all_gather */
+	size_t tmp_len;
+};
+
+int ddpi_cpu_open(const struct ddp_env *env, int64_t deadline, struct ddpi_cpu **out)
+{
+	struct ddpi_cpu *c = calloc(1, sizeof(*c));
+	int rc = -ENOMEM;
+
+	if (!c)
+		return rc;
+	c->env = *env;
+	c->pos = calloc((size_t)env->local_world, sizeof(int));
+	if (!c->pos)
+		goto fail;
+	if (env->local_world > 1) {
+		if ((rc = ddpi_shm_open(env, deadline, &c->shm)) < 0)
+			goto fail;
+		for (int q = 0; q < env->local_world; q++)
+			c->pos[q] = ddpi_shm_rank_of(c->shm, q);
+	} else {
+		c->pos[0] = env->rank;
+	}
+	if (env->nnodes > 1 && env->local_rank == 0) {
+		if ((rc = ddpi_tcp_open(env, c->pos, deadline, &c->tcp)) < 0) {
+			if (c->shm)
+				ddpi_shm_abort(c->shm, ddp_errmsg());
+			goto fail;
+		}
+	}
+	if (env->nnodes > 1 && c->shm) {
+		/* Nobody starts before the leaders are connected. */
+		if ((rc = ddpi_shm_barrier(c->shm, deadline)) < 0)
+			goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	ddpi_cpu_close(c);
+	return rc;
+}
+
+void ddpi_cpu_close(struct ddpi_cpu *c)
+{
+	if (!c)
+		return;
+	ddpi_tcp_close(c->tcp);
+	ddpi_shm_close(c->shm);
+	free(c->pos);
+	free(c->tmp);
+	free(c);
+}
+
+/* A leader's failure must reach its node's ranks waiting in shared memory. */
+static int leader_fail(struct ddpi_cpu *c, int rc)
+{
+	if (c->shm)
+		ddpi_shm_abort(c->shm, ddp_errmsg());
+	return rc;
+}
+
+static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
+			  int64_t deadline)
+{
+	struct ddpi_cpu *c = be;
+	enum ddp_op partial = op == DDP_AVG ? DDP_SUM : op;
+	int rc;
+
+	if (c->env.nnodes == 1)
+		return c->shm ? ddpi_shm_all_reduce(c->shm, buf, count, dt, op, c->env.world,
+						    deadline)
+			      : 0;
+	/* Sum inside the node, between the leaders, then hand the result down. */
+	if (c->shm && (rc = ddpi_shm_all_reduce(c->shm, buf, count, dt, partial, 1, deadline)) < 0)
+		return rc;
+	if (c->tcp) {
+		if ((rc = ddpi_tcp_all_reduce(c->tcp, buf, count, dt, partial, deadline)) < 0)
+			return leader_fail(c, rc);
+		if (op == DDP_AVG)
+			ddpi_scale_div(dt, buf, count, c->env.world);
+	}
+	if (c->shm)
+		return ddpi_shm_broadcast(c->shm, buf, count * ddp_dtype_size(dt), 0, deadline);
+	return 0;
+}
+
+static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
+{
+	struct ddpi_cpu *c = be;
+	int root_local = c->shm ? ddpi_shm_local_of(c->shm, root) : (root == c->env.rank ? 0 : -1);
+	int rc;
+
+	if (c->env.nnodes == 1)
+		return c->shm ? ddpi_shm_broadcast(c->shm, buf, bytes, root_local, deadline) : 0;
+	/* The root's node first (so its leader has the data), then the leaders,
+	 * then every other node from its leader. */
+	if (root_local >= 0 && c->shm &&
+	    (rc = ddpi_shm_broadcast(c->shm, buf, bytes, root_local, deadline)) < 0)
+		return rc;
+	if (c->tcp && (rc = ddpi_tcp_broadcast(c->tcp, buf, bytes, root, deadline)) < 0)
+		return leader_fail(c, rc);
+	if (root_local < 0 && c->shm)
+		return ddpi_shm_broadcast(c->shm, buf, bytes, 0, deadline);
+	return 0;
+}
+
+static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
+{
+	struct ddpi_cpu *c = be;
+	int rc;
+
+	if (c->env.nnodes == 1) {
+		if (c->shm)
+			return ddpi_shm_all_gather(c->shm, send, recv, bytes, c->pos, deadline);
+		if ((char *)recv != (const char *)send)
+			memmove(recv, send, bytes);
+		return 0;
+	}
+	/* The node's pieces land at their ranks' places in recv; the leaders fill
+	 * in the other nodes' places; then the whole of recv goes down. */
+	if (c->shm)
+		rc = ddpi_shm_all_gather(c->shm, send, recv, bytes, c->pos, deadline);
+	else
+		rc = (memmove((char *)recv + (size_t)c->env.rank * bytes, send, bytes), 0);
+	if (rc < 0)
+		return rc;
+	if (c->tcp && (rc = ddpi_tcp_all_gather(c->tcp, recv, bytes, deadline)) < 0)
+		return leader_fail(c, rc);
+	if (c->shm)
+		return ddpi_shm_broadcast(c->shm, recv, bytes * (size_t)c->env.world, 0, deadline);
+	return 0;
+}
+
+static int cpu_barrier(void *be, int64_t deadline)
+{
+	struct ddpi_cpu *c = be;
+	int rc;
+
+	if (c->shm && (rc = ddpi_shm_barrier(c->shm, deadline)) < 0)
+		return rc;
+	if (c->env.nnodes == 1)
+		return 0;
+	if (c->tcp && (rc = ddpi_tcp_barrier(c->tcp, deadline)) < 0)
+		return leader_fail(c, rc);
+	return c->shm ? ddpi_shm_barrier(c->shm, deadline) : 0;
+}
+
+static int cpu_mem_alloc(void *be, size_t bytes, void **p)
+{
+	/* Cache-line aligned so the reduction loops vectorize cleanly. */
+	void *m = NULL;
+	if (posix_memalign(&m, 64, bytes ? bytes : 64))
+		return -ENOMEM;
+	*p = m;
+	return 0;
+}
+
+static void cpu_mem_free(void *be, void *p)
+{
+	free(p);
+}
+
+static int cpu_mem_zero(void *be, void *p, size_t bytes)
+{
+	memset(p, 0, bytes);
+	return 0;
+}
+
+static void cpu_destroy(void *be)
+{
+	ddpi_cpu_close(be);
+}
+
+const struct ddpi_backend_ops ddpi_cpu_ops = {
+	.name = "cpu",
+	.all_reduce = cpu_all_reduce,
+	.broadcast = cpu_broadcast,
+	.all_gather = cpu_all_gather,
+	.barrier = cpu_barrier,
+	.mem_alloc = cpu_mem_alloc,
+	.mem_free = cpu_mem_free,
+	.mem_zero = cpu_mem_zero,
+	.destroy = cpu_destroy,
+};

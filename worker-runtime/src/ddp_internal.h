@@ -1,0 +1,201 @@
+/* ddp_internal: what libddp's source files share (not installed).
+ * Naming: ddp_ for the public API, ddpi_ for internal functions that cross
+ * files, static for everything else. */
+#ifndef DDP_INTERNAL_H
+#define DDP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stddef.h>
+
+#include "ddp.h"
+
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
+#define DDP_DEFAULT_TIMEOUT_MS (600 * 1000)
+
+/* ---- errors (error.c) ---------------------------------------------------------- */
+
+/* Sets this thread's ddp_errmsg() text and returns code (so callers can write
+ * `return ddpi_err(-EINVAL, "...")`). */
+int ddpi_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current message with "what: " (keeps the code). */
+int ddpi_err_prefix(int code, const char *what);
+/* Rank used to prefix messages printed on stderr (-1: unknown). */
+void ddpi_set_log_rank(int rank);
+int ddpi_log_rank(void);
+
+/* ---- environment (env.c) --------------------------------------------------------- */
+
+struct ddp_env {
+	int rank, world;
+	int local_rank, local_world;
+	int node, nnodes;
+	char master_addr[256];
+	int master_port; /* 0: unset */
+	char run_id[128];
+	int restart;
+	int under_launcher;	  /* some launcher variable was set */
+	enum ddp_backend backend; /* from DDP_BACKEND */
+	char print_ranks[256];	  /* from DDP_PRINT_RANKS ("" unset) */
+	int64_t timeout_ms;	  /* from DDP_TIMEOUT, else the default */
+	int quiet;		  /* DDP_QUIET */
+	int async;		  /* DDP_ASYNC: buckets on a communication thread (1) */
+};
+
+typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);
+
+/* Parses and checks the launcher environment through get (getenv-like), so tests
+ * can feed a table. DDP_EENV with the reason in ddp_errmsg on inconsistent or
+ * malformed values. */
+int ddpi_env_parse(ddpi_getenv_fn get, void *arg, struct ddp_env *e);
+int ddpi_parse_backend(const char *s, enum ddp_backend *out);
+
+/* ---- print control (print.c) --------------------------------------------------------- */
+
+/* spec: "all", "none", or a comma list of ranks and ranges ("0,2-3").
+ * *match = 1 if rank is selected. -EINVAL on a malformed spec. */
+int ddpi_print_spec_match(const char *spec, int rank, int *match);
+/* Silences stdout (dup2 of /dev/null) keeping a copy for ddp_print_force. */
+int ddpi_print_setup(struct ddp_ctx *ctx, const char *spec);
+void ddpi_print_restore(struct ddp_ctx *ctx);
+
+/* ---- dtypes and reduction kernels (dtype.c, reduce.c) --------------------------------- */
+
+uint16_t ddpi_f32_to_f16(float f);
+float ddpi_f16_to_f32(uint16_t h);
+uint16_t ddpi_f32_to_bf16(float f);
+float ddpi_bf16_to_f32(uint16_t h);
+/* Bulk conversions (vectorized where the CPU allows). */
+void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void ddpi_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
+void ddpi_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+void ddpi_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+
+int ddpi_dtype_valid(enum ddp_dtype dt);
+int ddpi_op_valid(enum ddp_op op);
+const char *ddpi_dtype_name(enum ddp_dtype dt);
+
+/* dst[i] = op(src[0][i], ..., src[nsrc-1][i]) for n elements, sources combined
+ * in index order (so every rank computing it gets the same bits). AVG: the sum
+ * divided by avg_div (the world size). dst may alias any source. float16 and
+ * bfloat16 accumulate in float32 and round once. */
+void ddpi_reduce(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src, int nsrc,
+		 size_t n, int avg_div);
+/* The same, also writing the result to dst2 when it is not NULL. */
+void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, const void *const *src,
+		  int nsrc, size_t n, int avg_div);
+/* buf[i] /= div (AVG after partial sums). */
+void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
+
+/* ---- communicators ----------------------------------------------------------------------- */
+
+/* A backend: collectives over all ranks, with absolute deadlines (util_now_ms()
+ * clock). Every function returns 0 or a negative code with ddp_errmsg set. */
+struct ddpi_backend_ops {
+	const char *name;
+	int (*all_reduce)(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
+			  int64_t deadline);
+	int (*broadcast)(void *be, void *buf, size_t bytes, int root, int64_t deadline);
+	int (*all_gather)(void *be, const void *send, void *recv, size_t bytes, int64_t deadline);
+	int (*barrier)(void *be, int64_t deadline);
+	/* Asynchronous all-reduce for gradient buckets, completed in issue order by
+	 * wait_async. NULL: the core runs them on its communication thread. */
+	int (*all_reduce_async)(void *be, void *buf, size_t count, enum ddp_dtype dt,
+				enum ddp_op op);
+	int (*wait_async)(void *be, int64_t deadline);
+	/* Memory of the backend's device (host for cpu). */
+	int (*mem_alloc)(void *be, size_t bytes, void **p);
+	void (*mem_free)(void *be, void *p);
+	int (*mem_zero)(void *be, void *p, size_t bytes);
+	void (*destroy)(void *be);
+};
+
+struct ddpi_async; /* the cpu communication thread (async.c) */
+
+struct ddp_ctx {
+	struct ddp_env env;
+	enum ddp_backend backend;
+	int device;
+	int64_t timeout_ms;
+	int broken; /* first error code of a failed collective (0: healthy) */
+	char broken_msg[256];
+	pthread_mutex_t lock; /* one collective at a time */
+	const struct ddpi_backend_ops *ops;
+	void *be;
+	struct ddpi_cpu *cpu; /* the cpu communicator (also the NCCL bootstrap) */
+	struct ddpi_async *async;
+	/* print control */
+	int print_enabled;
+	int saved_stdout; /* -1 when stdout was not redirected */
+};
+
+/* Marks the context broken after a failed collective; returns code. */
+int ddpi_ctx_fail(struct ddp_ctx *ctx, int code);
+int64_t ddpi_deadline(const struct ddp_ctx *ctx);
+
+/* ---- cpu communicator (cpu.c: shm inside the node, tcp between node leaders) --------- */
+
+struct ddpi_cpu;
+int ddpi_cpu_open(const struct ddp_env *env, int64_t deadline, struct ddpi_cpu **out);
+void ddpi_cpu_close(struct ddpi_cpu *c);
+extern const struct ddpi_backend_ops ddpi_cpu_ops;
+
+/* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */
+
+/* threaded 0: no thread; submitted reductions run in ddpi_async_wait. */
+int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out);
+/* Set on the communication thread: its waits must not spin, the program's
+ * own threads are computing on the same cores. */
+extern __thread int ddpi_in_background;
+/* Queues an all_reduce of buf to run on the communication thread. */
+int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
+		      enum ddp_op op);
+/* Waits for every submitted reduction; the first error (or 0). */
+int ddpi_async_wait(struct ddpi_async *a, int64_t deadline);
+void ddpi_async_stop(struct ddpi_async *a);
+
+/* ---- devices (device.c; cuda/ when built with CUDA) ---------------------------------------- */
+
+/* Number of visible GPUs (0 when none or no driver); msg gets the reason for 0. */
+int ddpi_gpu_count(char *msg, size_t len);
+/* Resolves want into ctx->backend and ctx->device; why gets the reason auto
+ * chose cpu. DDP_ENOTBUILT / DDP_ENOGPU for an impossible nccl. */
+int ddpi_select_backend(struct ddp_ctx *ctx, enum ddp_backend want, char *why, size_t len);
+#ifdef DDP_WITH_CUDA
+int ddpi_nccl_open(struct ddp_ctx *ctx, int64_t deadline, void **be);
+extern const struct ddpi_backend_ops ddpi_nccl_ops;
+#endif
+
+/* ---- bucket assignment (buckets.c) ----------------------------------------------------------- */
+
+struct ddpi_bucket_plan {
+	size_t nbuckets;
+	size_t *start; /* bucket b holds order[start[b] .. start[b+1]) */
+	size_t *order; /* parameter indices, nparams entries */
+	size_t *bytes; /* size of each bucket */
+};
+
+/* PyTorch's compute_bucket_assignment_by_size, then reversed: parameters
+ * grouped by dtype in registration order, a bucket closing when it reaches its
+ * cap (first_cap for the first bucket of each dtype, then cap); buckets sorted
+ * by their smallest parameter index, then reversed (bucket 0 is reduced first).
+ * Inside a bucket parameters keep registration order. */
+int ddpi_bucket_plan(const struct ddp_param *params, size_t n, size_t first_cap, size_t cap,
+		     struct ddpi_bucket_plan *plan);
+void ddpi_bucket_plan_free(struct ddpi_bucket_plan *plan);
+
+/* ---- mt19937 (sampler.c) -------------------------------------------------------------------------- */
+
+struct ddpi_mt19937 {
+	uint32_t state[624];
+	int left;
+	int next;
+};
+void ddpi_mt19937_seed(struct ddpi_mt19937 *m, uint64_t seed);
+uint32_t ddpi_mt19937_next(struct ddpi_mt19937 *m);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,196 @@
+/* error: error codes and texts, the per-thread detailed message, and fatal
+ * errors recorded in torchelastic's error-file format for the launcher. */
+#include <errno.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+static __thread char errmsg[512];
+static int log_rank = -1;
+
+const char *ddp_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -ETIMEDOUT:
+		return "timed out (see DDP_TIMEOUT)";
+	case DDP_EBROKEN:
+		return "communicator broken by an earlier failure";
+	case DDP_ENOGPU:
+		return "nccl backend requested but no GPU is visible";
+	case DDP_ENOTBUILT:
+		return "not built into this libddp (rebuild with CUDA=1)";
+	case DDP_ENCCL:
+		return "NCCL error";
+	case DDP_ECUDA:
+		return "CUDA error";
+	case DDP_ENOTREADY:
+		return "a parameter's gradient was never marked ready";
+	case DDP_EPEER:
+		return "a peer rank exited or disconnected";
+	case DDP_ECHILD:
+		return "a spawned process failed";
+	case DDP_EENV:
+		return "inconsistent launcher environment";
+	}
+	if (err < 0 && err > -4096)
+		return strerror(-err); /* glibc: static text for known codes */
+	return "unknown error";
+}
+
+const char *ddp_errmsg(void)
+{
+	return errmsg;
+}
+
+int ddpi_err(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int ddpi_err_prefix(int code, const char *what)
+{
+	char tmp[sizeof(errmsg)];
+
+	/* Truncation is fine: the message is for humans. */
+	if (snprintf(tmp, sizeof(tmp), "%s: %s", what, errmsg[0] ? errmsg : ddp_strerror(code)) < 0)
+		return code;
+	memcpy(errmsg, tmp, sizeof(errmsg));
+	return code;
+}
+
+void ddpi_set_log_rank(int rank)
+{
+	log_rank = rank;
+}
+
+int ddpi_log_rank(void)
+{
+	return log_rank;
+}
+
+/* Appends text to the growing string *out (NULL after an allocation failure). */
+static void append(char **out, size_t *len, size_t *cap, const char *text)
+{
+	size_t add = strlen(text);
+
+	if (!*out)
+		return;
+	if (*len + add + 1 > *cap) {
+		while (*len + add + 1 > *cap)
+			*cap *= 2;
+		char *p = realloc(*out, *cap);
+		if (!p) {
+			free(*out);
+			*out = NULL;
+			return;
+		}
+		*out = p;
+	}
+	memcpy(*out + *len, text, add + 1);
+	*len += add;
+}
+
+/* The calling thread's stack, then the message, the way a Python traceback
+ * ends with the exception: that is what the launcher's report shows. Frame
+ * names need the program linked with -rdynamic; addresses are always there. */
+static char *traceback_text(const char *msg)
+{
+	void *frames[64];
+	int n = backtrace(frames, 64);
+	char **syms = backtrace_symbols(frames, n);
+	size_t cap = 256, len = 0;
+	char *out = malloc(cap);
+
+	if (out)
+		out[0] = '\0';
+	append(&out, &len, &cap, "C backtrace (most recent call first):\n");
+	/* Frames 0 and 1 are this function and ddp_record_error. */
+	for (int i = 2; i < n; i++) {
+		char line[512];
+		snprintf(line, sizeof(line), "  #%d %s\n", i - 2, syms ? syms[i] : "?");
+		append(&out, &len, &cap, line);
+	}
+	append(&out, &len, &cap, msg);
+	free(syms);
+	return out;
+}
+
+int ddp_record_error(const char *msg)
+{
+	const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+	cJSON *root = NULL, *m, *extra;
+	char *text = NULL, *stack = NULL, ts[32], tmp[4200];
+	int fd = -1, rc = -ENOMEM;
+
+	if (!path || !*path)
+		return 0;
+	if (strlen(path) > 4000)
+		return -ENAMETOOLONG;
+	stack = traceback_text(msg ? msg : "");
+	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
+	root = cJSON_CreateObject();
+	m = cJSON_AddObjectToObject(root, "message");
+	if (!m || !cJSON_AddStringToObject(m, "message", msg ? msg : ""))
+		goto out;
+	extra = cJSON_AddObjectToObject(m, "extraInfo");
+	if (!extra || !cJSON_AddStringToObject(extra, "py_callstack", stack ? stack : "") ||
+	    !cJSON_AddStringToObject(extra, "timestamp", ts))
+		goto out;
+	text = cJSON_PrintUnformatted(root);
+	if (!text)
+		goto out;
+	/* Write then rename, so a reader never sees half a file. */
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	rc = util_write_all(fd, text, strlen(text));
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0)
+		unlink(tmp);
+out:
+	free(text);
+	free(stack);
+	cJSON_Delete(root);
+	return rc;
+}
+
+void ddp_fatal(struct ddp_ctx *ctx, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	int rank = ctx ? ctx->env.rank : log_rank;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+	ddp_record_error(msg);
+	if (rank >= 0)
+		fprintf(stderr, "[rank%d] fatal: %s\n", rank, msg);
+	else
+		fprintf(stderr, "fatal: %s\n", msg);
+	exit(1);
+}

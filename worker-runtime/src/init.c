@@ -1,0 +1,220 @@
+/* init: ddp_init/ddp_finalize and the context's accessors. The order matters:
+ * environment (so errors name the rank), parent death signal, backend and
+ * device, quiet stdout, then the communicators (which block until every rank
+ * has joined). */
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+/* One context per process: a second one would share the node's segment name. */
+static _Atomic int live_contexts;
+
+static const char *real_getenv(const char *name, void *arg)
+{
+	return getenv(name);
+}
+
+void ddp_options_init(struct ddp_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->backend = DDP_BACKEND_AUTO;
+}
+
+int64_t ddpi_deadline(const struct ddp_ctx *ctx)
+{
+	return util_now_ms() + ctx->timeout_ms;
+}
+
+int ddpi_ctx_fail(struct ddp_ctx *ctx, int code)
+{
+	if (!ctx->broken) {
+		ctx->broken = code;
+		snprintf(ctx->broken_msg, sizeof(ctx->broken_msg), "%s", ddp_errmsg());
+	}
+	return code;
+}
+
+/* Die with the launcher. The launcher sets this between fork and exec too; a
+ * library cannot rely on that (torchrun does not), so set it again and check
+ * that the parent did not die before it took effect. DDP_PDEATHSIG=0 opts out
+ * (ddp_spawn's non-daemon children). */
+static void watch_parent(void)
+{
+	const char *v = getenv("DDP_PDEATHSIG");
+	pid_t before = getppid();
+
+	if (v && !strcmp(v, "0"))
+		return;
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return;
+	if (getppid() != before) {
+		fprintf(stderr, "[rank%d] libddp: the launcher exited before this worker started\n",
+			ddpi_log_rank());
+		_exit(1);
+	}
+}
+
+static void announce(const struct ddp_ctx *ctx, const char *why)
+{
+	if (ctx->env.rank != 0 || ctx->env.quiet)
+		return;
+	if (ctx->backend == DDP_BACKEND_NCCL)
+		fprintf(stderr,
+			"libddp: backend nccl (rank 0 on GPU %d), world size %d, %d node(s)\n",
+			ctx->device, ctx->env.world, ctx->env.nnodes);
+	else if (why[0] && strcmp(why, "requested") != 0)
+		fprintf(stderr, "libddp: no GPU (%s): backend cpu, world size %d, %d node(s)\n",
+			why, ctx->env.world, ctx->env.nnodes);
+	else
+		fprintf(stderr, "libddp: backend cpu, world size %d, %d node(s)\n", ctx->env.world,
+			ctx->env.nnodes);
+}
+
+int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
+{
+	struct ddp_options defaults;
+	struct ddp_ctx *ctx;
+	char why[300];
+	const char *spec;
+	int rc;
+
+	if (!out)
+		return ddpi_err(-EINVAL, "ddp_init: out is NULL");
+	if (!o) {
+		ddp_options_init(&defaults);
+		o = &defaults;
+	}
+	if (atomic_fetch_add(&live_contexts, 1) != 0) {
+		atomic_fetch_sub(&live_contexts, 1);
+		return ddpi_err(-EBUSY, "ddp_init: this process already has a context "
+					"(call ddp_finalize first)");
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		atomic_fetch_sub(&live_contexts, 1);
+		return ddpi_err(-ENOMEM, "ddp_init: out of memory");
+	}
+	ctx->saved_stdout = -1;
+	ctx->print_enabled = 1;
+	pthread_mutex_init(&ctx->lock, NULL);
+	if ((rc = ddpi_env_parse(real_getenv, NULL, &ctx->env)) < 0)
+		goto fail;
+	ddpi_set_log_rank(ctx->env.rank);
+	if (ctx->env.under_launcher)
+		watch_parent();
+	ctx->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : ctx->env.timeout_ms;
+	if (o->quiet)
+		ctx->env.quiet = 1;
+
+	rc = ddpi_select_backend(ctx,
+				 o->backend != DDP_BACKEND_AUTO ? o->backend : ctx->env.backend,
+				 why, sizeof(why));
+	if (rc < 0)
+		goto fail;
+	spec = o->print_ranks		 ? o->print_ranks
+	       : ctx->env.print_ranks[0] ? ctx->env.print_ranks
+					 : "0";
+	if ((rc = ddpi_print_setup(ctx, spec)) < 0)
+		goto fail;
+	announce(ctx, why);
+
+	int64_t deadline = ddpi_deadline(ctx);
+	if ((rc = ddpi_cpu_open(&ctx->env, deadline, &ctx->cpu)) < 0)
+		goto fail;
+	if (ctx->backend == DDP_BACKEND_CPU) {
+		ctx->ops = &ddpi_cpu_ops;
+		ctx->be = ctx->cpu;
+	} else {
+#ifdef DDP_WITH_CUDA
+		if ((rc = ddpi_nccl_open(ctx, deadline, &ctx->be)) < 0)
+			goto fail;
+		ctx->ops = &ddpi_nccl_ops;
+#endif
+	}
+	*out = ctx;
+	return 0;
+fail:
+	rc = ddpi_err_prefix(rc, "ddp_init");
+	ddpi_print_restore(ctx);
+	ddpi_cpu_close(ctx->cpu);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	atomic_fetch_sub(&live_contexts, 1);
+	return rc;
+}
+
+int ddp_finalize(struct ddp_ctx *ctx)
+{
+	int rc = 0;
+
+	if (!ctx)
+		return 0;
+	if (ctx->async) {
+		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
+		ddpi_async_stop(ctx->async);
+	}
+	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
+		ctx->ops->destroy(ctx->be);
+	ddpi_cpu_close(ctx->cpu);
+	ddpi_print_restore(ctx);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	atomic_fetch_sub(&live_contexts, 1);
+	return rc;
+}
+
+int ddp_rank(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.rank : 0;
+}
+
+int ddp_world_size(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.world : 1;
+}
+
+int ddp_local_rank(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.local_rank : 0;
+}
+
+int ddp_local_world_size(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.local_world : 1;
+}
+
+int ddp_node_rank(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.node : 0;
+}
+
+int ddp_num_nodes(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->env.nnodes : 1;
+}
+
+enum ddp_backend ddp_backend(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->backend : DDP_BACKEND_CPU;
+}
+
+int ddp_device(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->device : -1;
+}
+
+int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms)
+{
+	if (!ctx || timeout_ms <= 0)
+		return ddpi_err(-EINVAL, "ddp_set_timeout: the timeout must be positive");
+	ctx->timeout_ms = timeout_ms;
+	return 0;
+}

@@ -1,0 +1,138 @@
+/* print: quiet ranks. The C form of MoCo's `builtins.print = print_pass`: on a
+ * silenced rank fd 1 is pointed at /dev/null (so printf, puts and any library
+ * writing to stdout go quiet), and a copy of the real stdout is kept for
+ * ddp_print_force. stderr is never touched. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+int ddpi_print_spec_match(const char *spec, int rank, int *match)
+{
+	const char *p = spec;
+	int m = 0;
+
+	if (!strcmp(spec, "all")) {
+		*match = 1;
+		return 0;
+	}
+	if (!strcmp(spec, "none")) {
+		*match = 0;
+		return 0;
+	}
+	if (!*p)
+		return -EINVAL;
+	while (*p) {
+		char *end;
+		long lo, hi;
+
+		if (*p < '0' || *p > '9')
+			return -EINVAL;
+		lo = strtol(p, &end, 10);
+		hi = lo;
+		p = end;
+		if (*p == '-') {
+			p++;
+			if (*p < '0' || *p > '9')
+				return -EINVAL;
+			hi = strtol(p, &end, 10);
+			p = end;
+		}
+		if (lo > hi || hi > 1L << 30)
+			return -EINVAL;
+		if (rank >= lo && rank <= hi)
+			m = 1;
+		if (*p == ',') {
+			p++;
+			if (!*p)
+				return -EINVAL;
+		} else if (*p) {
+			return -EINVAL;
+		}
+	}
+	*match = m;
+	return 0;
+}
+
+int ddpi_print_setup(struct ddp_ctx *ctx, const char *spec)
+{
+	int match, devnull, saved;
+
+	ctx->saved_stdout = -1;
+	ctx->print_enabled = 1;
+	if (ddpi_print_spec_match(spec, ctx->env.rank, &match) < 0)
+		return ddpi_err(-EINVAL, "print ranks '%s' is not all, none or a list like 0,2-3",
+				spec);
+	if (match)
+		return 0;
+	fflush(stdout);
+	saved = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+	if (saved < 0)
+		return 0; /* no stdout at all: nothing to silence */
+	devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (devnull < 0 || dup2(devnull, STDOUT_FILENO) < 0) {
+		int err = -errno;
+		if (devnull >= 0)
+			close(devnull);
+		close(saved);
+		return ddpi_err(err, "cannot silence stdout: %s", strerror(-err));
+	}
+	close(devnull);
+	ctx->saved_stdout = saved;
+	ctx->print_enabled = 0;
+	return 0;
+}
+
+void ddpi_print_restore(struct ddp_ctx *ctx)
+{
+	if (ctx->saved_stdout < 0)
+		return;
+	fflush(stdout);
+	dup2(ctx->saved_stdout, STDOUT_FILENO);
+	close(ctx->saved_stdout);
+	ctx->saved_stdout = -1;
+	ctx->print_enabled = 1;
+}
+
+int ddp_print_enabled(const struct ddp_ctx *ctx)
+{
+	return ctx ? ctx->print_enabled : 1;
+}
+
+int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
+{
+	char stackbuf[1024], *buf = stackbuf;
+	int fd = ctx && ctx->saved_stdout >= 0 ? ctx->saved_stdout : STDOUT_FILENO;
+	int pre = 0, n, rc;
+	va_list ap;
+
+	if (ctx)
+		pre = snprintf(buf, sizeof(stackbuf), "[rank%d] ", ctx->env.rank);
+	va_start(ap, fmt);
+	n = vsnprintf(buf + pre, sizeof(stackbuf) - pre, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return -EINVAL;
+	if ((size_t)(pre + n) >= sizeof(stackbuf)) {
+		buf = malloc((size_t)pre + n + 1);
+		if (!buf)
+			return -ENOMEM;
+		memcpy(buf, stackbuf, pre);
+		va_start(ap, fmt);
+		vsnprintf(buf + pre, (size_t)n + 1, fmt, ap);
+		va_end(ap);
+	}
+	/* Keep ordering with what this rank already printf'd when stdout is live. */
+	if (fd == STDOUT_FILENO)
+		fflush(stdout);
+	rc = util_write_all(fd, buf, (size_t)pre + n);
+	if (buf != stackbuf)
+		free(buf);
+	return rc < 0 ? rc : pre + n;
+}

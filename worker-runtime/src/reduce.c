@@ -1,0 +1,159 @@
+/* reduce: the element-wise reduction kernels of every collective.
+ *
+ * Work goes block by block: a block of the first source is loaded into an
+ * accumulator that stays in L1, every other source is combined into it in
+ * index order, and the block is written out once. So each source is read once,
+ * the destination written once, the destination may alias a source, and every
+ * rank that reduces the same inputs gets the same bits. float16/bfloat16 are
+ * widened to float32 for the block and rounded once at the end.
+ *
+ * The loops are simple so the compiler vectorizes them; the hot ones are
+ * compiled for AVX2 and AVX-512 too and picked at load time (target_clones). */
+#include <string.h>
+
+#include "ddp_internal.h"
+
+#define BLK 1024 /* elements per block: 8 KiB accumulators at most */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+	!defined(__SANITIZE_ADDRESS__)
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES
+#endif
+#define VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+
+/* out = a op b for n elements. out may be a or b (element i is read before it
+ * is written), so no restrict on it; the compiler checks overlap at run time.
+ * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
+ * a stays because every comparison with it fails. */
+#define DEFINE_COMBINE(T, NAME)                                                              \
+	CLONES VEC static void NAME##_sum(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = a[i] + b[i];                                                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_min(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i];                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_max(T *out, const T *a, const T *b, size_t n)          \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			out[i] = (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i];                \
+	}                                                                                    \
+	CLONES VEC static void NAME##_div(T *acc, T d, size_t n)                             \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			acc[i] /= d;                                                         \
+	}                                                                                    \
+	static void NAME##_combine(enum ddp_op op, T *out, const T *a, const T *b, size_t n) \
+	{                                                                                    \
+		if (op == DDP_MIN)                                                           \
+			NAME##_min(out, a, b, n);                                            \
+		else if (op == DDP_MAX)                                                      \
+			NAME##_max(out, a, b, n);                                            \
+		else                                                                         \
+			NAME##_sum(out, a, b, n);                                            \
+	}
+
+DEFINE_COMBINE(float, f32)
+DEFINE_COMBINE(double, f64)
+DEFINE_COMBINE(int32_t, i32)
+DEFINE_COMBINE(int64_t, i64)
+
+/* One block of a natively typed reduction: sources are combined pairwise
+ * through an L1 accumulator, the last combination writing dst directly (every
+ * source's block has been read by then, so dst may alias any of them). */
+#define NATIVE_BLOCK(T, NAME)                                                      \
+	do {                                                                       \
+		T acc[BLK], *d = (T *)dst + off;                                   \
+		const T *prev = (const T *)src[0] + off;                           \
+		if (nsrc == 1 && d != prev)                                        \
+			memmove(d, prev, m * sizeof(T));                           \
+		for (int k = 1; k < nsrc; k++) {                                   \
+			T *out = k == nsrc - 1 ? d : acc;                          \
+			NAME##_combine(op, out, prev, (const T *)src[k] + off, m); \
+			prev = out;                                                \
+		}                                                                  \
+		if (op == DDP_AVG && avg_div > 1)                                  \
+			NAME##_div(d, (T)avg_div, m);                              \
+		if (dst2)                                                          \
+			memcpy((T *)dst2 + off, d, m * sizeof(T));                 \
+	} while (0)
+
+static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
+		       const void *const *src, int nsrc, size_t off, size_t m, int avg_div)
+{
+	float acc[BLK], tmp[BLK];
+	int bf = dt == DDP_BFLOAT16;
+
+	if (bf)
+		ddpi_bf16_to_f32_n(acc, (const uint16_t *)src[0] + off, m);
+	else
+		ddpi_f16_to_f32_n(acc, (const uint16_t *)src[0] + off, m);
+	for (int k = 1; k < nsrc; k++) {
+		if (bf)
+			ddpi_bf16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
+		else
+			ddpi_f16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
+		f32_combine(op, acc, acc, tmp, m);
+	}
+	if (op == DDP_AVG && avg_div > 1)
+		f32_div(acc, (float)avg_div, m);
+	if (bf)
+		ddpi_f32_to_bf16_n((uint16_t *)dst + off, acc, m);
+	else
+		ddpi_f32_to_f16_n((uint16_t *)dst + off, acc, m);
+	if (dst2)
+		memcpy((uint16_t *)dst2 + off, (uint16_t *)dst + off, m * 2);
+}
+
+void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, const void *const *src,
+		  int nsrc, size_t n, int avg_div)
+{
+	for (size_t off = 0; off < n; off += BLK) {
+		size_t m = n - off < BLK ? n - off : BLK;
+		switch (dt) {
+		case DDP_FLOAT32:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
+			NATIVE_BLOCK(float, f32);
+			break;
+		case DDP_FLOAT64:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
+			NATIVE_BLOCK(double, f64);
+			break;
+		case DDP_INT32:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
+			NATIVE_BLOCK(int32_t, i32);
+			break;
+		case DDP_INT64:
+			/* acc is written by the first combination (through out) */
+			// cppcheck-suppress legacyUninitvar
+			NATIVE_BLOCK(int64_t, i64);
+			break;
+		case DDP_FLOAT16:
+		case DDP_BFLOAT16:
+			half_block(dt, op, dst, dst2, src, nsrc, off, m, avg_div);
+			break;
+		}
+	}
+}
+
+void ddpi_reduce(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src, int nsrc,
+		 size_t n, int avg_div)
+{
+	ddpi_reduce2(dt, op, dst, NULL, src, nsrc, n, avg_div);
+}
+
+void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div)
+{
+	const void *src[1] = {buf};
+
+	if (div > 1)
+		ddpi_reduce(dt, DDP_AVG, buf, src, 1, n, div);
+}

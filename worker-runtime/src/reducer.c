@@ -1,0 +1,376 @@
+/* reducer: DDP gradient buckets (PyTorch's Reducer, without autograd hooks:
+ * the program says when a gradient is ready).
+ *
+ * Gradients live inside bucket buffers (gradient_as_bucket_view). A bucket is
+ * launched once all its gradients are marked and every earlier bucket has been
+ * launched, so every rank issues the same collectives in the same order even
+ * when gradients become ready in a different order. Launching means an
+ * asynchronous all-reduce with AVG: the cpu backend's communication thread or
+ * the nccl stream. finish() waits for all of them and resets the iteration. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp_internal.h"
+
+#define DEFAULT_FIRST_BUCKET (1u << 20)
+#define DEFAULT_BUCKET	     (25u << 20)
+#define BROADCAST_CHUNK	     ((size_t)250 << 20) /* torch's _DEFAULT_BROADCAST chunk */
+
+struct bucket {
+	void *buf;
+	size_t bytes, count;
+	enum ddp_dtype dt;
+	size_t nparams, pending;
+};
+
+struct ddp_reducer {
+	struct ddp_ctx *ctx;
+	size_t nparams, nbuckets, next_bucket;
+	struct ddp_param *params; /* names copied */
+	size_t *bucket_of;
+	void **grad;
+	unsigned char *ready;
+	struct bucket *b;
+	int sync;
+	int failed; /* a launch failed this iteration */
+};
+
+void ddp_reducer_options_init(struct ddp_reducer_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->first_bucket_bytes = DEFAULT_FIRST_BUCKET;
+	o->bucket_bytes = DEFAULT_BUCKET;
+	o->broadcast_params = 1;
+}
+
+static const char *pname(const struct ddp_reducer *r, size_t i, char *buf, size_t len)
+{
+	if (r->params[i].name)
+		return r->params[i].name;
+	snprintf(buf, len, "#%zu", i);
+	return buf;
+}
+
+/* Every rank must register the same parameters: compare a fingerprint. */
+static int verify_same_params(struct ddp_ctx *ctx, const struct ddp_param *p, size_t n)
+{
+	int w = ddp_world_size(ctx), rc;
+	uint64_t mine[2] = {n, 1469598103934665603ull}, *all;
+
+	for (size_t i = 0; i < n; i++) {
+		mine[1] = (mine[1] ^ p[i].count) * 1099511628211ull;
+		mine[1] = (mine[1] ^ (uint64_t)p[i].dtype) * 1099511628211ull;
+	}
+	if (w == 1)
+		return 0;
+	all = malloc(sizeof(mine) * (size_t)w);
+	if (!all)
+		return -ENOMEM;
+	rc = ddp_all_gather(ctx, mine, all, sizeof(mine));
+	for (int r = 0; rc == 0 && r < w; r++)
+		if (all[2 * r] != mine[0] || all[2 * r + 1] != mine[1])
+			rc = ddpi_err(-EINVAL,
+				      "reducer: rank %d registered different parameters (%llu "
+				      "parameters) than rank %d (%llu): counts or dtypes differ",
+				      r, (unsigned long long)all[2 * r], ddp_rank(ctx),
+				      (unsigned long long)mine[0]);
+	free(all);
+	return rc;
+}
+
+/* Rank 0's values everywhere. cpu: packed into large broadcasts; nccl: the
+ * parameters are device memory, one broadcast each. */
+static int broadcast_params(struct ddp_ctx *ctx, const struct ddp_param *p, size_t n)
+{
+	char *pack = NULL;
+	size_t i = 0;
+	int rc = 0;
+
+	if (ddp_world_size(ctx) == 1)
+		return 0;
+	if (ctx->backend != DDP_BACKEND_CPU) {
+		for (; i < n && rc == 0; i++)
+			rc = ddp_broadcast(ctx, p[i].data, p[i].count * ddp_dtype_size(p[i].dtype),
+					   0);
+		return rc;
+	}
+	while (i < n && rc == 0) {
+		size_t first = i, len = 0, off = 0;
+		while (i < n) {
+			size_t b = p[i].count * ddp_dtype_size(p[i].dtype);
+			if (len && len + b > BROADCAST_CHUNK)
+				break;
+			len += b;
+			i++;
+		}
+		char *np = realloc(pack, len);
+		if (!np) {
+			rc = -ENOMEM;
+			break;
+		}
+		pack = np;
+		for (size_t k = first; k < i; k++) {
+			size_t b = p[k].count * ddp_dtype_size(p[k].dtype);
+			memcpy(pack + off, p[k].data, b);
+			off += b;
+		}
+		if ((rc = ddp_broadcast(ctx, pack, len, 0)) < 0)
+			break;
+		off = 0;
+		for (size_t k = first; k < i; k++) {
+			size_t b = p[k].count * ddp_dtype_size(p[k].dtype);
+			memcpy(p[k].data, pack + off, b);
+			off += b;
+		}
+	}
+	free(pack);
+	return rc;
+}
+
+int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size_t nparams,
+		       const struct ddp_reducer_options *o, struct ddp_reducer **out)
+{
+	struct ddp_reducer_options defaults;
+	struct ddpi_bucket_plan plan = {0};
+	struct ddp_reducer *r;
+	int rc;
+
+	if (!ctx || !out || (!params && nparams))
+		return ddpi_err(-EINVAL, "reducer: bad arguments");
+	if (!o) {
+		ddp_reducer_options_init(&defaults);
+		o = &defaults;
+	}
+	for (size_t i = 0; i < nparams; i++)
+		if (!params[i].data || !params[i].count || !ddpi_dtype_valid(params[i].dtype) ||
+		    params[i].count > SIZE_MAX / 16)
+			return ddpi_err(-EINVAL,
+					"reducer: parameter %zu (%s) has no data, no "
+					"elements or an invalid dtype",
+					i, params[i].name ? params[i].name : "unnamed");
+	if ((rc = ddpi_bucket_plan(params, nparams,
+				   o->first_bucket_bytes ? o->first_bucket_bytes
+							 : DEFAULT_FIRST_BUCKET,
+				   o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET, &plan)) < 0)
+		return rc;
+	if ((rc = verify_same_params(ctx, params, nparams)) < 0) {
+		ddpi_bucket_plan_free(&plan);
+		return rc;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		goto nomem;
+	r->ctx = ctx;
+	r->sync = 1;
+	r->nparams = nparams;
+	r->nbuckets = plan.nbuckets;
+	r->params = calloc(nparams, sizeof(*r->params));
+	r->bucket_of = calloc(nparams, sizeof(size_t));
+	r->grad = calloc(nparams, sizeof(void *));
+	r->ready = calloc(nparams, 1);
+	r->b = calloc(plan.nbuckets, sizeof(*r->b));
+	if (!r->params || !r->bucket_of || !r->grad || !r->ready || !r->b)
+		goto nomem;
+	for (size_t i = 0; i < nparams; i++) {
+		r->params[i] = params[i];
+		r->params[i].name = params[i].name ? strdup(params[i].name) : NULL;
+		if (params[i].name && !r->params[i].name)
+			goto nomem;
+	}
+	for (size_t b = 0; b < plan.nbuckets; b++) {
+		struct bucket *bk = &r->b[b];
+		size_t off = 0;
+		bk->bytes = plan.bytes[b];
+		bk->nparams = plan.start[b + 1] - plan.start[b];
+		bk->dt = params[plan.order[plan.start[b]]].dtype;
+		bk->count = bk->bytes / ddp_dtype_size(bk->dt);
+		if ((rc = ctx->ops->mem_alloc(ctx->be, bk->bytes, &bk->buf)) < 0) {
+			rc = ddpi_err(rc, "reducer: cannot allocate a bucket of %zu bytes",
+				      bk->bytes);
+			goto fail;
+		}
+		if ((rc = ctx->ops->mem_zero(ctx->be, bk->buf, bk->bytes)) < 0)
+			goto fail;
+		for (size_t k = plan.start[b]; k < plan.start[b + 1]; k++) {
+			size_t i = plan.order[k];
+			r->bucket_of[i] = b;
+			r->grad[i] = (char *)bk->buf + off;
+			off += params[i].count * ddp_dtype_size(params[i].dtype);
+		}
+		bk->pending = bk->nparams;
+	}
+	ddpi_bucket_plan_free(&plan);
+	if (ddp_world_size(ctx) > 1 && !ctx->ops->all_reduce_async && !ctx->async &&
+	    (rc = ddpi_async_start(ctx, ctx->env.async, &ctx->async)) < 0)
+		goto fail;
+	if (o->broadcast_params && (rc = broadcast_params(ctx, params, nparams)) < 0) {
+		rc = ddpi_err_prefix(rc, "reducer: initial broadcast of the parameters");
+		goto fail;
+	}
+	*out = r;
+	return 0;
+nomem:
+	rc = ddpi_err(-ENOMEM, "reducer: out of memory");
+fail:
+	ddpi_bucket_plan_free(&plan);
+	ddp_reducer_destroy(r);
+	return rc;
+}
+
+static int wait_launched(struct ddp_reducer *r)
+{
+	struct ddp_ctx *ctx = r->ctx;
+
+	if (ctx->ops->wait_async)
+		return ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
+	if (ctx->async)
+		return ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
+	return 0;
+}
+
+void ddp_reducer_destroy(struct ddp_reducer *r)
+{
+	if (!r)
+		return;
+	wait_launched(r);
+	for (size_t b = 0; r->b && b < r->nbuckets; b++)
+		if (r->b[b].buf)
+			r->ctx->ops->mem_free(r->ctx->be, r->b[b].buf);
+	for (size_t i = 0; r->params && i < r->nparams; i++)
+		free((char *)r->params[i].name);
+	free(r->params);
+	free(r->bucket_of);
+	free(r->grad);
+	free(r->ready);
+	free(r->b);
+	free(r);
+}
+
+void *ddp_reducer_grad(struct ddp_reducer *r, size_t i)
+{
+	return r && i < r->nparams ? r->grad[i] : NULL;
+}
+
+int ddp_reducer_zero_grad(struct ddp_reducer *r)
+{
+	int rc;
+
+	if (!r)
+		return -EINVAL;
+	/* Never zero a bucket the communication thread may still be reading. */
+	if ((rc = wait_launched(r)) < 0)
+		return rc;
+	for (size_t b = 0; b < r->nbuckets; b++)
+		if ((rc = r->ctx->ops->mem_zero(r->ctx->be, r->b[b].buf, r->b[b].bytes)) < 0)
+			return rc;
+	return 0;
+}
+
+static int launch(struct ddp_reducer *r, struct bucket *bk)
+{
+	struct ddp_ctx *ctx = r->ctx;
+
+	if (ctx->broken)
+		return ddpi_err(DDP_EBROKEN, "reducer: the communicator failed earlier: %s",
+				ctx->broken_msg);
+	if (ctx->ops->all_reduce_async)
+		return ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
+	if (ddp_world_size(ctx) == 1)
+		return 0; /* the average over one rank */
+	return ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG);
+}
+
+int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
+{
+	struct bucket *bk;
+	int rc;
+
+	if (!r || i >= r->nparams)
+		return ddpi_err(-EINVAL, "reducer: parameter index %zu out of range", i);
+	if (r->ready[i]) {
+		char nb[32];
+		return ddpi_err(-EALREADY,
+				"reducer: parameter %s marked ready twice in one "
+				"iteration",
+				pname(r, i, nb, sizeof(nb)));
+	}
+	r->ready[i] = 1;
+	bk = &r->b[r->bucket_of[i]];
+	bk->pending--;
+	if (!r->sync || bk->pending || r->failed)
+		return 0;
+	/* Launch this bucket and any ready ones after it, never out of order. */
+	while (r->next_bucket < r->nbuckets && r->b[r->next_bucket].pending == 0) {
+		if ((rc = launch(r, &r->b[r->next_bucket])) < 0) {
+			r->failed = 1;
+			return rc;
+		}
+		r->next_bucket++;
+	}
+	return 0;
+}
+
+static void reset_iteration(struct ddp_reducer *r)
+{
+	memset(r->ready, 0, r->nparams);
+	for (size_t b = 0; b < r->nbuckets; b++)
+		r->b[b].pending = r->b[b].nparams;
+	r->next_bucket = 0;
+	r->failed = 0;
+}
+
+int ddp_reducer_finish(struct ddp_reducer *r)
+{
+	int rc;
+
+	if (!r)
+		return -EINVAL;
+	if (!r->sync) {
+		reset_iteration(r);
+		return 0;
+	}
+	rc = wait_launched(r);
+	if (rc == 0 && r->failed)
+		rc = ddpi_err(DDP_EBROKEN, "reducer: a bucket could not be launched: %s",
+			      r->ctx->broken ? r->ctx->broken_msg : "unknown error");
+	for (size_t i = 0; rc == 0 && i < r->nparams; i++)
+		if (!r->ready[i]) {
+			char nb[32];
+			rc = ddpi_err(DDP_ENOTREADY,
+				      "reducer: parameter %s (index %zu) was never marked ready in "
+				      "this iteration; its bucket and the ones after it were not "
+				      "reduced",
+				      pname(r, i, nb, sizeof(nb)), i);
+		}
+	reset_iteration(r);
+	return rc;
+}
+
+int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
+{
+	if (!r)
+		return -EINVAL;
+	if (r->next_bucket > 0)
+		return ddpi_err(-EBUSY,
+				"reducer: cannot change sync in the middle of an iteration");
+	r->sync = !!sync;
+	return 0;
+}
+
+size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
+{
+	return r ? r->nbuckets : 0;
+}
+
+int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams)
+{
+	if (!r || b >= r->nbuckets)
+		return -EINVAL;
+	if (bytes)
+		*bytes = r->b[b].bytes;
+	if (nparams)
+		*nparams = r->b[b].nparams;
+	return 0;
+}

@@ -1,0 +1,115 @@
+/* shm: one shared-memory segment per node for the ranks of that node, and the
+ * progress counters they synchronize on.
+ *
+ * Layout: a header page (attach count, abort flag, pids and global ranks), one
+ * cache line of control per local rank (a progress counter and its futex
+ * waiter count), then per local rank `nslots` staging slots of `slot_bytes`.
+ *
+ * Lifetime: local rank 0 creates the segment under a name made of the run id,
+ * restart count, master port and node; the others open it. As soon as every
+ * local rank has mapped it, it is unlinked, so no crash after init can leave it
+ * behind (a failure during init unlinks it too).
+ *
+ * Synchronization: each rank only ever increments its own counter (publish);
+ * waiting means "until peer p's counter reaches t", spinning briefly then
+ * sleeping on a futex, always with a deadline. Every rank publishes the same
+ * number of times per collective, so targets are just local publish counts.
+ * A failure on any rank sets the abort flag and wakes everyone: the others fail
+ * at once instead of waiting for their own timeouts. */
+#ifndef DDP_SHM_H
+#define DDP_SHM_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "ddp_internal.h"
+
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
+#define DDPI_SHM_MAX_LOCAL 256
+
+/* What a rank is about to do, so that mismatched collectives (a classic
+ * source of silent hangs) fail at once with both sides named. */
+enum ddpi_coll_kind { DDPI_ALL_REDUCE = 1, DDPI_BROADCAST, DDPI_ALL_GATHER, DDPI_BARRIER };
+
+struct ddpi_coll_desc {
+	uint32_t kind;
+	uint32_t dt, op;
+	int32_t root;	/* local rank of a broadcast's root */
+	uint64_t count; /* elements (all_reduce) or bytes */
+	uint32_t ncoll; /* which collective of this rank (set by ddpi_shm_begin) */
+	uint32_t pad;
+};
+
+#define DDPI_DESC_SLOTS 4 /* descriptors kept per rank (a ring) */
+
+struct ddpi_shm {
+	int lws, me;
+	void *map;
+	size_t map_len;
+	struct shm_hdr *hdr;
+	struct shm_ctl *ctl;
+	size_t slot_bytes;
+	int nslots;
+	char **stage;	/* stage[q]: rank q's staging area (nslots * slot_bytes) */
+	uint32_t seq;	/* publishes so far (the same on every rank between collectives) */
+	uint32_t ncoll; /* collectives so far (the same on every rank) */
+	uint32_t *slot_done;
+	int next_slot;
+	int spin;
+	int liveness;	    /* peers' pids are in our pid namespace: check them */
+	int64_t next_check; /* next peer liveness check (util_now_ms) */
+	char name[200];
+	int unlinked;
+};
+
+/* Creates (local rank 0) or opens the node's segment and waits until every local
+ * rank has attached; then unlinks it. */
+int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm **out);
+void ddpi_shm_close(struct ddpi_shm *s);
+
+/* The global rank of local rank q (as registered in the header). */
+int ddpi_shm_rank_of(const struct ddpi_shm *s, int q);
+/* The local index of global rank r, or -1 if it is on another node. */
+int ddpi_shm_local_of(const struct ddpi_shm *s, int rank);
+
+/* Publish progress: my counter += 1. Returns the new value. */
+uint32_t ddpi_shm_publish(struct ddpi_shm *s);
+/* Wait until peer q's counter reaches target. */
+int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what);
+/* Wait until every peer's counter reaches target. */
+int ddpi_shm_wait_all(struct ddpi_shm *s, uint32_t target, int64_t deadline, const char *what);
+/* A free staging slot (every peer is done with its previous use). */
+int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what, int *slot);
+/* This rank has finished reading the peers' copies of slot's current use. No
+ * publish is needed: a rank reads before its next publish, whatever that is,
+ * so a peer's counter reaching our next value proves it is done too. */
+void ddpi_shm_release_slot(struct ddpi_shm *s, int slot);
+static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
+{
+	return s->stage[q] + (size_t)slot * s->slot_bytes;
+}
+/* Declare this rank's next collective (before its first publish); check, once
+ * a wait showed that q has published in it, that q declared the same one;
+ * close it. A peer that already moved on (a broadcast's root does not wait)
+ * may have reused the slot; it compared with us itself while it was there. */
+void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d);
+int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
+void ddpi_shm_end(struct ddpi_shm *s);
+/* Tell every local rank that this one failed (they stop waiting at once). */
+void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
+
+/* Collectives among the node's ranks (shm_coll.c). */
+int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
+			enum ddp_op op, int avg_div, int64_t deadline);
+int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root_local,
+		       int64_t deadline);
+/* recv + pos[q] * bytes receives local rank q's send, for every q. */
+int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			const int *pos, int64_t deadline);
+int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,391 @@
+/* spawn: torch.multiprocessing.spawn for C. The parent gives each child the
+ * environment a single-node launcher would, then watches them through pidfds;
+ * the first failure stops the others (SIGTERM, grace, SIGKILL) and is reported
+ * as torch reports it ("process 1 terminated with exit code 3").
+ *
+ * Start methods: fork runs fn in a copy of the parent (the child never returns
+ * into the caller: it _exits with fn's value); spawn re-executes the program
+ * with the same argv and DDP_SPAWN_RANK set, and the child's first ddp_spawn()
+ * call runs fn(rank, arg) instead of spawning (C's answer to pickling fn). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+#define SPAWN_RANK_ENV "DDP_SPAWN_RANK"
+
+struct ddp_spawn_ctx {
+	int nprocs;
+	int *pids;
+	int *pidfds; /* -1 where pidfd_open is unavailable */
+	int *done;   /* reaped */
+	int nleft;
+	int failed_rank, exit_code, signo;
+	int64_t grace_ms;
+};
+
+static int spawn_counter;
+static int spawn_child_ran;
+
+void ddp_spawn_options_init(struct ddp_spawn_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->join = 1;
+	o->start_method = DDP_START_FORK;
+}
+
+static int exit_code_of(int rc)
+{
+	return rc >= 0 && rc <= 255 ? rc : 1;
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 29500;
+
+	if (fd < 0)
+		return port;
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* In the child, before fn or exec. */
+static void child_env(int rank, int nprocs, int port, const char *run_id, int daemon)
+{
+	char v[32];
+
+	snprintf(v, sizeof(v), "%d", rank);
+	setenv("RANK", v, 1);
+	setenv("LOCAL_RANK", v, 1);
+	setenv("ROLE_RANK", v, 1);
+	snprintf(v, sizeof(v), "%d", nprocs);
+	setenv("WORLD_SIZE", v, 1);
+	setenv("LOCAL_WORLD_SIZE", v, 1);
+	setenv("ROLE_WORLD_SIZE", v, 1);
+	setenv("GROUP_RANK", "0", 1);
+	setenv("GROUP_WORLD_SIZE", "1", 1);
+	setenv("ROLE_NAME", "default", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	snprintf(v, sizeof(v), "%d", port);
+	setenv("MASTER_PORT", v, 1);
+	setenv("TORCHELASTIC_RUN_ID", run_id, 1);
+	setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
+	setenv("TORCHELASTIC_MAX_RESTARTS", "0", 1);
+	setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
+	if (nprocs > 1)
+		setenv("OMP_NUM_THREADS", "1", 0);
+	/* Non-daemon children outlive the parent: ddp_init must not undo that. */
+	setenv("DDP_PDEATHSIG", daemon ? "1" : "0", 1);
+}
+
+/* argv of this process from /proc/self/cmdline (NULL-terminated, malloc'd). */
+static char **self_argv(void)
+{
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	size_t cap = 4096, len = 0, n = 0;
+	char *buf = malloc(cap), **argv;
+	ssize_t r;
+
+	if (fd < 0 || !buf) {
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return NULL;
+	}
+	while ((r = read(fd, buf + len, cap - len - 1)) > 0) {
+		len += (size_t)r;
+		if (len + 1 == cap) {
+			char *p = realloc(buf, cap * 2);
+			if (!p)
+				break;
+			buf = p;
+			cap *= 2;
+		}
+	}
+	close(fd);
+	buf[len] = '\0';
+	for (size_t i = 0; i < len; i++)
+		n += buf[i] == '\0';
+	argv = n ? calloc(n + 2, sizeof(char *)) : NULL;
+	if (!argv) {
+		free(buf);
+		return NULL;
+	}
+	for (size_t i = 0, k = 0; i < len && k < n; k++) {
+		argv[k] = buf + i;
+		i += strlen(buf + i) + 1;
+	}
+	return argv; /* argv[0] points at buf: freed together by the caller */
+}
+
+static void reap_one(struct ddp_spawn_ctx *sc, int i, int status)
+{
+	sc->done[i] = 1;
+	sc->nleft--;
+	if (sc->pidfds[i] >= 0) {
+		close(sc->pidfds[i]);
+		sc->pidfds[i] = -1;
+	}
+	if (sc->failed_rank >= 0)
+		return;
+	if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
+		sc->failed_rank = i;
+		sc->exit_code = WEXITSTATUS(status);
+		sc->signo = 0;
+	} else if (WIFSIGNALED(status)) {
+		sc->failed_rank = i;
+		sc->exit_code = -1;
+		sc->signo = WTERMSIG(status);
+	}
+}
+
+/* Reaps whatever has exited; returns how many are still running. */
+static int reap(struct ddp_spawn_ctx *sc)
+{
+	for (int i = 0; i < sc->nprocs; i++) {
+		int status;
+		if (sc->done[i])
+			continue;
+		pid_t p = waitpid(sc->pids[i], &status, WNOHANG);
+		if (p == sc->pids[i])
+			reap_one(sc, i, status);
+		else if (p < 0 && errno == ECHILD)
+			reap_one(sc, i, 0); /* reaped elsewhere: count as done */
+	}
+	return sc->nleft;
+}
+
+/* Sleeps until a child exits or ms pass (ms < 0: forever). */
+static void wait_event(struct ddp_spawn_ctx *sc, int ms)
+{
+	struct pollfd p[sc->nprocs];
+	int n = 0, all_fds = 1;
+
+	for (int i = 0; i < sc->nprocs; i++) {
+		if (sc->done[i])
+			continue;
+		if (sc->pidfds[i] < 0)
+			all_fds = 0;
+		else
+			p[n++] = (struct pollfd){.fd = sc->pidfds[i], .events = POLLIN};
+	}
+	if (!all_fds && (ms < 0 || ms > 10))
+		ms = 10; /* no pidfds: poll waitpid often */
+	poll(p, (nfds_t)n, ms);
+}
+
+static void stop_all(struct ddp_spawn_ctx *sc)
+{
+	int64_t end;
+
+	/* SIGCONT too: a stopped child would never act on SIGTERM. */
+	for (int i = 0; i < sc->nprocs; i++)
+		if (!sc->done[i]) {
+			kill(sc->pids[i], SIGTERM);
+			kill(sc->pids[i], SIGCONT);
+		}
+	end = util_now_ms() + sc->grace_ms;
+	while (reap(sc) > 0) {
+		int64_t left = end - util_now_ms();
+		if (left <= 0)
+			break;
+		wait_event(sc, (int)(left > 100 ? 100 : left));
+	}
+	for (int i = 0; i < sc->nprocs; i++)
+		if (!sc->done[i])
+			kill(sc->pids[i], SIGKILL);
+	while (reap(sc) > 0)
+		wait_event(sc, 100);
+}
+
+static int failure_error(const struct ddp_spawn_ctx *sc)
+{
+	if (sc->signo) {
+		const char *abbrev = sigabbrev_np(sc->signo);
+		return ddpi_err(DDP_ECHILD, "process %d terminated with signal SIG%s",
+				sc->failed_rank, abbrev ? abbrev : "?");
+	}
+	return ddpi_err(DDP_ECHILD, "process %d terminated with exit code %d", sc->failed_rank,
+			sc->exit_code);
+}
+
+int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms)
+{
+	int64_t end = timeout_ms < 0 ? INT64_MAX : util_now_ms() + timeout_ms;
+
+	if (!sc)
+		return ddpi_err(-EINVAL, "ddp_spawn_join: no context");
+	for (;;) {
+		int left = reap(sc);
+		if (sc->failed_rank >= 0) {
+			stop_all(sc);
+			return failure_error(sc);
+		}
+		if (left == 0)
+			return 1;
+		int64_t now = util_now_ms();
+		if (now >= end)
+			return 0;
+		wait_event(sc, end == INT64_MAX ? -1 : (int)(end - now > 1000 ? 1000 : end - now));
+	}
+}
+
+int ddp_spawn_failure(const struct ddp_spawn_ctx *sc, int *rank, int *exit_code, int *signo)
+{
+	if (!sc || sc->failed_rank < 0)
+		return -ENOENT;
+	if (rank)
+		*rank = sc->failed_rank;
+	if (exit_code)
+		*exit_code = sc->exit_code;
+	if (signo)
+		*signo = sc->signo;
+	return 0;
+}
+
+const int *ddp_spawn_pids(const struct ddp_spawn_ctx *sc)
+{
+	return sc ? sc->pids : NULL;
+}
+
+void ddp_spawn_free(struct ddp_spawn_ctx *sc)
+{
+	if (!sc)
+		return;
+	if (sc->nleft > 0)
+		stop_all(sc);
+	for (int i = 0; i < sc->nprocs; i++)
+		if (sc->pidfds[i] >= 0)
+			close(sc->pidfds[i]);
+	free(sc->pids);
+	free(sc->pidfds);
+	free(sc->done);
+	free(sc);
+}
+
+/* The re-executed child of the spawn start method: run fn and leave. */
+static int run_spawned_child(int (*fn)(int, void *), void *arg, const char *v)
+{
+	int rank;
+
+	spawn_child_ran = 1;
+	if (util_parse_int(v, 0, 1 << 20, &rank) < 0) {
+		fprintf(stderr, "ddp_spawn: bad %s='%s'\n", SPAWN_RANK_ENV, v);
+		exit(1);
+	}
+	unsetenv(SPAWN_RANK_ENV);
+	exit(exit_code_of(fn(rank, arg)));
+}
+
+int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
+	      const struct ddp_spawn_options *o, struct ddp_spawn_ctx **out)
+{
+	struct ddp_spawn_options defaults;
+	struct ddp_spawn_ctx *sc;
+	const char *v = getenv(SPAWN_RANK_ENV);
+	char run_id[64], **argv = NULL;
+	int port, rc;
+
+	if (v && !spawn_child_ran)
+		run_spawned_child(fn, arg, v);
+	if (out)
+		*out = NULL;
+	if (!o) {
+		ddp_spawn_options_init(&defaults);
+		o = &defaults;
+	}
+	if (!fn || nprocs < 1 || (!o->join && !out))
+		return ddpi_err(-EINVAL, "ddp_spawn: need fn, nprocs >= 1, and out without join");
+	if (o->start_method != DDP_START_FORK && o->start_method != DDP_START_SPAWN)
+		return ddpi_err(-EINVAL, "ddp_spawn: unknown start method %d",
+				(int)o->start_method);
+	if (o->start_method == DDP_START_SPAWN && !(argv = self_argv()))
+		return ddpi_err(-ENOMEM, "ddp_spawn: cannot read /proc/self/cmdline");
+	sc = calloc(1, sizeof(*sc));
+	if (!sc || !(sc->pids = calloc((size_t)nprocs, sizeof(int))) ||
+	    !(sc->pidfds = calloc((size_t)nprocs, sizeof(int))) ||
+	    !(sc->done = calloc((size_t)nprocs, sizeof(int)))) {
+		if (argv)
+			free(argv[0]);
+		free(argv);
+		ddp_spawn_free(sc);
+		return ddpi_err(-ENOMEM, "ddp_spawn: out of memory");
+	}
+	sc->nprocs = nprocs;
+	sc->failed_rank = -1;
+	sc->grace_ms = o->grace_ms > 0 ? o->grace_ms : 5000;
+	for (int i = 0; i < nprocs; i++)
+		sc->pidfds[i] = -1;
+	port = free_port();
+	snprintf(run_id, sizeof(run_id), "spawn-%d-%d", (int)getpid(), spawn_counter++);
+	fflush(NULL); /* a child must not print the parent's buffered output again */
+
+	for (int r = 0; r < nprocs; r++) {
+		pid_t parent = getpid();
+		pid_t pid = fork();
+		if (pid < 0) {
+			rc = ddpi_err(-errno, "ddp_spawn: fork: %s", strerror(errno));
+			stop_all(sc);
+			goto out_err;
+		}
+		if (pid == 0) {
+			if (o->daemon &&
+			    (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
+				_exit(1);
+			child_env(r, nprocs, port, run_id, o->daemon);
+			if (o->start_method == DDP_START_SPAWN) {
+				char rv[16];
+				snprintf(rv, sizeof(rv), "%d", r);
+				setenv(SPAWN_RANK_ENV, rv, 1);
+				execv("/proc/self/exe", argv);
+				fprintf(stderr, "ddp_spawn: exec /proc/self/exe: %s\n",
+					strerror(errno));
+				_exit(127);
+			}
+			rc = fn(r, arg);
+			fflush(NULL);
+			_exit(exit_code_of(rc));
+		}
+		sc->pids[r] = pid;
+		sc->pidfds[r] = (int)syscall(SYS_pidfd_open, pid, 0);
+		sc->nleft++;
+	}
+	if (argv)
+		free(argv[0]);
+	free(argv);
+	if (!o->join) {
+		*out = sc;
+		return 0;
+	}
+	rc = ddp_spawn_join(sc, -1);
+	if (rc == 1)
+		rc = 0;
+	if (out)
+		*out = sc;
+	else
+		ddp_spawn_free(sc);
+	return rc;
+out_err:
+	if (argv)
+		free(argv[0]);
+	free(argv);
+	ddp_spawn_free(sc);
+	return rc;
+}

@@ -1,0 +1,39 @@
+/* tcp: the ring between node leaders (local rank 0 of every node) for the cpu
+ * backend of a multi-node job.
+ *
+ * Discovery goes through the agent's store (MASTER_ADDR:MASTER_PORT, keys under
+ * "ddp/<run id>/r<restart>/"): each leader listens on the address it uses to
+ * reach the store, publishes "addr port nranks rank..." for its node, reads
+ * every other node's entry, connects to its right neighbour and accepts its
+ * left one. Collectives are ring algorithms (all_reduce: reduce-scatter then
+ * all-gather, so each leader sends 2(M-1)/M of the buffer). Every socket wait
+ * has the caller's deadline; a neighbour that closes gives DDP_EPEER. */
+#ifndef DDP_TCP_H
+#define DDP_TCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddp_internal.h"
+
+/* Internal: not exported from libddp.so. */
+#pragma GCC visibility push(hidden)
+
+struct ddpi_tcp;
+
+/* local_ranks: the global ranks of this node (env->local_world entries). */
+int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t deadline,
+		  struct ddpi_tcp **out);
+void ddpi_tcp_close(struct ddpi_tcp *t);
+
+int ddpi_tcp_all_reduce(struct ddpi_tcp *t, void *buf, size_t count, enum ddp_dtype dt,
+			enum ddp_op op, int64_t deadline);
+/* root is a global rank; its node's leader must already hold the data. */
+int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, int64_t deadline);
+/* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
+int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
+int ddpi_tcp_barrier(struct ddpi_tcp *t, int64_t deadline);
+
+#pragma GCC visibility pop
+
+#endif
