@@ -89,10 +89,17 @@ endif
 
 # Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS).
 CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON)
+# The stamp is rewritten only by goals that build (never by lint or install
+# checks), and only when the configuration differs, so its mtime says when
+# the configuration last changed. make.vars records the make variables of that
+# build, so tests that call make (install) can reuse them.
 CONFIG_STAMP := $(B)/config.stamp
-$(shell mkdir -p $(B); echo '$(CONFIG)' | cmp -s - $(CONFIG_STAMP) || echo '$(CONFIG)' > $(CONFIG_STAMP))
-# The make variables of this build, so tests that call make (install) reuse them.
-$(shell echo 'SAN=$(SAN) CUDA=$(CUDA_ON)' > $(B)/make.vars)
+$(CONFIG_STAMP): FORCE
+	@mkdir -p $(@D)
+	@echo '$(CONFIG)' | cmp -s - $@ || { echo '$(CONFIG)' > $@; rm -f $(B)/make.vars; }
+	@[ -f $(B)/make.vars ] || echo 'SAN=$(SAN) CUDA=$(CUDA_ON)' > $(B)/make.vars
+.PHONY: FORCE
+FORCE:
 
 # ---- sources ------------------------------------------------------------------
 RDZV_SRC := $(wildcard rendezvous/*.c)
@@ -193,7 +200,8 @@ $(B)/bench/%: $(B)/obj/bench/%.o $(INTERNAL_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(SYS_LIBS)
 
-$(PC_FILE): worker-runtime/ddp.pc.in $(CONFIG_STAMP)
+# Regenerated on every build: PREFIX is not part of the configuration stamp.
+$(PC_FILE): worker-runtime/ddp.pc.in FORCE
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
 		-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(SYS_LIBS))|g' $< > $@
