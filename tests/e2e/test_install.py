@@ -1,0 +1,115 @@
+"""make install puts binaries, libddp (static and shared), ddp.h, ddp.pc and the
+man pages under DESTDIR/PREFIX; pkg-config then builds a C program against the
+installed library (shared and static), and make uninstall removes it all."""
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD, REPO, make_vars, run
+
+PREFIX = "/usr/local"
+
+PROGRAM = r"""
+#include <stdio.h>
+#include <ddp.h>
+
+int main(void)
+{
+	struct ddp_ctx *ctx;
+	double x;
+
+	if (ddp_init(NULL, &ctx) < 0) {
+		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		return 1;
+	}
+	x = 20.5 + ddp_rank(ctx) + ddp_world_size(ctx);
+	if (ddp_all_reduce(ctx, &x, 1, DDP_FLOAT64, DDP_SUM) < 0) {
+		fprintf(stderr, "all_reduce: %s\n", ddp_errmsg());
+		return 1;
+	}
+	printf("x=%g backend=%s\n", x, ddp_backend_name(ddp_backend(ctx)));
+	return ddp_finalize(ctx) < 0;
+}
+"""
+
+INSTALLED = [
+    "bin/ddprun", "bin/ddpstore", "lib/libddp.a", "lib/libddp.so", "lib/libddp.so.0",
+    "include/ddp.h", "lib/pkgconfig/ddp.pc", "share/man/man1/ddprun.1",
+    "share/man/man1/ddpstore.1", "share/man/man3/libddp.3",
+]
+
+
+def make(*goals, destdir):
+    cmd = ["make", "--no-print-directory", "-C", REPO, f"B={BUILD}", f"PREFIX={PREFIX}",
+           f"DESTDIR={destdir}", *make_vars(), *goals]
+    r = run(cmd, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def destdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("destdir")
+    make("install", destdir=d)
+    return d
+
+
+def pkg_config(destdir, *args):
+    # The staged tree stands in for PREFIX (a sysroot would also prefix the
+    # toolkit's absolute -L paths in Libs.private).
+    env = dict(os.environ, PKG_CONFIG_PATH=f"{destdir}{PREFIX}/lib/pkgconfig")
+    r = run(["pkg-config", f"--define-variable=prefix={destdir}{PREFIX}", *args, "ddp"],
+            env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def san_flags():
+    return ["-fsanitize=address,undefined"] if "SAN=1" in make_vars() else []
+
+
+def test_every_file_is_installed(destdir):
+    root = f"{destdir}{PREFIX}"
+    missing = [f for f in INSTALLED if not os.path.exists(os.path.join(root, f))]
+    assert missing == []
+    assert os.access(os.path.join(root, "bin/ddprun"), os.X_OK)
+    assert os.path.islink(os.path.join(root, "lib/libddp.so"))
+
+
+def test_pkg_config_names_the_installed_prefix(destdir):
+    cflags = pkg_config(destdir, "--cflags")
+    libs = pkg_config(destdir, "--libs")
+    assert f"-I{destdir}{PREFIX}/include" in cflags
+    assert f"-L{destdir}{PREFIX}/lib" in libs and "-lddp" in libs
+
+
+@pytest.mark.parametrize("linkage", ["shared", "static"])
+def test_program_builds_and_runs_against_the_installed_library(destdir, tmp_path, linkage):
+    src = tmp_path / "hello.c"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "hello"
+    if linkage == "shared":
+        libs = pkg_config(destdir, "--libs")
+    else:
+        # The archive by path, then what it needs (Libs.private).
+        libs = [f"{destdir}{PREFIX}/lib/libddp.a"] + [
+            f for f in pkg_config(destdir, "--libs", "--static") if f != "-lddp"]
+    r = run(["cc", "-std=gnu11", "-Wall", "-Werror", *san_flags(), str(src), "-o", str(exe),
+             *pkg_config(destdir, "--cflags"), *libs])
+    assert r.returncode == 0, r.stderr
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["LD_LIBRARY_PATH"] = f"{destdir}{PREFIX}/lib"
+    r = run([str(exe)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("x=21.5 backend=cpu"), r.stdout
+    needed = run(["readelf", "-d", str(exe)]).stdout
+    assert ("libddp.so" in needed) == (linkage == "shared")
+
+
+def test_uninstall_removes_everything(tmp_path):
+    make("install", destdir=tmp_path)
+    make("uninstall", destdir=tmp_path)
+    left = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs]
+    assert left == []
