@@ -5,7 +5,7 @@
 # Otherwise: print the apt-get line and exit 1.
 set -euo pipefail
 
-build=(gcc make pkg-config libuv1-dev libcjson-dev)
+build=(build-essential pkg-config libuv1-dev libcjson-dev)
 test=(libcmocka-dev python3-pytest python3-torch mandoc iproute2 procps clang
       libclang-rt-14-dev cppcheck clang-format)
 bench=(python3-torch openmpi-bin hyperfine)
