@@ -45,11 +45,12 @@ static int lost(const struct join *j, int rc, const char *what)
 static int older_store(const struct join *j, int rc)
 {
 	if (j->env->nnodes > 1)
-		return ddpi_err(rc,
-				"the store at %s closed the connection during the handshake: it "
-				"does not speak PyTorch's TCPStore 2.x protocol (torchrun 1.x hosts "
-				"an older one), and a multi-node job needs it",
-				j->addr);
+		return ddpi_err(
+			rc,
+			"the store at %s closed the connection during the handshake: it "
+			"does not speak PyTorch's TCPStore 2.x protocol (torchrun 1.x hosts "
+			"an older one), and a multi-node job needs it",
+			j->addr);
 	if (j->env->rank == 0)
 		fprintf(stderr,
 			"libddp: the store at %s speaks an older protocol than TCPStore 2.x "
@@ -70,8 +71,10 @@ static int connect_store(struct join *j)
 	if (rc == -ECONNRESET || rc == -EPIPE || rc == -EPROTO)
 		return older_store(j, rc);
 	if (rc < 0)
-		return ddpi_err(rc, "cannot reach the store at %s (MASTER_ADDR:MASTER_PORT) within %g s: %s",
-				j->addr, secs(j->timeout_ms), store_strerror(rc));
+		return ddpi_err(
+			rc,
+			"cannot reach the store at %s (MASTER_ADDR:MASTER_PORT) within %g s: %s",
+			j->addr, secs(j->timeout_ms), store_strerror(rc));
 	snprintf(prefix, sizeof(prefix), "ddp/%s/r%d", env->run_id, env->restart);
 	if ((rc = store_client_set_prefix(j->sc, prefix)) < 0)
 		return ddpi_err(rc, "store: %s", store_strerror(rc));
@@ -133,73 +136,90 @@ static int fail_with(struct join *j, const char *msg)
 	return rc == 0 ? ddpi_err(DDP_EENV, "%s", msg) : rc;
 }
 
+/* What is wrong with the records, if anything, as one sentence in msg: a rank
+ * claimed twice (which is also how leftovers of an earlier job under the same
+ * run id look), ranks that disagree, nodes filled wrongly. 0 or DDP_EENV. */
+static int describe(struct join *j, const struct ddpi_join_rec *recs, size_t n, int64_t count,
+		    char *msg, size_t len)
+{
+	char found[400];
+	int rc = ddpi_join_duplicates(recs, n, found, sizeof(found));
+
+	if (rc == DDP_EENV || (rc == 0 && count > j->env->world)) {
+		char head[64] = "";
+		if (count > j->env->world)
+			snprintf(head, sizeof(head),
+				 "%lld processes joined for WORLD_SIZE=%d: ", (long long)count,
+				 j->env->world);
+		snprintf(msg, len,
+			 "%s%s, or an earlier job with TORCHELASTIC_RUN_ID=%s used this store "
+			 "(give every job its own run id)",
+			 head, rc ? found : "a rank was started twice", j->env->run_id);
+		return DDP_EENV;
+	}
+	if (rc < 0)
+		return ddpi_err(rc, "out of memory");
+	rc = ddpi_join_check(recs, n, n == (size_t)j->env->world, msg, len);
+	return rc == -ENOMEM ? ddpi_err(rc, "out of memory") : rc;
+}
+
 /* More processes than WORLD_SIZE, or beliefs that differ: name who. */
-static int disagreement(struct join *j, int64_t count, int64_t digest)
+static int disagreement(struct join *j, int64_t count)
 {
 	struct ddpi_join_rec *recs = NULL;
-	size_t n = 0, same = 0;
-	char found[400], msg[800];
+	size_t n = 0;
+	char msg[800];
 	int rc;
 
 	if ((rc = members(j, &recs, &n)) < 0)
 		return rc;
-	rc = ddpi_join_check(recs, n, 0, found, sizeof(found));
-	for (size_t i = 0; i < n; i++)
-		same += ddpi_join_digest(&recs[i]) == digest;
+	rc = describe(j, recs, n, count, msg, sizeof(msg));
 	free(recs);
-	if (rc == -ENOMEM)
-		return ddpi_err(rc, "out of memory");
-	if (count > j->env->world && same == n)
-		/* Everyone agrees, there are just too many: a rank started twice, or
-		 * the leftovers of an earlier job under the same key prefix. */
-		snprintf(msg, sizeof(msg),
-			 "%lld processes joined for WORLD_SIZE=%d: %s, or an earlier job with "
-			 "TORCHELASTIC_RUN_ID=%s used this store (give every job its own run id)",
-			 (long long)count, j->env->world, rc ? found : "a rank was started twice",
-			 j->env->run_id);
-	else if (rc)
-		snprintf(msg, sizeof(msg), "%s", found);
-	else
+	if (rc == 0) /* the digests said otherwise: cannot happen but with a bad store */
 		snprintf(msg, sizeof(msg),
 			 "the ranks disagree on WORLD_SIZE, GROUP_WORLD_SIZE, the backend or the "
 			 "libddp version");
+	else if (rc != DDP_EENV)
+		return rc;
 	return fail_with(j, msg);
 }
 
 /* This rank completed the count: check everyone and publish the verdict. */
-static int last_rank(struct join *j)
+static int last_rank(struct join *j, int64_t count)
 {
 	struct ddpi_join_rec *recs = NULL;
 	size_t n = 0;
-	char verdict[600];
+	char verdict[806];
 	int rc;
 
 	if ((rc = members(j, &recs, &n)) < 0)
 		return rc;
-	rc = ddpi_join_check(recs, n, n == (size_t)j->env->world, verdict + 6, sizeof(verdict) - 6);
+	rc = describe(j, recs, n, count, verdict + 6, sizeof(verdict) - 6);
 	free(recs);
-	if (rc == -ENOMEM)
-		return ddpi_err(rc, "out of memory");
 	if (rc == 0)
 		return settle(j, "ok");
+	if (rc != DDP_EENV)
+		return rc;
 	memcpy(verdict, "error ", 6);
 	return settle(j, verdict);
 }
 
-/* Nobody completed the join in time: name the ranks that never came. */
+/* Nobody completed the join in time: name the ranks that never came (or
+ * what is wrong with those that did). */
 static int missing(struct join *j)
 {
 	struct ddpi_join_rec *recs = NULL;
 	size_t n = 0;
-	char who[200], msg[500];
-	int rc, k;
+	char who[200], msg[800];
+	int rc, k = 0;
 
 	if ((rc = members(j, &recs, &n)) < 0)
 		return ddpi_err(-ETIMEDOUT,
 				"the other ranks did not join at the store at %s within %g s",
 				j->addr, secs(j->timeout_ms));
-	rc = ddpi_join_check(recs, n, 0, msg, sizeof(msg));
-	k = rc == 0 ? ddpi_join_missing(recs, n, j->env->world, who, sizeof(who)) : 0;
+	rc = describe(j, recs, n, 0, msg, sizeof(msg));
+	if (rc == 0)
+		k = ddpi_join_missing(recs, n, j->env->world, who, sizeof(who));
 	free(recs);
 	if (rc == DDP_EENV)
 		return ddpi_err(rc, "%s", msg);
@@ -267,9 +287,9 @@ int ddpi_join(const struct ddp_env *env, enum ddp_backend be, int64_t timeout_ms
 	}
 	count = v & DDPI_JOIN_MAX_WORLD;
 	if (count > env->world || v >> DDPI_JOIN_COUNT_BITS != digest * count)
-		rc = disagreement(&j, count, digest);
+		rc = disagreement(&j, count);
 	else if (count == env->world)
-		rc = last_rank(&j);
+		rc = last_rank(&j, count);
 	else
 		rc = wait_verdict(&j);
 out:

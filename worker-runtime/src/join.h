@@ -52,17 +52,19 @@ int ddpi_join_parse(const char *text, size_t len, struct ddpi_join_rec **out, si
  * backend, libddp version), below 2^DDPI_JOIN_COUNT_BITS. */
 int64_t ddpi_join_digest(const struct ddpi_join_rec *r);
 
-/* Checks records against each other: shared beliefs (the minority named
- * against the majority), ranks claimed twice, and, when complete (every rank
+/* Checks records against each other: ranks claimed twice, shared beliefs
+ * (the minority named against the majority), and, when complete (every rank
  * of world has joined), each node's ranks against its LOCAL_WORLD_SIZE and
  * GROUP_WORLD_SIZE against the nodes present. 0, or DDP_EENV with the reason
  * in msg ("rank 3 says WORLD_SIZE=8, ranks 0-2 say 4"). */
 int ddpi_join_check(const struct ddpi_join_rec *recs, size_t n, int complete, char *msg,
 		    size_t len);
+/* Only the first check: a rank claimed twice ("rank 1 was started twice (pid
+ * 12 on a, pid 34 on b)"). 0, DDP_EENV or -ENOMEM. */
+int ddpi_join_duplicates(const struct ddpi_join_rec *recs, size_t n, char *msg, size_t len);
 /* The ranks in [0, world) that no record claims, as "rank 2" / "ranks 2, 5" /
  * "ranks 2-9, 12" (long lists end with "... (N in all)"). Returns how many. */
-int ddpi_join_missing(const struct ddpi_join_rec *recs, size_t n, int world, char *buf,
-		      size_t len);
+int ddpi_join_missing(const struct ddpi_join_rec *recs, size_t n, int world, char *buf, size_t len);
 /* "rank 3" / "ranks 0-2, 7" for a sorted list of ranks. */
 void ddpi_join_format_ranks(const int *ranks, size_t n, char *buf, size_t len);
 

@@ -55,8 +55,8 @@ static int parse_line(const char *line, struct ddpi_join_rec *r)
 		   &r->pid, r->host, &used) != 10 ||
 	    line[used] != '\0')
 		return -1;
-	if (r->rank < 0 || r->world < 1 || r->local_rank < 0 || r->local_world < 1 ||
-	    r->node < 0 || r->nnodes < 1)
+	if (r->rank < 0 || r->world < 1 || r->local_rank < 0 || r->local_world < 1 || r->node < 0 ||
+	    r->nnodes < 1)
 		return -1;
 	return 0;
 }
@@ -149,8 +149,7 @@ void ddpi_join_format_ranks(const int *ranks, size_t n, char *buf, size_t len)
 	}
 }
 
-int ddpi_join_missing(const struct ddpi_join_rec *recs, size_t n, int world, char *buf,
-		      size_t len)
+int ddpi_join_missing(const struct ddpi_join_rec *recs, size_t n, int world, char *buf, size_t len)
 {
 	unsigned char *seen = calloc((size_t)world, 1);
 	int *miss = NULL, k = 0;
@@ -180,8 +179,8 @@ int ddpi_join_missing(const struct ddpi_join_rec *recs, size_t n, int world, cha
 
 static int same_beliefs(const struct ddpi_join_rec *a, const struct ddpi_join_rec *b)
 {
-	return a->world == b->world && a->nnodes == b->nnodes &&
-	       !strcmp(a->backend, b->backend) && !strcmp(a->version, b->version);
+	return a->world == b->world && a->nnodes == b->nnodes && !strcmp(a->backend, b->backend) &&
+	       !strcmp(a->version, b->version);
 }
 
 /* "says WORLD_SIZE=8" / "say 4": the first shared belief where a and b differ. */
@@ -308,11 +307,35 @@ static int check_duplicates(struct ddpi_join_rec *v, size_t n, char *msg, size_t
 			snprintf(msg, len, "rank %d was started twice (pid %d on %s, pid %d on %s)",
 				 v[i].rank, v[i].pid, v[i].host, v[i + 1].pid, v[i + 1].host);
 		else
-			snprintf(msg, len, "rank %d was started %zu times (pid %d on %s, pid %d on %s, ...)",
-				 v[i].rank, k - i, v[i].pid, v[i].host, v[i + 1].pid, v[i + 1].host);
+			snprintf(msg, len,
+				 "rank %d was started %zu times (pid %d on %s, pid %d on %s, ...)",
+				 v[i].rank, k - i, v[i].pid, v[i].host, v[i + 1].pid,
+				 v[i + 1].host);
 		return DDP_EENV;
 	}
 	return 0;
+}
+
+/* Runs a check that sorts the records on a copy of them. */
+static int on_copy(int (*check)(struct ddpi_join_rec *, size_t, char *, size_t),
+		   const struct ddpi_join_rec *recs, size_t n, char *msg, size_t len)
+{
+	struct ddpi_join_rec *v = malloc((n ? n : 1) * sizeof(*v));
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, recs, n * sizeof(*v));
+	rc = check(v, n, msg, len);
+	free(v);
+	return rc;
+}
+
+int ddpi_join_duplicates(const struct ddpi_join_rec *recs, size_t n, char *msg, size_t len)
+{
+	if (len)
+		msg[0] = '\0';
+	return on_copy(check_duplicates, recs, n, msg, len);
 }
 
 static int pick_node(const struct ddpi_join_rec *r, const void *arg)
@@ -349,7 +372,8 @@ static int check_nodes(struct ddpi_join_rec *v, size_t n, char *msg, size_t len)
 				return DDP_EENV;
 			}
 			if (v[q].local_rank == v[q - 1].local_rank) {
-				snprintf(msg, len, "ranks %d and %d both say GROUP_RANK=%d LOCAL_RANK=%d",
+				snprintf(msg, len,
+					 "ranks %d and %d both say GROUP_RANK=%d LOCAL_RANK=%d",
 					 v[q - 1].rank, v[q].rank, node, v[q].local_rank);
 				return DDP_EENV;
 			}
@@ -357,39 +381,34 @@ static int check_nodes(struct ddpi_join_rec *v, size_t n, char *msg, size_t len)
 		if (j - i != (size_t)v[i].local_world) {
 			if (ranks_where(v, n, pick_node, &node, a, sizeof(a), &k) < 0)
 				return -ENOMEM;
-			snprintf(msg, len, "GROUP_RANK=%d has %zu rank%s (%s) but LOCAL_WORLD_SIZE=%d",
-				 node, k, k > 1 ? "s" : "", a, v[i].local_world);
+			snprintf(msg, len,
+				 "GROUP_RANK=%d has %zu rank%s (%s) but LOCAL_WORLD_SIZE=%d", node,
+				 k, k > 1 ? "s" : "", a, v[i].local_world);
 			return DDP_EENV;
 		}
 		next++;
 		i = j;
 	}
 	if (next != nnodes) {
-		snprintf(msg, len, "no rank says GROUP_RANK=%d (GROUP_WORLD_SIZE=%d)", next, nnodes);
+		snprintf(msg, len, "no rank says GROUP_RANK=%d (GROUP_WORLD_SIZE=%d)", next,
+			 nnodes);
 		return DDP_EENV;
 	}
 	return 0;
 }
 
-int ddpi_join_check(const struct ddpi_join_rec *recs, size_t n, int complete, char *msg,
-		    size_t len)
+int ddpi_join_check(const struct ddpi_join_rec *recs, size_t n, int complete, char *msg, size_t len)
 {
-	struct ddpi_join_rec *v;
 	int rc;
 
 	if (len)
 		msg[0] = '\0';
 	if (n == 0)
 		return 0;
-	if ((rc = check_beliefs(recs, n, msg, len)) != 0)
+	/* Twice the same rank first: a stale record of an earlier job with other
+	 * beliefs would otherwise pass for a disagreement inside this one. */
+	if ((rc = ddpi_join_duplicates(recs, n, msg, len)) != 0 ||
+	    (rc = check_beliefs(recs, n, msg, len)) != 0 || !complete)
 		return rc;
-	v = malloc(n * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	memcpy(v, recs, n * sizeof(*v));
-	rc = check_duplicates(v, n, msg, len);
-	if (rc == 0 && complete)
-		rc = check_nodes(v, n, msg, len);
-	free(v);
-	return rc;
+	return on_copy(check_nodes, recs, n, msg, len);
 }
