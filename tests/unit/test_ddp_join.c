@@ -33,8 +33,16 @@
 
 static struct ddpi_join_rec rec(int rank, int world, int lr, int lw, int node, int nnodes)
 {
-	struct ddpi_join_rec r = {rank, world, lr, lw, node, nnodes, "cpu", "0.1.0", 1000 + rank,
-				  "h"};
+	struct ddpi_join_rec r = {.rank = rank,
+				  .world = world,
+				  .local_rank = lr,
+				  .local_world = lw,
+				  .node = node,
+				  .nnodes = nnodes,
+				  .pid = 1000 + rank};
+	strcpy(r.backend, "cpu");
+	strcpy(r.version, "0.1.0");
+	strcpy(r.host, "h");
 	return r;
 }
 
@@ -61,8 +69,8 @@ static void check_says(const struct ddpi_join_rec *v, size_t n, int complete, co
 
 static void test_record_round_trip(void **state)
 {
-	struct ddp_env env = {.rank = 5, .world = 8, .local_rank = 1, .local_world = 4,
-			      .node = 1, .nnodes = 2};
+	struct ddp_env env = {
+		.rank = 5, .world = 8, .local_rank = 1, .local_world = 4, .node = 1, .nnodes = 2};
 	struct ddpi_join_rec r, *back;
 	char text[600];
 	size_t n;
@@ -97,8 +105,7 @@ static void test_malformed_members_are_a_protocol_error(void **state)
 	static const char *const bad[] = {
 		"0 4 0 4 0 1 cpu 0.1.0 1\n",	     /* a field short */
 		"0 4 0 4 0 1 cpu 0.1.0 1 h extra\n", /* one too many */
-		"x 4 0 4 0 1 cpu 0.1.0 1 h\n",
-		"-1 4 0 4 0 1 cpu 0.1.0 1 h\n",
+		"x 4 0 4 0 1 cpu 0.1.0 1 h\n",	     "-1 4 0 4 0 1 cpu 0.1.0 1 h\n",
 		"0 0 0 4 0 1 cpu 0.1.0 1 h\n",
 	};
 	struct ddpi_join_rec *v = NULL;
@@ -152,7 +159,8 @@ static void test_rank_lists_read_like_prose(void **state)
 	for (int i = 0; i < 40; i++)
 		many[i] = 3 * i;
 	ddpi_join_format_ranks(many, 40, buf, sizeof(buf));
-	assert_string_equal(buf, "ranks 0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, ... (40 in all)");
+	assert_string_equal(buf,
+			    "ranks 0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, ... (40 in all)");
 	ddpi_join_format_ranks(many, 40, buf, 16); /* truncated, still a string */
 	assert_int_equal(strlen(buf), 15);
 }
@@ -212,8 +220,9 @@ static void test_the_minority_is_named_against_the_majority(void **state)
 	one_node(v, 5);
 	v[1].world = 8;
 	v[4].world = 16;
-	check_says(v, 5, 0, "rank 1 says WORLD_SIZE=8, ranks 0, 2, 3 say 5 (and 1 more rank "
-			      "disagrees)");
+	check_says(v, 5, 0,
+		   "rank 1 says WORLD_SIZE=8, ranks 0, 2, 3 say 5 (and 1 more rank "
+		   "disagrees)");
 	/* two ranks: whoever came, both are named */
 	one_node(v, 4);
 	v[3].world = 8;
@@ -326,9 +335,14 @@ struct rank_run {
 
 static struct ddp_env job_env(int port, const char *run_id, int rank, int world)
 {
-	struct ddp_env e = {.rank = rank, .world = world, .local_rank = rank,
-			    .local_world = world, .node = 0, .nnodes = 1,
-			    .master_port = port, .use_store = 1};
+	struct ddp_env e = {.rank = rank,
+			    .world = world,
+			    .local_rank = rank,
+			    .local_world = world,
+			    .node = 0,
+			    .nnodes = 1,
+			    .master_port = port,
+			    .use_store = 1};
 	snprintf(e.master_addr, sizeof(e.master_addr), "127.0.0.1");
 	snprintf(e.run_id, sizeof(e.run_id), "%s", run_id);
 	return e;
@@ -442,7 +456,8 @@ static void test_leftovers_of_an_earlier_job_are_not_taken_for_this_one(void **s
 				continue;
 			}
 			assert_int_equal(r[i].rc, DDP_EENV);
-			assert_non_null(strstr(r[i].msg, "processes joined for WORLD_SIZE=2: rank "));
+			assert_non_null(
+				strstr(r[i].msg, "processes joined for WORLD_SIZE=2: rank "));
 			assert_non_null(strstr(r[i].msg, "was started twice"));
 			assert_non_null(strstr(r[i].msg, "TORCHELASTIC_RUN_ID=again"));
 		}
