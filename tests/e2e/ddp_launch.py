@@ -1,6 +1,8 @@
 """A minimal stand-in launcher for libddp's end-to-end tests: starts the ranks
 of one or more "nodes" on this machine with torchrun's environment, so the
-runtime can be tested without ddprun. Every wait is bounded."""
+runtime can be tested without ddprun (and with deliberately wrong
+environments). MASTER_PORT must name a running store (start_store): every rank
+joins there in ddp_init. Every wait is bounded."""
 import os
 import subprocess
 import time
@@ -56,10 +58,17 @@ def wait_all(procs, timeout=60):
     return out
 
 
-def start_store(reaper, tmp_path):
-    """A standalone `ddpstore serve` on loopback (the store a multi-node job's
-    node leaders meet at); returns its port."""
+def start_store(reaper, tmp_path=None):
+    """A standalone `ddpstore serve` on loopback, the store every rank joins at
+    in ddp_init (a launcher hosts it; here the test does); returns its port."""
+    import pathlib
+    import tempfile
     from conftest import binary, wait_for
+    if tmp_path is None:
+        # the server reads nothing back from its port file: a directory that
+        # goes away once the port is known will do
+        with tempfile.TemporaryDirectory(prefix="ddpstore-") as d:
+            return start_store(reaper, pathlib.Path(d))
     port_file = tmp_path / "store-port"
     reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port", "0",
                   "--port-file", str(port_file), "--quiet"])

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import prog, run, free_port
+from conftest import prog, run
 from ddp_launch import launch, start_store, wait_all
 
 
@@ -24,9 +24,14 @@ def assert_all_ok(results, world):
     assert seen == sorted(f"[rank{r}] ok rank {r}" for r in range(world))
 
 
+@pytest.fixture
+def store(reaper, tmp_path):
+    return start_store(reaper, tmp_path)
+
+
 @pytest.mark.parametrize("nproc", [1, 2, 4])
-def test_every_collective_on_one_node(reaper, nproc):
-    procs = launch(reaper, [prog("ddp_coll"), "check"], nproc, free_port(), run_id())
+def test_every_collective_on_one_node(reaper, store, nproc):
+    procs = launch(reaper, [prog("ddp_coll"), "check"], nproc, store, run_id())
     assert_all_ok(wait_all(procs, timeout=90), nproc)
 
 
@@ -34,11 +39,6 @@ def test_ddp_spawn_gives_a_working_world():
     r = run([prog("ddp_coll"), "--spawn", "3", "check"], timeout=90, env=dict(os.environ, DDP_QUIET="1"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(r.stdout.splitlines()) == [f"[rank{i}] ok rank {i}" for i in range(3)]
-
-
-@pytest.fixture
-def store(reaper, tmp_path):
-    return start_store(reaper, tmp_path)
 
 
 @pytest.mark.parametrize("nnodes,nproc", [(2, 2), (3, 1)])

@@ -6,17 +6,24 @@ import os
 import signal
 import uuid
 
+import pytest
+
 from conftest import prog, free_port, wait_for
-from ddp_launch import launch, wait_all
+from ddp_launch import launch, start_store, wait_all
+
+
+@pytest.fixture
+def store(reaper, tmp_path):
+    return start_store(reaper, tmp_path)
 
 
 def segments(run_id):
     return [n for n in os.listdir("/dev/shm") if run_id in n]
 
 
-def test_crash_mid_collective_fails_the_others_not_hangs(reaper):
+def test_crash_mid_collective_fails_the_others_not_hangs(reaper, store):
     rid = "crash" + uuid.uuid4().hex[:8]
-    procs = launch(reaper, [prog("ddp_coll"), "crash", "1"], 4, free_port(), rid,
+    procs = launch(reaper, [prog("ddp_coll"), "crash", "1"], 4, store, rid,
                    extra={"DDP_TIMEOUT": "600"})  # only detection can beat the deadline
     results = wait_all(procs, timeout=60)
     assert results[1][0] == 7, results[1]
@@ -30,9 +37,9 @@ def test_crash_mid_collective_fails_the_others_not_hangs(reaper):
     assert segments(rid) == []
 
 
-def test_stopped_rank_gives_a_timeout_error(reaper):
+def test_stopped_rank_gives_a_timeout_error(reaper, store):
     rid = "stop" + uuid.uuid4().hex[:8]
-    procs = launch(reaper, [prog("ddp_coll"), "stop", "2"], 3, free_port(), rid,
+    procs = launch(reaper, [prog("ddp_coll"), "stop", "2"], 3, store, rid,
                    extra={"DDP_TIMEOUT": "2"})
     victim = procs[2]
     wait_for(lambda: _state(victim.pid) == "T", timeout=30, what="rank 2 to stop itself")
@@ -47,11 +54,11 @@ def test_stopped_rank_gives_a_timeout_error(reaper):
     assert segments(rid) == []
 
 
-def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper):
+def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper, store):
     """Rank 1 all_reduces 2000 elements, the others 1000: instead of garbage or
     a hang, every rank fails at once and says who called what."""
     # DDP_TIMEOUT far beyond the test's own deadline: only detection can pass
-    procs = launch(reaper, [prog("ddp_coll"), "mismatch"], 3, free_port(),
+    procs = launch(reaper, [prog("ddp_coll"), "mismatch"], 3, store,
                    "mm" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "600"})
     results = wait_all(procs, timeout=60)
     for rank, (rc, out, err) in enumerate(results):
@@ -63,10 +70,12 @@ def test_mismatched_collectives_fail_at_once_naming_both_sides(reaper):
 
 def test_segment_is_removed_when_a_rank_never_joins(reaper):
     """Rank 1 of 3 never starts: the segment local rank 0 created exists while
-    the others wait for it, they time out joining, and it is unlinked anyway."""
+    the others wait for it, they time out joining, and it is unlinked anyway.
+    (Shared memory alone, DDP_STORE=0: with a store the join at the store
+    catches the missing rank before any segment exists, test_ddp_join.py.)"""
     rid = "init" + uuid.uuid4().hex[:8]
     procs = launch(reaper, [prog("ddp_coll"), "check"], 3, free_port(), rid,
-                   extra={"DDP_TIMEOUT": "3"}, only=[0, 2])
+                   extra={"DDP_TIMEOUT": "3", "DDP_STORE": "0"}, only=[0, 2])
     wait_for(lambda: segments(rid), timeout=10, what="the node's segment to appear")
     for rc, out, err in wait_all(procs, timeout=30):
         assert rc == 1, err
@@ -74,11 +83,11 @@ def test_segment_is_removed_when_a_rank_never_joins(reaper):
     assert segments(rid) == []
 
 
-def test_segment_is_unlinked_as_soon_as_everyone_attached(reaper):
+def test_segment_is_unlinked_as_soon_as_everyone_attached(reaper, store):
     """While a healthy job runs, its segment is already gone from /dev/shm: a
     crash from now on cannot leak it."""
     rid = "live" + uuid.uuid4().hex[:8]
-    procs = launch(reaper, [prog("ddp_coll"), "hold"], 2, free_port(), rid)
+    procs = launch(reaper, [prog("ddp_coll"), "hold"], 2, store, rid)
     line = procs[0].stdout.readline()
     assert line.strip() == "[rank0] ready"  # ddp_init done on every rank
     assert segments(rid) == []

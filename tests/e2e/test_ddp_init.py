@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from conftest import prog, run, free_port
-from ddp_launch import launch, wait_all
+from conftest import prog, run
+from ddp_launch import launch, start_store, wait_all
 
 
 def base_env(**kw):
@@ -62,7 +62,7 @@ def test_nccl_without_a_gpu_is_a_clear_error():
 
 
 def test_backend_is_announced_once_on_rank_0(reaper):
-    procs = launch(reaper, [prog("ddp_hello")], 3, free_port(), "a" + uuid.uuid4().hex[:8],
+    procs = launch(reaper, [prog("ddp_hello")], 3, start_store(reaper), "a" + uuid.uuid4().hex[:8],
                    extra={"DDP_QUIET": "0"})
     results = wait_all(procs, timeout=30)
     lines = [l for _, _, err in results for l in err.splitlines() if l.startswith("libddp:")]
@@ -73,7 +73,7 @@ def test_backend_is_announced_once_on_rank_0(reaper):
 
 
 def _hello(reaper, nproc, extra=None):
-    procs = launch(reaper, [prog("ddp_hello")], nproc, free_port(), "p" + uuid.uuid4().hex[:8],
+    procs = launch(reaper, [prog("ddp_hello")], nproc, start_store(reaper), "p" + uuid.uuid4().hex[:8],
                    extra=extra)
     results = wait_all(procs, timeout=30)
     assert all(rc == 0 for rc, _, _ in results), results
@@ -101,7 +101,8 @@ def test_print_ranks_selects_who_prints(reaper, spec, shown):
 
 def test_fatal_error_writes_a_torchelastic_error_file(reaper, tmp_path):
     files = {r: tmp_path / f"error-{r}.json" for r in range(2)}
-    procs = launch(reaper, [prog("ddp_hello"), "fatal", "loss is NaN at step 3"], 2, free_port(),
+    procs = launch(reaper, [prog("ddp_hello"), "fatal", "loss is NaN at step 3"], 2,
+                   start_store(reaper, tmp_path),
                    "f" + uuid.uuid4().hex[:8], extra={"DDP_TIMEOUT": "5"},
                    per_rank=lambda r: {"TORCHELASTIC_ERROR_FILE": str(files[r])})
     before = int(time.time())

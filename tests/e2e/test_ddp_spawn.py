@@ -31,6 +31,18 @@ def test_join_runs_every_rank_in_one_world(method):
     assert r.stdout.rstrip().endswith("spawn ok")
 
 
+def test_children_meet_without_a_store_even_inside_a_launched_job():
+    """libddp has no store server to offer: the children get no MASTER_ADDR/PORT
+    (not even the parent's, which names its launcher's store) and DDP_STORE=0,
+    and form their world through shared memory."""
+    from conftest import free_port
+    e = dict(env(), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), DDP_TIMEOUT="5")
+    r = run([prog("ddp_spawn_prog"), "3", "ok"], timeout=60, env=e)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "env MASTER_ADDR=(unset) DDP_STORE=0" in r.stdout.splitlines()
+    assert r.stdout.rstrip().endswith("spawn ok")
+
+
 def test_failure_is_reported_and_the_others_stopped():
     r = run([prog("ddp_spawn_prog"), "3", "exit", "1", "5"], timeout=30, env=env())
     assert r.returncode == 1

@@ -8,14 +8,14 @@ import uuid
 
 import pytest
 
-from conftest import binary, free_port
+from conftest import binary
 from ddp_launch import launch, start_store, wait_all
 
 
 def train(reaper, nproc, args, tmp_path, nnodes=1, port=None, extra=None):
     dump = tmp_path / f"params-{nnodes}x{nproc}-{uuid.uuid4().hex[:6]}.bin"
     procs = launch(reaper, [binary("train")] + args + ["--dump", str(dump)], nproc,
-                   port or free_port(), "train" + uuid.uuid4().hex[:8], nnodes=nnodes,
+                   port or start_store(reaper), "train" + uuid.uuid4().hex[:8], nnodes=nnodes,
                    extra=extra)
     results = wait_all(procs, timeout=120)
     for rank, (rc, out, err) in enumerate(results):
@@ -79,7 +79,7 @@ def test_bad_options_are_one_clear_line(reaper, tmp_path):
     r = run([binary("train"), "--steps", "ten"], timeout=10)
     assert r.returncode == 2
     assert r.stderr.strip() == "train: bad value 'ten' for --steps"
-    procs = launch(reaper, [binary("train"), "--batch", "5"], 2, free_port(),
+    procs = launch(reaper, [binary("train"), "--batch", "5"], 2, start_store(reaper),
                    "bad" + uuid.uuid4().hex[:8])
     for rc, out, err in wait_all(procs, timeout=30):
         assert rc == 1

@@ -6,6 +6,9 @@
  *   ddp_hello crash-once      in the first attempt (TORCHELASTIC_RESTART_COUNT=0) the last
  *                             rank exits 5 after a barrier; later attempts all_reduce and
  *                             print "attempt N sum S" on rank 0
+ *   ddp_hello members         rank 0 reads the join's records from the launcher's store
+ *                             (MASTER_ADDR:MASTER_PORT) and prints "joined: R R ..." (the
+ *                             ranks that published one, in store order)
  * Exits 1 with ddp_errmsg() when ddp_init fails. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,35 @@
 #include <unistd.h>
 
 #include "ddp.h"
+#include "store_client.h"
+
+/* The ranks listed in join/members, where ddp_init's join left them. */
+static int print_members(void)
+{
+	const char *run = getenv("TORCHELASTIC_RUN_ID"),
+		   *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+	struct store_client *c;
+	char prefix[256], *p;
+	void *v;
+	size_t len;
+
+	if (store_client_connect(getenv("MASTER_ADDR"), atoi(getenv("MASTER_PORT")), 10000, 10000,
+				 &c) < 0)
+		return 1;
+	snprintf(prefix, sizeof(prefix), "ddp/%s/r%s", run ? run : "none", restart ? restart : "0");
+	store_client_set_prefix(c, prefix);
+	if (store_try_get(c, "join/members", &v, &len) < 0) {
+		store_client_close(c);
+		return 1;
+	}
+	printf("joined:");
+	for (p = v; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		printf(" %d", atoi(p));
+	printf("\n");
+	free(v);
+	store_client_close(c);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -44,6 +76,10 @@ int main(int argc, char **argv)
 			return 1;
 		printf("attempt %s sum %d\n", a ? a : "?", v);
 		return ddp_finalize(ctx) < 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "members")) {
+		int rc = r == 0 ? print_members() : 0;
+		return ddp_finalize(ctx) < 0 || rc;
 	}
 	if (argc > 1 && !strcmp(argv[1], "info")) {
 		ddp_print_force(

@@ -2,6 +2,7 @@
  *   ddp_spawn_prog [--spawn-method] [--daemon] [--no-join] N MODE [ARG]
  * Modes (fn(rank)):
  *   ok           every rank calls ddp_init, all_reduces its rank, prints the sum
+ *                and (stdout of rank 0) the MASTER_ADDR and DDP_STORE it was given
  *   exit R C     rank R exits with code C after 0.2 s; others sleep 30 s
  *   signal R     rank R kills itself with SIGKILL; others sleep 30 s
  *   sleep        every rank prints its pid and sleeps 30 s (daemon tests)
@@ -34,6 +35,9 @@ static int fn(int rank, void *p)
 			return 1;
 		ddp_print_force(ctx, "sum %d (rank %d of %d, pid %d)\n", v, ddp_rank(ctx),
 				ddp_world_size(ctx), (int)getpid());
+		const char *ma = getenv("MASTER_ADDR"), *st = getenv("DDP_STORE");
+		printf("env MASTER_ADDR=%s DDP_STORE=%s\n", ma ? ma : "(unset)",
+		       st ? st : "(unset)");
 		return ddp_finalize(ctx) < 0;
 	}
 	if (!strcmp(a->mode, "exit")) {

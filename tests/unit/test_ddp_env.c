@@ -81,6 +81,38 @@ static void test_torchrun_environment(void **state)
 	assert_int_equal(e.backend, DDP_BACKEND_CPU);
 	assert_string_equal(e.print_ranks, "0,5-6");
 	assert_int_equal(e.under_launcher, 1);
+	assert_int_equal(e.use_store, 1);
+}
+
+/* Who joins at the store: every rank of a launched job that names one; not a
+ * program started by hand, not DDP_STORE=0 (single node only). */
+static void test_store_use(void **state)
+{
+	struct ddp_env e;
+
+	assert_int_equal(parse((const char *[]){"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=h",
+						"MASTER_PORT=1", NULL},
+			       &e),
+			 0);
+	assert_int_equal(e.use_store, 1); /* a world of one under a launcher too */
+	assert_int_equal(parse((const char *[]){"MASTER_ADDR=h", "MASTER_PORT=1", NULL}, &e), 0);
+	assert_int_equal(e.use_store, 0); /* by hand: stray MASTER_* are ignored */
+	assert_int_equal(parse((const char *[]){"RANK=0", "WORLD_SIZE=1", NULL}, &e), 0);
+	assert_int_equal(e.use_store, 0);
+	/* ddp_spawn's children: no store, no MASTER_*, shared memory alone */
+	assert_int_equal(parse((const char *[]){"RANK=1", "WORLD_SIZE=4", "DDP_STORE=0", NULL}, &e),
+			 0);
+	assert_int_equal(e.use_store, 0);
+	assert_int_equal(parse((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h",
+						"MASTER_PORT=1", "DDP_STORE=0", NULL},
+			       &e),
+			 0);
+	assert_int_equal(e.use_store, 0);
+	assert_int_equal(parse((const char *[]){"RANK=1", "WORLD_SIZE=2", "MASTER_ADDR=h",
+						"MASTER_PORT=1", "DDP_STORE=1", NULL},
+			       &e),
+			 0);
+	assert_int_equal(e.use_store, 1);
 }
 
 static void test_missing_local_values_are_derived(void **state)
@@ -143,6 +175,10 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
 	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
+	expect_eenv((const char *[]){"DDP_STORE=no", NULL}, "DDP_STORE='no' is not 0 or 1");
+	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "DDP_STORE=0",
+				     NULL},
+		    "DDP_STORE=0 but GROUP_WORLD_SIZE=2: nodes can only meet through the store");
 }
 
 static void test_print_rank_specs(void **state)
@@ -249,6 +285,7 @@ int main(void)
 		cmocka_unit_test(test_nothing_set_is_a_world_of_one),
 		cmocka_unit_test(test_torchrun_environment),
 		cmocka_unit_test(test_missing_local_values_are_derived),
+		cmocka_unit_test(test_store_use),
 		cmocka_unit_test(test_inconsistent_values_are_clear_errors),
 		cmocka_unit_test(test_print_rank_specs),
 		cmocka_unit_test(test_error_texts),

@@ -117,14 +117,38 @@ void ddp_options_init(struct ddp_options *o);
  * TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_ERROR_FILE);
  * with none of them set the world has one rank. Under a launcher it sets
  * PR_SET_PDEATHSIG (SIGKILL) and exits at once if the launcher is already
- * gone. Then it binds the device, silences stdout on quiet ranks, and connects
- * the ranks: shared memory inside the node, the agent's store and TCP between
- * node leaders (more than one node), NCCL (nccl backend). Blocks until every
- * rank has joined or the timeout passes. o may be NULL (defaults).
+ * gone. Then it binds the device and silences stdout on quiet ranks.
+ *
+ * The join: when the launcher names a store (MASTER_ADDR and MASTER_PORT set
+ * along with RANK or WORLD_SIZE, as under ddprun, even for one rank; not with
+ * DDP_STORE=0), every rank connects to it, retrying until the timeout, and
+ * publishes what it believes (WORLD_SIZE, LOCAL_RANK/LOCAL_WORLD_SIZE,
+ * GROUP_RANK/GROUP_WORLD_SIZE, backend, libddp version) under
+ * "ddp/<run id>/r<restart count>/". The ranks agree, or every one fails at
+ * once with DDP_EENV and a message naming the culprit ("rank 3 says
+ * WORLD_SIZE=8, ranks 0-2 say 4", "rank 1 was started twice (...)"); ranks
+ * that never come are named at the timeout (-ETIMEDOUT, "ranks 2, 5 did not
+ * join within 30 s (6 of 8 did)"); an unreachable store fails after the
+ * timeout with -ECONNREFUSED or -ETIMEDOUT naming MASTER_ADDR:MASTER_PORT.
+ * Four round trips to the store per rank (five for the last to arrive), on
+ * top of connecting. The connection is closed before ddp_init returns,
+ * success or not: nothing waits on the store afterwards.
+ * Without a store (DDP_STORE=0, which ddp_spawn's children get; a world of
+ * one without MASTER_ADDR/MASTER_PORT; a program started by hand) the ranks
+ * of the one node meet through shared memory alone, with no check across
+ * ranks. A store that closes the 2.x handshake (PyTorch 1.x's, as torchrun
+ * 1.x hosts) is treated the same way on one node (rank 0 says so on stderr)
+ * and is an error for several nodes.
+ *
+ * Last, it connects the communicators: shared memory inside the node, TCP
+ * between node leaders (more than one node, found through the store), NCCL
+ * (nccl backend). Blocks until every rank has joined or the timeout passes
+ * (o->timeout_ms, else DDP_TIMEOUT). o may be NULL (defaults).
  * Errors: DDP_EENV (inconsistent environment: RANK >= WORLD_SIZE, missing
- * MASTER_ADDR in a world > 1, ...), DDP_ENOGPU, DDP_ENOTBUILT, -ETIMEDOUT,
- * -ECONNREFUSED, DDP_ENCCL, -ENOMEM, -EBUSY (a process has one context at a
- * time). *out is set only on success. */
+ * MASTER_ADDR in a world > 1 without DDP_STORE=0, ...; or ranks that
+ * disagree), DDP_ENOGPU, DDP_ENOTBUILT, -ETIMEDOUT, -ECONNREFUSED, DDP_ENCCL,
+ * -ENOMEM, -EBUSY (a process has one context at a time). *out is set only on
+ * success. */
 int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
@@ -302,9 +326,12 @@ void ddp_spawn_options_init(struct ddp_spawn_options *o);
 struct ddp_spawn_ctx;
 
 /* torch.multiprocessing.spawn for C: runs fn(rank, arg) in nprocs processes,
- * each with the environment a launcher gives (RANK, LOCAL_RANK, WORLD_SIZE,
- * LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT, TORCHELASTIC_RUN_ID,
- * ...), so that fn can call ddp_init(). A child exits with fn's return value
+ * each with the environment a single-node launcher gives (RANK, LOCAL_RANK,
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1,
+ * TORCHELASTIC_RUN_ID, ...), so that fn can call ddp_init(). libddp hosts no
+ * store, so the children get DDP_STORE=0 and no MASTER_ADDR/MASTER_PORT (not
+ * even the parent's): ddp_init forms their world through shared memory
+ * alone. A child exits with fn's return value
  * (0..255; a negative value becomes 1). With join, returns 0 when every child
  * succeeded, or DDP_ECHILD after stopping the others when one failed
  * (ddp_errmsg: "process 2 terminated with exit code 3" / "... with signal

@@ -17,7 +17,8 @@ struct ddpi_cpu {
 	size_t tmp_len;
 };
 
-int ddpi_cpu_open(const struct ddp_env *env, int64_t deadline, struct ddpi_cpu **out)
+int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t deadline,
+		  struct ddpi_cpu **out)
 {
 	struct ddpi_cpu *c = calloc(1, sizeof(*c));
 	int rc = -ENOMEM;
@@ -37,7 +38,11 @@ int ddpi_cpu_open(const struct ddp_env *env, int64_t deadline, struct ddpi_cpu *
 		c->pos[0] = env->rank;
 	}
 	if (env->nnodes > 1 && env->local_rank == 0) {
-		if ((rc = ddpi_tcp_open(env, c->pos, deadline, &c->tcp)) < 0) {
+		if (!sc)
+			rc = ddpi_err(-EINVAL, "a multi-node job needs the store");
+		else
+			rc = ddpi_tcp_open(env, c->pos, sc, deadline, &c->tcp);
+		if (rc < 0) {
 			if (c->shm)
 				ddpi_shm_abort(c->shm, ddp_errmsg());
 			goto fail;

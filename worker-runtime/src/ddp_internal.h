@@ -34,6 +34,7 @@ struct ddp_env {
 	int node, nnodes;
 	char master_addr[256];
 	int master_port; /* 0: unset */
+	int use_store;	 /* join at MASTER_ADDR:MASTER_PORT (join.h) */
 	char run_id[128];
 	int restart;
 	int under_launcher;	  /* some launcher variable was set */
@@ -138,7 +139,11 @@ int64_t ddpi_deadline(const struct ddp_ctx *ctx);
 /* ---- cpu communicator (cpu.c: shm inside the node, tcp between node leaders) --------- */
 
 struct ddpi_cpu;
-int ddpi_cpu_open(const struct ddp_env *env, int64_t deadline, struct ddpi_cpu **out);
+struct store_client;
+/* sc: the joined store (join.h), needed by a multi-node job's node leaders;
+ * NULL on a single node without a store. Not kept after open. */
+int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t deadline,
+		  struct ddpi_cpu **out);
 void ddpi_cpu_close(struct ddpi_cpu *c);
 extern const struct ddpi_backend_ops ddpi_cpu_ops;
 

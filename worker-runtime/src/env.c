@@ -126,10 +126,12 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	return 0;
 }
 
+/* MASTER_ADDR/MASTER_PORT name the launcher's store; every rank joins there
+ * (join.c) unless DDP_STORE=0 keeps a single-node job in shared memory. */
 static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
-	const char *addr = get(fn, arg, "MASTER_ADDR");
-	int has_port, rc;
+	const char *addr = get(fn, arg, "MASTER_ADDR"), *v;
+	int has_port, store = 1, rc;
 
 	if ((rc = get_int(fn, arg, "MASTER_PORT", 1, 65535, &e->master_port, &has_port)))
 		return rc;
@@ -140,9 +142,23 @@ static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 			return ddpi_err(DDP_EENV, "MASTER_ADDR is too long");
 		snprintf(e->master_addr, sizeof(e->master_addr), "%s", addr);
 	}
+	if ((v = get(fn, arg, "DDP_STORE")) && util_parse_int(v, 0, 1, &store) < 0)
+		return ddpi_err(DDP_EENV, "DDP_STORE='%s' is not 0 or 1", v);
+	if (!store) {
+		if (e->nnodes > 1)
+			return ddpi_err(DDP_EENV,
+					"DDP_STORE=0 but GROUP_WORLD_SIZE=%d: nodes can only meet "
+					"through the store",
+					e->nnodes);
+		e->use_store = 0;
+		return 0;
+	}
 	if (e->world > 1 && (!addr || !has_port))
-		return ddpi_err(DDP_EENV, "WORLD_SIZE=%d but %s is not set", e->world,
-				!addr ? "MASTER_ADDR" : "MASTER_PORT");
+		return ddpi_err(DDP_EENV,
+				"WORLD_SIZE=%d but %s is not set (DDP_STORE=0 runs one node "
+				"without a store)",
+				e->world, !addr ? "MASTER_ADDR" : "MASTER_PORT");
+	e->use_store = addr && has_port && e->under_launcher;
 	return 0;
 }
 

@@ -1,7 +1,8 @@
 /* init: ddp_init/ddp_finalize and the context's accessors. The order matters:
  * environment (so errors name the rank), parent death signal, backend and
- * device, quiet stdout, then the communicators (which block until every rank
- * has joined). */
+ * device, quiet stdout, the join at the launcher's store (so a wrong launch
+ * fails there, naming the culprit, before anything waits on a peer), then the
+ * communicators. The store connection is closed before ddp_init returns. */
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -12,6 +13,8 @@
 #include <unistd.h>
 
 #include "ddp_internal.h"
+#include "join.h"
+#include "store_client.h"
 #include "util.h"
 
 /* One context per process: a second one would share the node's segment name. */
@@ -82,6 +85,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 {
 	struct ddp_options defaults;
 	struct ddp_ctx *ctx;
+	struct store_client *sc = NULL;
 	char why[300];
 	const char *spec;
 	int rc;
@@ -127,7 +131,13 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	announce(ctx, why);
 
 	int64_t deadline = ddpi_deadline(ctx);
-	if ((rc = ddpi_cpu_open(&ctx->env, deadline, &ctx->cpu)) < 0)
+	if (ctx->env.use_store &&
+	    (rc = ddpi_join(&ctx->env, ctx->backend, ctx->timeout_ms, deadline, &sc)) < 0)
+		goto fail;
+	rc = ddpi_cpu_open(&ctx->env, sc, deadline, &ctx->cpu);
+	/* Nothing later needs the store: no connection outlives init. */
+	store_client_close(sc);
+	if (rc < 0)
 		goto fail;
 	if (ctx->backend == DDP_BACKEND_CPU) {
 		ctx->ops = &ddpi_cpu_ops;

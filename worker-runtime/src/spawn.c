@@ -9,14 +9,12 @@
  * call runs fn(rank, arg) instead of spawning (C's answer to pickling fn). */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,23 +49,12 @@ static int exit_code_of(int rc)
 	return rc >= 0 && rc <= 255 ? rc : 1;
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 29500;
-
-	if (fd < 0)
-		return port;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
-/* In the child, before fn or exec. */
-static void child_env(int rank, int nprocs, int port, const char *run_id, int daemon)
+/* In the child, before fn or exec. No MASTER_ADDR/MASTER_PORT: libddp has no
+ * store server to offer (the store lives in the launcher), and an address
+ * with nothing behind it would make ddp_init wait for a store that never
+ * answers. DDP_STORE=0 says so: the children meet through shared memory
+ * alone, their environment being consistent by construction. */
+static void child_env(int rank, int nprocs, const char *run_id, int daemon)
 {
 	char v[32];
 
@@ -82,9 +69,9 @@ static void child_env(int rank, int nprocs, int port, const char *run_id, int da
 	setenv("GROUP_RANK", "0", 1);
 	setenv("GROUP_WORLD_SIZE", "1", 1);
 	setenv("ROLE_NAME", "default", 1);
-	setenv("MASTER_ADDR", "127.0.0.1", 1);
-	snprintf(v, sizeof(v), "%d", port);
-	setenv("MASTER_PORT", v, 1);
+	unsetenv("MASTER_ADDR");
+	unsetenv("MASTER_PORT");
+	setenv("DDP_STORE", "0", 1);
 	setenv("TORCHELASTIC_RUN_ID", run_id, 1);
 	setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
 	setenv("TORCHELASTIC_MAX_RESTARTS", "0", 1);
@@ -301,7 +288,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	struct ddp_spawn_ctx *sc;
 	const char *v = getenv(SPAWN_RANK_ENV);
 	char run_id[64], **argv = NULL;
-	int port, rc;
+	int rc;
 
 	if (v && !spawn_child_ran)
 		run_spawned_child(fn, arg, v);
@@ -333,7 +320,6 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	sc->grace_ms = o->grace_ms > 0 ? o->grace_ms : 5000;
 	for (int i = 0; i < nprocs; i++)
 		sc->pidfds[i] = -1;
-	port = free_port();
 	snprintf(run_id, sizeof(run_id), "spawn-%d-%d", (int)getpid(), spawn_counter++);
 	fflush(NULL); /* a child must not print the parent's buffered output again */
 
@@ -349,7 +335,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 			if (o->daemon &&
 			    (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
 				_exit(1);
-			child_env(r, nprocs, port, run_id, o->daemon);
+			child_env(r, nprocs, run_id, o->daemon);
 			if (o->start_method == DDP_START_SPAWN) {
 				char rv[16];
 				snprintf(rv, sizeof(rv), "%d", r);

@@ -407,15 +407,13 @@ static int cmp_int(const void *a, const void *b)
 	return *(const int *)a - *(const int *)b;
 }
 
-int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t deadline,
-		  struct ddpi_tcp **out)
+int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct store_client *sc,
+		  int64_t deadline, struct ddpi_tcp **out)
 {
-	struct store_client *sc = NULL;
 	struct ddpi_tcp *t = calloc(1, sizeof(*t));
-	char myaddr[128], prefix[200], key[32], *entry = NULL, rightaddr[128];
+	char myaddr[128], key[32], *entry = NULL, rightaddr[128];
 	int lfd = -1, port = 0, right_port = 0, rc = -ENOMEM;
 	size_t elen = 0;
-	int64_t left = deadline - util_now_ms();
 
 	if (!t)
 		return rc;
@@ -433,16 +431,8 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t dea
 	for (int r = 0; r < env->world; r++)
 		t->node_of[r] = -1;
 
-	rc = store_client_connect(env->master_addr, env->master_port, left > 0 ? left : 1,
-				  left > 0 ? left : 1, &sc);
-	if (rc < 0) {
-		rc = ddpi_err(rc, "cannot reach the store at %s:%d: %s", env->master_addr,
-			      env->master_port, store_strerror(rc));
-		goto fail;
-	}
-	snprintf(prefix, sizeof(prefix), "ddp/%s/r%d", env->run_id, env->restart);
-	if ((rc = store_client_set_prefix(sc, prefix)) < 0 ||
-	    (rc = store_client_local_addr(sc, myaddr, sizeof(myaddr))) < 0) {
+	/* Listen where this host reaches the store: the other nodes can reach it too. */
+	if ((rc = store_client_local_addr(sc, myaddr, sizeof(myaddr))) < 0) {
 		rc = ddpi_err(rc, "store: %s", store_strerror(rc));
 		goto fail;
 	}
@@ -462,6 +452,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t dea
 		elen += (size_t)sprintf(entry + elen, " %d", sorted[i]);
 	free(sorted);
 	snprintf(key, sizeof(key), "leader/%d", env->node);
+	store_client_set_timeout(sc, deadline - util_now_ms() > 0 ? deadline - util_now_ms() : 1);
 	if ((rc = store_set(sc, key, entry, elen)) < 0) {
 		rc = ddpi_err(rc, "store set %s: %s", key, store_strerror(rc));
 		goto fail;
@@ -510,14 +501,12 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t dea
 	tune(t->right_fd);
 	close(lfd);
 	free(entry);
-	store_client_close(sc);
 	*out = t;
 	return 0;
 fail:
 	if (lfd >= 0)
 		close(lfd);
 	free(entry);
-	store_client_close(sc);
 	ddpi_tcp_close(t);
 	return rc;
 }

@@ -1,8 +1,8 @@
 /* tcp: the ring between node leaders (local rank 0 of every node) for the cpu
  * backend of a multi-node job.
  *
- * Discovery goes through the agent's store (MASTER_ADDR:MASTER_PORT, keys under
- * "ddp/<run id>/r<restart>/"): each leader listens on the address it uses to
+ * Discovery goes through the agent's store (the connection ddp_init's join
+ * opened, keys under "ddp/<run id>/r<restart>/"): each leader listens on the address it uses to
  * reach the store, publishes "addr port nranks rank..." for its node, reads
  * every other node's entry, connects to its right neighbour and accepts its
  * left one. Collectives are ring algorithms (all_reduce: reduce-scatter then
@@ -21,9 +21,12 @@
 
 struct ddpi_tcp;
 
-/* local_ranks: the global ranks of this node (env->local_world entries). */
-int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, int64_t deadline,
-		  struct ddpi_tcp **out);
+struct store_client;
+
+/* local_ranks: the global ranks of this node (env->local_world entries); sc:
+ * the joined store, its key prefix set (used during the call only). */
+int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct store_client *sc,
+		  int64_t deadline, struct ddpi_tcp **out);
 void ddpi_tcp_close(struct ddpi_tcp *t);
 
 int ddpi_tcp_all_reduce(struct ddpi_tcp *t, void *buf, size_t count, enum ddp_dtype dt,
