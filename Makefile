@@ -182,8 +182,7 @@ $(B)/bin/train_cuda: examples/train_cuda.cu $(LIB_A) $(CONFIG_STAMP)
 	@$(if $(Q),echo "  NVCC    $@")
 	$(Q)$(NVCC) -O2 -std=c++17 -Iworker-runtime/include -o $@ $< $(B)/lib/libddp.a \
 		-Xlinker -rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lnccl -lcudart $(SYS_LIBS) \
-		$(if $(filter 1,$(SAN)),-Xcompiler -fsanitize=address$(,)undefined)
-, := ,
+		$(if $(filter 1,$(SAN)),-Xcompiler=-fsanitize=address -Xcompiler=-fsanitize=undefined)
 
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(INTERNAL_OBJ)
 	@mkdir -p $(@D)
