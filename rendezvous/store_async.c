@@ -652,6 +652,30 @@ void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg
 		uv_cancel((uv_req_t *)&a->gai);
 }
 
+static int sock_addr(const struct store_async *a, bool peer, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss), rc;
+
+	if (a->state != AS_READY || a->tcp == NULL)
+		return -ENOTCONN;
+	rc = peer ? uv_tcp_getpeername(a->tcp, (struct sockaddr *)&ss, &n)
+		  : uv_tcp_getsockname(a->tcp, (struct sockaddr *)&ss, &n);
+	if (rc < 0)
+		return rc;
+	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+}
+
+int store_async_local_addr(const struct store_async *a, char *buf, size_t len)
+{
+	return sock_addr(a, false, buf, len);
+}
+
+int store_async_peer_addr(const struct store_async *a, char *buf, size_t len)
+{
+	return sock_addr(a, true, buf, len);
+}
+
 int store_async_set_prefix(struct store_async *a, const char *prefix)
 {
 	char *p = NULL;
