@@ -66,6 +66,7 @@ struct agent {
 	bool failed;	     /* the job ended in failure */
 	bool keep_logdir;    /* the report names a file in a temporary log dir */
 	int sigints;
+	bool signalled; /* a handled signal arrived */
 	uv_signal_t sigchld;
 	uv_signal_t sigs[CLI_MAX_SIGNALS];
 	int nsigs;
