@@ -541,19 +541,25 @@ static bool deliver(struct store_async *a, const uint8_t *p)
 		int64_t v = op->reply == STORE_REPLY_U8 ? (p[0] == STORE_CHECK_READY)
 							: (int64_t)store_get_u64(p);
 
-		op->cb.i(0, v, op->arg);
+		if (op->cb.i)
+			op->cb.i(0, v, op->arg);
 		op_free(op);
 		break;
 	}
 	case K_BYTES:
-		if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
+		if (op->cb.bytes == NULL)
+			;
+		else if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
 			op->cb.bytes(-ENOENT, NULL, 0, op->arg);
 		else
 			op->cb.bytes(0, p + 8, (size_t)store_get_u64(p), op->arg);
 		op_free(op);
 		break;
 	case K_MULTI:
-		deliver_multi(op, p);
+		if (op->cb.multi)
+			deliver_multi(op, p);
+		else
+			op_free(op);
 		break;
 	}
 	return true;

@@ -9,7 +9,8 @@
  * protocol matches replies by order): use a second handle for a long wait
  * alongside other traffic.
  *
- * Status values: 0, or -ETIMEDOUT, -ENOENT (get of a missing key),
+ * A callback may be NULL (fire and forget: the operation still runs in
+ * order). Status values: 0, or -ETIMEDOUT, -ENOENT (get of a missing key),
  * -ECANCELED (store_async_close), the connection's loss reason (-ECONNRESET,
  * -EPROTO, ...), or the connect error. Byte buffers passed to callbacks are
  * valid only during the callback. Keys are laid out as torch's TCPStore does
