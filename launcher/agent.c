@@ -61,7 +61,10 @@ static void store_closed(void *arg)
 	a->open_handles--;
 }
 
-/* The end: close every handle so that uv_run returns. */
+static bool coordinated(const struct agent *a);
+
+/* The end: close every handle so that uv_run returns. With a coordinator,
+ * the end is its to make: tell it instead (nothing runs here any more). */
 static void finish(struct agent *a, int status)
 {
 	int i;
@@ -69,6 +72,11 @@ static void finish(struct agent *a, int status)
 	if (a->state == AS_CLOSING)
 		return;
 	set_status(a, status);
+	if (coordinated(a)) {
+		a->state = AS_WAITING;
+		a->coord.finished(a, a->status, a->coord.arg);
+		return;
+	}
 	a->state = AS_CLOSING;
 	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
@@ -240,14 +248,8 @@ static void stop_and_end(struct agent *a, int sig)
 	case AS_IDLE:
 	case AS_RDZV:
 	case AS_WAITING:
-		if (coordinated(a)) {
-			/* Nothing runs: the coordinator ends the job. */
-			a->state = AS_WAITING;
-			a->coord.finished(a, a->status, a->coord.arg);
-			return;
-		}
-		finish(a, a->status);
-		break;
+		finish(a, a->status); /* with a coordinator: finished() */
+		return;
 	case AS_CLOSING:
 		break;
 	}

@@ -109,5 +109,8 @@ int agent_exit_status(const struct agent *a);
 bool agent_failed(const struct agent *a);
 /* Release everything (after the loop has returned). */
 void agent_destroy(struct agent *a);
+/* One line on ddprun's stderr, "ddprun: " first, in order with the workers'
+ * output. */
+void agent_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -126,17 +126,26 @@ int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c)
 	if (rc == 0)
 		rc = get_str(o, "version", c->version, sizeof(c->version));
 	if (rc == 0)
-		rc = get_int(o, "node_rank", 0, &c->node_rank);
+		rc = get_int(o, "node_rank", -1, &c->node_rank);
 	if (rc == 0)
 		rc = get_str(o, "host", c->host, sizeof(c->host));
 	cJSON_Delete(o);
 	return rc;
 }
 
+/* "node 1 (host a)", or "host a" when ranks come by arrival. */
+static void who(const struct rdzv_config *c, char *buf, size_t len)
+{
+	if (c->node_rank >= 0)
+		snprintf(buf, len, "node %d (host %s)", c->node_rank, c->host);
+	else
+		snprintf(buf, len, "host %s", c->host);
+}
+
 int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *theirs, char *msg,
 		     size_t len)
 {
-	char a[64], b[64];
+	char a[64], b[64], wa[RDZV_HOST_MAX + 32], wb[RDZV_HOST_MAX + 32];
 	const char *what;
 
 	if (strcmp(mine->backend, theirs->backend) != 0) {
@@ -164,8 +173,9 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 	} else {
 		return 0;
 	}
-	snprintf(msg, len, "%s differs: %s on node %d (host %s), %s on node %d (host %s)", what, a,
-		 mine->node_rank, mine->host, b, theirs->node_rank, theirs->host);
+	who(mine, wa, sizeof(wa));
+	who(theirs, wb, sizeof(wb));
+	snprintf(msg, len, "%s differs: %s on %s, %s on %s", what, a, wa, b, wb);
 	return 1;
 }
 

@@ -38,7 +38,7 @@ struct rdzv_config {
 	char backend[16];
 	int min_nodes, max_nodes, max_restarts;
 	char version[32];
-	int node_rank; /* the writer */
+	int node_rank; /* the writer; -1 when ranks come by arrival (dynamic) */
 	char host[RDZV_HOST_MAX];
 };
 
