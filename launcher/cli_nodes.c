@@ -20,8 +20,8 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		return 0;
 	rc = slurm_info_read(getenv_fn, &si, why, sizeof(why));
 	if (rc != 0) {
-		snprintf(err, errlen, "%s (set --nnodes, --node-rank and --master-addr to override)",
-			 why);
+		snprintf(err, errlen,
+			 "%s (set --nnodes, --node-rank and --master-addr to override)", why);
 		return -EINVAL;
 	}
 	if (!si.in_allocation)

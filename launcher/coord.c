@@ -262,8 +262,8 @@ static int connect_both(struct coord *c)
 	struct store_async_callbacks cbs = {on_connect, on_lost, c};
 	int rc;
 
-	rc = store_async_connect(c->loop, c->store_host, c->store_port, c->connect_timeout_ms,
-				 &cbs, &c->A);
+	rc = store_async_connect(c->loop, c->store_host, c->store_port, c->connect_timeout_ms, &cbs,
+				 &c->A);
 	if (rc != 0)
 		return rc;
 	rc = store_async_set_prefix(c->A, c->prefix);
@@ -328,7 +328,8 @@ void coord_round_start(struct coord *c)
 	if (c->dynamic) { /* a participant now: its death ends the round */
 		char why[RDZV_WHY_MAX + 32];
 
-		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank, c->host);
+		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,
+			 c->host);
 		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "end"), why,
 					 strlen(why), NULL, NULL);
 	}
@@ -382,15 +383,16 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 	else if (e->kind == RDZV_END_LOST)
 		snprintf(buf, len, "node %d lost (%s)", e->node, e->why);
 	else if (e->rank >= 0)
-		snprintf(buf, len, "rank %d (local rank %d) on node %d (host %.200s) failed with exit "
+		snprintf(buf, len,
+			 "rank %d (local rank %d) on node %d (host %.200s) failed with exit "
 			 "status %d",
 			 e->rank, e->local_rank, e->node, e->host, e->status);
 	else if (e->signal > 0)
 		snprintf(buf, len, "node %d (host %.200s) received %s", e->node, e->host,
 			 signame_of(e->signal, sname, sizeof(sname)));
 	else
-		snprintf(buf, len, "node %d (host %.200s) failed (exit status %d)", e->node, e->host,
-			 e->status);
+		snprintf(buf, len, "node %d (host %.200s) failed (exit status %d)", e->node,
+			 e->host, e->status);
 }
 
 /* Tell the next round its restart count before anyone can read it (every

@@ -29,7 +29,8 @@ static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
 		return false;
 	if (a->sa_family == AF_INET)
 		return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
-			      &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr)) == 0;
+			      &((const struct sockaddr_in *)b)->sin_addr,
+			      sizeof(struct in_addr)) == 0;
 	if (a->sa_family == AF_INET6)
 		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
 			      &((const struct sockaddr_in6 *)b)->sin6_addr,
@@ -50,7 +51,8 @@ static bool is_local(const char *host)
 	if (uv_interface_addresses(&ifs, &n) == 0) {
 		for (p = ai; p != NULL && !local; p = p->ai_next)
 			for (i = 0; i < n && !local; i++)
-				local = same_addr(p->ai_addr, (const struct sockaddr *)&ifs[i].address);
+				local = same_addr(p->ai_addr,
+						  (const struct sockaddr *)&ifs[i].address);
 		uv_free_interface_addresses(ifs, n);
 	}
 	freeaddrinfo(ai);
@@ -99,7 +101,8 @@ int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen)
 	rc = store_server_start(c->loop, &so, c->o->local_addr, want, &c->wstore);
 	if (rc != 0) {
 		c->wstore = NULL;
-		snprintf(err, errlen, "node on host %.200s cannot listen for its workers' store (%s:%d): %s",
+		snprintf(err, errlen,
+			 "node on host %.200s cannot listen for its workers' store (%s:%d): %s",
 			 c->host, c->o->local_addr ? c->o->local_addr : "*", want,
 			 store_strerror(rc));
 		return rc;

@@ -48,29 +48,29 @@ struct coord {
 	char store_host[256];
 	int store_port;
 	int64_t connect_timeout_ms;
-	struct store_server *server;  /* the rendezvous store, if hosted here */
-	struct store_server *wstore;  /* dynamic, group rank 0: the workers' store */
-	struct store_async *A, *W;    /* requests; waits */
+	struct store_server *server; /* the rendezvous store, if hosted here */
+	struct store_server *wstore; /* dynamic, group rank 0: the workers' store */
+	struct store_async *A, *W;   /* requests; waits */
 	bool a_up, w_up;
 	char local_addr[RDZV_ADDR_MAX]; /* of A: how the store host sees us */
 	char peer_addr[RDZV_ADDR_MAX];	/* of A: the store host, as we reach it */
 	enum coord_phase phase;
 	bool config_checked;
-	int round;	   /* the round being joined or run */
-	int restart_count; /* of that round */
-	int rank;	   /* this node's rank in the round (-1: not yet) */
-	int k;		   /* dynamic: arrival number in the round */
-	int nnodes;	   /* participants of the round */
+	int round;		 /* the round being joined or run */
+	int restart_count;	 /* of that round */
+	int rank;		 /* this node's rank in the round (-1: not yet) */
+	int k;			 /* dynamic: arrival number in the round */
+	int nnodes;		 /* participants of the round */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
 	bool end_known;
 	bool at_barrier;
-	bool in_round; /* took part in c->round (it closed with this node) */
+	bool in_round;		    /* took part in c->round (it closed with this node) */
 	int next_round, next_count; /* where CP_MOVE goes */
 	int pub_status;		    /* coord_publish_error in flight */
 	bool pub_must_fail;
 	char pub_msg[600];
-	int status;		    /* ddprun's exit status once decided */
+	int status; /* ddprun's exit status once decided */
 	bool signal_seen;
 	/* heartbeats and the store host's watch */
 	uv_timer_t hb_timer;

@@ -26,7 +26,8 @@ static void my_desc(struct coord *c, struct rdzv_node *n, int rank, int worker_p
 {
 	memset(n, 0, sizeof(*n));
 	snprintf(n->host, sizeof(n->host), "%s", c->host);
-	snprintf(n->addr, sizeof(n->addr), "%s", c->o->local_addr ? c->o->local_addr : c->local_addr);
+	snprintf(n->addr, sizeof(n->addr), "%s",
+		 c->o->local_addr ? c->o->local_addr : c->local_addr);
 	n->nproc = c->nproc;
 	n->pid = (int)getpid();
 	n->node_rank = rank;
@@ -44,8 +45,7 @@ static void set_closed(struct coord *c, int n)
 
 /* ---- closed: a count, or an error for everyone ------------------------------------- */
 
-static void on_descs(int status, size_t n, const void *const *vals, const size_t *lens,
-		     void *arg)
+static void on_descs(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
 	size_t i;
@@ -272,7 +272,9 @@ static void on_claim(int status, const void *val, size_t len, void *arg)
 				c);
 		return;
 	}
-	snprintf(msg, sizeof(msg), "node rank %d is claimed twice: by host %.200s (pid %d) and by host %.200s (pid %d)",
+	snprintf(msg, sizeof(msg),
+		 "node rank %d is claimed twice: by host %.200s (pid %d) and by host %.200s (pid "
+		 "%d)",
 		 c->rank, other.host, other.pid, mine.host, mine.pid);
 	coord_publish_error(c, 2, true, msg);
 }
@@ -284,9 +286,9 @@ static void static_claim(struct coord *c)
 
 	my_desc(c, &n, c->rank, 0);
 	v = rdzv_node_encode(&n);
-	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "node/%d",
-								 c->rank),
-						 "", 0, v, strlen(v), on_claim, c) != 0)
+	if (v == NULL ||
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "node/%d", c->rank), "", 0,
+				    v, strlen(v), on_claim, c) != 0)
 		coord_fail(c, 1, "error: out of memory");
 	free(v);
 }
@@ -419,13 +421,15 @@ void coord_join(struct coord *c)
 	c->nnodes = c->dynamic ? 0 : c->o->max_nodes;
 	coord_live_start(c);
 	if (!c->dynamic && c->rank >= c->nnodes) {
-		snprintf(msg, sizeof(msg), "node rank %d (host %.200s) is out of range: --nnodes is %d",
-			 c->rank, c->host, c->nnodes);
+		snprintf(msg, sizeof(msg),
+			 "node rank %d (host %.200s) is out of range: --nnodes is %d", c->rank,
+			 c->host, c->nnodes);
 		coord_publish_error(c, 2, true, msg);
 		return;
 	}
 	if (!c->dynamic) { /* a participant from the start: its death ends the round */
-		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank, c->host);
+		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,
+			 c->host);
 		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "end"), why,
 					 strlen(why), NULL, NULL);
 	}

@@ -100,8 +100,7 @@ static void add_entries(const void *v, size_t len, struct report_entry **e, size
 	cJSON_Delete(list);
 }
 
-static void print_combined(struct coord *c, size_t n, const void *const *vals,
-			   const size_t *lens)
+static void print_combined(struct coord *c, size_t n, const void *const *vals, const size_t *lens)
 {
 	struct report_entry *e = NULL;
 	size_t ne = 0, i, root = (size_t)-1, local;

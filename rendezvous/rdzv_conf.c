@@ -58,7 +58,8 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 		{"keep_alive_interval", offsetof(struct rdzv_conf, keep_alive_interval_ms), true},
 		{"read_timeout", offsetof(struct rdzv_conf, read_timeout_ms), true},
 		{"timeout", offsetof(struct rdzv_conf, timeout_ms), true},
-		{"exit_barrier_timeout", offsetof(struct rdzv_conf, exit_barrier_timeout_ms), false},
+		{"exit_barrier_timeout", offsetof(struct rdzv_conf, exit_barrier_timeout_ms),
+		 false},
 	};
 	size_t i;
 	int64_t ms;
@@ -67,8 +68,9 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 		if (strcmp(k, secs[i].name) != 0)
 			continue;
 		if (util_parse_seconds_ms(v, &ms) != 0 || (secs[i].positive && ms <= 0)) {
-			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected %s number of seconds",
-				 k, v, secs[i].positive ? "a positive" : "a non-negative");
+			snprintf(err, errlen,
+				 "--rdzv-conf %s=%.100s: expected %s number of seconds", k, v,
+				 secs[i].positive ? "a positive" : "a non-negative");
 			return -EINVAL;
 		}
 		*(int64_t *)((char *)c + secs[i].off) = ms;
@@ -76,8 +78,8 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 	}
 	if (strcmp(k, "keep_alive_max_attempt") == 0) {
 		if (util_parse_int(v, 1, 1000000, &c->keep_alive_max_attempt) != 0) {
-			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected a positive integer", k,
-				 v);
+			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected a positive integer",
+				 k, v);
 			return -EINVAL;
 		}
 		return 0;

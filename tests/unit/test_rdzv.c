@@ -82,8 +82,12 @@ static void test_conf_errors_name_the_key(void **state)
 
 static void test_node_descriptor_round_trips(void **state)
 {
-	struct rdzv_node n = {.host = "node-a", .addr = "10.0.0.1", .nproc = 4, .pid = 123,
-			      .node_rank = 2, .worker_port = 29501};
+	struct rdzv_node n = {.host = "node-a",
+			      .addr = "10.0.0.1",
+			      .nproc = 4,
+			      .pid = 123,
+			      .node_rank = 2,
+			      .worker_port = 29501};
 	struct rdzv_node m;
 	char *s = rdzv_node_encode(&n);
 
@@ -100,14 +104,19 @@ static void test_node_descriptor_round_trips(void **state)
 	assert_int_equal(rdzv_node_decode("[1]", 3, &m), -EINVAL);
 	assert_int_equal(rdzv_node_decode("not json", 8, &m), -EINVAL);
 	assert_int_equal(rdzv_node_decode(NULL, 0, &m), -EINVAL);
-	s = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":0,\"pid\":1,\"node_rank\":0,\"worker_port\":0}";
+	s = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":0,\"pid\":1,\"node_rank\":0,\"worker_port\":"
+	    "0}";
 	assert_int_equal(rdzv_node_decode(s, strlen(s), &m), -EINVAL); /* nproc >= 1 */
 }
 
 static void test_config_diff_names_both_nodes(void **state)
 {
-	struct rdzv_config a = {.backend = "static", .min_nodes = 2, .max_nodes = 2,
-				.max_restarts = 1, .version = "0.1.0", .node_rank = 1,
+	struct rdzv_config a = {.backend = "static",
+				.min_nodes = 2,
+				.max_nodes = 2,
+				.max_restarts = 1,
+				.version = "0.1.0",
+				.node_rank = 1,
 				.host = "b"};
 	struct rdzv_config b, c;
 	char msg[512], *s = rdzv_config_encode(&a);
@@ -163,8 +172,14 @@ static void test_meta_round_trips(void **state)
 
 static void test_end_values(void **state)
 {
-	struct rdzv_end f = {.kind = RDZV_END_FAIL, .node = 1, .host = "b", .rank = 3,
-			     .local_rank = 1, .pid = 77, .status = 5, .time = 1700000000};
+	struct rdzv_end f = {.kind = RDZV_END_FAIL,
+			     .node = 1,
+			     .host = "b",
+			     .rank = 3,
+			     .local_rank = 1,
+			     .pid = 77,
+			     .status = 5,
+			     .time = 1700000000};
 	struct rdzv_end g;
 	char *s = rdzv_end_encode(&f);
 
