@@ -5,7 +5,7 @@ import os
 import signal
 import subprocess
 
-from conftest import binary, free_port, pid_alive, wait_for
+from conftest import binary, free_port, pid_alive, wait_for  # noqa: F401 (re-exported)
 
 # What a test's agents must not inherit from the test runner.
 CONTRACT = [
@@ -18,11 +18,16 @@ CONTRACT = [
 # Short liveness settings so that loss tests end quickly (none is asserted).
 FAST = "keep_alive_interval=0.2,heartbeat_timeout=2,join_timeout=30"
 
-# A worker that records itself (whole files only): env.<RANK>.<RESTART_COUNT>
-# and then pid.<RANK>.<RESTART_COUNT>.
-RECORD = ('T="$RANK.$TORCHELASTIC_RESTART_COUNT"; env > "$OUT/.env.$T"; '
-          'mv "$OUT/.env.$T" "$OUT/env.$T"; echo $$ > "$OUT/.pid.$T"; '
-          'mv "$OUT/.pid.$T" "$OUT/pid.$T"; ')
+
+
+def record(tag='$RANK.$TORCHELASTIC_RESTART_COUNT'):
+    """Shell: the worker records itself (whole files only): env.<tag>, then
+    pid.<tag>, in $OUT. Tags are dot-separated numbers."""
+    return (f'T="{tag}"; env > "$OUT/.env.$T"; mv "$OUT/.env.$T" "$OUT/env.$T"; '
+            'echo $$ > "$OUT/.pid.$T"; mv "$OUT/.pid.$T" "$OUT/pid.$T"; ')
+
+
+RECORD = record()
 
 
 def all_recorded(n):
@@ -91,14 +96,14 @@ def static_job(reaper, tmp_path, nprocs, script, extra=(), env=None, order=None,
 
 
 def read_envs(out):
-    """{(rank, restart_count): {name: value}} from the RECORD files."""
+    """{tag as a tuple of ints: {name: value}} from the record() files (by
+    default the tag is (rank, restart_count))."""
     envs = {}
     for name in os.listdir(out):
         if name.startswith("env."):
-            _, rank, rc = name.split(".")
+            tag = tuple(int(x) for x in name.split(".")[1:])
             with open(out / name) as f:
-                envs[(int(rank), int(rc))] = dict(
-                    line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+                envs[tag] = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
     return envs
 
 
