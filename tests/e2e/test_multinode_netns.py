@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import binary, free_port, wait_for
+from conftest import binary, free_port
 from mnutil import Agent, clean_env, read_envs, record
 
 REC = record("$RANK")
