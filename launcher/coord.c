@@ -177,7 +177,7 @@ void coord_leave(struct coord *c)
 	coord_live_stop(c);
 	if (c->timers_on)
 		uv_timer_stop(&c->timer);
-	if (c->A == NULL || !c->a_up) {
+	if (c->A == NULL || !c->a_up || c->hurry) {
 		close_conns(c);
 		return;
 	}
@@ -599,13 +599,23 @@ static void hook_finished(struct agent *a, int status, void *arg)
 	struct coord *c = arg;
 
 	c->agent = a;
-	if (c->phase == CP_LEAVE)
+	if (c->phase == CP_LEAVE) {
+		/* A signal while the others are given time to leave: stop waiting. */
+		if (agent_signalled(a) && !c->hurry) {
+			c->hurry = true;
+			if (c->leave_stage == 0)
+				close_conns(c);
+			else
+				coord_host_close(c);
+		}
 		return;
+	}
 	if (agent_signalled(a)) {
 		if (!c->signal_seen) {
 			c->signal_seen = true;
 			on_signal(c, status);
 		} else { /* another signal: hurry */
+			c->hurry = true;
 			coord_leave(c);
 		}
 		return;
@@ -673,6 +683,15 @@ int coord_create(uv_loop_t *loop, const struct coord_config *cfg, struct coord *
 	}
 	if (!c->dynamic)
 		c->store_port = o->master_port;
+	if (!c->dynamic && o->node_rank >= o->max_nodes) {
+		/* Said at once; the other nodes are told through the store, but
+		 * only for a while if nothing listens. */
+		agent_say(
+			"error: --node-rank %d is not below --nnodes %d (telling the other nodes)",
+			o->node_rank, o->max_nodes);
+		if (c->connect_timeout_ms > COORD_BAD_RANK_CONNECT_MS)
+			c->connect_timeout_ms = COORD_BAD_RANK_CONNECT_MS;
+	}
 	if (c->store_port == 0) {
 		snprintf(err, errlen, "%s: several nodes need a fixed port, not 0",
 			 c->dynamic ? "--rdzv-endpoint" : "--master-port");

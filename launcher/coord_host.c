@@ -150,7 +150,7 @@ void coord_host_close(struct coord *c)
 {
 	if (c->server == NULL)
 		return;
-	if (store_server_num_conns(c->server) == 0) {
+	if (c->hurry || store_server_num_conns(c->server) == 0) {
 		close_now(c);
 		return;
 	}

@@ -23,6 +23,8 @@ struct store_server;
 /* How long the store's host waits for the others to be done with it once
  * the job ends (plus the shutdown timeout after a failure). */
 #define COORD_LINGER_MS 10000
+/* A node with a bad rank tries this long to tell the others. */
+#define COORD_BAD_RANK_CONNECT_MS 30000
 
 enum coord_phase {
 	CP_START,  /* before the first rendezvous */
@@ -85,6 +87,7 @@ struct coord {
 	int open;	 /* handles and connections closing */
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
+	bool hurry; /* a further signal: leave without waiting for anyone */
 };
 
 /* coord.c */
