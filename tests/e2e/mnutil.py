@@ -3,6 +3,7 @@ each a node. Workers are small shell scripts that leave files behind (their
 environment, their pid) for the test to read. Every wait is bounded."""
 import os
 import signal
+import socket
 import subprocess
 
 from conftest import binary, free_port, pid_alive, wait_for  # noqa: F401 (re-exported)
@@ -35,6 +36,16 @@ def all_recorded(n):
     (so that a failure does not stop one before it has)."""
     return ('while [ "$(ls "$OUT" | grep -c "^pid\\..*\\.$TORCHELASTIC_RESTART_COUNT$")" '
             f'-lt {n} ]; do sleep 0.02; done; ')
+
+
+def ipv6_loopback():
+    """True when ::1 can be bound here."""
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
 
 
 def clean_env(**extra):

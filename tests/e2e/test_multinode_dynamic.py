@@ -5,11 +5,13 @@ continue without (a restart counted), a lost store host, and jobs with
 different --rdzv-id sharing one store without seeing each other."""
 import signal
 import socket
+import subprocess
 
 import pytest
 
 from conftest import binary, free_port, wait_for
-from mnutil import FAST, Agent, assert_all_dead, clean_env, read_envs, record, worker_pids
+from mnutil import (FAST, Agent, assert_all_dead, clean_env, ipv6_loopback, read_envs, record,
+                    worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
@@ -143,3 +145,32 @@ def test_jobs_with_different_ids_share_a_store_without_meeting(reaper, tmp_path)
         envs = read_envs(outs[job])
         assert sorted(envs) == [(world, r, 0) for r in range(world)]
         assert {e["TORCHELASTIC_RUN_ID"] for e in envs.values()} == {job}
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+def test_an_ipv6_endpoint_in_brackets(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    ep = f"[::1]:{free_port(socket.AF_INET6, '::1')}"
+    agents = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2", 1, REC, env=env) for i in (0, 1)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(2, 0, 0), (2, 1, 0)]
+    assert {e["MASTER_ADDR"] for e in envs.values()} == {"::1"}
+
+
+def test_a_different_ddprun_version_is_refused_naming_it(reaper, tmp_path):
+    store_port = free_port()
+    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port",
+                  str(store_port), "--quiet"])
+    wait_for(lambda: listening(store_port), what="ddpstore")
+    # The first node of this job was another ddprun version.
+    theirs = ('{"backend":"c10d","nnodes":"2:2","max_restarts":0,"version":"9.9.9",'
+              '"node_rank":-1,"host":"elsewhere"}')
+    r = subprocess.run([binary("ddpstore"), "--addr", f"127.0.0.1:{store_port}", "set",
+                        "ddprun/vjob/config", theirs], timeout=30)
+    assert r.returncode == 0
+    a = dyn_agent(reaper, tmp_path, "a", f"127.0.0.1:{store_port}", "2", 1, "exit 0",
+                  conf=FAST + ",is_host=0", rdzv_id="vjob")
+    assert a.wait() == 2, a.stderr()
+    assert "ddprun version differs" in a.stderr() and "9.9.9 on host elsewhere" in a.stderr()

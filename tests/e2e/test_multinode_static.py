@@ -4,12 +4,13 @@ on this machine on loopback: ranks in node-rank order with each node's own
 the node; a failure anywhere stops (or, with restarts left, restarts) every
 node; a lost agent or store stops the others; the exit barrier."""
 import signal
+import socket
 
 import pytest
 
 from conftest import free_port, pid_alive, wait_for
-from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_env, node_args,
-                    read_envs, static_job, stop_process, wait_workers, worker_pids)
+from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_env, ipv6_loopback,
+                    node_args, read_envs, static_job, stop_process, wait_workers, worker_pids)
 
 
 @pytest.fixture(autouse=True)
@@ -201,3 +202,19 @@ def test_a_node_alone_gives_up_after_the_join_timeout(reaper, tmp_path):
               node_args(2, 0, free_port(), 1, "exit 0", ["--rdzv-conf", "join_timeout=1"]))
     assert a.wait() == 1, a.stderr()
     assert "the rendezvous timed out after 1 s: 1 of 2 nodes joined round 0" in a.stderr()
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+def test_an_ipv6_master_address(reaper, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port(socket.AF_INET6, "::1")
+    env = clean_env(OUT=str(out))
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    ["--nnodes", "2", "--node-rank", str(r), "--master-addr", "::1",
+                     "--master-port", str(port), "sh", "-c", RECORD], env=env) for r in (0, 1)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(0, 0), (1, 0)]
+    assert {e["MASTER_ADDR"] for e in envs.values()} == {"::1"}
