@@ -325,7 +325,7 @@ void coord_round_start(struct coord *c)
 	c->in_round = true;
 	c->end_known = false;
 	c->at_barrier = false;
-	if (c->dynamic) { /* a participant now: its death ends the round */
+	{ /* a participant now: its death ends the round */
 		char why[RDZV_WHY_MAX + 32];
 
 		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,

@@ -409,7 +409,7 @@ static void on_config(int status, const void *val, size_t len, void *arg)
 void coord_join(struct coord *c)
 {
 	struct rdzv_config cfg;
-	char key[64], why[RDZV_WHY_MAX + 32], msg[300], *v;
+	char key[64], msg[300], *v;
 
 	c->phase = CP_JOIN;
 	c->in_round = false;
@@ -427,11 +427,17 @@ void coord_join(struct coord *c)
 		coord_publish_error(c, 2, true, msg);
 		return;
 	}
-	if (!c->dynamic) { /* a participant from the start: its death ends the round */
-		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,
-			 c->host);
-		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "end"), why,
-					 strlen(why), NULL, NULL);
+	if (!c->dynamic) {
+		/* The job cannot close without this node: if it dies now, the
+		 * others end at once rather than after join_timeout (once the
+		 * round runs, the registration moves to its end key). */
+		snprintf(msg, sizeof(msg), "node %d (host %.200s) left during the rendezvous",
+			 c->rank, c->host);
+		v = rdzv_closed_error(COORD_EXIT_LOST, msg);
+		if (v != NULL)
+			store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "closed"), v,
+						 strlen(v), NULL, NULL);
+		free(v);
 	}
 	if (c->config_checked) {
 		if (c->dynamic)

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from conftest import free_port, pid_alive, wait_for
+from conftest import binary, free_port, pid_alive, run, wait_for
 from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_env, ipv6_loopback,
                     node_args, read_envs, static_job, stop_process, wait_workers, worker_pids)
 
@@ -218,3 +218,20 @@ def test_an_ipv6_master_address(reaper, tmp_path):
     envs = read_envs(out)
     assert sorted(envs) == [(0, 0), (1, 0)]
     assert {e["MASTER_ADDR"] for e in envs.values()} == {"::1"}
+
+
+def test_a_node_killed_during_the_rendezvous_ends_the_others_at_once(reaper, tmp_path):
+    port = free_port()
+    env = clean_env()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(3, 0, port, 1, "exit 0"), env=env)
+    a1 = Agent(reaper, tmp_path, "node1", node_args(3, 1, port, 1, "exit 0"), env=env)
+
+    def joined():  # both counted in round 0 (node 2 never comes)
+        r = run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--timeout", "5",
+                 "get", "ddprun/none/r0/count"])
+        return r.returncode == 0 and r.stdout.strip() == "2"
+
+    wait_for(joined, what="two nodes in the rendezvous")
+    a1.signal(signal.SIGKILL)
+    assert a0.wait() == 75, a0.stderr()
+    assert "node 1 (host" in a0.stderr() and "left during the rendezvous" in a0.stderr()
