@@ -1,5 +1,6 @@
 /* coord_int: the coordinator's state, shared by its files:
- *   coord.c         hooks, connections, the end of a round, leaving
+ *   coord.c         hooks, connections, the end of a round
+ *   coord_leave.c   leaving in order, coord_fail
  *   coord_join.c    joining a round (static and dynamic) until it closes
  *   coord_live.c    heartbeats, the store host's watch, the exit barrier
  *   coord_report.c  failures published per node, the combined report
@@ -102,6 +103,8 @@ const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, .
 void coord_fail(struct coord *c, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void coord_leave(struct coord *c);
+/* A further signal while leaving: stop waiting for the other nodes. */
+void coord_hurry(struct coord *c);
 /* The round closed with this node taking part: start the workers. */
 void coord_round_start(struct coord *c);
 /* The round's end value arrived (W's wait on r<round>/end). */
