@@ -35,6 +35,7 @@ struct fake {
 	int stop_on_finish;	/* agent_stop(status) from finished() */
 	int stop_in_rendezvous; /* answer the rendezvous with agent_stop(7) */
 	uv_timer_t timer;
+	void (*later)(struct fake *f); /* see rendezvous_then_later */
 	struct agent *agent;
 };
 
@@ -199,23 +200,29 @@ static void test_stop_during_rendezvous_ends_with_the_given_status(void **state)
 	assert_int_equal(f.finished_calls, 0);
 }
 
-static void on_stop_timer(uv_timer_t *t)
+/* What the coordinator does 200 ms into the attempt, while workers run. */
+static void on_later_timer(uv_timer_t *t)
 {
 	struct fake *f = t->data;
 
-	/* A failure on another node: stop every local worker now. */
-	agent_stop(f->agent, 3);
+	f->later(f);
 	uv_close((uv_handle_t *)t, NULL);
 }
 
-static void rendezvous_then_stop_later(struct agent *a, int restart_count, void *arg)
+static void rendezvous_then_later(struct agent *a, int restart_count, void *arg)
 {
 	struct fake *f = arg;
 
 	fake_rendezvous(a, restart_count, arg);
 	uv_timer_init(agent_loop(a), &f->timer);
 	f->timer.data = f;
-	uv_timer_start(&f->timer, on_stop_timer, 200, 0);
+	uv_timer_start(&f->timer, on_later_timer, 200, 0);
+}
+
+/* A failure on another node: stop every local worker now. */
+static void stop_now(struct fake *f)
+{
+	agent_stop(f->agent, 3);
 }
 
 static void test_stop_from_the_coordinator_ends_running_workers(void **state)
@@ -225,7 +232,8 @@ static void test_stop_from_the_coordinator_ends_running_workers(void **state)
 
 	/* The workers' SIGTERM deaths are not local failures; the status is the
 	 * coordinator's. */
-	assert_int_equal(run_words(&f, words, rendezvous_then_stop_later), 3);
+	f.later = stop_now;
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 3);
 	assert_int_equal(f.failed_calls, 0);
 	assert_int_equal(f.finished_calls, 0);
 }
@@ -244,60 +252,36 @@ static void test_the_agent_never_restarts_by_itself_under_a_coordinator(void **s
 	assert_int_equal(f.nfailures_at_finish, 1);
 }
 
-static void on_halt_timer(uv_timer_t *t)
+/* A failure elsewhere: stop the workers, but the coordinator still has to
+ * publish and report before the end. */
+static void halt_now(struct fake *f)
 {
-	struct fake *f = t->data;
-
-	/* A failure elsewhere: stop the workers, but the coordinator still has
-	 * to publish and report before the end. */
 	agent_halt(f->agent, 5);
-	uv_close((uv_handle_t *)t, NULL);
-}
-
-static void rendezvous_then_halt_later(struct agent *a, int restart_count, void *arg)
-{
-	struct fake *f = arg;
-
-	fake_rendezvous(a, restart_count, arg);
-	uv_timer_init(agent_loop(a), &f->timer);
-	f->timer.data = f;
-	uv_timer_start(&f->timer, on_halt_timer, 200, 0);
 }
 
 static void test_halt_stops_the_workers_and_hands_back_to_the_coordinator(void **state)
 {
 	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
-	struct fake f = {.stop_on_finish = 5};
+	struct fake f = {.stop_on_finish = 5, .later = halt_now};
 
-	assert_int_equal(run_words(&f, words, rendezvous_then_halt_later), 5);
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 5);
 	assert_int_equal(f.failed_calls, 0); /* stopped by us: not failures */
 	assert_int_equal(f.finished_calls, 1);
 	assert_int_equal(f.finished_status, 5);
 	assert_false(f.signalled_at_finish);
 }
 
-static void on_signal_timer(uv_timer_t *t)
+static void signal_now(struct fake *f)
 {
 	raise(SIGTERM);
-	uv_close((uv_handle_t *)t, NULL);
-}
-
-static void rendezvous_then_signal(struct agent *a, int restart_count, void *arg)
-{
-	struct fake *f = arg;
-
-	fake_rendezvous(a, restart_count, arg);
-	uv_timer_init(agent_loop(a), &f->timer);
-	f->timer.data = f;
-	uv_timer_start(&f->timer, on_signal_timer, 200, 0);
 }
 
 static void test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped(void **state)
 {
 	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
-	struct fake f = {.halt_on_finish = 143, .stop_on_finish = 143};
+	struct fake f = {.halt_on_finish = 143, .stop_on_finish = 143, .later = signal_now};
 
-	assert_int_equal(run_words(&f, words, rendezvous_then_signal), 143);
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 143);
 	assert_int_equal(f.failed_calls, 0);
 	assert_int_equal(f.finished_calls, 2); /* then again after agent_halt */
 	assert_int_equal(f.finished_status, 143);
