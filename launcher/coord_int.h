@@ -24,6 +24,8 @@ struct store_server;
 /* How long the store's host waits for the others to be done with it once
  * the job ends (plus the shutdown timeout after a failure). */
 #define COORD_LINGER_MS 10000
+/* How long a node that does not host the store takes to leave it at most. */
+#define COORD_LEAVE_MS 5000
 /* A node with a bad rank tries this long to tell the others. */
 #define COORD_BAD_RANK_CONNECT_MS 30000
 

@@ -133,6 +133,11 @@ static void on_left(int status, int64_t n, void *arg)
 	after_left(c);
 }
 
+static void on_leave_timeout(uv_timer_t *t)
+{
+	coord_hurry(t->data);
+}
+
 void coord_leave(struct coord *c)
 {
 	char key[64];
@@ -147,6 +152,10 @@ void coord_leave(struct coord *c)
 		close_conns(c);
 		return;
 	}
+	/* A store that went silent must not hold us: its host's own wait is
+	 * bounded (the host also uses the timer later). */
+	if (c->server == NULL && c->timers_on)
+		uv_timer_start(&c->timer, on_leave_timeout, COORD_LEAVE_MS, 0);
 	if (!c->in_round ||
 	    store_async_add(c->A, coord_key(c, key, sizeof(key), "left"), 1, on_left, c) != 0)
 		after_left(c);

@@ -235,3 +235,16 @@ def test_a_node_killed_during_the_rendezvous_ends_the_others_at_once(reaper, tmp
     a1.signal(signal.SIGKILL)
     assert a0.wait() == 75, a0.stderr()
     assert "node 1 (host" in a0.stderr() and "left during the rendezvous" in a0.stderr()
+
+
+def test_a_silent_store_host_is_noticed_by_the_others(reaper, tmp_path):
+    agents, out, port = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60",
+                                   extra=["--rdzv-conf", FAST])
+    wait_workers(out, 2)
+    try:
+        agents[0].signal(signal.SIGSTOP)  # no FIN: only a heartbeat's missing reply tells
+        assert agents[1].wait() == 75, agents[1].stderr()
+        assert f"no reply from the rendezvous store at 127.0.0.1:{port}" in agents[1].stderr()
+    finally:
+        stop_process(agents[0].p)
+    assert_all_dead([int((out / "pid.1.0").read_text())])
