@@ -194,6 +194,17 @@ void coord_publish_error(struct coord *c, int status, bool must_fail, const char
 	free(v);
 }
 
+/* The last call is over: close with the nodes that came (the wait for
+ * closed that is parked on W sees it). */
+static void on_last_count(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
+}
+
+/* join_timeout passed without the round closing. */
 static void on_count_now(int status, int64_t n, void *arg)
 {
 	struct coord *c = arg;
@@ -202,7 +213,7 @@ static void on_count_now(int status, int64_t n, void *arg)
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
 	if (c->dynamic && n >= c->o->min_nodes) {
-		/* Enough nodes: close now (a last call may not have run yet). */
+		/* Enough nodes after all (no last call ran here): close, wait again. */
 		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
 		wait_closed(c);
 		return;
@@ -301,7 +312,7 @@ static void on_last_call(uv_timer_t *t)
 	char key[64];
 
 	if (c->phase == CP_JOIN)
-		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_count_now, c);
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_last_count, c);
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
