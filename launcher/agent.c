@@ -61,7 +61,10 @@ static void store_closed(void *arg)
 	a->open_handles--;
 }
 
-/* The end: close every handle so that uv_run returns. */
+static bool coordinated(const struct agent *a);
+
+/* The end: close every handle so that uv_run returns. With a coordinator,
+ * the end is its to make: tell it instead (nothing runs here any more). */
 static void finish(struct agent *a, int status)
 {
 	int i;
@@ -69,6 +72,11 @@ static void finish(struct agent *a, int status)
 	if (a->state == AS_CLOSING)
 		return;
 	set_status(a, status);
+	if (coordinated(a)) {
+		a->state = AS_WAITING;
+		a->coord.finished(a, a->status, a->coord.arg);
+		return;
+	}
 	a->state = AS_CLOSING;
 	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
@@ -218,8 +226,15 @@ static void on_sigchld(uv_signal_t *h, int signum)
 	check_progress(a);
 }
 
-/* Stop the workers with sig (if any run) and end the job; the exit status
- * has been decided already. */
+/* A coordinator decides the end (not after its own agent_stop). */
+static bool coordinated(const struct agent *a)
+{
+	return a->has_coord && a->coord.finished != NULL && !a->stop_requested;
+}
+
+/* Stop the workers with sig (if any run) and end the job (with a
+ * coordinator: tell it, once nothing runs); the exit status has been
+ * decided already. */
 static void stop_and_end(struct agent *a, int sig)
 {
 	switch (a->state) {
@@ -233,8 +248,8 @@ static void stop_and_end(struct agent *a, int sig)
 	case AS_IDLE:
 	case AS_RDZV:
 	case AS_WAITING:
-		finish(a, a->status);
-		break;
+		finish(a, a->status); /* with a coordinator: finished() */
+		return;
 	case AS_CLOSING:
 		break;
 	}
@@ -247,6 +262,7 @@ static void on_signal(uv_signal_t *h, int sig)
 	int fwd = sig;
 	char name[32];
 
+	a->signalled = true;
 	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
@@ -271,6 +287,10 @@ static void start_attempt(struct agent *a)
 		report_entry_free(&a->failures[i]);
 	a->nfailures = 0;
 	a->killed = false;
+	/* With a coordinator, an attempt that could not start does not decide
+	 * the end of a later one. */
+	if (a->has_coord && !a->signalled)
+		a->status_set = false;
 	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
 	if (rc != 0) {
 		agent_say("error: %s", err);
@@ -321,6 +341,8 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
 	}
 	free(a->master_addr);
 	a->world = *w;
+	if (a->has_coord)
+		a->restart_count = w->restart_count;
 	a->master_addr = strdup(w->master_addr ? w->master_addr : "127.0.0.1");
 	if (a->master_addr == NULL) {
 		finish(a, 1);
@@ -330,13 +352,19 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
 	start_attempt(a);
 }
 
-static void print_report(struct agent *a)
+void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root)
 {
-	char *text =
-		report_format(a->cfg.prog->entrypoint, a->cfg.hostname, a->failures, a->nfailures);
-
+	char *text;
 	size_t i;
 
+	if (e == NULL) {
+		e = a->failures;
+		n = a->nfailures;
+		root = report_root_cause(e, n);
+	}
+	if (n == 0 || root >= n)
+		return;
+	text = report_format_root(a->cfg.prog->entrypoint, a->cfg.hostname, e, n, root);
 	if (text != NULL) {
 		output_console_write(2, text, strlen(text));
 		free(text);
@@ -346,12 +374,13 @@ static void print_report(struct agent *a)
 	for (i = 0; i < a->nfailures; i++)
 		if (a->failures[i].error_file != NULL)
 			a->keep_logdir = true;
-	if (a->cfg.parent_error_file != NULL) {
-		const struct report_entry *root =
-			&a->failures[report_root_cause(a->failures, a->nfailures)];
+	if (a->cfg.parent_error_file != NULL)
+		report_write_parent_error(a->cfg.parent_error_file, &e[root]);
+}
 
-		report_write_parent_error(a->cfg.parent_error_file, root);
-	}
+static void print_report(struct agent *a)
+{
+	agent_report(a, NULL, 0, 0);
 }
 
 /* Every worker has exited and every stream is closed: what next? */
@@ -364,7 +393,8 @@ static void attempt_over(struct agent *a)
 			&a->failures[report_root_cause(a->failures, a->nfailures)];
 
 		status = report_exit_status(root);
-		if (a->after == AFTER_DECIDE && a->restart_count < a->o->max_restarts) {
+		if (a->after == AFTER_DECIDE && !a->has_coord &&
+		    a->restart_count < a->o->max_restarts) {
 			a->restart_count++;
 			agent_say("worker group failed (rank %d: exit status %d); restart %d of %d",
 				  root->global_rank, status, a->restart_count, a->o->max_restarts);
@@ -379,15 +409,18 @@ static void attempt_over(struct agent *a)
 	}
 	if (a->nfailures > 0) {
 		a->failed = true;
-		print_report(a);
+		if (!a->has_coord) /* a coordinator reports for the whole job */
+			print_report(a);
 	}
+	/* A status set by a signal, agent_stop or agent_halt is final. A
+	 * coordinator may start another attempt: leave the status open then. */
 	if (a->status_set)
 		status = a->status;
-	else
+	else if (!a->has_coord)
 		set_status(a, status);
 	if (status != 0)
 		a->failed = true;
-	if (a->has_coord && a->coord.finished != NULL && !a->stop_requested) {
+	if (coordinated(a)) {
 		a->state = AS_WAITING;
 		a->coord.finished(a, status, a->coord.arg);
 		return;
@@ -445,6 +478,24 @@ void agent_stop(struct agent *a, int status)
 	a->status_set = true;
 	a->stop_requested = true;
 	stop_and_end(a, SIGTERM);
+}
+
+void agent_halt(struct agent *a, int status)
+{
+	a->status = status;
+	a->status_set = true;
+	stop_and_end(a, SIGTERM);
+}
+
+bool agent_signalled(const struct agent *a)
+{
+	return a->signalled;
+}
+
+const struct report_entry *agent_failures(const struct agent *a, size_t *n)
+{
+	*n = a->nfailures;
+	return a->failures;
 }
 
 void agent_restart(struct agent *a)

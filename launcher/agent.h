@@ -21,16 +21,22 @@
  * Multi-node plugs in through struct agent_coord (NULL: a single node, where
  * the rendezvous is trivial and the job ends when the local workers end):
  *  - rendezvous(): called before each attempt; the coordinator answers with
- *    agent_rendezvous_done() once it knows this node's place in the world.
+ *    agent_rendezvous_done() once it knows this node's place in the world
+ *    (restart count included: the coordinator's is authoritative).
  *  - failed(): the first local failure of an attempt, as soon as it is seen
  *    (before the local workers are stopped), with its report entry and the
  *    exit status it implies, so other nodes can be told at once.
- *  - finished(): the local workers have all ended on their own, status 0
- *    (success) or the final failure status (no restarts left). The agent then
- *    keeps its loop (and store) alive until the coordinator calls
- *    agent_stop(). Not called after the coordinator's own agent_stop().
- *  - agent_stop(status): stop every local worker now (failure elsewhere) and
- *    end with status. agent_restart(): stop them and go back to rendezvous.
+ *  - finished(): no local worker runs any more and the agent has nothing left
+ *    to do on its own: status 0 (success), a local failure's status, or
+ *    128+signal after a signal (agent_signalled() then says so; the agent
+ *    stopped its workers). With a coordinator the agent never restarts, ends
+ *    or prints the failure report by itself: it waits until the coordinator
+ *    calls agent_restart() or agent_stop(). finished() may come again (a
+ *    further signal). Not called after the coordinator's own agent_stop().
+ *  - agent_stop(status): stop every local worker now and end with status.
+ *    agent_halt(status): stop them, keep status, and call finished() (the
+ *    coordinator has work to do before the end). agent_restart(): stop them
+ *    and go back to rendezvous.
  * Every agent_* call is made from the loop's thread. */
 #ifndef DDP_AGENT_H
 #define DDP_AGENT_H
@@ -69,6 +75,7 @@ struct agent_world {
 	const char *master_addr; /* MASTER_ADDR (copied) */
 	int master_port;	 /* MASTER_PORT */
 	bool use_agent_store;	 /* TORCHELASTIC_USE_AGENT_STORE */
+	int restart_count;	 /* TORCHELASTIC_RESTART_COUNT (coordinator only) */
 };
 
 struct agent_coord {
@@ -85,7 +92,16 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 int agent_start(struct agent *a);
 void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w);
 void agent_stop(struct agent *a, int status);
+void agent_halt(struct agent *a, int status);
 void agent_restart(struct agent *a);
+/* A signal from --signals-to-handle has reached ddprun. */
+bool agent_signalled(const struct agent *a);
+/* This attempt's local failures so far, in the order seen. */
+const struct report_entry *agent_failures(const struct agent *a, size_t *n);
+/* Print the failure summary for e[0..n) with e[root] as the root cause (the
+ * local failures when e is NULL), write ddprun's own error file from the
+ * root's, and keep a temporary log directory that a local entry names. */
+void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root);
 uv_loop_t *agent_loop(struct agent *a);
 /* The exit status, once the loop has returned. */
 int agent_exit_status(const struct agent *a);
@@ -93,5 +109,8 @@ int agent_exit_status(const struct agent *a);
 bool agent_failed(const struct agent *a);
 /* Release everything (after the loop has returned). */
 void agent_destroy(struct agent *a);
+/* One line on ddprun's stderr, "ddprun: " first, in order with the workers'
+ * output. */
+void agent_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

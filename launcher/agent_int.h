@@ -66,6 +66,7 @@ struct agent {
 	bool failed;	     /* the job ended in failure */
 	bool keep_logdir;    /* the report names a file in a temporary log dir */
 	int sigints;
+	bool signalled; /* a handled signal arrived */
 	uv_signal_t sigchld;
 	uv_signal_t sigs[CLI_MAX_SIGNALS];
 	int nsigs;
@@ -84,8 +85,6 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 void agent_worker_signal(struct agent_worker *w, int sig);
 /* Closed-stream bookkeeping, called by the output streams. */
 void agent_stream_closed(struct output_stream *s);
-/* One line on ddprun's stderr, "ddprun: " first. */
-void agent_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Tell the watchdog that w's group is gone for good. */
 void agent_watchdog_forget(struct agent *a, pid_t pgid);
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_nodes.h"
 #include "signame.h"
 #include "util.h"
 
@@ -445,33 +446,20 @@ static int parse_signals(struct parse *p, struct cli_opts *o)
 	}
 }
 
-static int parse_rdzv_conf(struct parse *p)
+static int parse_rdzv_conf(struct parse *p, struct cli_opts *o)
 {
-	const char *q = p->raw[O_RDZV_CONF].val;
+	char why[400];
 
-	while (*q == ' ')
-		q++;
-	if (*q == '\0')
-		return 0;
-	for (;;) {
-		const char *comma = strchr(q, ',');
-		const char *end = comma ? comma : q + strlen(q);
-		const char *eq = memchr(q, '=', (size_t)(end - q));
-		const char *k = q;
-
-		while (k < end && *k == ' ')
-			k++;
-		if (eq == NULL || eq == k || eq + 1 == end)
-			return bad_value(p, O_RDZV_CONF, "KEY=VALUE[,KEY=VALUE...]");
-		if (comma == NULL)
-			return 0;
-		q = comma + 1;
-	}
+	rdzv_conf_default(&o->rdzv);
+	if (rdzv_conf_parse(p->raw[O_RDZV_CONF].val, &o->rdzv, why, sizeof(why)) != 0)
+		return fail(p, "%s (from %s)", why, src_of(p, O_RDZV_CONF));
+	return 0;
 }
 
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
+	struct cli_given given;
 	const char *to;
 	int rc;
 
@@ -479,9 +467,6 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		return rc;
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
 		return bad_value(p, O_NODE_RANK, "a non-negative integer");
-	if (o->node_rank >= o->max_nodes)
-		return fail(p, "--node-rank %d is not below the number of nodes (%d)", o->node_rank,
-			    o->max_nodes);
 	o->master_addr = r[O_MASTER_ADDR].val;
 	if (o->master_addr[0] == '\0')
 		return bad_value(p, O_MASTER_ADDR, "a host name or address");
@@ -496,7 +481,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (o->rdzv_id[0] == '\0')
 		return bad_value(p, O_RDZV_ID, "a non-empty id");
 	o->rdzv_conf = r[O_RDZV_CONF].val;
-	if ((rc = parse_rdzv_conf(p)) != 0)
+	if ((rc = parse_rdzv_conf(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts) != 0)
 		return bad_value(p, O_MAX_RESTARTS, "a non-negative integer");
@@ -536,7 +521,10 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		return bad_value(p, O_SHUTDOWN_TIMEOUT, "a non-negative number of seconds");
 	if (o->module && o->no_python)
 		return fail(p, "--module and --no-python cannot be used together");
-	return 0;
+	given.nnodes = r[O_NNODES].src != NULL;
+	given.node_rank = r[O_NODE_RANK].src != NULL;
+	given.master_addr = r[O_MASTER_ADDR].src != NULL;
+	return cli_nodes_resolve(o, &given, getenv_fn, p->err, p->errlen);
 }
 
 int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name), struct cli_opts *o,

@@ -5,7 +5,11 @@
  * environment variables (then the command line wins). Parsing stops at the
  * first non-option: that is the program, the rest are its arguments.
  * Strings in struct cli_opts point into argv or the environment (not copied);
- * only the rank maps are allocated (cli_free releases them).
+ * only the rank maps are allocated (cli_free releases them). Inside a Slurm
+ * allocation, --nnodes, --node-rank and --master-addr default to SLURM_NNODES,
+ * SLURM_NODEID and the first host of SLURM_JOB_NODELIST (flags and PET_*
+ * win). A static job's --node-rank beyond --nnodes is left for the
+ * rendezvous to report (it tells the other nodes too).
  * cli_parse returns CLI_OK, CLI_HELP or CLI_VERSION, or -EINVAL with one line
  * (no trailing newline) in err for the caller to print and exit 2. */
 #ifndef DDP_CLI_H
@@ -15,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+#include "rdzv_conf.h"
+#include "slurm.h"
 
 #define CLI_MAX_NPROC	4096 /* workers per node */
 #define CLI_MAX_NODES	65536
@@ -46,6 +53,7 @@ struct cli_opts {
 	const char *rdzv_endpoint;
 	const char *rdzv_id;
 	const char *rdzv_conf;
+	struct rdzv_conf rdzv; /* rdzv_conf parsed over ddprun's defaults */
 	bool standalone;
 	int max_restarts;
 	int64_t monitor_interval_ms; /* accepted; the agent is event driven */
@@ -60,7 +68,10 @@ struct cli_opts {
 	int signals[CLI_MAX_SIGNALS];
 	int nsignals;
 	int64_t shutdown_timeout_ms;
-	bool tag_output;  /* ddprun's own: "[rankN]: " before each console line */
+	bool tag_output; /* ddprun's own: "[rankN]: " before each console line */
+	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
+	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
+	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	char **prog_argv; /* the program and its arguments (NULL-terminated) */
 	int prog_argc;
 };
@@ -69,6 +80,10 @@ int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name),
 	      char *err, size_t errlen);
 void cli_free(struct cli_opts *o);
 void cli_usage(FILE *f);
+
+/* More than one node, or a c10d rendezvous at an endpoint: the job needs
+ * the node rendezvous (launcher/coord.h). */
+bool cli_multinode(const struct cli_opts *o);
 
 /* The stream code for one local rank. */
 int cli_std_get(const struct cli_std *s, int local_rank);

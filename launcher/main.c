@@ -15,6 +15,7 @@
 
 #include "agent.h"
 #include "cli.h"
+#include "coord.h"
 #include "nproc.h"
 #include "output.h"
 #include "prog.h"
@@ -56,6 +57,23 @@ static void random_run_id(char *buf, size_t len)
 		snprintf(buf + 2 * i, 3, "%02x", r[i]);
 }
 
+/* Inside Slurm, say what came from the allocation (a wrong guess is then
+ * easy to spot). */
+static void say_slurm(const struct cli_opts *o)
+{
+	char line[400] = "";
+	size_t n = 0;
+
+	if (o->slurm_nnodes)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " --nnodes %d", o->max_nodes);
+	if (o->slurm_node_rank)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " --node-rank %d", o->node_rank);
+	if (o->slurm_master_addr)
+		snprintf(line + n, sizeof(line) - n, " --master-addr %.300s", o->master_addr);
+	if (line[0] != '\0')
+		fprintf(stderr, "ddprun: from Slurm:%s\n", line);
+}
+
 int main(int argc, char **argv)
 {
 	struct cli_opts o;
@@ -63,6 +81,8 @@ int main(int argc, char **argv)
 	struct watchdog wd = {.pid = 0, .fd = -1};
 	struct agent *agent = NULL;
 	struct agent_config cfg = {0};
+	struct coord *coord = NULL;
+	struct agent_coord hooks;
 	uv_loop_t loop;
 	struct sigaction old_pipe;
 	struct rlimit nofile;
@@ -83,14 +103,6 @@ int main(int argc, char **argv)
 	}
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s (see ddprun --help)\n", err);
-		return EXIT_USAGE;
-	}
-	if (o.max_nodes > 1) {
-		fprintf(stderr,
-			"ddprun: error: --nnodes %d:%d: multi-node jobs are not supported by "
-			"this build yet\n",
-			o.min_nodes, o.max_nodes);
-		cli_free(&o);
 		return EXIT_USAGE;
 	}
 	if (o.standalone) {
@@ -146,9 +158,22 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
 		goto out;
 	}
+	if (cli_multinode(&o)) {
+		struct coord_config cc = {.opts = &o, .nproc = nproc, .hostname = host};
+
+		rc = coord_create(&loop, &cc, &coord, err, sizeof(err));
+		if (rc != 0) {
+			fprintf(stderr, "ddprun: error: %s\n", err);
+			status = EXIT_USAGE;
+			uv_loop_close(&loop);
+			goto out;
+		}
+		coord_hooks(coord, &hooks);
+		say_slurm(&o);
+	}
 	/* From here on, a reader that stalls on our stdout cannot stall the job. */
 	output_console_open(&loop);
-	rc = agent_create(&loop, &cfg, NULL, &agent, err, sizeof(err));
+	rc = agent_create(&loop, &cfg, coord ? &hooks : NULL, &agent, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err[0] ? err : strerror(-rc));
 	} else {
@@ -159,6 +184,7 @@ int main(int argc, char **argv)
 	}
 	uv_loop_close(&loop);
 	output_console_finish();
+	coord_destroy(coord);
 out:
 	watchdog_stop(&wd);
 	prog_free(&prog);

@@ -151,6 +151,7 @@ void report_entry_free(struct report_entry *e)
 	free(e->error_file);
 	free(e->message);
 	free(e->error_json);
+	free(e->host);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -234,7 +235,7 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	addf(t, "[%zu]:\n", idx);
 	addf(t, "  time      : %s\n", when);
 	adds(t, "  host      : ");
-	adds(t, host);
+	adds(t, e->host ? e->host : host);
 	adds(t, "\n");
 	addf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
 	addf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
@@ -276,8 +277,14 @@ static void rule(struct text *t, char c, size_t width)
 char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
 		    size_t n)
 {
+	return report_format_root(entrypoint, host, e, n, report_root_cause(e, n));
+}
+
+char *report_format_root(const char *entrypoint, const char *host, const struct report_entry *e,
+			 size_t n, size_t r)
+{
 	struct text root = {0}, others = {0}, out = {0};
-	size_t i, idx = 0, width, r = report_root_cause(e, n);
+	size_t i, idx = 0, width;
 
 	for (i = 0; i < n; i++) {
 		if (i == r)

@@ -27,6 +27,7 @@ struct report_entry {
 	char *error_file;  /* path of the error file the worker wrote; NULL: none */
 	char *message;	   /* what the traceback line shows */
 	char *error_json;  /* the error file as read, for the parent's error file */
+	char *host;	   /* where it ran, when not the report's host; NULL: that host */
 };
 
 /* Fill e for a worker that ended with wait status wstatus. error_file is
@@ -46,9 +47,14 @@ size_t report_root_cause(const struct report_entry *e, size_t n);
 int report_parse_error_json(const char *json, size_t len, char **message, int64_t *timestamp);
 
 /* The summary text (malloc'd, ends with '\n'); NULL on ENOMEM.
- * title: "<entrypoint> FAILED" is built from entrypoint. */
+ * title: "<entrypoint> FAILED" is built from entrypoint. host is shown for
+ * entries without their own. */
 char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
 		    size_t n);
+/* The same with the root cause chosen by the caller (e[root], root < n): a
+ * job spanning nodes knows which failure came first from the store. */
+char *report_format_root(const char *entrypoint, const char *host, const struct report_entry *e,
+			 size_t n, size_t root);
 
 /* Copy the root cause's error file to path (ddprun's own TORCHELASTIC_ERROR_FILE
  * when an outer launcher set one), adding message.errorCode like torchrun.

@@ -541,19 +541,25 @@ static bool deliver(struct store_async *a, const uint8_t *p)
 		int64_t v = op->reply == STORE_REPLY_U8 ? (p[0] == STORE_CHECK_READY)
 							: (int64_t)store_get_u64(p);
 
-		op->cb.i(0, v, op->arg);
+		if (op->cb.i)
+			op->cb.i(0, v, op->arg);
 		op_free(op);
 		break;
 	}
 	case K_BYTES:
-		if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
+		if (op->cb.bytes == NULL)
+			;
+		else if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
 			op->cb.bytes(-ENOENT, NULL, 0, op->arg);
 		else
 			op->cb.bytes(0, p + 8, (size_t)store_get_u64(p), op->arg);
 		op_free(op);
 		break;
 	case K_MULTI:
-		deliver_multi(op, p);
+		if (op->cb.multi)
+			deliver_multi(op, p);
+		else
+			op_free(op);
 		break;
 	}
 	return true;
@@ -650,6 +656,30 @@ void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg
 	close_tcp(a);
 	if (a->gai_busy)
 		uv_cancel((uv_req_t *)&a->gai);
+}
+
+static int sock_addr(const struct store_async *a, bool peer, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss), rc;
+
+	if (a->state != AS_READY || a->tcp == NULL)
+		return -ENOTCONN;
+	rc = peer ? uv_tcp_getpeername(a->tcp, (struct sockaddr *)&ss, &n)
+		  : uv_tcp_getsockname(a->tcp, (struct sockaddr *)&ss, &n);
+	if (rc < 0)
+		return rc;
+	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+}
+
+int store_async_local_addr(const struct store_async *a, char *buf, size_t len)
+{
+	return sock_addr(a, false, buf, len);
+}
+
+int store_async_peer_addr(const struct store_async *a, char *buf, size_t len)
+{
+	return sock_addr(a, true, buf, len);
 }
 
 int store_async_set_prefix(struct store_async *a, const char *prefix)

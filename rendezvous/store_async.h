@@ -9,7 +9,8 @@
  * protocol matches replies by order): use a second handle for a long wait
  * alongside other traffic.
  *
- * Status values: 0, or -ETIMEDOUT, -ENOENT (get of a missing key),
+ * A callback may be NULL (fire and forget: the operation still runs in
+ * order). Status values: 0, or -ETIMEDOUT, -ENOENT (get of a missing key),
  * -ECANCELED (store_async_close), the connection's loss reason (-ECONNRESET,
  * -EPROTO, ...), or the connect error. Byte buffers passed to callbacks are
  * valid only during the callback. Keys are laid out as torch's TCPStore does
@@ -47,6 +48,12 @@ int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t con
 /* Cancel every pending operation (-ECANCELED), close, free, then done(arg)
  * (may be NULL) -- all from the loop's close callbacks. */
 void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg);
+/* The numeric address (no brackets, no port) of this end / the server's
+ * end of the connection, once connected: 0, -ENOTCONN, or -ENAMETOOLONG
+ * when len is too small. The local address is the one the server's peers reach this
+ * host by (when they share its network). */
+int store_async_local_addr(const struct store_async *a, char *buf, size_t len);
+int store_async_peer_addr(const struct store_async *a, char *buf, size_t len);
 /* Key prefix like PrefixStore (NULL or "" removes it); applies to later ops. */
 int store_async_set_prefix(struct store_async *a, const char *prefix);
 
@@ -72,8 +79,9 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 /* value 1 if deleted, 0 if absent. */
 int store_async_delete(struct store_async *a, const char *key, store_async_int_cb cb, void *arg);
 int store_async_num_keys(struct store_async *a, store_async_int_cb cb, void *arg);
-/* The ddp ON_CLOSE_SET extension (store_proto.h); key NULL/"" clears.
- * Completes once the server has it in force. */
+/* The ddp ON_CLOSE_SET extension (store_proto.h): a create-if-absent set
+ * when this connection closes; key NULL/"" clears. Completes once the server
+ * has it in force. */
 int store_async_on_close_set(struct store_async *a, const char *key, const void *val, size_t len,
 			     store_async_done_cb cb, void *arg);
 /* Completes with 0 once every key exists, or -ETIMEDOUT after timeout_ms

@@ -77,7 +77,8 @@ int store_queue_pop(struct store_client *c, const char *key, void **val, size_t 
 int store_queue_len(struct store_client *c, const char *key, int64_t *n);
 int store_ping(struct store_client *c);
 /* ddp extension (see store_proto.h): when this connection closes for any
- * reason but a server shutdown, the server sets key to val. Replaces an
+ * reason but a server shutdown, the server sets key to val unless key has a
+ * value by then (create-if-absent). Replaces an
  * earlier registration; key NULL or "" clears it. Returns once in force. */
 int store_on_close_set(struct store_client *c, const char *key, const void *val, size_t len);
 

@@ -43,6 +43,7 @@ void store_conn_on_closed(uv_handle_t *h)
 {
 	struct store_conn *c = h->data;
 	struct store_server *s = c->s;
+	bool counted;
 
 	if (c->prev)
 		c->prev->next = c->next;
@@ -61,10 +62,15 @@ void store_conn_on_closed(uv_handle_t *h)
 				break;
 			}
 	}
+	counted = c->counted;
 	free(c->in);
 	store_buf_free(&c->out);
 	free(c);
 	s->open_handles--;
+	/* Before maybe_free: the callback may close the server, which then
+	 * still has handles to close. */
+	if (counted && !s->closing && s->o.conn_closed != NULL)
+		s->o.conn_closed(s->o.conn_closed_arg);
 	store_server_maybe_free(s);
 }
 

@@ -122,6 +122,7 @@ static int on_close_register(struct store_conn *c, const struct store_req *r)
 void store_exec_conn_gone(struct store_conn *c, bool run_on_close)
 {
 	struct store_kv *kv = c->s->kv;
+	size_t vl;
 
 	cancel_waits(c);
 	while (c->watches) {
@@ -130,7 +131,9 @@ void store_exec_conn_gone(struct store_conn *c, bool run_on_close)
 		c->watches = w->onext;
 		store_kv_unwatch(kv, w);
 	}
-	if (c->oc_set && run_on_close &&
+	/* Create-if-absent: a key that already has a value keeps it (the first
+	 * reason given for the end of a round stays the root cause). */
+	if (c->oc_set && run_on_close && store_kv_get(kv, c->oc_key, c->oc_klen, &vl) == NULL &&
 	    store_kv_set(kv, c->oc_key, c->oc_klen, c->oc_val, c->oc_vlen) < 0)
 		store_srv_log(c->s, "out of memory running the on-close set of %s",
 			      store_conn_peer(c));

@@ -13,13 +13,16 @@
  *   The first bytes of a connection choose its dialect (store_parse does it).
  *
  * ddp extension (2.x dialect only, outside PyTorch's opcode range):
- *   ON_CLOSE_SET = 0x80, key, value. Registers, for this connection, a SET of
- *   key to value that the server performs when the connection closes (EOF,
- *   reset, protocol error; not when the server itself shuts down). A later
- *   ON_CLOSE_SET replaces the registration; an empty key clears it. The server
- *   replies one byte (0) once the registration is in force. The write wakes
- *   waiters like any SET. Use: an agent registers "job/<id>/failed" so that
- *   every agent parked in WAIT on that key learns of its death at once.
+ *   ON_CLOSE_SET = 0x80, key, value. Registers, for this connection, a
+ *   create-if-absent SET of key to value that the server performs when the
+ *   connection closes (EOF, reset, protocol error; not when the server itself
+ *   shuts down): a key that has a value by then keeps it, like
+ *   compare_set(key, "", value). A later ON_CLOSE_SET replaces the
+ *   registration; an empty key clears it. The server replies one byte (0) once
+ *   the registration is in force. The write wakes waiters like any SET. Use:
+ *   an agent registers "<round>/end" so that every agent parked in WAIT on
+ *   that key learns of its death at once, while a round that already ended
+ *   keeps the first reason it was given.
  *
  * The parser is incremental and bounded: it never allocates, checks every
  * length against the limits before trusting it, resumes where it stopped when

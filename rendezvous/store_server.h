@@ -21,6 +21,11 @@ struct store_server_opts {
 	int keepalive_s;	/* TCP keepalive idle time, so a dead peer host
 				 * closes (and runs its ON_CLOSE_SET) in about
 				 * twice this; 0: 15 s; < 0: off */
+	/* Called from the loop after a counted connection has closed (not during
+	 * store_server_close), so an embedder can wait for its peers to leave
+	 * before closing the server (store_server_num_conns). May be NULL. */
+	void (*conn_closed)(void *arg);
+	void *conn_closed_arg;
 };
 
 void store_server_opts_init(struct store_server_opts *o);

@@ -204,12 +204,6 @@ def test_nproc_gpu_counts_devices_through_the_driver(tmp_path):
     assert r.returncode == 1 and "no visible GPU" in r.stderr
 
 
-def test_multi_node_is_refused_clearly_for_now():
-    r = ddprun("--nnodes", "2", TRUE)
-    assert r.returncode == 2
-    assert "multi-node" in one_error_line(r)
-
-
 def test_every_flag_in_help_is_in_the_man_page():
     helptext = ddprun("--help").stdout
     flags = set(re.findall(r"--[a-z][a-z-]+", helptext))

@@ -142,6 +142,21 @@ def test_on_close_set_runs_after_a_protocol_error_and_can_be_cleared(srv):
     c.close()
 
 
+def test_on_close_set_only_creates_the_key(srv):
+    a = connect(srv.port)
+    a.sendall(bytes([V2["ON_CLOSE_SET"]]) + s("/r0/end") + s("lost:1"))
+    assert recv_exact(a, 1) == b"\x00"
+    b = connect(srv.port)
+    b.sendall(bytes([V2["SET"]]) + s("/r0/end") + s("ok"))
+    b.sendall(bytes([V2["GET"]]) + s("/r0/end"))
+    assert recv_bytes(b) == b"ok"
+    a.sendall(b"\x7f")  # the server closes a, running its registration, first
+    assert closed_by_peer(a)
+    b.sendall(bytes([V2["GET"]]) + s("/r0/end"))
+    assert recv_bytes(b) == b"ok"  # the first reason stays
+    b.close()
+
+
 def test_on_close_set_is_not_in_the_1x_dialect(srv):
     a = connect(srv.port, v2=False)
     a.sendall(bytes([0x80]) + s("/k") + s("v"))

@@ -22,6 +22,9 @@ extern char **environ;
 
 struct fake {
 	int rendezvous_calls;
+	int halt_on_finish; /* agent_halt(this) from the first finished() */
+	bool signalled_at_finish;
+	size_t nfailures_at_finish;
 	int last_restart_count;
 	int failed_calls;
 	int failed_status;
@@ -32,6 +35,7 @@ struct fake {
 	int stop_on_finish;	/* agent_stop(status) from finished() */
 	int stop_in_rendezvous; /* answer the rendezvous with agent_stop(7) */
 	uv_timer_t timer;
+	void (*later)(struct fake *f); /* see rendezvous_then_later */
 	struct agent *agent;
 };
 
@@ -45,7 +49,8 @@ static void fake_rendezvous(struct agent *a, int restart_count, void *arg)
 				.world_size = 4,
 				.master_addr = "127.0.0.1",
 				.master_port = 1,
-				.use_agent_store = false};
+				.use_agent_store = false,
+				.restart_count = restart_count};
 
 	f->rendezvous_calls++;
 	f->last_restart_count = restart_count;
@@ -73,6 +78,15 @@ static void fake_finished(struct agent *a, int status, void *arg)
 
 	f->finished_calls++;
 	f->finished_status = status;
+	f->signalled_at_finish = agent_signalled(a);
+	agent_failures(a, &f->nfailures_at_finish);
+	if (f->halt_on_finish) {
+		int st = f->halt_on_finish;
+
+		f->halt_on_finish = 0;
+		agent_halt(a, st); /* calls finished() again at once: nothing runs */
+		return;
+	}
 	agent_stop(a, f->stop_on_finish);
 }
 
@@ -186,23 +200,29 @@ static void test_stop_during_rendezvous_ends_with_the_given_status(void **state)
 	assert_int_equal(f.finished_calls, 0);
 }
 
-static void on_stop_timer(uv_timer_t *t)
+/* What the coordinator does 200 ms into the attempt, while workers run. */
+static void on_later_timer(uv_timer_t *t)
 {
 	struct fake *f = t->data;
 
-	/* A failure on another node: stop every local worker now. */
-	agent_stop(f->agent, 3);
+	f->later(f);
 	uv_close((uv_handle_t *)t, NULL);
 }
 
-static void rendezvous_then_stop_later(struct agent *a, int restart_count, void *arg)
+static void rendezvous_then_later(struct agent *a, int restart_count, void *arg)
 {
 	struct fake *f = arg;
 
 	fake_rendezvous(a, restart_count, arg);
 	uv_timer_init(agent_loop(a), &f->timer);
 	f->timer.data = f;
-	uv_timer_start(&f->timer, on_stop_timer, 200, 0);
+	uv_timer_start(&f->timer, on_later_timer, 200, 0);
+}
+
+/* A failure on another node: stop every local worker now. */
+static void stop_now(struct fake *f)
+{
+	agent_stop(f->agent, 3);
 }
 
 static void test_stop_from_the_coordinator_ends_running_workers(void **state)
@@ -212,9 +232,60 @@ static void test_stop_from_the_coordinator_ends_running_workers(void **state)
 
 	/* The workers' SIGTERM deaths are not local failures; the status is the
 	 * coordinator's. */
-	assert_int_equal(run_words(&f, words, rendezvous_then_stop_later), 3);
+	f.later = stop_now;
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 3);
 	assert_int_equal(f.failed_calls, 0);
 	assert_int_equal(f.finished_calls, 0);
+}
+
+static void test_the_agent_never_restarts_by_itself_under_a_coordinator(void **state)
+{
+	struct fake f = {.stop_on_finish = 6};
+
+	/* Restarts are left, but the coordinator decides: it is told of the
+	 * failure and ends the job. */
+	assert_int_equal(run_job(&f, "[ \"$RANK\" = 2 ] && exit 4; exec sleep 30", 3), 6);
+	assert_int_equal(f.rendezvous_calls, 1);
+	assert_int_equal(f.failed_calls, 1);
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.finished_status, 4);
+	assert_int_equal(f.nfailures_at_finish, 1);
+}
+
+/* A failure elsewhere: stop the workers, but the coordinator still has to
+ * publish and report before the end. */
+static void halt_now(struct fake *f)
+{
+	agent_halt(f->agent, 5);
+}
+
+static void test_halt_stops_the_workers_and_hands_back_to_the_coordinator(void **state)
+{
+	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
+	struct fake f = {.stop_on_finish = 5, .later = halt_now};
+
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 5);
+	assert_int_equal(f.failed_calls, 0); /* stopped by us: not failures */
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.finished_status, 5);
+	assert_false(f.signalled_at_finish);
+}
+
+static void signal_now(struct fake *f)
+{
+	raise(SIGTERM);
+}
+
+static void test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped(void **state)
+{
+	char *words[] = {"ddprun", "--nproc-per-node=2", "sleep", "30", NULL};
+	struct fake f = {.halt_on_finish = 143, .stop_on_finish = 143, .later = signal_now};
+
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 143);
+	assert_int_equal(f.failed_calls, 0);
+	assert_int_equal(f.finished_calls, 2); /* then again after agent_halt */
+	assert_int_equal(f.finished_status, 143);
+	assert_true(f.signalled_at_finish);
 }
 
 int main(void)
@@ -225,6 +296,10 @@ int main(void)
 		cmocka_unit_test(test_restart_requested_by_the_coordinator_goes_back_to_rendezvous),
 		cmocka_unit_test(test_stop_during_rendezvous_ends_with_the_given_status),
 		cmocka_unit_test(test_stop_from_the_coordinator_ends_running_workers),
+		cmocka_unit_test(test_the_agent_never_restarts_by_itself_under_a_coordinator),
+		cmocka_unit_test(test_halt_stops_the_workers_and_hands_back_to_the_coordinator),
+		cmocka_unit_test(
+			test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

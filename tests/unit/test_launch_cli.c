@@ -1,5 +1,6 @@
 /* Unit tests for launcher/cli.c: torchrun's flags, both spellings, PET_*
- * defaults, and one clear message for every malformed command line. */
+ * defaults, Slurm's defaults for the node options, --rdzv-conf, and one
+ * clear message for every malformed command line. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -199,7 +200,12 @@ static void test_errors(void **state)
 	expect_error("--nnodes", ARGS("--nnodes", "0", "p"));
 	expect_error("--nnodes", ARGS("--nnodes", "2:1", "p"));
 	expect_error("--nnodes", ARGS("--nnodes", "1:2:3", "p"));
-	expect_error("--node-rank 2 is not below", ARGS("--nnodes", "2", "--node-rank", "2", "p"));
+	expect_error("--node-rank 1 is not below", ARGS("--node-rank", "1", "p"));
+	expect_error("a range needs --rdzv-backend c10d", ARGS("--nnodes", "1:2", "p"));
+	expect_error("needs --rdzv-endpoint", ARGS("--nnodes", "2", "--rdzv-backend", "c10d", "p"));
+	expect_error("--standalone runs a single node", ARGS("--standalone", "--nnodes", "2", "p"));
+	expect_error("unknown key 'bogus'", ARGS("--rdzv-conf", "bogus=1", "p"));
+	expect_error("join_timeout=x", ARGS("--rdzv-conf", "join_timeout=x", "p"));
 	expect_error("--master-port", ARGS("--master-port", "-1", "p"));
 	expect_error("--redirects", ARGS("-r", "0:4", "p"));
 	expect_error("--redirects", ARGS("-r", "0:1,", "p"));
@@ -218,6 +224,88 @@ static void test_errors(void **state)
 	memset(fake_env, 0, sizeof(fake_env));
 	set_env("PET_MODULE", "yes");
 	expect_error("PET_MODULE", ARGS("p"));
+}
+
+static void test_node_options_and_rendezvous_settings(void **state)
+{
+	struct cli_opts o;
+
+	/* A static job's rank beyond --nnodes is the rendezvous's to report
+	 * (it tells the other nodes). */
+	assert_int_equal(parse(&o, ARGS("--nnodes", "2", "--node-rank", "2", "p")), CLI_OK);
+	assert_true(cli_multinode(&o));
+	cli_free(&o);
+	assert_int_equal(
+		parse(&o, ARGS("--nnodes", "1:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+			       "[::1]:5000", "--rdzv-conf", "join_timeout=5,is_host=0", "p")),
+		CLI_OK);
+	assert_int_equal(o.min_nodes, 1);
+	assert_int_equal(o.max_nodes, 3);
+	assert_int_equal(o.rdzv.join_timeout_ms, 5000);
+	assert_int_equal(o.rdzv.is_host, 0);
+	assert_int_equal(o.rdzv.heartbeat_timeout_ms, 5000); /* the default */
+	assert_true(cli_multinode(&o));
+	cli_free(&o);
+	/* One node at an endpoint still meets there (torchrun does). */
+	assert_int_equal(parse(&o, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "p")),
+			 CLI_OK);
+	assert_true(cli_multinode(&o));
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--standalone", "p")), CLI_OK);
+	assert_false(cli_multinode(&o));
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("p")), CLI_OK);
+	assert_false(cli_multinode(&o));
+	cli_free(&o);
+}
+
+static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
+{
+	struct cli_opts o;
+
+	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_NNODES", "4");
+	set_env("SLURM_NODEID", "2");
+	set_env("SLURM_JOB_NODELIST", "node[07-10],gpu-a[1-2]");
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "4", "p")), CLI_OK);
+	assert_int_equal(o.min_nodes, 4);
+	assert_int_equal(o.max_nodes, 4);
+	assert_int_equal(o.node_rank, 2);
+	assert_string_equal(o.master_addr, "node07");
+	assert_true(o.slurm_nnodes && o.slurm_node_rank && o.slurm_master_addr);
+	cli_free(&o);
+	/* Flags and PET_* win. */
+	set_env("PET_NODE_RANK", "1");
+	assert_int_equal(parse(&o, ARGS("--nnodes", "3", "--master-addr", "10.0.0.9", "p")),
+			 CLI_OK);
+	assert_int_equal(o.max_nodes, 3);
+	assert_int_equal(o.node_rank, 1);
+	assert_string_equal(o.master_addr, "10.0.0.9");
+	assert_false(o.slurm_nnodes || o.slurm_node_rank || o.slurm_master_addr);
+	cli_free(&o);
+}
+
+static void test_slurm_errors_name_the_variable(void **state)
+{
+	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_NNODES", "2");
+	set_env("SLURM_NODEID", "x");
+	expect_error("SLURM_NODEID", ARGS("p"));
+	memset(fake_env, 0, sizeof(fake_env));
+	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_NNODES", "2");
+	set_env("SLURM_NODEID", "1");
+	set_env("SLURM_JOB_NODELIST", "node[01-");
+	expect_error("SLURM_JOB_NODELIST", ARGS("p"));
+	/* Nothing is taken from Slurm when the flags say it all. */
+	{
+		struct cli_opts o;
+
+		assert_int_equal(parse(&o, ARGS("--nnodes", "2", "--node-rank", "0",
+						"--master-addr", "h", "p")),
+				 CLI_OK);
+		cli_free(&o);
+	}
 }
 
 static void test_std_parse(void **state)
@@ -260,6 +348,10 @@ int main(void)
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
 		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
+		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,
+				       setup),
+		cmocka_unit_test_setup(test_slurm_errors_name_the_variable, setup),
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
 	};

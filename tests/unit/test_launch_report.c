@@ -190,6 +190,28 @@ static void test_format_narrow_and_alone(void **state)
 	free(text);
 }
 
+static void test_entries_from_other_nodes_show_their_host_and_given_root(void **state)
+{
+	struct report_entry e[2] = {
+		{.global_rank = 0, .pid = 7, .exitcode = -15, .timestamp = 5, .message = "stopped"},
+		{.global_rank = 3,
+		 .pid = 9,
+		 .exitcode = 4,
+		 .timestamp = 9,
+		 .message = "boom",
+		 .host = "node-b"},
+	};
+	/* The store says rank 3 failed first, whatever the clocks say. */
+	char *text = report_format_root("t", "node-a", e, 2, 1);
+	const char *root = strstr(text, "Root Cause");
+
+	assert_non_null(root);
+	assert_non_null(strstr(root, "  host      : node-b\n  rank      : 3 (local_rank: 0)"));
+	assert_non_null(strstr(text, "  host      : node-a\n  rank      : 0 (local_rank: 0)"));
+	assert_true(strstr(text, "node-a") < root);
+	free(text);
+}
+
 static void test_parent_error_file_gets_error_code(void **state)
 {
 	char *child = strdup(write_tmp("{\"message\": {\"message\": \"E: x\", \"extraInfo\": "
@@ -223,6 +245,7 @@ int main(void)
 		cmocka_unit_test(test_root_cause_is_earliest_then_first),
 		cmocka_unit_test(test_format_matches_torchrun),
 		cmocka_unit_test(test_format_narrow_and_alone),
+		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),
 		cmocka_unit_test(test_parent_error_file_gets_error_code),
 	};
 

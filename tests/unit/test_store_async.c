@@ -2,7 +2,8 @@
  * on the same libuv loop (as the ddprun agent runs them): ordered operations,
  * get without waiting, waits (answered, timed out and cancelled, racing with
  * STOP_WAITING), connect retry and failure, connection loss, close
- * cancelling everything, and ON_CLOSE_SET waking a waiter. Every loop run is
+ * cancelling everything, ON_CLOSE_SET waking a waiter (and never replacing a
+ * value), the connection's addresses, and the server's conn_closed hook. Every loop run is
  * bounded by a watchdog timer. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -287,6 +288,71 @@ static void test_on_close_set_wakes_a_waiter(void **state)
 	close_and_wait(e, peer, "peer");
 }
 
+static void test_on_close_set_keeps_a_value_set_before(void **state)
+{
+	struct env *e = *state;
+	struct store_async *agent = connect_ok(e), *peer = connect_ok(e);
+
+	/* The round already ended with a reason: an agent dying afterwards
+	 * must not replace it (create-if-absent). */
+	store_async_on_close_set(agent, "r0/end", "lost", 4, done_cb, "registered");
+	store_async_set(peer, "r0/end", "ok", 2, done_cb, "ended");
+	run_until(e, 4);
+	close_and_wait(e, agent, "agent");
+	store_async_ping(peer, done_cb, "ping"); /* the server has seen the close by now */
+	store_async_get(peer, "r0/end", bytes_cb, "value");
+	run_until(e, 7);
+	assert_string_equal(events[6], "value 0 'ok'");
+	close_and_wait(e, peer, "peer");
+}
+
+static void test_local_and_peer_addresses_once_connected(void **state)
+{
+	struct env *e = *state;
+	struct store_async *a;
+	char buf[64];
+
+	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 5000, &cbs, &a), 0);
+	assert_int_equal(store_async_peer_addr(a, buf, sizeof(buf)), -ENOTCONN);
+	run_until(e, 1);
+	assert_int_equal(store_async_local_addr(a, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "127.0.0.1");
+	assert_int_equal(store_async_peer_addr(a, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "127.0.0.1"); /* numeric, no port */
+	assert_int_equal(store_async_peer_addr(a, buf, 4), -ENAMETOOLONG);
+	close_and_wait(e, a, "a");
+}
+
+static void on_conn_closed(void *arg)
+{
+	struct env *e = arg;
+
+	ev("conn closed, %u left", store_server_num_conns(e->srv));
+}
+
+static void test_server_tells_when_a_connection_closes(void **state)
+{
+	struct env *e = *state;
+	struct store_server_opts o;
+	struct store_async *a, *b;
+
+	/* A second server with the hook, on the same loop. */
+	store_server_close(e->srv, NULL, NULL);
+	store_server_opts_init(&o);
+	o.conn_closed = on_conn_closed;
+	o.conn_closed_arg = e;
+	assert_int_equal(store_server_start(&e->loop, &o, "127.0.0.1", 0, &e->srv), 0);
+	e->port = store_server_port(e->srv);
+	a = connect_ok(e);
+	b = connect_ok(e);
+	store_async_close(a, closed_cb, "a");
+	run_until(e, 4);
+	assert_true(has_event("conn closed, 1 left"));
+	store_async_close(b, closed_cb, "b");
+	run_until(e, 6);
+	assert_true(has_event("conn closed, 0 left"));
+}
+
 static void test_close_cancels_pending_operations(void **state)
 {
 	struct env *e = *state;
@@ -489,6 +555,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wait_timeout_cancels_and_stays_usable, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_on_close_set_wakes_a_waiter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_on_close_set_keeps_a_value_set_before, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_local_and_peer_addresses_once_connected, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_server_tells_when_a_connection_closes, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_close_cancels_pending_operations, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_close_cancels_a_parked_wait, setup, teardown),

@@ -1,0 +1,92 @@
+/* cli_nodes: Slurm defaults and cross-option checks (see cli_nodes.h). */
+#include "cli_nodes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "slurm.h"
+
+/* Inside an allocation (`srun ddprun ...`, one task per node), what the flags
+ * leave open comes from Slurm. A malformed SLURM_* only matters when needed. */
+static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
+		       const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
+{
+	struct slurm_info si;
+	char why[300];
+	int rc;
+
+	if (g->nnodes && g->node_rank && g->master_addr)
+		return 0;
+	rc = slurm_info_read(getenv_fn, &si, why, sizeof(why));
+	if (rc != 0) {
+		snprintf(err, errlen,
+			 "%s (set --nnodes, --node-rank and --master-addr to override)", why);
+		return -EINVAL;
+	}
+	if (!si.in_allocation)
+		return 0;
+	if (!g->nnodes && si.nnodes > 0) {
+		if (si.nnodes > CLI_MAX_NODES) {
+			snprintf(err, errlen, "SLURM_NNODES=%d: at most %d nodes", si.nnodes,
+				 CLI_MAX_NODES);
+			return -EINVAL;
+		}
+		o->min_nodes = o->max_nodes = si.nnodes;
+		o->slurm_nnodes = true;
+	}
+	if (!g->node_rank && si.node_rank >= 0) {
+		o->node_rank = si.node_rank;
+		o->slurm_node_rank = true;
+	}
+	if (!g->master_addr && si.master[0] != '\0') {
+		snprintf(o->slurm_master, sizeof(o->slurm_master), "%s", si.master);
+		o->master_addr = o->slurm_master;
+		o->slurm_master_addr = true;
+	}
+	return 0;
+}
+
+bool cli_multinode(const struct cli_opts *o)
+{
+	return o->max_nodes > 1 || (strcmp(o->rdzv_backend, "c10d") == 0 && !o->standalone &&
+				    o->rdzv_endpoint[0] != '\0');
+}
+
+int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
+		      const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
+{
+	bool c10d = strcmp(o->rdzv_backend, "c10d") == 0;
+	int rc = apply_slurm(o, g, getenv_fn, err, errlen);
+
+	if (rc != 0)
+		return rc;
+	if (o->standalone && o->max_nodes > 1) {
+		snprintf(err, errlen,
+			 "--standalone runs a single node (--nnodes %d:%d asks for more: use "
+			 "--rdzv-backend c10d --rdzv-endpoint HOST:PORT)",
+			 o->min_nodes, o->max_nodes);
+		return -EINVAL;
+	}
+	/* One node has no rendezvous to tell: a bad rank is a plain usage error.
+	 * A static job's nodes are told by the rendezvous (coord_static.c). */
+	if (o->max_nodes == 1 && o->node_rank >= 1) {
+		snprintf(err, errlen, "--node-rank %d is not below the number of nodes (1)",
+			 o->node_rank);
+		return -EINVAL;
+	}
+	if (o->max_nodes == 1 || o->standalone)
+		return 0;
+	if (!c10d && o->min_nodes != o->max_nodes) {
+		snprintf(err, errlen,
+			 "--nnodes %d:%d: a range needs --rdzv-backend c10d (the static "
+			 "rendezvous has a fixed number of nodes)",
+			 o->min_nodes, o->max_nodes);
+		return -EINVAL;
+	}
+	if (c10d && o->rdzv_endpoint[0] == '\0') {
+		snprintf(err, errlen, "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
+		return -EINVAL;
+	}
+	return 0;
+}

@@ -1,0 +1,551 @@
+/* coord: the hooks the agent calls, the two store connections, the end of a
+ * round (restart, stop) and leaving in order (see coord.h, coord_int.h). */
+#include "coord_int.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "signame.h"
+#include "store_async.h"
+#include "store_client.h"
+#include "store_server.h"
+#include "util.h"
+
+const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(buf, len, "r%d/", c->round);
+
+	va_start(ap, fmt);
+	vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+	va_end(ap);
+	return buf;
+}
+
+const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt)
+{
+	size_t total = n + (first != NULL), i;
+	const char **keys = malloc(total * (sizeof(char *) + COORD_KEY_MAX));
+	char *s;
+
+	if (keys == NULL)
+		return NULL;
+	s = (char *)(keys + total);
+	if (first != NULL) {
+		keys[0] = coord_key(c, s, COORD_KEY_MAX, "%s", first);
+		s += COORD_KEY_MAX;
+	}
+	for (i = 0; i < n; i++, s += COORD_KEY_MAX)
+		keys[i + (first != NULL)] = coord_key(c, s, COORD_KEY_MAX, fmt, i);
+	return keys;
+}
+
+/* ---- connections --------------------------------------------------------------------- */
+
+static void on_connect(struct store_async *h, int status, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status < 0) {
+		coord_fail(c, 1, "cannot reach the rendezvous store at %s:%d within %.0f s: %s",
+			   c->store_host, c->store_port, (double)c->connect_timeout_ms / 1000.0,
+			   store_strerror(status));
+		return;
+	}
+	if (h == c->W) {
+		c->w_up = true;
+		return;
+	}
+	c->a_up = true;
+	if (store_async_local_addr(h, c->local_addr, sizeof(c->local_addr)) != 0 ||
+	    store_async_peer_addr(h, c->peer_addr, sizeof(c->peer_addr)) != 0) {
+		coord_fail(c, 1, "cannot read the addresses of the connection to the store");
+		return;
+	}
+	if (c->phase == CP_START)
+		coord_join(c);
+}
+
+static void on_lost(struct store_async *h, int reason, void *arg)
+{
+	struct coord *c = arg;
+	int status = COORD_EXIT_LOST;
+
+	if (h == c->A)
+		c->a_up = false;
+	else
+		c->w_up = false;
+	if (c->phase == CP_LEAVE || c->phase == CP_QUIT)
+		return;
+	if (c->phase == CP_REPORT) { /* the report is as complete as it gets */
+		coord_leave(c);
+		return;
+	}
+	if (c->end_known && c->end.kind == RDZV_END_FAIL)
+		status = c->end.status;
+	coord_fail(c, status, "lost the rendezvous store at %s:%d (%s): stopping the workers",
+		   c->store_host, c->store_port, store_strerror(reason));
+}
+
+static int connect_both(struct coord *c)
+{
+	struct store_async_callbacks cbs = {on_connect, on_lost, c};
+	int rc;
+
+	rc = store_async_connect(c->loop, c->store_host, c->store_port, c->connect_timeout_ms, &cbs,
+				 &c->A);
+	if (rc != 0)
+		return rc;
+	rc = store_async_set_prefix(c->A, c->prefix);
+	if (rc == 0)
+		rc = store_async_connect(c->loop, c->store_host, c->store_port,
+					 c->connect_timeout_ms, &cbs, &c->W);
+	if (rc == 0)
+		rc = store_async_set_prefix(c->W, c->prefix);
+	return rc;
+}
+
+static void start(struct coord *c)
+{
+	char err[512];
+	int rc;
+
+	uv_timer_init(c->loop, &c->hb_timer);
+	uv_timer_init(c->loop, &c->timer);
+	c->hb_timer.data = c->timer.data = c;
+	c->timers_on = true;
+	rc = coord_host_start(c, err, sizeof(err));
+	if (rc != 0) {
+		coord_fail(c, 1, "%s", err);
+		return;
+	}
+	rc = connect_both(c);
+	if (rc != 0)
+		coord_fail(c, 1, "cannot connect to the rendezvous store at %s:%d: %s",
+			   c->store_host, c->store_port, store_strerror(rc));
+}
+
+/* ---- the round -------------------------------------------------------------------------- */
+
+void coord_round_start(struct coord *c)
+{
+	struct agent_world w = {0};
+	int i, first = 0, world = 0;
+	char key[64];
+
+	for (i = 0; i < c->nnodes; i++) {
+		if (i < c->rank)
+			first += c->nodes[i].nproc;
+		world += c->nodes[i].nproc;
+	}
+	w.group_rank = c->rank;
+	w.group_world_size = c->nnodes;
+	w.rank_offset = first;
+	w.world_size = world;
+	w.use_agent_store = true;
+	w.restart_count = c->restart_count;
+	if (c->dynamic) { /* group rank 0's store of this round */
+		w.master_addr = c->nodes[0].addr;
+		w.master_port = c->nodes[0].worker_port;
+	} else { /* the rendezvous store, as this node reaches it */
+		w.master_addr = c->peer_addr;
+		w.master_port = c->store_port;
+	}
+	c->phase = CP_RUN;
+	c->in_round = true;
+	c->end_known = false;
+	c->at_barrier = false;
+	{ /* a participant now: its death ends the round */
+		char why[RDZV_WHY_MAX + 32];
+
+		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,
+			 c->host);
+		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "end"), why,
+					 strlen(why), NULL, NULL);
+	}
+	coord_watch_end(c);
+	coord_live_start(c);
+	agent_say("round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d", c->round,
+		  c->rank, c->nnodes, c->host, first, first + c->nproc - 1, world, w.master_addr,
+		  w.master_port);
+	agent_rendezvous_done(c->agent, 0, &w);
+}
+
+static void on_end_values(int status, size_t n, const void *const *vals, const size_t *lens,
+			  void *arg)
+{
+	struct coord *c = arg;
+	int count;
+
+	if (status != 0 || n != 2)
+		return;
+	if (c->phase == CP_LATE && lens[1] > 0 && rdzv_meta_decode(vals[1], lens[1], &count) == 0)
+		c->restart_count = count;
+	coord_on_end(c, vals[0], lens[0]);
+}
+
+static void on_end_waited(int status, void *arg)
+{
+	struct coord *c = arg;
+	char k0[64], k1[64];
+	const char *keys[2] = {coord_key(c, k0, sizeof(k0), "end"),
+			       coord_key(c, k1, sizeof(k1), "meta")};
+
+	if (status != 0 || (c->phase != CP_RUN && c->phase != CP_LATE))
+		return;
+	store_async_multi_get(c->W, keys, 2, on_end_values, c);
+}
+
+void coord_watch_end(struct coord *c)
+{
+	char key[64];
+	const char *keys[1] = {coord_key(c, key, sizeof(key), "end")};
+
+	store_async_wait(c->W, keys, 1, 0, on_end_waited, c);
+}
+
+static void describe(const struct coord *c, const struct rdzv_end *e, char *buf, size_t len)
+{
+	char sname[32];
+
+	if (e->kind == RDZV_END_REJOIN)
+		snprintf(buf, len, "a node is waiting to join");
+	else if (e->kind == RDZV_END_LOST)
+		snprintf(buf, len, "node %d lost (%s)", e->node, e->why);
+	else if (e->rank >= 0)
+		snprintf(buf, len,
+			 "rank %d (local rank %d) on node %d (host %.200s) failed with exit "
+			 "status %d",
+			 e->rank, e->local_rank, e->node, e->host, e->status);
+	else if (e->signal > 0)
+		snprintf(buf, len, "node %d (host %.200s) received %s", e->node, e->host,
+			 signame_of(e->signal, sname, sizeof(sname)));
+	else
+		snprintf(buf, len, "node %d (host %.200s) failed (exit status %d)", e->node,
+			 e->host, e->status);
+}
+
+/* Tell the next round its restart count before anyone can read it (every
+ * mover computes the same). */
+static void announce_next(struct coord *c)
+{
+	char key[64], cur[16], next[16], *meta = rdzv_meta_encode(c->next_count);
+
+	snprintf(key, sizeof(key), "r%d/meta", c->next_round);
+	if (meta != NULL)
+		store_async_compare_set(c->A, key, "", 0, meta, strlen(meta), NULL, NULL);
+	free(meta);
+	if (!c->dynamic)
+		return;
+	snprintf(cur, sizeof(cur), "%d", c->round);
+	snprintf(next, sizeof(next), "%d", c->next_round);
+	store_async_compare_set(c->A, "round", c->round == 0 ? "" : cur,
+				c->round == 0 ? 0 : strlen(cur), next, strlen(next), NULL, NULL);
+}
+
+void coord_on_end(struct coord *c, const void *val, size_t len)
+{
+	struct rdzv_end e;
+	bool restart = false;
+	int status = 0, next = c->restart_count;
+	char what[RDZV_WHY_MAX + RDZV_HOST_MAX + 64];
+
+	if (rdzv_end_decode(val, len, &e) != 0) {
+		coord_fail(c, 1, "the round's end value in the store is malformed");
+		return;
+	}
+	c->end = e;
+	c->end_known = true;
+	coord_live_stop(c);
+	if (e.kind == RDZV_END_OK) {
+		if (c->phase == CP_LATE)
+			agent_say("the job finished without this node");
+		c->status = 0;
+		coord_leave(c);
+		return;
+	}
+	if (e.kind == RDZV_END_REJOIN) {
+		restart = true;
+	} else if (e.kind == RDZV_END_FAIL) {
+		status = e.status;
+		restart = !e.final && c->restart_count < c->o->max_restarts;
+		next++;
+	} else {
+		status = COORD_EXIT_LOST;
+		restart = c->dynamic && c->restart_count < c->o->max_restarts;
+		next++;
+	}
+	describe(c, &e, what, sizeof(what));
+	if (restart && e.kind == RDZV_END_REJOIN)
+		agent_say("%s: every node rejoins in round %d", what, c->round + 1);
+	else if (restart)
+		agent_say("%s: restarting every node (restart %d of %d)", what, next,
+			  c->o->max_restarts);
+	else if (c->phase == CP_RUN)
+		agent_say("%s: stopping the workers", what);
+	else
+		agent_say("%s: the job ends", what);
+	if (restart) {
+		c->next_round = c->round + 1;
+		c->next_count = next;
+		announce_next(c);
+		if (c->phase == CP_LATE) { /* no workers here: straight on */
+			c->round = c->next_round;
+			c->restart_count = c->next_count;
+			coord_join(c);
+			return;
+		}
+		c->phase = CP_MOVE;
+		agent_restart(c->agent); /* rendezvous() follows */
+		return;
+	}
+	c->status = status;
+	if (c->phase == CP_LATE) {
+		coord_leave(c);
+		return;
+	}
+	c->phase = CP_HALT;
+	agent_halt(c->agent, status); /* finished() follows */
+}
+
+/* ---- hooks ------------------------------------------------------------------------------ */
+
+static void after_wstore_closed(void *arg)
+{
+	struct coord *c = arg;
+
+	if (c->phase == CP_MOVE)
+		coord_join(c);
+}
+
+static void hook_rendezvous(struct agent *a, int restart_count, void *arg)
+{
+	struct coord *c = arg;
+
+	c->agent = a;
+	if (c->phase == CP_START) {
+		start(c);
+		return;
+	}
+	if (c->phase != CP_MOVE)
+		return;
+	c->round = c->next_round;
+	c->restart_count = c->next_count;
+	/* A fresh workers' store per round: no stale keys from the last one. */
+	if (c->wstore != NULL) {
+		coord_wstore_close(c, after_wstore_closed);
+		return;
+	}
+	coord_join(c);
+}
+
+static void publish_fail(struct coord *c, const struct rdzv_end *e, store_async_bytes_cb cb)
+{
+	char key[64], *v = rdzv_end_encode(e);
+
+	if (v == NULL || c->A == NULL ||
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, v,
+				    strlen(v), cb, c) != 0) {
+		free(v);
+		if (cb != NULL)
+			cb(-ENOTCONN, NULL, 0, c);
+		return;
+	}
+	free(v);
+}
+
+static void hook_failed(struct agent *a, const struct report_entry *root, int status, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_end e = {.kind = RDZV_END_FAIL};
+
+	c->agent = a;
+	if (c->phase != CP_RUN || c->end_known)
+		return;
+	e.node = c->rank;
+	snprintf(e.host, sizeof(e.host), "%s", c->host);
+	e.rank = root->global_rank;
+	e.local_rank = root->local_rank;
+	e.pid = (int)root->pid;
+	e.status = status;
+	e.time = root->timestamp;
+	publish_fail(c, &e, NULL);
+}
+
+static void leave_after(int status, const void *val, size_t len, void *arg)
+{
+	coord_leave(arg);
+}
+
+/* The signal's end is out: whatever failed here goes to the report too. */
+static void publish_then_leave(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+
+	coord_publish_failures(c);
+	coord_leave(c);
+}
+
+/* A signal ends the job everywhere: say so where the others look now. */
+static void on_signal(struct coord *c, int status)
+{
+	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
+	char key[64], msg[RDZV_HOST_MAX + 96], sname[32], *v;
+	int sig = status > 128 ? status - 128 : 0;
+
+	c->status = status;
+	if (c->A == NULL || !c->a_up) {
+		coord_leave(c);
+		return;
+	}
+	if (c->phase == CP_RUN) {
+		e.node = c->rank;
+		snprintf(e.host, sizeof(e.host), "%s", c->host);
+		e.pid = (int)getpid();
+		e.status = status;
+		e.signal = sig;
+		e.final = true;
+		e.time = (int64_t)time(NULL);
+		publish_fail(c, &e, publish_then_leave);
+		return;
+	}
+	if (c->phase != CP_JOIN && c->phase != CP_MOVE) {
+		coord_leave(c);
+		return;
+	}
+	/* Between rounds: the next round's joiners end at once. */
+	snprintf(msg, sizeof(msg), "node %d (host %.200s) received %s during the rendezvous",
+		 c->rank, c->host, signame_of(sig, sname, sizeof(sname)));
+	v = rdzv_closed_error(status, msg);
+	snprintf(key, sizeof(key), "r%d/closed", c->phase == CP_MOVE ? c->next_round : c->round);
+	if (v == NULL ||
+	    store_async_compare_set(c->A, key, "", 0, v, strlen(v), leave_after, c) != 0)
+		coord_leave(c);
+	free(v);
+}
+
+static void hook_finished(struct agent *a, int status, void *arg)
+{
+	struct coord *c = arg;
+
+	c->agent = a;
+	if (c->phase == CP_LEAVE) {
+		/* A signal while the others are given time to leave: stop waiting. */
+		if (agent_signalled(a))
+			coord_hurry(c);
+		return;
+	}
+	if (agent_signalled(a)) {
+		if (!c->signal_seen) {
+			c->signal_seen = true;
+			on_signal(c, status);
+		} else { /* another signal: hurry */
+			c->hurry = true;
+			coord_leave(c);
+		}
+		return;
+	}
+	switch (c->phase) {
+	case CP_RUN:
+		if (status == 0) {
+			coord_barrier(c);
+		} else { /* failed() published it, unless the workers never started */
+			struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
+
+			e.node = c->rank;
+			snprintf(e.host, sizeof(e.host), "%s", c->host);
+			e.pid = (int)getpid();
+			e.status = status;
+			e.time = (int64_t)time(NULL);
+			publish_fail(c, &e, NULL);
+		}
+		break;
+	case CP_HALT:
+		c->phase = CP_REPORT;
+		coord_report(c);
+		break;
+	case CP_START:
+	case CP_QUIT:
+		coord_leave(c);
+		break;
+	default:
+		break;
+	}
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------- */
+
+int coord_create(uv_loop_t *loop, const struct coord_config *cfg, struct coord **out, char *err,
+		 size_t errlen)
+{
+	const struct cli_opts *o = cfg->opts;
+	struct coord *c = calloc(1, sizeof(*c));
+	int rc;
+
+	if (c == NULL)
+		return -ENOMEM;
+	c->loop = loop;
+	c->o = o;
+	c->conf = &o->rdzv;
+	c->dynamic = strcmp(o->rdzv_backend, "c10d") == 0;
+	c->nproc = cfg->nproc;
+	c->rank = -1;
+	snprintf(c->host, sizeof(c->host), "%s", cfg->hostname);
+	snprintf(c->prefix, sizeof(c->prefix), "ddprun/%s", o->rdzv_id);
+	c->connect_timeout_ms = c->conf->join_timeout_ms;
+	if (c->dynamic)
+		rc = util_parse_hostport(o->rdzv_endpoint, c->store_host, sizeof(c->store_host),
+					 29400, &c->store_port);
+	else /* --master-addr is a host; the port is --master-port's */
+		rc = util_parse_hostport(o->master_addr, c->store_host, sizeof(c->store_host),
+					 o->master_port, &c->store_port);
+	if (rc != 0) {
+		snprintf(err, errlen, "invalid %s '%.200s': expected HOST[:PORT]",
+			 c->dynamic ? "--rdzv-endpoint" : "--master-addr",
+			 c->dynamic ? o->rdzv_endpoint : o->master_addr);
+		free(c);
+		return -EINVAL;
+	}
+	if (!c->dynamic)
+		c->store_port = o->master_port;
+	if (!c->dynamic && o->node_rank >= o->max_nodes) {
+		/* Said at once; the other nodes are told through the store, but
+		 * only for a while if nothing listens. */
+		agent_say(
+			"error: --node-rank %d is not below --nnodes %d (telling the other nodes)",
+			o->node_rank, o->max_nodes);
+		if (c->connect_timeout_ms > COORD_BAD_RANK_CONNECT_MS)
+			c->connect_timeout_ms = COORD_BAD_RANK_CONNECT_MS;
+	}
+	if (c->store_port == 0) {
+		snprintf(err, errlen, "%s: several nodes need a fixed port, not 0",
+			 c->dynamic ? "--rdzv-endpoint" : "--master-port");
+		free(c);
+		return -EINVAL;
+	}
+	*out = c;
+	return 0;
+}
+
+void coord_hooks(struct coord *c, struct agent_coord *hooks)
+{
+	hooks->rendezvous = hook_rendezvous;
+	hooks->failed = hook_failed;
+	hooks->finished = hook_finished;
+	hooks->arg = c;
+}
+
+void coord_destroy(struct coord *c)
+{
+	if (c == NULL)
+		return;
+	free(c->nodes);
+	free(c->mon_last);
+	free(c->mon_changed_ms);
+	free(c);
+}

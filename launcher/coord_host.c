@@ -1,0 +1,159 @@
+/* coord_host: which agent hosts the rendezvous store, the workers' store of
+ * a dynamic round, and closing the rendezvous store only once its peers
+ * have left (they read the round's end from it).
+ *
+ * Static: node 0 listens on every interface at --master-port. Dynamic: the
+ * agent whose address is the endpoint's (or is_host=1) listens on every
+ * interface at the endpoint's port; if that port is taken, another agent on
+ * this machine hosts it and this one is a client (is_host=0: always). */
+#include "coord_int.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "store_addr.h"
+#include "store_client.h"
+#include "store_server.h"
+
+/* Once every participant said it left (or the linger passed): how long the
+ * host still waits for connections to close (late nodes, stragglers). */
+#define HOST_CLOSE_MS 2000
+
+static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			      &((const struct sockaddr_in *)b)->sin_addr,
+			      sizeof(struct in_addr)) == 0;
+	if (a->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			      &((const struct sockaddr_in6 *)b)->sin6_addr,
+			      sizeof(struct in6_addr)) == 0;
+	return false;
+}
+
+/* Does host name one of this machine's interface addresses? */
+static bool is_local(const char *host)
+{
+	uv_interface_address_t *ifs = NULL;
+	struct addrinfo *ai = NULL, *p;
+	bool local = false;
+	int n = 0, i;
+
+	if (store_addr_resolve(host, 1, false, &ai, NULL) != 0)
+		return false;
+	if (uv_interface_addresses(&ifs, &n) == 0) {
+		for (p = ai; p != NULL && !local; p = p->ai_next)
+			for (i = 0; i < n && !local; i++)
+				local = same_addr(p->ai_addr,
+						  (const struct sockaddr *)&ifs[i].address);
+		uv_free_interface_addresses(ifs, n);
+	}
+	freeaddrinfo(ai);
+	return local;
+}
+
+int coord_host_start(struct coord *c, char *err, size_t errlen)
+{
+	struct store_server_opts so;
+	bool forced = c->conf->is_host == 1;
+	int rc;
+
+	if (!c->dynamic && c->o->node_rank != 0)
+		return 0;
+	if (c->dynamic && c->conf->is_host == 0)
+		return 0;
+	if (c->dynamic && !forced && !is_local(c->store_host))
+		return 0;
+	store_server_opts_init(&so);
+	so.conn_closed = coord_host_conn_closed;
+	so.conn_closed_arg = c;
+	rc = store_server_start(c->loop, &so, NULL, c->store_port, &c->server);
+	if (rc == 0)
+		return 0;
+	c->server = NULL;
+	if (c->dynamic && !forced && (rc == -EADDRINUSE || rc == UV_EADDRINUSE))
+		return 0; /* another agent here hosts it */
+	if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
+		snprintf(err, errlen,
+			 "cannot listen on port %d for the rendezvous store: the port is in use "
+			 "(pick another %s)",
+			 c->store_port, c->dynamic ? "--rdzv-endpoint port" : "--master-port");
+	else
+		snprintf(err, errlen, "cannot listen on port %d for the rendezvous store: %s",
+			 c->store_port, store_strerror(rc));
+	return rc;
+}
+
+int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen)
+{
+	struct store_server_opts so;
+	int want = c->o->master_port_given ? c->o->master_port : 0;
+	int rc;
+
+	store_server_opts_init(&so);
+	rc = store_server_start(c->loop, &so, c->o->local_addr, want, &c->wstore);
+	if (rc != 0) {
+		c->wstore = NULL;
+		snprintf(err, errlen,
+			 "node on host %.200s cannot listen for its workers' store (%s:%d): %s",
+			 c->host, c->o->local_addr ? c->o->local_addr : "*", want,
+			 store_strerror(rc));
+		return rc;
+	}
+	*port = store_server_port(c->wstore);
+	return 0;
+}
+
+void coord_wstore_close(struct coord *c, void (*done)(void *arg))
+{
+	struct store_server *s = c->wstore;
+
+	c->wstore = NULL;
+	if (s != NULL)
+		store_server_close(s, done, c);
+}
+
+static void close_now(struct coord *c)
+{
+	struct store_server *s = c->server;
+
+	if (s == NULL)
+		return;
+	c->server = NULL;
+	c->closing_store = false;
+	uv_timer_stop(&c->timer);
+	c->open++;
+	store_server_close(s, coord_closed_one, c);
+}
+
+static void on_linger_over(uv_timer_t *t)
+{
+	close_now(t->data);
+}
+
+void coord_host_conn_closed(void *arg)
+{
+	struct coord *c = arg;
+
+	if (c->closing_store && c->server != NULL && store_server_num_conns(c->server) == 0)
+		close_now(c);
+}
+
+void coord_host_close(struct coord *c)
+{
+	if (c->server == NULL)
+		return;
+	if (c->hurry || store_server_num_conns(c->server) == 0) {
+		close_now(c);
+		return;
+	}
+	c->closing_store = true;
+	uv_timer_start(&c->timer, on_linger_over, HOST_CLOSE_MS, 0);
+}

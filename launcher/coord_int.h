@@ -1,0 +1,143 @@
+/* coord_int: the coordinator's state, shared by its files:
+ *   coord.c         hooks, connections, the end of a round
+ *   coord_leave.c   leaving in order, coord_fail
+ *   coord_join.c    joining a round (static and dynamic) until it closes
+ *   coord_live.c    heartbeats, the store host's watch, the exit barrier
+ *   coord_report.c  failures published per node, the combined report
+ *   coord_host.c    which agent hosts the store; the workers' store
+ * Store callbacks get the coordinator as arg; a callback whose phase has
+ * passed does nothing. Connection-level errors are handled once, in
+ * on_lost/on_connect (operation callbacks ignore them). */
+#ifndef DDP_COORD_INT_H
+#define DDP_COORD_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "coord.h"
+#include "rdzv_msg.h"
+
+struct store_async;
+struct store_server;
+
+/* How long the store's host waits for the others to be done with it once
+ * the job ends (plus the shutdown timeout after a failure). */
+#define COORD_LINGER_MS 10000
+/* How long a node that does not host the store takes to leave it at most. */
+#define COORD_LEAVE_MS 5000
+/* A node with a bad rank tries this long to tell the others. */
+#define COORD_BAD_RANK_CONNECT_MS 30000
+
+enum coord_phase {
+	CP_START,  /* before the first rendezvous */
+	CP_JOIN,   /* joining a round, until it closes */
+	CP_LATE,   /* dynamic: late for a closed round, waiting for its end */
+	CP_RUN,	   /* a participant of a closed round */
+	CP_MOVE,   /* the round ended; workers stopping before the next round */
+	CP_HALT,   /* the job failed; workers stopping before the report */
+	CP_REPORT, /* publishing failures, printing the report */
+	CP_QUIT,   /* workers stopping before leaving (no report) */
+	CP_LEAVE   /* closing every handle; then agent_stop */
+};
+
+struct coord {
+	uv_loop_t *loop;
+	const struct cli_opts *o;
+	const struct rdzv_conf *conf;
+	bool dynamic;
+	char host[RDZV_HOST_MAX]; /* gethostname */
+	int nproc;
+	struct agent *agent;
+	char prefix[300]; /* "ddprun/<run_id>" */
+	char store_host[256];
+	int store_port;
+	int64_t connect_timeout_ms;
+	struct store_server *server; /* the rendezvous store, if hosted here */
+	struct store_server *wstore; /* dynamic, group rank 0: the workers' store */
+	struct store_async *A, *W;   /* requests; waits */
+	bool a_up, w_up;
+	char local_addr[RDZV_ADDR_MAX]; /* of A: how the store host sees us */
+	char peer_addr[RDZV_ADDR_MAX];	/* of A: the store host, as we reach it */
+	enum coord_phase phase;
+	bool config_checked;
+	int round;		 /* the round being joined or run */
+	int restart_count;	 /* of that round */
+	int rank;		 /* this node's rank in the round (-1: not yet) */
+	int k;			 /* dynamic: arrival number in the round */
+	int nnodes;		 /* participants of the round */
+	struct rdzv_node *nodes; /* their descriptors, by rank */
+	struct rdzv_end end;
+	bool end_known;
+	bool at_barrier;
+	bool in_round;		    /* took part in c->round (it closed with this node) */
+	int next_round, next_count; /* where CP_MOVE goes */
+	int pub_status;		    /* coord_publish_error in flight */
+	bool pub_must_fail;
+	char pub_msg[600];
+	int status; /* ddprun's exit status once decided */
+	bool signal_seen;
+	/* heartbeats and the store host's watch */
+	uv_timer_t hb_timer;
+	bool hb_pending;
+	int64_t hb_sent_ms;
+	bool mon_pending;
+	char (*mon_last)[24];
+	int64_t *mon_changed_ms;
+	/* one-shot: last call, exit barrier, the host's wait for its peers */
+	uv_timer_t timer;
+	bool timers_on;
+	int open;	 /* handles and connections closing */
+	int leave_stage; /* see coord.c: leave_advance */
+	bool closing_store;
+	bool hurry; /* a further signal: leave without waiting for anyone */
+};
+
+/* coord.c */
+#define COORD_KEY_MAX 48
+/* Round-scoped keys in one malloc'd block: first (if not NULL), then fmt
+ * (one %zu) for 0..n-1. NULL on ENOMEM. */
+const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt);
+/* Round-scoped key: "r<round>/<fmt...>" into buf. */
+const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* The job cannot go on: stop local workers if any run, then leave with status. */
+void coord_fail(struct coord *c, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void coord_leave(struct coord *c);
+/* A further signal while leaving: stop waiting for the other nodes. */
+void coord_hurry(struct coord *c);
+/* The round closed with this node taking part: start the workers. */
+void coord_round_start(struct coord *c);
+/* The round's end value arrived (W's wait on r<round>/end). */
+void coord_on_end(struct coord *c, const void *val, size_t len);
+/* Park W on r<round>/end. */
+void coord_watch_end(struct coord *c);
+/* A closing handle of ours is gone. */
+void coord_closed_one(void *arg);
+
+/* coord_join.c */
+void coord_join(struct coord *c);
+/* Publish a rendezvous error as the round's closed value (everyone waiting
+ * on it ends with status); must_fail: end here even if the round closed. */
+void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg);
+
+/* coord_live.c */
+void coord_live_start(struct coord *c);
+void coord_live_stop(struct coord *c);
+void coord_barrier(struct coord *c);
+
+/* coord_report.c */
+void coord_report(struct coord *c);
+/* r<round>/failures/<rank>: this node's failures (maybe none). */
+void coord_publish_failures(struct coord *c);
+
+/* coord_host.c */
+int coord_host_start(struct coord *c, char *err, size_t errlen);
+int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen);
+void coord_wstore_close(struct coord *c, void (*done)(void *arg));
+/* Close the rendezvous store once no peer is connected (bounded). */
+void coord_host_close(struct coord *c);
+void coord_host_conn_closed(void *arg);
+
+#endif

@@ -1,0 +1,466 @@
+/* coord_join: join round c->round and wait for it to close (see coord.h).
+ *
+ * Static: check the job's settings against the first node's (config), claim
+ * r<r>/node/<node rank> (a claim that returns another node's descriptor is a
+ * duplicate rank), count in; the node that brings the count to --nnodes
+ * closes the round. Dynamic: count in first (the count is the node's
+ * arrival number k, its rank k-1), publish the descriptor; the round closes
+ * at MAX, or when a last-call timer that runs from MIN arrivals expires;
+ * nodes beyond the closed count are late. Errors anyone finds are published
+ * as the round's closed value, so that every node waiting ends with them. */
+#include "coord_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store_async.h"
+#include "store_client.h"
+#include "util.h"
+
+static void wait_closed(struct coord *c);
+
+static void my_desc(struct coord *c, struct rdzv_node *n, int rank, int worker_port)
+{
+	memset(n, 0, sizeof(*n));
+	snprintf(n->host, sizeof(n->host), "%s", c->host);
+	snprintf(n->addr, sizeof(n->addr), "%s",
+		 c->o->local_addr ? c->o->local_addr : c->local_addr);
+	n->nproc = c->nproc;
+	n->pid = (int)getpid();
+	n->node_rank = rank;
+	n->worker_port = worker_port;
+}
+
+static void set_closed(struct coord *c, int n)
+{
+	char key[64], v[16];
+
+	snprintf(v, sizeof(v), "%d", n);
+	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "closed"), "", 0, v, strlen(v),
+				NULL, NULL);
+}
+
+/* ---- closed: a count, or an error for everyone ------------------------------------- */
+
+static void on_descs(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct coord *c = arg;
+	size_t i;
+	int count;
+
+	if (status != 0 || c->phase != CP_JOIN || n != (size_t)c->nnodes + 1)
+		return;
+	if (lens[0] > 0 && rdzv_meta_decode(vals[0], lens[0], &count) == 0)
+		c->restart_count = count;
+	for (i = 1; i < n; i++) {
+		if (rdzv_node_decode(vals[i], lens[i], &c->nodes[i - 1]) != 0) {
+			coord_fail(c, 1, "error: node %zu's descriptor in the store is malformed",
+				   i - 1);
+			return;
+		}
+	}
+	coord_round_start(c);
+}
+
+/* Keys "meta", "node/0" .. "node/N-1" of the round. */
+static const char **desc_keys(struct coord *c)
+{
+	return coord_keys(c, "meta", (size_t)c->nnodes, "node/%zu");
+}
+
+static void on_descs_present(int status, void *arg)
+{
+	struct coord *c = arg;
+	const char **keys;
+
+	if (c->phase != CP_JOIN)
+		return;
+	if (status == -ETIMEDOUT) {
+		coord_fail(c, 1, "error: the round closed but not every node's descriptor arrived");
+		return;
+	}
+	if (status != 0)
+		return;
+	keys = desc_keys(c);
+	if (keys == NULL || store_async_multi_get(c->W, keys, (size_t)c->nnodes + 1, on_descs, c))
+		coord_fail(c, 1, "error: out of memory");
+	free(keys);
+}
+
+static void fetch_descs(struct coord *c)
+{
+	struct rdzv_node *nodes = realloc(c->nodes, (size_t)c->nnodes * sizeof(*nodes));
+	const char **keys = desc_keys(c);
+
+	if (nodes == NULL || keys == NULL) {
+		free(keys);
+		if (nodes != NULL)
+			c->nodes = nodes;
+		coord_fail(c, 1, "error: out of memory");
+		return;
+	}
+	c->nodes = nodes;
+	/* A dynamic node counts in before its descriptor is out: wait for all. */
+	if (store_async_wait(c->W, keys + 1, (size_t)c->nnodes, c->conf->join_timeout_ms,
+			     on_descs_present, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(keys);
+}
+
+static void late(struct coord *c)
+{
+	char key[64];
+
+	c->phase = CP_LATE;
+	agent_say("round %d closed with %d nodes without this one: waiting for the next round",
+		  c->round, c->nnodes);
+	/* Room left: the running nodes make room by rejoining (no restart counted). */
+	if (c->nnodes < c->o->max_nodes)
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0,
+					"rejoin", 6, NULL, NULL);
+	coord_watch_end(c);
+}
+
+static void handle_closed(struct coord *c, const void *val, size_t len)
+{
+	char msg[600];
+	int n = 0, st = 1, rc;
+
+	if (c->phase != CP_JOIN)
+		return;
+	uv_timer_stop(&c->timer); /* a last call */
+	rc = rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg));
+	if (rc < 0) {
+		coord_fail(c, 1, "error: round %d's closed value in the store is malformed",
+			   c->round);
+		return;
+	}
+	if (rc == 1) {
+		coord_fail(c, st, "error: %s", msg);
+		return;
+	}
+	if (c->pub_must_fail) {
+		coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
+		return;
+	}
+	if (!c->dynamic && n != c->nnodes) {
+		coord_fail(c, 2, "error: round %d closed with %d nodes, but --nnodes is %d",
+			   c->round, n, c->nnodes);
+		return;
+	}
+	c->nnodes = n;
+	if (c->dynamic && c->k > n) {
+		late(c);
+		return;
+	}
+	if (c->dynamic)
+		c->rank = c->k - 1;
+	fetch_descs(c);
+}
+
+static void on_closed_value(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0)
+		handle_closed(c, val, len);
+}
+
+static void on_published(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status != 0) {
+		if (status != -ECANCELED)
+			coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
+		return;
+	}
+	handle_closed(c, val, len);
+}
+
+void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg)
+{
+	char key[64], *v = rdzv_closed_error(status, msg);
+
+	c->pub_status = status;
+	c->pub_must_fail = must_fail;
+	snprintf(c->pub_msg, sizeof(c->pub_msg), "%s", msg);
+	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "closed"), "",
+						 0, v, strlen(v), on_published, c) != 0)
+		coord_fail(c, status, "error: %s", msg);
+	free(v);
+}
+
+/* The last call is over: close with the nodes that came (the wait for
+ * closed that is parked on W sees it). */
+static void on_last_count(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
+}
+
+/* join_timeout passed without the round closing. */
+static void on_count_now(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+	char msg[300];
+
+	if (status != 0 || c->phase != CP_JOIN)
+		return;
+	if (c->dynamic && n >= c->o->min_nodes) {
+		/* Enough nodes after all (no last call ran here): close, wait again. */
+		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
+		wait_closed(c);
+		return;
+	}
+	if (c->dynamic)
+		snprintf(msg, sizeof(msg),
+			 "the rendezvous timed out after %.0f s: %lld node(s) joined round %d, "
+			 "--nnodes needs at least %d",
+			 (double)c->conf->join_timeout_ms / 1000.0, (long long)n, c->round,
+			 c->o->min_nodes);
+	else
+		snprintf(msg, sizeof(msg),
+			 "the rendezvous timed out after %.0f s: %lld of %d nodes joined round %d",
+			 (double)c->conf->join_timeout_ms / 1000.0, (long long)n, c->nnodes,
+			 c->round);
+	coord_publish_error(c, 1, false, msg);
+}
+
+static void on_closed_waited(int status, void *arg)
+{
+	struct coord *c = arg;
+	char key[64];
+
+	if (c->phase != CP_JOIN)
+		return;
+	if (status == -ETIMEDOUT) {
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_count_now, c);
+		return;
+	}
+	if (status == 0)
+		store_async_get(c->W, coord_key(c, key, sizeof(key), "closed"), on_closed_value, c);
+}
+
+static void wait_closed(struct coord *c)
+{
+	char key[64];
+	const char *keys[1] = {coord_key(c, key, sizeof(key), "closed")};
+
+	store_async_wait(c->W, keys, 1, c->conf->join_timeout_ms, on_closed_waited, c);
+}
+
+/* ---- static ------------------------------------------------------------------------------ */
+
+static void on_static_count(int status, int64_t k, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status != 0 || c->phase != CP_JOIN)
+		return;
+	if (k == c->nnodes)
+		set_closed(c, c->nnodes);
+	wait_closed(c);
+}
+
+static void on_claim(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_node mine, other;
+	char msg[600], key[64];
+
+	if (status != 0 || c->phase != CP_JOIN)
+		return;
+	my_desc(c, &mine, c->rank, 0);
+	if (rdzv_node_decode(val, len, &other) == 0 && other.pid == mine.pid &&
+	    strcmp(other.host, mine.host) == 0) {
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 1, on_static_count,
+				c);
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+		 "node rank %d is claimed twice: by host %.200s (pid %d) and by host %.200s (pid "
+		 "%d)",
+		 c->rank, other.host, other.pid, mine.host, mine.pid);
+	coord_publish_error(c, 2, true, msg);
+}
+
+static void static_claim(struct coord *c)
+{
+	struct rdzv_node n;
+	char key[64], *v;
+
+	my_desc(c, &n, c->rank, 0);
+	v = rdzv_node_encode(&n);
+	if (v == NULL ||
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "node/%d", c->rank), "", 0,
+				    v, strlen(v), on_claim, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(v);
+}
+
+/* ---- dynamic ----------------------------------------------------------------------------- */
+
+static void on_last_call(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	char key[64];
+
+	if (c->phase == CP_JOIN)
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_last_count, c);
+}
+
+static void on_dynamic_count(int status, int64_t k, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_node n;
+	char key[64], err[400], *v;
+	int port = 0;
+
+	if (status != 0 || c->phase != CP_JOIN)
+		return;
+	c->k = (int)k;
+	if (k > c->o->max_nodes) { /* the round is full: late */
+		wait_closed(c);
+		return;
+	}
+	/* The first node hosts this round's workers' store. */
+	if (k == 1 && coord_wstore_start(c, &port, err, sizeof(err)) != 0) {
+		coord_publish_error(c, 1, true, err);
+		return;
+	}
+	my_desc(c, &n, (int)k - 1, port);
+	v = rdzv_node_encode(&n);
+	if (v == NULL) {
+		coord_fail(c, 1, "error: out of memory");
+		return;
+	}
+	store_async_set(c->A, coord_key(c, key, sizeof(key), "node/%d", (int)k - 1), v, strlen(v),
+			NULL, NULL);
+	free(v);
+	if (k == c->o->max_nodes)
+		set_closed(c, c->o->max_nodes);
+	else if (k >= c->o->min_nodes)
+		uv_timer_start(&c->timer, on_last_call, (uint64_t)c->conf->last_call_timeout_ms, 0);
+	wait_closed(c);
+}
+
+static void dynamic_count(struct coord *c)
+{
+	char key[64];
+
+	store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 1, on_dynamic_count, c);
+}
+
+static void on_round(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	char buf[16];
+
+	if (c->phase != CP_JOIN || (status != 0 && status != -ENOENT))
+		return;
+	c->round = 0;
+	if (status == 0 && len > 0 && len < sizeof(buf)) {
+		memcpy(buf, val, len);
+		buf[len] = '\0';
+		if (util_parse_int(buf, 0, 1 << 30, &c->round) != 0)
+			c->round = 0;
+	}
+	dynamic_count(c);
+}
+
+/* ---- both ---------------------------------------------------------------------------------- */
+
+static void after_config(struct coord *c)
+{
+	c->config_checked = true;
+	if (!c->dynamic)
+		static_claim(c);
+	else /* a fresh node joins the current round */
+		store_async_get(c->A, "round", on_round, c);
+}
+
+static void my_config(struct coord *c, struct rdzv_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	snprintf(cfg->backend, sizeof(cfg->backend), "%s", c->o->rdzv_backend);
+	cfg->min_nodes = c->o->min_nodes;
+	cfg->max_nodes = c->o->max_nodes;
+	cfg->max_restarts = c->o->max_restarts;
+	snprintf(cfg->version, sizeof(cfg->version), "%s", DDP_VERSION);
+	cfg->node_rank = c->dynamic ? -1 : c->o->node_rank;
+	snprintf(cfg->host, sizeof(cfg->host), "%s", c->host);
+}
+
+static void on_config(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_config mine, theirs;
+	char msg[600];
+
+	if (status != 0 || c->phase != CP_JOIN)
+		return;
+	my_config(c, &mine);
+	if (rdzv_config_decode(val, len, &theirs) != 0) {
+		coord_publish_error(c, 2, true, "the job's settings in the store are malformed");
+		return;
+	}
+	if (rdzv_config_diff(&mine, &theirs, msg, sizeof(msg)) != 0) {
+		coord_publish_error(c, 2, true, msg);
+		return;
+	}
+	after_config(c);
+}
+
+void coord_join(struct coord *c)
+{
+	struct rdzv_config cfg;
+	char key[64], msg[300], *v;
+
+	c->phase = CP_JOIN;
+	c->in_round = false;
+	c->end_known = false;
+	c->at_barrier = false;
+	c->pub_must_fail = false;
+	c->k = 0;
+	c->rank = c->dynamic ? -1 : c->o->node_rank;
+	c->nnodes = c->dynamic ? 0 : c->o->max_nodes;
+	coord_live_start(c);
+	if (!c->dynamic && c->rank >= c->nnodes) {
+		snprintf(msg, sizeof(msg),
+			 "node rank %d (host %.200s) is out of range: --nnodes is %d", c->rank,
+			 c->host, c->nnodes);
+		coord_publish_error(c, 2, true, msg);
+		return;
+	}
+	if (!c->dynamic) {
+		/* The job cannot close without this node: if it dies now, the
+		 * others end at once rather than after join_timeout (once the
+		 * round runs, the registration moves to its end key). */
+		snprintf(msg, sizeof(msg), "node %d (host %.200s) left during the rendezvous",
+			 c->rank, c->host);
+		v = rdzv_closed_error(COORD_EXIT_LOST, msg);
+		if (v != NULL)
+			store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "closed"), v,
+						 strlen(v), NULL, NULL);
+		free(v);
+	}
+	if (c->config_checked) {
+		if (c->dynamic)
+			dynamic_count(c);
+		else
+			static_claim(c);
+		return;
+	}
+	my_config(c, &cfg);
+	v = rdzv_config_encode(&cfg);
+	if (v == NULL ||
+	    store_async_compare_set(c->A, "config", "", 0, v, strlen(v), on_config, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(v);
+}

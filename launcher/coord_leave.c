@@ -1,0 +1,197 @@
+/* coord_leave: ending the coordinator in order (see coord_int.h).
+ *
+ * A participant says it is done with the store (r<r>/left; the last one sets
+ * all_left), then clears its ON_CLOSE_SET (a clean exit is no death) and
+ * closes its connections and the workers' store. The rendezvous store's host
+ * first waits, bounded, for all_left (the others still read the end, publish
+ * failures, report), then for the last connections; then the timers close
+ * and the agent ends with the job's status. */
+#include "coord_int.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "store_async.h"
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	coord_closed_one(h->data);
+}
+
+/* Leaving goes in stages, each once the previous one's handles are closed:
+ * our connections (and the workers' store), then the rendezvous store we
+ * host (once its peers have left), then the timers; then the agent ends. */
+static void leave_advance(struct coord *c)
+{
+	switch (c->leave_stage) {
+	case 0:
+		c->leave_stage = 1;
+		if (c->server != NULL) {
+			coord_host_close(c);
+			return;
+		}
+		/* fallthrough */
+	case 1:
+		c->leave_stage = 2;
+		if (c->timers_on) {
+			c->open += 2;
+			uv_close((uv_handle_t *)&c->hb_timer, on_timer_closed);
+			uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+			return;
+		}
+		/* fallthrough */
+	case 2:
+		c->leave_stage = 3;
+		if (c->agent != NULL)
+			agent_stop(c->agent, c->status);
+		break;
+	default:
+		break;
+	}
+}
+
+void coord_closed_one(void *arg)
+{
+	struct coord *c = arg;
+
+	if (--c->open == 0 && c->phase == CP_LEAVE)
+		leave_advance(c);
+}
+
+static void close_conns(struct coord *c)
+{
+	if (c->A != NULL) {
+		c->open++;
+		store_async_close(c->A, coord_closed_one, c);
+		c->A = NULL;
+	}
+	if (c->W != NULL) {
+		c->open++;
+		store_async_close(c->W, coord_closed_one, c);
+		c->W = NULL;
+	}
+	c->a_up = c->w_up = false;
+	if (c->wstore != NULL) {
+		c->open++;
+		coord_wstore_close(c, coord_closed_one);
+	}
+	if (c->open == 0)
+		leave_advance(c);
+}
+
+static void on_cleared(int status, void *arg)
+{
+	struct coord *c = arg;
+
+	if (c->A != NULL)
+		close_conns(c);
+}
+
+/* A clean exit must not look like a death to the others (the round's end
+ * has a value by now anyway: the registration only creates). */
+static void clear_and_close(struct coord *c)
+{
+	if (c->A != NULL && c->a_up &&
+	    store_async_on_close_set(c->A, NULL, NULL, 0, on_cleared, c) == 0)
+		return;
+	close_conns(c);
+}
+
+static void on_all_left(int status, void *arg)
+{
+	clear_and_close(arg);
+}
+
+/* This node is done with the store. Its host waits (bounded) until every
+ * other participant is too: they read the end, publish failures, report. */
+static void after_left(struct coord *c)
+{
+	char key[64];
+	const char *keys[1] = {coord_key(c, key, sizeof(key), "all_left")};
+	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->o->shutdown_timeout_ms : 0);
+
+	if (c->server == NULL || !c->w_up || !c->in_round ||
+	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0)
+		clear_and_close(c);
+}
+
+static void on_all_left_set(int status, void *arg)
+{
+	after_left(arg);
+}
+
+static void on_left(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+	char key[64];
+	int expected = c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0);
+
+	if (status == 0 && n >= expected &&
+	    store_async_set(c->A, coord_key(c, key, sizeof(key), "all_left"), "1", 1,
+			    on_all_left_set, c) == 0)
+		return;
+	after_left(c);
+}
+
+static void on_leave_timeout(uv_timer_t *t)
+{
+	coord_hurry(t->data);
+}
+
+void coord_leave(struct coord *c)
+{
+	char key[64];
+
+	if (c->phase == CP_LEAVE)
+		return;
+	c->phase = CP_LEAVE;
+	coord_live_stop(c);
+	if (c->timers_on)
+		uv_timer_stop(&c->timer);
+	if (c->A == NULL || !c->a_up || c->hurry) {
+		close_conns(c);
+		return;
+	}
+	/* A store that went silent must not hold us: its host's own wait is
+	 * bounded (the host also uses the timer later). */
+	if (c->server == NULL && c->timers_on)
+		uv_timer_start(&c->timer, on_leave_timeout, COORD_LEAVE_MS, 0);
+	if (!c->in_round ||
+	    store_async_add(c->A, coord_key(c, key, sizeof(key), "left"), 1, on_left, c) != 0)
+		after_left(c);
+}
+
+void coord_fail(struct coord *c, int status, const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+
+	if (c->phase == CP_QUIT || c->phase == CP_LEAVE)
+		return;
+	if (fmt != NULL) {
+		va_start(ap, fmt);
+		vsnprintf(msg, sizeof(msg), fmt, ap);
+		va_end(ap);
+		agent_say("%s", msg);
+	}
+	c->status = status;
+	coord_live_stop(c);
+	if (c->agent != NULL &&
+	    (c->phase == CP_RUN || c->phase == CP_MOVE || c->phase == CP_HALT)) {
+		c->phase = CP_QUIT; /* finished() follows once the workers stopped */
+		agent_halt(c->agent, status);
+		return;
+	}
+	coord_leave(c);
+}
+
+void coord_hurry(struct coord *c)
+{
+	if (c->phase != CP_LEAVE || c->hurry)
+		return;
+	c->hurry = true;
+	if (c->leave_stage == 0)
+		close_conns(c);
+	else
+		coord_host_close(c);
+}

@@ -1,0 +1,178 @@
+/* coord_live: knowing that the others are alive, and the exit barrier.
+ *
+ * Every keep_alive_interval each agent sends one request with a reply
+ * deadline: while its workers run, ADD r<r>/hb/<rank> (its heartbeat);
+ * otherwise a PING. No reply for heartbeat_timeout: the store is lost (its
+ * host died without closing the connection). The agent that hosts the store
+ * reads every participant's counter each interval; one that has not moved
+ * for heartbeat_timeout ends the round as lost (a node that stopped without
+ * its connection closing: SIGSTOP, a dead host). A node done with its work
+ * writes "done" there and is exempt. */
+#include "coord_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_async.h"
+#include "util.h"
+
+static void on_hb_reply(int status, int64_t v, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0)
+		c->hb_pending = false;
+}
+
+static void on_ping_reply(int status, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0)
+		c->hb_pending = false;
+}
+
+static void on_watch(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct coord *c = arg;
+	int64_t now = util_now_ms();
+	char key[64], why[RDZV_WHY_MAX], val[RDZV_WHY_MAX + 32];
+	size_t i;
+
+	c->mon_pending = false;
+	if (status != 0 || c->phase != CP_RUN || c->end_known || n != (size_t)c->nnodes ||
+	    c->mon_last == NULL)
+		return;
+	for (i = 0; i < n; i++) {
+		char v[24];
+
+		snprintf(v, sizeof(v), "%.*s", lens[i] < sizeof(v) ? (int)lens[i] : 0,
+			 (const char *)vals[i]);
+		if ((int)i == c->rank || strcmp(v, "done") == 0)
+			continue;
+		if (strcmp(v, c->mon_last[i]) != 0) {
+			strcpy(c->mon_last[i], v);
+			c->mon_changed_ms[i] = now;
+			continue;
+		}
+		if (now - c->mon_changed_ms[i] < c->conf->heartbeat_timeout_ms)
+			continue;
+		snprintf(why, sizeof(why), "no heartbeat from host %.200s for %.1f s",
+			 c->nodes[i].host, (double)(now - c->mon_changed_ms[i]) / 1000.0);
+		snprintf(val, sizeof(val), "lost:%zu:%s", i, why);
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, val,
+					strlen(val), NULL, NULL);
+		return;
+	}
+}
+
+static void watch(struct coord *c)
+{
+	const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, "hb/%zu");
+
+	if (keys == NULL)
+		return;
+	if (store_async_multi_get(c->A, keys, (size_t)c->nnodes, on_watch, c) == 0)
+		c->mon_pending = true;
+	free(keys);
+}
+
+static void tick(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	int64_t now = util_now_ms();
+	char key[64];
+	int rc;
+
+	if (c->hb_pending) {
+		/* Our own store answers from this loop: only a remote one is lost. */
+		if (c->server == NULL && now - c->hb_sent_ms > c->conf->heartbeat_timeout_ms) {
+			coord_fail(c,
+				   c->end_known && c->end.kind == RDZV_END_FAIL ? c->end.status
+										: COORD_EXIT_LOST,
+				   "no reply from the rendezvous store at %s:%d for %.1f s: "
+				   "stopping the workers",
+				   c->store_host, c->store_port,
+				   (double)(now - c->hb_sent_ms) / 1000.0);
+			return;
+		}
+	} else {
+		if (c->phase == CP_RUN && !c->at_barrier)
+			rc = store_async_add(c->A, coord_key(c, key, sizeof(key), "hb/%d", c->rank),
+					     1, on_hb_reply, c);
+		else
+			rc = store_async_ping(c->A, on_ping_reply, c);
+		if (rc == 0) {
+			c->hb_pending = true;
+			c->hb_sent_ms = now;
+		}
+	}
+	if (c->server != NULL && c->phase == CP_RUN && !c->end_known && !c->mon_pending)
+		watch(c);
+}
+
+void coord_live_start(struct coord *c)
+{
+	int i;
+
+	if (c->phase == CP_RUN && c->server != NULL) {
+		free(c->mon_last);
+		free(c->mon_changed_ms);
+		c->mon_last = calloc((size_t)c->nnodes, sizeof(*c->mon_last));
+		c->mon_changed_ms = calloc((size_t)c->nnodes, sizeof(*c->mon_changed_ms));
+		for (i = 0; c->mon_changed_ms != NULL && i < c->nnodes; i++)
+			c->mon_changed_ms[i] = util_now_ms();
+	}
+	c->hb_pending = false;
+	c->mon_pending = false;
+	tick(&c->hb_timer); /* a first heartbeat at once */
+	uv_timer_start(&c->hb_timer, tick, (uint64_t)c->conf->keep_alive_interval_ms,
+		       (uint64_t)c->conf->keep_alive_interval_ms);
+}
+
+void coord_live_stop(struct coord *c)
+{
+	if (c->timers_on)
+		uv_timer_stop(&c->hb_timer);
+}
+
+/* ---- the exit barrier ------------------------------------------------------------ */
+
+static void on_barrier_timeout(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+
+	if (c->phase != CP_RUN)
+		return;
+	agent_say("not every node finished within exit_barrier_timeout (%.0f s): leaving",
+		  (double)c->conf->exit_barrier_timeout_ms / 1000.0);
+	c->status = 0;
+	coord_leave(c);
+}
+
+static void on_done(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+	char key[64];
+
+	if (status != 0 || c->phase != CP_RUN || n < c->nnodes)
+		return;
+	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, "ok", 2, NULL,
+				NULL);
+}
+
+void coord_barrier(struct coord *c)
+{
+	char key[64];
+
+	c->at_barrier = true;
+	store_async_set(c->A, coord_key(c, key, sizeof(key), "hb/%d", c->rank), "done", 4, NULL,
+			NULL);
+	store_async_add(c->A, coord_key(c, key, sizeof(key), "done"), 1, on_done, c);
+	/* The store's host stays until every node is done, failed or lost (the
+	 * watch ends the round for a node that vanished); others are bounded. */
+	if (c->server == NULL)
+		uv_timer_start(&c->timer, on_barrier_timeout,
+			       (uint64_t)c->conf->exit_barrier_timeout_ms, 0);
+}

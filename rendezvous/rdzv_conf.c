@@ -1,0 +1,147 @@
+/* rdzv_conf: parse --rdzv-conf (see rdzv_conf.h). */
+#include "rdzv_conf.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util.h"
+
+void rdzv_conf_default(struct rdzv_conf *c)
+{
+	c->join_timeout_ms = 600000;
+	c->last_call_timeout_ms = 30000;
+	c->close_timeout_ms = 30000;
+	c->heartbeat_timeout_ms = 5000;
+	c->keep_alive_interval_ms = 1000;
+	c->keep_alive_max_attempt = 3;
+	c->read_timeout_ms = 60000;
+	c->timeout_ms = 900000;
+	c->exit_barrier_timeout_ms = 300000;
+	c->is_host = -1;
+}
+
+/* torchrun's boolean spellings. */
+static int parse_bool(const char *v, int *out)
+{
+	static const char *const yes[] = {"1", "true", "t", "yes", "y"};
+	static const char *const no[] = {"0", "false", "f", "no", "n"};
+	size_t i;
+
+	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+/* One key: its field (ms or int) and whether 0 is allowed. */
+static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err, size_t errlen)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+		bool positive;
+	} secs[] = {
+		{"join_timeout", offsetof(struct rdzv_conf, join_timeout_ms), true},
+		{"last_call_timeout", offsetof(struct rdzv_conf, last_call_timeout_ms), false},
+		{"close_timeout", offsetof(struct rdzv_conf, close_timeout_ms), false},
+		{"heartbeat_timeout", offsetof(struct rdzv_conf, heartbeat_timeout_ms), true},
+		{"keep_alive_interval", offsetof(struct rdzv_conf, keep_alive_interval_ms), true},
+		{"read_timeout", offsetof(struct rdzv_conf, read_timeout_ms), true},
+		{"timeout", offsetof(struct rdzv_conf, timeout_ms), true},
+		{"exit_barrier_timeout", offsetof(struct rdzv_conf, exit_barrier_timeout_ms),
+		 false},
+	};
+	size_t i;
+	int64_t ms;
+
+	for (i = 0; i < sizeof(secs) / sizeof(secs[0]); i++) {
+		if (strcmp(k, secs[i].name) != 0)
+			continue;
+		if (util_parse_seconds_ms(v, &ms) != 0 || (secs[i].positive && ms <= 0)) {
+			snprintf(err, errlen,
+				 "--rdzv-conf %s=%.100s: expected %s number of seconds", k, v,
+				 secs[i].positive ? "a positive" : "a non-negative");
+			return -EINVAL;
+		}
+		*(int64_t *)((char *)c + secs[i].off) = ms;
+		return 0;
+	}
+	if (strcmp(k, "keep_alive_max_attempt") == 0) {
+		if (util_parse_int(v, 1, 1000000, &c->keep_alive_max_attempt) != 0) {
+			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected a positive integer",
+				 k, v);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	if (strcmp(k, "is_host") == 0) {
+		if (parse_bool(v, &c->is_host) != 0) {
+			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected 1 or 0", k, v);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	snprintf(err, errlen,
+		 "--rdzv-conf: unknown key '%.100s' (known: join_timeout, last_call_timeout, "
+		 "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, "
+		 "read_timeout, timeout, is_host, exit_barrier_timeout)",
+		 k);
+	return -EINVAL;
+}
+
+static void trim(char *s)
+{
+	size_t n = strlen(s), i = 0;
+
+	while (n > 0 && s[n - 1] == ' ')
+		s[--n] = '\0';
+	while (s[i] == ' ')
+		i++;
+	memmove(s, s + i, n - i + 1);
+}
+
+int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen)
+{
+	char item[256];
+
+	while (s != NULL && *s != '\0') {
+		const char *comma = strchr(s, ',');
+		size_t len = comma ? (size_t)(comma - s) : strlen(s);
+		char *eq;
+		int rc;
+
+		if (len >= sizeof(item)) {
+			snprintf(err, errlen, "--rdzv-conf: item '%.40s...' is too long", s);
+			return -EINVAL;
+		}
+		memcpy(item, s, len);
+		item[len] = '\0';
+		eq = strchr(item, '=');
+		if (eq == NULL) {
+			snprintf(err, errlen, "--rdzv-conf: '%s' is not KEY=VALUE", item);
+			return -EINVAL;
+		}
+		*eq = '\0';
+		trim(item);
+		trim(eq + 1);
+		if (item[0] == '\0' || eq[1] == '\0') {
+			snprintf(err, errlen, "--rdzv-conf: '%.*s' is not KEY=VALUE", (int)len, s);
+			return -EINVAL;
+		}
+		rc = set_key(c, item, eq + 1, err, errlen);
+		if (rc != 0)
+			return rc;
+		s = comma ? comma + 1 : s + len;
+	}
+	return 0;
+}

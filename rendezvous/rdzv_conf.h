@@ -1,0 +1,40 @@
+/* rdzv_conf: the --rdzv-conf settings, "KEY=VALUE,KEY=VALUE", with torchrun's
+ * key names and ddprun's defaults.
+ *
+ *   join_timeout (600 s)          how long a node waits for the round to close
+ *   last_call_timeout (30 s)      dynamic: wait for more nodes after MIN joined
+ *   heartbeat_timeout (5 s)       a node whose heartbeat has not moved for this
+ *                                 long is lost; also the reply deadline of a
+ *                                 heartbeat (the store host is lost after it)
+ *   keep_alive_interval (1 s)     one heartbeat per interval
+ *   exit_barrier_timeout (300 s)  ddprun's own: how long a node that is done
+ *                                 waits for the others before leaving
+ *   is_host (auto)                dynamic: 1 hosts the store, 0 never does
+ *   close_timeout, keep_alive_max_attempt, read_timeout, timeout: accepted
+ *   for compatibility, not used.
+ * Times are seconds (fractions allowed). An unknown key or a bad value is an
+ * error (-EINVAL) with one line in err. */
+#ifndef DDP_RDZV_CONF_H
+#define DDP_RDZV_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rdzv_conf {
+	int64_t join_timeout_ms;
+	int64_t last_call_timeout_ms;
+	int64_t close_timeout_ms;
+	int64_t heartbeat_timeout_ms;
+	int64_t keep_alive_interval_ms;
+	int keep_alive_max_attempt;
+	int64_t read_timeout_ms;
+	int64_t timeout_ms;
+	int64_t exit_barrier_timeout_ms;
+	int is_host; /* -1: decided by the endpoint's address; 0 or 1: forced */
+};
+
+void rdzv_conf_default(struct rdzv_conf *c);
+/* Parse s over the defaults already in c. NULL or "" changes nothing. */
+int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,78 @@
+/* rdzv_msg: the values a node rendezvous keeps in the store, as text.
+ *
+ *   config       {"backend","nnodes":"MIN:MAX","max_restarts","version",
+ *                 "node_rank","host"}: the job settings every node must share
+ *                 (the last two say who wrote them)
+ *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
+ *   closed       "<N>" (the round's participants) or "error:<status>:<message>"
+ *   meta         {"restart_count": n}
+ *   end          "ok" | "rejoin" | "lost:<R>:<why>" | {"fail": {...}}
+ *
+ * Encoders return malloc'd text (NULL on ENOMEM); decoders take bytes as read
+ * from the store and return 0 or -EINVAL (malformed), never trusting a length
+ * or a field. */
+#ifndef DDP_RDZV_MSG_H
+#define DDP_RDZV_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RDZV_HOST_MAX 256
+#define RDZV_ADDR_MAX 64
+#define RDZV_WHY_MAX  256
+
+struct rdzv_node {
+	char host[RDZV_HOST_MAX];
+	char addr[RDZV_ADDR_MAX]; /* numeric; where other nodes reach this one */
+	int nproc;
+	int pid;
+	int node_rank;	 /* static: --node-rank; dynamic: arrival order */
+	int worker_port; /* dynamic, group rank 0: its workers' store; else 0 */
+};
+
+char *rdzv_node_encode(const struct rdzv_node *n);
+int rdzv_node_decode(const void *v, size_t len, struct rdzv_node *n);
+
+struct rdzv_config {
+	char backend[16];
+	int min_nodes, max_nodes, max_restarts;
+	char version[32];
+	int node_rank; /* the writer; -1 when ranks come by arrival (dynamic) */
+	char host[RDZV_HOST_MAX];
+};
+
+char *rdzv_config_encode(const struct rdzv_config *c);
+int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c);
+/* 0 when mine and theirs describe the same job; else 1 with a message naming
+ * both nodes and the first setting that differs. */
+int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *theirs, char *msg,
+		     size_t len);
+
+/* closed: *n for a number (returns 0), or *status and msg for an error
+ * (returns 1); -EINVAL for anything else. */
+int rdzv_closed_decode(const void *v, size_t len, int *n, int *status, char *msg, size_t msglen);
+char *rdzv_closed_error(int status, const char *msg);
+
+char *rdzv_meta_encode(int restart_count);
+int rdzv_meta_decode(const void *v, size_t len, int *restart_count);
+
+enum rdzv_end_kind { RDZV_END_OK = 1, RDZV_END_FAIL, RDZV_END_LOST, RDZV_END_REJOIN };
+
+struct rdzv_end {
+	enum rdzv_end_kind kind;
+	int node; /* FAIL, LOST: the node's rank in the round */
+	char host[RDZV_HOST_MAX];
+	int rank, local_rank; /* FAIL by a worker: its ranks; -1 otherwise */
+	int pid;
+	int status; /* FAIL: the exit status every node ends with */
+	int signal; /* FAIL because the agent got a signal: which; else 0 */
+	bool final; /* FAIL: the job must end (no restart) */
+	int64_t time;
+	char why[RDZV_WHY_MAX]; /* LOST */
+};
+
+char *rdzv_end_encode(const struct rdzv_end *e);
+int rdzv_end_decode(const void *v, size_t len, struct rdzv_end *e);
+
+#endif

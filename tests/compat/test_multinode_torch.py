@@ -1,0 +1,136 @@
+"""Real PyTorch (Debian python3-torch 1.13, CPU, gloo) across two ddprun
+agents, each a node on loopback: DDP training agrees on every rank of both
+nodes (static and dynamic rendezvous, the workers on the agents' store); and
+a worker that raises on node 1 while node 0's workers wait in a collective
+stops node 0 at once (under torchrun they would hang until gloo's timeout),
+with node 1's @record traceback in node 0's report."""
+import os
+import socket
+import subprocess
+import textwrap
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
+DDPRUN = os.path.join(BUILD, "bin", "ddprun")
+PYTHON = "/usr/bin/python3"
+
+TRAIN = textwrap.dedent("""
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                    torch.nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(10):
+        x = torch.randn(16, 8, generator=g)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), x.sum(dim=1, keepdim=True)).backward()
+        opt.step()
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    every = [torch.zeros_like(flat) for _ in range(world)]
+    dist.all_gather(every, flat)
+    agree = all(torch.equal(every[0], t) for t in every)
+    print(f"rank {rank}/{world} node {os.environ['GROUP_RANK']} agree={agree} "
+          f"sum={flat.sum().item():.6f}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+FAILS = textwrap.dedent("""
+    import os
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def main():
+        dist.init_process_group("gloo")
+        if os.environ["RANK"] == "2":
+            raise RuntimeError("rank 2 on node 1 gave up")
+        dist.barrier()  # never completes: rank 2 is gone
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.fixture(autouse=True)
+def need_torch():
+    r = subprocess.run([PYTHON, "-c", "import torch.distributed as d; print(d.is_available())"],
+                       stdout=subprocess.PIPE, text=True, timeout=120)
+    assert r.stdout.strip() == "True", "Debian python3-torch with distributed is required"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(tmp_path, script, node_args, nprocs=(2, 1), timeout=240):
+    """Start both agents, wait for both (bounded); [(rc, stdout, stderr)]."""
+    env = dict(os.environ, PYTHON_EXEC=PYTHON, TMPDIR=str(tmp_path))
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
+        env.pop(k, None)
+    procs = [subprocess.Popen([DDPRUN, *node_args(i), "--nproc-per-node", str(nprocs[i]),
+                               "--shutdown-timeout", "10", script], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+        return [(p.returncode, *o) for p, o in zip(procs, outs)]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def static(port):
+    return lambda i: ["--nnodes", "2", "--node-rank", str(i), "--master-addr", "127.0.0.1",
+                      "--master-port", str(port)]
+
+
+def dynamic(port):
+    return lambda i: ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                      f"127.0.0.1:{port}", "--rdzv-id", "torchjob"]
+
+
+def check_training(results):
+    lines = []
+    for rc, out, err in results:
+        assert rc == 0, err[-3000:]
+        lines += [l for l in out.splitlines() if l.startswith("rank ")]
+    lines.sort()
+    assert [l.split()[1] for l in lines] == ["0/3", "1/3", "2/3"]
+    assert {l.split()[3] for l in lines} == {"0", "1"}  # both nodes took part
+    assert all("agree=True" in l for l in lines), lines
+    assert len({l.split("sum=")[1] for l in lines}) == 1, lines
+
+
+def test_ddp_across_two_static_nodes_agrees(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    check_training(two_nodes(tmp_path, "train.py", static(free_port())))
+
+
+def test_ddp_across_two_dynamic_nodes_agrees(tmp_path):
+    (tmp_path / "train.py").write_text(TRAIN)
+    check_training(two_nodes(tmp_path, "train.py", dynamic(free_port())))
+
+
+def test_a_failure_on_node_1_stops_node_0_out_of_its_collective(tmp_path):
+    (tmp_path / "fails.py").write_text(FAILS)
+    (rc0, _, err0), (rc1, _, err1) = two_nodes(tmp_path, "fails.py", static(free_port()),
+                                               timeout=120)
+    assert rc0 == rc1 == 1, err0[-3000:] + err1[-3000:]
+    root = err0.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 2 (local_rank: 0)" in root
+    assert "RuntimeError: rank 2 on node 1 gave up" in root

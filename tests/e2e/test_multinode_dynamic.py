@@ -1,0 +1,176 @@
+"""Dynamic rendezvous (--rdzv-backend c10d): node ranks by arrival, a round
+that closes at MAX nodes or at MIN plus the last call, a late node that makes
+the running nodes rejoin (no restart counted), a lost node that the others
+continue without (a restart counted), a lost store host, and jobs with
+different --rdzv-id sharing one store without seeing each other."""
+import signal
+import socket
+import subprocess
+
+import pytest
+
+from conftest import binary, free_port, wait_for
+from mnutil import (FAST, Agent, assert_all_dead, clean_env, ipv6_loopback, read_envs, record,
+                    worker_pids)
+
+# Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
+REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+def dyn_agent(reaper, tmp_path, name, endpoint, nnodes, nproc, script, conf=FAST, extra=(),
+              env=None, rdzv_id="job"):
+    args = ["--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+            "--rdzv-id", rdzv_id, "--rdzv-conf", conf, "--nproc-per-node", str(nproc),
+            "--shutdown-timeout", "5", *extra, "sh", "-c", script]
+    return Agent(reaper, tmp_path, name, args, env=env)
+
+
+def listening(port):
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def setup_out(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    return out, clean_env(OUT=str(out))
+
+
+def test_a_round_closes_at_max_nodes_with_ranks_by_arrival(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    agents = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "1:3", n, REC, env=env)
+              for i, n in enumerate([1, 2, 1])]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(4, r, 0) for r in range(4)]
+    groups = {}
+    for e in envs.values():
+        groups.setdefault(e["GROUP_RANK"], []).append(int(e["RANK"]))
+        assert e["GROUP_WORLD_SIZE"] == "3" and e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+    assert sorted(groups) == ["0", "1", "2"]
+    # Ranks follow the group ranks, each node its own count.
+    assert sorted(r for g in sorted(groups) for r in sorted(groups[g])) == [0, 1, 2, 3]
+    # Every worker meets at group rank 0's store for this round, not the
+    # rendezvous endpoint.
+    stores = {(e["MASTER_ADDR"], e["MASTER_PORT"]) for e in envs.values()}
+    assert len(stores) == 1
+    addr, wport = stores.pop()
+    assert addr == "127.0.0.1" and wport != str(port)
+
+
+def test_a_late_node_makes_the_running_nodes_rejoin_without_a_restart(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    ep = f"127.0.0.1:{free_port()}"
+    script = REC + '[ "$WORLD_SIZE" = 3 ] || exec sleep 60'
+    conf = FAST + ",last_call_timeout=0.3"
+    first = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2:3", 1, script, conf=conf, env=env)
+             for i in range(2)]
+    # MIN nodes and the last call: the round runs with two.
+    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
+    late = dyn_agent(reaper, tmp_path, "late", ep, "2:3", 1, script, conf=conf, env=env)
+    for a in [*first, late]:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(2, 0, 0), (2, 1, 0), (3, 0, 0), (3, 1, 0), (3, 2, 0)]
+    assert "waiting for the next round" in late.stderr()
+    assert "every node rejoins in round 1" in first[0].stderr()
+
+
+def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    script = REC + '[ "$WORLD_SIZE" = 2 ] || exec sleep 60'
+    conf = FAST + ",last_call_timeout=0.3"
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, script, conf=conf + ",is_host=1",
+                     extra=["--max-restarts", "1"], env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    others = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2:3", 1, script,
+                        conf=conf + ",is_host=0", extra=["--max-restarts", "1"], env=env)
+              for i in range(2)]
+    wait_for(lambda: len(read_envs(out)) == 3, what="a three-node round")
+    others[1].signal(signal.SIGKILL)
+    for a in (host, others[0]):
+        assert a.wait() == 0, a.stderr()
+        assert "restarting every node (restart 1 of 1)" in a.stderr()
+    envs = read_envs(out)
+    assert sorted(k for k in envs if k[0] == 2) == [(2, 0, 1), (2, 1, 1)]
+
+
+def test_kill_9_of_the_store_host_stops_the_others(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    script = REC + "exec sleep 60"
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2", 1, script, conf=FAST + ",is_host=1",
+                     env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    other = dyn_agent(reaper, tmp_path, "other", ep, "2", 2, script, conf=FAST + ",is_host=0",
+                      env=env)
+    wait_for(lambda: len(read_envs(out)) == 3, what="the job running")
+    host.signal(signal.SIGKILL)
+    assert other.wait() == 75, other.stderr()
+    assert f"lost the rendezvous store at 127.0.0.1:{port}" in other.stderr()
+    assert_all_dead(worker_pids(out))
+
+
+def test_jobs_with_different_ids_share_a_store_without_meeting(reaper, tmp_path):
+    store_port = free_port()
+    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port",
+                  str(store_port), "--quiet"])
+    wait_for(lambda: listening(store_port), what="ddpstore")
+    ep = f"127.0.0.1:{store_port}"
+    outs, agents = {}, []
+    for job, nprocs in (("jobA", (1, 2)), ("jobB", (2, 2))):
+        out = tmp_path / job
+        out.mkdir()
+        outs[job] = out
+        env = clean_env(OUT=str(out))
+        agents += [dyn_agent(reaper, tmp_path, f"{job}{i}", ep, "2", n, REC,
+                             conf=FAST + ",is_host=0", env=env, rdzv_id=job)
+                   for i, n in enumerate(nprocs)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    for job, world in (("jobA", 3), ("jobB", 4)):
+        envs = read_envs(outs[job])
+        assert sorted(envs) == [(world, r, 0) for r in range(world)]
+        assert {e["TORCHELASTIC_RUN_ID"] for e in envs.values()} == {job}
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+def test_an_ipv6_endpoint_in_brackets(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    ep = f"[::1]:{free_port(socket.AF_INET6, '::1')}"
+    agents = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2", 1, REC, env=env) for i in (0, 1)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(2, 0, 0), (2, 1, 0)]
+    assert {e["MASTER_ADDR"] for e in envs.values()} == {"::1"}
+
+
+def test_a_different_ddprun_version_is_refused_naming_it(reaper, tmp_path):
+    store_port = free_port()
+    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port",
+                  str(store_port), "--quiet"])
+    wait_for(lambda: listening(store_port), what="ddpstore")
+    # The first node of this job was another ddprun version.
+    theirs = ('{"backend":"c10d","nnodes":"2:2","max_restarts":0,"version":"9.9.9",'
+              '"node_rank":-1,"host":"elsewhere"}')
+    r = subprocess.run([binary("ddpstore"), "--addr", f"127.0.0.1:{store_port}", "set",
+                        "ddprun/vjob/config", theirs], timeout=30)
+    assert r.returncode == 0
+    a = dyn_agent(reaper, tmp_path, "a", f"127.0.0.1:{store_port}", "2", 1, "exit 0",
+                  conf=FAST + ",is_host=0", rdzv_id="vjob")
+    assert a.wait() == 2, a.stderr()
+    assert "ddprun version differs" in a.stderr() and "9.9.9 on host elsewhere" in a.stderr()

@@ -1,0 +1,121 @@
+"""Two nodes that really have different addresses: each agent runs in its own
+network namespace, joined by a veth pair (created and removed here; skipped,
+saying why, only where namespaces cannot be created). The workers get a
+MASTER_ADDR the other node can reach, and use it: every worker writes a key
+to its store with ddpstore and reads the other node's."""
+import os
+import random
+import subprocess
+
+import pytest
+
+from conftest import binary, free_port
+from mnutil import Agent, clean_env, read_envs, record
+
+REC = record("$RANK")
+
+
+def ip(*args):
+    return subprocess.run(["ip", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=20)
+
+
+@pytest.fixture
+def two_hosts():
+    """Namespaces a and b with 10.X.Y.1 and 10.X.Y.2 on a veth pair."""
+    tag = f"{os.getpid() % 10000}{random.randrange(1000)}"
+    ns = [f"ddpmn{tag}a", f"ddpmn{tag}b"]
+    veth = [f"vd{tag}a", f"vd{tag}b"]
+    net = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+    addrs = [f"{net}.1", f"{net}.2"]
+    made = []
+    try:
+        r = ip("netns", "add", ns[0])
+        if r.returncode != 0:
+            pytest.skip(f"cannot create a network namespace here: {r.stderr.strip()}")
+        made.append(ns[0])
+        assert ip("netns", "add", ns[1]).returncode == 0
+        made.append(ns[1])
+        steps = [
+            ("link", "add", veth[0], "netns", ns[0], "type", "veth", "peer", "name", veth[1],
+             "netns", ns[1]),
+        ]
+        for i in (0, 1):
+            steps += [("-n", ns[i], "link", "set", "lo", "up"),
+                      ("-n", ns[i], "addr", "add", f"{addrs[i]}/24", "dev", veth[i]),
+                      ("-n", ns[i], "link", "set", veth[i], "up")]
+        for s in steps:
+            r = ip(*s)
+            assert r.returncode == 0, f"ip {' '.join(s)}: {r.stderr}"
+        yield ns, addrs
+    finally:
+        for n in made:
+            ip("netns", "del", n)
+
+
+SCRIPT = REC + (
+    # Each worker writes its key to the store at MASTER_ADDR:MASTER_PORT and
+    # reads the key of the same local rank on the other node.
+    '"$DDPSTORE" --timeout 20 set "mn/$RANK" "from $RANK" && '
+    'OTHER=$(( (RANK + LOCAL_WORLD_SIZE) % WORLD_SIZE )); '
+    '"$DDPSTORE" --timeout 20 get "mn/$OTHER" --wait > "$OUT/got.$RANK"')
+
+
+def run_pair(reaper, tmp_path, ns, args_of):
+    agents, outs = [], []
+    for i in (0, 1):
+        out = tmp_path / f"out{i}"
+        out.mkdir()
+        outs.append(out)
+        env = clean_env(OUT=str(out), DDPSTORE=binary("ddpstore"))
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args_of(i), env=env,
+                            prefix=["ip", "netns", "exec", ns[i]]))
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    return outs
+
+
+def check_exchange(outs):
+    """Each node's one worker read the other node's key."""
+    for out in outs:
+        got = [n for n in os.listdir(out) if n.startswith("got.")]
+        assert len(got) == 1
+        other = (int(got[0][4:]) + 1) % 2
+        assert (out / got[0]).read_text().strip() == f"from {other}"
+
+
+def test_static_nodes_in_two_namespaces(reaper, tmp_path, two_hosts):
+    ns, addrs = two_hosts
+    port = free_port()
+
+    def args(i):
+        return ["--nnodes", "2", "--node-rank", str(i), "--master-addr", addrs[0],
+                "--master-port", str(port), "--nproc-per-node", "1", "sh", "-c", SCRIPT]
+
+    outs = run_pair(reaper, tmp_path, ns, args)
+    for i in (0, 1):
+        (e,) = read_envs(outs[i]).values()
+        assert e["GROUP_RANK"] == str(i) and e["WORLD_SIZE"] == "2"
+        assert e["MASTER_ADDR"] == addrs[0]  # node 0, as each node reaches it
+    check_exchange(outs)
+
+
+def test_dynamic_nodes_in_two_namespaces(reaper, tmp_path, two_hosts):
+    ns, addrs = two_hosts
+    port = free_port()
+
+    def args(i):
+        return ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                f"{addrs[0]}:{port}", "--rdzv-id", "netns", "--nproc-per-node", "1",
+                "sh", "-c", SCRIPT]
+
+    outs = run_pair(reaper, tmp_path, ns, args)
+    envs = [next(iter(read_envs(o).values())) for o in outs]
+    first = [i for i in (0, 1) if envs[i]["GROUP_RANK"] == "0"]
+    assert len(first) == 1
+    # The workers' store is group rank 0's, at the address its connection
+    # to the rendezvous store has in its own namespace.
+    for e in envs:
+        assert e["MASTER_ADDR"] == addrs[first[0]]
+        assert e["MASTER_PORT"] != str(port)
+    check_exchange(outs)

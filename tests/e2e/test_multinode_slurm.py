@@ -1,0 +1,52 @@
+"""Inside a Slurm allocation (`srun ddprun ...`, one task per node), ddprun
+takes the number of nodes, this node's rank and the store's host from
+SLURM_NNODES, SLURM_NODEID and the first host of SLURM_JOB_NODELIST: two
+agents with synthetic Slurm environments form one job."""
+import pytest
+
+from conftest import free_port
+from mnutil import Agent, clean_env, read_envs, record
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+def test_two_slurm_tasks_form_one_job(reaper, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = []
+    for node in (0, 1):
+        env = clean_env(OUT=str(out), SLURM_JOB_ID="4242", SLURM_NNODES="2",
+                        SLURM_NODEID=str(node), SLURM_JOB_NODELIST="localhost,gpu-a[01-02]",
+                        PET_MASTER_PORT=str(port))
+        agents.append(Agent(reaper, tmp_path, f"node{node}",
+                            ["--nproc-per-node", str(node + 1), "sh", "-c", record("$RANK")],
+                            env=env))
+    for node, a in enumerate(agents):
+        assert a.wait() == 0, a.stderr()
+        assert (f"from Slurm: --nnodes 2 --node-rank {node} --master-addr localhost"
+                in a.stderr())
+    envs = read_envs(out)
+    assert sorted(envs) == [(0,), (1,), (2,)]
+    for (rank,), e in envs.items():
+        assert e["WORLD_SIZE"] == "3" and e["GROUP_WORLD_SIZE"] == "2"
+        assert e["GROUP_RANK"] == ("0" if rank == 0 else "1")
+        # The first host's numeric address, never a name that may not resolve.
+        assert e["MASTER_ADDR"] in ("127.0.0.1", "::1")
+        assert e["MASTER_PORT"] == str(port)
+
+
+def test_flags_win_over_slurm(reaper, tmp_path):
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_NODEID="1",
+                    SLURM_JOB_NODELIST="nohost-[1-2]")
+    a = Agent(reaper, tmp_path, "single",
+              ["--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1",
+               "sh", "-c", 'echo "$WORLD_SIZE $GROUP_RANK"'], env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout().split() == ["1", "0"]
+    assert "Slurm" not in a.stderr()

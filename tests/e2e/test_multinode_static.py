@@ -1,0 +1,250 @@
+"""Several nodes with the static rendezvous (the default), each node an agent
+on this machine on loopback: ranks in node-rank order with each node's own
+--nproc-per-node; settings that differ between nodes fail everywhere naming
+the node; a failure anywhere stops (or, with restarts left, restarts) every
+node; a lost agent or store stops the others; the exit barrier."""
+import signal
+import socket
+
+import pytest
+
+from conftest import binary, free_port, pid_alive, run, wait_for
+from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_env, ipv6_loopback,
+                    node_args, read_envs, static_job, stop_process, wait_workers, worker_pids)
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+def check_world(envs, nprocs, port, restart=0):
+    """Every worker's identity, as torchrun computes it."""
+    world = sum(nprocs)
+    rank = 0
+    for node, n in enumerate(nprocs):
+        for lr in range(n):
+            e = envs[(rank, restart)]
+            assert e["RANK"] == e["ROLE_RANK"] == str(rank)
+            assert e["LOCAL_RANK"] == str(lr)
+            assert e["WORLD_SIZE"] == e["ROLE_WORLD_SIZE"] == str(world)
+            assert e["LOCAL_WORLD_SIZE"] == str(n)
+            assert e["GROUP_RANK"] == str(node)
+            assert e["GROUP_WORLD_SIZE"] == str(len(nprocs))
+            assert e["MASTER_ADDR"] == "127.0.0.1"
+            assert e["MASTER_PORT"] == str(port)
+            assert e["TORCHELASTIC_USE_AGENT_STORE"] == "True"
+            assert e["TORCHELASTIC_RESTART_COUNT"] == str(restart)
+            rank += 1
+    assert len([k for k in envs if k[1] == restart]) == world
+
+
+def test_two_nodes_with_different_worker_counts(reaper, tmp_path):
+    agents, out, port = static_job(reaper, tmp_path, [2, 3], RECORD)
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    check_world(read_envs(out), [2, 3], port)
+
+
+def test_four_nodes_started_in_any_order(reaper, tmp_path):
+    nprocs = [1, 3, 2, 1]
+    agents, out, port = static_job(reaper, tmp_path, nprocs, RECORD, order=[3, 1, 0, 2])
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    check_world(read_envs(out), nprocs, port)
+
+
+def test_two_nodes_claiming_one_rank_fail_everywhere(reaper, tmp_path):
+    port = free_port()
+    env = clean_env()
+    agents = [Agent(reaper, tmp_path, name, node_args(3, r, port, 1, "exit 0"), env=env)
+              for name, r in (("node0", 0), ("first1", 1), ("second1", 1))]
+    for a in agents:
+        assert a.wait() == 2, a.stderr()
+        assert "node rank 1 is claimed twice" in a.stderr()
+
+
+@pytest.mark.parametrize("flag, n0, n1, says", [
+    ("--nnodes", "2", "3", "--nnodes differs"),
+    ("--max-restarts", "0", "1", "--max-restarts differs"),
+])
+def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag, n0, n1, says):
+    port = free_port()
+    env = clean_env()
+    args = [node_args(2, r, port, 1, "exit 0") for r in (0, 1)]
+    args[0][:0] = [flag, n0]
+    args[1][:0] = [flag, n1]
+    if flag == "--nnodes":  # node_args' own --nnodes comes later and would win
+        args[0][args[0].index("--nnodes", 2) + 1] = n0
+        args[1][args[1].index("--nnodes", 2) + 1] = n1
+    a0 = Agent(reaper, tmp_path, "node0", args[0], env=env)
+    a1 = Agent(reaper, tmp_path, "node1", args[1], env=env)
+    for a in (a0, a1):
+        assert a.wait() == 2, a.stderr()
+        err = a.stderr()
+        assert says in err and "node 0 (host" in err and "node 1 (host" in err, err
+
+
+def test_a_node_rank_out_of_range_fails_the_others_too(reaper, tmp_path):
+    port = free_port()
+    env = clean_env()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(2, 0, port, 1, "exit 0"), env=env)
+    bad = Agent(reaper, tmp_path, "bad", node_args(2, 5, port, 1, "exit 0"), env=env)
+    for a in (bad, a0):
+        assert a.wait() == 2, a.stderr()
+        assert "node rank 5" in a.stderr() and "out of range" in a.stderr()
+
+
+def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_path):
+    script = RECORD + '[ "$RANK" = 3 ] && { ' + all_recorded(4) + 'exit 7; }; exec sleep 60'
+    agents, out, _ = static_job(reaper, tmp_path, [2, 2], script)
+    for a in agents:
+        assert a.wait() == 7, a.stderr()
+    assert_all_dead(worker_pids(out))
+    err0 = agents[0].stderr()
+    assert "rank 3 (local rank 1) on node 1" in err0 and "exit status 7" in err0
+    # Node 0 prints the whole job's report: node 1's failure, root cause first.
+    root = err0.split("Root Cause (first observed failure):", 1)[1]
+    assert "rank      : 3 (local_rank: 1)" in root and "exitcode  : 7" in root
+    # Node 1 prints its own.
+    assert "exitcode  : 7" in agents[1].stderr()
+
+
+def test_kill_9_of_an_agent_stops_the_other_node(reaper, tmp_path):
+    agents, out, _ = static_job(reaper, tmp_path, [1, 2], RECORD + "exec sleep 60",
+                                extra=["--rdzv-conf", FAST])
+    wait_workers(out, 3)
+    agents[1].signal(signal.SIGKILL)
+    assert agents[0].wait() == 75, agents[0].stderr()
+    assert "node 1 lost (the agent on host" in agents[0].stderr()
+    assert_all_dead(worker_pids(out))
+
+
+def test_kill_9_of_the_store_host_stops_the_other_node(reaper, tmp_path):
+    agents, out, port = static_job(reaper, tmp_path, [2, 1], RECORD + "exec sleep 60",
+                                   extra=["--rdzv-conf", FAST])
+    wait_workers(out, 3)
+    agents[0].signal(signal.SIGKILL)
+    assert agents[1].wait() == 75, agents[1].stderr()
+    assert f"lost the rendezvous store at 127.0.0.1:{port}" in agents[1].stderr()
+    assert_all_dead(worker_pids(out))
+
+
+def test_a_silent_node_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1, 1], RECORD + "exec sleep 60",
+                                extra=["--rdzv-conf", FAST])
+    wait_workers(out, 3)
+    try:
+        agents[2].signal(signal.SIGSTOP)  # its connection stays open: no FIN
+        for a in agents[:2]:
+            assert a.wait() == 75, a.stderr()
+            assert "node 2 lost (no heartbeat from host" in a.stderr()
+    finally:
+        stop_process(agents[2].p)
+    pids = [int((out / f"pid.{r}.0").read_text()) for r in (0, 1)]
+    assert_all_dead(pids)
+
+
+def test_a_signal_to_one_node_ends_every_node_with_its_status(reaper, tmp_path):
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
+    wait_workers(out, 2)
+    agents[1].signal(signal.SIGTERM)
+    for a in agents:
+        assert a.wait() == 143, a.stderr()
+    assert "node 1 (host" in agents[0].stderr() and "received SIGTERM" in agents[0].stderr()
+    assert_all_dead(worker_pids(out))
+
+
+def test_restarts_are_coordinated_with_one_restart_count(reaper, tmp_path):
+    # Attempt 0: rank 2 fails, the others wait. Attempt 1: every worker succeeds.
+    script = (RECORD + '[ "$TORCHELASTIC_RESTART_COUNT" = 0 ] || exit 0; '
+              '[ "$RANK" = 2 ] && { ' + all_recorded(3) + 'exit 3; }; exec sleep 60')
+    agents, out, port = static_job(reaper, tmp_path, [2, 1], script,
+                                   extra=["--max-restarts", "2"])
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert "restarting every node (restart 1 of 2)" in a.stderr()
+    envs = read_envs(out)
+    check_world(envs, [2, 1], port, restart=0)
+    check_world(envs, [2, 1], port, restart=1)
+    assert {e["TORCHELASTIC_RESTART_COUNT"] for e in envs.values()} == {"0", "1"}
+
+
+def test_no_restarts_left_ends_the_job_with_the_failure(reaper, tmp_path):
+    script = RECORD + '[ "$RANK" = 0 ] && { ' + all_recorded(2) + 'exit 4; }; exec sleep 60'
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script, extra=["--max-restarts", "1"])
+    for a in agents:
+        assert a.wait() == 4, a.stderr()
+    assert set(read_envs(out)) == {(0, 0), (1, 0), (0, 1), (1, 1)}
+
+
+def test_a_finished_node_waits_at_the_exit_barrier(reaper, tmp_path):
+    # Node 1's worker ends at once; node 0's only once released. Node 1's
+    # ddprun must still be there (the store's host may need it) until then.
+    script = (RECORD + '[ "$GROUP_RANK" = 1 ] && exit 0; '
+              'while [ ! -e "$OUT/release" ]; do sleep 0.05; done; touch "$OUT/node0-done"')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
+    wait_for(lambda: (out / "pid.1.0").exists(), what="node 1's worker")
+    pid1 = int((out / "pid.1.0").read_text())
+    wait_for(lambda: not pid_alive(pid1), what="node 1's worker to end")
+    assert agents[1].p.poll() is None  # its worker is done: it waits for node 0
+    (out / "release").touch()
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    assert (out / "node0-done").exists()
+
+
+def test_a_node_alone_gives_up_after_the_join_timeout(reaper, tmp_path):
+    a = Agent(reaper, tmp_path, "node0",
+              node_args(2, 0, free_port(), 1, "exit 0", ["--rdzv-conf", "join_timeout=1"]))
+    assert a.wait() == 1, a.stderr()
+    assert "the rendezvous timed out after 1 s: 1 of 2 nodes joined round 0" in a.stderr()
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+def test_an_ipv6_master_address(reaper, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port(socket.AF_INET6, "::1")
+    env = clean_env(OUT=str(out))
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    ["--nnodes", "2", "--node-rank", str(r), "--master-addr", "::1",
+                     "--master-port", str(port), "sh", "-c", RECORD], env=env) for r in (0, 1)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(0, 0), (1, 0)]
+    assert {e["MASTER_ADDR"] for e in envs.values()} == {"::1"}
+
+
+def test_a_node_killed_during_the_rendezvous_ends_the_others_at_once(reaper, tmp_path):
+    port = free_port()
+    env = clean_env()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(3, 0, port, 1, "exit 0"), env=env)
+    a1 = Agent(reaper, tmp_path, "node1", node_args(3, 1, port, 1, "exit 0"), env=env)
+
+    def joined():  # both counted in round 0 (node 2 never comes)
+        r = run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--timeout", "5",
+                 "get", "ddprun/none/r0/count"])
+        return r.returncode == 0 and r.stdout.strip() == "2"
+
+    wait_for(joined, what="two nodes in the rendezvous")
+    a1.signal(signal.SIGKILL)
+    assert a0.wait() == 75, a0.stderr()
+    assert "node 1 (host" in a0.stderr() and "left during the rendezvous" in a0.stderr()
+
+
+def test_a_silent_store_host_is_noticed_by_the_others(reaper, tmp_path):
+    agents, out, port = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60",
+                                   extra=["--rdzv-conf", FAST])
+    wait_workers(out, 2)
+    try:
+        agents[0].signal(signal.SIGSTOP)  # no FIN: only a heartbeat's missing reply tells
+        assert agents[1].wait() == 75, agents[1].stderr()
+        assert f"no reply from the rendezvous store at 127.0.0.1:{port}" in agents[1].stderr()
+    finally:
+        stop_process(agents[0].p)
+    assert_all_dead([int((out / "pid.1.0").read_text())])

@@ -1,0 +1,234 @@
+/* Unit tests for the node rendezvous's building blocks: --rdzv-conf parsing
+ * (torchrun's keys, ddprun's defaults, clear errors) and the values kept in
+ * the store (node descriptors, job config and its comparison, closed, meta,
+ * end), including malformed input from the network. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rdzv_conf.h"
+#include "rdzv_msg.h"
+
+static void test_conf_defaults_are_ddpruns(void **state)
+{
+	struct rdzv_conf c;
+	char err[256];
+
+	rdzv_conf_default(&c);
+	assert_int_equal(rdzv_conf_parse("", &c, err, sizeof(err)), 0);
+	assert_int_equal(c.join_timeout_ms, 600000);
+	assert_int_equal(c.last_call_timeout_ms, 30000);
+	assert_int_equal(c.heartbeat_timeout_ms, 5000);
+	assert_int_equal(c.keep_alive_interval_ms, 1000);
+	assert_int_equal(c.exit_barrier_timeout_ms, 300000);
+	assert_int_equal(c.is_host, -1);
+}
+
+static void test_conf_accepts_torchruns_keys(void **state)
+{
+	struct rdzv_conf c;
+	char err[256];
+
+	rdzv_conf_default(&c);
+	assert_int_equal(rdzv_conf_parse("join_timeout=20, last_call_timeout=0.5,"
+					 "heartbeat_timeout=2,keep_alive_interval=0.2,"
+					 "keep_alive_max_attempt=4,read_timeout=9,close_timeout=3,"
+					 "timeout=7,is_host=true,exit_barrier_timeout=0",
+					 &c, err, sizeof(err)),
+			 0);
+	assert_int_equal(c.join_timeout_ms, 20000);
+	assert_int_equal(c.last_call_timeout_ms, 500);
+	assert_int_equal(c.heartbeat_timeout_ms, 2000);
+	assert_int_equal(c.keep_alive_interval_ms, 200);
+	assert_int_equal(c.keep_alive_max_attempt, 4);
+	assert_int_equal(c.read_timeout_ms, 9000);
+	assert_int_equal(c.close_timeout_ms, 3000);
+	assert_int_equal(c.timeout_ms, 7000);
+	assert_int_equal(c.is_host, 1);
+	assert_int_equal(c.exit_barrier_timeout_ms, 0);
+	assert_int_equal(rdzv_conf_parse("is_host=0", &c, err, sizeof(err)), 0);
+	assert_int_equal(c.is_host, 0);
+}
+
+static void expect_conf_error(const char *s, const char *says)
+{
+	struct rdzv_conf c;
+	char err[512] = "";
+
+	rdzv_conf_default(&c);
+	assert_int_equal(rdzv_conf_parse(s, &c, err, sizeof(err)), -EINVAL);
+	if (strstr(err, says) == NULL)
+		fail_msg("'%s': error '%s' does not say '%s'", s, err, says);
+}
+
+static void test_conf_errors_name_the_key(void **state)
+{
+	expect_conf_error("bogus=1", "unknown key 'bogus'");
+	expect_conf_error("join_timeout", "not KEY=VALUE");
+	expect_conf_error("join_timeout=", "not KEY=VALUE");
+	expect_conf_error("=3", "not KEY=VALUE");
+	expect_conf_error("join_timeout=soon", "join_timeout=soon");
+	expect_conf_error("join_timeout=0", "positive");
+	expect_conf_error("heartbeat_timeout=-1", "heartbeat_timeout");
+	expect_conf_error("is_host=maybe", "is_host");
+	expect_conf_error("keep_alive_max_attempt=0", "keep_alive_max_attempt");
+}
+
+static void test_node_descriptor_round_trips(void **state)
+{
+	struct rdzv_node n = {.host = "node-a",
+			      .addr = "10.0.0.1",
+			      .nproc = 4,
+			      .pid = 123,
+			      .node_rank = 2,
+			      .worker_port = 29501};
+	struct rdzv_node m;
+	char *s = rdzv_node_encode(&n);
+
+	assert_non_null(s);
+	assert_int_equal(rdzv_node_decode(s, strlen(s), &m), 0);
+	assert_string_equal(m.host, "node-a");
+	assert_string_equal(m.addr, "10.0.0.1");
+	assert_int_equal(m.nproc, 4);
+	assert_int_equal(m.pid, 123);
+	assert_int_equal(m.node_rank, 2);
+	assert_int_equal(m.worker_port, 29501);
+	free(s);
+	assert_int_equal(rdzv_node_decode("{}", 2, &m), -EINVAL);
+	assert_int_equal(rdzv_node_decode("[1]", 3, &m), -EINVAL);
+	assert_int_equal(rdzv_node_decode("not json", 8, &m), -EINVAL);
+	assert_int_equal(rdzv_node_decode(NULL, 0, &m), -EINVAL);
+	s = "{\"host\":\"h\",\"addr\":\"a\",\"nproc\":0,\"pid\":1,\"node_rank\":0,\"worker_port\":"
+	    "0}";
+	assert_int_equal(rdzv_node_decode(s, strlen(s), &m), -EINVAL); /* nproc >= 1 */
+}
+
+static void test_config_diff_names_both_nodes(void **state)
+{
+	struct rdzv_config a = {.backend = "static",
+				.min_nodes = 2,
+				.max_nodes = 2,
+				.max_restarts = 1,
+				.version = "0.1.0",
+				.node_rank = 1,
+				.host = "b"};
+	struct rdzv_config b, c;
+	char msg[512], *s = rdzv_config_encode(&a);
+
+	assert_int_equal(rdzv_config_decode(s, strlen(s), &b), 0);
+	free(s);
+	b.node_rank = 0;
+	strcpy(b.host, "a");
+	/* The writer does not count: the same job. */
+	assert_int_equal(rdzv_config_diff(&a, &b, msg, sizeof(msg)), 0);
+	c = b;
+	c.min_nodes = c.max_nodes = 3;
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_string_equal(msg, "--nnodes differs: 2 on node 1 (host b), 3 on node 0 (host a)");
+	c = b;
+	c.max_restarts = 0;
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_non_null(strstr(msg, "--max-restarts differs: 1 on node 1"));
+	c = b;
+	strcpy(c.version, "0.2.0");
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_non_null(strstr(msg, "ddprun version differs: 0.1.0 on node 1 (host b), 0.2.0"));
+}
+
+static void test_closed_is_a_count_or_an_error(void **state)
+{
+	char msg[128], *e;
+	int n = 0, st = 0;
+
+	assert_int_equal(rdzv_closed_decode("4", 1, &n, &st, msg, sizeof(msg)), 0);
+	assert_int_equal(n, 4);
+	e = rdzv_closed_error(2, "node rank 1 claimed twice");
+	assert_int_equal(rdzv_closed_decode(e, strlen(e), &n, &st, msg, sizeof(msg)), 1);
+	assert_int_equal(st, 2);
+	assert_string_equal(msg, "node rank 1 claimed twice");
+	free(e);
+	assert_int_equal(rdzv_closed_decode("0", 1, &n, &st, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(rdzv_closed_decode("x", 1, &n, &st, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(rdzv_closed_decode("error:x:m", 9, &n, &st, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(rdzv_closed_decode("error:", 6, &n, &st, msg, sizeof(msg)), -EINVAL);
+}
+
+static void test_meta_round_trips(void **state)
+{
+	char *s = rdzv_meta_encode(3);
+	int n = 0;
+
+	assert_int_equal(rdzv_meta_decode(s, strlen(s), &n), 0);
+	assert_int_equal(n, 3);
+	free(s);
+	assert_int_equal(rdzv_meta_decode("{\"restart_count\":-1}", 20, &n), -EINVAL);
+}
+
+static void test_end_values(void **state)
+{
+	struct rdzv_end f = {.kind = RDZV_END_FAIL,
+			     .node = 1,
+			     .host = "b",
+			     .rank = 3,
+			     .local_rank = 1,
+			     .pid = 77,
+			     .status = 5,
+			     .time = 1700000000};
+	struct rdzv_end g;
+	char *s = rdzv_end_encode(&f);
+
+	assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
+	free(s);
+	assert_int_equal(g.kind, RDZV_END_FAIL);
+	assert_int_equal(g.node, 1);
+	assert_string_equal(g.host, "b");
+	assert_int_equal(g.rank, 3);
+	assert_int_equal(g.local_rank, 1);
+	assert_int_equal(g.pid, 77);
+	assert_int_equal(g.status, 5);
+	assert_false(g.final);
+	assert_int_equal(g.time, 1700000000);
+
+	assert_int_equal(rdzv_end_decode("ok", 2, &g), 0);
+	assert_int_equal(g.kind, RDZV_END_OK);
+	assert_int_equal(rdzv_end_decode("rejoin", 6, &g), 0);
+	assert_int_equal(g.kind, RDZV_END_REJOIN);
+	assert_int_equal(rdzv_end_decode("lost:2:the agent on host c exited", 33, &g), 0);
+	assert_int_equal(g.kind, RDZV_END_LOST);
+	assert_int_equal(g.node, 2);
+	assert_string_equal(g.why, "the agent on host c exited");
+	f.kind = RDZV_END_LOST;
+	strcpy(f.why, "no heartbeat for 5 s");
+	s = rdzv_end_encode(&f);
+	assert_string_equal(s, "lost:1:no heartbeat for 5 s");
+	free(s);
+
+	assert_int_equal(rdzv_end_decode("lost::x", 7, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("lost:1", 6, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("okay", 4, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("{\"fail\":{}}", 11, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("{\"fail\":1}", 10, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("", 0, &g), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_conf_defaults_are_ddpruns),
+		cmocka_unit_test(test_conf_accepts_torchruns_keys),
+		cmocka_unit_test(test_conf_errors_name_the_key),
+		cmocka_unit_test(test_node_descriptor_round_trips),
+		cmocka_unit_test(test_config_diff_names_both_nodes),
+		cmocka_unit_test(test_closed_is_a_count_or_an_error),
+		cmocka_unit_test(test_meta_round_trips),
+		cmocka_unit_test(test_end_values),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
