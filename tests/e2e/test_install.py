@@ -113,3 +113,18 @@ def test_uninstall_removes_everything(tmp_path):
     make("uninstall", destdir=tmp_path)
     left = [os.path.join(dp, f) for dp, _, fs in os.walk(tmp_path) for f in fs]
     assert left == []
+
+
+def test_readme_c_program_builds_with_pkg_config_and_runs_under_ddprun(destdir, tmp_path):
+    """The README's libddp example, compiled as the README says, prints what it says."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    src = readme.split("```c\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "hello.c").write_text(src)
+    exe = tmp_path / "hello"
+    r = run(["cc", *san_flags(), str(tmp_path / "hello.c"), "-o", str(exe),
+             *pkg_config(destdir, "--cflags"), *pkg_config(destdir, "--libs")])
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{destdir}{PREFIX}/lib", DDP_QUIET="1")
+    r = run([f"{destdir}{PREFIX}/bin/ddprun", "--nproc-per-node=4", str(exe)], env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "sum of ranks: 6\n"
