@@ -171,11 +171,13 @@ def test_training_across_two_nodes_matches_one_rank(reaper, tmp_path, single_ran
 def test_a_crash_on_node_1_fails_node_0s_ranks_with_an_error(reaper, tmp_path, victim):
     """Rank 2 (node 1's leader: its ring connections drop) or rank 3 (its
     leader must carry the failure across) exits with status 7 in the middle of
-    all_reduces. Every rank ignores SIGTERM, so ddprun's stop cannot end node
-    0's ranks: they end because libddp fails their all_reduce. DDP_TIMEOUT and
-    the shutdown timeout lie beyond the test's deadline: a hang fails it."""
+    all_reduces. Every rank blocks SIGTERM until its all_reduce has failed, so
+    ddprun's stop cannot end a collective: libddp's error must. Then the ranks
+    wait for the stop (a rank exiting on its own after the error would be a
+    second failure racing the crash to be the job's root cause). DDP_TIMEOUT
+    and the shutdown timeout lie beyond the test's deadline: a hang fails it."""
     agents, rid = two_nodes(reaper, tmp_path, "static", [2, 2],
-                            [prog("ddp_coll"), "crash", str(victim), "--ignore-sigterm"],
+                            [prog("ddp_coll"), "crash", str(victim), "--hold-sigterm"],
                             env={"DDP_TIMEOUT": "600"}, shutdown=600)
     assert finish(agents, timeout=90) == [7, 7], [a.stderr() for a in agents]
     node0, node1 = (a.stderr() for a in agents)

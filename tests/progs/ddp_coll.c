@@ -4,10 +4,13 @@
  *                                       launcher pid), every rank's as all_gather brought
  *                                       them, and its established TCP connections; then check
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
- *   ddp_coll [--spawn N] crash RANK [--ignore-sigterm]
+ *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R]
  *                                       RANK exits (status 7) in the middle of all_reduces;
- *                                       with the option every rank ignores SIGTERM (so a
- *                                       launcher's stop cannot hide a hang)
+ *                                       --hold-sigterm: every rank blocks SIGTERM until its
+ *                                       collective has failed, then waits for it (so only
+ *                                       libddp's error ends a collective, and a launcher's
+ *                                       stop ends the rank); --linger R: rank R, once
+ *                                       failed, lives on for 600 s
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
@@ -260,12 +263,19 @@ static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
 	return 0;
 }
 
-static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int ignore_term)
+static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **argv)
 {
 	float buf[1024];
+	int linger = -1, hold = 0;
+	sigset_t term;
 
-	if (ignore_term)
-		signal(SIGTERM, SIG_IGN);
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	for (int i = 0; i < argc; i++)
+		if (!strcmp(argv[i], "--hold-sigterm"))
+			hold = !sigprocmask(SIG_BLOCK, &term, NULL);
+		else if (!strcmp(argv[i], "--linger") && i + 1 < argc)
+			linger = atoi(argv[++i]);
 
 	for (int it = 0; it < 20; it++) {
 		if (it == 10 && ddp_rank(ctx) == victim) {
@@ -284,6 +294,15 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int ignore_term)
 			rc = ddp_barrier(ctx);
 			fprintf(stderr, "rank %d: then barrier: %s\n", ddp_rank(ctx),
 				ddp_strerror(rc));
+			if (ddp_rank(ctx) == linger) {
+				fprintf(stderr, "rank %d: lingering\n", linger);
+				sleep(600);
+			}
+			if (hold) {
+				/* A SIGTERM that came meanwhile ends the rank now. */
+				sigprocmask(SIG_UNBLOCK, &term, NULL);
+				sleep(600);
+			}
 			return 3;
 		}
 	}
@@ -318,8 +337,8 @@ static int worker(int rank, void *p)
 		sleep(1);
 		rc = ddp_barrier(ctx) < 0;
 	} else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
-		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"),
-			      a->argc >= 3 && !strcmp(a->argv[2], "--ignore-sigterm"));
+		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"), a->argc - 2,
+			      a->argv + 2);
 	else {
 		fprintf(stderr, "ddp_coll: bad mode\n");
 		rc = 2;

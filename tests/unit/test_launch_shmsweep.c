@@ -60,18 +60,18 @@ static void note(const char *name, void *arg)
 static void test_only_this_agents_segments_go(void **state)
 {
 	static const char *const mine[] = {
-		"ddp-none-r0-p29500-n0-u1000-a0123abcd",
-		"ddp-job-r3-p1-n7-u0-a0123abcd",
-		"ddp-a0123abcd-r0-p1-n0-u0-a0123abcd", /* a run id that looks like a nonce */
+		"ddp-none-r0-p29500-n0-u1000-a0123abcd", /* the default run id */
+		"ddp-job-r3-p1-n7-u0-a0123abcd",	 /* any attempt, port, node */
+		"ddp-a0123abcd-r0-p1-n0-u0-a0123abcd",	 /* a run id that looks like a nonce */
 	};
 	static const char *const theirs[] = {
-		"ddp-none-r0-p29500-n0-u1000-affff0000", /* same run id, another ddprun */
-		"ddp-none-r0-p29500-n0-u1000",		 /* not under ddprun */
+		"ddp-none-r0-p29500-n0-u1000-affff0000",  /* same run id, another ddprun */
+		"ddp-none-r0-p29500-n0-u1000",		  /* not under ddprun */
 		"ddp-none-r0-p29500-n0-u1000-a0123abcde", /* a longer nonce */
-		"ddp-none-r0-p29500-n0-u1000-a123abcd",	 /* a shorter one */
-		"ddp-none-r0-p29500-n0-u1000-b0123abcd", /* not after -a */
-		"ddp-a0123abcd-r0-p1-n0-u0",		 /* the nonce elsewhere */
-		"other-a0123abcd",			 /* not libddp's */
+		"ddp-none-r0-p29500-n0-u1000-a123abcd",	  /* a shorter one */
+		"ddp-none-r0-p29500-n0-u1000-b0123abcd",  /* not after -a */
+		"ddp-a0123abcd-r0-p1-n0-u0",		  /* the nonce elsewhere */
+		"other-a0123abcd",			  /* not libddp's */
 		"a0123abcd",
 	};
 	char seen[1024] = "";
