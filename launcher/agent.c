@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent_store.h"
+#include "shmsweep.h"
 #include "signame.h"
 
 static void check_progress(struct agent *a);
@@ -383,11 +384,19 @@ static void print_report(struct agent *a)
 	agent_report(a, NULL, 0, 0);
 }
 
+static void say_removed(const char *name, void *arg)
+{
+	agent_say("removed /dev/shm/%s, left behind by this node's workers", name);
+}
+
 /* Every worker has exited and every stream is closed: what next? */
 static void attempt_over(struct agent *a)
 {
 	int status = 0;
 
+	/* Segments of workers that all died during ddp_init (shmsweep.h). */
+	if (a->cfg.shm_nonce != NULL)
+		shmsweep_remove("/dev/shm", a->cfg.shm_nonce, say_removed, NULL);
 	if (a->nfailures > 0) {
 		const struct report_entry *root =
 			&a->failures[report_root_cause(a->failures, a->nfailures)];

@@ -64,6 +64,9 @@ struct agent_config {
 	const int *dfl_sigs;	       /* dispositions workers must not inherit */
 	int ndfl_sigs;
 	const struct rlimit *nofile; /* RLIMIT_NOFILE for the workers; NULL: ddprun's */
+	/* DDP_SHM_NONCE for the workers, and what the sweep after each attempt
+	 * removes (shmsweep.h); NULL: neither. */
+	const char *shm_nonce;
 };
 
 /* This node's place in the job, decided by the rendezvous. */

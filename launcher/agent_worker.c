@@ -134,6 +134,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		.restart_count = a->restart_count,
 		.max_restarts = a->o->max_restarts,
 		.use_agent_store = a->world.use_agent_store,
+		.shm_nonce = a->cfg.shm_nonce,
 	};
 	int child_fd[2] = {-1, -1}, read_fd[2] = {-1, -1}, file_fd[2] = {-1, -1};
 	struct spawn_req req = {

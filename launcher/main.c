@@ -19,6 +19,7 @@
 #include "nproc.h"
 #include "output.h"
 #include "prog.h"
+#include "shmsweep.h"
 #include "store_server.h"
 #include "watchdog.h"
 
@@ -42,10 +43,11 @@ static void ensure_std_fds(void)
 		close(fd);
 }
 
-/* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here). */
-static void random_run_id(char *buf, size_t len)
+/* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here);
+ * also the shared-memory nonce (len - 1 hex digits, at most 32). */
+static void random_hex(char *buf, size_t len)
 {
-	unsigned char r[16];
+	unsigned char r[16] = {0};
 	size_t i;
 
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
@@ -87,7 +89,7 @@ int main(int argc, char **argv)
 	struct sigaction old_pipe;
 	struct rlimit nofile;
 	uint64_t fdlimit;
-	char err[512], host[256] = "localhost", run_id[40];
+	char err[512], host[256] = "localhost", run_id[40], nonce[SHMSWEEP_NONCE_LEN + 1];
 	int dfl[CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
 	const char *parent_ef;
 
@@ -106,7 +108,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	if (o.standalone) {
-		random_run_id(run_id, sizeof(run_id));
+		random_hex(run_id, sizeof(run_id));
 		o.rdzv_id = run_id;
 	}
 	rc = nproc_resolve(&o, &nproc, err, sizeof(err));
@@ -154,6 +156,8 @@ int main(int argc, char **argv)
 	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
 	cfg.dfl_sigs = dfl;
 	cfg.ndfl_sigs = ndfl;
+	random_hex(nonce, sizeof(nonce));
+	cfg.shm_nonce = nonce;
 	if (uv_loop_init(&loop) != 0) {
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
 		goto out;

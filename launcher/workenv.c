@@ -23,6 +23,8 @@ static const char *const owned[] = {
 	"TORCHELASTIC_RUN_ID",
 	"TORCHELASTIC_USE_AGENT_STORE",
 	"TORCHELASTIC_ERROR_FILE",
+	/* A nested ddprun's workers must name their segments after it. */
+	"DDP_SHM_NONCE",
 };
 
 #define NOWNED (sizeof(owned) / sizeof(owned[0]))
@@ -42,7 +44,7 @@ static bool is_owned(const char *entry)
 
 	/* Cheap first-letter filter: most of the environment starts elsewhere. */
 	if (entry[0] != 'R' && entry[0] != 'L' && entry[0] != 'W' && entry[0] != 'G' &&
-	    entry[0] != 'M' && entry[0] != 'T')
+	    entry[0] != 'M' && entry[0] != 'T' && entry[0] != 'D')
 		return false;
 	for (i = 0; i < NOWNED; i++)
 		if (env_is(entry, owned[i]))
@@ -89,6 +91,8 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	ADD("TORCHELASTIC_RUN_ID", j->run_id);
 	ADD("TORCHELASTIC_USE_AGENT_STORE", j->use_agent_store ? "True" : "False");
 	ADD("TORCHELASTIC_ERROR_FILE", error_file);
+	if (j->shm_nonce != NULL)
+		ADD("DDP_SHM_NONCE", j->shm_nonce);
 	/* torchrun: one thread per worker unless the user chose otherwise. */
 	if (!has_omp && j->local_world_size > 1)
 		ADD("OMP_NUM_THREADS", "1");

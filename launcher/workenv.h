@@ -3,8 +3,9 @@
  * ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
  * OMP_NUM_THREADS=1 when unset and more than one local worker;
- * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset. Everything else is inherited
- * from ddprun's own environment. */
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset; DDP_SHM_NONCE (shmsweep.h),
+ * never inherited. Everything else is inherited from ddprun's own
+ * environment. */
 #ifndef DDP_WORKENV_H
 #define DDP_WORKENV_H
 
@@ -24,6 +25,7 @@ struct workenv_job {
 	int restart_count;
 	int max_restarts;
 	bool use_agent_store;
+	const char *shm_nonce; /* DDP_SHM_NONCE; NULL: unset */
 };
 
 /* The environment of local rank lr: one malloc'd block (pointers then

@@ -37,6 +37,24 @@ def test_crash_mid_collective_fails_the_others_not_hangs(reaper, store):
     assert segments(rid) == []
 
 
+def test_a_leader_that_lives_on_after_a_failure_still_frees_the_other_node(reaper, store):
+    """Rank 3 crashes; rank 2, node 1's leader, sees it, fails, and lives on
+    (a program that handles the error, a slow exit). Node 0's ranks, waiting
+    on the ring in the same all_reduce, fail at once: the leader shut its ring
+    down when its communicator broke. Only that can beat DDP_TIMEOUT."""
+    rid = "linger" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "crash", "3", "--linger", "2"], 2, store, rid,
+                   nnodes=2, extra={"DDP_TIMEOUT": "600"})
+    results = wait_all(procs[:2], timeout=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "all_reduce failed" in err and "leader is gone" in err, err
+    assert procs[2].poll() is None  # still lingering: its exit did not free node 0
+    procs[2].kill()
+    procs[2].wait(timeout=10)
+    assert procs[3].wait(timeout=10) == 7
+
+
 def test_stopped_rank_gives_a_timeout_error(reaper, store):
     rid = "stop" + uuid.uuid4().hex[:8]
     procs = launch(reaper, [prog("ddp_coll"), "stop", "2"], 3, store, rid,

@@ -1,14 +1,26 @@
 /* ddp_coll: drives libddp's collectives for the end-to-end tests.
  *   ddp_coll [--spawn N] check          every dtype x op, broadcast, all_gather, barrier
+ *   ddp_coll where                      each rank first prints where it runs (node,
+ *                                       launcher pid), every rank's as all_gather brought
+ *                                       them, and its established TCP connections; then check
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
- *   ddp_coll [--spawn N] crash RANK     RANK exits (status 7) in the middle of all_reduces
+ *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R]
+ *                                       RANK exits (status 7) in the middle of all_reduces;
+ *                                       --hold-sigterm: every rank blocks SIGTERM until its
+ *                                       collective has failed, then waits for it (so only
+ *                                       libddp's error ends a collective, and a launcher's
+ *                                       stop ends the rank); --linger R: rank R, once
+ *                                       failed, lives on for 600 s
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
  *                                       prints the error (exit 3)
  * Without --spawn it takes its identity from the environment (ddprun, or a test
  * harness). Prints "ok rank R" on success; exits 1 with the error otherwise. */
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +83,12 @@ static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op 
 			if (dt == DDP_INT32 || dt == DDP_INT64)
 				want = trunc(want);
 		}
-		double got = get(buf, dt, i),
-		       tol = dt == DDP_FLOAT16 || dt == DDP_BFLOAT16 ? 0.02 : 1e-6;
+		/* Sums, minima and maxima of these small integers are exact in
+		 * every dtype; only an average may round. */
+		double got = get(buf, dt, i), tol = op != DDP_AVG ? 0
+						    : dt == DDP_FLOAT16 || dt == DDP_BFLOAT16
+							    ? 0.02
+							    : 1e-6;
 		if (fabs(got - want) > tol * (1 + fabs(want))) {
 			fprintf(stderr,
 				"rank %d: all_reduce dtype %d op %d n %zu: [%zu] = %g, want %g\n",
@@ -129,6 +145,97 @@ static int run_check(struct ddp_ctx *ctx)
 	return bad;
 }
 
+/* Is inode one of this process's sockets? */
+static int my_socket(unsigned long inode)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[300], link[64], want[64];
+	int found = 0;
+
+	snprintf(want, sizeof(want), "socket:[%lu]", inode);
+	while (d && !found && (e = readdir(d)) != NULL) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = '\0';
+			found = !strcmp(link, want);
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
+
+/* "ADDR:PORT" as /proc/net/tcp{,6} has it (the address as native 32-bit
+ * words in hex) into "a.b.c.d:port" or "[v6]:port". */
+static void endpoint(const char *hex, int v6, char *out, size_t len)
+{
+	unsigned char a[16];
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+	int words = v6 ? 4 : 1;
+
+	for (int i = 0; i < words; i++) {
+		char w[9] = {0};
+		memcpy(w, hex + 8 * i, 8);
+		uint32_t x = (uint32_t)strtoul(w, NULL, 16);
+		memcpy(a + 4 * i, &x, 4);
+	}
+	sscanf(hex + 8 * words, ":%x", &port);
+	inet_ntop(v6 ? AF_INET6 : AF_INET, a, host, sizeof(host));
+	snprintf(out, len, v6 ? "[%s]:%u" : "%s:%u", host, port);
+}
+
+/* This process's established TCP connections, one "tcp LOCAL REMOTE" line each. */
+static void print_tcp(struct ddp_ctx *ctx)
+{
+	static const char *const files[] = {"/proc/self/net/tcp", "/proc/self/net/tcp6"};
+
+	for (int v6 = 0; v6 < 2; v6++) {
+		FILE *f = fopen(files[v6], "re");
+		char line[512], l[128], r[128], lo[80], ro[80];
+		unsigned st;
+		unsigned long inode;
+
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, " %*s %127s %127s %x %*s %*s %*s %*s %*s %lu", l, r, &st,
+				   &inode) == 4 &&
+			    st == 1 /* ESTABLISHED */ && my_socket(inode)) {
+				endpoint(l, v6, lo, sizeof(lo));
+				endpoint(r, v6, ro, sizeof(ro));
+				ddp_print_force(ctx, "tcp %s %s\n", lo, ro);
+			}
+		fclose(f);
+	}
+}
+
+/* Where this rank runs and whose data reaches it: if the nodes were separate
+ * worlds, no rank would see the other launcher's pid. */
+static int run_where(struct ddp_ctx *ctx)
+{
+	int w = ddp_world_size(ctx);
+	long long mine[2] = {ddp_node_rank(ctx), (long long)getppid()};
+	long long *all = calloc((size_t)w, sizeof(mine));
+	char *line = calloc((size_t)w, 48);
+
+	if (!all || !line)
+		return 1;
+	CHECK(ctx, ddp_all_gather(ctx, mine, all, sizeof(mine)));
+	for (int r = 0; r < w; r++)
+		sprintf(line + strlen(line), " %lld:%lld", all[2 * r], all[2 * r + 1]);
+	ddp_print_force(ctx, "where rank %d local %d of %d node %d of %d world %d launcher %lld\n",
+			ddp_rank(ctx), ddp_local_rank(ctx), ddp_local_world_size(ctx),
+			ddp_node_rank(ctx), ddp_num_nodes(ctx), w, mine[1]);
+	ddp_print_force(ctx, "gathered%s\n", line);
+	print_tcp(ctx);
+	free(all);
+	free(line);
+	return run_check(ctx);
+}
+
 static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
 {
 	size_t n = bytes / 4;
@@ -156,9 +263,19 @@ static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
 	return 0;
 }
 
-static int run_fail(struct ddp_ctx *ctx, int victim, int stop)
+static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **argv)
 {
 	float buf[1024];
+	int linger = -1, hold = 0;
+	sigset_t term;
+
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	for (int i = 0; i < argc; i++)
+		if (!strcmp(argv[i], "--hold-sigterm"))
+			hold = !sigprocmask(SIG_BLOCK, &term, NULL);
+		else if (!strcmp(argv[i], "--linger") && i + 1 < argc)
+			linger = atoi(argv[++i]);
 
 	for (int it = 0; it < 20; it++) {
 		if (it == 10 && ddp_rank(ctx) == victim) {
@@ -177,6 +294,15 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop)
 			rc = ddp_barrier(ctx);
 			fprintf(stderr, "rank %d: then barrier: %s\n", ddp_rank(ctx),
 				ddp_strerror(rc));
+			if (ddp_rank(ctx) == linger) {
+				fprintf(stderr, "rank %d: lingering\n", linger);
+				sleep(600);
+			}
+			if (hold) {
+				/* A SIGTERM that came meanwhile ends the rank now. */
+				sigprocmask(SIG_UNBLOCK, &term, NULL);
+				sleep(600);
+			}
 			return 3;
 		}
 	}
@@ -196,6 +322,8 @@ static int worker(int rank, void *p)
 	}
 	if (!strcmp(mode, "check"))
 		rc = run_check(ctx);
+	else if (!strcmp(mode, "where"))
+		rc = run_where(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {
@@ -209,7 +337,8 @@ static int worker(int rank, void *p)
 		sleep(1);
 		rc = ddp_barrier(ctx) < 0;
 	} else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
-		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"));
+		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"), a->argc - 2,
+			      a->argv + 2);
 	else {
 		fprintf(stderr, "ddp_coll: bad mode\n");
 		rc = 2;

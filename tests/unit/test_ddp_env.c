@@ -115,6 +115,18 @@ static void test_store_use(void **state)
 	assert_int_equal(e.use_store, 1);
 }
 
+static void test_shm_nonce_from_the_launcher(void **state)
+{
+	struct ddp_env e;
+
+	assert_int_equal(parse((const char *[]){NULL}, &e), 0);
+	assert_string_equal(e.shm_nonce, ""); /* not under ddprun: today's name */
+	assert_int_equal(
+		parse((const char *[]){"DDP_SHM_NONCE=0123456789abcdefABCDEF0123456789", NULL}, &e),
+		0);
+	assert_string_equal(e.shm_nonce, "0123456789abcdefABCDEF0123456789");
+}
+
 static void test_missing_local_values_are_derived(void **state)
 {
 	/* env:// style: only RANK/WORLD_SIZE/MASTER_*: one node of everything. */
@@ -176,6 +188,12 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
 	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
 	expect_eenv((const char *[]){"DDP_STORE=no", NULL}, "DDP_STORE='no' is not 0 or 1");
+	/* the nonce ends a file name: nothing that could make it another's */
+	expect_eenv((const char *[]){"DDP_SHM_NONCE=ab-c", NULL},
+		    "DDP_SHM_NONCE='ab-c' is not 1 to 32 letters or digits");
+	expect_eenv((const char *[]){"DDP_SHM_NONCE=../x", NULL}, "DDP_SHM_NONCE");
+	expect_eenv((const char *[]){"DDP_SHM_NONCE=0123456789abcdef0123456789abcdef0", NULL},
+		    "DDP_SHM_NONCE");
 	expect_eenv((const char *[]){"RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "DDP_STORE=0",
 				     NULL},
 		    "DDP_STORE=0 but GROUP_WORLD_SIZE=2: nodes can only meet through the store");
@@ -286,6 +304,7 @@ int main(void)
 		cmocka_unit_test(test_torchrun_environment),
 		cmocka_unit_test(test_missing_local_values_are_derived),
 		cmocka_unit_test(test_store_use),
+		cmocka_unit_test(test_shm_nonce_from_the_launcher),
 		cmocka_unit_test(test_inconsistent_values_are_clear_errors),
 		cmocka_unit_test(test_print_rank_specs),
 		cmocka_unit_test(test_error_texts),

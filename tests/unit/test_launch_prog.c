@@ -152,7 +152,13 @@ static const char *env_get(char **env, const char *name)
 
 static void test_workenv(void **state)
 {
-	char *parent[] = {"PATH=/bin", "RANK=99", "OMP_NUM_THREADS=4", "RANKX=keep", NULL};
+	char *parent[] = {"PATH=/bin",
+			  "RANK=99",
+			  "OMP_NUM_THREADS=4",
+			  "RANKX=keep",
+			  "DDP_SHM_NONCE=outer",
+			  "DDP_TIMEOUT=5",
+			  NULL};
 	struct workenv_job j = {.world_size = 8,
 				.local_world_size = 4,
 				.group_rank = 1,
@@ -164,7 +170,8 @@ static void test_workenv(void **state)
 				.run_id = "job",
 				.restart_count = 2,
 				.max_restarts = 3,
-				.use_agent_store = true};
+				.use_agent_store = true,
+				.shm_nonce = "0123abcd"};
 	char **env = workenv_build(parent, &j, 1, "/l/error.json");
 	int n = 0;
 
@@ -188,9 +195,18 @@ static void test_workenv(void **state)
 	assert_string_equal(env_get(env, "OMP_NUM_THREADS"), "4"); /* the user's */
 	assert_string_equal(env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
 	assert_string_equal(env_get(env, "RANKX"), "keep");
+	assert_string_equal(env_get(env, "DDP_TIMEOUT"), "5");
+	/* this ddprun's, not an outer one's (whose sweep would not see it) */
+	assert_string_equal(env_get(env, "DDP_SHM_NONCE"), "0123abcd");
 	while (env[n] != NULL)
 		n++;
-	assert_int_equal(n, 3 + 17); /* PATH, OMP, RANKX + what ddprun sets */
+	assert_int_equal(n, 4 + 18); /* PATH, OMP, RANKX, DDP_TIMEOUT + what ddprun sets */
+	free(env);
+	/* without a nonce, none reaches the workers, not even an inherited one */
+	j.shm_nonce = NULL;
+	env = workenv_build(parent, &j, 1, "/l/error.json");
+	assert_non_null(env);
+	assert_null(env_get(env, "DDP_SHM_NONCE"));
 	free(env);
 }
 

@@ -79,8 +79,8 @@ static int leader_fail(struct ddpi_cpu *c, int rc)
 	return rc;
 }
 
-static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
-			  int64_t deadline)
+static int all_reduce_steps(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
+			    int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	enum ddp_op partial = op == DDP_AVG ? DDP_SUM : op;
@@ -104,7 +104,7 @@ static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, 
 	return 0;
 }
 
-static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
+static int broadcast_steps(void *be, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int root_local = c->shm ? ddpi_shm_local_of(c->shm, root) : (root == c->env.rank ? 0 : -1);
@@ -124,7 +124,7 @@ static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t de
 	return 0;
 }
 
-static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
+static int all_gather_steps(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int rc;
@@ -151,7 +151,7 @@ static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, 
 	return 0;
 }
 
-static int cpu_barrier(void *be, int64_t deadline)
+static int barrier_steps(void *be, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int rc;
@@ -163,6 +163,39 @@ static int cpu_barrier(void *be, int64_t deadline)
 	if (c->tcp && (rc = ddpi_tcp_barrier(c->tcp, deadline)) < 0)
 		return leader_fail(c, rc);
 	return c->shm ? ddpi_shm_barrier(c->shm, deadline) : 0;
+}
+
+/* Any failure breaks the context for good (collectives.c): a leader tells the
+ * other nodes at once by shutting its ring down, even if this process goes on
+ * living (a program that catches the error, a slow exit). */
+static int broken(void *be, int rc)
+{
+	struct ddpi_cpu *c = be;
+
+	if (rc < 0 && c->tcp)
+		ddpi_tcp_abort(c->tcp);
+	return rc;
+}
+
+static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
+			  int64_t deadline)
+{
+	return broken(be, all_reduce_steps(be, buf, count, dt, op, deadline));
+}
+
+static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
+{
+	return broken(be, broadcast_steps(be, buf, bytes, root, deadline));
+}
+
+static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
+{
+	return broken(be, all_gather_steps(be, send, recv, bytes, deadline));
+}
+
+static int cpu_barrier(void *be, int64_t deadline)
+{
+	return broken(be, barrier_steps(be, deadline));
 }
 
 static int cpu_mem_alloc(void *be, size_t bytes, void **p)

@@ -43,6 +43,7 @@ struct ddp_env {
 	int64_t timeout_ms;	  /* from DDP_TIMEOUT, else the default */
 	int quiet;		  /* DDP_QUIET */
 	int async;		  /* DDP_ASYNC: buckets on a communication thread (1) */
+	char shm_nonce[33];	  /* DDP_SHM_NONCE ("" unset): the launcher's token */
 };
 
 typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);

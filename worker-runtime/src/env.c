@@ -162,6 +162,28 @@ static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	return 0;
 }
 
+/* DDP_SHM_NONCE: ddprun's token, the end of the segment's name, by which
+ * ddprun knows the segments of its own workers (launcher/shmsweep.h). */
+static int parse_nonce(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
+{
+	const char *v = get(fn, arg, "DDP_SHM_NONCE");
+	size_t i, n;
+
+	e->shm_nonce[0] = '\0';
+	if (!v)
+		return 0;
+	n = strlen(v);
+	for (i = 0; i < n; i++)
+		if (!((v[i] >= '0' && v[i] <= '9') || (v[i] >= 'a' && v[i] <= 'z') ||
+		      (v[i] >= 'A' && v[i] <= 'Z')))
+			break;
+	if (n >= sizeof(e->shm_nonce) || i < n)
+		return ddpi_err(DDP_EENV, "DDP_SHM_NONCE='%.40s' is not 1 to %zu letters or digits",
+				v, sizeof(e->shm_nonce) - 1);
+	memcpy(e->shm_nonce, v, n + 1);
+	return 0;
+}
+
 static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
 	const char *v;
@@ -210,7 +232,7 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	e->async = 1;
 	if ((v = get(fn, arg, "DDP_ASYNC")) && util_parse_int(v, 0, 1, &e->async) < 0)
 		return ddpi_err(DDP_EENV, "DDP_ASYNC='%s' is not 0 or 1", v);
-	return 0;
+	return parse_nonce(fn, arg, e);
 }
 
 int ddpi_env_parse(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)

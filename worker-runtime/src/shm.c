@@ -100,7 +100,10 @@ static int pid_alive(int pid)
 	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
 }
 
-/* A name unique to this job attempt and node; run ids may hold any byte. */
+/* A name unique to this job attempt and node; run ids may hold any byte.
+ * Under ddprun it ends in "-a<DDP_SHM_NONCE>", unique to that ddprun process,
+ * which removes what its workers leave (launcher/shmsweep.h): keep the nonce
+ * last. */
 static void make_name(const struct ddp_env *env, char *buf, size_t len)
 {
 	char id[101];
@@ -113,8 +116,8 @@ static void make_name(const struct ddp_env *env, char *buf, size_t len)
 		id[i] = ok ? c : '_';
 	}
 	id[i] = '\0';
-	snprintf(buf, len, "/ddp-%s-r%d-p%d-n%d-u%d", id, env->restart, env->master_port, env->node,
-		 (int)getuid());
+	snprintf(buf, len, "/ddp-%s-r%d-p%d-n%d-u%d%s%s", id, env->restart, env->master_port,
+		 env->node, (int)getuid(), env->shm_nonce[0] ? "-a" : "", env->shm_nonce);
 }
 
 /* CPUs this process may run on (affinity and cpusets included). */

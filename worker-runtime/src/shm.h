@@ -6,9 +6,10 @@
  * waiter count), then per local rank `nslots` staging slots of `slot_bytes`.
  *
  * Lifetime: local rank 0 creates the segment under a name made of the run id,
- * restart count, master port and node; the others open it. As soon as every
- * local rank has mapped it, it is unlinked, so no crash after init can leave it
- * behind (a failure during init unlinks it too).
+ * restart count, master port and node (and ddprun's DDP_SHM_NONCE); the others
+ * open it. As soon as every local rank has mapped it, it is unlinked, so no
+ * crash after init can leave it behind (a failure during init unlinks it too;
+ * if every local rank dies during init, ddprun removes it by its nonce).
  *
  * Synchronization: each rank only ever increments its own counter (publish);
  * waiting means "until peer p's counter reaches t", spinning briefly then

@@ -511,6 +511,15 @@ fail:
 	return rc;
 }
 
+void ddpi_tcp_abort(struct ddpi_tcp *t)
+{
+	/* shutdown, not close: the descriptors stay valid until ddpi_tcp_close. */
+	if (t->left_fd >= 0)
+		shutdown(t->left_fd, SHUT_RDWR);
+	if (t->right_fd >= 0)
+		shutdown(t->right_fd, SHUT_RDWR);
+}
+
 void ddpi_tcp_close(struct ddpi_tcp *t)
 {
 	if (!t)

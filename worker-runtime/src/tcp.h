@@ -36,6 +36,10 @@ int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, in
 /* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
 int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
 int ddpi_tcp_barrier(struct ddpi_tcp *t, int64_t deadline);
+/* This node's communicator failed for good: shut the ring down now, so the
+ * neighbouring leaders fail at once (DDP_EPEER) rather than at their deadline
+ * while this process lives on. Later ring operations fail. */
+void ddpi_tcp_abort(struct ddpi_tcp *t);
 
 #pragma GCC visibility pop
 

@@ -1,0 +1,194 @@
+"""libddp across real ddprun nodes: two agents on loopback (static rendezvous
+and c10d), two ranks each or two plus one, on the cpu backend.
+
+- Every collective (all_reduce of every dtype and op, broadcast from every
+  rank, all_gather, barrier) is checked exactly against what each rank put in.
+- The nodes really form one world, seen from inside the workers: through
+  all_gather every rank sees both launchers' pids (two separate single-node
+  worlds would each see only their own), and each node leader holds a TCP
+  connection whose other end is the other node's leader (the cpu backend's
+  ring; the store connection is closed before ddp_init returns).
+- The README's training job gives the checksum a single rank gets for the
+  same command line.
+- A rank on node 1 that crashes in the middle of all_reduces makes node 0's
+  ranks fail with an error, not hang, and every ddprun exits with its status.
+Every wait is bounded; no timing is asserted."""
+import os
+import re
+import uuid
+
+import pytest
+
+from conftest import binary, free_port, prog, run
+from mnutil import FAST, Agent, clean_env
+
+WHERE = re.compile(r"^\[rank(\d+)\] where rank (\d+) local (\d+) of (\d+) node (\d+) of (\d+) "
+                   r"world (\d+) launcher (\d+)$")
+GATHERED = re.compile(r"^\[rank(\d+)\] gathered((?: \d+:\d+)*)$")
+TCP = re.compile(r"^\[rank(\d+)\] tcp (\S+) (\S+)$")
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+def segments(run_id):
+    return [n for n in os.listdir("/dev/shm") if run_id in n]
+
+
+def two_nodes(reaper, tmp_path, rdzv, nprocs, cmd, env=None, shutdown=5):
+    """One agent per entry of nprocs, started in that order; static: node rank
+    = index; c10d: node ranks by arrival. Returns (agents, run id)."""
+    rid = "mn" + uuid.uuid4().hex[:10]
+    port = free_port()
+    e = clean_env(**{"DDP_BACKEND": "cpu", "DDP_QUIET": "1", "DDP_TIMEOUT": "60", **(env or {})})
+    agents = []
+    for i, n in enumerate(nprocs):
+        if rdzv == "static":
+            args = ["--nnodes", str(len(nprocs)), "--node-rank", str(i), "--master-addr",
+                    "127.0.0.1", "--master-port", str(port)]
+        else:
+            args = ["--nnodes", str(len(nprocs)), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                    f"127.0.0.1:{port}", "--rdzv-conf", FAST]
+        args += ["--rdzv-id", rid, "--nproc-per-node", str(n), "--shutdown-timeout",
+                 str(shutdown), *cmd]
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args, env=e))
+    return agents, rid
+
+
+def finish(agents, timeout=120):
+    return [a.wait(timeout=timeout) for a in agents]
+
+
+JOBS = [("static", [2, 2]), ("static", [2, 1]), ("c10d", [2, 2])]
+IDS = ["static-2+2", "static-2+1", "c10d-2+2"]
+
+
+@pytest.mark.parametrize("rdzv,nprocs", JOBS, ids=IDS)
+def test_every_collective_across_two_nodes(reaper, tmp_path, rdzv, nprocs):
+    agents, rid = two_nodes(reaper, tmp_path, rdzv, nprocs, [prog("ddp_coll"), "where"])
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 0, a.stdout() + a.stderr()
+    world = sum(nprocs)
+    where, gathered, tcp, ok = {}, {}, {}, set()
+    for a in agents:
+        for line in a.stdout().splitlines():
+            if m := WHERE.match(line):
+                r, *vals = (int(x) for x in m.groups())
+                assert vals[0] == r
+                where[r] = dict(zip(["local", "lws", "node", "nnodes", "world", "launcher"],
+                                    vals[1:]), agent=a)
+            elif m := GATHERED.match(line):
+                gathered[int(m[1])] = [tuple(int(x) for x in p.split(":"))
+                                       for p in m[2].split()]
+            elif m := TCP.match(line):
+                tcp.setdefault(int(m[1]), set()).add((m[2], m[3]))
+            elif re.fullmatch(r"\[rank(\d+)\] ok rank \1", line):
+                ok.add(int(line.split()[-1]))
+    # every collective right on every rank
+    assert ok == set(range(world))
+    assert sorted(where) == list(range(world))
+
+    # One world of two nodes, each rank started by its own node's ddprun.
+    pids = {a.p.pid for a in agents}
+    node_of_agent = {}
+    for r, w in where.items():
+        assert (w["world"], w["nnodes"]) == (world, 2), w
+        assert w["launcher"] == w["agent"].p.pid  # printed by the agent that started it
+        assert node_of_agent.setdefault(w["launcher"], w["node"]) == w["node"]
+    assert sorted(node_of_agent.values()) == [0, 1]
+    for a, n in zip(agents, nprocs):
+        ranks = sorted(r for r, w in where.items() if w["agent"] is a)
+        assert [where[r]["local"] for r in ranks] == list(range(n))
+        assert {where[r]["lws"] for r in ranks} == {n}
+    # Ranks are numbered node by node.
+    assert [where[r]["node"] for r in range(world)] == sorted(w["node"] for w in where.values())
+
+    # What all_gather brought every rank: both launchers, in rank order.
+    truth = [(where[r]["node"], where[r]["launcher"]) for r in range(world)]
+    assert {p for _, p in truth} == pids
+    for r in range(world):
+        assert gathered[r] == truth, r
+
+    # The TCP ring: the node leaders are connected to each other, directly;
+    # no other rank holds a connection.
+    leaders = [r for r in range(world) if where[r]["local"] == 0]
+    assert sorted(tcp) == leaders
+    first, second = (tcp[r] for r in leaders)
+    assert first and {(rem, loc) for loc, rem in first} == second
+
+    for a in agents:
+        assert "removed /dev/shm" not in a.stderr()
+    assert segments(rid) == []
+
+
+@pytest.fixture(scope="module")
+def single_rank():
+    """Rank 0's output of one rank on one node, per command line."""
+    cache = {}
+
+    def get(args):
+        if args not in cache:
+            r = run([binary("ddprun"), "--nproc-per-node=1", binary("train"), *args],
+                    timeout=120, env=clean_env(DDP_QUIET="1"))
+            assert r.returncode == 0, r.stderr
+            cache[args] = r.stdout
+        return cache[args]
+    return get
+
+
+def results(out):
+    return [l for l in out.splitlines() if l.startswith(("epoch", "checksum"))]
+
+
+TRAIN = [("static", [2, 2], ()), ("static", [2, 1], ("--batch", "48", "--samples", "4608")),
+         ("c10d", [1, 3], ())]
+
+
+@pytest.mark.parametrize("rdzv,nprocs,args", TRAIN, ids=["static-2+2", "static-2+1", "c10d-1+3"])
+def test_training_across_two_nodes_matches_one_rank(reaper, tmp_path, single_rank, rdzv, nprocs,
+                                                    args):
+    agents, rid = two_nodes(reaper, tmp_path, rdzv, nprocs,
+                            [binary("train"), "--check-sync", *args])
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 0, a.stdout() + a.stderr()
+    # rank 0 alone prints, on whichever node it is
+    outs = [a.stdout() for a in agents if a.stdout()]
+    assert len(outs) == 1, outs
+    world = sum(nprocs)
+    assert outs[0].startswith(f"train: {world} rank(s)")
+    assert f"parameters identical on all {world} rank(s) after every step" in outs[0]
+    one = results(single_rank(args))
+    assert one[-1].startswith("checksum ")
+    assert results(outs[0]) == one
+    assert segments(rid) == []
+
+
+@pytest.mark.parametrize("victim", [2, 3], ids=["node-1-leader", "node-1-other"])
+def test_a_crash_on_node_1_fails_node_0s_ranks_with_an_error(reaper, tmp_path, victim):
+    """Rank 2 (node 1's leader: its ring connections drop) or rank 3 (its
+    leader must carry the failure across) exits with status 7 in the middle of
+    all_reduces. Every rank blocks SIGTERM until its all_reduce has failed, so
+    ddprun's stop cannot end a collective: libddp's error must. Then the ranks
+    wait for the stop (a rank exiting on its own after the error would be a
+    second failure racing the crash to be the job's root cause). DDP_TIMEOUT
+    and the shutdown timeout lie beyond the test's deadline: a hang fails it."""
+    agents, rid = two_nodes(reaper, tmp_path, "static", [2, 2],
+                            [prog("ddp_coll"), "crash", str(victim), "--hold-sigterm"],
+                            env={"DDP_TIMEOUT": "600"}, shutdown=600)
+    assert finish(agents, timeout=90) == [7, 7], [a.stderr() for a in agents]
+    node0, node1 = (a.stderr() for a in agents)
+    for r in (0, 1):
+        assert re.search(rf"^rank {r}: all_reduce failed: a peer rank exited or disconnected",
+                         node0, re.M), node0
+        assert f"rank {r}: then barrier: communicator broken" in node0
+    assert "timed out" not in node0
+    assert f"rank {victim}: exiting now" in node1
+    # node 0 reports the root cause on node 1
+    report = node0[node0.index("Root Cause"):]
+    assert f"rank      : {victim} (local_rank: {victim - 2})" in report
+    assert "exitcode  : 7" in report
+    assert segments(rid) == []
