@@ -30,10 +30,17 @@ size_t store_conn_out_bytes(const struct store_conn *c)
 	return c->out.len + c->out_inflight;
 }
 
+static void unblock_noop(uv_idle_t *h)
+{
+	(void)h;
+}
+
 void store_conn_mark_dirty(struct store_conn *c)
 {
 	if (c->dirty || c->closing)
 		return;
+	if (c->s->dirty == NULL && !c->s->closing)
+		uv_idle_start(&c->s->unblock, unblock_noop);
 	c->dirty = true;
 	c->dirty_next = c->s->dirty;
 	c->s->dirty = c;
@@ -184,6 +191,7 @@ void store_server_flush(uv_check_t *h)
 		if (!c->closing && c->paused && store_conn_out_bytes(c) <= s->o.max_conn_buffer / 2)
 			conn_resume(c);
 	}
+	uv_idle_stop(&s->unblock);
 }
 
 /* ---- reading -------------------------------------------------------------------- */

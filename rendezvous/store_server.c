@@ -329,7 +329,10 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 	s->flush.data = s;
 	uv_check_start(&s->flush, store_server_flush);
 	uv_unref((uv_handle_t *)&s->flush);
-	s->open_handles++;
+	uv_idle_init(loop, &s->unblock);
+	s->unblock.data = s;
+	uv_unref((uv_handle_t *)&s->unblock);
+	s->open_handles += 2;
 	/* Port 0 on several addresses: the port the first one got may be taken
 	 * on another; try a few fresh ports. */
 	for (attempt = 0;; attempt++) {
@@ -342,6 +345,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		s->closing = true;
 		close_listeners(s);
 		uv_close((uv_handle_t *)&s->flush, on_handle_closed);
+		uv_close((uv_handle_t *)&s->unblock, on_handle_closed);
 		return rc; /* freed from the loop once the handles are closed */
 	}
 	s->port = rc;
@@ -369,6 +373,7 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 		store_conn_close(c, NULL);
 	}
 	uv_close((uv_handle_t *)&s->flush, on_handle_closed);
+	uv_close((uv_handle_t *)&s->unblock, on_handle_closed);
 }
 
 unsigned store_server_num_conns(const struct store_server *s)

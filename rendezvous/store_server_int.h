@@ -46,7 +46,12 @@ struct store_server {
 	unsigned nconns;
 	struct store_conn *dirty;
 	uv_check_t flush; /* after each poll: hand every dirty reply to libuv */
-	uint8_t *rbuf;	  /* shared read buffer; every read is consumed at once */
+	/* Active while replies are queued: replies queued outside the poll phase
+	 * (a write callback deferred to the pending phase resuming a paused
+	 * connection) must not wait for an event that never comes, so poll may
+	 * not block until they are flushed. */
+	uv_idle_t unblock;
+	uint8_t *rbuf; /* shared read buffer; every read is consumed at once */
 	bool closing;
 	unsigned open_handles;
 	void (*done)(void *arg);

@@ -26,6 +26,10 @@ def test_both_dialects_share_one_key_space(srv):
     a = connect(srv.port, v2=False)
     b = connect(srv.port)
     a.sendall(bytes([V1["SET"]]) + s("/shared") + s("from-1.x"))
+    # SET has no reply: a CHECK on the same connection says it was applied
+    # (two connections' requests are served in no particular order).
+    a.sendall(bytes([V1["CHECK"]]) + keys("/shared"))
+    assert recv_exact(a, 1) == b"\x00"  # READY
     b.sendall(bytes([V2["GET"]]) + s("/shared"))
     assert recv_bytes(b) == b"from-1.x"
     b.sendall(bytes([V2["ADD"]]) + s("/n") + i64(41))
@@ -241,6 +245,15 @@ def test_a_client_that_never_reads_is_paused_not_buffered():
         c.settimeout(30)
         for _ in range(200):
             assert len(recv_bytes(c)) == 256 << 10
+        # Pause and resume many times while the client reads as fast as it
+        # can: a write that completes at once defers its callback past the
+        # poll phase, and the replies it lets through must still be sent
+        # (this hung once in a while before the server kept poll from
+        # blocking while replies were queued).
+        for _ in range(10):
+            c.sendall((bytes([V2["GET"]]) + s("/big")) * 40)
+            for _ in range(40):
+                assert len(recv_bytes(c)) == 256 << 10
         c.close()
     finally:
         assert sv.close() == 0
