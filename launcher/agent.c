@@ -18,6 +18,7 @@
 #include "signame.h"
 
 static void check_progress(struct agent *a);
+static bool reap(struct agent *a);
 
 void agent_say(const char *fmt, ...)
 {
@@ -127,6 +128,11 @@ static void on_kill_timer(uv_timer_t *t)
  * SIGKILL after the shutdown timeout. Repeated stops only forward sig. */
 static void begin_stop(struct agent *a, int sig, enum agent_after after)
 {
+	/* A worker that exited before the stop signals failed on its own, even
+	 * if this loop has not heard of it yet (a stopped ddprun, the other
+	 * nodes' end arriving first): it may be the root cause. */
+	if (a->state == AS_RUNNING)
+		reap(a);
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
 		kill_all(a, sig);
 		if (sig == SIGKILL)
@@ -145,23 +151,17 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	}
 }
 
-static int64_t epoch_now(void)
-{
-	return (int64_t)time(NULL);
-}
-
 static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
 {
 	struct report_entry *e = &a->failures[a->nfailures];
 
+	/* Observed now: the root-cause rule orders failures by this time. */
 	if (report_entry_init(e, a->world.rank_offset + w->local_rank, w->local_rank, w->pid,
-			      wstatus, w->error_file, epoch_now()) != 0) {
+			      wstatus, w->error_file, report_now_us()) != 0) {
 		report_entry_free(e);
 		return; /* out of memory: the exit status still tells */
 	}
 	a->nfailures++;
-	if (a->nfailures == 1 && a->has_coord && a->coord.failed != NULL)
-		a->coord.failed(a, e, report_exit_status(e), a->coord.arg);
 }
 
 static struct agent_worker *find_worker(struct agent *a, pid_t pid)
@@ -193,10 +193,13 @@ static int update_groups(struct agent *a)
 	return live;
 }
 
-static void on_sigchld(uv_signal_t *h, int signum)
+/* Reap every exited child; true when a worker failed on its own. Failures
+ * are recorded while the workers run: after the stop signals, exits are
+ * ours to cause. */
+static bool reap(struct agent *a)
 {
-	struct agent *a = h->data;
-	bool failed_now = false;
+	bool failed = false;
+	size_t before = a->nfailures;
 	int wstatus;
 	pid_t pid;
 
@@ -215,14 +218,28 @@ static void on_sigchld(uv_signal_t *h, int signum)
 		a->nrunning--;
 		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 			continue;
-		/* Failures seen in the same batch as the first one are reported
-		 * too; after the stop signals, exits are ours to cause. */
 		if (a->state == AS_RUNNING) {
 			record_failure(a, w, wstatus);
-			failed_now = true;
+			failed = true;
 		}
 	}
-	if (failed_now && a->state == AS_RUNNING)
+	/* The attempt's first failures: tell the other nodes the root cause
+	 * among them at once. */
+	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL) {
+		const struct report_entry *e =
+			&a->failures[report_root_cause(a->failures, a->nfailures)];
+
+		a->coord.failed(a, e, report_exit_status(e), a->coord.arg);
+	}
+	return failed;
+}
+
+static void on_sigchld(uv_signal_t *h, int signum)
+{
+	struct agent *a = h->data;
+
+	/* Failures seen in the same batch as the first one are reported too. */
+	if (reap(a) && a->state == AS_RUNNING)
 		begin_stop(a, SIGTERM, AFTER_DECIDE);
 	check_progress(a);
 }

@@ -23,9 +23,10 @@
  *  - rendezvous(): called before each attempt; the coordinator answers with
  *    agent_rendezvous_done() once it knows this node's place in the world
  *    (restart count included: the coordinator's is authoritative).
- *  - failed(): the first local failure of an attempt, as soon as it is seen
- *    (before the local workers are stopped), with its report entry and the
- *    exit status it implies, so other nodes can be told at once.
+ *  - failed(): the first local failures of an attempt, as soon as they are
+ *    seen (before the local workers are stopped): the root cause among them
+ *    (report.h) with the exit status it implies, so other nodes can be told
+ *    at once.
  *  - finished(): no local worker runs any more and the agent has nothing left
  *    to do on its own: status 0 (success), a local failure's status, or
  *    128+signal after a signal (agent_signalled() then says so; the agent

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "signame.h"
@@ -74,7 +73,6 @@ static void on_connect(struct store_async *h, int status, void *arg)
 static void on_lost(struct store_async *h, int reason, void *arg)
 {
 	struct coord *c = arg;
-	int status = COORD_EXIT_LOST;
 
 	if (h == c->A)
 		c->a_up = false;
@@ -83,13 +81,12 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 	if (c->phase == CP_LEAVE || c->phase == CP_QUIT)
 		return;
 	if (c->phase == CP_REPORT) { /* the report is as complete as it gets */
-		coord_leave(c);
+		coord_report_local(c);
 		return;
 	}
-	if (c->end_known && c->end.kind == RDZV_END_FAIL)
-		status = c->end.status;
-	coord_fail(c, status, "lost the rendezvous store at %s:%d (%s): stopping the workers",
-		   c->store_host, c->store_port, store_strerror(reason));
+	coord_fail(c, coord_local_status(c),
+		   "lost the rendezvous store at %s:%d (%s): stopping the workers", c->store_host,
+		   c->store_port, store_strerror(reason));
 }
 
 static int connect_both(struct coord *c)
@@ -220,8 +217,10 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 	else if (e->rank >= 0)
 		snprintf(buf, len,
 			 "rank %d (local rank %d) on node %d (host %.200s) failed with exit "
-			 "status %d",
-			 e->rank, e->local_rank, e->node, e->host, e->status);
+			 "status %d%s%.200s%s",
+			 e->rank, e->local_rank, e->node, e->host, e->status,
+			 e->caused_by[0] ? " (because " : "", e->caused_by,
+			 e->caused_by[0] ? ")" : "");
 	else if (e->signal > 0)
 		snprintf(buf, len, "node %d (host %.200s) received %s", e->node, e->host,
 			 signame_of(e->signal, sname, sizeof(sname)));
@@ -373,7 +372,9 @@ static void hook_failed(struct agent *a, const struct report_entry *root, int st
 	e.local_rank = root->local_rank;
 	e.pid = (int)root->pid;
 	e.status = status;
-	e.time = root->timestamp;
+	e.time_us = root->time_us;
+	if (root->caused_by != NULL)
+		snprintf(e.caused_by, sizeof(e.caused_by), "%s", root->caused_by);
 	publish_fail(c, &e, NULL);
 }
 
@@ -410,7 +411,7 @@ static void on_signal(struct coord *c, int status)
 		e.status = status;
 		e.signal = sig;
 		e.final = true;
-		e.time = (int64_t)time(NULL);
+		e.time_us = report_now_us();
 		publish_fail(c, &e, publish_then_leave);
 		return;
 	}
@@ -461,7 +462,7 @@ static void hook_finished(struct agent *a, int status, void *arg)
 			snprintf(e.host, sizeof(e.host), "%s", c->host);
 			e.pid = (int)getpid();
 			e.status = status;
-			e.time = (int64_t)time(NULL);
+			e.time_us = report_now_us();
 			publish_fail(c, &e, NULL);
 		}
 		break;

@@ -128,9 +128,25 @@ void coord_live_stop(struct coord *c);
 void coord_barrier(struct coord *c);
 
 /* coord_report.c */
+/* Publish this node's failures, wait (bounded) for every other
+ * participant's, decide the job's status and root cause, report, leave. */
 void coord_report(struct coord *c);
+/* The same from this node's failures alone (the others' cannot be read). */
+void coord_report_local(struct coord *c);
 /* r<round>/failures/<rank>: this node's failures (maybe none). */
 void coord_publish_failures(struct coord *c);
+/* The job's verdict from the round's end and the failures of every list
+ * that came (e[0..n); missing: a participant not known lost sent none): the
+ * root-cause rule (report.h) over them, and over the end's own failure when
+ * no list holds it (a signal, a node that could not start its workers).
+ * *root: the entry that decides the status, or n when none does (the end's
+ * own failure, or COORD_EXIT_LOST: a lost node or store with no primary
+ * worker failure, or a secondary root whose cause some node never told). */
+void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, size_t n, bool missing,
+		   int *status, size_t *root);
+/* The status when the store is lost: the verdict over this node's failures
+ * and the end, if known. */
+int coord_local_status(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);

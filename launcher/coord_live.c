@@ -88,9 +88,7 @@ static void tick(uv_timer_t *t)
 	if (c->hb_pending) {
 		/* Our own store answers from this loop: only a remote one is lost. */
 		if (c->server == NULL && now - c->hb_sent_ms > c->conf->heartbeat_timeout_ms) {
-			coord_fail(c,
-				   c->end_known && c->end.kind == RDZV_END_FAIL ? c->end.status
-										: COORD_EXIT_LOST,
+			coord_fail(c, coord_local_status(c),
 				   "no reply from the rendezvous store at %s:%d for %.1f s: "
 				   "stopping the workers",
 				   c->store_host, c->store_port,

@@ -1,8 +1,11 @@
-/* coord_report: after a failure that ends the job, each node publishes its
- * local failures (r<r>/failures/<rank>, a JSON list of torchelastic report
- * entries with their host) and prints them in torchrun's layout; the node of
- * rank 0 waits (bounded) for every other node's list and prints the combined
- * summary instead, root cause (the round's end) first. */
+/* coord_report: after a failure that ends the job, every node publishes its
+ * local failures (r<r>/failures/<rank>: a JSON list of report entries with
+ * their host, observed time and libddp's secondary-failure marker), waits
+ * (bounded) for the list of every other participant that is not known lost,
+ * and applies the root-cause rule (report.h) to all of them: every node
+ * reads the same lists, so every node ends with the same status, whichever
+ * failure won the race to set the round's end. Node 0 prints the combined
+ * report, root cause first; the others print their own failures. */
 #include "coord_int.h"
 
 #include <cJSON.h>
@@ -30,7 +33,9 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 		cJSON_AddNumberToObject(o, "local_rank", e[i].local_rank);
 		cJSON_AddNumberToObject(o, "pid", (double)e[i].pid);
 		cJSON_AddNumberToObject(o, "exitcode", e[i].exitcode);
-		cJSON_AddNumberToObject(o, "time", (double)e[i].timestamp);
+		cJSON_AddNumberToObject(o, "time_us", (double)e[i].time_us);
+		if (e[i].caused_by != NULL)
+			cJSON_AddStringToObject(o, "caused_by", e[i].caused_by);
 		if (e[i].error_file != NULL)
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
@@ -42,101 +47,212 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 	return s;
 }
 
-static char *dup_str(const cJSON *o, const char *name)
+static char *dup_str(const cJSON *o, const char *name, size_t max)
 {
 	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
 
-	return cJSON_IsString(f) ? strdup(f->valuestring) : NULL;
+	return cJSON_IsString(f) ? strndup(f->valuestring, max) : NULL;
 }
 
 static int num(const cJSON *o, const char *name)
 {
 	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
 
-	return cJSON_IsNumber(f) ? (int)f->valuedouble : 0;
+	return cJSON_IsNumber(f) && f->valuedouble >= -2147483648.0 &&
+			       f->valuedouble <= 2147483647.0
+		       ? (int)f->valuedouble
+		       : 0;
 }
 
-/* Append the entries of one node's list to *e (grown); the index of the
- * entry for global rank root_rank in *root when it is there. */
-static void add_entries(const void *v, size_t len, struct report_entry **e, size_t *n,
-			int root_rank, size_t *root)
+/* Append one node's list to *e (grown). 0, or -1 when v is no list. */
+static int add_entries(const void *v, size_t len, struct report_entry **e, size_t *n)
 {
 	cJSON *list = len > 0 ? cJSON_ParseWithLength(v, len) : NULL;
 	const cJSON *o;
 
 	if (!cJSON_IsArray(list)) {
 		cJSON_Delete(list);
-		return;
+		return -1;
 	}
 	cJSON_ArrayForEach(o, list)
 	{
 		struct report_entry *grown = realloc(*e, (*n + 1) * sizeof(**e));
 		struct report_entry *x;
-		const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time");
+		const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time_us");
 
-		if (grown == NULL || !cJSON_IsObject(o))
+		if (grown == NULL)
 			break;
 		*e = grown;
+		if (!cJSON_IsObject(o))
+			continue;
 		x = &(*e)[*n];
 		memset(x, 0, sizeof(*x));
 		x->global_rank = num(o, "rank");
 		x->local_rank = num(o, "local_rank");
 		x->pid = (pid_t)num(o, "pid");
 		x->exitcode = num(o, "exitcode");
-		x->timestamp = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
-		x->error_file = dup_str(o, "error_file");
-		x->message = dup_str(o, "message");
-		x->host = dup_str(o, "host");
+		x->time_us = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
+		x->caused_by = dup_str(o, "caused_by", REPORT_CAUSE_MAX);
+		x->error_file = dup_str(o, "error_file", 4096);
+		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
+		x->host = dup_str(o, "host", RDZV_HOST_MAX);
 		if (x->message == NULL)
 			x->message = strdup("");
 		if (x->message == NULL) {
 			report_entry_free(x);
 			break;
 		}
-		if (x->global_rank == root_rank)
-			*root = *n;
 		(*n)++;
 	}
 	cJSON_Delete(list);
+	return 0;
 }
 
-static void print_combined(struct coord *c, size_t n, const void *const *vals, const size_t *lens)
+void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, size_t n, bool missing,
+		   int *status, size_t *root)
 {
-	struct report_entry *e = NULL;
-	size_t ne = 0, i, root = (size_t)-1, local;
-	const struct report_entry *mine = agent_failures(c->agent, &local);
-	int root_rank = c->end.kind == RDZV_END_FAIL ? c->end.rank : -1;
+	size_t best = report_root_cause(e, n), i;
+	bool listed = false;
+	struct report_entry x = {0};
 
-	for (i = 0; i < n; i++) {
-		if ((int)i == c->rank) {
-			char *own = entries_json(mine, local, c->host);
-
-			if (own != NULL)
-				add_entries(own, strlen(own), &e, &ne,
-					    c->end.node == c->rank ? root_rank : -1, &root);
-			free(own);
-			continue;
-		}
-		add_entries(vals[i], lens[i], &e, &ne, c->end.node == (int)i ? root_rank : -1,
-			    &root);
+	*root = n;
+	if (end->kind != RDZV_END_FAIL) {
+		/* A lost node (or store): 75, unless a worker failed on its own. */
+		if (n > 0 && e[best].caused_by == NULL)
+			*root = best;
+		*status = *root < n ? report_exit_status(&e[best]) : COORD_EXIT_LOST;
+		return;
 	}
-	if (ne > 0)
-		agent_report(c->agent, e, ne, root < ne ? root : report_root_cause(e, ne));
-	for (i = 0; i < ne; i++)
+	/* The end's own failure takes part when no list holds it: a signal, a
+	 * node that could not run its workers, a worker whose node's list never
+	 * came. */
+	x.global_rank = end->rank;
+	x.time_us = end->time_us;
+	x.caused_by = end->caused_by[0] ? (char *)end->caused_by : NULL;
+	for (i = 0; i < n && end->rank >= 0; i++)
+		listed |= e[i].global_rank == end->rank;
+	if (!listed && (n == 0 || report_cause_before(&x, &e[best]))) {
+		/* Caused by another rank's failure that no list shows: lost. */
+		*status = x.caused_by != NULL && missing ? COORD_EXIT_LOST : end->status;
+		return;
+	}
+	if (e[best].caused_by != NULL && missing) {
+		*status = COORD_EXIT_LOST; /* the cause is on a node that never told */
+		return;
+	}
+	*root = best;
+	*status = report_exit_status(&e[best]);
+}
+
+int coord_local_status(struct coord *c)
+{
+	struct rdzv_end lost = {.kind = RDZV_END_LOST, .rank = -1};
+	const struct report_entry *mine = NULL;
+	size_t n = 0, root;
+	int status;
+
+	if (c->agent != NULL)
+		mine = agent_failures(c->agent, &n);
+	coord_verdict(c->end_known && c->end.kind == RDZV_END_FAIL ? &c->end : &lost, mine, n, true,
+		      &status, &root);
+	return status;
+}
+
+/* The node a global rank of this round runs on (-1: none). */
+static int node_of(const struct coord *c, int rank)
+{
+	int i, first = 0;
+
+	for (i = 0; c->nodes != NULL && i < c->nnodes; i++) {
+		if (rank >= first && rank < first + c->nodes[i].nproc)
+			return i;
+		first += c->nodes[i].nproc;
+	}
+	return -1;
+}
+
+/* Decide from the entries of every list that came (missing: not all did),
+ * say so where the end named another failure, report, leave. */
+static void conclude(struct coord *c, struct report_entry *e, size_t n, bool missing)
+{
+	size_t root;
+	int status;
+
+	coord_verdict(&c->end, e, n, missing, &status, &root);
+	if (root < n && e[root].global_rank != c->end.rank)
+		agent_say("root cause (first observed failure): rank %d (local rank %d) on node %d "
+			  "(host %.200s), exit status %d",
+			  e[root].global_rank, e[root].local_rank, node_of(c, e[root].global_rank),
+			  e[root].host ? e[root].host : c->host, status);
+	else if (root == n && status == COORD_EXIT_LOST && c->end.kind == RDZV_END_FAIL)
+		agent_say("not every node sent its failures in time, and every failure seen was "
+			  "caused by another rank's: a node was lost");
+	c->status = status;
+	if (c->rank == 0)
+		agent_report(c->agent, e, n, root < n ? root : report_root_cause(e, n));
+	else
+		agent_report(c->agent, NULL, 0, 0);
+	coord_leave(c);
+}
+
+static void free_entries(struct report_entry *e, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
 		report_entry_free(&e[i]);
 	free(e);
+}
+
+/* This node's own failures, as the others read them. */
+static void add_mine(struct coord *c, struct report_entry **e, size_t *n)
+{
+	size_t local;
+	const struct report_entry *mine = agent_failures(c->agent, &local);
+	char *own = entries_json(mine, local, c->host);
+
+	if (own != NULL)
+		add_entries(own, strlen(own), e, n);
+	free(own);
+}
+
+void coord_report_local(struct coord *c)
+{
+	struct report_entry *e = NULL;
+	size_t n = 0;
+
+	add_mine(c, &e, &n);
+	conclude(c, e, n, c->nnodes > 1);
+	free_entries(e, n);
+}
+
+static bool lost_node(const struct coord *c, size_t i)
+{
+	return c->end.kind == RDZV_END_LOST && c->end.node == (int)i;
 }
 
 static void on_collected(int status, size_t n, const void *const *vals, const size_t *lens,
 			 void *arg)
 {
 	struct coord *c = arg;
+	struct report_entry *e = NULL;
+	size_t ne = 0, i;
+	bool missing = false;
 
 	if (c->phase != CP_REPORT)
 		return;
-	if (status == 0 && n == (size_t)c->nnodes)
-		print_combined(c, n, vals, lens);
-	coord_leave(c);
+	if (status != 0 || n != (size_t)c->nnodes) {
+		coord_report_local(c);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		if ((int)i == c->rank)
+			add_mine(c, &e, &ne);
+		else if (!lost_node(c, i) && add_entries(vals[i], lens[i], &e, &ne) != 0)
+			missing = true; /* it never told (or not in time) */
+	}
+	conclude(c, e, ne, missing);
+	free_entries(e, ne);
 }
 
 /* Keys r<r>/failures/<i> for every node. */
@@ -156,7 +272,7 @@ static void on_waited(int status, void *arg)
 	keys = failure_keys(c);
 	if (keys == NULL ||
 	    store_async_multi_get(c->W, keys, (size_t)c->nnodes, on_collected, c) != 0)
-		coord_leave(c);
+		coord_report_local(c);
 	free(keys);
 }
 
@@ -178,16 +294,16 @@ void coord_report(struct coord *c)
 	const char **keys, **wait;
 
 	coord_publish_failures(c);
-	if (c->rank != 0 || !c->w_up || c->nnodes < 2) {
-		agent_report(c->agent, NULL, 0, 0);
-		coord_leave(c);
+	if (!c->w_up || !c->in_round || c->nnodes < 2) {
+		coord_report_local(c);
 		return;
 	}
-	/* Rank 0: every other node's list, but a lost node's. */
+	/* Every other participant's list, but a lost node's: the same lists on
+	 * every node, so the same verdict. */
 	keys = failure_keys(c);
 	wait = keys ? malloc((size_t)c->nnodes * sizeof(*wait)) : NULL;
 	for (i = 0; wait != NULL && i < (size_t)c->nnodes; i++)
-		if ((int)i != c->rank && !(c->end.kind == RDZV_END_LOST && c->end.node == (int)i))
+		if ((int)i != c->rank && !lost_node(c, i))
 			wait[k++] = keys[i];
 	if (wait == NULL || k == 0 ||
 	    store_async_wait(c->W, wait, k, c->o->shutdown_timeout_ms + REPORT_SLACK_MS, on_waited,

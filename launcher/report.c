@@ -51,39 +51,37 @@ out:
 	return buf;
 }
 
-/* "1693822223" or 1693822223. */
-static int json_epoch(const cJSON *v, int64_t *out)
+/* libddp's marker of a secondary failure (report.h): one line, cut to
+ * REPORT_CAUSE_MAX. */
+static int cause_of(const cJSON *extra, char **caused_by)
 {
-	if (cJSON_IsNumber(v)) {
-		*out = (int64_t)v->valuedouble;
-		return 0;
-	}
-	if (cJSON_IsString(v)) {
-		double d;
-		char *end;
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(extra, "ddp_caused_by");
+	char *p;
 
-		d = strtod(v->valuestring, &end);
-		if (end != v->valuestring && *end == '\0') {
-			*out = (int64_t)d;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	if (!cJSON_IsString(v) || v->valuestring[0] == '\0')
+		return 0;
+	*caused_by = strndup(v->valuestring, REPORT_CAUSE_MAX);
+	if (*caused_by == NULL)
+		return -ENOMEM;
+	for (p = *caused_by; *p != '\0'; p++)
+		if ((unsigned char)*p < ' ')
+			*p = ' ';
+	return 0;
 }
 
-int report_parse_error_json(const char *json, size_t len, char **message, int64_t *timestamp)
+int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by)
 {
 	cJSON *root = cJSON_ParseWithLength(json, len);
 	const cJSON *msg;
 	const char *text = NULL;
 	int rc = -EINVAL;
 
+	*caused_by = NULL;
 	if (root == NULL)
 		return -EINVAL;
 	msg = cJSON_GetObjectItemCaseSensitive(root, "message");
 	if (cJSON_IsString(msg)) {
 		text = msg->valuestring;
-		json_epoch(cJSON_GetObjectItemCaseSensitive(root, "timestamp"), timestamp);
 	} else if (cJSON_IsObject(msg)) {
 		const cJSON *extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
 		const cJSON *stack = cJSON_GetObjectItemCaseSensitive(extra, "py_callstack");
@@ -96,7 +94,10 @@ int report_parse_error_json(const char *json, size_t len, char **message, int64_
 			text = m->valuestring;
 		else
 			text = "<N/A>";
-		json_epoch(cJSON_GetObjectItemCaseSensitive(extra, "timestamp"), timestamp);
+		if (cause_of(extra, caused_by) != 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	if (text != NULL) {
 		size_t n = strlen(text);
@@ -106,12 +107,17 @@ int report_parse_error_json(const char *json, size_t len, char **message, int64_
 		*message = strndup(text, n);
 		rc = *message ? 0 : -ENOMEM;
 	}
+out:
+	if (rc != 0) {
+		free(*caused_by);
+		*caused_by = NULL;
+	}
 	cJSON_Delete(root);
 	return rc;
 }
 
 int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
-		      int wstatus, const char *error_file, int64_t now)
+		      int wstatus, const char *error_file, int64_t time_us)
 {
 	char buf[160], sname[32];
 	size_t len = 0;
@@ -121,7 +127,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 	e->local_rank = local_rank;
 	e->pid = pid;
 	e->exitcode = WIFSIGNALED(wstatus) ? -WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
-	e->timestamp = now;
+	e->time_us = time_us;
 	if (error_file != NULL)
 		e->error_json = slurp(error_file, &len);
 	if (e->error_json != NULL) {
@@ -130,7 +136,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 		e->error_file = strdup(error_file);
 		if (e->error_file == NULL)
 			return -ENOMEM;
-		rc = report_parse_error_json(e->error_json, len, &e->message, &e->timestamp);
+		rc = report_parse_error_json(e->error_json, len, &e->message, &e->caused_by);
 		if (rc == -ENOMEM)
 			return rc;
 		if (rc == 0)
@@ -148,6 +154,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 
 void report_entry_free(struct report_entry *e)
 {
+	free(e->caused_by);
 	free(e->error_file);
 	free(e->message);
 	free(e->error_json);
@@ -162,14 +169,33 @@ int report_exit_status(const struct report_entry *e)
 	return e->exitcode;
 }
 
+bool report_cause_before(const struct report_entry *a, const struct report_entry *b)
+{
+	bool a2 = a->caused_by != NULL, b2 = b->caused_by != NULL;
+
+	if (a2 != b2)
+		return !a2; /* a primary failure caused what followed it */
+	if (a->time_us != b->time_us)
+		return a->time_us < b->time_us;
+	return a->global_rank < b->global_rank;
+}
+
 size_t report_root_cause(const struct report_entry *e, size_t n)
 {
 	size_t i, best = 0;
 
 	for (i = 1; i < n; i++)
-		if (e[i].timestamp < e[best].timestamp)
+		if (report_cause_before(&e[i], &e[best]))
 			best = i;
 	return best;
+}
+
+int64_t report_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Growable text. */
@@ -227,13 +253,15 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 {
 	char when[32];
 	struct tm tm;
-	time_t ts = (time_t)e->timestamp;
+	/* Floor division: a time before 1970 still shows a valid fraction. */
+	int64_t s = e->time_us / 1000000 - (e->time_us % 1000000 < 0);
+	time_t ts = (time_t)s;
 	const char *m, *nl;
 
 	localtime_r(&ts, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
 	addf(t, "[%zu]:\n", idx);
-	addf(t, "  time      : %s\n", when);
+	addf(t, "  time      : %s.%06lld\n", when, (long long)(e->time_us - s * 1000000));
 	adds(t, "  host      : ");
 	adds(t, e->host ? e->host : host);
 	adds(t, "\n");
@@ -241,6 +269,10 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	addf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
 	adds(t, "  error_file: ");
 	adds(t, e->error_file ? e->error_file : "<N/A>");
+	if (e->caused_by != NULL) {
+		adds(t, "\n  caused_by : ");
+		adds(t, e->caused_by);
+	}
 	adds(t, "\n  traceback : ");
 	for (m = e->message; (nl = strchr(m, '\n')) != NULL; m = nl + 1) {
 		add(t, m, (size_t)(nl - m + 1));

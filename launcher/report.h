@@ -1,17 +1,25 @@
 /* report: torchrun's failure summary.
  *
  * A failure is a worker that exited non-zero or was killed by a signal. Its
- * entry takes message and timestamp from the worker's torchelastic error file
- * (written by PyTorch's @record or libddp) when there is one:
+ * entry records when the agent observed it (CLOCK_REALTIME at its SIGCHLD, in
+ * microseconds) and takes its message from the worker's torchelastic error
+ * file (written by PyTorch's @record or libddp) when there is one:
  *   {"message": {"message": "...", "extraInfo": {"py_callstack": "...",
- *                                                "timestamp": "<epoch s>"}}}
+ *                "timestamp": "<epoch s>", "ddp_caused_by": "<who>"}}}
  *   or {"message": "...", "timestamp": <epoch s>}
- * else the message says how the worker ended. The root cause is the failure
- * with the earliest timestamp (the first observed on ties). The layout is
- * torchrun's ChildFailedError text, so tools that grep it keep working. */
+ * else the message says how the worker ended. ddp_caused_by is libddp's
+ * marker of a secondary failure: one caused by another rank's (it exited,
+ * disconnected or timed out); it names that rank.
+ *
+ * The root cause (torchrun's "first observed failure"), on one node and
+ * across nodes alike: primary failures before secondary ones; among the same
+ * kind, the earliest observed; ties by global rank. The layout is torchrun's
+ * ChildFailedError text (plus a caused_by line for secondary failures and
+ * microseconds on the time line), so tools that grep it keep working. */
 #ifndef DDP_REPORT_H
 #define DDP_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -22,29 +30,40 @@ struct report_entry {
 	int global_rank;
 	int local_rank;
 	pid_t pid;
-	int exitcode;	   /* exit code, or -signal (torchrun's convention) */
-	int64_t timestamp; /* epoch seconds */
-	char *error_file;  /* path of the error file the worker wrote; NULL: none */
-	char *message;	   /* what the traceback line shows */
-	char *error_json;  /* the error file as read, for the parent's error file */
-	char *host;	   /* where it ran, when not the report's host; NULL: that host */
+	int exitcode;	  /* exit code, or -signal (torchrun's convention) */
+	int64_t time_us;  /* observed by the agent: epoch microseconds */
+	char *caused_by;  /* secondary: the rank whose failure caused it; NULL: primary */
+	char *error_file; /* path of the error file the worker wrote; NULL: none */
+	char *message;	  /* what the traceback line shows */
+	char *error_json; /* the error file as read, for the parent's error file */
+	char *host;	  /* where it ran, when not the report's host; NULL: that host */
 };
 
-/* Fill e for a worker that ended with wait status wstatus. error_file is
- * where the worker was told to write (it is read if it exists); now is the
- * epoch time to use when the file gives none. 0 or -ENOMEM. */
+/* The longest caused_by kept (longer markers are cut). */
+#define REPORT_CAUSE_MAX 256
+
+/* Fill e for a worker that ended with wait status wstatus, observed at
+ * time_us. error_file is where the worker was told to write (read if it
+ * exists: message and marker). 0 or -ENOMEM. */
 int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
-		      int wstatus, const char *error_file, int64_t now);
+		      int wstatus, const char *error_file, int64_t time_us);
 void report_entry_free(struct report_entry *e);
 
 /* ddprun's exit status for a failure: the exit code, or 128 + signal. */
 int report_exit_status(const struct report_entry *e);
 
+/* The root-cause rule: true when a comes before b (a primary failure before
+ * a secondary one, then the earlier observed, then the lower global rank). */
+bool report_cause_before(const struct report_entry *a, const struct report_entry *b);
+/* The index of the root cause of e[0..n) by that rule (0 when n is 0). */
 size_t report_root_cause(const struct report_entry *e, size_t n);
+/* The current time as report entries record it (CLOCK_REALTIME, epoch us). */
+int64_t report_now_us(void);
 
-/* Parse an error file's text: *message (malloc'd) and *timestamp (left alone
- * when the file has none). 0, -EINVAL (not the expected JSON) or -ENOMEM. */
-int report_parse_error_json(const char *json, size_t len, char **message, int64_t *timestamp);
+/* Parse an error file's text: *message (malloc'd) and *caused_by (malloc'd
+ * libddp marker, at most REPORT_CAUSE_MAX bytes; NULL when absent or empty).
+ * 0, -EINVAL (not the expected JSON) or -ENOMEM. */
+int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by);
 
 /* The summary text (malloc'd, ends with '\n'); NULL on ENOMEM.
  * title: "<entrypoint> FAILED" is built from entrypoint. host is shown for

@@ -267,19 +267,23 @@ char *rdzv_end_encode(const struct rdzv_end *e)
 	cJSON_AddNumberToObject(f, "status", e->status);
 	cJSON_AddNumberToObject(f, "signal", e->signal);
 	cJSON_AddBoolToObject(f, "final", e->final);
-	cJSON_AddNumberToObject(f, "time", (double)e->time);
+	cJSON_AddNumberToObject(f, "time_us", (double)e->time_us);
+	if (e->caused_by[0] != '\0')
+		cJSON_AddStringToObject(f, "caused_by", e->caused_by);
 	return print_free(o);
 }
 
 static int decode_fail(const cJSON *f, struct rdzv_end *e)
 {
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "time");
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "time_us");
 	const cJSON *fin = cJSON_GetObjectItemCaseSensitive(f, "final");
 	int rc = 0;
 
 	if (!cJSON_IsObject(f) || !cJSON_IsNumber(t) || !cJSON_IsBool(fin))
 		return -EINVAL;
-	e->time = (int64_t)t->valuedouble;
+	e->time_us = (int64_t)t->valuedouble;
+	if (cJSON_GetObjectItemCaseSensitive(f, "caused_by") != NULL)
+		rc = get_str(f, "caused_by", e->caused_by, sizeof(e->caused_by));
 	e->final = cJSON_IsTrue(fin);
 	if (rc == 0)
 		rc = get_int(f, "node", 0, &e->node);

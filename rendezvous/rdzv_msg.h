@@ -65,10 +65,13 @@ struct rdzv_end {
 	char host[RDZV_HOST_MAX];
 	int rank, local_rank; /* FAIL by a worker: its ranks; -1 otherwise */
 	int pid;
-	int status; /* FAIL: the exit status every node ends with */
-	int signal; /* FAIL because the agent got a signal: which; else 0 */
-	bool final; /* FAIL: the job must end (no restart) */
-	int64_t time;
+	int status;	 /* FAIL: the exit status every node ends with */
+	int signal;	 /* FAIL because the agent got a signal: which; else 0 */
+	bool final;	 /* FAIL: the job must end (no restart) */
+	int64_t time_us; /* FAIL: when it was observed (epoch microseconds) */
+	/* FAIL by a worker whose failure another rank's caused (libddp's marker,
+	 * report.h): that rank; "" for a primary failure. */
+	char caused_by[RDZV_WHY_MAX];
 	char why[RDZV_WHY_MAX]; /* LOST */
 };
 

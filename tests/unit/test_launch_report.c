@@ -1,5 +1,7 @@
-/* Unit tests for launcher/report.c: torchelastic error files in both formats,
- * the root-cause rule, exit statuses, and torchrun's summary layout. */
+/* Unit tests for launcher/report.c: torchelastic error files in both formats
+ * and libddp's secondary-failure marker, the root-cause rule (primary before
+ * secondary, earliest observed, lowest rank), exit statuses, and torchrun's
+ * summary layout. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,12 +47,11 @@ static void test_parse_record_format(void **state)
 	const char *j = "{\"message\": {\"message\": \"ValueError: boom\", \"extraInfo\": "
 			"{\"py_callstack\": \"Traceback:\\n  x\\nValueError: boom\\n\", "
 			"\"timestamp\": \"1693822223\"}}}";
-	char *msg = NULL;
-	int64_t ts = 0;
+	char *msg = NULL, *cause = (char *)"stale";
 
-	assert_int_equal(report_parse_error_json(j, strlen(j), &msg, &ts), 0);
+	assert_int_equal(report_parse_error_json(j, strlen(j), &msg, &cause), 0);
 	assert_string_equal(msg, "Traceback:\n  x\nValueError: boom");
-	assert_int_equal(ts, 1693822223);
+	assert_null(cause); /* no marker: a primary failure */
 	free(msg);
 }
 
@@ -60,25 +61,72 @@ static void test_parse_other_formats(void **state)
 	const char *nostack = "{\"message\": {\"message\": \"only msg\", \"extraInfo\": "
 			      "{\"timestamp\": 5}}}";
 	const char *nothing = "{\"message\": {}}";
-	char *msg = NULL;
-	int64_t ts = 99;
+	char *msg = NULL, *cause = NULL;
 
-	assert_int_equal(report_parse_error_json(plain, strlen(plain), &msg, &ts), 0);
+	assert_int_equal(report_parse_error_json(plain, strlen(plain), &msg, &cause), 0);
 	assert_string_equal(msg, "plain text");
-	assert_int_equal(ts, 17);
+	assert_null(cause);
 	free(msg);
-	assert_int_equal(report_parse_error_json(nostack, strlen(nostack), &msg, &ts), 0);
+	assert_int_equal(report_parse_error_json(nostack, strlen(nostack), &msg, &cause), 0);
 	assert_string_equal(msg, "only msg");
-	assert_int_equal(ts, 5);
 	free(msg);
-	ts = 99;
-	assert_int_equal(report_parse_error_json(nothing, strlen(nothing), &msg, &ts), 0);
+	assert_int_equal(report_parse_error_json(nothing, strlen(nothing), &msg, &cause), 0);
 	assert_string_equal(msg, "<N/A>");
-	assert_int_equal(ts, 99); /* no timestamp: the caller's stays */
 	free(msg);
-	assert_int_equal(report_parse_error_json("[1]", 3, &msg, &ts), -EINVAL);
-	assert_int_equal(report_parse_error_json("{\"message\": 3}", 14, &msg, &ts), -EINVAL);
-	assert_int_equal(report_parse_error_json("{\"mess", 6, &msg, &ts), -EINVAL);
+	assert_int_equal(report_parse_error_json("[1]", 3, &msg, &cause), -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"message\": 3}", 14, &msg, &cause), -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"mess", 6, &msg, &cause), -EINVAL);
+	assert_null(cause);
+}
+
+/* libddp marks a failure another rank's caused: message.extraInfo.ddp_caused_by. */
+static void test_parse_secondary_marker(void **state)
+{
+	const char *marked =
+		"{\"message\": {\"message\": \"all_reduce: rank 2 (pid 77) exited\", "
+		"\"extraInfo\": {\"py_callstack\": \"C backtrace\\nall_reduce: ...\", "
+		"\"timestamp\": \"5\", \"ddp_caused_by\": \"rank 2 (pid 77) exited\"}}}";
+	const char *empty = "{\"message\": {\"message\": \"m\", \"extraInfo\": "
+			    "{\"ddp_caused_by\": \"\"}}}";
+	const char *number = "{\"message\": {\"message\": \"m\", \"extraInfo\": "
+			     "{\"ddp_caused_by\": 2}}}";
+	const char *lines = "{\"message\": {\"message\": \"m\", \"extraInfo\": "
+			    "{\"ddp_caused_by\": \"rank 1\\nexited\\t!\"}}}";
+	const char *flat = "{\"message\": \"m\", \"ddp_caused_by\": \"rank 1 exited\"}";
+	char *msg = NULL, *cause = NULL, big[600];
+
+	assert_int_equal(report_parse_error_json(marked, strlen(marked), &msg, &cause), 0);
+	assert_string_equal(msg, "C backtrace\nall_reduce: ...");
+	assert_string_equal(cause, "rank 2 (pid 77) exited");
+	free(msg);
+	free(cause);
+	/* An empty or non-string marker marks nothing. */
+	assert_int_equal(report_parse_error_json(empty, strlen(empty), &msg, &cause), 0);
+	assert_null(cause);
+	free(msg);
+	assert_int_equal(report_parse_error_json(number, strlen(number), &msg, &cause), 0);
+	assert_null(cause);
+	free(msg);
+	/* Only in extraInfo, where libddp writes it. */
+	assert_int_equal(report_parse_error_json(flat, strlen(flat), &msg, &cause), 0);
+	assert_null(cause);
+	free(msg);
+	/* One line in the report, whatever the file says. */
+	assert_int_equal(report_parse_error_json(lines, strlen(lines), &msg, &cause), 0);
+	assert_string_equal(cause, "rank 1 exited !");
+	free(msg);
+	free(cause);
+	/* Cut to REPORT_CAUSE_MAX. */
+	snprintf(big, sizeof(big),
+		 "{\"message\": {\"extraInfo\": {\"ddp_caused_by\": \"%0500d\"}}}", 0);
+	assert_int_equal(report_parse_error_json(big, strlen(big), &msg, &cause), 0);
+	assert_int_equal(strlen(cause), REPORT_CAUSE_MAX);
+	free(msg);
+	free(cause);
+	/* Not JSON: nothing is returned. */
+	cause = NULL;
+	assert_int_equal(report_parse_error_json("{", 1, &msg, &cause), -EINVAL);
+	assert_null(cause);
 }
 
 static void test_entry_without_error_file(void **state)
@@ -89,7 +137,8 @@ static void test_entry_without_error_file(void **state)
 			 0);
 	assert_int_equal(e.exitcode, 7);
 	assert_null(e.error_file);
-	assert_int_equal(e.timestamp, 100);
+	assert_null(e.caused_by);
+	assert_int_equal(e.time_us, 100);
 	assert_string_equal(
 		e.message,
 		"To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html");
@@ -108,28 +157,77 @@ static void test_entry_with_error_file(void **state)
 	char *path = write_tmp("{\"message\": \"disk full\", \"timestamp\": 1000}");
 	struct report_entry e;
 
-	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000), 0);
+	/* The time is when the agent saw the failure, not the file's. */
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000123456), 0);
 	assert_string_equal(e.error_file, path);
 	assert_string_equal(e.message, "disk full");
-	assert_int_equal(e.timestamp, 1000);
+	assert_int_equal(e.time_us, 2000123456);
+	assert_null(e.caused_by);
+	report_entry_free(&e);
+	unlink(path);
+
+	path = write_tmp("{\"message\": {\"message\": \"barrier: rank 0 (pid 5) exited\", "
+			 "\"extraInfo\": {\"ddp_caused_by\": \"rank 0 (pid 5) exited\"}}}");
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(3), path, 2000), 0);
+	assert_string_equal(e.caused_by, "rank 0 (pid 5) exited");
+	assert_string_equal(e.message, "barrier: rank 0 (pid 5) exited");
 	report_entry_free(&e);
 	unlink(path);
 
 	path = write_tmp("not json");
 	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000), 0);
 	assert_string_equal(e.message, "<error file is not torchelastic JSON>");
-	assert_int_equal(e.timestamp, 2000);
+	assert_int_equal(e.time_us, 2000);
 	report_entry_free(&e);
 	unlink(path);
 }
 
-static void test_root_cause_is_earliest_then_first(void **state)
+#define SECONDARY (char *)"rank 9 (pid 1) exited"
+
+static void test_root_cause_is_the_earliest_observed(void **state)
 {
-	struct report_entry e[4] = {
-		{.timestamp = 30}, {.timestamp = 10}, {.timestamp = 20}, {.timestamp = 10}};
+	struct report_entry e[4] = {{.global_rank = 0, .time_us = 30},
+				    {.global_rank = 1, .time_us = 10},
+				    {.global_rank = 2, .time_us = 20},
+				    {.global_rank = 3, .time_us = 11}};
 
 	assert_int_equal(report_root_cause(e, 4), 1);
 	assert_int_equal(report_root_cause(e, 1), 0);
+	assert_int_equal(report_root_cause(e, 0), 0);
+	/* Microseconds tell failures of one second apart. */
+	e[3].time_us = 9;
+	assert_int_equal(report_root_cause(e, 4), 3);
+}
+
+static void test_root_cause_ties_go_to_the_lower_global_rank(void **state)
+{
+	struct report_entry e[3] = {{.global_rank = 5, .time_us = 10},
+				    {.global_rank = 2, .time_us = 10},
+				    {.global_rank = 7, .time_us = 10}};
+
+	assert_int_equal(report_root_cause(e, 3), 1);
+	assert_true(report_cause_before(&e[1], &e[0]));
+	assert_false(report_cause_before(&e[0], &e[1]));
+	assert_false(report_cause_before(&e[0], &e[0]));
+}
+
+static void test_root_cause_primary_before_secondary(void **state)
+{
+	/* Ranks 0, 1 and 3 failed because rank 2 exited, and were seen first. */
+	struct report_entry e[4] = {{.global_rank = 0, .time_us = 10, .caused_by = SECONDARY},
+				    {.global_rank = 1, .time_us = 11, .caused_by = SECONDARY},
+				    {.global_rank = 2, .time_us = 50},
+				    {.global_rank = 3, .time_us = 12, .caused_by = SECONDARY}};
+
+	assert_int_equal(report_root_cause(e, 4), 2);
+	assert_true(report_cause_before(&e[2], &e[0]));
+	assert_false(report_cause_before(&e[0], &e[2]));
+	/* Among primaries: the earliest; among secondaries alone: the earliest too. */
+	e[1].caused_by = NULL;
+	assert_int_equal(report_root_cause(e, 4), 1);
+	e[1].caused_by = SECONDARY;
+	e[2].caused_by = SECONDARY;
+	assert_int_equal(report_root_cause(e, 4), 0);
 }
 
 static void test_format_matches_torchrun(void **state)
@@ -139,15 +237,16 @@ static void test_format_matches_torchrun(void **state)
 		 .local_rank = 0,
 		 .pid = 100,
 		 .exitcode = 1,
-		 .timestamp = 1693822223,
+		 .time_us = 1693822223000042,
 		 .error_file = "/tmp/logs/a-long-run-id_abcdef/attempt_0/0/error.json",
 		 .message = "Traceback (most recent call last):\n  File \"t.py\", line 1\nE: x"},
 		{.global_rank = 5,
 		 .local_rank = 1,
 		 .pid = 101,
-		 .exitcode = -9,
-		 .timestamp = 1693822224,
-		 .message = "Signal 9 (SIGKILL) received by PID 101"},
+		 .exitcode = 3,
+		 .time_us = 1693822223500000,
+		 .caused_by = "rank 4 (pid 100) exited",
+		 .message = "all_reduce: rank 4 (pid 100) exited"},
 	};
 	char *text = report_format("train.py", "node7", e, 2);
 	const char *want = "============================================================\n"
@@ -155,16 +254,17 @@ static void test_format_matches_torchrun(void **state)
 			   "------------------------------------------------------------\n"
 			   "Failures:\n"
 			   "[1]:\n"
-			   "  time      : 2023-09-04_10:10:24\n"
+			   "  time      : 2023-09-04_10:10:23.500000\n"
 			   "  host      : node7\n"
 			   "  rank      : 5 (local_rank: 1)\n"
-			   "  exitcode  : -9 (pid: 101)\n"
+			   "  exitcode  : 3 (pid: 101)\n"
 			   "  error_file: <N/A>\n"
-			   "  traceback : Signal 9 (SIGKILL) received by PID 101\n"
+			   "  caused_by : rank 4 (pid 100) exited\n"
+			   "  traceback : all_reduce: rank 4 (pid 100) exited\n"
 			   "------------------------------------------------------------\n"
 			   "Root Cause (first observed failure):\n"
 			   "[0]:\n"
-			   "  time      : 2023-09-04_10:10:23\n"
+			   "  time      : 2023-09-04_10:10:23.000042\n"
 			   "  host      : node7\n"
 			   "  rank      : 4 (local_rank: 0)\n"
 			   "  exitcode  : 1 (pid: 100)\n"
@@ -181,23 +281,29 @@ static void test_format_matches_torchrun(void **state)
 
 static void test_format_narrow_and_alone(void **state)
 {
-	struct report_entry e = {.pid = 1, .exitcode = 2, .timestamp = 0, .message = "short"};
+	struct report_entry e = {.pid = 1, .exitcode = 2, .time_us = 0, .message = "short"};
 	char *text = report_format("a", "h", &e, 1);
 
-	/* Width is the widest line when under 60: "  time      : 1970-01-01_00:00:00". */
+	/* Width is the widest line when under 60:
+	 * "  time      : 1970-01-01_00:00:00.000000". */
 	assert_non_null(strstr(text, "\n  <NO_OTHER_FAILURES>\n"));
-	assert_memory_equal(text, "=================================\na FAILED\n---", 46);
+	assert_memory_equal(text, "========================================\na FAILED\n---", 53);
+	free(text);
+	/* Before 1970 the fraction stays in 0..999999. */
+	e.time_us = -1;
+	text = report_format("a", "h", &e, 1);
+	assert_non_null(strstr(text, "  time      : 1969-12-31_23:59:59.999999\n"));
 	free(text);
 }
 
 static void test_entries_from_other_nodes_show_their_host_and_given_root(void **state)
 {
 	struct report_entry e[2] = {
-		{.global_rank = 0, .pid = 7, .exitcode = -15, .timestamp = 5, .message = "stopped"},
+		{.global_rank = 0, .pid = 7, .exitcode = -15, .time_us = 5, .message = "stopped"},
 		{.global_rank = 3,
 		 .pid = 9,
 		 .exitcode = 4,
-		 .timestamp = 9,
+		 .time_us = 9,
 		 .message = "boom",
 		 .host = "node-b"},
 	};
@@ -240,9 +346,12 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_record_format),
 		cmocka_unit_test(test_parse_other_formats),
+		cmocka_unit_test(test_parse_secondary_marker),
 		cmocka_unit_test(test_entry_without_error_file),
 		cmocka_unit_test(test_entry_with_error_file),
-		cmocka_unit_test(test_root_cause_is_earliest_then_first),
+		cmocka_unit_test(test_root_cause_is_the_earliest_observed),
+		cmocka_unit_test(test_root_cause_ties_go_to_the_lower_global_rank),
+		cmocka_unit_test(test_root_cause_primary_before_secondary),
 		cmocka_unit_test(test_format_matches_torchrun),
 		cmocka_unit_test(test_format_narrow_and_alone),
 		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),

@@ -179,7 +179,7 @@ static void test_end_values(void **state)
 			     .local_rank = 1,
 			     .pid = 77,
 			     .status = 5,
-			     .time = 1700000000};
+			     .time_us = 1700000000123456};
 	struct rdzv_end g;
 	char *s = rdzv_end_encode(&f);
 
@@ -193,7 +193,13 @@ static void test_end_values(void **state)
 	assert_int_equal(g.pid, 77);
 	assert_int_equal(g.status, 5);
 	assert_false(g.final);
-	assert_int_equal(g.time, 1700000000);
+	assert_int_equal(g.time_us, 1700000000123456);
+	assert_string_equal(g.caused_by, ""); /* a primary failure */
+	strcpy(f.caused_by, "rank 2 (pid 9) exited");
+	s = rdzv_end_encode(&f);
+	assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
+	free(s);
+	assert_string_equal(g.caused_by, "rank 2 (pid 9) exited");
 
 	assert_int_equal(rdzv_end_decode("ok", 2, &g), 0);
 	assert_int_equal(g.kind, RDZV_END_OK);
