@@ -99,7 +99,7 @@ def test_print_ranks_selects_who_prints(reaper, spec, shown):
     assert printed == shown
 
 
-def test_fatal_error_writes_a_torchelastic_error_file(reaper, tmp_path):
+def test_fatal_error_writes_a_torchelastic_error_file_and_the_peer_a_marked_one(reaper, tmp_path):
     files = {r: tmp_path / f"error-{r}.json" for r in range(2)}
     procs = launch(reaper, [prog("ddp_hello"), "fatal", "loss is NaN at step 3"], 2,
                    start_store(reaper, tmp_path),
@@ -114,4 +114,13 @@ def test_fatal_error_writes_a_torchelastic_error_file(reaper, tmp_path):
     assert msg["message"] == "loss is NaN at step 3"
     assert "#0" in msg["extraInfo"]["py_callstack"]  # a backtrace, one frame per line
     assert abs(int(msg["extraInfo"]["timestamp"]) - before) < 60
-    assert not files[0].exists()  # rank 0 did not call ddp_fatal
+    assert "ddp_caused_by" not in msg["extraInfo"]  # rank 1 failed on its own
+    # Rank 0 did not call ddp_fatal: it just returned 3 once its barrier
+    # failed. libddp wrote its error file when it saw rank 1 go, marked as
+    # caused by rank 1, so that a launcher reports rank 1 as the root cause.
+    assert results[0][0] == 3
+    doc0 = json.loads(files[0].read_text())
+    extra0 = doc0["message"]["extraInfo"]
+    assert extra0["ddp_caused_by"] == f"rank 1 (pid {procs[1].pid}) exited"
+    assert doc0["message"]["message"].endswith(f"rank 1 (pid {procs[1].pid}) exited")
+    assert "C backtrace" in extra0["py_callstack"]

@@ -184,7 +184,11 @@ int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...) DDP_PRINTF(2, 3);
 /* Writes a torchelastic-format error file to $TORCHELASTIC_ERROR_FILE (if set):
  * {"message": {"message": msg, "extraInfo": {"py_callstack": <backtrace>,
  * "timestamp": "<epoch seconds>"}}}, so that the launcher's failure report
- * shows it. 0, or a negative errno if the file cannot be written. */
+ * shows it. 0, or a negative errno if the file cannot be written.
+ * Once a collective or ddp_init has failed because another rank exited,
+ * disconnected or timed out, extraInfo also holds "ddp_caused_by": "rank 2
+ * (pid 4711) exited" (a secondary failure, which the launcher does not take
+ * for the root cause); libddp writes such a file itself at that moment. */
 int ddp_record_error(const char *msg);
 
 /* Records the formatted message (ddp_record_error), prints it on stderr with a

@@ -20,8 +20,23 @@
 /* Sets this thread's ddp_errmsg() text and returns code (so callers can write
  * `return ddpi_err(-EINVAL, "...")`). */
 int ddpi_err(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* Prefix the current message with "what: " (keeps the code). */
+/* Prefix the current message with "what: " (keeps the code and the cause). */
 int ddpi_err_prefix(int code, const char *what);
+/* The current error (just set by ddpi_err, which clears any cause) was caused
+ * by another rank's failure: it exited, disconnected or timed out. cause
+ * names that rank ("rank 2 (pid 41) exited"). Returns code, so that
+ * `return ddpi_caused_by(ddpi_err(DDP_EPEER, ...), "rank %d ...", r)`. */
+int ddpi_caused_by(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* This thread's current cause ("" when the error is the rank's own). */
+const char *ddpi_cause(void);
+/* A context broke, or ddp_init failed, with this thread's current error. If
+ * another rank's failure caused it, remember the cause for the process (the
+ * error files of ddp_record_error and ddp_fatal carry it from now on) and
+ * write the error file at once: a program that just exits non-zero is
+ * classified too. */
+void ddpi_note_failure(void);
+/* A new context: an earlier context's cause no longer applies. */
+void ddpi_forget_failure(void);
 /* Rank used to prefix messages printed on stderr (-1: unknown). */
 void ddpi_set_log_rank(int rank);
 int ddpi_log_rank(void);

@@ -1,8 +1,14 @@
-/* error: error codes and texts, the per-thread detailed message, and fatal
- * errors recorded in torchelastic's error-file format for the launcher. */
+/* error: error codes and texts, the per-thread detailed message and its
+ * cause, and failures recorded in torchelastic's error-file format for the
+ * launcher.
+ *
+ * A failure caused by another rank's (it exited, disconnected or timed out)
+ * carries that rank in the error file as message.extraInfo.ddp_caused_by, so
+ * that the launcher's report puts the rank that failed on its own first. */
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +21,15 @@
 #include "ddp_internal.h"
 #include "util.h"
 
+#define DDPI_CAUSE_MAX 160
+
 static __thread char errmsg[512];
+static __thread char errcause[DDPI_CAUSE_MAX]; /* errmsg's cause; "" when its own */
 static int log_rank = -1;
+/* The cause of the failure that broke this process's communicator (or its
+ * ddp_init); "" when none. The communication thread may set it. */
+static pthread_mutex_t cause_lock = PTHREAD_MUTEX_INITIALIZER;
+static char proc_cause[DDPI_CAUSE_MAX];
 
 const char *ddp_strerror(int err)
 {
@@ -61,7 +74,23 @@ int ddpi_err(int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
 	va_end(ap);
+	errcause[0] = '\0'; /* a new error: its own until said otherwise */
 	return code;
+}
+
+int ddpi_caused_by(int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errcause, sizeof(errcause), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *ddpi_cause(void)
+{
+	return errcause;
 }
 
 int ddpi_err_prefix(int code, const char *what)
@@ -107,10 +136,11 @@ static void append(char **out, size_t *len, size_t *cap, const char *text)
 	*len += add;
 }
 
-/* The calling thread's stack, then the message, the way a Python traceback
- * ends with the exception: that is what the launcher's report shows. Frame
- * names need the program linked with -rdynamic; addresses are always there. */
-static char *traceback_text(const char *msg)
+/* The calling thread's stack (less its skip innermost frames: libddp's own
+ * error path), then the message, the way a Python traceback ends with the
+ * exception: that is what the launcher's report shows. Frame names need the
+ * program linked with -rdynamic; addresses are always there. */
+__attribute__((noinline)) static char *traceback_text(const char *msg, int skip)
 {
 	void *frames[64];
 	int n = backtrace(frames, 64);
@@ -121,10 +151,9 @@ static char *traceback_text(const char *msg)
 	if (out)
 		out[0] = '\0';
 	append(&out, &len, &cap, "C backtrace (most recent call first):\n");
-	/* Frames 0 and 1 are this function and ddp_record_error. */
-	for (int i = 2; i < n; i++) {
+	for (int i = skip; i < n; i++) {
 		char line[512];
-		snprintf(line, sizeof(line), "  #%d %s\n", i - 2, syms ? syms[i] : "?");
+		snprintf(line, sizeof(line), "  #%d %s\n", i - skip, syms ? syms[i] : "?");
 		append(&out, &len, &cap, line);
 	}
 	append(&out, &len, &cap, msg);
@@ -132,7 +161,9 @@ static char *traceback_text(const char *msg)
 	return out;
 }
 
-int ddp_record_error(const char *msg)
+/* The error file: msg, the stack (less skip frames), cause when not "".
+ * Not inlined, like traceback_text: skip counts frames. */
+__attribute__((noinline)) static int write_error_file(const char *msg, const char *cause, int skip)
 {
 	const char *path = getenv("TORCHELASTIC_ERROR_FILE");
 	cJSON *root = NULL, *m, *extra;
@@ -143,7 +174,7 @@ int ddp_record_error(const char *msg)
 		return 0;
 	if (strlen(path) > 4000)
 		return -ENAMETOOLONG;
-	stack = traceback_text(msg ? msg : "");
+	stack = traceback_text(msg ? msg : "", skip);
 	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
 	root = cJSON_CreateObject();
 	m = cJSON_AddObjectToObject(root, "message");
@@ -153,11 +184,14 @@ int ddp_record_error(const char *msg)
 	if (!extra || !cJSON_AddStringToObject(extra, "py_callstack", stack ? stack : "") ||
 	    !cJSON_AddStringToObject(extra, "timestamp", ts))
 		goto out;
+	if (cause[0] && !cJSON_AddStringToObject(extra, "ddp_caused_by", cause))
+		goto out;
 	text = cJSON_PrintUnformatted(root);
 	if (!text)
 		goto out;
-	/* Write then rename, so a reader never sees half a file. */
-	snprintf(tmp, sizeof(tmp), "%s.tmp%d", path, (int)getpid());
+	/* Write then rename, so a reader never sees half a file; the thread id
+	 * keeps the communication thread's file apart from the program's. */
+	snprintf(tmp, sizeof(tmp), "%s.tmp%d.%ld", path, (int)getpid(), (long)gettid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
@@ -175,6 +209,36 @@ out:
 	free(stack);
 	cJSON_Delete(root);
 	return rc;
+}
+
+void ddpi_note_failure(void)
+{
+	if (!errcause[0])
+		return;
+	pthread_mutex_lock(&cause_lock);
+	if (!proc_cause[0]) /* the first peer lost is the most direct cause */
+		snprintf(proc_cause, sizeof(proc_cause), "%s", errcause);
+	pthread_mutex_unlock(&cause_lock);
+	/* Frames: traceback_text, write_error_file, this function. */
+	write_error_file(errmsg, errcause, 3);
+}
+
+void ddpi_forget_failure(void)
+{
+	pthread_mutex_lock(&cause_lock);
+	proc_cause[0] = '\0';
+	pthread_mutex_unlock(&cause_lock);
+}
+
+int ddp_record_error(const char *msg)
+{
+	char cause[DDPI_CAUSE_MAX];
+
+	pthread_mutex_lock(&cause_lock);
+	memcpy(cause, proc_cause, sizeof(cause));
+	pthread_mutex_unlock(&cause_lock);
+	/* Frames: traceback_text, write_error_file, this function. */
+	return write_error_file(msg, cause, 3);
 }
 
 void ddp_fatal(struct ddp_ctx *ctx, const char *fmt, ...)

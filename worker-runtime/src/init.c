@@ -41,6 +41,7 @@ int ddpi_ctx_fail(struct ddp_ctx *ctx, int code)
 	if (!ctx->broken) {
 		ctx->broken = code;
 		snprintf(ctx->broken_msg, sizeof(ctx->broken_msg), "%s", ddp_errmsg());
+		ddpi_note_failure();
 	}
 	return code;
 }
@@ -106,6 +107,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		atomic_fetch_sub(&live_contexts, 1);
 		return ddpi_err(-ENOMEM, "ddp_init: out of memory");
 	}
+	ddpi_forget_failure(); /* a fresh start */
 	ctx->saved_stdout = -1;
 	ctx->print_enabled = 1;
 	pthread_mutex_init(&ctx->lock, NULL);
@@ -153,6 +155,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	return 0;
 fail:
 	rc = ddpi_err_prefix(rc, "ddp_init");
+	ddpi_note_failure();
 	ddpi_print_restore(ctx);
 	ddpi_cpu_close(ctx->cpu);
 	pthread_mutex_destroy(&ctx->lock);

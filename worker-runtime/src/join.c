@@ -214,9 +214,11 @@ static int missing(struct join *j)
 	int rc, k = 0;
 
 	if ((rc = members(j, &recs, &n)) < 0)
-		return ddpi_err(-ETIMEDOUT,
-				"the other ranks did not join at the store at %s within %g s",
-				j->addr, secs(j->timeout_ms));
+		return ddpi_caused_by(
+			ddpi_err(-ETIMEDOUT,
+				 "the other ranks did not join at the store at %s within %g s",
+				 j->addr, secs(j->timeout_ms)),
+			"the other ranks timed out");
 	rc = describe(j, recs, n, 0, msg, sizeof(msg));
 	if (rc == 0)
 		k = ddpi_join_missing(recs, n, j->env->world, who, sizeof(who));
@@ -225,13 +227,17 @@ static int missing(struct join *j)
 		return ddpi_err(rc, "%s", msg);
 	if (rc < 0 || k < 0)
 		return ddpi_err(-ENOMEM, "out of memory");
+	/* The ranks that never came are why this one fails. */
 	if (k == 0)
-		return ddpi_err(-ETIMEDOUT,
-				"every rank joined but the join did not complete within %g s (the "
-				"last rank to join may have died)",
-				secs(j->timeout_ms));
-	return ddpi_err(-ETIMEDOUT, "%s did not join within %g s (%d of %d did)", who,
-			secs(j->timeout_ms), j->env->world - k, j->env->world);
+		return ddpi_caused_by(
+			ddpi_err(-ETIMEDOUT,
+				 "every rank joined but the join did not complete within %g s (the "
+				 "last rank to join may have died)",
+				 secs(j->timeout_ms)),
+			"the last rank to join timed out");
+	return ddpi_caused_by(ddpi_err(-ETIMEDOUT, "%s did not join within %g s (%d of %d did)",
+				       who, secs(j->timeout_ms), j->env->world - k, j->env->world),
+			      "%s did not join within %g s", who, secs(j->timeout_ms));
 }
 
 /* Everyone else: wait for the verdict, keeping a little time to diagnose. */

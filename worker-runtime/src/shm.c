@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   2
+#define SHM_VERSION   3
 #define HDR_BYTES     8192
 #define CTL_BYTES     256 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
@@ -36,6 +36,7 @@ struct shm_hdr {
 	_Atomic uint32_t attached;
 	_Atomic uint32_t abort; /* 0, or the failing local rank + 1 */
 	char abort_msg[256];
+	char abort_cause[160]; /* the failing rank's own cause ("": its own failure) */
 	int32_t pids[DDPI_SHM_MAX_LOCAL];
 	int32_t ranks[DDPI_SHM_MAX_LOCAL];
 	/* Each rank's pid namespace: pids are only comparable inside one. */
@@ -220,9 +221,11 @@ static int open_segment(struct ddpi_shm *s, const struct ddp_env *env, int64_t d
 		if (fd >= 0)
 			close(fd);
 		if (util_now_ms() >= deadline)
-			return ddpi_err(-ETIMEDOUT,
-					"local rank 0 did not create %s in time (is it running?)",
-					s->name);
+			return ddpi_caused_by(
+				ddpi_err(-ETIMEDOUT,
+					 "local rank 0 did not create %s in time (is it running?)",
+					 s->name),
+				"local rank 0 of node %d timed out", env->node);
 		sleep_ms(backoff);
 		if (backoff < 20)
 			backoff *= 2;
@@ -237,10 +240,14 @@ static int wait_attached(struct ddpi_shm *s, int64_t deadline)
 		if (atomic_load(&s->hdr->abort))
 			return abort_error(s, "init");
 		if (util_now_ms() >= deadline)
-			return ddpi_err(-ETIMEDOUT,
+			return ddpi_caused_by(
+				ddpi_err(
+					-ETIMEDOUT,
 					"only %u of %d local ranks joined the node's shared memory "
 					"in time",
-					atomic_load(&s->hdr->attached), s->lws);
+					atomic_load(&s->hdr->attached), s->lws),
+				"%d local rank(s) timed out",
+				s->lws - (int)atomic_load(&s->hdr->attached));
 		sleep_ms(1);
 	}
 	return 0;
@@ -382,9 +389,17 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 		who = atomic_load(&s->hdr->abort);
 	}
 	q = (int)(who & ~ABORT_CLAIMED) - 1;
-
-	return ddpi_err(DDP_EPEER, "%s: rank %d failed: %s", what,
-			q >= 0 && q < s->lws ? s->hdr->ranks[q] : -1, s->hdr->abort_msg);
+	if (q < 0 || q >= s->lws)
+		return ddpi_caused_by(
+			ddpi_err(DDP_EPEER, "%s: a local rank failed: %s", what, s->hdr->abort_msg),
+			"a local rank failed");
+	ddpi_err(DDP_EPEER, "%s: rank %d failed: %s", what, s->hdr->ranks[q], s->hdr->abort_msg);
+	/* What made that rank fail made this one fail: name the origin. */
+	if (s->hdr->abort_cause[0])
+		return ddpi_caused_by(DDP_EPEER, "%.*s", (int)sizeof(s->hdr->abort_cause) - 1,
+				      s->hdr->abort_cause);
+	return ddpi_caused_by(DDP_EPEER, "rank %d (pid %d) failed", s->hdr->ranks[q],
+			      s->hdr->pids[q]);
 }
 
 int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what)
@@ -410,6 +425,8 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 		if (now >= deadline) {
 			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for rank %d (pid %d)", what,
 				 s->hdr->ranks[q], s->hdr->pids[q]);
+			ddpi_caused_by(-ETIMEDOUT, "rank %d (pid %d) timed out", s->hdr->ranks[q],
+				       s->hdr->pids[q]);
 			ddpi_shm_abort(s, ddp_errmsg());
 			return -ETIMEDOUT;
 		}
@@ -420,6 +437,8 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 			    (int32_t)(atomic_load(&c->seq) - target) < 0) {
 				ddpi_err(DDP_EPEER, "%s: rank %d (pid %d) exited", what,
 					 s->hdr->ranks[q], s->hdr->pids[q]);
+				ddpi_caused_by(DDP_EPEER, "rank %d (pid %d) exited",
+					       s->hdr->ranks[q], s->hdr->pids[q]);
 				ddpi_shm_abort(s, ddp_errmsg());
 				return DDP_EPEER;
 			}
@@ -472,6 +491,7 @@ void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)
 	/* Claim (high bit set), write the message, then publish it. */
 	if (atomic_compare_exchange_strong(&s->hdr->abort, &zero, me | ABORT_CLAIMED)) {
 		snprintf(s->hdr->abort_msg, sizeof(s->hdr->abort_msg), "%s", msg);
+		snprintf(s->hdr->abort_cause, sizeof(s->hdr->abort_cause), "%s", ddpi_cause());
 		atomic_store(&s->hdr->abort, me);
 	}
 	for (int q = 0; q < s->lws; q++)

@@ -98,7 +98,9 @@ static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
 void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d);
 int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
 void ddpi_shm_end(struct ddpi_shm *s);
-/* Tell every local rank that this one failed (they stop waiting at once). */
+/* Tell every local rank that this one failed (they stop waiting at once,
+ * DDP_EPEER). The calling thread's current cause (ddpi_cause) goes along:
+ * theirs is the same origin, or this rank when it failed on its own. */
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
 
 /* Collectives among the node's ranks (shm_coll.c). */

@@ -65,6 +65,26 @@ static void ioq_advance(struct ioq *q, size_t k)
 		q->i++;
 }
 
+static int left_of(const struct ddpi_tcp *t)
+{
+	return (t->me - 1 + t->nnodes) % t->nnodes;
+}
+
+static int right_of(const struct ddpi_tcp *t)
+{
+	return (t->me + 1) % t->nnodes;
+}
+
+/* The current error was caused by node g's leader (it did what): name it,
+ * with its global rank once the node entries are read. Returns code. */
+static int leader_cause(const struct ddpi_tcp *t, int code, int g, const char *did)
+{
+	if (t->ranks && t->ranks[g] && t->nranks[g] > 0)
+		return ddpi_caused_by(code, "rank %d (the leader of node %d) %s", t->ranks[g][0], g,
+				      did);
+	return ddpi_caused_by(code, "the leader of node %d %s", g, did);
+}
+
 /* Sends sq on t->right_fd while receiving rq from t->left_fd (either may be
  * NULL), full duplex, until both are done or the deadline passes. */
 static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t deadline,
@@ -80,8 +100,11 @@ static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t dead
 		int64_t left = deadline - util_now_ms();
 
 		if (left <= 0)
-			return ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node",
-					what);
+			return leader_cause(
+				t,
+				ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node",
+					 what),
+				rq && !ioq_done(rq) ? left_of(t) : right_of(t), "timed out");
 		if (sq && !ioq_done(sq)) {
 			si = np;
 			p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
@@ -107,9 +130,12 @@ static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t dead
 			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)k};
 			ssize_t w = sendmsg(t->right_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 			if (w < 0 && errno != EAGAIN && errno != EINTR)
-				return ddpi_err(DDP_EPEER,
-						"%s: the next node's leader is gone (%s)", what,
-						strerror(errno));
+				return leader_cause(
+					t,
+					ddpi_err(DDP_EPEER,
+						 "%s: the next node's leader is gone (%s)", what,
+						 strerror(errno)),
+					right_of(t), "disconnected");
 			if (w > 0)
 				ioq_advance(sq, (size_t)w);
 		}
@@ -124,9 +150,13 @@ static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t dead
 			v[0].iov_len -= rq->off;
 			ssize_t r = readv(t->left_fd, v, k);
 			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-				return ddpi_err(DDP_EPEER,
-						"%s: the previous node's leader is gone (%s)", what,
-						r == 0 ? "connection closed" : strerror(errno));
+				return leader_cause(
+					t,
+					ddpi_err(DDP_EPEER,
+						 "%s: the previous node's leader is gone (%s)",
+						 what,
+						 r == 0 ? "connection closed" : strerror(errno)),
+					left_of(t), "disconnected");
 			if (r > 0)
 				ioq_advance(rq, (size_t)r);
 		}
@@ -356,8 +386,11 @@ static int accept_left(int lfd, const struct ddpi_tcp *t, int64_t deadline, int 
 		int fd;
 
 		if (left <= 0)
-			return ddpi_err(-ETIMEDOUT, "tcp: node %d's leader did not connect in time",
-					want);
+			return leader_cause(
+				t,
+				ddpi_err(-ETIMEDOUT,
+					 "tcp: node %d's leader did not connect in time", want),
+				want, "timed out");
 		if (poll(&p, 1, (int)(left > 1000 ? 1000 : left)) <= 0)
 			continue;
 		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
@@ -468,6 +501,8 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		if ((rc = store_get(sc, key, &v, &vlen)) < 0) {
 			rc = ddpi_err(rc, "node %d's leader did not show up in the store: %s", g,
 				      store_strerror(rc));
+			if (rc == -ETIMEDOUT)
+				leader_cause(t, rc, g, "timed out");
 			goto fail;
 		}
 		rc = parse_entry(t, g, v, a, sizeof(a), &p);
@@ -488,11 +523,18 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 			goto fail;
 		}
 	/* Connect right, then accept left: the listen backlog lets both happen. */
-	if ((rc = connect_to(rightaddr, right_port, deadline, &t->right_fd)) < 0)
+	if ((rc = connect_to(rightaddr, right_port, deadline, &t->right_fd)) < 0) {
+		/* It published its address: it was there, and is no more. */
+		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
+			leader_cause(t, rc, right_of(t), "could not be reached");
 		goto fail;
+	}
 	struct hello h = {HELLO_MAGIC, (uint32_t)t->me, (uint32_t)t->restart, (uint32_t)t->world};
 	if (send(t->right_fd, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
-		rc = ddpi_err(DDP_EPEER, "tcp: hello to the next node failed: %s", strerror(errno));
+		rc = leader_cause(t,
+				  ddpi_err(DDP_EPEER, "tcp: hello to the next node failed: %s",
+					   strerror(errno)),
+				  right_of(t), "disconnected");
 		goto fail;
 	}
 	if ((rc = accept_left(lfd, t, deadline, &t->left_fd)) < 0)

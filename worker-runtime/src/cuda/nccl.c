@@ -44,8 +44,12 @@ static int cuda_err(cudaError_t e, const char *what)
 static int nccl_err(struct nccl_be *b, ncclResult_t r, const char *what)
 {
 	const char *last = b && b->comm ? ncclGetLastError(b->comm) : NULL;
-	return ddpi_err(DDP_ENCCL, "%s: %s%s%s", what, ncclGetErrorString(r),
-			last && *last ? ": " : "", last ? last : "");
+	int rc = ddpi_err(DDP_ENCCL, "%s: %s%s%s", what, ncclGetErrorString(r),
+			  last && *last ? ": " : "", last ? last : "");
+
+	/* NCCL's word for a peer that went away (a dead rank, a closed socket). */
+	return r == ncclRemoteError ? ddpi_caused_by(rc, "a peer rank failed (NCCL remote error)")
+				    : rc;
 }
 
 static ncclDataType_t nccl_type(enum ddp_dtype dt)
@@ -108,8 +112,10 @@ static int settle(struct nccl_be *b, int64_t deadline, const char *what)
 		}
 		if (util_now_ms() >= deadline) {
 			abort_comm(b);
-			return ddpi_err(-ETIMEDOUT, "%s: timed out (NCCL communicator aborted)",
-					what);
+			return ddpi_caused_by(ddpi_err(-ETIMEDOUT,
+						       "%s: timed out (NCCL communicator aborted)",
+						       what),
+					      "a peer rank timed out");
 		}
 		sched_yield();
 	}
@@ -135,10 +141,12 @@ static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 		}
 		if (util_now_ms() >= deadline) {
 			abort_comm(b);
-			return ddpi_err(-ETIMEDOUT,
-					"%s: timed out waiting for the GPU (a peer rank is gone or "
-					"stuck); NCCL communicator aborted",
-					what);
+			return ddpi_caused_by(
+				ddpi_err(-ETIMEDOUT,
+					 "%s: timed out waiting for the GPU (a peer rank is gone "
+					 "or stuck); NCCL communicator aborted",
+					 what),
+				"a peer rank timed out");
 		}
 		nanosleep(&nap, NULL);
 	}
