@@ -1,14 +1,18 @@
 """libddp under the real launcher: the README's main job at 1, 2 and 4 ranks
 (same checksum at every world size, only rank 0 on stdout), every collective,
 a crash that ddprun reports with the worker's exit code and no hang or leftover
-shared memory, ddp_fatal's error file in ddprun's failure report, and a restart
-that gets a fresh communicator."""
+shared memory, ddp_fatal's error file in ddprun's failure report, a restart
+that gets a fresh communicator, and the rank that failed on its own as the root
+cause even when the ranks its failure broke are seen first."""
 import os
+import re
+import signal
+import subprocess
 import uuid
 
 import pytest
 
-from conftest import binary, prog, run
+from conftest import binary, prog, run, wait_for
 
 
 def ddprun(nproc, cmd, timeout=120, rdzv_id=None, extra=(), env=None):
@@ -79,3 +83,58 @@ def test_restart_gets_a_fresh_communicator():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "attempt 1 sum 3" in r.stdout
     assert segments(rid) == []
+
+
+def workers_of(pid, comm):
+    """{pid: state} of pid's children running comm (zombies included)."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        kids = [int(k) for k in f.read().split()]
+    found = {}
+    for k in kids:
+        try:
+            with open(f"/proc/{k}/stat") as f:
+                name, rest = f.read().split(") ", 1)
+        except FileNotFoundError:
+            continue
+        if name.split("(", 1)[1] == comm:
+            found[k] = rest.split()[0]
+    return found
+
+
+def test_a_secondary_failure_seen_first_does_not_hide_the_primary(reaper, tmp_path):
+    """ddprun is stopped (SIGSTOP) when rank 2 exits with status 7; ranks 0, 1
+    and 3 then fail because rank 2 is gone (libddp marks their error files
+    with the cause) and exit 3. When ddprun goes on, it reaps all four in one
+    go, ranks 0 and 1 before rank 2 (children are reaped oldest first): by
+    time alone rank 0 would be the root cause. Primary failures come first:
+    ddprun exits 7 and names rank 2."""
+    gate = tmp_path / "crash-now"
+    err = tmp_path / "stderr"
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    with open(err, "w") as e:
+        p = reaper.popen([binary("ddprun"), "--nproc-per-node=4", prog("ddp_coll"), "crash",
+                          "2", "--when", str(gate)], stdout=subprocess.DEVNULL, stderr=e,
+                         env=dict(os.environ, DDP_QUIET="1", DDP_TIMEOUT="600",
+                                  TMPDIR=str(tmpdir)))
+    try:
+        wait_for(lambda: "rank 2: waiting for" in err.read_text(), timeout=60,
+                 what="rank 2 at the gate")
+        p.send_signal(signal.SIGSTOP)
+        gate.touch()
+        wait_for(lambda: list(workers_of(p.pid, "ddp_coll").values()) == ["Z"] * 4,
+                 timeout=60, what="every rank exited while ddprun is stopped")
+    finally:
+        p.send_signal(signal.SIGCONT)
+    assert p.wait(timeout=60) == 7, err.read_text()
+    text = err.read_text()
+    others, root = text[text.index("FAILED\n"):].split("Root Cause (first observed failure):")
+    assert "rank      : 2 (local_rank: 2)" in root and "exitcode  : 7" in root
+    assert "caused_by" not in root
+    pid2 = int(re.search(r"exitcode  : 7 \(pid: (\d+)\)", root)[1])
+    # The others are listed, each marked as caused by rank 2.
+    for r in (0, 1, 3):
+        block = others[others.index(f"rank      : {r} (local_rank: {r})"):]
+        block = block[:block.index("traceback")]
+        assert "exitcode  : 3" in block
+        assert f"caused_by : rank 2 (pid {pid2}) exited" in block

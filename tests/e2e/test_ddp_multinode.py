@@ -11,15 +11,19 @@ and c10d), two ranks each or two plus one, on the cpu backend.
 - The README's training job gives the checksum a single rank gets for the
   same command line.
 - A rank on node 1 that crashes in the middle of all_reduces makes node 0's
-  ranks fail with an error, not hang, and every ddprun exits with its status.
+  ranks fail with an error, not hang, and every ddprun exits with its status,
+  even when node 0's failures, consequences of the crash, are seen first and
+  decide how the round ends.
 Every wait is bounded; no timing is asserted."""
+import json
 import os
 import re
+import signal
 import uuid
 
 import pytest
 
-from conftest import binary, free_port, prog, run
+from conftest import binary, free_port, prog, run, wait_for
 from mnutil import FAST, Agent, clean_env
 
 WHERE = re.compile(r"^\[rank(\d+)\] where rank (\d+) local (\d+) of (\d+) node (\d+) of (\d+) "
@@ -39,17 +43,20 @@ def segments(run_id):
     return [n for n in os.listdir("/dev/shm") if run_id in n]
 
 
-def two_nodes(reaper, tmp_path, rdzv, nprocs, cmd, env=None, shutdown=5):
+def two_nodes(reaper, tmp_path, rdzv, nprocs, cmd, env=None, shutdown=5, conf=None, port=None):
     """One agent per entry of nprocs, started in that order; static: node rank
-    = index; c10d: node ranks by arrival. Returns (agents, run id)."""
+    = index (conf: its --rdzv-conf); c10d: node ranks by arrival. Returns
+    (agents, run id)."""
     rid = "mn" + uuid.uuid4().hex[:10]
-    port = free_port()
+    port = port or free_port()
     e = clean_env(**{"DDP_BACKEND": "cpu", "DDP_QUIET": "1", "DDP_TIMEOUT": "60", **(env or {})})
     agents = []
     for i, n in enumerate(nprocs):
         if rdzv == "static":
             args = ["--nnodes", str(len(nprocs)), "--node-rank", str(i), "--master-addr",
                     "127.0.0.1", "--master-port", str(port)]
+            if conf:
+                args += ["--rdzv-conf", conf]
         else:
             args = ["--nnodes", str(len(nprocs)), "--rdzv-backend", "c10d", "--rdzv-endpoint",
                     f"127.0.0.1:{port}", "--rdzv-conf", FAST]
@@ -191,4 +198,60 @@ def test_a_crash_on_node_1_fails_node_0s_ranks_with_an_error(reaper, tmp_path, v
     report = node0[node0.index("Root Cause"):]
     assert f"rank      : {victim} (local_rank: {victim - 2})" in report
     assert "exitcode  : 7" in report
+    assert segments(rid) == []
+
+
+def round_end(port, rid):
+    """The round's end value in node 0's store (None while it has none)."""
+    r = run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--timeout", "5", "get",
+             f"ddprun/{rid}/r0/end"], timeout=30)
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else None
+
+
+def test_the_crash_is_the_root_cause_even_when_its_consequence_ends_the_round(reaper,
+                                                                               tmp_path):
+    """The race a colleague saw in 5 runs of 20, made certain: node 1's agent
+    is stopped (SIGSTOP) when rank 2 crashes with status 7, so node 0's ranks,
+    failing because rank 2 is gone, are seen first and node 0 sets the round's
+    end. libddp marks their failures as caused by rank 2; every node reads
+    every node's failures and puts the primary failure first: every ddprun
+    exits 7 and node 0's report names rank 2. A long heartbeat timeout keeps
+    the stopped agent from being declared lost."""
+    gate = tmp_path / "crash-now"
+    port = free_port()
+    agents, rid = two_nodes(reaper, tmp_path, "static", [2, 2],
+                            [prog("ddp_coll"), "crash", "2", "--when", str(gate)],
+                            env={"DDP_TIMEOUT": "600"}, shutdown=60,
+                            conf="heartbeat_timeout=600", port=port)
+    node0, node1 = agents
+    wait_for(lambda: "rank 2: waiting for" in node1.stderr(), timeout=60,
+             what="rank 2 at its crash")
+    try:
+        node1.signal(signal.SIGSTOP)
+        gate.touch()
+        end = json.loads(wait_for(lambda: round_end(port, rid), timeout=60,
+                                  what="the round's end"))["fail"]
+    finally:
+        node1.signal(signal.SIGCONT)
+    # Node 0 won the race with a consequence of the crash...
+    assert end["node"] == 0 and end["rank"] in (0, 1) and end["status"] == 3, end
+    assert end["caused_by"].startswith("rank 2 "), end
+    # ...yet the crash decides every node's status and node 0's root cause.
+    assert finish(agents, timeout=120) == [7, 7], [a.stderr() for a in agents]
+    err0 = node0.stderr()
+    others, root = err0[err0.index("FAILED\n"):].split("Root Cause (first observed failure):")
+    assert "rank      : 2 (local_rank: 0)" in root and "exitcode  : 7" in root, err0
+    assert "caused_by" not in root
+    # The failure that ended the round is listed, marked as caused by rank 2
+    # (so is any other failure seen before the stop).
+    r = end["rank"]
+    assert f"rank      : {r} (local_rank: {r})\n  exitcode  : 3 " in others, err0
+    listed = re.findall(r"^\[\d+\]:$", others, re.M)
+    causes = re.findall(r"^  caused_by : (.*)$", others, re.M)
+    assert len(causes) == len(listed) >= 1, err0
+    assert all(c == "rank 2 (the leader of node 1) disconnected" or
+               re.fullmatch(r"rank 2 \(pid \d+\) exited", c) for c in causes), causes
+    for a in agents:
+        assert ("root cause (first observed failure): rank 2 (local rank 0) on node 1"
+                in a.stderr())
     assert segments(rid) == []

@@ -4,8 +4,11 @@
  *                                       launcher pid), every rank's as all_gather brought
  *                                       them, and its established TCP connections; then check
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
- *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R]
+ *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
+ *                                       --when FILE: RANK first says "rank RANK: waiting
+ *                                       for FILE" and waits (at most 120 s) until FILE
+ *                                       exists, while the others wait in their all_reduce;
  *                                       --hold-sigterm: every rank blocks SIGTERM until its
  *                                       collective has failed, then waits for it (so only
  *                                       libddp's error ends a collective, and a launcher's
@@ -267,6 +270,7 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **
 {
 	float buf[1024];
 	int linger = -1, hold = 0;
+	const char *gate = NULL;
 	sigset_t term;
 
 	sigemptyset(&term);
@@ -276,9 +280,16 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **
 			hold = !sigprocmask(SIG_BLOCK, &term, NULL);
 		else if (!strcmp(argv[i], "--linger") && i + 1 < argc)
 			linger = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--when") && i + 1 < argc)
+			gate = argv[++i];
 
 	for (int it = 0; it < 20; it++) {
 		if (it == 10 && ddp_rank(ctx) == victim) {
+			if (gate) {
+				fprintf(stderr, "rank %d: waiting for %s\n", victim, gate);
+				for (int k = 0; k < 12000 && access(gate, F_OK) != 0; k++)
+					usleep(10000);
+			}
 			fprintf(stderr, "rank %d: %s now\n", victim, stop ? "stopping" : "exiting");
 			if (stop)
 				raise(SIGSTOP);
