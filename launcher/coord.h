@@ -13,9 +13,12 @@
  * ON_CLOSE_SET) or stops heartbeating (the store host watches) sets it once,
  * and every agent stops (or, with restarts left, restarts) its workers at
  * once. An agent that loses the store stops its workers. Exit statuses: the
- * root cause's on every node; 75 for a lost node or store; 2 for settings
- * that differ between nodes; 1 when the rendezvous cannot complete. The
- * full key layout is in /work/notes/multinode-design.md and docs-draft. */
+ * root cause's on every node (not the end's first writer: every node reads
+ * every node's failures and applies report.h's rule, see coord_report.c);
+ * 75 for a lost node or store, unless a worker failed on its own; 2 for
+ * settings that differ between nodes; 1 when the rendezvous cannot
+ * complete. The full key layout is in /work/notes/multinode-design.md and
+ * docs-draft. */
 #ifndef DDP_COORD_H
 #define DDP_COORD_H
 
