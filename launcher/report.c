@@ -253,7 +253,7 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 {
 	char when[32];
 	struct tm tm;
-	/* Floor division: a time before 1970 still shows a valid fraction. */
+	/* Floor division: a time before 1970 rounds down like one after it. */
 	int64_t s = e->time_us / 1000000 - (e->time_us % 1000000 < 0);
 	time_t ts = (time_t)s;
 	const char *m, *nl;
@@ -261,7 +261,9 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	localtime_r(&ts, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
 	addf(t, "[%zu]:\n", idx);
-	addf(t, "  time      : %s.%06lld\n", when, (long long)(e->time_us - s * 1000000));
+	/* torchrun's layout shows whole seconds; the microseconds only order
+	 * the failures (report_cause_before). */
+	addf(t, "  time      : %s\n", when);
 	adds(t, "  host      : ");
 	adds(t, e->host ? e->host : host);
 	adds(t, "\n");
