@@ -194,6 +194,15 @@ $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(LIB_A)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(if $(LIB_A),$(LINK_DDP),$(SYS_LIBS))
 
+# The launch benchmark's floor and timer must be bare C programs: linking the
+# project's libraries (NCCL, the CUDA runtime) would make the floor slower and
+# inflate every measured RSS (a spawned child's peak includes its parent's
+# image before exec).
+$(B)/bench/launch/%: $(B)/obj/bench/launch/%.o
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $<
+
 $(B)/bench/%: $(B)/obj/bench/%.o $(INTERNAL_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")

@@ -17,8 +17,7 @@
  * every node's failures and applies report.h's rule, see coord_report.c);
  * 75 for a lost node or store, unless a worker failed on its own; 2 for
  * settings that differ between nodes; 1 when the rendezvous cannot
- * complete. The full key layout is in /work/notes/multinode-design.md and
- * docs-draft. */
+ * complete. The store's key layout is in coord_int.h. */
 #ifndef DDP_COORD_H
 #define DDP_COORD_H
 

@@ -7,7 +7,28 @@
  *   coord_host.c    which agent hosts the store; the workers' store
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
- * on_lost/on_connect (operation callbacks ignore them). */
+ * on_lost/on_connect (operation callbacks ignore them).
+ *
+ * Keys, all under "ddprun/<run_id>/" (so jobs sharing a store never meet):
+ *   config          the first agent's job settings (CAS "" -> JSON: backend,
+ *                   nnodes, max_restarts, version); every agent CASes its own
+ *                   and a mismatch fails the job naming both nodes
+ *   round           the current round r (absent: 0)
+ * and per round r (one round per start of the workers), under "r<r>/":
+ *   node/<R>        node R's descriptor JSON (host, addr, nproc, pid, ...);
+ *                   static: CAS "" -> desc, so a duplicate rank is seen
+ *   count           ADD counter of joiners (dynamic: R = count - 1)
+ *   closed          the participant count N, or "error:<message>"
+ *   meta            {"restart_count": n}, written by the closer: the
+ *                   authoritative TORCHELASTIC_RESTART_COUNT of the round
+ *   end             why the round ended, first writer wins (CAS, and each
+ *                   agent's ON_CLOSE_SET "lost:<R>:<why>"): "ok",
+ *                   {"fail":...}, "lost:<R>:<why>", "rejoin"
+ *   hb/<R>          heartbeat ADD counter, watched by the store's host
+ *   failures/<R>    node R's failures (JSON list), published after a failure
+ *   done            exit-barrier ADD counter; reaching N CASes end = "ok"
+ *   left, all_left  after "ok": the store's host waits (bounded) for all_left
+ *                   so no node loses the store while it reads "ok" */
 #ifndef DDP_COORD_INT_H
 #define DDP_COORD_INT_H
 

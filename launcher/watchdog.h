@@ -5,8 +5,9 @@
  * processes, `sh -c 'a & b'`) would live on. Each worker registers its group
  * through a pipe before it execs (spawn.c); ddprun holds the only other write
  * end. When the pipe reaches end-of-file without a clean goodbye, the watchdog
- * SIGKILLs every registered group. It runs in its own session, ignores the
- * usual termination signals, and holds no other descriptor of ddprun's. */
+ * SIGKILLs every registered group. It runs in its own session, blocks every
+ * signal it can (only SIGKILL ends it), and holds no other descriptor of
+ * ddprun's. It shares ddprun's memory instead of copying it (watchdog.c). */
 #ifndef DDP_WATCHDOG_H
 #define DDP_WATCHDOG_H
 
@@ -17,8 +18,7 @@ struct watchdog {
 	int fd;	   /* write end; give it to spawn_req.watch_fd */
 };
 
-/* Fork the watchdog (early: ddprun pays copy-on-write faults for what it
- * writes afterwards). 0 or a negative errno. */
+/* Start the watchdog (before the first worker). 0 or a negative errno. */
 int watchdog_start(struct watchdog *w);
 /* The group is gone (its leader was reaped and the group is empty): forget it,
  * so a later reuse of that number is never signalled. */

@@ -121,6 +121,36 @@ def test_kill_9_of_ddprun_leaves_no_worker_or_grandchild(reaper, tmp_path):
         wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
 
 
+def watchdog_of(pid):
+    """The pid of ddprun's watchdog (its child named ddprun-watchdog)."""
+    for line in subprocess.run(["ps", "-o", "pid=,comm=", "--ppid", str(pid)],
+                               capture_output=True, text=True).stdout.splitlines():
+        child, comm = line.split(None, 1)
+        if comm.strip() == "ddprun-watchdog":
+            return int(child)
+    return None
+
+
+def test_the_watchdog_outlives_signals_meant_for_the_job(reaper, tmp_path):
+    # A `pkill -TERM -s <session>` or a Ctrl-C aimed at everything must not
+    # take the watchdog away before ddprun is killed: it blocks every signal.
+    script = f'sleep 1000 & echo $! > {tmp_path}/gc.tmp; mv {tmp_path}/gc.tmp {tmp_path}/gc; wait'
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c", script],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (tmp_path / "gc").exists(), timeout=20, what="worker started")
+    grandchild = int((tmp_path / "gc").read_text())
+    wd = watchdog_of(p.pid)
+    assert wd is not None
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE, signal.SIGTSTP):
+        os.kill(wd, sig)
+    time.sleep(0.2)  # (a signal that ended it would have done so by now)
+    assert pid_alive(wd) and pid_alive(grandchild)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    wait_for(lambda: not pid_alive(grandchild), timeout=10, what="the grandchild to die")
+
+
 def test_kill_9_during_the_grace_period_leaves_nothing(reaper, tmp_path):
     # Workers that ignore SIGTERM, ddprun stopping them, then killed itself.
     p = start(reaper, tmp_path, "--shutdown-timeout", "1000", nproc=2,
