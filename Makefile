@@ -104,7 +104,8 @@ FORCE:
 # ---- sources ------------------------------------------------------------------
 RDZV_SRC := $(wildcard rendezvous/*.c)
 # The pieces of rendezvous/ a worker needs: the wire codec and the blocking client.
-RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c rendezvous/store_addr.c rendezvous/util.c,$(RDZV_SRC))
+RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c \
+	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c,$(RDZV_SRC))
 DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))
@@ -158,15 +159,18 @@ $(B)/bin/ddpstore: $(call obj,$(DDPSTORE_SRC)) $(RDZV_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SYS_LIBS)
 
-$(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+# The library's member list lives in this Makefile: a change to it (a source
+# added to RDZV_CLIENT_SRC) must rebuild the library though no object is new.
+$(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) Makefile
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $(filter %.o,$^)
 
-$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) Makefile
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 -o $@ $^ $(CUDA_LIBS) $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 -o $@ $(filter %.o,$^) \
+		$(CUDA_LIBS) $(SYS_LIBS)
 
 # Programs linked with libddp take the static archive, so they run from build/
 # without LD_LIBRARY_PATH.

@@ -23,37 +23,7 @@
 
 /* ---- operations ------------------------------------------------------------------ */
 
-static void op_free(struct aop *op)
-{
-	store_buf_free(&op->req);
-	free(op);
-}
-
-/* Call op's callback with a failure status (no value) and free it. */
-static void op_fail(struct aop *op, int status)
-{
-	switch (op->kind) {
-	case K_DONE:
-		if (op->cb.done)
-			op->cb.done(status, op->arg);
-		break;
-	case K_INT:
-		if (op->cb.i)
-			op->cb.i(status, 0, op->arg);
-		break;
-	case K_BYTES:
-		if (op->cb.bytes)
-			op->cb.bytes(status, NULL, 0, op->arg);
-		break;
-	case K_MULTI:
-		if (op->cb.multi)
-			op->cb.multi(status, 0, NULL, NULL, op->arg);
-		break;
-	}
-	op_free(op);
-}
-
-static struct aop *pop(struct aop **head, struct aop **tail)
+struct aop *store_async_pop(struct aop **head, struct aop **tail)
 {
 	struct aop *op = *head;
 
@@ -82,14 +52,14 @@ static void fail_all(struct store_async *a, int status)
 {
 	struct aop *op;
 
-	while (a->state != AS_CLOSING &&
-	       ((op = pop(&a->replyq, &a->replyq_tail)) || (op = pop(&a->sendq, &a->sendq_tail)))) {
+	while (a->state != AS_CLOSING && ((op = store_async_pop(&a->replyq, &a->replyq_tail)) ||
+					  (op = store_async_pop(&a->sendq, &a->sendq_tail)))) {
 		if (op == a->cur_wait)
 			a->cur_wait = NULL;
 		if (op->internal)
-			op_free(op);
+			store_async_op_free(op);
 		else
-			op_fail(op, status);
+			store_async_op_fail(op, status);
 	}
 }
 
@@ -101,11 +71,12 @@ static void maybe_finish_close(struct store_async *a)
 
 	if (a->state != AS_CLOSING || a->nclosing > 0 || a->gai_busy)
 		return;
-	while ((op = pop(&a->replyq, &a->replyq_tail)) || (op = pop(&a->sendq, &a->sendq_tail))) {
+	while ((op = store_async_pop(&a->replyq, &a->replyq_tail)) ||
+	       (op = store_async_pop(&a->sendq, &a->sendq_tail))) {
 		if (op->internal)
-			op_free(op);
+			store_async_op_free(op);
 		else
-			op_fail(op, -ECANCELED);
+			store_async_op_fail(op, -ECANCELED);
 	}
 	if (a->ai)
 		freeaddrinfo(a->ai);
@@ -218,7 +189,7 @@ static void send_op(struct store_async *a, struct aop *op)
 static void pump(struct store_async *a)
 {
 	while (a->state == AS_READY && a->cur_wait == NULL && a->sendq)
-		send_op(a, pop(&a->sendq, &a->sendq_tail));
+		send_op(a, store_async_pop(&a->sendq, &a->sendq_tail));
 }
 
 static void on_wait_timer(uv_timer_t *t)
@@ -267,8 +238,8 @@ static void attempt_failed(struct store_async *a, int err)
 	close_tcp(a);
 	/* Drop the handshake's PING: the next attempt sends its own. */
 	while (a->replyq && a->replyq->internal) {
-		op = pop(&a->replyq, &a->replyq_tail);
-		op_free(op);
+		op = store_async_pop(&a->replyq, &a->replyq_tail);
+		store_async_op_free(op);
 	}
 	if (util_now_ms() + a->backoff >= a->deadline) {
 		connect_failed(a, err);
@@ -461,110 +432,6 @@ static void lost(struct store_async *a, int reason)
 		a->cbs.on_lost(a, reason, a->cbs.arg);
 }
 
-static void deliver_multi(struct aop *op, const uint8_t *p)
-{
-	const void **vals = calloc(op->n ? op->n : 1, sizeof(*vals));
-	size_t *lens = calloc(op->n ? op->n : 1, sizeof(*lens));
-	uint64_t i;
-
-	if (vals == NULL || lens == NULL) {
-		free(vals);
-		free(lens);
-		op_fail(op, -ENOMEM);
-		return;
-	}
-	for (i = 0; i < op->n; i++) {
-		lens[i] = (size_t)store_get_u64(p);
-		vals[i] = p + 8;
-		p += 8 + lens[i];
-	}
-	op->cb.multi(0, (size_t)op->n, vals, lens, op->arg);
-	free(vals);
-	free(lens);
-	op_free(op);
-}
-
-/* The head operation's reply (len bytes at p). Returns false when the
- * stream is out of step (protocol error). */
-static bool deliver(struct store_async *a, const uint8_t *p)
-{
-	struct aop *op = a->replyq;
-
-	if (op->internal) {
-		op = pop(&a->replyq, &a->replyq_tail);
-		if (store_get_u32(p) != op->nonce) {
-			op_free(op);
-			return false;
-		}
-		op_free(op);
-		a->state = AS_READY;
-		uv_timer_stop(&a->deadline_timer);
-		if (a->cbs.on_connect)
-			a->cbs.on_connect(a, 0, a->cbs.arg);
-		return true;
-	}
-	if (op->op == STORE_OP_WAIT) {
-		int st;
-
-		if (p[0] == STORE_WAIT_STOP && op->cancel_sent) {
-			op->stop_seen = true; /* the cancel's answer follows */
-			return true;
-		}
-		if (p[0] == STORE_WAIT_STOP)
-			st = 0;
-		else if (p[0] == STORE_WAIT_CANCELED && op->cancel_sent)
-			st = op->stop_seen ? 0 : -ETIMEDOUT;
-		else
-			return false;
-		pop(&a->replyq, &a->replyq_tail);
-		a->cur_wait = NULL;
-		uv_timer_stop(&a->wait_timer);
-		op_fail(op, st);
-		return true;
-	}
-	if (op->op == STORE_OP_GET && op->phase == 0) {
-		op->check = p[0];
-		op->phase = 1;
-		op->reply = STORE_REPLY_BYTES;
-		return p[0] == STORE_CHECK_READY || p[0] == STORE_CHECK_NOT_READY;
-	}
-	pop(&a->replyq, &a->replyq_tail);
-	switch (op->kind) {
-	case K_DONE:
-		if (op->op == STORE_OP_PING && store_get_u32(p) != op->nonce) {
-			op_free(op);
-			return false;
-		}
-		op_fail(op, 0);
-		break;
-	case K_INT: {
-		int64_t v = op->reply == STORE_REPLY_U8 ? (p[0] == STORE_CHECK_READY)
-							: (int64_t)store_get_u64(p);
-
-		if (op->cb.i)
-			op->cb.i(0, v, op->arg);
-		op_free(op);
-		break;
-	}
-	case K_BYTES:
-		if (op->cb.bytes == NULL)
-			;
-		else if (op->op == STORE_OP_GET && op->check != STORE_CHECK_READY)
-			op->cb.bytes(-ENOENT, NULL, 0, op->arg);
-		else
-			op->cb.bytes(0, p + 8, (size_t)store_get_u64(p), op->arg);
-		op_free(op);
-		break;
-	case K_MULTI:
-		if (op->cb.multi)
-			deliver_multi(op, p);
-		else
-			op_free(op);
-		break;
-	}
-	return true;
-}
-
 static void process(struct store_async *a)
 {
 	size_t pos = 0;
@@ -576,7 +443,7 @@ static void process(struct store_async *a)
 		if (op->reply == STORE_REPLY_NONE) {
 			if (op->seq >= a->nwritten)
 				break; /* not out yet */
-			op_fail(pop(&a->replyq, &a->replyq_tail), 0);
+			store_async_op_fail(store_async_pop(&a->replyq, &a->replyq_tail), 0);
 			continue;
 		}
 		l = store_reply_len(op->reply, op->n, a->rbuf + pos, a->rlen - pos,
@@ -587,7 +454,7 @@ static void process(struct store_async *a)
 		}
 		if (l == 0)
 			break; /* need more bytes */
-		if (!deliver(a, a->rbuf + pos)) {
+		if (!store_async_deliver(a, a->rbuf + pos)) {
 			lost(a, -EPROTO);
 			return;
 		}
@@ -720,7 +587,7 @@ int store_async_submit(struct store_async *a, struct aop *o, int rc)
 	if (rc == 0 && o->req.err)
 		rc = o->req.err;
 	if (rc < 0) {
-		op_free(o);
+		store_async_op_free(o);
 		return rc;
 	}
 	push(&a->sendq, &a->sendq_tail, o);

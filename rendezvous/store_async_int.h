@@ -1,5 +1,6 @@
-/* store_async_int: what store_async.c (connection, I/O, replies) and
- * store_async_ops.c (building requests) share. Not a public API. */
+/* store_async_int: what store_async.c (connection, I/O, the reply stream),
+ * store_async_reply.c (delivering replies) and store_async_ops.c (building
+ * requests) share. Not a public API. */
 #ifndef DDP_STORE_ASYNC_INT_H
 #define DDP_STORE_ASYNC_INT_H
 
@@ -79,5 +80,13 @@ struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum sto
 /* Queue o and send what may go; with rc < 0 (or o == NULL) free it and
  * return the error instead. */
 int store_async_submit(struct store_async *a, struct aop *o, int rc);
+/* Unlink and return the head of a queue (NULL when empty). */
+struct aop *store_async_pop(struct aop **head, struct aop **tail);
+void store_async_op_free(struct aop *op);
+/* Call op's callback with a failure status (no value) and free it. */
+void store_async_op_fail(struct aop *op, int status);
+/* The head of replyq's reply, complete at p: call its callback (or finish
+ * the handshake). False when the stream is out of step (protocol error). */
+bool store_async_deliver(struct store_async *a, const uint8_t *p);
 
 #endif

@@ -20,6 +20,14 @@ uint64_t util_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+void util_sleep_ms(int64_t ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
 int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {
 	char *end;

@@ -10,6 +10,8 @@
 /* Monotonic clock in milliseconds / nanoseconds (CLOCK_MONOTONIC). */
 int64_t util_now_ms(void);
 uint64_t util_now_ns(void);
+/* Sleep ms milliseconds, the whole time even when signals interrupt it. */
+void util_sleep_ms(int64_t ms);
 
 /* Decimal integer in [min, max]; leading/trailing spaces are errors. */
 int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);

@@ -1,0 +1,382 @@
+/* store_client_ops: the blocking client's operations (see store_client.h),
+ * each one request and its reply within the operation's deadline. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_client_int.h"
+#include "util.h"
+
+static int recv_u8(struct store_client *c, uint8_t *v, int64_t deadline)
+{
+	return store_client_recv(c, v, 1, deadline);
+}
+
+static int recv_i64(struct store_client *c, int64_t *v, int64_t deadline)
+{
+	return store_client_recv(c, v, 8, deadline);
+}
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+static int begin(struct store_client *c, enum store_op op)
+{
+	if (c->broken)
+		return -ENOTCONN;
+	c->req.len = 0;
+	c->req.err = 0;
+	store_put_op(&c->req, STORE_DIALECT_V2, op);
+	return 0;
+}
+
+static int put_key(struct store_client *c, const char *key)
+{
+	return store_put_user_key(&c->req, c->prefix, key, 8 * 1024);
+}
+
+static int put_val(struct store_client *c, const void *val, size_t len)
+{
+	if (len > 8 * 1024 * 1024)
+		return -EMSGSIZE;
+	if (len && val == NULL)
+		return -EINVAL;
+	store_put_bytes(&c->req, val, len);
+	return 0;
+}
+
+static int put_keys(struct store_client *c, const char *const *keys, size_t n)
+{
+	size_t i;
+	int rc;
+
+	if (n > 128 * 1024)
+		return -E2BIG;
+	store_put_u64(&c->req, n);
+	for (i = 0; i < n; i++) {
+		rc = put_key(c, keys[i]);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int send_req(struct store_client *c, int64_t deadline)
+{
+	if (c->req.err)
+		return c->req.err;
+	return store_client_fail(c, store_client_send(c, c->req.p, c->req.len, deadline));
+}
+
+static int64_t op_deadline(struct store_client *c)
+{
+	return store_client_deadline(c->op_timeout_ms);
+}
+
+int store_set(struct store_client *c, const char *key, const void *val, size_t len)
+{
+	int rc = begin(c, STORE_OP_SET);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = put_val(c, val, len);
+	return rc ? rc : send_req(c, op_deadline(c));
+}
+
+/* WAIT with cancel on timeout. 0 when the keys exist, -ETIMEDOUT when the
+ * server confirmed the cancel (the client stays usable). */
+static int do_wait(struct store_client *c, const char *const *keys, size_t n, int64_t deadline)
+{
+	uint8_t r;
+	int rc = begin(c, STORE_OP_WAIT);
+
+	if (rc == 0)
+		rc = put_keys(c, keys, n);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc < 0)
+		return rc;
+	rc = recv_u8(c, &r, deadline);
+	if (rc == 0)
+		return r == STORE_WAIT_STOP ? 0 : store_client_fail(c, -EPROTO);
+	if (rc != -ETIMEDOUT)
+		return store_client_fail(c, rc);
+	/* Cancel; a STOP_WAITING already in flight may come first, and then
+	 * the keys are there after all. */
+	deadline = store_client_deadline(c->op_timeout_ms > 0 ? c->op_timeout_ms : 10000);
+	begin(c, STORE_OP_CANCEL_WAIT);
+	rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = recv_u8(c, &r, deadline);
+	if (rc == 0 && r == STORE_WAIT_STOP) {
+		rc = recv_u8(c, &r, deadline);
+		if (rc == 0 && r == STORE_WAIT_CANCELED)
+			return 0;
+	} else if (rc == 0 && r == STORE_WAIT_CANCELED) {
+		return -ETIMEDOUT;
+	}
+	return store_client_fail(c, rc < 0 ? rc : -EPROTO);
+}
+
+int store_wait(struct store_client *c, const char *const *keys, size_t n, int64_t timeout_ms)
+{
+	return do_wait(c, keys, n, store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms));
+}
+
+static int get_now(struct store_client *c, const char *key, void **val, size_t *len,
+		   int64_t deadline)
+{
+	int rc = begin(c, STORE_OP_GET);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, store_client_recv_bytes(c, val, len, deadline));
+	return rc;
+}
+
+int store_get(struct store_client *c, const char *key, void **val, size_t *len)
+{
+	int64_t deadline = op_deadline(c);
+	int rc = do_wait(c, &key, 1, deadline);
+
+	return rc ? rc : get_now(c, key, val, len, deadline);
+}
+
+int store_try_get(struct store_client *c, const char *key, void **val, size_t *len)
+{
+	int64_t deadline = op_deadline(c);
+	int rc = store_check(c, &key, 1);
+
+	if (rc < 0)
+		return rc;
+	if (rc == 0)
+		return -ENOENT;
+	return get_now(c, key, val, len, deadline);
+}
+
+static int simple_i64(struct store_client *c, int64_t *out)
+{
+	int64_t deadline = op_deadline(c);
+	int rc = send_req(c, deadline);
+
+	if (rc == 0)
+		rc = store_client_fail(c, recv_i64(c, out, deadline));
+	return rc;
+}
+
+int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *result)
+{
+	int64_t r;
+	int rc = begin(c, STORE_OP_ADD);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc)
+		return rc;
+	store_put_i64(&c->req, delta);
+	rc = simple_i64(c, &r);
+	if (rc == 0 && result)
+		*result = r;
+	return rc;
+}
+
+int store_compare_set(struct store_client *c, const char *key, const void *expected, size_t elen,
+		      const void *desired, size_t dlen, void **cur, size_t *curlen)
+{
+	int64_t deadline = op_deadline(c);
+	int rc = begin(c, STORE_OP_COMPARE_SET);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = put_val(c, expected, elen);
+	if (rc == 0)
+		rc = put_val(c, desired, dlen);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, store_client_recv_bytes(c, cur, curlen, deadline));
+	return rc;
+}
+
+int store_check(struct store_client *c, const char *const *keys, size_t n)
+{
+	int64_t deadline = op_deadline(c);
+	uint8_t r;
+	int rc = begin(c, STORE_OP_CHECK);
+
+	if (rc == 0)
+		rc = put_keys(c, keys, n);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, recv_u8(c, &r, deadline));
+	if (rc < 0)
+		return rc;
+	if (r != STORE_CHECK_READY && r != STORE_CHECK_NOT_READY)
+		return store_client_fail(c, -EPROTO);
+	return r == STORE_CHECK_READY;
+}
+
+int store_delete(struct store_client *c, const char *key)
+{
+	int64_t r = 0;
+	int rc = begin(c, STORE_OP_DELETE);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = simple_i64(c, &r);
+	return rc < 0 ? rc : r == 1;
+}
+
+int store_num_keys(struct store_client *c, int64_t *n)
+{
+	int rc = begin(c, STORE_OP_NUMKEYS);
+
+	return rc ? rc : simple_i64(c, n);
+}
+
+int store_append(struct store_client *c, const char *key, const void *val, size_t len)
+{
+	int rc = begin(c, STORE_OP_APPEND);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = put_val(c, val, len);
+	return rc ? rc : send_req(c, op_deadline(c));
+}
+
+int store_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,
+		    size_t *lens)
+{
+	int64_t deadline = op_deadline(c);
+	size_t i, j;
+	int rc = n ? do_wait(c, keys, n, deadline) : 0;
+
+	if (rc == 0)
+		rc = begin(c, STORE_OP_MULTI_GET);
+	if (rc == 0)
+		rc = put_keys(c, keys, n);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	for (i = 0; rc == 0 && i < n; i++) {
+		rc = store_client_fail(c, store_client_recv_bytes(c, &vals[i], &lens[i], deadline));
+		if (rc < 0) {
+			for (j = 0; j < i; j++) {
+				free(vals[j]);
+				vals[j] = NULL;
+			}
+		}
+	}
+	return rc;
+}
+
+int store_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
+		    const size_t *lens, size_t n)
+{
+	size_t i;
+	int rc = begin(c, STORE_OP_MULTI_SET);
+
+	if (n > 128 * 1024)
+		return -E2BIG;
+	if (rc == 0)
+		store_put_u64(&c->req, n);
+	for (i = 0; rc == 0 && i < n; i++) {
+		rc = put_key(c, keys[i]);
+		if (rc == 0)
+			rc = put_val(c, vals[i], lens[i]);
+	}
+	return rc ? rc : send_req(c, op_deadline(c));
+}
+
+int store_queue_push(struct store_client *c, const char *key, const void *val, size_t len)
+{
+	int rc = begin(c, STORE_OP_QUEUE_PUSH);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = put_val(c, val, len);
+	return rc ? rc : send_req(c, op_deadline(c));
+}
+
+int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
+{
+	int64_t deadline = op_deadline(c), n, pause = 1;
+	int rc;
+
+	/* Wait for an item, then pop. Another client may take it first; and a
+	 * key that also holds a plain value satisfies WAIT at once: then retry
+	 * with a growing pause (at most 100 ms) until the deadline. */
+	for (;;) {
+		rc = do_wait(c, &key, 1, deadline);
+		if (rc == 0)
+			rc = begin(c, STORE_OP_QUEUE_POP);
+		if (rc == 0)
+			rc = put_key(c, key);
+		if (rc == 0)
+			rc = send_req(c, deadline);
+		if (rc == 0)
+			rc = store_client_fail(c, recv_i64(c, &n, deadline));
+		if (rc < 0)
+			return rc;
+		if (n > 0)
+			return store_client_fail(c, store_client_recv_bytes(c, val, len, deadline));
+		if (deadline >= 0 && util_now_ms() + pause >= deadline)
+			return -ETIMEDOUT;
+		util_sleep_ms(pause);
+		pause = pause * 2 > 100 ? 100 : pause * 2;
+	}
+}
+
+int store_queue_len(struct store_client *c, const char *key, int64_t *n)
+{
+	int rc = begin(c, STORE_OP_QUEUE_LEN);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	return rc ? rc : simple_i64(c, n);
+}
+
+int store_ping(struct store_client *c)
+{
+	int64_t deadline = op_deadline(c);
+	uint32_t echo = 0;
+	int rc = begin(c, STORE_OP_PING);
+
+	c->nonce++;
+	store_put_u32(&c->req, c->nonce);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, store_client_recv(c, &echo, 4, deadline));
+	if (rc == 0 && echo != c->nonce)
+		rc = store_client_fail(c, -EPROTO);
+	return rc;
+}
+
+int store_on_close_set(struct store_client *c, const char *key, const void *val, size_t len)
+{
+	int64_t deadline = op_deadline(c);
+	uint8_t ack;
+	int rc = begin(c, STORE_OP_ON_CLOSE_SET);
+
+	/* NULL or "" clears the registration: an empty key on the wire. */
+	if (rc == 0 && (key == NULL || *key == '\0'))
+		store_put_u64(&c->req, 0);
+	else if (rc == 0)
+		rc = put_key(c, key);
+	if (rc == 0)
+		rc = put_val(c, val, len);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, recv_u8(c, &ack, deadline));
+	return rc;
+}
+
