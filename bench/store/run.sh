@@ -131,5 +131,5 @@ for n in 1024 4096; do
     "$(med ours.conn.$n) ms" "$(med torch.conn.$n) ms"
 done
 echo "(all connected: every client's TCP handshake is done; a server cannot make it"
-echo " shorter, only longer (a short listen backlog makes clients retry their SYNs);"
+echo " shorter, only longer (a full listen backlog makes clients retry their SYNs);"
 echo " the rest is the server's work: accept, ADD, WAIT and the replies)"
