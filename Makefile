@@ -275,7 +275,8 @@ fuzz: $(FUZZ_BIN)
 	done
 
 # ---- lint ----------------------------------------------------------------------
-C_FILES = $(shell git ls-files '*.c' '*.h' 2>/dev/null)
+# Tracked files and new ones not yet added (but not ignored ones).
+C_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)
 lint:
 	$(Q)clang-format --dry-run -Werror $(C_FILES)
 	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \

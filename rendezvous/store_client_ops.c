@@ -120,7 +120,8 @@ static int do_wait(struct store_client *c, const char *const *keys, size_t n, in
 
 int store_wait(struct store_client *c, const char *const *keys, size_t n, int64_t timeout_ms)
 {
-	return do_wait(c, keys, n, store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms));
+	return do_wait(c, keys, n,
+		       store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms));
 }
 
 static int get_now(struct store_client *c, const char *key, void **val, size_t *len,
@@ -379,4 +380,3 @@ int store_on_close_set(struct store_client *c, const char *key, const void *val,
 		rc = store_client_fail(c, recv_u8(c, &ack, deadline));
 	return rc;
 }
-
