@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -93,6 +94,15 @@ __attribute__((no_sanitize("address", "undefined"))) static int watchdog_main(vo
 	return 0;
 }
 
+/* Valgrind aborts the whole program on a clone that is neither a thread nor
+ * a fork (its preloaded libraries give it away). */
+static bool under_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "/vgpreload_");
+}
+
 int watchdog_start(struct watchdog *w)
 {
 	int p[2];
@@ -118,13 +128,22 @@ int watchdog_start(struct watchdog *w)
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	/* Not CLONE_FILES: the child closes its own copies of ddprun's files. */
-	pid = clone(watchdog_main, (char *)stack + WATCHDOG_STACK, CLONE_VM | SIGCHLD,
-		    (void *)(intptr_t)p[0]);
+	pid = under_valgrind() ? -1
+			       : clone(watchdog_main, (char *)stack + WATCHDOG_STACK,
+				       CLONE_VM | SIGCHLD, (void *)(intptr_t)p[0]);
+	if (pid < 0) { /* the same child, forked */
+		munmap(stack, WATCHDOG_STACK);
+		stack = MAP_FAILED;
+		pid = fork();
+		if (pid == 0)
+			watchdog_main((void *)(intptr_t)p[0]);
+	}
 	err = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	close(p[0]);
 	if (pid < 0) {
-		munmap(stack, WATCHDOG_STACK);
+		if (stack != MAP_FAILED)
+			munmap(stack, WATCHDOG_STACK);
 		close(p[1]);
 		return -err;
 	}
