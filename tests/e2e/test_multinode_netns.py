@@ -15,9 +15,17 @@ from mnutil import Agent, clean_env, read_envs, record
 REC = record("$RANK")
 
 
-def ip(*args):
-    return subprocess.run(["ip", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=20)
+def ip(*args, ns=None):
+    """ip ARGS, inside namespace ns when given."""
+    return subprocess.run([*enter(ns), "ip", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=20)
+
+
+def enter(ns):
+    """The prefix that runs a command in network namespace ns. nsenter, not
+    `ip netns exec` or `ip -n`: those also remount /sys and make / a slave
+    mount, which fails where / is not a mount point (a chroot)."""
+    return ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
 
 
 @pytest.fixture
@@ -37,16 +45,16 @@ def two_hosts():
         assert ip("netns", "add", ns[1]).returncode == 0
         made.append(ns[1])
         steps = [
-            ("link", "add", veth[0], "netns", ns[0], "type", "veth", "peer", "name", veth[1],
-             "netns", ns[1]),
+            (None, "link", "add", veth[0], "netns", ns[0], "type", "veth", "peer", "name",
+             veth[1], "netns", ns[1]),
         ]
         for i in (0, 1):
-            steps += [("-n", ns[i], "link", "set", "lo", "up"),
-                      ("-n", ns[i], "addr", "add", f"{addrs[i]}/24", "dev", veth[i]),
-                      ("-n", ns[i], "link", "set", veth[i], "up")]
-        for s in steps:
-            r = ip(*s)
-            assert r.returncode == 0, f"ip {' '.join(s)}: {r.stderr}"
+            steps += [(ns[i], "link", "set", "lo", "up"),
+                      (ns[i], "addr", "add", f"{addrs[i]}/24", "dev", veth[i]),
+                      (ns[i], "link", "set", veth[i], "up")]
+        for n, *s in steps:
+            r = ip(*s, ns=n)
+            assert r.returncode == 0, f"ip {' '.join(s)} (in {n}): {r.stderr}"
         yield ns, addrs
     finally:
         for n in made:
@@ -69,7 +77,7 @@ def run_pair(reaper, tmp_path, ns, args_of):
         outs.append(out)
         env = clean_env(OUT=str(out), DDPSTORE=binary("ddpstore"))
         agents.append(Agent(reaper, tmp_path, f"node{i}", args_of(i), env=env,
-                            prefix=["ip", "netns", "exec", ns[i]]))
+                            prefix=enter(ns[i])))
     for a in agents:
         assert a.wait(timeout=60) == 0, a.stderr()
     return outs
