@@ -50,6 +50,12 @@ static void on_connect(struct store_async *h, int status, void *arg)
 {
 	struct coord *c = arg;
 
+	if (status < 0 && !c->dynamic && c->o->node_rank >= c->o->max_nodes) {
+		/* The usage error was said; its status stays a usage error's. */
+		coord_fail(c, 2, "could not tell the other nodes: no rendezvous store at %s:%d",
+			   c->store_host, c->store_port);
+		return;
+	}
 	if (status < 0) {
 		coord_fail(c, 1, "cannot reach the rendezvous store at %s:%d within %.0f s: %s",
 			   c->store_host, c->store_port, (double)c->connect_timeout_ms / 1000.0,

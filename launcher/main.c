@@ -116,6 +116,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddprun: error: %s\n", err);
 		goto out;
 	}
+	for (i = 0; i < o.nranks_filter; i++)
+		if (o.ranks_filter[i] >= nproc)
+			fprintf(stderr,
+				"ddprun: warning: --local-ranks-filter: local rank %d does not "
+				"exist "
+				"on this node (%d workers): nothing of it is shown\n",
+				o.ranks_filter[i], nproc);
 	rc = prog_resolve(&o, env_get, &prog, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);

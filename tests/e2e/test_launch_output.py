@@ -75,6 +75,15 @@ def test_local_ranks_filter_shows_only_those_ranks():
     assert sorted(r.stderr.splitlines()) == ["err 1", "err 3"]
 
 
+def test_local_ranks_filter_warns_about_a_rank_this_node_does_not_have():
+    r = ddprun("--nproc-per-node", "2", "--local-ranks-filter", "1,5", "sh", "-c",
+               'echo "out $RANK"')
+    assert r.returncode == 0
+    assert r.stdout.splitlines() == ["out 1"]
+    (warning,) = r.stderr.splitlines()
+    assert warning.startswith("ddprun: warning: --local-ranks-filter: local rank 5 ")
+
+
 def run_dir(logdir, run_id="none"):
     dirs = glob.glob(os.path.join(logdir, f"{run_id}_*"))
     assert len(dirs) == 1, dirs

@@ -98,6 +98,17 @@ def test_a_node_rank_out_of_range_fails_the_others_too(reaper, tmp_path):
         assert "node rank 5" in a.stderr() and "out of range" in a.stderr()
 
 
+def test_a_node_rank_out_of_range_with_no_store_is_still_a_usage_error():
+    # Nobody to tell: the error is said at once, the status stays 2.
+    r = run([binary("ddprun"), "--nnodes", "2", "--node-rank", "5", "--master-addr",
+             "127.0.0.1", "--master-port", str(free_port()), "--rdzv-conf", "join_timeout=1",
+             "true"], env=clean_env(), timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert "--node-rank 5 is not below --nnodes 2" in lines[0]
+    assert "could not tell the other nodes" in r.stderr
+
+
 def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_path):
     script = RECORD + '[ "$RANK" = 3 ] && { ' + all_recorded(4) + 'exit 7; }; exec sleep 60'
     agents, out, _ = static_job(reaper, tmp_path, [2, 2], script)
