@@ -166,10 +166,11 @@ $(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) Makefile
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $(filter %.o,$^)
 
-$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) Makefile
+$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makefile
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 -o $@ $(filter %.o,$^) \
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 \
+		-Wl,--version-script=worker-runtime/libddp.map -o $@ $(filter %.o,$^) \
 		$(CUDA_LIBS) $(SYS_LIBS)
 
 # Programs linked with libddp take the static archive, so they run from build/

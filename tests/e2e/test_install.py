@@ -108,6 +108,18 @@ def test_program_builds_and_runs_against_the_installed_library(destdir, tmp_path
     assert ("libddp.so" in needed) == (linkage == "shared")
 
 
+def test_the_shared_library_exports_only_the_public_api(tmp_path):
+    # The store client and helpers linked into libddp.so stay local: a
+    # program's own util_now_ms or store_set must not clash with them.
+    make("install", destdir=tmp_path)
+    lib = os.path.join(f"{tmp_path}{PREFIX}", "lib", "libddp.so.0")
+    out = run(["nm", "-D", "--defined-only", lib]).stdout
+    names = [line.split()[-1].split("@")[0] for line in out.splitlines()
+             if line.split()[1] != "A"]
+    assert "ddp_init" in names and "ddp_all_reduce" in names
+    assert [n for n in names if not n.startswith("ddp_")] == []
+
+
 def test_uninstall_removes_everything(tmp_path):
     make("install", destdir=tmp_path)
     make("uninstall", destdir=tmp_path)
