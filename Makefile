@@ -7,7 +7,8 @@
 #   make lint       clang-format check and cppcheck
 #   make install    PREFIX=/usr/local DESTDIR=
 #
-# Options: CUDA=auto|0|1 (CUDA_HOME=/usr/local/cuda), SAN=1 (ASan+UBSan), V=1.
+# Options: CUDA=auto|0|1 (CUDA_HOME=/usr/local/cuda), URING=auto|0|1 (liburing:
+# the store server's connections over io_uring), SAN=1 (ASan+UBSan), V=1.
 #
 # Sources are found by convention so that a new file needs no Makefile edit:
 #   rendezvous/*.c        store protocol, server, clients, node rendezvous
@@ -60,6 +61,24 @@ else
   $(error CUDA must be auto, 0 or 1 (got '$(CUDA)'))
 endif
 
+# ---- io_uring (liburing) for the store server ---------------------------------
+# Without it the server serves its connections with libuv streams only; with
+# it the running kernel still decides (rendezvous/store_ring.c).
+URING ?= auto
+uring_found := $(shell pkg-config --exists liburing 2>/dev/null && echo 1 || echo 0)
+ifeq ($(URING),auto)
+  URING_ON := $(uring_found)
+else ifeq ($(URING),1)
+  ifneq ($(uring_found),1)
+    $(error URING=1 but liburing is not installed (apt-get install liburing-dev))
+  endif
+  URING_ON := 1
+else ifeq ($(URING),0)
+  URING_ON := 0
+else
+  $(error URING must be auto, 0 or 1 (got '$(URING)'))
+endif
+
 # ---- flags ------------------------------------------------------------------
 PKGS := libuv libcjson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -72,6 +91,13 @@ ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -MMD -MP -D_GNU_SOURCE \
 	-Irendezvous -Ilauncher -Iworker-runtime/include -Iworker-runtime/src $(PKG_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS)
 SYS_LIBS := $(PKG_LIBS) -lpthread -lm -lrt -ldl
+# Only the programs that contain the store server link liburing (libddp,
+# the worker runtime, holds only the client).
+URING_LIBS :=
+ifeq ($(URING_ON),1)
+  ALL_CFLAGS += -DDDP_HAVE_URING=1 $(shell pkg-config --cflags liburing)
+  URING_LIBS := $(shell pkg-config --libs liburing)
+endif
 
 ifeq ($(SAN),1)
   ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -88,7 +114,7 @@ ifeq ($(CUDA_ON),1)
 endif
 
 # Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS).
-CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON)
+CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON) URING_ON=$(URING_ON)
 # The stamp is rewritten only by goals that build (never by lint or install
 # checks), and only when the configuration differs, so its mtime says when
 # the configuration last changed. make.vars records the make variables of that
@@ -152,12 +178,12 @@ $(B)/obj/%.o: %.c $(CONFIG_STAMP)
 $(B)/bin/ddprun: $(call obj,launcher/main.c) $(LAUNCHER_LIB_OBJ) $(RDZV_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(URING_LIBS) $(SYS_LIBS)
 
 $(B)/bin/ddpstore: $(call obj,$(DDPSTORE_SRC)) $(RDZV_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(URING_LIBS) $(SYS_LIBS)
 
 # The library's member list lives in this Makefile: a change to it (a source
 # added to RDZV_CLIENT_SRC) must rebuild the library though no object is new.
@@ -192,7 +218,7 @@ $(B)/bin/train_cuda: examples/train_cuda.cu $(LIB_A) $(CONFIG_STAMP)
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(INTERNAL_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CUDA_LIBS) $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CUDA_LIBS) $(URING_LIBS) $(SYS_LIBS)
 
 $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -211,7 +237,7 @@ $(B)/bench/launch/%: $(B)/obj/bench/launch/%.o
 $(B)/bench/%: $(B)/obj/bench/%.o $(INTERNAL_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(URING_LIBS) $(SYS_LIBS)
 
 # Regenerated on every build: PREFIX is not part of the configuration stamp.
 $(PC_FILE): worker-runtime/ddp.pc.in FORCE

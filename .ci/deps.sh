@@ -5,7 +5,7 @@
 # Otherwise: print the apt-get line and exit 1.
 set -euo pipefail
 
-build=(build-essential pkg-config libuv1-dev libcjson-dev)
+build=(build-essential pkg-config libuv1-dev libcjson-dev liburing-dev)
 test=(libcmocka-dev python3-pytest python3-torch mandoc groff iproute2 procps clang
       libclang-rt-14-dev cppcheck clang-format valgrind)
 bench=(python3-torch openmpi-bin hyperfine)

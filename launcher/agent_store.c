@@ -32,6 +32,7 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 	if (!a->o->master_port_given && a->o->max_nodes == 1)
 		port = 0;
 	store_server_opts_init(&so);
+	so.io = a->o->store_io;
 	rc = store_server_start(a->loop, &so, host, port, &a->store);
 	if (rc != 0) {
 		a->store = NULL;

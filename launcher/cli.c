@@ -9,6 +9,7 @@
 
 #include "cli_nodes.h"
 #include "signame.h"
+#include "store_server.h"
 #include "util.h"
 
 enum opt_id {
@@ -510,6 +511,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_ranks_filter(p, o)) != 0 || (rc = parse_signals(p, o)) != 0)
 		return rc;
 	o->local_addr = r[O_LOCAL_ADDR].val;
+	if (store_server_io_parse(getenv_fn("DDP_STORE_IO"), &o->store_io) < 0)
+		return fail(p, "bad DDP_STORE_IO '%s' (auto, uring or uv)",
+			    getenv_fn("DDP_STORE_IO"));
 	/* --shutdown-timeout, PET_SHUTDOWN_TIMEOUT, TORCH_ELASTIC_SHUTDOWN_TIMEOUT, 30 s */
 	to = r[O_SHUTDOWN_TIMEOUT].val;
 	if (to == NULL && (to = getenv_fn("TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) != NULL) {

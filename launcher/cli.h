@@ -65,6 +65,7 @@ struct cli_opts {
 	int *ranks_filter; /* local ranks shown on the console; NULL: all */
 	int nranks_filter;
 	const char *local_addr;
+	int store_io; /* STORE_IO_* from DDP_STORE_IO, for the stores ddprun hosts */
 	int signals[CLI_MAX_SIGNALS];
 	int nsignals;
 	int64_t shutdown_timeout_ms;

@@ -72,6 +72,7 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 	if (c->dynamic && !forced && !is_local(c->store_host))
 		return 0;
 	store_server_opts_init(&so);
+	so.io = c->o->store_io;
 	so.conn_closed = coord_host_conn_closed;
 	so.conn_closed_arg = c;
 	rc = store_server_start(c->loop, &so, NULL, c->store_port, &c->server);
@@ -98,6 +99,7 @@ int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen)
 	int rc;
 
 	store_server_opts_init(&so);
+	so.io = c->o->store_io;
 	rc = store_server_start(c->loop, &so, c->o->local_addr, want, &c->wstore);
 	if (rc != 0) {
 		c->wstore = NULL;

@@ -9,7 +9,8 @@
  * a uv_check handle). A connection whose unsent replies pass max_conn_buffer
  * is not read (and its buffered requests not executed) until they drain; one
  * that passes twice that through pushes it did not ask for (watch events) is
- * closed. */
+ * closed. Where the server has an io_uring (store_ring.c), the reads and
+ * writes here are the ring's instead of libuv's; the rest is the same. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +36,18 @@ static void unblock_noop(uv_idle_t *h)
 	(void)h;
 }
 
+void store_server_wake(struct store_server *s)
+{
+	if (!s->closing)
+		uv_idle_start(&s->unblock, unblock_noop);
+}
+
 void store_conn_mark_dirty(struct store_conn *c)
 {
 	if (c->dirty || c->closing)
 		return;
-	if (c->s->dirty == NULL && !c->s->closing)
-		uv_idle_start(&c->s->unblock, unblock_noop);
+	if (c->s->dirty == NULL)
+		store_server_wake(c->s);
 	c->dirty = true;
 	c->dirty_next = c->s->dirty;
 	c->s->dirty = c;
@@ -72,8 +79,11 @@ void store_conn_on_closed(uv_handle_t *h)
 	counted = c->counted;
 	free(c->in);
 	store_buf_free(&c->out);
+	store_buf_free(&c->snd);
 	free(c);
 	s->open_handles--;
+	if (s->closing && s->conns == NULL && s->ring != NULL)
+		store_ring_close(s);
 	/* Before maybe_free: the callback may close the server, which then
 	 * still has handles to close. */
 	if (counted && !s->closing && s->o.conn_closed != NULL)
@@ -104,7 +114,10 @@ void store_conn_close(struct store_conn *c, const char *reason)
 	/* Before marking closing, so that the on-close SET can wake others. */
 	store_exec_conn_gone(c, !c->s->closing);
 	c->closing = true;
-	uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
+	if (c->s->ring)
+		store_ring_conn_close(c); /* uv_close once its entries are done */
+	else
+		uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
 }
 
 /* ---- writing -------------------------------------------------------------------- */
@@ -119,6 +132,10 @@ static void conn_flush(struct store_conn *c)
 
 	if (c->out.len == 0)
 		return;
+	if (c->s->ring) {
+		store_ring_send(c);
+		return;
+	}
 	b = uv_buf_init((char *)c->out.p, (unsigned)c->out.len);
 	n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
 	if (n == (int)c->out.len) {
@@ -151,8 +168,6 @@ static void conn_flush(struct store_conn *c)
 	c->out_inflight += w->len;
 }
 
-static void conn_resume(struct store_conn *c);
-
 static void on_write(uv_write_t *req, int status)
 {
 	struct wreq *w = (struct wreq *)req;
@@ -168,13 +183,11 @@ static void on_write(uv_write_t *req, int status)
 		return;
 	}
 	if (c->paused && store_conn_out_bytes(c) <= c->s->o.max_conn_buffer / 2)
-		conn_resume(c);
+		store_conn_resume(c);
 }
 
-void store_server_flush(uv_check_t *h)
+static void flush_dirty(struct store_server *s)
 {
-	struct store_server *s = h->data;
-
 	while (s->dirty) {
 		struct store_conn *c = s->dirty;
 
@@ -189,9 +202,27 @@ void store_server_flush(uv_check_t *h)
 		conn_flush(c);
 		/* Written at once: a paused connection may go on. */
 		if (!c->closing && c->paused && store_conn_out_bytes(c) <= s->o.max_conn_buffer / 2)
-			conn_resume(c);
+			store_conn_resume(c);
 	}
-	uv_idle_stop(&s->unblock);
+}
+
+void store_server_flush(uv_check_t *h)
+{
+	struct store_server *s = h->data;
+	int pass;
+
+	flush_dirty(s);
+	/* The ring: one system call hands over every SEND of the batch; what
+	 * completes at once may free room for replies held back. A few passes,
+	 * then the next iteration (the idle handle keeps poll from blocking). */
+	for (pass = 0; s->ring && pass < 4; pass++) {
+		store_ring_submit(s);
+		if (s->dirty == NULL)
+			break;
+		flush_dirty(s);
+	}
+	if (s->dirty == NULL && (s->ring == NULL || store_ring_idle(s)))
+		uv_idle_stop(&s->unblock);
 }
 
 /* ---- reading -------------------------------------------------------------------- */
@@ -257,7 +288,10 @@ static void process(struct store_conn *c, const uint8_t *p, size_t n)
 		if (store_conn_out_bytes(c) > c->s->o.max_conn_buffer) {
 			c->paused = true;
 			if (c->reading) {
-				uv_read_stop((uv_stream_t *)&c->tcp);
+				if (c->s->ring)
+					store_ring_recv_stop(c);
+				else
+					uv_read_stop((uv_stream_t *)&c->tcp);
 				c->reading = false;
 			}
 			break;
@@ -286,10 +320,36 @@ static void process(struct store_conn *c, const uint8_t *p, size_t n)
 	}
 }
 
+void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n)
+{
+	if (n == 0 || c->closing)
+		return;
+	if (c->in_len == 0) {
+		process(c, data, n);
+		return;
+	}
+	if (c->in_len + n > c->in_cap) {
+		size_t cap = c->in_cap ? c->in_cap : 4096;
+		uint8_t *nb;
+
+		while (cap < c->in_len + n)
+			cap *= 2;
+		nb = realloc(c->in, cap);
+		if (nb == NULL) {
+			store_conn_close(c, "out of memory");
+			return;
+		}
+		c->in = nb;
+		c->in_cap = cap;
+	}
+	memcpy(c->in + c->in_len, data, n);
+	c->in_len += n;
+	process(c, c->in, c->in_len);
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
 	struct store_conn *c = st->data;
-	struct store_server *s = c->s;
 
 	if (nread < 0) {
 		store_conn_close(c, nread == UV_EOF || nread == UV_ECONNRESET
@@ -300,51 +360,27 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0 || c->closing)
 		return;
-	if ((uint8_t *)buf->base != s->rbuf) {
+	if ((uint8_t *)buf->base != c->s->rbuf) {
 		c->in_len += (size_t)nread; /* read in place */
 		process(c, c->in, c->in_len);
 		return;
 	}
-	if (c->in_len == 0) {
-		process(c, s->rbuf, (size_t)nread);
-		return;
-	}
-	if (c->in_len + (size_t)nread > c->in_cap) {
-		size_t cap = c->in_cap ? c->in_cap : 4096;
-		uint8_t *nb;
-
-		while (cap < c->in_len + (size_t)nread)
-			cap *= 2;
-		nb = realloc(c->in, cap);
-		if (nb == NULL) {
-			store_conn_close(c, "out of memory");
-			return;
-		}
-		c->in = nb;
-		c->in_cap = cap;
-	}
-	memcpy(c->in + c->in_len, s->rbuf, (size_t)nread);
-	c->in_len += (size_t)nread;
-	process(c, c->in, c->in_len);
+	store_conn_input(c, c->s->rbuf, (size_t)nread);
 }
 
-static void conn_resume(struct store_conn *c)
+void store_conn_resume(struct store_conn *c)
 {
 	c->paused = false;
 	if (c->in_len > 0)
 		process(c, c->in, c->in_len);
-	if (!c->closing && !c->paused && !c->reading) {
-		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0) {
-			store_conn_close(c, NULL);
-			return;
-		}
-		c->reading = true;
-	}
+	if (!c->closing && !c->paused && !c->reading && store_conn_start_reading(c) < 0)
+		store_conn_close(c, NULL);
 }
 
 int store_conn_start_reading(struct store_conn *c)
 {
-	int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+	int rc = c->s->ring ? store_ring_recv_start(c)
+			    : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 
 	c->reading = rc == 0;
 	return rc;

@@ -277,6 +277,36 @@ static int listen_all(struct store_server *s, const char *host, int port)
 	return bound ? port : (first_err ? first_err : -EADDRNOTAVAIL);
 }
 
+int store_server_io_parse(const char *v, int *io)
+{
+	if (v == NULL || *v == '\0' || strcmp(v, "auto") == 0)
+		*io = STORE_IO_AUTO;
+	else if (strcmp(v, "uring") == 0)
+		*io = STORE_IO_URING;
+	else if (strcmp(v, "uv") == 0)
+		*io = STORE_IO_UV;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* The connections' transport (see store_ring.c): in auto, a kernel or a
+ * seccomp filter refusing io_uring only means libuv streams. */
+static int open_ring(struct store_server *s)
+{
+	int rc;
+
+	if (s->o.io == STORE_IO_UV)
+		return 0;
+	rc = store_ring_open(s);
+	return rc < 0 && s->o.io == STORE_IO_URING ? rc : 0;
+}
+
+const char *store_server_io(const struct store_server *s)
+{
+	return s->ring ? "io_uring" : "libuv";
+}
+
 int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
 		       int port, struct store_server **out)
 {
@@ -284,7 +314,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 	struct store_kv_events ev;
 	int rc, attempt;
 
-	if (port < 0 || port > 65535)
+	if (port < 0 || port > 65535 || (o && (o->io < STORE_IO_AUTO || o->io > STORE_IO_UV)))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (s == NULL)
@@ -349,6 +379,11 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		return rc; /* freed from the loop once the handles are closed */
 	}
 	s->port = rc;
+	rc = open_ring(s);
+	if (rc < 0) {
+		store_server_close(s, NULL, NULL);
+		return rc;
+	}
 	*out = s;
 	return 0;
 }
@@ -371,6 +406,11 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 	for (c = s->conns; c; c = next) {
 		next = c->next;
 		store_conn_close(c, NULL);
+	}
+	if (s->ring) {
+		store_ring_submit(s); /* the cancels; the ring closes after the last */
+		if (s->conns == NULL)
+			store_ring_close(s);
 	}
 	uv_close((uv_handle_t *)&s->flush, on_handle_closed);
 	uv_close((uv_handle_t *)&s->unblock, on_handle_closed);

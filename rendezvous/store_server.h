@@ -26,7 +26,17 @@ struct store_server_opts {
 	 * before closing the server (store_server_num_conns). May be NULL. */
 	void (*conn_closed)(void *arg);
 	void *conn_closed_arg;
+	int io; /* STORE_IO_*: how connections are served */
 };
+
+/* STORE_IO_AUTO: io_uring where the kernel allows it (Linux 6.0+, not
+ * disabled or filtered), else libuv streams; STORE_IO_URING: io_uring or
+ * store_server_start fails; STORE_IO_UV: libuv streams only. */
+enum { STORE_IO_AUTO = 0, STORE_IO_URING = 1, STORE_IO_UV = 2 };
+
+/* *io from a DDP_STORE_IO value (auto, uring, uv; NULL or empty: auto).
+ * -EINVAL for any other. */
+int store_server_io_parse(const char *v, int *io);
 
 void store_server_opts_init(struct store_server_opts *o);
 
@@ -46,6 +56,9 @@ int store_server_port(const struct store_server *s);
 /* Stop accepting, close every connection (parked waiters are dropped), free the
  * server, then call done(arg) (may be NULL) from the loop. */
 void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg);
+
+/* How connections are served: "io_uring" or "libuv" (streams). */
+const char *store_server_io(const struct store_server *s);
 
 /* Connections now open (refused ones not counted). */
 unsigned store_server_num_conns(const struct store_server *s);

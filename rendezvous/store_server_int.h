@@ -24,8 +24,15 @@ struct store_conn {
 	uint8_t *in; /* unparsed bytes (a partial message) */
 	size_t in_len, in_cap;
 	struct store_buf out; /* replies not yet handed to libuv */
-	size_t out_inflight;  /* bytes in uv_write requests */
+	size_t out_inflight;  /* bytes in uv_write requests / the ring's SEND */
 	bool dirty, closing, reading, paused, doomed, counted;
+	/* io_uring transport (store_ring.c): entries in flight that name this
+	 * connection (it is closed only at 0), the armed multishot receive, the
+	 * SEND in flight and the buffer it sends from. */
+	unsigned rops;
+	bool recv_armed, sending;
+	struct store_buf snd;
+	size_t snd_off;
 	struct store_waiter *waiters; /* parked WAITs */
 	struct store_watch *watches;  /* 1.x WATCH_KEY registrations */
 	uint8_t *oc_key, *oc_val;     /* ON_CLOSE_SET registration */
@@ -51,7 +58,8 @@ struct store_server {
 	 * connection) must not wait for an event that never comes, so poll may
 	 * not block until they are flushed. */
 	uv_idle_t unblock;
-	uint8_t *rbuf; /* shared read buffer; every read is consumed at once */
+	uint8_t *rbuf;		 /* shared read buffer; every read is consumed at once */
+	struct store_ring *ring; /* connections over io_uring; NULL: libuv streams */
 	bool closing;
 	unsigned open_handles;
 	void (*done)(void *arg);
@@ -72,10 +80,30 @@ size_t store_conn_out_bytes(const struct store_conn *c);
 const char *store_conn_peer(struct store_conn *c);
 
 /* store_conn.c: start reading c; the close callback of a connection; the
- * after-poll flush of every dirty connection. */
+ * after-poll flush of every dirty connection; bytes received for c (parsed
+ * and executed; what is not a whole message is copied); resume a paused c;
+ * keep the next poll from blocking until the check phase has run. */
 int store_conn_start_reading(struct store_conn *c);
 void store_conn_on_closed(uv_handle_t *h);
 void store_server_flush(uv_check_t *h);
+void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n);
+void store_conn_resume(struct store_conn *c);
+void store_server_wake(struct store_server *s);
+
+/* store_ring.c: the io_uring transport. open: 0, or a negative errno when
+ * this kernel/process cannot have it (the caller falls back to libuv
+ * streams). close: once no connection is left; the ring is freed when its
+ * poll handle has closed. The per-connection calls mirror uv_read_start,
+ * uv_read_stop, a write of c->out and uv_close; submit hands every queued
+ * entry to the kernel and handles what completed. */
+int store_ring_open(struct store_server *s);
+void store_ring_close(struct store_server *s);
+int store_ring_recv_start(struct store_conn *c);
+void store_ring_recv_stop(struct store_conn *c);
+void store_ring_send(struct store_conn *c);
+void store_ring_conn_close(struct store_conn *c);
+void store_ring_submit(struct store_server *s);
+bool store_ring_idle(const struct store_server *s);
 /* store_server.c: free the server once it is closing and its last handle
  * has closed. */
 void store_server_maybe_free(struct store_server *s);

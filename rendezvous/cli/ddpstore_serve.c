@@ -80,6 +80,10 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 
 	memset(&sv, 0, sizeof(sv));
 	store_server_opts_init(&so);
+	if (store_server_io_parse(getenv("DDP_STORE_IO"), &so.io) < 0) {
+		ddpstore_err("bad DDP_STORE_IO '%s' (auto, uring or uv)", getenv("DDP_STORE_IO"));
+		return EXIT_USAGE;
+	}
 	so.log_prefix = o->quiet ? NULL : "ddpstore";
 	if (o->max_conns)
 		so.max_conns = o->max_conns > 1000000 ? 1000000 : (unsigned)o->max_conns;
@@ -111,8 +115,13 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 	sv.loop = uv_default_loop();
 	rc = store_server_start(sv.loop, &so, o->host, port, &sv.srv);
 	if (rc < 0) {
-		ddpstore_err("cannot listen on %s port %d: %s", o->host ? o->host : "*", port,
-			     uv_strerror(rc));
+		if (so.io == STORE_IO_URING)
+			ddpstore_err(
+				"cannot serve on %s port %d with io_uring (DDP_STORE_IO=uring): %s",
+				o->host ? o->host : "*", port, uv_strerror(rc));
+		else
+			ddpstore_err("cannot listen on %s port %d: %s", o->host ? o->host : "*",
+				     port, uv_strerror(rc));
 		uv_run(sv.loop, UV_RUN_DEFAULT); /* finish the failed start's closes */
 		uv_loop_close(sv.loop);
 		return EXIT_ERROR;
@@ -126,7 +135,8 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 		return EXIT_ERROR;
 	}
 	if (!o->quiet)
-		fprintf(stderr, "ddpstore: serving on %s port %d\n", o->host ? o->host : "*", port);
+		fprintf(stderr, "ddpstore: serving on %s port %d (%s)\n", o->host ? o->host : "*",
+			port, store_server_io(sv.srv));
 	uv_signal_init(sv.loop, &sv.sigint);
 	uv_signal_init(sv.loop, &sv.sigterm);
 	sv.sigint.data = sv.sigterm.data = &sv;

@@ -103,11 +103,11 @@ def rss_kib(pid):
 class Server:
     """A `ddpstore serve` on loopback; its stderr goes to a file (log())."""
 
-    def __init__(self, *args, host="127.0.0.1", preexec_fn=None, env=None):
+    def __init__(self, *args, host="127.0.0.1", preexec_fn=None, env=None, wrap=()):
         self.dir = tempfile.mkdtemp(prefix="ddpstore-test-")
         self.port_file = os.path.join(self.dir, "port")
         self.log_path = os.path.join(self.dir, "stderr")
-        cmd = [DDPSTORE, "serve", "--port", "0", "--port-file", self.port_file]
+        cmd = list(wrap) + [DDPSTORE, "serve", "--port", "0", "--port-file", self.port_file]
         if host is not None:
             cmd += ["--host", host]
         cmd += list(args)

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, binary, run
+from conftest import REPO, binary, prog, run
 
 
 @pytest.fixture(autouse=True)
@@ -81,6 +81,21 @@ def test_bad_pet_variable_names_the_variable():
     r = ddprun(TRUE, env={"PET_NPROC_PER_NODE": "lots"})
     assert r.returncode == 2
     assert "PET_NPROC_PER_NODE" in one_error_line(r)
+
+
+def test_bad_store_io_choice_is_a_usage_error():
+    r = ddprun(TRUE, env={"DDP_STORE_IO": "epoll"})
+    assert r.returncode == 2
+    assert "bad DDP_STORE_IO 'epoll' (auto, uring or uv)" in one_error_line(r)
+
+
+def test_hosts_its_stores_without_io_uring_where_it_is_refused():
+    """Under a seccomp filter refusing io_uring (Docker's default profile),
+    the stores ddprun hosts fall back to libuv: a job whose workers use the
+    store still runs."""
+    r = run([prog("no_uring"), binary("ddprun"), "--nproc-per-node=2", prog("ddp_hello")],
+            env=dict(os.environ, DDP_STORE_IO="auto"))
+    assert r.returncode == 0, r.stderr
 
 
 def test_both_spellings_and_prefixes_are_accepted():

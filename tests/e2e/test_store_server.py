@@ -7,17 +7,46 @@ import resource
 import selectors
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
 
-from storeutil import (CONN, OK, V1, V2, VALIDATE, Server, cli, closed_by_peer, connect, i64,
+from storeutil import (CONN, DDPSTORE, OK, V1, V2, VALIDATE, Server, cli, closed_by_peer, connect, i64,
                        keys, recv_bytes, recv_exact, recv_i64, rss_kib, s)
 
 
+def _uring_usable():
+    """Can ddpstore serve with io_uring here (kernel, sysctl, seccomp)?"""
+    env = dict(os.environ, DDP_STORE_IO="uring")
+    try:
+        sv = Server(env=env)
+    except RuntimeError:
+        return False
+    sv.close()
+    return True
+
+
+@pytest.fixture(scope="module", autouse=True, params=["uring", "uv"])
+def io(request):
+    """Every test here runs against both transports of the server: its
+    connections over io_uring and over libuv streams (DDP_STORE_IO)."""
+    if request.param == "uring" and not _uring_usable():
+        pytest.skip("io_uring is not available here (kernel older than 6.0, "
+                    "kernel.io_uring_disabled, or a seccomp filter)")
+    old = os.environ.get("DDP_STORE_IO")
+    os.environ["DDP_STORE_IO"] = request.param
+    yield request.param
+    if old is None:
+        del os.environ["DDP_STORE_IO"]
+    else:
+        os.environ["DDP_STORE_IO"] = old
+
+
 @pytest.fixture(scope="module")
-def srv():
+def srv(io):
     sv = Server()
+    assert f"({'io_uring' if io == 'uring' else 'libuv'})" in sv.log()
     yield sv
     assert sv.close() == 0
 
@@ -410,3 +439,30 @@ def test_accepted_connections_have_tcp_keepalive(srv):
     assert timer is not None and timer.split(":")[0] == "02"
     # The keepalive fires within the configured 15 s idle time.
     assert int(timer.split(":")[1], 16) <= 15 * 100 + 100  # in USER_HZ (100/s) ticks
+
+
+NO_URING = os.path.join(os.path.dirname(DDPSTORE), "..", "tests", "progs", "no_uring")
+
+
+def test_where_io_uring_is_refused_auto_serves_with_libuv(io):
+    """A seccomp filter refusing io_uring_setup (Docker's default profile
+    does): auto falls back to libuv streams and serves; uring is an error."""
+    sv = Server(env=dict(os.environ, DDP_STORE_IO="auto"), wrap=[NO_URING])
+    try:
+        assert "(libuv)" in sv.log()
+        assert cli(sv.addr, "set", "k", "v").returncode == OK
+        assert cli(sv.addr, "get", "k").stdout == b"v"
+    finally:
+        assert sv.close() == 0
+    r = subprocess.run([NO_URING, DDPSTORE, "serve", "--port", "0"], capture_output=True,
+                       env=dict(os.environ, DDP_STORE_IO="uring"), timeout=30)
+    assert r.returncode == 1
+    err = r.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "with io_uring (DDP_STORE_IO=uring)" in err[0], err
+
+
+def test_a_bad_io_choice_is_a_usage_error(io):
+    r = subprocess.run([DDPSTORE, "serve", "--port", "0"], capture_output=True,
+                       env=dict(os.environ, DDP_STORE_IO="epoll"), timeout=30)
+    assert r.returncode == 2
+    assert r.stderr.decode().strip() == "ddpstore: bad DDP_STORE_IO 'epoll' (auto, uring or uv)"
