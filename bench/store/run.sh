@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/store: our store server (ddpstore serve) beside PyTorch 1.13's own
 # TCPStore server (Debian python3-torch via /usr/bin/python3), driven by the
-# same C load generator speaking the 1.x dialect (build/bench/store/storebench).
+# same C load generator speaking the 1.x dialect (build/bench/store/storebench;
+# its closed loop runs on io_uring where the kernel allows, so that it takes
+# less CPU from the server it measures; STOREBENCH_IO=uv runs it on libuv).
 # Closed-loop ops/s with p50/p99 latency at 1, 64 and 1024 connections, and
 # rendezvous time for 1024 and 4096 clients (connect, ADD a counter, WAIT for
 # the key the last one sets). Both servers are measured alternately, the
