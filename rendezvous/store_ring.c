@@ -31,7 +31,7 @@
 #include <liburing.h>
 
 #define RING_ENTRIES	256
-#define RING_CQ_ENTRIES 8192
+#define RING_CQ_ENTRIES 1024
 /* Provided receive buffers: a request is usually well under 2 KiB (larger
  * ones arrive in several and are joined in c->in). Pages are touched only as
  * the ring cycles through them. Running out is not an error: a receive then

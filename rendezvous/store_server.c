@@ -60,6 +60,8 @@ void store_server_maybe_free(struct store_server *s)
 
 /* ---- accepting ------------------------------------------------------------------ */
 
+static int open_ring(struct store_server *s);
+
 static void log_refusal(struct store_server *s, const char *why)
 {
 	uint64_t now = uv_now(s->loop);
@@ -107,6 +109,8 @@ static void on_connection(uv_stream_t *ls, int status)
 	struct store_conn *c;
 	char why[128];
 
+	if (!s->ring_tried)
+		open_ring(s); /* auto: at the first connection (see start) */
 	if (status < 0) {
 		snprintf(why, sizeof(why), "accept failed: %s%s", uv_strerror(status),
 			 status == UV_EMFILE || status == UV_ENFILE
@@ -290,16 +294,22 @@ int store_server_io_parse(const char *v, int *io)
 	return 0;
 }
 
-/* The connections' transport (see store_ring.c): in auto, a kernel or a
- * seccomp filter refusing io_uring only means libuv streams. */
+/* The connections' transport (see store_ring.c), tried once: in auto, a
+ * kernel or a seccomp filter refusing io_uring only means libuv streams. */
 static int open_ring(struct store_server *s)
 {
 	int rc;
 
-	if (s->o.io == STORE_IO_UV)
+	if (s->ring_tried || s->o.io == STORE_IO_UV)
 		return 0;
+	s->ring_tried = true;
 	rc = store_ring_open(s);
 	return rc < 0 && s->o.io == STORE_IO_URING ? rc : 0;
+}
+
+int store_server_io_prepare(struct store_server *s)
+{
+	return open_ring(s);
 }
 
 const char *store_server_io(const struct store_server *s)
@@ -379,7 +389,10 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		return rc; /* freed from the loop once the handles are closed */
 	}
 	s->port = rc;
-	rc = open_ring(s);
+	/* In auto the ring waits for the first connection: a ddprun whose
+	 * workers never use its store does not pay for one (half a
+	 * millisecond of a 9 ms launch here). */
+	rc = s->o.io == STORE_IO_URING ? open_ring(s) : 0;
 	if (rc < 0) {
 		store_server_close(s, NULL, NULL);
 		return rc;

@@ -57,6 +57,10 @@ int store_server_port(const struct store_server *s);
  * server, then call done(arg) (may be NULL) from the loop. */
 void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg);
 
+/* In auto, the io_uring is set up when the first connection is accepted;
+ * this sets it up now (a standalone server, to say which it uses). 0, or
+ * with STORE_IO_URING the negative errno of its absence. */
+int store_server_io_prepare(struct store_server *s);
 /* How connections are served: "io_uring" or "libuv" (streams). */
 const char *store_server_io(const struct store_server *s);
 

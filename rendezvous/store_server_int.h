@@ -60,6 +60,7 @@ struct store_server {
 	uv_idle_t unblock;
 	uint8_t *rbuf;		 /* shared read buffer; every read is consumed at once */
 	struct store_ring *ring; /* connections over io_uring; NULL: libuv streams */
+	bool ring_tried;	 /* store_ring_open was called (once at most) */
 	bool closing;
 	unsigned open_handles;
 	void (*done)(void *arg);

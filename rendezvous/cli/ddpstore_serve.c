@@ -127,6 +127,7 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 		return EXIT_ERROR;
 	}
 	port = store_server_port(sv.srv);
+	store_server_io_prepare(sv.srv); /* now, so that the first line can say which */
 	if (o->port_file && (rc = write_port_file(o->port_file, port)) < 0) {
 		ddpstore_err("cannot write the port file %s: %s", o->port_file, strerror(-rc));
 		store_server_close(sv.srv, NULL, NULL);

@@ -98,6 +98,32 @@ def test_hosts_its_stores_without_io_uring_where_it_is_refused():
     assert r.returncode == 0, r.stderr
 
 
+def _io_uring_rings_of_parent(env_io):
+    """In a worker: how many io_urings ddprun (its parent) holds, before and
+    after a connection to its store."""
+    count = "ls -l /proc/$PPID/fd | grep -c io_uring"
+    script = f"{count}; {binary('ddpstore')} set k v; {count}; true"
+    r = run([binary("ddprun"), "--nproc-per-node=1", "/bin/sh", "-c", script],
+            env=dict(os.environ, DDP_STORE_IO=env_io))
+    assert r.returncode == 0, r.stderr
+    return [int(x) for x in r.stdout.split()]
+
+
+def test_its_store_sets_up_io_uring_at_the_first_connection():
+    """auto: ddprun's store takes an io_uring only once a client connects (a
+    job that never uses the store does not pay for it); uv: never."""
+    probe = subprocess.Popen([binary("ddpstore"), "serve", "--port", "0", "--quiet"],
+                             env=dict(os.environ, DDP_STORE_IO="uring"))
+    try:
+        if probe.wait(timeout=1) == 1:
+            pytest.skip("io_uring is not available here")
+    except subprocess.TimeoutExpired:
+        probe.kill()  # it serves: io_uring is there
+        probe.wait()
+    assert _io_uring_rings_of_parent("auto") == [0, 1]
+    assert _io_uring_rings_of_parent("uv") == [0, 0]
+
+
 def test_both_spellings_and_prefixes_are_accepted():
     for flag in ("--nproc-per-node=3", "--nproc_per_node=3", "--nproc=3"):
         r = ddprun(flag, "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"')
