@@ -44,40 +44,24 @@ else
 Q := @
 endif
 
-# ---- CUDA detection -------------------------------------------------------
+# ---- optional parts: NAME=auto|0|1 ------------------------------------------------
+# $(call optional,NAME,FOUND,WHAT_IS_MISSING): 1 or 0 for NAME's value (auto: FOUND),
+# or stop with an error when NAME=1 and it is not found, or NAME is not auto/0/1.
+optional = $(if $(filter auto,$($(1))),$(2),$(if $(filter 1,$($(1))),$(if $(filter 1,$(2)),1,$(error $(1)=1 but $(3))),$(if $(filter 0,$($(1))),0,$(error $(1) must be auto, 0 or 1 (got '$($(1))')))))
+
 CUDA ?= auto
 CUDA_HOME ?= /usr/local/cuda
 cuda_found := $(if $(and $(wildcard $(CUDA_HOME)/bin/nvcc),$(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard $(CUDA_HOME)/include/cuda_runtime.h)),1,0)
-ifeq ($(CUDA),auto)
-  CUDA_ON := $(cuda_found)
-else ifeq ($(CUDA),1)
-  ifneq ($(cuda_found),1)
-    $(error CUDA=1 but nvcc, cuda_runtime.h or nccl.h not found under CUDA_HOME=$(CUDA_HOME))
-  endif
-  CUDA_ON := 1
-else ifeq ($(CUDA),0)
-  CUDA_ON := 0
-else
-  $(error CUDA must be auto, 0 or 1 (got '$(CUDA)'))
-endif
+cuda_missing := nvcc, cuda_runtime.h or nccl.h not found under CUDA_HOME=$(CUDA_HOME)
+CUDA_ON := $(call optional,CUDA,$(cuda_found),$(cuda_missing))
 
-# ---- io_uring (liburing) for the store server ---------------------------------
-# Without it the server serves its connections with libuv streams only; with
-# it the running kernel still decides (rendezvous/store_ring.c).
+# io_uring (liburing) for the store server: without it the server serves its
+# connections with libuv streams only; with it the running kernel still
+# decides (rendezvous/store_ring.c).
 URING ?= auto
 uring_found := $(shell pkg-config --exists liburing 2>/dev/null && echo 1 || echo 0)
-ifeq ($(URING),auto)
-  URING_ON := $(uring_found)
-else ifeq ($(URING),1)
-  ifneq ($(uring_found),1)
-    $(error URING=1 but liburing is not installed (apt-get install liburing-dev))
-  endif
-  URING_ON := 1
-else ifeq ($(URING),0)
-  URING_ON := 0
-else
-  $(error URING must be auto, 0 or 1 (got '$(URING)'))
-endif
+uring_missing := liburing is not installed (apt-get install liburing-dev)
+URING_ON := $(call optional,URING,$(uring_found),$(uring_missing))
 
 # ---- flags ------------------------------------------------------------------
 PKGS := libuv libcjson
