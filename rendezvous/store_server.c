@@ -109,8 +109,6 @@ static void on_connection(uv_stream_t *ls, int status)
 	struct store_conn *c;
 	char why[128];
 
-	if (!s->ring_tried)
-		open_ring(s); /* auto: at the first connection (see start) */
 	if (status < 0) {
 		snprintf(why, sizeof(why), "accept failed: %s%s", uv_strerror(status),
 			 status == UV_EMFILE || status == UV_ENFILE
@@ -119,6 +117,8 @@ static void on_connection(uv_stream_t *ls, int status)
 		log_refusal(s, why);
 		return;
 	}
+	if (!s->ring_tried)
+		open_ring(s); /* auto: at the first connection (see start) */
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return;
