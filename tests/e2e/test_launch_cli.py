@@ -116,7 +116,7 @@ def test_its_store_sets_up_io_uring_at_the_first_connection():
                              env=dict(os.environ, DDP_STORE_IO="uring"))
     try:
         if probe.wait(timeout=1) == 1:
-            pytest.skip("io_uring is not available here")
+            pytest.skip("io_uring is not available (built without liburing, or refused here)")
     except subprocess.TimeoutExpired:
         probe.kill()  # it serves: io_uring is there
         probe.wait()

@@ -32,7 +32,7 @@ def io(request):
     """Every test here runs against both transports of the server: its
     connections over io_uring and over libuv streams (DDP_STORE_IO)."""
     if request.param == "uring" and not _uring_usable():
-        pytest.skip("io_uring is not available here (kernel older than 6.0, "
+        pytest.skip("io_uring is not available (built without liburing, kernel older than 6.0, "
                     "kernel.io_uring_disabled, or a seccomp filter)")
     old = os.environ.get("DDP_STORE_IO")
     os.environ["DDP_STORE_IO"] = request.param
