@@ -19,11 +19,18 @@
  * of two or three per op, so the generator takes less CPU from the server.
  * Otherwise, or with STOREBENCH_IO=uv (to compare), it runs on libuv; a
  * note on stderr says when io_uring was wanted but could not be had.
- * rdzv (always on libuv): every client connects (all at once), ADDs a shared
- * counter, the one that reaches CLIENTS sets the done key, and every client
- * WAITs for it; the time is from the first connect to the last STOP_WAITING;
- * connect_ms, to the last completed connect (the kernel's handshake, whatever
- * the server does: the floor no server can go under on this machine). */
+ * rdzv: every client connects (all at once), ADDs a shared counter, the one
+ * that reaches CLIENTS sets the done key, and every client WAITs for it; the
+ * time is from the first connect to the last STOP_WAITING; connect_ms, to the
+ * last completed connect (the kernel's handshake, whatever the server does:
+ * the floor no server can go under on this machine). It too runs on io_uring
+ * unless STOREBENCH_IO=uv: libuv's dozen system calls per client cost the
+ * generator more CPU than a fast server spends on the whole rendezvous. The
+ * io_uring driver creates its sockets before the clock starts (socket() is
+ * the client's own cost, whatever the server) and closes them after it stops;
+ * the libuv driver creates each in uv_tcp_connect and closes it on its reply,
+ * so the two drivers' times are not comparable with each other, only each
+ * driver's times for the two servers. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +70,13 @@ static size_t nlat, caplat;
 static uint64_t ops_measured;
 static char tag[32];
 static int outstanding;
-static bool use_uring; /* ops on io_uring (storebench_uring.h) */
+static bool use_uring; /* ops and rdzv on io_uring (storebench_uring.h) */
+
+/* What a worker process reports (then, for ops, nlat latency samples). */
+struct result {
+	uint64_t ops, nlat, window_ns, t_end, t_connected;
+	int32_t errors, done;
+};
 
 static void on_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
 {
@@ -183,25 +196,31 @@ static void build_ops(struct bconn *c)
 	store_put_i64(&c->req[1], 1);
 }
 
-#include "storebench_uring.h"
-
 /* ---- rendezvous ---------------------------------------------------------------------- */
+
+/* Appends one rendezvous request to b: ADD count 1, SET done "1" or WAIT done
+ * (both drivers send exactly these bytes). */
+static void rdzv_put(struct store_buf *b, enum store_op op)
+{
+	char key[128];
+
+	store_put_op(b, STORE_DIALECT_V1, op);
+	if (op == STORE_OP_WAIT)
+		store_put_u64(b, 1);
+	snprintf(key, sizeof(key), "/rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
+	store_put_bytes(b, key, strlen(key));
+	if (op == STORE_OP_ADD)
+		store_put_i64(b, 1);
+	else if (op == STORE_OP_SET)
+		store_put_bytes(b, "1", 1);
+}
 
 static void rdzv_send(struct bconn *c, enum store_op op)
 {
 	struct store_buf b;
-	char key[128];
 
 	store_buf_init(&b);
-	store_put_op(&b, STORE_DIALECT_V1, op);
-	if (op == STORE_OP_WAIT)
-		store_put_u64(&b, 1);
-	snprintf(key, sizeof(key), "/rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
-	store_put_bytes(&b, key, strlen(key));
-	if (op == STORE_OP_ADD)
-		store_put_i64(&b, 1);
-	else if (op == STORE_OP_SET)
-		store_put_bytes(&b, "1", 1);
+	rdzv_put(&b, op);
 	send_buf(c, &b);
 	store_buf_free(&b);
 }
@@ -226,6 +245,8 @@ static void rdzv_reply(struct bconn *c)
 	if (ndone + nerrors == nconns)
 		uv_stop(loop);
 }
+
+#include "storebench_uring.h"
 
 /* ---- common --------------------------------------------------------------------------- */
 
@@ -318,12 +339,6 @@ static void raise_nofile(void)
 	}
 }
 
-/* What a worker process reports (then, for ops, nlat latency samples). */
-struct result {
-	uint64_t ops, nlat, window_ns, t_end, t_connected;
-	int32_t errors, done;
-};
-
 static int read_all(int fd, void *p, size_t n)
 {
 	uint8_t *b = p;
@@ -359,12 +374,12 @@ static void write_all(int fd, const void *p, size_t n)
 
 static void note_uv(int rc)
 {
-	fprintf(stderr, "storebench: no io_uring (%s): ops on libuv\n", strerror(-rc));
+	fprintf(stderr, "storebench: no io_uring (%s): on libuv\n", strerror(-rc));
 }
 
 /* io_uring unless STOREBENCH_IO=uv or the kernel will not; tried here, once,
  * so that the note is one line whatever PROCS is. */
-static bool ops_want_uring(void)
+static bool want_uring(void)
 {
 	const char *io = getenv("STOREBENCH_IO");
 	int rc;
@@ -428,14 +443,17 @@ static void worker(int first, int n, int total, double seconds, int go_fd, int r
 	uv_timer_init(loop, &phase);
 	uv_timer_init(loop, &deadline);
 	if (use_uring) {
-		int rc = uring_open(n);
+		/* rdzv: a client starts with three entries (connect, send, receive). */
+		int rc = uring_open(ops_mode ? n : 2 * n);
 
 		if (rc < 0) /* it worked in main(): unlikely */
 			note_uv(rc);
 		use_uring = rc == 0;
 	}
-	if (use_uring)
+	if (use_uring && ops_mode)
 		uring_connect_all();
+	else if (use_uring)
+		uring_rdzv_prepare();
 	else if (ops_mode)
 		ops_uv_connect();
 	write_all(ready_fd, &c, 1);
@@ -443,8 +461,10 @@ static void worker(int first, int n, int total, double seconds, int go_fd, int r
 		;
 	t_start = uv_hrtime();
 	t_stop = t_start + (uint64_t)(seconds * 1e9);
-	if (use_uring) {
+	if (use_uring && ops_mode) {
 		uring_run(seconds); /* keeps its own deadline */
+	} else if (use_uring) {
+		uring_rdzv_run(&r); /* so does this */
 	} else {
 		/* Whatever the server does, the run ends. */
 		uv_timer_start(&deadline, on_deadline,
@@ -498,10 +518,10 @@ int main(int argc, char **argv)
 	if (ops_mode) {
 		seconds = atof(argv[5]);
 		snprintf(tag, sizeof(tag), "%d", (int)(uv_hrtime() % 1000000));
-		use_uring = ops_want_uring();
 	} else {
 		snprintf(tag, sizeof(tag), "%s", argv[5]);
 	}
+	use_uring = want_uring();
 	raise_nofile();
 	if (pipe(go) < 0 || pipe(ready) < 0)
 		return 1;

@@ -1,16 +1,20 @@
-/* storebench_uring.h: storebench's closed-loop ops driver on io_uring.
+/* storebench_uring.h: storebench's closed-loop ops and rendezvous drivers on
+ * io_uring.
  *
- * Part of storebench.c, which includes it once, after what the driver shares
- * with the libuv one: struct bconn, the connection table and counters, the
- * phase flags, build_ops() and ops_record(). A header rather than a .c so that
- * the Makefile's rule (one program per bench/<dir>/<file>.c) still holds.
+ * Part of storebench.c, which includes it once, after what the drivers share
+ * with the libuv ones: struct bconn and struct result, the connection table
+ * and counters, the phase flags, build_ops(), ops_record() and rdzv_put(). A
+ * header rather than a .c so that the Makefile's rule (one program per
+ * bench/<dir>/<file>.c) still holds.
  *
  * Why: on a VM a system call costs about a microsecond, and the libuv driver
  * makes two or three per op (write, read, its share of epoll_wait) on the
  * machine whose server it measures. Here every connection has one multishot
  * receive armed, whose replies land in a ring of provided buffers, and one
  * io_uring_enter per loop iteration hands over all the iteration's requests
- * and waits for the next replies.
+ * and waits for the next replies. A rendezvous client is a linked connect,
+ * send and receive, then a linked send and receive: no system call of its
+ * own once its socket exists.
  *
  * Needs Linux 6.1 (DEFER_TASKRUN; multishot receive came with 6.0):
  * uring_open() fails with -EINVAL on older kernels and -ENOSYS or -EPERM where
@@ -24,7 +28,9 @@
 #include <sys/socket.h>
 
 /* user_data: the connection's index, shifted, and the kind of entry. */
-enum { URING_RECV = 0, URING_SEND = 1 };
+enum { URING_RECV = 0, URING_SEND = 1, URING_CONNECT = 2 };
+#define URING_KIND_BITS 2
+#define URING_KIND_MASK ((1u << URING_KIND_BITS) - 1)
 /* A reply is at most 8 + VALUE_LEN bytes, and one at a time is in flight on
  * a connection. Running out of buffers is not an error: the receive ends with
  * ENOBUFS and is armed again once the iteration gave its buffers back. */
@@ -73,8 +79,10 @@ static int uring_open(int n)
 
 	/* DEFER_TASKRUN: completions are run in a batch when the loop waits for
 	 * them, never interrupting it; a worker creates and uses its ring on one
-	 * thread (SINGLE_ISSUER). Entries: a connection queues at most a SEND
-	 * and a receive per iteration; the completion queue is twice that. */
+	 * thread (SINGLE_ISSUER). Entries: an ops connection queues at most a
+	 * SEND and a receive per iteration; the completion queue is twice that.
+	 * (A completion queue that fills up anyway loses nothing: the kernel
+	 * keeps the overflow, IORING_FEAT_NODROP, and hands it over later.) */
 	memset(&p, 0, sizeof(p));
 	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
 	rc = io_uring_queue_init_params(uring_pow2(2 * (unsigned)n, 64, 4096), &uring, &p);
@@ -113,7 +121,7 @@ fail:
 
 static uint64_t uring_tag(const struct bconn *c, unsigned kind)
 {
-	return (uint64_t)(c - conns) << 1 | kind;
+	return (uint64_t)(c - conns) << URING_KIND_BITS | kind;
 }
 
 /* The queued requests are about to be handed to the kernel: their latency
@@ -231,10 +239,10 @@ static void uring_reap(uint64_t now)
 
 	io_uring_for_each_cqe(&uring, head, cqe)
 	{
-		struct bconn *c = &conns[cqe->user_data >> 1];
+		struct bconn *c = &conns[cqe->user_data >> URING_KIND_BITS];
 
 		n++;
-		if ((cqe->user_data & 1) == URING_SEND)
+		if ((cqe->user_data & URING_KIND_MASK) == URING_SEND)
 			uring_fail(c); /* posted only when it failed */
 		else
 			uring_received(c, cqe, now);
@@ -319,7 +327,190 @@ static void uring_run(double seconds)
 	}
 }
 
-#else /* !DDP_HAVE_URING: built without liburing, the libuv driver only */
+/* ---- rendezvous ------------------------------------------------------------------ */
+
+/* The requests, the same for every client, so shared by all their sends. */
+enum { URING_RQ_ADD, URING_RQ_WAIT, URING_RQ_SET_WAIT, URING_NRQ };
+static struct store_buf uring_rq[URING_NRQ];
+
+/* Before the go signal (not timed, as libuv's socket creation is not a
+ * connect either): the requests and every client's socket. */
+static void uring_rdzv_prepare(void)
+{
+	int i;
+
+	for (i = 0; i < URING_NRQ; i++)
+		store_buf_init(&uring_rq[i]);
+	rdzv_put(&uring_rq[URING_RQ_ADD], STORE_OP_ADD);
+	rdzv_put(&uring_rq[URING_RQ_WAIT], STORE_OP_WAIT);
+	/* The last client's SET and WAIT, one after the other, as libuv writes them. */
+	rdzv_put(&uring_rq[URING_RQ_SET_WAIT], STORE_OP_SET);
+	rdzv_put(&uring_rq[URING_RQ_SET_WAIT], STORE_OP_WAIT);
+	for (i = 0; i < nconns; i++) {
+		struct bconn *c = &conns[i];
+
+		c->fd = -1;
+		if (uring_rq[URING_RQ_SET_WAIT].err == 0)
+			c->fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (c->fd < 0) { /* counted as libuv counts a failed uv_tcp_connect */
+			c->closed = true;
+			nerrors++;
+		}
+	}
+}
+
+/* A client is done with, in failure: its socket is shut down so that a
+ * receive still armed completes (the CQE is then ignored). */
+static void uring_rdzv_fail(struct bconn *c)
+{
+	if (c->closed)
+		return;
+	c->closed = true;
+	nerrors++;
+	shutdown(c->fd, SHUT_RDWR);
+}
+
+/* Room for n entries at once: a link chain must not be split over two
+ * submissions, or its tail would run unlinked. */
+static bool uring_room(unsigned n)
+{
+	if (io_uring_sq_space_left(&uring) < n)
+		io_uring_submit(&uring);
+	return io_uring_sq_space_left(&uring) >= n;
+}
+
+/* The receive of the reply, into what is left of c->reply: as with libuv, a
+ * reply longer than expected is seen, and fails the client. */
+static void uring_rdzv_prep_recv(struct bconn *c, struct io_uring_sqe *sqe)
+{
+	io_uring_prep_recv(sqe, c->fd, c->reply + c->got, sizeof(c->reply) - c->got, 0);
+	io_uring_sqe_set_data64(sqe, uring_tag(c, URING_RECV));
+}
+
+/* Request rq and the receive of its reply, after a connect if `connect`: one
+ * chain, so the kernel sends once connected and receives once sent, without
+ * waiting for this loop. A send posts a completion only when it fails
+ * (MSG_WAITALL: the kernel finishes a short one itself); a link that fails
+ * cancels the rest of the chain, whose completions then say -ECANCELED. */
+static void uring_rdzv_chain(struct bconn *c, int rq, bool connect)
+{
+	socklen_t len = addr.ss_family == AF_INET ? sizeof(struct sockaddr_in)
+						  : sizeof(struct sockaddr_in6);
+	const struct store_buf *b = &uring_rq[rq];
+	struct io_uring_sqe *sqe;
+
+	if (!uring_room(connect ? 3 : 2)) {
+		uring_rdzv_fail(c);
+		return;
+	}
+	if (connect) {
+		sqe = io_uring_get_sqe(&uring);
+		io_uring_prep_connect(sqe, c->fd, (struct sockaddr *)&addr, len);
+		io_uring_sqe_set_data64(sqe, uring_tag(c, URING_CONNECT));
+		sqe->flags |= IOSQE_IO_LINK;
+	}
+	sqe = io_uring_get_sqe(&uring);
+	io_uring_prep_send(sqe, c->fd, b->p, b->len, MSG_WAITALL);
+	io_uring_sqe_set_data64(sqe, uring_tag(c, URING_SEND));
+	sqe->flags |= IOSQE_IO_LINK | IOSQE_CQE_SKIP_SUCCESS;
+	uring_rdzv_prep_recv(c, io_uring_get_sqe(&uring));
+}
+
+/* A reply's bytes: the ADD's count, then the WAIT's STOP_WAITING. */
+static void uring_rdzv_received(struct bconn *c, int res)
+{
+	int64_t v;
+
+	if (res <= 0) { /* the server closed, an error, or a cancelled link */
+		uring_rdzv_fail(c);
+		return;
+	}
+	c->got += (size_t)res;
+	if (c->got > c->expect) { /* nothing else is ever in flight */
+		uring_rdzv_fail(c);
+		return;
+	}
+	if (c->got < c->expect) {
+		if (uring_room(1))
+			uring_rdzv_prep_recv(c, io_uring_get_sqe(&uring));
+		else
+			uring_rdzv_fail(c);
+		return;
+	}
+	if (c->step == 1) {
+		ndone++;
+		c->closed = true; /* closed after the measurement */
+		return;
+	}
+	memcpy(&v, c->reply, 8);
+	c->step = 1;
+	c->got = 0;
+	c->expect = 1;
+	uring_rdzv_chain(c, v == rdzv_target ? URING_RQ_SET_WAIT : URING_RQ_WAIT, false);
+}
+
+static void uring_rdzv_reap(uint64_t now)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+
+	io_uring_for_each_cqe(&uring, head, cqe)
+	{
+		struct bconn *c = &conns[cqe->user_data >> URING_KIND_BITS];
+		unsigned kind = cqe->user_data & URING_KIND_MASK;
+
+		n++;
+		if (c->closed)
+			continue;
+		if (kind == URING_CONNECT && cqe->res == 0) {
+			c->connected = true;
+			nconnected++;
+			t_connected = now;
+		} else if (kind == URING_RECV) {
+			uring_rdzv_received(c, cqe->res);
+		} else { /* a failed connect, or a send (posted only when it failed) */
+			uring_rdzv_fail(c);
+		}
+	}
+	io_uring_cq_advance(&uring, n);
+}
+
+/* From the go signal until every client has its STOP_WAITING or failed, or
+ * RDZV_TIMEOUT_MS passed (libuv's deadline). Sockets are closed afterwards:
+ * not timed. */
+static void uring_rdzv_run(struct result *r)
+{
+	uint64_t deadline = t_start + (uint64_t)RDZV_TIMEOUT_MS * 1000000;
+	int i;
+
+	for (i = 0; i < nconns; i++) {
+		conns[i].expect = 8;
+		if (!conns[i].closed)
+			uring_rdzv_chain(&conns[i], URING_RQ_ADD, true);
+	}
+	while (ndone + nerrors < nconns) {
+		int rc = uring_enter(deadline);
+		uint64_t now = uv_hrtime();
+
+		if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+			fprintf(stderr, "storebench: io_uring_enter: %s\n", strerror(-rc));
+			break;
+		}
+		uring_rdzv_reap(now);
+		if (now >= deadline)
+			break;
+	}
+	r->t_end = uv_hrtime();
+	r->t_connected = t_connected;
+	uring_close(); /* cancels whatever is still armed */
+	for (i = 0; i < nconns; i++)
+		if (conns[i].fd >= 0)
+			close(conns[i].fd);
+	for (i = 0; i < URING_NRQ; i++)
+		store_buf_free(&uring_rq[i]);
+}
+
+#else /* !DDP_HAVE_URING: built without liburing, the libuv drivers only */
 
 static inline int uring_open(int n)
 {
@@ -335,6 +526,14 @@ static inline void uring_connect_all(void)
 }
 
 static inline void uring_run(double seconds)
+{
+}
+
+static inline void uring_rdzv_prepare(void)
+{
+}
+
+static inline void uring_rdzv_run(struct result *r)
 {
 }
 
