@@ -466,3 +466,18 @@ def test_a_bad_io_choice_is_a_usage_error(io):
                        env=dict(os.environ, DDP_STORE_IO="epoll"), timeout=30)
     assert r.returncode == 2
     assert r.stderr.decode().strip() == "ddpstore: bad DDP_STORE_IO 'epoll' (auto, uring or uv)"
+
+
+def test_a_value_of_the_largest_size_round_trips(srv):
+    """8 MiB (the default limit) arrives in thousands of receives (2 KiB
+    buffers with io_uring) and is joined into one message."""
+    big = os.urandom(1 << 16) * 128
+    c = connect(srv.port, timeout=60)
+    c.sendall(bytes([V2["SET"]]) + s("/largest") + s(big))
+    c.sendall(bytes([V2["GET"]]) + s("/largest"))
+    assert recv_bytes(c) == big
+    # One byte more is refused: that connection only is closed.
+    c.sendall(bytes([V2["SET"]]) + s("/largest") + struct.pack("<Q", len(big) + 1))
+    assert closed_by_peer(c)
+    c.close()
+    assert cli(srv.addr, "ping").returncode == OK
