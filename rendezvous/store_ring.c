@@ -172,8 +172,14 @@ void store_ring_conn_close(struct store_conn *c)
 		return;
 	}
 	sqe = get_sqe(c->s->ring);
-	if (sqe == NULL || fd < 0)
-		return; /* its entries still complete: the peer's side closes */
+	if (sqe == NULL) {
+		/* No room for a cancel (the kernel refused a submit): shutting
+		 * the socket down ends its receive (0) and its send (EPIPE) just
+		 * as well, so the connection is still freed. */
+		if (fd >= 0)
+			shutdown(fd, SHUT_RDWR);
+		return;
+	}
 	io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
 	io_uring_sqe_set_data64(sqe, tag(c, OP_CANCEL));
 	c->rops++;
