@@ -60,8 +60,6 @@ void store_server_maybe_free(struct store_server *s)
 
 /* ---- accepting ------------------------------------------------------------------ */
 
-static int open_ring(struct store_server *s);
-
 static void log_refusal(struct store_server *s, const char *why)
 {
 	uint64_t now = uv_now(s->loop);
@@ -118,7 +116,7 @@ static void on_connection(uv_stream_t *ls, int status)
 		return;
 	}
 	if (!s->ring_tried)
-		open_ring(s); /* auto: at the first connection (see start) */
+		store_server_io_prepare(s); /* auto: at the first connection (see start) */
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return;
@@ -296,7 +294,7 @@ int store_server_io_parse(const char *v, int *io)
 
 /* The connections' transport (see store_ring.c), tried once: in auto, a
  * kernel or a seccomp filter refusing io_uring only means libuv streams. */
-static int open_ring(struct store_server *s)
+int store_server_io_prepare(struct store_server *s)
 {
 	int rc;
 
@@ -305,11 +303,6 @@ static int open_ring(struct store_server *s)
 	s->ring_tried = true;
 	rc = store_ring_open(s);
 	return rc < 0 && s->o.io == STORE_IO_URING ? rc : 0;
-}
-
-int store_server_io_prepare(struct store_server *s)
-{
-	return open_ring(s);
 }
 
 const char *store_server_io(const struct store_server *s)
@@ -392,7 +385,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 	/* In auto the ring waits for the first connection: a ddprun whose
 	 * workers never use its store does not pay for one (half a
 	 * millisecond of a 9 ms launch here). */
-	rc = s->o.io == STORE_IO_URING ? open_ring(s) : 0;
+	rc = s->o.io == STORE_IO_URING ? store_server_io_prepare(s) : 0;
 	if (rc < 0) {
 		store_server_close(s, NULL, NULL);
 		return rc;
