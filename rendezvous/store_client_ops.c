@@ -72,15 +72,22 @@ static int64_t op_deadline(struct store_client *c)
 	return store_client_deadline(c->op_timeout_ms);
 }
 
-int store_set(struct store_client *c, const char *key, const void *val, size_t len)
+/* SET and APPEND: a key and a value, no reply. */
+static int key_value_op(struct store_client *c, enum store_op op, const char *key, const void *val,
+			size_t len)
 {
-	int rc = begin(c, STORE_OP_SET);
+	int rc = begin(c, op);
 
 	if (rc == 0)
 		rc = put_key(c, key);
 	if (rc == 0)
 		rc = put_val(c, val, len);
 	return rc ? rc : send_req(c, op_deadline(c));
+}
+
+int store_set(struct store_client *c, const char *key, const void *val, size_t len)
+{
+	return key_value_op(c, STORE_OP_SET, key, val, len);
 }
 
 /* WAIT with cancel on timeout. 0 when the keys exist, -ETIMEDOUT when the
@@ -243,13 +250,7 @@ int store_num_keys(struct store_client *c, int64_t *n)
 
 int store_append(struct store_client *c, const char *key, const void *val, size_t len)
 {
-	int rc = begin(c, STORE_OP_APPEND);
-
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = put_val(c, val, len);
-	return rc ? rc : send_req(c, op_deadline(c));
+	return key_value_op(c, STORE_OP_APPEND, key, val, len);
 }
 
 int store_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,

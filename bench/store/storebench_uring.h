@@ -149,8 +149,9 @@ static struct io_uring_sqe *uring_sqe(void)
 	return sqe;
 }
 
-/* Shut down, not closed: the armed receive then completes (with 0) and the
- * server sees the connection end. */
+/* Shut down, not closed: the armed receive then completes (with 0, its CQE
+ * ignored) and the server sees the connection end. Used by both modes (in
+ * rdzv nothing is outstanding). */
 static void uring_fail(struct bconn *c)
 {
 	if (c->closed)
@@ -359,17 +360,6 @@ static void uring_rdzv_prepare(void)
 	}
 }
 
-/* A client is done with, in failure: its socket is shut down so that a
- * receive still armed completes (the CQE is then ignored). */
-static void uring_rdzv_fail(struct bconn *c)
-{
-	if (c->closed)
-		return;
-	c->closed = true;
-	nerrors++;
-	shutdown(c->fd, SHUT_RDWR);
-}
-
 /* Room for n entries at once: a link chain must not be split over two
  * submissions, or its tail would run unlinked. */
 static bool uring_room(unsigned n)
@@ -400,7 +390,7 @@ static void uring_rdzv_chain(struct bconn *c, int rq, bool connect)
 	struct io_uring_sqe *sqe;
 
 	if (!uring_room(connect ? 3 : 2)) {
-		uring_rdzv_fail(c);
+		uring_fail(c);
 		return;
 	}
 	if (connect) {
@@ -422,19 +412,19 @@ static void uring_rdzv_received(struct bconn *c, int res)
 	int64_t v;
 
 	if (res <= 0) { /* the server closed, an error, or a cancelled link */
-		uring_rdzv_fail(c);
+		uring_fail(c);
 		return;
 	}
 	c->got += (size_t)res;
 	if (c->got > c->expect) { /* nothing else is ever in flight */
-		uring_rdzv_fail(c);
+		uring_fail(c);
 		return;
 	}
 	if (c->got < c->expect) {
 		if (uring_room(1))
 			uring_rdzv_prep_recv(c, io_uring_get_sqe(&uring));
 		else
-			uring_rdzv_fail(c);
+			uring_fail(c);
 		return;
 	}
 	if (c->step == 1) {
@@ -469,7 +459,7 @@ static void uring_rdzv_reap(uint64_t now)
 		} else if (kind == URING_RECV) {
 			uring_rdzv_received(c, cqe->res);
 		} else { /* a failed connect, or a send (posted only when it failed) */
-			uring_rdzv_fail(c);
+			uring_fail(c);
 		}
 	}
 	io_uring_cq_advance(&uring, n);
