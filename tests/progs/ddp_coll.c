@@ -18,6 +18,16 @@
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
  *                                       prints the error (exit 3)
+ *   ddp_coll [--spawn N] diverge CASE RANKS   the ranks in RANKS (a comma list) make
+ *                                       another call than the rest, after one agreeing
+ *                                       all_reduce: CASE op (max, not sum), dtype (500
+ *                                       float64, not 1000 float32), count (2000, not 1000
+ *                                       floats), root (broadcast from the highest rank
+ *                                       of RANKS, not rank 0), skip (barrier instead of
+ *                                       the all_reduce), avg (avg, not sum). A rank whose
+ *                                       call fails prints "diverge failed: ERROR" and
+ *                                       exits 3; one whose call returns prints
+ *                                       "diverge returned" and exits 0 (SIGTERM is held until then)
  * Without --spawn it takes its identity from the environment (ddprun, or a test
  * harness). Prints "ok rank R" on success; exits 1 with the error otherwise. */
 #include <arpa/inet.h>
@@ -266,6 +276,59 @@ static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
 	return 0;
 }
 
+static int in_list(const char *list, int r, int *max)
+{
+	char *copy = strdup(list), *sp = NULL;
+	int found = 0;
+
+	*max = -1;
+	for (char *t = strtok_r(copy, ",", &sp); t; t = strtok_r(NULL, ",", &sp)) {
+		int v = atoi(t);
+		found |= v == r;
+		*max = v > *max ? v : *max;
+	}
+	free(copy);
+	return found;
+}
+
+static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
+{
+	int me = ddp_rank(ctx), root, odd = in_list(ranks, me, &root), rc;
+	static double buf[2000];
+	sigset_t term;
+
+	/* A launcher stops the others when one rank fails: SIGTERM waits until
+	 * this rank has said how its own call ended. */
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, NULL);
+
+	for (int i = 0; i < 2000; i++)
+		buf[i] = 1;
+	CHECK(ctx, ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM)); /* they agree here */
+	if (!strcmp(what, "op"))
+		rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, odd ? DDP_MAX : DDP_SUM);
+	else if (!strcmp(what, "avg"))
+		rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, odd ? DDP_AVG : DDP_SUM);
+	else if (!strcmp(what, "dtype"))
+		rc = odd ? ddp_all_reduce(ctx, buf, 500, DDP_FLOAT64, DDP_SUM)
+			 : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
+	else if (!strcmp(what, "count"))
+		rc = ddp_all_reduce(ctx, buf, odd ? 2000 : 1000, DDP_FLOAT32, DDP_SUM);
+	else if (!strcmp(what, "root"))
+		rc = ddp_broadcast(ctx, buf, 1000, odd ? root : 0);
+	else if (!strcmp(what, "skip"))
+		rc = odd ? ddp_barrier(ctx) : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
+	else
+		ddp_fatal(ctx, "diverge: unknown case '%s'", what);
+	if (rc < 0) {
+		fprintf(stderr, "diverge failed: %s\n", ddp_errmsg());
+		exit(3);
+	}
+	fprintf(stderr, "diverge returned\n");
+	return 0;
+}
+
 static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **argv)
 {
 	float buf[1024];
@@ -343,6 +406,8 @@ static int worker(int rank, void *p)
 				       DDP_SUM);
 		fprintf(stderr, "rank %d: %s: %s\n", ddp_rank(ctx), ddp_strerror(r), ddp_errmsg());
 		rc = r < 0 ? 3 : 0;
+	} else if (!strcmp(mode, "diverge") && a->argc >= 3) {
+		rc = run_diverge(ctx, a->argv[1], a->argv[2]);
 	} else if (!strcmp(mode, "hold")) {
 		ddp_print_force(ctx, "ready\n");
 		sleep(1);

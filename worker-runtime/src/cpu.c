@@ -15,6 +15,7 @@ struct ddpi_cpu {
 	int *pos;	      /* local rank -> global rank (all_gather positions) */
 	void *tmp;	      /* scratch for multi-node all_gather */
 	size_t tmp_len;
+	uint64_t ncalls; /* collective calls so far: the sequence number all compare */
 };
 
 int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t deadline,
@@ -79,8 +80,8 @@ static int leader_fail(struct ddpi_cpu *c, int rc)
 	return rc;
 }
 
-static int all_reduce_steps(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
-			    int64_t deadline)
+static int all_reduce_steps(void *be, const struct ddpi_call *call, void *buf, size_t count,
+			    enum ddp_dtype dt, enum ddp_op op, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	enum ddp_op partial = op == DDP_AVG ? DDP_SUM : op;
@@ -94,7 +95,8 @@ static int all_reduce_steps(void *be, void *buf, size_t count, enum ddp_dtype dt
 	if (c->shm && (rc = ddpi_shm_all_reduce(c->shm, buf, count, dt, partial, 1, deadline)) < 0)
 		return rc;
 	if (c->tcp) {
-		if ((rc = ddpi_tcp_all_reduce(c->tcp, buf, count, dt, partial, deadline)) < 0)
+		if ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "all_reduce")) < 0 ||
+		    (rc = ddpi_tcp_all_reduce(c->tcp, buf, count, dt, partial, deadline)) < 0)
 			return leader_fail(c, rc);
 		if (op == DDP_AVG)
 			ddpi_scale_div(dt, buf, count, c->env.world);
@@ -104,7 +106,8 @@ static int all_reduce_steps(void *be, void *buf, size_t count, enum ddp_dtype dt
 	return 0;
 }
 
-static int broadcast_steps(void *be, void *buf, size_t bytes, int root, int64_t deadline)
+static int broadcast_steps(void *be, const struct ddpi_call *call, void *buf, size_t bytes,
+			   int root, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int root_local = c->shm ? ddpi_shm_local_of(c->shm, root) : (root == c->env.rank ? 0 : -1);
@@ -112,8 +115,15 @@ static int broadcast_steps(void *be, void *buf, size_t bytes, int root, int64_t 
 
 	if (c->env.nnodes == 1)
 		return c->shm ? ddpi_shm_broadcast(c->shm, buf, bytes, root_local, deadline) : 0;
-	/* The root's node first (so its leader has the data), then the leaders,
-	 * then every other node from its leader. */
+	/* The call is agreed on first, inside the node (a step that compares every
+	 * rank's call) and then between the leaders: the root's node's ranks could
+	 * otherwise return before the other nodes were heard (its leader publishes
+	 * in the node's step only after the agreement). Then the root's node (so
+	 * its leader has the data), the leaders, every other node from its leader. */
+	if (c->shm && (rc = ddpi_shm_agree(c->shm, deadline, "broadcast")) < 0)
+		return rc;
+	if (c->tcp && (rc = ddpi_tcp_agree(c->tcp, call, deadline, "broadcast")) < 0)
+		return leader_fail(c, rc);
 	if (root_local >= 0 && c->shm &&
 	    (rc = ddpi_shm_broadcast(c->shm, buf, bytes, root_local, deadline)) < 0)
 		return rc;
@@ -124,7 +134,8 @@ static int broadcast_steps(void *be, void *buf, size_t bytes, int root, int64_t 
 	return 0;
 }
 
-static int all_gather_steps(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
+static int all_gather_steps(void *be, const struct ddpi_call *call, const void *send, void *recv,
+			    size_t bytes, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int rc;
@@ -144,14 +155,15 @@ static int all_gather_steps(void *be, const void *send, void *recv, size_t bytes
 		rc = (memmove((char *)recv + (size_t)c->env.rank * bytes, send, bytes), 0);
 	if (rc < 0)
 		return rc;
-	if (c->tcp && (rc = ddpi_tcp_all_gather(c->tcp, recv, bytes, deadline)) < 0)
+	if (c->tcp && ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "all_gather")) < 0 ||
+		       (rc = ddpi_tcp_all_gather(c->tcp, recv, bytes, deadline)) < 0))
 		return leader_fail(c, rc);
 	if (c->shm)
 		return ddpi_shm_broadcast(c->shm, recv, bytes * (size_t)c->env.world, 0, deadline);
 	return 0;
 }
 
-static int barrier_steps(void *be, int64_t deadline)
+static int barrier_steps(void *be, const struct ddpi_call *call, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	int rc;
@@ -160,7 +172,8 @@ static int barrier_steps(void *be, int64_t deadline)
 		return rc;
 	if (c->env.nnodes == 1)
 		return 0;
-	if (c->tcp && (rc = ddpi_tcp_barrier(c->tcp, deadline)) < 0)
+	if (c->tcp && ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "barrier")) < 0 ||
+		       (rc = ddpi_tcp_barrier(c->tcp, deadline)) < 0))
 		return leader_fail(c, rc);
 	return c->shm ? ddpi_shm_barrier(c->shm, deadline) : 0;
 }
@@ -177,25 +190,66 @@ static int broken(void *be, int rc)
 	return rc;
 }
 
+/* This rank's next call, as every rank compares it (coll_call.h); the node's
+ * steps carry it so that the shared segment's checks see the whole call. */
+static struct ddpi_call call_begin(struct ddpi_cpu *c, enum ddpi_coll_kind kind, size_t count,
+				   enum ddp_dtype dt, enum ddp_op op, int root)
+{
+	struct ddpi_call call = {.kind = (uint32_t)kind,
+				 .dt = (uint32_t)dt,
+				 .op = (uint32_t)op,
+				 .root = root,
+				 .count = count,
+				 .seq = c->ncalls++};
+	return call;
+}
+
+static int call_end(struct ddpi_cpu *c, int rc)
+{
+	if (c->shm)
+		c->shm->outer = NULL;
+	return broken(c, rc);
+}
+
 static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, enum ddp_op op,
 			  int64_t deadline)
 {
-	return broken(be, all_reduce_steps(be, buf, count, dt, op, deadline));
+	struct ddpi_cpu *c = be;
+	struct ddpi_call call = call_begin(c, DDPI_ALL_REDUCE, count, dt, op, -1);
+
+	if (c->shm)
+		c->shm->outer = &call;
+	return call_end(c, all_reduce_steps(be, &call, buf, count, dt, op, deadline));
 }
 
 static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
 {
-	return broken(be, broadcast_steps(be, buf, bytes, root, deadline));
+	struct ddpi_cpu *c = be;
+	struct ddpi_call call = call_begin(c, DDPI_BROADCAST, bytes, 0, 0, root);
+
+	if (c->shm)
+		c->shm->outer = &call;
+	return call_end(c, broadcast_steps(be, &call, buf, bytes, root, deadline));
 }
 
 static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
 {
-	return broken(be, all_gather_steps(be, send, recv, bytes, deadline));
+	struct ddpi_cpu *c = be;
+	struct ddpi_call call = call_begin(c, DDPI_ALL_GATHER, bytes, 0, 0, -1);
+
+	if (c->shm)
+		c->shm->outer = &call;
+	return call_end(c, all_gather_steps(be, &call, send, recv, bytes, deadline));
 }
 
 static int cpu_barrier(void *be, int64_t deadline)
 {
-	return broken(be, barrier_steps(be, deadline));
+	struct ddpi_cpu *c = be;
+	struct ddpi_call call = call_begin(c, DDPI_BARRIER, 0, 0, 0, -1);
+
+	if (c->shm)
+		c->shm->outer = &call;
+	return call_end(c, barrier_steps(be, &call, deadline));
 }
 
 static int cpu_mem_alloc(void *be, size_t bytes, void **p)

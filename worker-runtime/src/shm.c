@@ -22,7 +22,7 @@
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
 #define SHM_VERSION   3
 #define HDR_BYTES     8192
-#define CTL_BYTES     256 /* whole cache lines: no false sharing between ranks */
+#define CTL_BYTES     384 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
 
 struct shm_hdr {
@@ -505,6 +505,11 @@ void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d)
 	/* Plain stores: the publish that follows (seq_cst) makes them visible. */
 	*mine = *d;
 	mine->ncoll = s->ncoll;
+	mine->pad = 0;
+	if (s->outer)
+		mine->outer = *s->outer;
+	else
+		memset(&mine->outer, 0, sizeof(mine->outer));
 }
 
 void ddpi_shm_end(struct ddpi_shm *s)
@@ -517,6 +522,10 @@ static void describe(const struct ddpi_shm *s, const struct ddpi_coll_desc *d, c
 {
 	static const char *const ops[] = {"sum", "avg", "min", "max"};
 
+	if (d->outer.kind) { /* the caller's call names it best */
+		ddpi_call_describe(&d->outer, buf, len);
+		return;
+	}
 	switch (d->kind) {
 	case DDPI_ALL_REDUCE:
 		snprintf(buf, len, "all_reduce(%llu x %s, %s)", (unsigned long long)d->count,

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "coll_call.h"
 #include "ddp_internal.h"
 
 /* Internal: not exported from libddp.so. */
@@ -32,8 +33,6 @@
 
 /* What a rank is about to do, so that mismatched collectives (a classic
  * source of silent hangs) fail at once with both sides named. */
-enum ddpi_coll_kind { DDPI_ALL_REDUCE = 1, DDPI_BROADCAST, DDPI_ALL_GATHER, DDPI_BARRIER };
-
 struct ddpi_coll_desc {
 	uint32_t kind;
 	uint32_t dt, op;
@@ -41,6 +40,10 @@ struct ddpi_coll_desc {
 	uint64_t count; /* elements (all_reduce) or bytes */
 	uint32_t ncoll; /* which collective of this rank (set by ddpi_shm_begin) */
 	uint32_t pad;
+	/* The caller's whole call (ddpi_shm's outer, set by ddpi_shm_begin): a step
+	 * of a multi-node collective looks alike on ranks whose calls differ
+	 * (avg and sum both sum inside the node; a root on another node). */
+	struct ddpi_call outer;
 };
 
 #define DDPI_DESC_SLOTS 4 /* descriptors kept per rank (a ring) */
@@ -63,6 +66,7 @@ struct ddpi_shm {
 	int64_t next_check; /* next peer liveness check (util_now_ms) */
 	char name[200];
 	int unlinked;
+	const struct ddpi_call *outer; /* the call this step belongs to (cpu.c), or NULL */
 };
 
 /* Creates (local rank 0) or opens the node's segment and waits until every local
@@ -112,6 +116,9 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root_loc
 int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			const int *pos, int64_t deadline);
 int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline);
+/* A barrier that compares every rank's call (ddpi_shm's outer), errors named
+ * after what. */
+int ddpi_shm_agree(struct ddpi_shm *s, int64_t deadline, const char *what);
 
 #pragma GCC visibility pop
 

@@ -131,6 +131,13 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 	return rc;
 }
 
+/* Every rank has published for this collective: compare with each peer. */
+static int sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
+{
+	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
+	return rc < 0 ? rc : check_all(s, what);
+}
+
 int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	struct ddpi_coll_desc d = {.kind = DDPI_BROADCAST, .root = root, .count = bytes};
@@ -139,6 +146,8 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	if (s->lws == 1)
 		return 0;
 	ddpi_shm_begin(s, &d);
+	if (bytes == 0)
+		rc = sync_all(s, deadline, "broadcast");
 	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
 		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
 		uint32_t in;
@@ -149,9 +158,14 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 		if (s->me == root)
 			memcpy(ddpi_shm_slot(s, root, slot), (char *)buf + off, m);
 		in = ddpi_shm_publish(s);
+		/* The first chunk waits for every rank, root included, and compares
+		 * with each: a rank that wrongly believes it is the root (and so would
+		 * wait for nobody) is caught on every rank, not left with its data. */
+		if (off == 0 && ((rc = ddpi_shm_wait_all(s, in, deadline, "broadcast")) < 0 ||
+				 (rc = check_all(s, "broadcast")) < 0))
+			break;
 		if (s->me != root) {
-			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0 ||
-			    (off == 0 && (rc = ddpi_shm_check(s, root, "broadcast")) < 0))
+			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
 				break;
 			memcpy((char *)buf + off, ddpi_shm_slot(s, root, slot), m);
 		}
@@ -159,13 +173,6 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	}
 	ddpi_shm_end(s);
 	return rc;
-}
-
-/* Every rank has published for this collective: compare with each peer. */
-static int sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
-{
-	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
-	return rc < 0 ? rc : check_all(s, what);
 }
 
 int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
@@ -210,7 +217,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 	return rc;
 }
 
-int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
+int ddpi_shm_agree(struct ddpi_shm *s, int64_t deadline, const char *what)
 {
 	struct ddpi_coll_desc d = {.kind = DDPI_BARRIER, .root = -1};
 	int rc;
@@ -218,7 +225,12 @@ int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
 	if (s->lws == 1)
 		return 0;
 	ddpi_shm_begin(s, &d);
-	rc = sync_all(s, deadline, "barrier");
+	rc = sync_all(s, deadline, what);
 	ddpi_shm_end(s);
 	return rc;
+}
+
+int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
+{
+	return ddpi_shm_agree(s, deadline, "barrier");
 }

@@ -187,6 +187,85 @@ static int need_tmp(struct ddpi_tcp *t, size_t len)
 
 /* ---- collectives ------------------------------------------------------------------ */
 
+/* "ranks 4-7" or "ranks 4,6,9" (node g's ranks, ascending), at most len bytes. */
+static void node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len)
+{
+	const int *r = t->ranks[g];
+	int n = t->nranks[g];
+
+	if (n == 1) {
+		snprintf(buf, len, "rank %d", r[0]);
+	} else if (r[n - 1] - r[0] == n - 1) {
+		snprintf(buf, len, "ranks %d-%d", r[0], r[n - 1]);
+	} else {
+		size_t k = (size_t)snprintf(buf, len, "ranks %d", r[0]);
+		for (int i = 1; i < n && k < len; i++)
+			k += (size_t)snprintf(buf + k, len - k, ",%d", r[i]);
+	}
+}
+
+/* The message of a mismatch: one clause per distinct call, its nodes named
+ * ("node 0 (ranks 0-3) called X; nodes 1,2 (ranks 4-11) called Y"), the
+ * caller's own call first. The same text on every leader but for that order. */
+static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, const char *what)
+{
+	char msg[1024], desc[96], who[128];
+	char *seen = calloc((size_t)t->nnodes, 1);
+	size_t k = 0;
+
+	if (!seen)
+		return ddpi_err(-EINVAL, "%s: mismatched collectives across nodes", what);
+	for (int i = 0; i < t->nnodes && k < sizeof(msg); i++) {
+		int g0 = (t->me + i) % t->nnodes, nodes = 0;
+		size_t w = 0;
+		if (seen[g0])
+			continue;
+		for (int g = g0, j = i; j < t->nnodes; j++, g = (t->me + j) % t->nnodes) {
+			if (seen[g] || memcmp(&calls[g], &calls[g0], sizeof(calls[g])))
+				continue;
+			seen[g] = 1;
+			nodes++;
+			if (w < sizeof(who))
+				w += (size_t)snprintf(who + w, sizeof(who) - w, "%s%d",
+						      nodes > 1 ? "," : "", g);
+		}
+		ddpi_call_describe(&calls[g0], desc, sizeof(desc));
+		if (nodes == 1) {
+			char rk[96];
+			node_ranks(t, g0, rk, sizeof(rk));
+			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "%snode %s (%s) called %s",
+					      k ? "; " : "", who, rk, desc);
+		} else {
+			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "%snodes %s called %s",
+					      k ? "; " : "", who, desc);
+		}
+	}
+	free(seen);
+	return ddpi_err(-EINVAL, "%s: mismatched collectives across nodes: %s", what, msg);
+}
+
+int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
+		   const char *what)
+{
+	int m = t->nnodes, me = t->me, rc = 0;
+	struct ddpi_call *calls = calloc((size_t)m, sizeof(*calls));
+
+	if (!calls)
+		return ddpi_err(-ENOMEM, "%s: no memory", what);
+	calls[me] = *mine;
+	/* An all-gather of one descriptor: step s passes on node (me - s)'s. */
+	for (int s = 0; s < m - 1 && rc == 0; s++) {
+		int sg = ((me - s) % m + m) % m, rg = ((me - s - 1) % m + m) % m;
+		rc = send_recv(t, &calls[sg], sizeof(calls[sg]), &calls[rg], sizeof(calls[rg]),
+			       deadline, what);
+	}
+	for (int g = 0; g < m && rc == 0; g++)
+		if (memcmp(&calls[g], mine, sizeof(*mine)))
+			rc = mismatch(t, calls, what);
+	free(calls);
+	return rc;
+}
+
 static void block_bounds(size_t count, int m, int b, size_t *lo, size_t *hi)
 {
 	size_t per = count / (size_t)m, rem = count % (size_t)m;

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "coll_call.h"
 #include "ddp_internal.h"
 
 /* Internal: not exported from libddp.so. */
@@ -29,6 +30,12 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		  int64_t deadline, struct ddpi_tcp **out);
 void ddpi_tcp_close(struct ddpi_tcp *t);
 
+/* Before a collective's data: the leaders gather their calls around the ring
+ * (nnodes - 1 steps of one fixed-size descriptor) and every leader compares
+ * them all, so that all fail alike, naming the nodes and ranks of each side,
+ * when any differs (-EINVAL). */
+int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
+		   const char *what);
 int ddpi_tcp_all_reduce(struct ddpi_tcp *t, void *buf, size_t count, enum ddp_dtype dt,
 			enum ddp_op op, int64_t deadline);
 /* root is a global rank; its node's leader must already hold the data. */

@@ -1,0 +1,110 @@
+"""Mismatched collectives never mix unrelated buffers (issue 11, item 1): when
+some ranks make another call than the rest (another op, dtype, element count
+or broadcast root, or a call skipped), every rank's call fails, the message
+names the ranks of each side, and ddprun exits with the failing worker's
+status; on one node (shared memory) and across two nodes (the leaders' TCP
+ring). Before this, across nodes every rank returned 0 with wrong data, and
+on one node a rank that wrongly believed it was the broadcast root kept its
+own data while the others succeeded.
+
+The worker is tests/progs/ddp_coll.c `diverge CASE RANKS`: one agreeing
+all_reduce, then the ranks in RANKS call differently. It holds SIGTERM until
+its own call has ended, so every rank reports how it ended. Every wait is
+bounded; no timing is asserted."""
+import re
+
+import pytest
+
+from conftest import free_port, prog
+from mnutil import Agent, clean_env
+
+CASES = {  # case: (what the odd ranks call, what the others call)
+    "op": ("all_reduce(1000 x float32, max) #1", "all_reduce(1000 x float32, sum) #1"),
+    "avg": ("all_reduce(1000 x float32, avg) #1", "all_reduce(1000 x float32, sum) #1"),
+    "dtype": ("all_reduce(500 x float64, sum) #1", "all_reduce(1000 x float32, sum) #1"),
+    "count": ("all_reduce(2000 x float32, sum) #1", "all_reduce(1000 x float32, sum) #1"),
+    "skip": ("barrier() #1", "all_reduce(1000 x float32, sum) #1"),
+}
+
+
+def ends(text):
+    """rank outcomes in a node's output: ([failure messages], returned count)."""
+    failed = re.findall(r"^diverge failed: (.*)$", text, re.M)
+    return failed, len(re.findall(r"^diverge returned$", text, re.M))
+
+
+def run_nodes(reaper, tmp_path, nprocs, case, odd):
+    port = free_port()
+    env = clean_env(DDP_BACKEND="cpu", DDP_QUIET="1", DDP_TIMEOUT="120")
+    agents = []
+    for i, n in enumerate(nprocs):
+        args = ["--nnodes", str(len(nprocs)), "--node-rank", str(i), "--master-addr",
+                "127.0.0.1", "--master-port", str(port), "--nproc-per-node", str(n),
+                prog("ddp_coll"), "diverge", case, odd]
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args, env=env))
+    # DDP_TIMEOUT far beyond this bound: only detection ends the calls in time.
+    rcs = [a.wait(timeout=90) for a in agents]
+    return agents, rcs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_node_every_rank_fails_naming_both_sides(reaper, tmp_path, case):
+    agents, rcs = run_nodes(reaper, tmp_path, [3], case, "1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert returned == 0 and len(failed) == 3, out
+    odd, even = CASES[case]
+    assert any(f"rank 1 called {odd}" in m for m in failed), out
+    assert all("mismatched collectives" in m for m in failed), out
+
+
+def test_one_node_a_rank_that_wrongly_believes_it_is_the_root_is_caught(reaper, tmp_path):
+    """Ranks 0 and 2 broadcast from rank 0, rank 1 from itself: before, rank 1
+    (a 'root' waits for nobody) kept its own data and every rank succeeded."""
+    agents, rcs = run_nodes(reaper, tmp_path, [3], "root", "1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert returned == 0 and len(failed) == 3, out
+    assert any("rank 1 called broadcast(1000 bytes from rank 1) #1" in m for m in failed), out
+    assert any("broadcast(1000 bytes from rank 0) #1" in m for m in failed), out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_two_nodes_every_rank_fails_naming_the_nodes(reaper, tmp_path, case):
+    """Node 1's ranks (2, 3) call differently from node 0's (0, 1)."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], case, "2,3")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3], "\n".join(outs)
+    odd, even = CASES[case]
+    for out in outs:
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == 2, out
+        assert any(f"node 0 (ranks 0-1) called {even}" in m and
+                   f"node 1 (ranks 2-3) called {odd}" in m for m in failed), out
+
+
+@pytest.mark.parametrize("odd", ["2,3", "3", "1"], ids=["node1", "rank3", "rank1"])
+def test_two_nodes_broadcast_roots_that_differ_fail_everywhere(reaper, tmp_path, odd):
+    """Broadcast from rank 0 against one from rank 3 (a whole node, or one rank
+    of either node): no rank returns, the root's node's ranks included."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], "root", odd)
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3], "\n".join(outs)
+    every = "\n".join(outs)
+    for out in outs:
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == 2, out
+    root = odd.split(",")[-1]
+    assert f"broadcast(1000 bytes from rank {root}) #1" in every, every
+    assert "broadcast(1000 bytes from rank 0) #1" in every, every
+
+
+def test_agreeing_calls_still_exact_across_nodes(reaper, tmp_path):
+    """The same program with no odd rank: every call returns on every rank."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], "op", "")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [0, 0], "\n".join(outs)
+    for out in outs:
+        assert ends(out) == ([], 2), out
