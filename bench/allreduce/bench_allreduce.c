@@ -5,6 +5,9 @@
  *       OP: all_reduce (float32 sum, the default), all_gather (BYTES is the
  *       whole gathered buffer, as nccl-tests count it) or broadcast (root 0).
  *       One line per size: "ddp op=OP ranks=N bytes=B mean_us=T"
+ *   bench_allreduce launched BYTES[,BYTES...] ITERS[,ITERS...] [OP]
+ *       the same, as one rank started by a launcher (ddprun): the world
+ *       comes from the environment (bench/allreduce/ring.py, several nodes)
  *   bench_allreduce grads NRANKS STEPS
  *       the gradient path of one training step: a model of 26M float32
  *       parameters in 24 layers, a backward pass that produces each layer's
@@ -193,10 +196,12 @@ int main(int argc, char **argv)
 	struct cfg c = {0};
 	int n;
 
-	if ((argc == 5 || argc == 6) && !strcmp(argv[1], "sizes")) {
-		c.sizes = argv[3];
-		c.iters = argv[4];
-		c.op = argc == 6 ? argv[5] : "all_reduce";
+	int launched = (argc == 4 || argc == 5) && !strcmp(argv[1], "launched");
+
+	if (launched || ((argc == 5 || argc == 6) && !strcmp(argv[1], "sizes"))) {
+		c.sizes = argv[3 - launched];
+		c.iters = argv[4 - launched];
+		c.op = argc == 6 - launched ? argv[5 - launched] : "all_reduce";
 		if (strcmp(c.op, "all_reduce") && strcmp(c.op, "all_gather") &&
 		    strcmp(c.op, "broadcast")) {
 			fprintf(stderr,
@@ -209,10 +214,13 @@ int main(int argc, char **argv)
 		c.steps = atoi(argv[3]);
 	} else {
 		fprintf(stderr, "usage: bench_allreduce sizes NRANKS BYTES,... ITERS,... [OP]\n"
+				"       bench_allreduce launched BYTES,... ITERS,... [OP]\n"
 				"       bench_allreduce grads NRANKS STEPS\n");
 		return 2;
 	}
-	c.mode = argv[1];
+	c.mode = launched ? "sizes" : argv[1];
+	if (launched)
+		return worker(0, &c);
 	n = atoi(argv[2]);
 	setenv("DDP_QUIET", "1", 1);
 	if (ddp_spawn(worker, &c, n, NULL, NULL) < 0) {

@@ -7,6 +7,7 @@ process group over a TCPStore on 127.0.0.1; times dist.all_reduce(float32)
 like the C side: one warm-up, a barrier, ITERS timed calls, and the slowest
 rank's mean. Prints one line per size: "gloo op=OP ranks=N bytes=B mean_us=T"."""
 import os
+import queue
 import socket
 import sys
 import time
@@ -26,8 +27,9 @@ def run(op, t, parts):
 
 
 def worker(rank, n, port, sizes, iters, op, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=n)
     for size, it in zip(sizes, iters):
@@ -47,6 +49,19 @@ def worker(rank, n, port, sizes, iters, op, out):
 
 
 def main():
+    if sys.argv[1] == "launched":
+        # One rank started by a launcher (bench/allreduce/ring.py, several
+        # nodes): the world and the store come from its environment.
+        n = int(os.environ["WORLD_SIZE"])
+        sizes = [int(x) for x in sys.argv[2].split(",")]
+        iters = [int(x) for x in sys.argv[3].split(",")]
+        op = sys.argv[4] if len(sys.argv) > 4 else "all_reduce"
+        out = queue.SimpleQueue()
+        worker(int(os.environ["RANK"]), n, None, sizes, iters, op, out)
+        while not out.empty():
+            size, mean = out.get()
+            print(f"gloo op={op} ranks={n} bytes={size} mean_us={mean * 1e6:.1f}", flush=True)
+        return
     n = int(sys.argv[1])
     sizes = [int(x) for x in sys.argv[2].split(",")]
     iters = [int(x) for x in sys.argv[3].split(",")]

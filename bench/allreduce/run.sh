@@ -11,6 +11,10 @@
 # run (bench/allreduce/floor.c: one core's copy and y += x at each size) and
 # each result as a multiple of it. Then the gradient path of one training
 # step (DDP buckets during backward vs one flat all_reduce after it).
+# Several nodes (as root, where network namespaces can be made): the TCP ring
+# between node leaders, one rank per node on 2 and 4 namespaces joined by a
+# bridge, against Open MPI over TCP and gloo, with bus bandwidth as a fraction
+# of what one TCP stream carries over the same link (bench/allreduce/ring.py).
 # Numbers move with machine load; nothing here is asserted.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,8 +51,16 @@ for ((r = 0; r < repeat; r++)); do
   done
 done
 for n in 2 4; do "$bin" grads "$n" "${GRAD_STEPS:-5}" >>"$out"; done
+ring=$(mktemp)
+trap 'rm -f "$out" "$ring"' EXIT
+if [[ $(id -u) -eq 0 ]] && ip netns list >/dev/null 2>&1; then
+  B=$B "$py" bench/allreduce/ring.py "${RING_NODES:-2 4}" "${RING_SIZES:-4096,1048576,16777216,67108864}" \
+    "${RING_ITERS:-500,50,5,3}" "$repeat" >"$ring" || echo "bench/allreduce: ring.py failed" >&2
+else
+  echo "bench/allreduce: several nodes skipped (needs root and network namespaces)" >&2
+fi
 
-"$py" - "$out" "$cores" <<'PYEOF'
+"$py" - "$out" "$cores" "$ring" <<'PYEOF'
 import re, statistics, sys
 cores = int(sys.argv[2])
 runs, floors, grads = {}, {}, []
@@ -133,4 +145,39 @@ for n in sorted(by):
     print(f"{n:>5} {f[3]:>6} {k[4]:>7} | {f[1]:>7.1f}ms | {f[0]:>8.1f}ms {f[2]:>6.1f}ms | "
           f"{k[0]:>11.1f}ms {k[2]:>6.1f}ms")
 print("comm = step - backward alone: the all-reduce time left exposed after backward")
+
+ring, links, failed = {}, [], []
+for line in open(sys.argv[3]):
+    m = re.match(r"ring side=(\w+) nodes=(\d+) bytes=(\d+) mean_us=([\d.]+)", line)
+    if m:
+        ring.setdefault((m[1], int(m[2]), int(m[3])), []).append(float(m[4]))
+    m = re.match(r"link bytes_per_s=([\d.]+)", line)
+    if m:
+        links.append(float(m[1]))
+    m = re.match(r"ring side=(\w+) nodes=(\d+) failed", line)
+    if m:
+        failed.append(f"{m[1]} x{m[2]}")
+if ring and links:
+    lk = statistics.median(links)
+    rm = {k: statistics.median(v) for k, v in ring.items()}
+    print()
+    print(f"several nodes: float32 all_reduce, one rank per node, network namespaces on a bridge;")
+    print(f"one TCP stream over the link: {lk / 1e9:.2f} GB/s (median of {len(links)})")
+    h3 = (f"{'nodes':>5} {'size':>7} | {'libddp':>9} {'busbw':>7} {'of link':>7} | "
+          f"{'Open MPI':>9} {'busbw':>7} | {'gloo':>9} {'busbw':>7} | {'MPI/ddp':>7} {'gloo/ddp':>8}")
+    print(h3)
+    print("-" * len(h3))
+    for n in sorted({k[1] for k in rm}):
+        for b in sorted({k[2] for k in rm}):
+            d, m_, g = (rm.get((s_, n, b)) for s_ in ("ddp", "mpi", "gloo"))
+            if d is None:
+                continue
+            bus = lambda us: b / (us * 1e-6) * 2 * (n - 1) / n / 1e9
+            cell = lambda us: f"{t(us):>9} {bus(us):>6.2f}G" if us else f"{'-':>9} {'-':>7}"
+            print(f"{n:>5} {human(b):>7} | {cell(d)} {bus(d) * 1e9 / lk * 100:>6.0f}% | "
+                  f"{cell(m_)} | {cell(g)} | "
+                  f"{(f'{m_ / d:.2f}x' if m_ else '-'):>7} {(f'{g / d:.1f}x' if g else '-'):>8}")
+    print("busbw = bytes/time * 2(n-1)/n; of link = libddp's busbw / one TCP stream's rate")
+    if failed:
+        print("failed: " + ", ".join(failed))
 PYEOF
