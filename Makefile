@@ -125,7 +125,8 @@ ifeq ($(CUDA_ON),1)
 endif
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 PROG_SRC := $(wildcard tests/progs/*.c)
-BENCH_SRC := $(wildcard bench/*/*.c)
+# mpi_coll.c is built by bench/allreduce/run.sh with mpicc: nothing here links MPI.
+BENCH_SRC := $(filter-out bench/allreduce/mpi_coll.c,$(wildcard bench/*/*.c))
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(1))
 RDZV_OBJ := $(call obj,$(RDZV_SRC))
@@ -214,6 +215,12 @@ $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(LIB_A)
 # inflate every measured RSS (a spawned child's peak includes its parent's
 # image before exec).
 $(B)/bench/launch/%: $(B)/obj/bench/launch/%.o
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $<
+
+# The all-reduce floor is bare for the same reason: it measures this machine.
+$(B)/bench/allreduce/floor: $(B)/obj/bench/allreduce/floor.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $<

@@ -1,8 +1,13 @@
 /* bench_allreduce: libddp's cpu backend, timed the way gloo_allreduce.py times
  * gloo (one warm-up, a barrier, ITERS calls, the slowest rank's mean).
  *
- *   bench_allreduce sizes NRANKS BYTES[,BYTES...] ITERS[,ITERS...]
- *       one line per size: "ddp ranks=N bytes=B mean_us=T"
+ *   bench_allreduce sizes NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
+ *       OP: all_reduce (float32 sum, the default), all_gather (BYTES is the
+ *       whole gathered buffer, as nccl-tests count it) or broadcast (root 0).
+ *       One line per size: "ddp op=OP ranks=N bytes=B mean_us=T"
+ *   bench_allreduce launched BYTES[,BYTES...] ITERS[,ITERS...] [OP]
+ *       the same, as one rank started by a launcher (ddprun): the world
+ *       comes from the environment (bench/allreduce/ring.py, several nodes)
  *   bench_allreduce grads NRANKS STEPS
  *       the gradient path of one training step: a model of 26M float32
  *       parameters in 24 layers, a backward pass that produces each layer's
@@ -21,7 +26,7 @@
 #define NLAYERS 24
 
 struct cfg {
-	const char *mode;
+	const char *mode, *op;
 	char *sizes, *iters;
 	int steps;
 };
@@ -38,6 +43,15 @@ static void die(struct ddp_ctx *ctx, const char *what)
 	ddp_fatal(ctx, "%s: %s", what, ddp_errmsg());
 }
 
+static int run_op(struct ddp_ctx *ctx, const char *op, float *a, float *b, size_t bytes)
+{
+	if (!strcmp(op, "all_gather"))
+		return ddp_all_gather(ctx, a, b, bytes / (size_t)ddp_world_size(ctx));
+	if (!strcmp(op, "broadcast"))
+		return ddp_broadcast(ctx, a, bytes, 0);
+	return ddp_all_reduce(ctx, a, bytes / 4, DDP_FLOAT32, DDP_SUM);
+}
+
 static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 {
 	char *sp = NULL, *ip = NULL;
@@ -46,23 +60,24 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 	for (; s && it; s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
 		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
 		int iters = atoi(it);
-		float *buf = malloc(n * 4 + 64);
+		float *buf = malloc(n * 4 + 64), *out = malloc(n * 4 + 64);
 		for (size_t i = 0; i < n; i++)
-			buf[i] = 1.0f;
-		if (ddp_all_reduce(ctx, buf, n, DDP_FLOAT32, DDP_SUM) < 0 || ddp_barrier(ctx) < 0)
+			buf[i] = out[i] = 1.0f;
+		if (run_op(ctx, c->op, buf, out, bytes) < 0 || ddp_barrier(ctx) < 0)
 			die(ctx, "warm-up");
 		double t0 = now_ms();
 		for (int k = 0; k < iters; k++)
-			if (ddp_all_reduce(ctx, buf, n, DDP_FLOAT32, DDP_SUM) < 0)
-				die(ctx, "all_reduce");
+			if (run_op(ctx, c->op, buf, out, bytes) < 0)
+				die(ctx, c->op);
 		double mean = (now_ms() - t0) / iters;
 		if (ddp_all_reduce(ctx, &mean, 1, DDP_FLOAT64, DDP_MAX) < 0)
 			die(ctx, "all_reduce");
 		if (ddp_rank(ctx) == 0)
-			printf("ddp ranks=%d bytes=%zu mean_us=%.1f\n", ddp_world_size(ctx), bytes,
-			       mean * 1e3);
+			printf("ddp op=%s ranks=%d bytes=%zu mean_us=%.1f\n", c->op,
+			       ddp_world_size(ctx), bytes, mean * 1e3);
 		fflush(stdout);
 		free(buf);
+		free(out);
 	}
 	return 0;
 }
@@ -181,17 +196,31 @@ int main(int argc, char **argv)
 	struct cfg c = {0};
 	int n;
 
-	if (argc == 5 && !strcmp(argv[1], "sizes")) {
-		c.sizes = argv[3];
-		c.iters = argv[4];
+	int launched = (argc == 4 || argc == 5) && !strcmp(argv[1], "launched");
+
+	if (launched || ((argc == 5 || argc == 6) && !strcmp(argv[1], "sizes"))) {
+		c.sizes = argv[3 - launched];
+		c.iters = argv[4 - launched];
+		c.op = argc == 6 - launched ? argv[5 - launched] : "all_reduce";
+		if (strcmp(c.op, "all_reduce") && strcmp(c.op, "all_gather") &&
+		    strcmp(c.op, "broadcast")) {
+			fprintf(stderr,
+				"bench_allreduce: unknown OP '%s' (all_reduce, all_gather, "
+				"broadcast)\n",
+				c.op);
+			return 2;
+		}
 	} else if (argc == 4 && !strcmp(argv[1], "grads")) {
 		c.steps = atoi(argv[3]);
 	} else {
-		fprintf(stderr, "usage: bench_allreduce sizes NRANKS BYTES,... ITERS,...\n"
+		fprintf(stderr, "usage: bench_allreduce sizes NRANKS BYTES,... ITERS,... [OP]\n"
+				"       bench_allreduce launched BYTES,... ITERS,... [OP]\n"
 				"       bench_allreduce grads NRANKS STEPS\n");
 		return 2;
 	}
-	c.mode = argv[1];
+	c.mode = launched ? "sizes" : argv[1];
+	if (launched)
+		return worker(0, &c);
 	n = atoi(argv[2]);
 	setenv("DDP_QUIET", "1", 1);
 	if (ddp_spawn(worker, &c, n, NULL, NULL) < 0) {

@@ -1,10 +1,13 @@
 """gloo all-reduce timing, the anchor for bench/allreduce (Debian torch 1.13).
-Usage: gloo_allreduce.py NRANKS BYTES[,BYTES...] ITERS[,ITERS...]
+Usage: gloo_allreduce.py NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
+OP: all_reduce (float32 sum, the default), all_gather (BYTES is the whole
+gathered buffer, as nccl-tests count it) or broadcast (root 0).
 Starts NRANKS processes (torch.multiprocessing, fork), each joining a gloo
 process group over a TCPStore on 127.0.0.1; times dist.all_reduce(float32)
 like the C side: one warm-up, a barrier, ITERS timed calls, and the slowest
-rank's mean. Prints one line per size: "gloo ranks=N bytes=B mean_us=T"."""
+rank's mean. Prints one line per size: "gloo op=OP ranks=N bytes=B mean_us=T"."""
 import os
+import queue
 import socket
 import sys
 import time
@@ -14,18 +17,30 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def worker(rank, n, port, sizes, iters, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def run(op, t, parts):
+    if op == "all_gather":
+        dist.all_gather(parts, t)
+    elif op == "broadcast":
+        dist.broadcast(t, 0)
+    else:
+        dist.all_reduce(t)
+
+
+def worker(rank, n, port, sizes, iters, op, out):
+    if port is not None:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=n)
     for size, it in zip(sizes, iters):
-        t = torch.ones(size // 4, dtype=torch.float32)
-        dist.all_reduce(t)
+        count = size // 4 // n if op == "all_gather" else size // 4
+        t = torch.ones(count, dtype=torch.float32)
+        parts = [torch.empty_like(t) for _ in range(n)] if op == "all_gather" else None
+        run(op, t, parts)
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(it):
-            dist.all_reduce(t)
+            run(op, t, parts)
         mean = torch.tensor([(time.perf_counter() - t0) / it], dtype=torch.float64)
         dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         if rank == 0:
@@ -34,15 +49,29 @@ def worker(rank, n, port, sizes, iters, out):
 
 
 def main():
+    if sys.argv[1] == "launched":
+        # One rank started by a launcher (bench/allreduce/ring.py, several
+        # nodes): the world and the store come from its environment.
+        n = int(os.environ["WORLD_SIZE"])
+        sizes = [int(x) for x in sys.argv[2].split(",")]
+        iters = [int(x) for x in sys.argv[3].split(",")]
+        op = sys.argv[4] if len(sys.argv) > 4 else "all_reduce"
+        out = queue.SimpleQueue()
+        worker(int(os.environ["RANK"]), n, None, sizes, iters, op, out)
+        while not out.empty():
+            size, mean = out.get()
+            print(f"gloo op={op} ranks={n} bytes={size} mean_us={mean * 1e6:.1f}", flush=True)
+        return
     n = int(sys.argv[1])
     sizes = [int(x) for x in sys.argv[2].split(",")]
     iters = [int(x) for x in sys.argv[3].split(",")]
+    op = sys.argv[4] if len(sys.argv) > 4 else "all_reduce"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("fork")
     out = ctx.SimpleQueue()
-    procs = [ctx.Process(target=worker, args=(r, n, port, sizes, iters, out)) for r in range(n)]
+    procs = [ctx.Process(target=worker, args=(r, n, port, sizes, iters, op, out)) for r in range(n)]
     for p in procs:
         p.start()
     for p in procs:
@@ -51,7 +80,7 @@ def main():
         sys.exit("gloo_allreduce: a worker failed")
     while not out.empty():
         size, mean = out.get()
-        print(f"gloo ranks={n} bytes={size} mean_us={mean * 1e6:.1f}", flush=True)
+        print(f"gloo op={op} ranks={n} bytes={size} mean_us={mean * 1e6:.1f}", flush=True)
 
 
 if __name__ == "__main__":
