@@ -1,6 +1,8 @@
 /* coord_report: after a failure that ends the job, every node publishes its
  * local failures (r<r>/failures/<rank>: a JSON list of report entries with
- * their host, observed time and libddp's secondary-failure marker), waits
+ * their host, observed time, libddp's secondary-failure marker and what
+ * shows the cause: the last stderr lines (at most REPORT_TAIL_BYTES), the
+ * stderr log's path on that host, the guessed cause, the interpreter), waits
  * (bounded) for the list of every other participant that is not known lost,
  * and applies the root-cause rule (report.h) to all of them: every node
  * reads the same lists, so every node ends with the same status, whichever
@@ -40,6 +42,15 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
 		cJSON_AddStringToObject(o, "host", e[i].host ? e[i].host : host);
+		/* What shows the cause (report_cause.c), bounded by its making. */
+		if (e[i].tail != NULL)
+			cJSON_AddStringToObject(o, "tail", e[i].tail);
+		if (e[i].log_file != NULL)
+			cJSON_AddStringToObject(o, "log_file", e[i].log_file);
+		if (e[i].cause != NULL)
+			cJSON_AddStringToObject(o, "cause", e[i].cause);
+		if (e[i].interpreter != NULL)
+			cJSON_AddStringToObject(o, "interpreter", e[i].interpreter);
 		cJSON_AddItemToArray(list, o);
 	}
 	s = list ? cJSON_PrintUnformatted(list) : NULL;
@@ -96,6 +107,10 @@ static int add_entries(const void *v, size_t len, struct report_entry **e, size_
 		x->error_file = dup_str(o, "error_file", 4096);
 		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
 		x->host = dup_str(o, "host", RDZV_HOST_MAX);
+		x->tail = dup_str(o, "tail", REPORT_TAIL_BYTES);
+		x->log_file = dup_str(o, "log_file", 4096);
+		x->cause = dup_str(o, "cause", 1024);
+		x->interpreter = dup_str(o, "interpreter", 8192);
 		if (x->message == NULL)
 			x->message = strdup("");
 		if (x->message == NULL) {
