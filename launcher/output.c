@@ -60,6 +60,8 @@ static int buf_add(struct output_buf *b, const char *s, size_t n)
 
 static void buf_drop(struct output_buf *b, size_t n)
 {
+	if (n == 0)
+		return; /* b->p may be NULL then */
 	memmove(b->p, b->p + n, b->len - n);
 	b->len -= n;
 	if (b->len == 0 && b->cap > 4 * READ_CHUNK)
