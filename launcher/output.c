@@ -286,6 +286,8 @@ static void on_timer(uv_timer_t *t)
 
 static void tail_add(struct output_stream *s, const char *data, size_t n)
 {
+	if (s->tail == NULL && (s->tail = malloc(OUTPUT_TAIL_MAX)) == NULL)
+		return; /* out of memory: the report goes without */
 	s->tail_total += n;
 	if (n >= OUTPUT_TAIL_MAX) {
 		memcpy(s->tail, data + n - OUTPUT_TAIL_MAX, OUTPUT_TAIL_MAX);
@@ -311,10 +313,20 @@ size_t output_tail(const struct output_stream *s, char *buf, size_t cap, bool *c
 	size_t start = (s->tail_end + OUTPUT_TAIL_MAX - n) % OUTPUT_TAIL_MAX;
 	size_t first = OUTPUT_TAIL_MAX - start < n ? OUTPUT_TAIL_MAX - start : n;
 
+	*cut = s->tail_total > n;
+	if (n == 0)
+		return 0; /* s->tail may be NULL */
 	memcpy(buf, s->tail + start, first);
 	memcpy(buf + first, s->tail, n - first);
-	*cut = s->tail_total > n;
 	return n;
+}
+
+void output_stream_release(struct output_stream *s)
+{
+	free(s->tail);
+	s->tail = NULL;
+	s->tail_len = s->tail_end = 0;
+	s->tail_total = 0;
 }
 
 /* The complete lines for line_cb. */

@@ -94,11 +94,12 @@ struct output_stream {
 	int64_t last_ms;	   /* loop time of the last bytes read; -1: none */
 	size_t tail_len, tail_end; /* bytes kept, and where the next one goes */
 	uint64_t tail_total;	   /* bytes ever carried */
-	char tail[OUTPUT_TAIL_MAX];
+	char *tail;		   /* OUTPUT_TAIL_MAX bytes, made at the first byte kept */
 };
 
 /* Start pumping fd (a pipe's read end; the stream owns it and file_fd from
- * now on). Set the public fields first. Returns 0, and closed_cb runs exactly
+ * now on). Set the public fields first (a stream started again keeps its
+ * tail's memory; zero tail before the first start). Returns 0, and closed_cb runs exactly
  * once later (at once if pumping could not start); a negative errno only if
  * no handle could be made (then fd and file_fd are closed and closed_cb never
  * runs). */
@@ -118,6 +119,9 @@ int64_t output_last_line_ms(const struct output_stream *s);
  * (at most cap); *cut: earlier bytes were dropped. Valid after the stream
  * closed, until it starts again. Returns the number of bytes copied. */
 size_t output_tail(const struct output_stream *s, char *buf, size_t cap, bool *cut);
+/* Free what a closed stream keeps for output_tail (the stream's owner
+ * calls it once the stream is done with for good). */
+void output_stream_release(struct output_stream *s);
 
 /* Queue buf for ddprun's fd 1 or 2, in order with everything else written
  * there. Before output_console_open (and after output_console_finish) the

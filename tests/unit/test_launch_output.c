@@ -276,6 +276,7 @@ static void test_tail_and_lines_whatever_the_console(void **state)
 	assert_memory_equal(buf, "one\ntwo\nthree", 13);
 
 	/* More than the tail holds, over the ring's end. */
+	output_stream_release(&a);
 	assert_int_equal(start(&a, "", &wa), 0);
 	a.console_fd = -1;
 	a.keep_tail = true;
@@ -292,6 +293,7 @@ static void test_tail_and_lines_whatever_the_console(void **state)
 	assert_true(cut);
 	assert_memory_equal(buf + n - 9, "\nthe end\n", 9);
 	assert_int_equal(buf[0], 'x');
+	output_stream_release(&a);
 	free(got_lines.p);
 }
 
