@@ -255,7 +255,9 @@ static void pump(struct output_stream *s, bool final)
 	console_put(s, s->held.p, whole);
 	if (whole > 0 && owner[k] == s)
 		owner[k] = NULL; /* its line is complete */
-	if (n > whole && (final || s->ready || n - whole >= OUTPUT_PARTIAL_MAX)) {
+	/* The rest of a line already open goes at once; a new incomplete line
+	 * once it is due. */
+	if (n > whole && (final || s->ready || owner[k] == s || n - whole >= OUTPUT_PARTIAL_MAX)) {
 		console_put(s, s->held.p + whole, n - whole);
 		owner[k] = s;
 		whole = n;
