@@ -19,11 +19,13 @@
 
 /* Extra seconds the report waits beyond the others' shutdown timeout. */
 #define REPORT_SLACK_MS 5000
+/* The most stderr tail bytes one node's failure list carries. */
+#define TAIL_BUDGET (256u * 1024)
 
 static char *entries_json(const struct report_entry *e, size_t n, const char *host)
 {
 	cJSON *list = cJSON_CreateArray();
-	size_t i;
+	size_t i, tails = 0;
 	char *s;
 
 	for (i = 0; list != NULL && i < n; i++) {
@@ -42,9 +44,13 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
 		cJSON_AddStringToObject(o, "host", e[i].host ? e[i].host : host);
-		/* What shows the cause (report_cause.c), bounded by its making. */
-		if (e[i].tail != NULL)
+		/* What shows the cause (report_cause.c): each tail is bounded by
+		 * its making, all of a node's together by TAIL_BUDGET (a node
+		 * whose every rank failed the same way needs not send them all). */
+		if (e[i].tail != NULL && tails + strlen(e[i].tail) <= TAIL_BUDGET) {
 			cJSON_AddStringToObject(o, "tail", e[i].tail);
+			tails += strlen(e[i].tail);
+		}
 		if (e[i].log_file != NULL)
 			cJSON_AddStringToObject(o, "log_file", e[i].log_file);
 		if (e[i].cause != NULL)
