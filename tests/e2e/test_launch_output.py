@@ -311,3 +311,25 @@ def test_lines_written_in_slow_pieces_are_never_mixed_between_workers():
         got[rank] += m.group(2)
     for rank in range(3):
         assert got[rank] == "abc"[rank] * 9 * 20
+
+
+def test_an_open_line_is_ended_early_for_another_workers_line(reaper, tmp_path):
+    # Rank 0 opens a line ("a prompt") and waits; rank 1 then writes a line:
+    # it is shown while rank 0's line is still open, on a line of its own
+    # (rank 0's console line ended early), and rank 0's rest follows on a
+    # new line with its prefix.
+    script = ('w() { i=0; while [ ! -e "$1" ] && [ $i -lt 1500 ]; do sleep 0.02; '
+              'i=$((i+1)); done; }; '
+              'if [ "$RANK" = 0 ]; then printf "open"; w "$GO"; printf " rest\\n"; '
+              'else w "$GO1"; echo "from b"; fi')
+    env = dict(os.environ, GO=str(tmp_path / "go"), GO1=str(tmp_path / "go1"))
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--tag-output", "sh", "-c",
+                      script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    early = read_until(p, b"[rank0]: open")
+    (tmp_path / "go1").touch()
+    early += read_until(p, b"from b\n")
+    assert not (tmp_path / "go").exists()
+    (tmp_path / "go").touch()
+    out = early + p.stdout.read()
+    assert p.wait(timeout=30) == 0
+    assert out == b"[rank0]: open\n[rank1]: from b\n[rank0]:  rest\n"
