@@ -1,6 +1,8 @@
-"""Output: whole lines only, never mixed between workers; torchrun's
--r/--redirects, -t/--tee and --log-dir layout; --local-ranks-filter;
---tag-output; and --max-restarts with one attempt directory per try."""
+"""Output: live (incomplete lines shown before their newline), yet no
+console line mixes two workers' bytes; prefixes only where lines start;
+torchrun's -r/--redirects, -t/--tee and --log-dir layout with byte-exact
+files; --local-ranks-filter; --tag-output; and --max-restarts with one
+attempt directory per try."""
 import array
 import fcntl
 import glob
