@@ -161,6 +161,7 @@ static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
 		report_entry_free(e);
 		return; /* out of memory: the exit status still tells */
 	}
+	agent_worker_failure_output(a, w, e);
 	a->nfailures++;
 }
 
@@ -390,7 +391,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	/* A temporary log directory outlives the job only if the report points
 	 * into it. */
 	for (i = 0; i < a->nfailures; i++)
-		if (a->failures[i].error_file != NULL)
+		if (a->failures[i].error_file != NULL || a->failures[i].log_file != NULL)
 			a->keep_logdir = true;
 	if (a->cfg.parent_error_file != NULL)
 		report_write_parent_error(a->cfg.parent_error_file, &e[root]);

@@ -81,6 +81,8 @@ struct agent {
 
 /* Start w for the current attempt. 0 or a negative errno with err set. */
 int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen);
+/* Add to e, the failure of w, its last stderr lines and what they tell. */
+void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct report_entry *e);
 /* Send sig to w's process group (or to w itself before it has made one). */
 void agent_worker_signal(struct agent_worker *w, int sig);
 /* Closed-stream bookkeeping, called by the output streams. */

@@ -83,6 +83,8 @@ void agent_destroy(struct agent *a)
 		free(a->w[i].error_file);
 		free(a->w[i].prefix[0]);
 		free(a->w[i].prefix[1]);
+		output_stream_release(&a->w[i].stream[0]);
+		output_stream_release(&a->w[i].stream[1]);
 	}
 	for (k = 0; k < a->nfailures; k++)
 		report_entry_free(&a->failures[k]);

@@ -86,10 +86,10 @@ static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *chil
 			*child_fd = f;
 			return 0;
 		}
-	} else if (!shown) {
+	} else if (!shown && s == 0) {
 		*child_fd = a->devnull;
 		return 0;
-	}
+	} /* a hidden stderr is still read: its last lines go in the report */
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		int rc = -errno;
 
@@ -181,7 +181,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		close_fd(child_fd[s], a->devnull);
 		if (read_fd[s] < 0)
 			continue;
-		w->stream[s].console_fd = s + 1;
+		w->stream[s].console_fd = cli_rank_shown(a->o, w->local_rank) ? s + 1 : -1;
+		w->stream[s].keep_tail = s == 1;
 		w->stream[s].file_fd = file_fd[s];
 		w->stream[s].prefix = w->prefix[s];
 		w->stream[s].prefix_len = strlen(w->prefix[s]);
@@ -202,6 +203,36 @@ fail:
 	free(env);
 	prog_argv_free(a->cfg.prog, argv);
 	return rc;
+}
+
+void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct report_entry *e)
+{
+	bool to_file = (cli_std_get(&a->o->redirects, w->local_rank) & CLI_STD_ERR) != 0 ||
+		       (cli_std_get(&a->o->tee, w->local_rank) & CLI_STD_ERR) != 0;
+	char *log = to_file ? logdir_path(&a->logdir, w->local_rank, stream_file[1]) : NULL;
+	static char tail[REPORT_TAIL_BYTES];
+	struct report_output out = {
+		.python = a->cfg.prog->python,
+		.interpreter = a->cfg.prog->path,
+		.interp_name = a->cfg.prog->exe_name,
+		.from_env = a->cfg.prog->exe_from_env,
+		.log_file = log,
+	};
+	ssize_t n;
+
+	/* The worker has exited: all it wrote is in the pipe, or in its file. */
+	if (w->stream[1].open)
+		output_stream_drain(&w->stream[1]);
+	if (w->stream[1].keep_tail) {
+		out.tail_len = output_tail(&w->stream[1], tail, sizeof(tail), &out.tail_cut);
+		out.tail = tail;
+	} else if (log != NULL &&
+		   (n = report_file_tail(log, tail, sizeof(tail), &out.tail_cut)) >= 0) {
+		out.tail_len = (size_t)n;
+		out.tail = tail;
+	}
+	report_entry_add_output(e, &out); /* ENOMEM: the entry without it */
+	free(log);
 }
 
 void agent_worker_signal(struct agent_worker *w, int sig)

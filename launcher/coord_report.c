@@ -1,6 +1,8 @@
 /* coord_report: after a failure that ends the job, every node publishes its
  * local failures (r<r>/failures/<rank>: a JSON list of report entries with
- * their host, observed time and libddp's secondary-failure marker), waits
+ * their host, observed time, libddp's secondary-failure marker and what
+ * shows the cause: the last stderr lines (at most REPORT_TAIL_BYTES), the
+ * stderr log's path on that host, the guessed cause, the interpreter), waits
  * (bounded) for the list of every other participant that is not known lost,
  * and applies the root-cause rule (report.h) to all of them: every node
  * reads the same lists, so every node ends with the same status, whichever
@@ -17,11 +19,13 @@
 
 /* Extra seconds the report waits beyond the others' shutdown timeout. */
 #define REPORT_SLACK_MS 5000
+/* The most stderr tail bytes one node's failure list carries. */
+#define TAIL_BUDGET (256u * 1024)
 
 static char *entries_json(const struct report_entry *e, size_t n, const char *host)
 {
 	cJSON *list = cJSON_CreateArray();
-	size_t i;
+	size_t i, tails = 0;
 	char *s;
 
 	for (i = 0; list != NULL && i < n; i++) {
@@ -40,6 +44,19 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
 		cJSON_AddStringToObject(o, "host", e[i].host ? e[i].host : host);
+		/* What shows the cause (report_cause.c): each tail is bounded by
+		 * its making, all of a node's together by TAIL_BUDGET (a node
+		 * whose every rank failed the same way needs not send them all). */
+		if (e[i].tail != NULL && tails + strlen(e[i].tail) <= TAIL_BUDGET) {
+			cJSON_AddStringToObject(o, "tail", e[i].tail);
+			tails += strlen(e[i].tail);
+		}
+		if (e[i].log_file != NULL)
+			cJSON_AddStringToObject(o, "log_file", e[i].log_file);
+		if (e[i].cause != NULL)
+			cJSON_AddStringToObject(o, "cause", e[i].cause);
+		if (e[i].interpreter != NULL)
+			cJSON_AddStringToObject(o, "interpreter", e[i].interpreter);
 		cJSON_AddItemToArray(list, o);
 	}
 	s = list ? cJSON_PrintUnformatted(list) : NULL;
@@ -96,6 +113,10 @@ static int add_entries(const void *v, size_t len, struct report_entry **e, size_
 		x->error_file = dup_str(o, "error_file", 4096);
 		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
 		x->host = dup_str(o, "host", RDZV_HOST_MAX);
+		x->tail = dup_str(o, "tail", REPORT_TAIL_BYTES);
+		x->log_file = dup_str(o, "log_file", 4096);
+		x->cause = dup_str(o, "cause", 1024);
+		x->interpreter = dup_str(o, "interpreter", 8192);
 		if (x->message == NULL)
 			x->message = strdup("");
 		if (x->message == NULL) {

@@ -40,6 +40,7 @@ static struct {
 	uv_poll_t poll[3]; /* on wfd, while output for it waits */
 	bool poll_init[3];
 	bool polling[3];
+	bool split; /* fd 1 and 2 are different files */
 	struct chunk *head, *tail;
 	size_t backlog;
 	bool paused;
@@ -164,9 +165,20 @@ void output_console_write(int fd, const char *buf, size_t len)
 	output_console_flush_some();
 }
 
+int output_console_sink(int fd)
+{
+	return con.split && fd == 2 ? 1 : 0;
+}
+
 int output_console_open(uv_loop_t *loop)
 {
+	struct stat s1, s2;
 	int fd;
+
+	/* One console when both are the same file: a line open on one must
+	 * not be broken into by the other. */
+	con.split = fstat(1, &s1) == 0 && fstat(2, &s2) == 0 &&
+		    (s1.st_dev != s2.st_dev || s1.st_ino != s2.st_ino);
 
 	for (fd = 1; fd <= 2; fd++) {
 		struct stat st;

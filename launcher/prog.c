@@ -198,8 +198,11 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	else
 		python = o->module || ends_with(script, ".py");
 	exe = python ? getenv_fn("PYTHON_EXEC") : script;
+	p->exe_from_env = python && exe != NULL && exe[0] != '\0';
 	if (exe == NULL || exe[0] == '\0')
 		exe = "python3";
+	p->python = python;
+	p->exe_name = exe;
 	rc = prog_lookup(exe, getenv_fn("PATH"), &p->path);
 	if (rc != 0)
 		return resolve_error(rc, exe, err, errlen);

@@ -22,6 +22,9 @@ struct prog {
 	int argc;
 	const char *entrypoint; /* name in the failure report's title */
 	bool has_macro;		/* some argument mentions local_rank */
+	bool python;		/* run by the Python interpreter at path */
+	const char *exe_name;	/* what was looked up: $PYTHON_EXEC, python3, ... */
+	bool exe_from_env;	/* exe_name is $PYTHON_EXEC */
 };
 
 int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *name),

@@ -141,7 +141,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 			return rc;
 		if (rc == 0)
 			return 0;
-		snprintf(buf, sizeof(buf), "<error file is not torchelastic JSON>");
+		snprintf(buf, sizeof(buf), "%s", REPORT_BAD_ERROR_FILE);
 	} else if (e->exitcode < 0) {
 		snprintf(buf, sizeof(buf), "Signal %d (%s) received by PID %d", -e->exitcode,
 			 signame_of(-e->exitcode, sname, sizeof(sname)), (int)pid);
@@ -159,6 +159,10 @@ void report_entry_free(struct report_entry *e)
 	free(e->message);
 	free(e->error_json);
 	free(e->host);
+	free(e->tail);
+	free(e->log_file);
+	free(e->cause);
+	free(e->interpreter);
 	memset(e, 0, sizeof(*e));
 }
 
@@ -247,6 +251,43 @@ static void addf(struct text *t, const char *fmt, ...)
 		add(t, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }
 
+/* What report_cause.c found: cause, interpreter, the last stderr lines
+ * (indented by four spaces) and where the whole of it is. */
+static void format_output(struct text *t, const struct report_entry *e)
+{
+	const char *p, *nl;
+	int n = 0;
+
+	if (e->cause != NULL)
+		addf(t, "  cause     : %s\n", e->cause);
+	if (e->interpreter != NULL)
+		addf(t, "  interpreter: %s\n", e->interpreter);
+	if (e->tail == NULL) {
+		if (e->log_file != NULL)
+			addf(t, "  stderr    : %s\n", e->log_file);
+		return;
+	}
+	for (p = e->tail; *p != '\0'; p = nl ? nl + 1 : p + strlen(p), n++)
+		nl = strchr(p, '\n');
+	adds(t, "  stderr    : ");
+	if (n == 0)
+		adds(t, "<empty>");
+	else
+		addf(t, "last %d line%s", n, n == 1 ? "" : "s");
+	if (e->log_file != NULL) {
+		adds(t, n == 0 ? " (log: " : " (whole log: ");
+		adds(t, e->log_file);
+		adds(t, ")");
+	}
+	adds(t, n == 0 ? "\n" : ":\n");
+	for (p = e->tail; *p != '\0'; p = nl ? nl + 1 : p + strlen(p)) {
+		nl = strchr(p, '\n');
+		adds(t, "    ");
+		add(t, p, nl ? (size_t)(nl - p) : strlen(p));
+		adds(t, "\n");
+	}
+}
+
 /* One "[idx]:" block, multi-line messages indented by two spaces. */
 static void format_failure(struct text *t, size_t idx, const char *host,
 			   const struct report_entry *e)
@@ -282,6 +323,7 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	}
 	adds(t, m);
 	adds(t, "\n");
+	format_output(t, e);
 }
 
 static size_t widest_line(const char *s)

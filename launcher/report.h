@@ -37,7 +37,15 @@ struct report_entry {
 	char *message;	  /* what the traceback line shows */
 	char *error_json; /* the error file as read, for the parent's error file */
 	char *host;	  /* where it ran, when not the report's host; NULL: that host */
+	/* What shows the cause when the error file does not (report_cause.c). */
+	char *tail;	   /* its last stderr lines, cleaned; NULL: not known */
+	char *log_file;	   /* its stderr log file; NULL: none */
+	char *cause;	   /* the likely cause of an exit 126/127 or a loader error */
+	char *interpreter; /* for a Python worker: which one ran it, and why */
 };
+
+/* The message of an entry whose error file is not torchelastic JSON. */
+#define REPORT_BAD_ERROR_FILE "<error file is not torchelastic JSON>"
 
 /* The longest caused_by kept (longer markers are cut). */
 #define REPORT_CAUSE_MAX 256
@@ -48,6 +56,40 @@ struct report_entry {
 int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
 		      int wstatus, const char *error_file, int64_t time_us);
 void report_entry_free(struct report_entry *e);
+
+/* How a failed worker ran, for report_entry_add_output. */
+struct report_output {
+	bool python;		 /* run by the interpreter (a .py, -m, --run-path) */
+	const char *interpreter; /* the executable that ran it (resolved) */
+	const char *interp_name; /* what was looked up ("python3", $PYTHON_EXEC) */
+	bool from_env;		 /* interp_name came from PYTHON_EXEC */
+	const char *tail;	 /* its last stderr bytes (raw), tail_len of them */
+	size_t tail_len;
+	bool tail_cut;	      /* earlier bytes were dropped */
+	const char *log_file; /* its stderr log file, or NULL */
+};
+
+/* The most the report shows of a worker's stderr. */
+#define REPORT_TAIL_LINES 20
+#define REPORT_TAIL_BYTES 4096
+
+/* Add to e (made by report_entry_init) what shows the cause: the last
+ * REPORT_TAIL_LINES lines of its stderr (as a terminal would show them:
+ * what follows a line's last carriage return, escape sequences and other
+ * control characters dropped), the likely cause of an exit 127 or 126 or a
+ * shared library the loader could not find, and for a Python worker the
+ * interpreter; a worker that is not Python and wrote no error file gets no
+ * PyTorch advice. 0 or -ENOMEM. */
+int report_entry_add_output(struct report_entry *e, const struct report_output *o);
+/* The cleaned last lines of raw stderr bytes (malloc'd; "" when none), at
+ * most max_lines; cut: the bytes start mid-line. NULL on ENOMEM. */
+char *report_tail_lines(const char *raw, size_t n, bool cut, int max_lines);
+/* The likely cause of a failure with this exit code and stderr tail
+ * (malloc'd), or NULL when there is nothing more to say. */
+char *report_guess_cause(int exitcode, const char *tail);
+/* The last bytes of the file at path (at most cap) into buf; *cut: the file
+ * is longer. The number of bytes, or a negative errno. */
+ssize_t report_file_tail(const char *path, char *buf, size_t cap, bool *cut);
 
 /* ddprun's exit status for a failure: the exit code, or 128 + signal. */
 int report_exit_status(const struct report_entry *e);

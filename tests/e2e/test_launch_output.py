@@ -1,6 +1,8 @@
-"""Output: whole lines only, never mixed between workers; torchrun's
--r/--redirects, -t/--tee and --log-dir layout; --local-ranks-filter;
---tag-output; and --max-restarts with one attempt directory per try."""
+"""Output: live (incomplete lines shown before their newline), yet no
+console line mixes two workers' bytes; prefixes only where lines start;
+torchrun's -r/--redirects, -t/--tee and --log-dir layout with byte-exact
+files; --local-ranks-filter; --tag-output; and --max-restarts with one
+attempt directory per try."""
 import array
 import fcntl
 import glob
@@ -201,3 +203,135 @@ def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
         # A worker killed mid-line leaves its last line short, never mixed.
         m = re.fullmatch(r"([01]):\d+:([ab]*)", line)
         assert m and set(m.group(2)) <= {"ab"[int(m.group(1))]}, line[:80]
+
+
+# --- Live output: bytes before their newline, prefix only at line starts ---
+
+# A worker that writes $1, waits (bounded) for the file $GO to appear, then
+# writes $2: what the test sees before it creates the file was passed
+# through before the line's end.
+WAIT_GO = ('printf "$1"; i=0; while [ ! -e "$GO" ] && [ $i -lt 1500 ]; do sleep 0.02; '
+           'i=$((i+1)); done; printf "$2"')
+
+
+def read_until(p, want, timeout=30):
+    """Read p.stdout (raw) until it holds want; return what was read."""
+    got = b""
+    fd = p.stdout.fileno()
+    os.set_blocking(fd, False)
+
+    def more():
+        nonlocal got
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return want in got
+        got += chunk
+        return want in got or chunk == b""
+    wait_for(more, timeout=timeout, what=f"{want!r} on ddprun's stdout")
+    assert want in got, got
+    os.set_blocking(fd, True)
+    return got
+
+
+def live(reaper, tmp_path, args, first, second):
+    go = tmp_path / "go"
+    env = dict(os.environ, GO=str(go))
+    p = reaper.popen([binary("ddprun"), *args, "sh", "-c", WAIT_GO, "sh", first, second],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return p, go
+
+
+def test_progress_update_reaches_the_console_before_its_newline(reaper, tmp_path):
+    p, go = live(reaper, tmp_path, ["--nproc-per-node", "1"], r"\rstep 1", r"\rstep 2\n")
+    early = read_until(p, b"step 1")
+    assert not go.exists()  # seen while the worker still waits mid-line
+    go.touch()
+    out = early + p.stdout.read()
+    assert p.wait(timeout=30) == 0
+    assert out == b"\rstep 1\rstep 2\n"
+
+
+def test_tag_output_prefix_only_where_a_line_starts(reaper, tmp_path):
+    p, go = live(reaper, tmp_path, ["--nproc-per-node", "1", "--tag-output"],
+                 "abc", r"def\nghi\n\rbar 1\rbar 2\n")
+    early = read_until(p, b"abc")
+    go.touch()
+    out = early + p.stdout.read()
+    assert p.wait(timeout=30) == 0
+    # "def" continues the line "abc" started: no second prefix; a redrawn
+    # bar ("\r") keeps its prefix.
+    assert out == (b"[rank0]: abcdef\n[rank0]: ghi\n"
+                   b"\r[rank0]: bar 1\r[rank0]: bar 2\n")
+
+
+def test_prompt_without_newline_is_shown_and_tee_file_is_exact(reaper, tmp_path):
+    logs = tmp_path / "logs"
+    p, go = live(reaper, tmp_path, ["--nproc-per-node", "1", "--log-dir", str(logs), "-t", "3"],
+                 "Continue? [y/n] ", r"y\n\r 50%%\r100%%\n\000end")
+    early = read_until(p, b"Continue? [y/n] ")
+    go.touch()
+    out = early + p.stdout.read()
+    assert p.wait(timeout=30) == 0
+    assert out == (b"[default0]:Continue? [y/n] y\n\r[default0]: 50%\r[default0]:100%\n"
+                   b"[default0]:\0end\n")
+    d = run_dir(logs)
+    # The file gets the bytes exactly: no prefix, no added newline.
+    assert open(f"{d}/attempt_0/0/stdout.log", "rb").read() == \
+        b"Continue? [y/n] y\n\r 50%\r100%\n\0end"
+
+
+def test_redirected_log_files_are_byte_exact(tmp_path):
+    data = r"a\rb\r\nno newline here"
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), "-r", "3", "sh", "-c",
+               f'printf "{data}"; printf "{data}" >&2')
+    assert r.returncode == 0
+    d = run_dir(tmp_path)
+    for lr in range(2):
+        for f in ("stdout.log", "stderr.log"):
+            assert open(f"{d}/attempt_0/{lr}/{f}", "rb").read() == \
+                b"a\rb\r\nno newline here"
+
+
+def test_lines_written_in_slow_pieces_are_never_mixed_between_workers():
+    # Three workers write 20 lines each in pieces with pauses between them, so
+    # that incomplete lines are shown while the others have lines to write.
+    # Every console line holds one worker's bytes only, and each worker's
+    # bytes arrive complete and in order (a line may be ended early on the
+    # console while another's output waits: then it continues on the next).
+    script = ('c=$(printf "\\\\$(printf %03o $((97 + RANK)))"); i=0; '
+              'while [ $i -lt 20 ]; do printf "$c$c$c"; sleep 0.03; printf "$c$c$c$c"; '
+              'sleep 0.07; printf "$c$c\\n"; i=$((i+1)); done')
+    r = ddprun("--nproc-per-node", "3", "--tag-output", "sh", "-c", script, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = {0: "", 1: "", 2: ""}
+    for line in r.stdout.split("\n")[:-1]:
+        m = re.fullmatch(r"\[rank(\d)\]: ([a-c]*)", line)
+        assert m, f"mixed or broken line: {line!r}"
+        rank = int(m.group(1))
+        assert set(m.group(2)) <= {"abc"[rank]}, f"another worker's bytes in {line!r}"
+        got[rank] += m.group(2)
+    for rank in range(3):
+        assert got[rank] == "abc"[rank] * 9 * 20
+
+
+def test_an_open_line_is_ended_early_for_another_workers_line(reaper, tmp_path):
+    # Rank 0 opens a line ("a prompt") and waits; rank 1 then writes a line:
+    # it is shown while rank 0's line is still open, on a line of its own
+    # (rank 0's console line ended early), and rank 0's rest follows on a
+    # new line with its prefix.
+    script = ('w() { i=0; while [ ! -e "$1" ] && [ $i -lt 1500 ]; do sleep 0.02; '
+              'i=$((i+1)); done; }; '
+              'if [ "$RANK" = 0 ]; then printf "open"; w "$GO"; printf " rest\\n"; '
+              'else w "$GO1"; echo "from b"; fi')
+    env = dict(os.environ, GO=str(tmp_path / "go"), GO1=str(tmp_path / "go1"))
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--tag-output", "sh", "-c",
+                      script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    early = read_until(p, b"[rank0]: open")
+    (tmp_path / "go1").touch()
+    early += read_until(p, b"from b\n")
+    assert not (tmp_path / "go").exists()
+    (tmp_path / "go").touch()
+    out = early + p.stdout.read()
+    assert p.wait(timeout=30) == 0
+    assert out == b"[rank0]: open\n[rank1]: from b\n[rank0]:  rest\n"

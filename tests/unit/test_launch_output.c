@@ -1,97 +1,316 @@
-/* Unit tests for launcher/output.c: whole lines with their prefix, partial
- * lines held back, endless lines cut, the tail flushed at end of stream. */
+/* Unit tests for launcher/output.c: the prefix only where a line starts
+ * (and after a carriage return); live streams on a real loop: an incomplete
+ * line shown before its newline, another stream's line never inside it,
+ * the last bytes kept for the failure report, line_cb's whole lines. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "output.h"
 
-static struct output_buf pending, out;
+static struct output_buf out;
 
 static int reset(void **state)
 {
-	output_buf_free(&pending);
 	output_buf_free(&out);
 	return 0;
 }
 
-/* Terminate out so it compares as a string (0, or -1 on ENOMEM). */
-static int buf_nul(struct output_buf *b)
-{
-	if (b->len == b->cap) {
-		char *p = realloc(b->p, b->cap + 1);
-
-		if (p == NULL)
-			return -1;
-		b->p = p;
-		b->cap++;
-	}
-	if (b->p != NULL)
-		b->p[b->len] = '\0';
-	return 0;
-}
-
-static const char *feed(const char *prefix, const char *data, int final)
+static const char *pre(enum output_col *col, const char *prefix, const char *data)
 {
 	out.len = 0;
-	assert_int_equal(
-		output_lines(&pending, prefix, strlen(prefix), data, strlen(data), final, &out), 0);
-	assert_int_equal(buf_nul(&out), 0);
-	return out.p ? out.p : "";
-}
-
-static void test_whole_lines_pass_and_tail_waits(void **state)
-{
-	assert_string_equal(feed("", "one\ntwo\nthr", 0), "one\ntwo\n");
-	assert_int_equal(pending.len, 3);
-	assert_string_equal(feed("", "ee\nfo", 0), "three\n");
-	assert_string_equal(feed("", "", 1), "fo\n");
-	assert_int_equal(pending.len, 0);
-	assert_string_equal(feed("", "", 1), "");
+	assert_int_equal(output_prefixed(col, prefix, strlen(prefix), data, strlen(data), &out), 0);
+	assert_int_equal(output_prefixed(col, "", 0, "", 0, &out), 0);
+	out.p = realloc(out.p, out.len + 1);
+	assert_non_null(out.p);
+	out.cap = out.len + 1;
+	out.p[out.len] = '\0';
+	return out.p;
 }
 
 static void test_prefix_before_every_line(void **state)
 {
-	assert_string_equal(feed("[rank3]: ", "a\nb\nc", 0), "[rank3]: a\n[rank3]: b\n");
-	assert_string_equal(feed("[rank3]: ", "\n\n", 0), "[rank3]: c\n[rank3]: \n");
+	enum output_col col = OUTPUT_BOL;
+
+	assert_string_equal(pre(&col, "[r3]: ", "a\nb\nc"), "[r3]: a\n[r3]: b\n[r3]: c");
+	assert_int_equal(col, OUTPUT_MID);
+	/* The rest of "c", then empty lines: each has its prefix. */
+	assert_string_equal(pre(&col, "[r3]: ", "d\n\n"), "d\n[r3]: \n");
+	assert_int_equal(col, OUTPUT_BOL);
 }
 
-static void test_line_split_over_many_reads(void **state)
+static void test_continued_line_gets_no_second_prefix(void **state)
 {
-	const char *parts[] = {"x", "y", "z", "", "w\n"};
+	enum output_col col = OUTPUT_BOL;
+	const char *parts[] = {"x", "y", "z", "w\n"};
+	const char *want[] = {"p:x", "y", "z", "w\n"};
 	size_t i;
 
 	for (i = 0; i < 4; i++)
-		assert_string_equal(feed("p:", parts[i], 0), "");
-	assert_string_equal(feed("p:", parts[4], 0), "p:xyzw\n");
+		assert_string_equal(pre(&col, "p:", parts[i]), want[i]);
 }
 
-static void test_endless_line_is_cut(void **state)
+static void test_carriage_return_redraws_with_prefix(void **state)
 {
-	size_t n = OUTPUT_MAX_LINE + 10;
-	char *big = malloc(n + 1);
+	enum output_col col = OUTPUT_BOL;
 
-	memset(big, 'q', n);
-	big[n] = '\0';
-	feed("", big, 0);
-	assert_int_equal(out.len, OUTPUT_MAX_LINE + 1); /* a cut line, newline added */
-	assert_int_equal(out.p[OUTPUT_MAX_LINE], '\n');
-	assert_int_equal(pending.len, 10);
-	free(big);
+	/* tqdm's style: "\r" then the bar. */
+	assert_string_equal(pre(&col, "[0]:", "\rstep 1"), "\r[0]:step 1");
+	assert_string_equal(pre(&col, "[0]:", "\rstep 2"), "\r[0]:step 2");
+	/* The other style: the bar then "\r"; then the final newline. */
+	assert_string_equal(pre(&col, "[0]:", "\n"), "\n");
+	assert_string_equal(pre(&col, "[0]:", "bar\r"), "[0]:bar\r");
+	assert_int_equal(col, OUTPUT_CR);
+	assert_string_equal(pre(&col, "[0]:", "bar2\r\n"), "[0]:bar2\r\n");
+	/* CRLF text keeps one prefix per line. */
+	assert_string_equal(pre(&col, "[0]:", "a\r\nb\r\n"), "[0]:a\r\n[0]:b\r\n");
+	/* After a line ended early, the prefix comes again. */
+	col = OUTPUT_BROKEN;
+	assert_string_equal(pre(&col, "[0]:", "more\n"), "[0]:more\n");
+}
+
+/* Live streams: fd 1 is a pipe the test reads. */
+static uv_loop_t loop;
+static int console_r = -1, saved_stdout = -1;
+static struct output_buf seen;
+static int closed;
+
+static void read_console(void)
+{
+	char buf[4096];
+	ssize_t r;
+
+	while ((r = read(console_r, buf, sizeof(buf))) > 0) {
+		seen.p = realloc(seen.p, seen.len + (size_t)r + 1);
+		assert_non_null(seen.p);
+		memcpy(seen.p + seen.len, buf, (size_t)r);
+		seen.len += (size_t)r;
+		seen.p[seen.len] = '\0';
+	}
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	uv_stop(t->loop);
+}
+
+/* Run the loop until the console shows want (bounded: 10 s). */
+static bool wait_console(const char *want)
+{
+	uv_timer_t tick;
+	int i;
+
+	uv_timer_init(&loop, &tick);
+	for (i = 0; i < 1000; i++) {
+		read_console();
+		if (seen.p != NULL && strstr(seen.p, want) != NULL)
+			break;
+		uv_timer_start(&tick, on_tick, 10, 0);
+		uv_run(&loop, UV_RUN_DEFAULT);
+	}
+	uv_close((uv_handle_t *)&tick, NULL);
+	uv_run(&loop, UV_RUN_NOWAIT);
+	return i < 1000;
+}
+
+static void on_closed(struct output_stream *s)
+{
+	closed++;
+}
+
+static int start(struct output_stream *s, const char *prefix, int *wfd)
+{
+	int p[2];
+
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	memset(s, 0, sizeof(*s));
+	s->console_fd = 1;
+	s->file_fd = -1;
+	s->prefix = prefix;
+	s->prefix_len = strlen(prefix);
+	s->closed_cb = on_closed;
+	*wfd = p[1];
+	return output_stream_start(&loop, s, p[0]);
+}
+
+static int live_setup(void **state)
+{
+	int p[2];
+
+	assert_int_equal(uv_loop_init(&loop), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	fflush(stdout);
+	saved_stdout = dup(1);
+	dup2(p[1], 1);
+	close(p[1]);
+	console_r = p[0];
+	seen.len = 0;
+	closed = 0;
+	return 0;
+}
+
+static int live_teardown(void **state)
+{
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	dup2(saved_stdout, 1);
+	close(saved_stdout);
+	close(console_r);
+	output_buf_free(&seen);
+	return 0;
+}
+
+static void put(int fd, const char *s)
+{
+	assert_int_equal(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+}
+
+static void test_partial_line_shown_before_its_newline(void **state)
+{
+	struct output_stream a;
+	int wa;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	put(wa, "\rstep 1");
+	assert_true(wait_console("step 1"));
+	put(wa, "\rstep 2");
+	assert_true(wait_console("step 2"));
+	put(wa, "\n");
+	assert_true(wait_console("\n"));
+	close(wa);
+	output_stream_finish(&a);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_int_equal(closed, 1);
+	read_console();
+	assert_string_equal(seen.p, "\r[a]step 1\r[a]step 2\n");
+}
+
+static void test_other_line_never_inside_an_open_line(void **state)
+{
+	struct output_stream a, b;
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "prompt? ");
+	assert_true(wait_console("prompt? "));
+	/* b's line waits, then ends a's idle line early, on a line of its own. */
+	put(wb, "b says\n");
+	assert_true(wait_console("b says\n"));
+	put(wa, "yes\n");
+	assert_true(wait_console("yes\n"));
+	close(wa);
+	close(wb);
+	output_stream_finish(&a);
+	output_stream_finish(&b);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	read_console();
+	assert_string_equal(seen.p, "[a]prompt? \n[b]b says\n[a]yes\n");
+}
+
+static void test_open_line_completed_before_the_others(void **state)
+{
+	struct output_stream a, b;
+	int wa, wb;
+
+	assert_int_equal(start(&a, "", &wa), 0);
+	assert_int_equal(start(&b, "", &wb), 0);
+	put(wa, "left ");
+	assert_true(wait_console("left "));
+	/* Both come before the loop looks: a's line completes, b follows. */
+	put(wb, "other\n");
+	put(wa, "right\n");
+	assert_true(wait_console("other\n"));
+	close(wa);
+	close(wb);
+	output_stream_finish(&a);
+	output_stream_finish(&b);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	read_console();
+	/* a's bytes were read first (it was started last: the list's head). */
+	assert_true(strcmp(seen.p, "left right\nother\n") == 0 ||
+		    strcmp(seen.p, "left \nother\nright\n") == 0);
+}
+
+static struct output_buf got_lines;
+
+static void on_line(struct output_stream *s, const char *line, size_t n)
+{
+	got_lines.p = realloc(got_lines.p, got_lines.len + n + 2);
+	memcpy(got_lines.p + got_lines.len, line, n);
+	got_lines.len += n;
+	got_lines.p[got_lines.len++] = '|';
+	got_lines.p[got_lines.len] = '\0';
+}
+
+static void test_tail_and_lines_whatever_the_console(void **state)
+{
+	struct output_stream a;
+	char buf[OUTPUT_TAIL_MAX], big[6000];
+	bool cut;
+	size_t n;
+	int wa;
+
+	assert_int_equal(start(&a, "", &wa), 0);
+	a.console_fd = -1; /* not shown */
+	a.keep_tail = true;
+	a.line_cb = on_line;
+	put(wa, "one\ntw");
+	put(wa, "o\nthree");
+	close(wa);
+	output_stream_finish(&a);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	read_console();
+	assert_int_equal(seen.len, 0);
+	assert_string_equal(got_lines.p, "one|two|three|");
+	n = output_tail(&a, buf, sizeof(buf), &cut);
+	assert_int_equal(n, 13);
+	assert_false(cut);
+	assert_memory_equal(buf, "one\ntwo\nthree", 13);
+
+	/* More than the tail holds, over the ring's end. */
+	output_stream_release(&a);
+	assert_int_equal(start(&a, "", &wa), 0);
+	a.console_fd = -1;
+	a.keep_tail = true;
+	memset(big, 'x', sizeof(big));
+	big[sizeof(big) - 1] = '\0';
+	put(wa, "start\n");
+	put(wa, big);
+	put(wa, "\nthe end\n");
+	close(wa);
+	output_stream_finish(&a);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	n = output_tail(&a, buf, sizeof(buf), &cut);
+	assert_int_equal(n, OUTPUT_TAIL_MAX);
+	assert_true(cut);
+	assert_memory_equal(buf + n - 9, "\nthe end\n", 9);
+	assert_int_equal(buf[0], 'x');
+	output_stream_release(&a);
+	free(got_lines.p);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup(test_whole_lines_pass_and_tail_waits, reset),
 		cmocka_unit_test_setup(test_prefix_before_every_line, reset),
-		cmocka_unit_test_setup(test_line_split_over_many_reads, reset),
-		cmocka_unit_test_setup(test_endless_line_is_cut, reset),
+		cmocka_unit_test_setup(test_continued_line_gets_no_second_prefix, reset),
+		cmocka_unit_test_setup(test_carriage_return_redraws_with_prefix, reset),
+		cmocka_unit_test_setup_teardown(test_partial_line_shown_before_its_newline,
+						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_other_line_never_inside_an_open_line,
+						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_open_line_completed_before_the_others,
+						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_tail_and_lines_whatever_the_console,
+						live_setup, live_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, reset);

@@ -341,6 +341,109 @@ static void test_parent_error_file_gets_error_code(void **state)
 	free(child);
 }
 
+static void test_tail_lines_as_a_terminal_shows_them(void **state)
+{
+	const char raw[] = "cut line\nline 1\r\n\x1b[31mred\x1b[0m\n\r 10%\r 90%\n\n";
+	char *t;
+
+	t = report_tail_lines(raw, sizeof(raw) - 1, true, 20);
+	assert_non_null(t);
+	assert_string_equal(t, "line 1\nred\n 90%");
+	free(t);
+	/* Not cut: the first line is whole; at most max_lines, the last ones. */
+	t = report_tail_lines(raw, sizeof(raw) - 1, false, 2);
+	assert_string_equal(t, "red\n 90%");
+	free(t);
+	t = report_tail_lines("", 0, false, 20);
+	assert_string_equal(t, "");
+	free(t);
+	/* One long cut line is all there is: kept. */
+	t = report_tail_lines("xyz", 3, true, 20);
+	assert_string_equal(t, "xyz");
+	free(t);
+}
+
+static void test_guess_cause(void **state)
+{
+	char *c;
+
+	c = report_guess_cause(127, "x\n./m: error while loading shared libraries: libq.so.2: "
+				    "cannot open shared object file: No such file or directory");
+	assert_non_null(c);
+	assert_string_equal(c, "the dynamic loader could not load the shared library libq.so.2 "
+			       "(cannot open shared object file: No such file or directory): "
+			       "install it, or add its directory to LD_LIBRARY_PATH");
+	free(c);
+	c = report_guess_cause(127, "sh: 1: frob: not found");
+	assert_string_equal(c, "exit 127: a program the worker runs was not found: "
+			       "\"sh: 1: frob: not found\"");
+	free(c);
+	c = report_guess_cause(127, "");
+	assert_non_null(strstr(c, "was not found"));
+	free(c);
+	c = report_guess_cause(126, "sh: 1: /x: Permission denied\n");
+	assert_non_null(strstr(c, "could not be executed"));
+	assert_non_null(strstr(c, "\"sh: 1: /x: Permission denied\""));
+	free(c);
+	assert_null(report_guess_cause(3, "fatal: cannot open /data/shard-1"));
+	assert_null(report_guess_cause(1, NULL));
+}
+
+static void test_add_output_for_a_worker_that_is_not_python(void **state)
+{
+	struct report_entry e;
+	struct report_output o = {.tail = "oops\n", .tail_len = 5, .log_file = "/l/stderr.log"};
+	char *text;
+
+	assert_int_equal(report_entry_init(&e, 1, 1, 42, EXITED(3), NULL, 0), 0);
+	assert_int_equal(report_entry_add_output(&e, &o), 0);
+	assert_string_equal(e.message, "<N/A> (no error file)");
+	assert_null(e.interpreter);
+	assert_null(e.cause);
+	text = report_format("sh", "h", &e, 1);
+	assert_non_null(strstr(text, "  traceback : <N/A> (no error file)\n"
+				     "  stderr    : last 1 line (whole log: /l/stderr.log):\n"
+				     "    oops\n"));
+	assert_null(strstr(text, "pytorch.org"));
+	free(text);
+	report_entry_free(&e);
+}
+
+static void test_add_output_for_a_python_worker(void **state)
+{
+	struct report_entry e;
+	struct report_output o = {.python = true,
+				  .interpreter = "/nonexistent/python3",
+				  .interp_name = "python3",
+				  .tail = "",
+				  .tail_len = 0};
+	char *text;
+
+	assert_int_equal(report_entry_init(&e, 0, 0, 42, EXITED(1), NULL, 0), 0);
+	assert_int_equal(report_entry_add_output(&e, &o), 0);
+	assert_non_null(strstr(e.message, "pytorch.org")); /* torchrun's advice stays */
+	assert_string_equal(e.interpreter, "/nonexistent/python3 (python3 found on PATH; "
+					   "PYTHON_EXEC chooses another)");
+	text = report_format("train.py", "h", &e, 1);
+	assert_non_null(strstr(text, "  interpreter: /nonexistent/python3 (python3"));
+	assert_non_null(strstr(text, "  stderr    : <empty>\n"));
+	free(text);
+	report_entry_free(&e);
+}
+
+static void test_file_tail(void **state)
+{
+	char buf[8];
+	bool cut;
+	char *path = write_tmp("0123456789");
+
+	assert_int_equal(report_file_tail(path, buf, sizeof(buf), &cut), 8);
+	assert_true(cut);
+	assert_memory_equal(buf, "23456789", 8);
+	unlink(path);
+	assert_int_equal(report_file_tail(path, buf, sizeof(buf), &cut), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -356,6 +459,11 @@ int main(void)
 		cmocka_unit_test(test_format_narrow_and_alone),
 		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),
 		cmocka_unit_test(test_parent_error_file_gets_error_code),
+		cmocka_unit_test(test_tail_lines_as_a_terminal_shows_them),
+		cmocka_unit_test(test_guess_cause),
+		cmocka_unit_test(test_add_output_for_a_worker_that_is_not_python),
+		cmocka_unit_test(test_add_output_for_a_python_worker),
+		cmocka_unit_test(test_file_tail),
 	};
 
 	return cmocka_run_group_tests(tests, utc, NULL);

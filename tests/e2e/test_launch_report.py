@@ -1,0 +1,175 @@
+"""Failure reports that show the cause: every failed rank's last stderr
+lines (whatever the console filters and redirects do), the path of its log
+file, the likely cause of an exit 127/126, the interpreter of a Python
+worker, no PyTorch advice for a worker that is not Python, and all of it in
+node 0's report for a failure on another node."""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import binary, run
+from mnutil import RECORD, all_recorded, static_job
+
+URL = "https://pytorch.org/docs/stable/elastic/errors.html"
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+def ddprun(*args, **kw):
+    return run([binary("ddprun"), *args], **kw)
+
+
+def root_cause(stderr):
+    assert "Root Cause (first observed failure):" in stderr, stderr
+    return stderr.split("Root Cause (first observed failure):", 1)[1]
+
+
+FAIL_RANK1 = ('if [ "$RANK" = 1 ]; then echo "loading shard" >&2; '
+              'echo "fatal: cannot open /data/shard-1" >&2; exit 3; fi; sleep 0.2')
+
+
+def test_a_filtered_ranks_stderr_is_in_the_summary():
+    r = ddprun("--nproc-per-node", "2", "--local-ranks-filter", "0", "sh", "-c", FAIL_RANK1)
+    assert r.returncode == 3
+    # Not on the console as it was written (rank 1 is filtered out) ...
+    assert "loading shard" not in r.stderr.split("FAILED", 1)[0]
+    # ... but under its failure, with no PyTorch advice for a shell worker.
+    root = root_cause(r.stderr)
+    assert "rank      : 1 (local_rank: 1)" in root
+    assert "  stderr    : last 2 lines:\n    loading shard\n" \
+        "    fatal: cannot open /data/shard-1\n" in root
+    assert URL not in r.stderr
+    assert "traceback : <N/A> (no error file)" in root
+
+
+def test_a_redirected_ranks_stderr_is_in_the_summary_with_its_log_file(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-r", "3",
+               "sh", "-c", FAIL_RANK1)
+    assert r.returncode == 3
+    root = root_cause(r.stderr)
+    log = [p for p in (tmp_path / "logs").glob("*/attempt_0/1/stderr.log")]
+    assert len(log) == 1
+    assert f"  stderr    : last 2 lines (whole log: {log[0]}):\n" in root
+    assert "    fatal: cannot open /data/shard-1\n" in root
+
+
+def test_a_temporary_log_dir_named_by_the_report_is_kept(tmp_path):
+    r = ddprun("--nproc-per-node", "2", "-r", "2", "sh", "-c", FAIL_RANK1)
+    assert r.returncode == 3
+    line = [x for x in root_cause(r.stderr).splitlines() if "whole log:" in x][0]
+    path = line.split("whole log: ", 1)[1].rstrip("):")
+    assert open(path).read() == "loading shard\nfatal: cannot open /data/shard-1\n"
+
+
+def test_only_the_last_20_lines_and_what_a_terminal_shows_of_them():
+    script = ('i=1; while [ $i -le 50 ]; do echo "line $i" >&2; i=$((i+1)); done; '
+              r'printf "\033[31mred\033[0m\n\r 10%%\r 90%%\n" >&2; exit 4')
+    r = ddprun("--nproc-per-node", "1", "--tee", "0", "sh", "-c", script)
+    assert r.returncode == 4
+    root = root_cause(r.stderr)
+    shown = root.split("  stderr    : last 20 lines:\n", 1)[1].split("\n=")[0].splitlines()
+    assert shown == [f"    line {i}" for i in range(33, 51)] + ["    red", "     90%"]
+
+
+def test_an_error_files_traceback_replaces_the_stderr_lines():
+    script = ('echo "noise on stderr" >&2; '
+              'printf \'{"message": {"message": "ValueError: boom", "extraInfo": '
+              '{"py_callstack": "Traceback:\\\\nValueError: boom", "timestamp": "1"}}}\' '
+              '> "$TORCHELASTIC_ERROR_FILE"; exit 1')
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script)
+    assert r.returncode == 1
+    root = root_cause(r.stderr)
+    assert "ValueError: boom" in root
+    assert "noise on stderr" not in root and "  stderr    :" not in root
+
+
+def test_exit_127_from_a_missing_shared_library_names_it(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("a C compiler is needed to build the test program")
+    (tmp_path / "lib.c").write_text("int ddp_test_f(void) { return 0; }\n")
+    (tmp_path / "main.c").write_text("int ddp_test_f(void);\n"
+                                     "int main(void) { return ddp_test_f(); }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libddptestgone.so"),
+                    str(tmp_path / "lib.c")], check=True)
+    subprocess.run([cc, "-o", str(tmp_path / "prog"), str(tmp_path / "main.c"),
+                    f"-L{tmp_path}", "-lddptestgone", f"-Wl,-rpath,{tmp_path}"], check=True)
+    assert subprocess.run([str(tmp_path / "prog")]).returncode == 0
+    os.unlink(tmp_path / "libddptestgone.so")
+    r = ddprun("--nproc-per-node", "1", str(tmp_path / "prog"))
+    assert r.returncode == 127
+    root = root_cause(r.stderr)
+    assert ("  cause     : the dynamic loader could not load the shared library "
+            "libddptestgone.so (cannot open shared object file") in root
+    assert "LD_LIBRARY_PATH" in root
+    assert "error while loading shared libraries: libddptestgone.so" in root
+    assert URL not in r.stderr
+
+
+def test_exit_127_command_not_found_and_126_not_executable(tmp_path):
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", "ddp-no-such-command-here")
+    assert r.returncode == 127
+    cause = [x for x in root_cause(r.stderr).splitlines() if x.startswith("  cause")]
+    assert len(cause) == 1 and "was not found" in cause[0]
+    assert "ddp-no-such-command-here" in cause[0]
+    f = tmp_path / "notexec"
+    f.write_text("#!/bin/sh\n")
+    f.chmod(0o644)
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", str(f))
+    assert r.returncode == 126
+    cause = [x for x in root_cause(r.stderr).splitlines() if x.startswith("  cause")]
+    assert len(cause) == 1 and "could not be executed" in cause[0]
+    assert "Permission denied" in cause[0]
+
+
+def test_a_python_workers_failure_names_the_interpreter(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nsys.stderr.write('no torch here\\n')\nsys.exit(5)\n")
+    env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
+    r = ddprun("--nproc-per-node", "1", str(script), env=env)
+    assert r.returncode == 5
+    root = root_cause(r.stderr)
+    assert "  interpreter: /usr/bin/python3" in root and "(PYTHON_EXEC=/usr/bin/python3)" in root
+    assert "    no torch here\n" in root
+    assert URL in root  # a Python worker: torchrun's advice about @record stays
+
+    # Found on PATH (here a link, shown with what it points to).
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink("/usr/bin/python3", bindir / "python3")
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    env.pop("PYTHON_EXEC", None)
+    r = ddprun("--nproc-per-node", "1", str(script), env=env)
+    assert r.returncode == 5
+    line = [x for x in root_cause(r.stderr).splitlines() if x.startswith("  interpreter")]
+    real = os.path.realpath("/usr/bin/python3")
+    assert line == [f"  interpreter: {bindir}/python3 -> {real} "
+                    "(python3 found on PATH; PYTHON_EXEC chooses another)"]
+
+
+def test_a_shell_worker_gets_no_pytorch_url():
+    r = ddprun("--nproc-per-node", "2", "sh", "-c", "exit 9")
+    assert r.returncode == 9
+    assert URL not in r.stderr
+    assert "  stderr    : <empty>" in root_cause(r.stderr)
+    assert "interpreter" not in r.stderr
+
+
+def test_a_failure_on_node_1_shows_its_stderr_in_node_0s_report(reaper, tmp_path):
+    script = (RECORD + '[ "$RANK" = 3 ] && { ' + all_recorded(4) +
+              'echo "fatal: node 1 cannot open /data/shard-3" >&2; exit 7; }; exec sleep 60')
+    agents, out, _ = static_job(reaper, tmp_path, [2, 2], script,
+                                extra=["--local-ranks-filter", "0"])
+    for a in agents:
+        assert a.wait() == 7, a.stderr()
+    root = root_cause(agents[0].stderr())
+    assert "rank      : 3 (local_rank: 1)" in root
+    assert "  stderr    : last 1 line:\n    fatal: node 1 cannot open /data/shard-3\n" in root
