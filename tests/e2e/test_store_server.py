@@ -481,3 +481,54 @@ def test_a_value_of_the_largest_size_round_trips(srv):
     assert closed_by_peer(c)
     c.close()
     assert cli(srv.addr, "ping").returncode == OK
+
+
+def _read_all(conns, want, timeout=60.0):
+    """Read every connection until it has its want[c] bytes (any pace: the
+    reader is slower than the server on purpose); bytes received each."""
+    sel = selectors.DefaultSelector()
+    got = {c: 0 for c in conns}
+    for c in conns:
+        c.setblocking(False)
+        sel.register(c, selectors.EVENT_READ)
+    left = set(conns)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        for k, _ in sel.select(0.5):
+            c = k.fileobj
+            d = c.recv(16384)
+            got[c] += len(d)
+            if not d or got[c] >= want[c]:
+                sel.unregister(c)
+                left.discard(c)
+    sel.close()
+    return got
+
+
+def test_big_replies_read_slowly_all_arrive(srv):
+    """Replies much larger than the socket buffers go out in many short
+    sends. With io_uring the SEND for the rest of a short send was queued
+    by the completion and, when that completion was reaped by the flush's
+    own submit, nothing submitted it: the connection stalled until some
+    other client woke the server. Pipelined 2.x GETs, one MULTI_GET and
+    pipelined 1.x GETs, several connections at once, a few rounds."""
+    big = os.urandom(1 << 16) * 128  # 8 MiB, the default value limit
+    c = connect(srv.port, timeout=60)
+    c.sendall(bytes([V2["SET"]]) + s("/slowbig") + s(big))
+    c.sendall(bytes([V2["PING"]]) + struct.pack("<I", 1))
+    assert recv_exact(c, 4) == struct.pack("<I", 1)
+    c.close()
+    reply = 4 * (8 + len(big))
+    for _ in range(3):
+        conns = [connect(srv.port) for _ in range(4)]
+        for x in conns:
+            x.sendall((bytes([V2["GET"]]) + s("/slowbig")) * 4)
+        m = connect(srv.port)
+        m.sendall(bytes([V2["MULTI_GET"]]) + keys(*["/slowbig"] * 4))
+        v1 = connect(srv.port, v2=False)
+        v1.sendall((bytes([V1["GET"]]) + s("/slowbig")) * 4)
+        conns += [m, v1]
+        got = _read_all(conns, {x: reply for x in conns})
+        assert list(got.values()) == [reply] * len(conns)
+        for x in conns:
+            x.close()
