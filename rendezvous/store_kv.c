@@ -17,6 +17,7 @@ struct store_wlink {
 	struct store_wlink *prev, *next;
 	struct store_waiter *w;
 	bool linked;
+	bool barrier; /* on the entry's barrier list, not its key waiters */
 };
 
 struct qitem {
@@ -32,6 +33,7 @@ struct store_entry {
 	size_t val_len;
 	bool present;
 	struct store_wlink *whead, *wtail; /* parked waiters, FIFO */
+	struct store_wlink *bhead, *btail; /* parked BARRIER callers */
 	struct qitem *qhead, *qtail;
 	int64_t qlen;
 	struct store_watch *watches;
@@ -45,6 +47,7 @@ struct store_kv {
 	size_t nentries;
 	int64_t npresent;
 	uint64_t seed;
+	size_t max_value; /* APPEND may not grow a value past it */
 	struct store_kv_events ev;
 };
 
@@ -89,6 +92,7 @@ int store_kv_new(const struct store_kv_events *ev, struct store_kv **out)
 			    sizeof(ts));
 	if (ev)
 		kv->ev = *ev;
+	kv->max_value = SIZE_MAX;
 	*out = kv;
 	return 0;
 }
@@ -123,7 +127,7 @@ void store_kv_free(struct store_kv *kv)
 			n = e->hnext;
 			/* Waiters span several entries: unlink here, free the
 			 * waiter once its last link is gone. */
-			while ((l = e->whead) != NULL) {
+			while ((l = e->whead) != NULL || (l = e->bhead) != NULL) {
 				struct store_waiter *wt = l->w;
 
 				link_remove(l);
@@ -205,7 +209,7 @@ static void maybe_drop(struct store_kv *kv, struct store_entry *e)
 {
 	struct store_entry **pp;
 
-	if (e->present || e->whead || e->qhead || e->watches)
+	if (e->present || e->whead || e->bhead || e->qhead || e->watches)
 		return;
 	for (pp = &kv->buckets[e->hash & (kv->nbuckets - 1)]; *pp; pp = &(*pp)->hnext) {
 		if (*pp == e) {
@@ -221,16 +225,19 @@ static void link_remove(struct store_wlink *l)
 {
 	struct store_entry *e = l->e;
 
+	struct store_wlink **head = l->barrier ? &e->bhead : &e->whead;
+	struct store_wlink **tail = l->barrier ? &e->btail : &e->wtail;
+
 	if (!l->linked)
 		return;
 	if (l->prev)
 		l->prev->next = l->next;
 	else
-		e->whead = l->next;
+		*head = l->next;
 	if (l->next)
 		l->next->prev = l->prev;
 	else
-		e->wtail = l->prev;
+		*tail = l->prev;
 	l->prev = l->next = NULL;
 	l->linked = false;
 	l->w->nlive--;
@@ -462,6 +469,8 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		return -ENOMEM;
 	if (!e->present)
 		return store_kv_set(kv, key, klen, val, vlen);
+	if (e->val_len + vlen > kv->max_value)
+		return -EFBIG;
 	d = malloc(e->val_len + vlen ? e->val_len + vlen : 1);
 	if (d == NULL)
 		return -ENOMEM;
@@ -471,6 +480,11 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		memcpy(d + e->val_len, val, vlen);
 	put_value(kv, e, d, e->val_len + vlen);
 	return 0;
+}
+
+void store_kv_limit_value(struct store_kv *kv, size_t max)
+{
+	kv->max_value = max;
 }
 
 int64_t store_kv_num_keys(const struct store_kv *kv)
@@ -658,4 +672,76 @@ void store_kv_unwatch(struct store_kv *kv, struct store_watch *w)
 		w->next->prev = w->prev;
 	free(w);
 	maybe_drop(kv, e);
+}
+
+/* ---- BARRIER and LIST_KEYS (PyTorch 2.x's newest opcodes) ----------------------- */
+
+int store_kv_barrier(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t world,
+		     void *owner, int64_t *count, struct store_waiter **out)
+{
+	struct store_entry *e;
+	struct store_waiter *w;
+	struct store_wlink *l;
+	int rc = store_kv_add(kv, key, klen, 1, count);
+
+	if (rc < 0)
+		return rc;
+	e = lookup(kv, key, klen, NULL); /* present: ADD just wrote it */
+	if (*count >= world) {
+		/* The arrival that completes it releases every parked caller,
+		 * whatever world size each gave (as PyTorch's server does). */
+		while ((l = e->bhead) != NULL) {
+			w = l->w;
+			link_remove(l);
+			w->remaining = 0;
+			waiter_done(kv, w);
+		}
+		return 1;
+	}
+	w = calloc(1, sizeof(*w));
+	l = calloc(1, sizeof(*l));
+	if (w == NULL || l == NULL) {
+		free(w);
+		free(l);
+		return -ENOMEM;
+	}
+	w->owner = owner;
+	w->links = l;
+	w->nlinks = w->nlive = w->remaining = 1;
+	l->e = e;
+	l->w = w;
+	l->barrier = true;
+	l->prev = e->btail;
+	if (e->btail)
+		e->btail->next = l;
+	else
+		e->bhead = l;
+	e->btail = l;
+	l->linked = true;
+	*out = w;
+	return 0;
+}
+
+int store_kv_list_keys(const struct store_kv *kv, struct store_buf *out, size_t max,
+		       size_t *bytes_out)
+{
+	size_t i, bytes = 8;
+	const struct store_entry *e;
+
+	/* Sized first: a reply over max is refused before a byte is copied. */
+	for (i = 0; i < kv->nbuckets; i++)
+		for (e = kv->buckets[i]; e; e = e->hnext)
+			if (e->present)
+				bytes += 8 + e->key_len;
+	*bytes_out = bytes;
+	if (bytes > max)
+		return -E2BIG;
+	if (store_buf_reserve(out, bytes) == NULL)
+		return -ENOMEM;
+	store_put_i64(out, kv->npresent);
+	for (i = 0; i < kv->nbuckets; i++)
+		for (e = kv->buckets[i]; e; e = e->hnext)
+			if (e->present)
+				store_put_bytes(out, e->key, e->key_len);
+	return out->err;
 }
