@@ -573,6 +573,19 @@ long store_reply_len(enum store_reply_kind k, uint64_t n, const uint8_t *buf, si
 		}
 		/* n == 0: an empty reply is complete but has no bytes. */
 		return (long)off;
+	case STORE_REPLY_LIST:
+		if (len < 8)
+			return 0;
+		if ((int64_t)store_get_u64(buf) < 0)
+			return -EPROTO;
+		n = store_get_u64(buf);
+		for (i = 0, off = 8; i < n; i++) {
+			e = bytes_end(buf, len, off, max_value);
+			if (e <= 0)
+				return e;
+			off = (size_t)e;
+		}
+		return (long)off;
 	case STORE_REPLY_QPOP:
 		if (len < 8)
 			return 0;

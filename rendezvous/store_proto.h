@@ -227,12 +227,13 @@ static inline uint32_t store_get_u32(const uint8_t *p)
 /* Reply shapes, for clients reading replies incrementally. */
 enum store_reply_kind {
 	STORE_REPLY_NONE,    /* SET, APPEND, MULTI_SET, QUEUE_PUSH */
-	STORE_REPLY_U8,	     /* CHECK, WAIT, CANCEL_WAIT, ON_CLOSE_SET */
+	STORE_REPLY_U8,	     /* CHECK, WAIT, BARRIER, CANCEL_WAIT, ON_CLOSE_SET */
 	STORE_REPLY_U32,     /* PING */
 	STORE_REPLY_I64,     /* ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN */
 	STORE_REPLY_BYTES,   /* GET, COMPARE_SET */
 	STORE_REPLY_BYTES_N, /* MULTI_GET: n values */
 	STORE_REPLY_QPOP,    /* QUEUE_POP: int64 count, then bytes if count > 0 */
+	STORE_REPLY_LIST,    /* LIST_KEYS: int64 n, then n strings */
 };
 
 /* Is a complete reply of this kind at buf[0..len)? Returns its length (> 0),
