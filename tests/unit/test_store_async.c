@@ -553,7 +553,7 @@ static int cmp_keys(const void *x, const void *y)
 
 static void list_cb(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
-	char *k[8], line[256] = "";
+	char *k[8] = {NULL}, line[256] = "";
 	size_t i;
 
 	assert_true(n <= 8);
