@@ -27,7 +27,8 @@ static const char usage_text[] =
 	"       ddpstore [--addr HOST:PORT] [--prefix P] [--timeout S] [--connect-timeout S]\n"
 	"                COMMAND ARGS...\n"
 	"commands: set KEY VALUE | get KEY [--wait] | add KEY N | cas KEY EXPECTED DESIRED |\n"
-	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping\n"
+	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping |\n"
+	"          keys [PREFIX] | barrier KEY N\n"
 	"A VALUE of - is read from stdin. --addr defaults to $MASTER_ADDR:$MASTER_PORT.\n"
 	"Exit: 0 ok, 1 error, 2 usage, 3 not found, 4 timeout, 5 connection failed,\n"
 	"      6 cas mismatch. See ddpstore(1).\n";
@@ -181,7 +182,7 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 
 /* ---- client commands ---------------------------------------------------------- */
 
-static int exit_for(int err)
+int ddpstore_exit_for(int err)
 {
 	switch (err) {
 	case -ETIMEDOUT:
@@ -203,7 +204,7 @@ static int exit_for(int err)
 static int fail_op(const char *what, int err)
 {
 	ddpstore_err("%s: %s", what, store_strerror(err));
-	return exit_for(err);
+	return ddpstore_exit_for(err);
 }
 
 /* VALUE argument: "-" reads stdin (binary-safe). */
@@ -424,6 +425,8 @@ static const struct cmd cmds[] = {
 	{"cas", 3, 3, cmd_cas},	  {"check", 1, -1, cmd_check},	  {"wait", 1, -1, cmd_wait},
 	{"del", 1, 1, cmd_del},	  {"numkeys", 0, 0, cmd_numkeys}, {"append", 2, 2, cmd_append},
 	{"ping", 0, 0, cmd_ping},
+	{"keys", 0, 1, ddpstore_cmd_keys},
+	{"barrier", 2, 2, ddpstore_cmd_barrier},
 };
 
 static int run_client(const struct cmd *cmd, struct ddpstore_opts *o, char **args, int nargs)
