@@ -425,6 +425,12 @@ static const struct cmd cmds[] = {
 	{"cas", 3, 3, cmd_cas},	  {"check", 1, -1, cmd_check},	  {"wait", 1, -1, cmd_wait},
 	{"del", 1, 1, cmd_del},	  {"numkeys", 0, 0, cmd_numkeys}, {"append", 2, 2, cmd_append},
 	{"ping", 0, 0, cmd_ping},
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+/* Commands that live in files of their own (ddpstore_sync.c). */
+static const struct cmd more_cmds[] = {
 	{"keys", 0, 1, ddpstore_cmd_keys},
 	{"barrier", 2, 2, ddpstore_cmd_barrier},
 };
@@ -490,8 +496,8 @@ int main(int argc, char **argv)
 		free(pos);
 		return rc;
 	}
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		const struct cmd *cmd = &cmds[i];
+	for (i = 0; i < NCMDS + sizeof(more_cmds) / sizeof(more_cmds[0]); i++) {
+		const struct cmd *cmd = i < NCMDS ? &cmds[i] : &more_cmds[i - NCMDS];
 		int n = npos - 1;
 
 		if (strcmp(pos[0], cmd->name) != 0)
