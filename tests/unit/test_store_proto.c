@@ -493,6 +493,22 @@ static void test_reply_lengths(void **state)
 	put_str(&b, "item");
 	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, 8, 10), 0);
 	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, b.len, 10), 20);
+
+	/* LIST_KEYS: i64 n, then n strings (n from the reply itself). */
+	b.len = 0;
+	store_put_i64(&b, 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), 8);
+	b.len = 0;
+	store_put_i64(&b, 2);
+	put_str(&b, "/a");
+	put_str(&b, "/bc");
+	for (cut = 0; cut < b.len; cut++)
+		assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, cut, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), (long)b.len);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 2), -EPROTO);
+	b.len = 0;
+	store_put_i64(&b, -1);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), -EPROTO);
 	store_buf_free(&b);
 }
 
@@ -510,6 +526,26 @@ static void test_captured_torch_bytes(void **state)
 	assert_int_equal(r.op, STORE_OP_SET);
 	assert_field(r.key, r.key_len, "/k1");
 	assert_field(r.val, r.val_len, "v1");
+
+	/* list_keys() and barrier("solo", 1) from Debian's torch 2.14 client
+	 * (after its VALIDATE and PING), and its CANCEL_WAIT on a timeout. */
+	static const uint8_t v2[] = {0x11, 0x12, 5,    0, 0, 0, 0, 0, 0, 0, 0x2f, 0x73,
+				     0x6f, 0x6c, 0x6f, 1, 0, 0, 0, 0, 0, 0, 0,	  0x0c};
+	size_t off = 0;
+
+	parser_for(&p, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, v2, sizeof(v2), &r), 1);
+	assert_int_equal(r.op, STORE_OP_LIST_KEYS);
+	assert_int_equal(r.len, 1);
+	off += r.len;
+	assert_int_equal(store_parse(&p, v2 + off, sizeof(v2) - off, &r), 1);
+	assert_int_equal(r.op, STORE_OP_BARRIER);
+	assert_field(r.key, r.key_len, "/solo");
+	assert_int_equal(r.num, 1);
+	off += r.len;
+	assert_int_equal(store_parse(&p, v2 + off, sizeof(v2) - off, &r), 1);
+	assert_int_equal(r.op, STORE_OP_CANCEL_WAIT);
+	assert_int_equal(off + r.len, sizeof(v2));
 }
 
 int main(void)
