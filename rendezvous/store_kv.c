@@ -1,5 +1,6 @@
 /* store_kv: key table, queues, parked waiters and watches (see store_kv.h). */
 #include "store_kv.h"
+#include "store_kv_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,45 +12,6 @@
 #include <unistd.h>
 
 #include "store_proto.h"
-
-struct store_wlink {
-	struct store_entry *e;
-	struct store_wlink *prev, *next;
-	struct store_waiter *w;
-	bool linked;
-	bool barrier; /* on the entry's barrier list, not its key waiters */
-};
-
-struct qitem {
-	struct qitem *next;
-	size_t len;
-	uint8_t data[];
-};
-
-struct store_entry {
-	struct store_entry *hnext; /* hash chain */
-	uint64_t hash;
-	uint8_t *val;
-	size_t val_len;
-	bool present;
-	struct store_wlink *whead, *wtail; /* parked waiters, FIFO */
-	struct store_wlink *bhead, *btail; /* parked BARRIER callers */
-	struct qitem *qhead, *qtail;
-	int64_t qlen;
-	struct store_watch *watches;
-	size_t key_len;
-	uint8_t key[];
-};
-
-struct store_kv {
-	struct store_entry **buckets;
-	size_t nbuckets; /* power of two */
-	size_t nentries;
-	int64_t npresent;
-	uint64_t seed;
-	size_t max_value; /* APPEND may not grow a value past it */
-	struct store_kv_events ev;
-};
 
 /* A seeded 64-bit hash (xor-multiply over 8-byte words), so that a client
  * cannot pick keys that collide on purpose. */
@@ -97,8 +59,6 @@ int store_kv_new(const struct store_kv_events *ev, struct store_kv **out)
 	return 0;
 }
 
-static void link_remove(struct store_wlink *l);
-
 static void entry_free(struct store_entry *e)
 {
 	struct qitem *q, *qn;
@@ -130,7 +90,7 @@ void store_kv_free(struct store_kv *kv)
 			while ((l = e->whead) != NULL || (l = e->bhead) != NULL) {
 				struct store_waiter *wt = l->w;
 
-				link_remove(l);
+				store_kv_link_remove(l);
 				if (wt->nlive == 0) {
 					free(wt->links);
 					free(wt);
@@ -147,8 +107,8 @@ void store_kv_free(struct store_kv *kv)
 	free(kv);
 }
 
-static struct store_entry *lookup(struct store_kv *kv, const uint8_t *key, size_t klen,
-				  uint64_t *hash_out)
+struct store_entry *store_kv_lookup(struct store_kv *kv, const uint8_t *key, size_t klen,
+				    uint64_t *hash_out)
 {
 	uint64_t h = hash_key(kv->seed, key, klen);
 	struct store_entry *e;
@@ -185,7 +145,7 @@ static void grow(struct store_kv *kv)
 static struct store_entry *lookup_or_create(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
 	uint64_t h;
-	struct store_entry *e = lookup(kv, key, klen, &h);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, &h);
 
 	if (e)
 		return e;
@@ -221,7 +181,7 @@ static void maybe_drop(struct store_kv *kv, struct store_entry *e)
 	entry_free(e);
 }
 
-static void link_remove(struct store_wlink *l)
+void store_kv_link_remove(struct store_wlink *l)
 {
 	struct store_entry *e = l->e;
 
@@ -251,13 +211,13 @@ static void waiter_unlink_all(struct store_kv *kv, struct store_waiter *w)
 		struct store_entry *e = w->links[i].e;
 
 		if (w->links[i].linked) {
-			link_remove(&w->links[i]);
+			store_kv_link_remove(&w->links[i]);
 			maybe_drop(kv, e);
 		}
 	}
 }
 
-static void waiter_done(struct store_kv *kv, struct store_waiter *w)
+void store_kv_waiter_done(struct store_kv *kv, struct store_waiter *w)
 {
 	waiter_unlink_all(kv, w);
 	if (kv->ev.woken)
@@ -277,9 +237,9 @@ static void fire(struct store_kv *kv, struct store_entry *e, bool only_one)
 	while ((l = e->whead) != NULL) {
 		struct store_waiter *w = l->w;
 
-		link_remove(l);
+		store_kv_link_remove(l);
 		if (--w->remaining == 0) {
-			waiter_done(kv, w);
+			store_kv_waiter_done(kv, w);
 			if (only_one)
 				break;
 		}
@@ -331,7 +291,7 @@ static uint8_t *dup_bytes(const uint8_t *p, size_t n)
 
 const uint8_t *store_kv_get(struct store_kv *kv, const uint8_t *key, size_t klen, size_t *vlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	if (e == NULL || !e->present)
 		return NULL;
@@ -416,7 +376,7 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 			 size_t elen, const uint8_t *des, size_t dlen, const uint8_t **cur,
 			 size_t *curlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 	uint8_t *d;
 
 	if (e == NULL || !e->present) {
@@ -444,7 +404,7 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 
 int store_kv_delete(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	if (e == NULL || !e->present)
 		return 0;
@@ -505,7 +465,7 @@ bool store_kv_check(struct store_kv *kv, const uint8_t *list, uint64_t count)
 
 	for (i = 0; i < count; i++) {
 		store_list_next(&pos, &k, &kl);
-		if (!entry_ready(lookup(kv, k, kl, NULL)))
+		if (!entry_ready(store_kv_lookup(kv, k, kl, NULL)))
 			return false;
 	}
 	return true;
@@ -521,7 +481,7 @@ int store_kv_wait(struct store_kv *kv, const uint8_t *list, uint64_t count, void
 
 	for (j = 0; j < count; j++) {
 		store_list_next(&pos, &k, &kl);
-		if (!entry_ready(lookup(kv, k, kl, NULL)))
+		if (!entry_ready(store_kv_lookup(kv, k, kl, NULL)))
 			n++;
 	}
 	if (n == 0)
@@ -541,7 +501,7 @@ int store_kv_wait(struct store_kv *kv, const uint8_t *list, uint64_t count, void
 		struct store_wlink *l;
 
 		store_list_next(&pos, &k, &kl);
-		e = lookup(kv, k, kl, NULL);
+		e = store_kv_lookup(kv, k, kl, NULL);
 		if (entry_ready(e))
 			continue;
 		if (e == NULL)
@@ -608,7 +568,7 @@ int store_kv_queue_push(struct store_kv *kv, const uint8_t *key, size_t klen, co
 int store_kv_queue_pop(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t *qlen,
 		       uint8_t **val, size_t *vlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 	struct qitem *q;
 	uint8_t *d;
 
@@ -632,7 +592,7 @@ int store_kv_queue_pop(struct store_kv *kv, const uint8_t *key, size_t klen, int
 
 int64_t store_kv_queue_len(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	return e ? e->qlen : 0;
 }
@@ -672,76 +632,4 @@ void store_kv_unwatch(struct store_kv *kv, struct store_watch *w)
 		w->next->prev = w->prev;
 	free(w);
 	maybe_drop(kv, e);
-}
-
-/* ---- BARRIER and LIST_KEYS (PyTorch 2.x's newest opcodes) ----------------------- */
-
-int store_kv_barrier(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t world,
-		     void *owner, int64_t *count, struct store_waiter **out)
-{
-	struct store_entry *e;
-	struct store_waiter *w;
-	struct store_wlink *l;
-	int rc = store_kv_add(kv, key, klen, 1, count);
-
-	if (rc < 0)
-		return rc;
-	e = lookup(kv, key, klen, NULL); /* present: ADD just wrote it */
-	if (*count >= world) {
-		/* The arrival that completes it releases every parked caller,
-		 * whatever world size each gave (as PyTorch's server does). */
-		while ((l = e->bhead) != NULL) {
-			w = l->w;
-			link_remove(l);
-			w->remaining = 0;
-			waiter_done(kv, w);
-		}
-		return 1;
-	}
-	w = calloc(1, sizeof(*w));
-	l = calloc(1, sizeof(*l));
-	if (w == NULL || l == NULL) {
-		free(w);
-		free(l);
-		return -ENOMEM;
-	}
-	w->owner = owner;
-	w->links = l;
-	w->nlinks = w->nlive = w->remaining = 1;
-	l->e = e;
-	l->w = w;
-	l->barrier = true;
-	l->prev = e->btail;
-	if (e->btail)
-		e->btail->next = l;
-	else
-		e->bhead = l;
-	e->btail = l;
-	l->linked = true;
-	*out = w;
-	return 0;
-}
-
-int store_kv_list_keys(const struct store_kv *kv, struct store_buf *out, size_t max,
-		       size_t *bytes_out)
-{
-	size_t i, bytes = 8;
-	const struct store_entry *e;
-
-	/* Sized first: a reply over max is refused before a byte is copied. */
-	for (i = 0; i < kv->nbuckets; i++)
-		for (e = kv->buckets[i]; e; e = e->hnext)
-			if (e->present)
-				bytes += 8 + e->key_len;
-	*bytes_out = bytes;
-	if (bytes > max)
-		return -E2BIG;
-	if (store_buf_reserve(out, bytes) == NULL)
-		return -ENOMEM;
-	store_put_i64(out, kv->npresent);
-	for (i = 0; i < kv->nbuckets; i++)
-		for (e = kv->buckets[i]; e; e = e->hnext)
-			if (e->present)
-				store_put_bytes(out, e->key, e->key_len);
-	return out->err;
 }
