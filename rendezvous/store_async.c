@@ -175,7 +175,7 @@ static void send_op(struct store_async *a, struct aop *op)
 
 	op->seq = a->nsent++;
 	push(&a->replyq, &a->replyq_tail, op);
-	if (op->op == STORE_OP_WAIT) {
+	if (op->op == STORE_OP_WAIT || op->op == STORE_OP_BARRIER) {
 		a->cur_wait = op;
 		if (op->timeout_ms > 0)
 			uv_timer_start(&a->wait_timer, on_wait_timer, (uint64_t)op->timeout_ms, 0);
@@ -185,7 +185,7 @@ static void send_op(struct store_async *a, struct aop *op)
 		lost(a, rc);
 }
 
-/* Send what may go now: everything up to and including a WAIT. */
+/* Send what may go now: everything up to and including a WAIT (or BARRIER). */
 static void pump(struct store_async *a)
 {
 	while (a->state == AS_READY && a->cur_wait == NULL && a->sendq)

@@ -90,5 +90,15 @@ int store_async_on_close_set(struct store_async *a, const char *key, const void 
 int store_async_wait(struct store_async *a, const char *const *keys, size_t n, int64_t timeout_ms,
 		     store_async_done_cb cb, void *arg);
 int store_async_ping(struct store_async *a, store_async_done_cb cb, void *arg);
+/* PyTorch 2.x's Store::barrier: count this arrival at key; completes with 0
+ * once world_size have arrived, or -ETIMEDOUT after timeout_ms (<= 0: no
+ * limit), cancelled like a wait (the arrival stays counted). Holds the
+ * operations behind it, as a wait does. */
+int store_async_barrier(struct store_async *a, const char *key, int64_t world_size,
+			int64_t timeout_ms, store_async_done_cb cb, void *arg);
+/* The keys that have a value, as TCPStore.list_keys gives them (no leading
+ * "/", the prefix removed, keys outside it left out): the callback's vals
+ * are the n keys (not NUL-terminated), in no particular order. */
+int store_async_list_keys(struct store_async *a, store_async_multi_cb cb, void *arg);
 
 #endif

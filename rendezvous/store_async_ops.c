@@ -202,3 +202,26 @@ int store_async_ping(struct store_async *a, store_async_done_cb cb, void *arg)
 	}
 	return store_async_submit(a, o, 0);
 }
+
+int store_async_barrier(struct store_async *a, const char *key, int64_t world_size,
+			int64_t timeout_ms, store_async_done_cb cb, void *arg)
+{
+	struct aop *o = store_async_op_new(a, STORE_OP_BARRIER, STORE_REPLY_U8, K_DONE, arg);
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+
+	if (o) {
+		store_put_i64(&o->req, world_size);
+		o->timeout_ms = timeout_ms;
+		o->cb.done = cb;
+	}
+	return store_async_submit(a, o, rc);
+}
+
+int store_async_list_keys(struct store_async *a, store_async_multi_cb cb, void *arg)
+{
+	struct aop *o = store_async_op_new(a, STORE_OP_LIST_KEYS, STORE_REPLY_LIST, K_MULTI, arg);
+
+	if (o)
+		o->cb.multi = cb;
+	return store_async_submit(a, o, 0);
+}

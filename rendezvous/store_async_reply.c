@@ -2,6 +2,7 @@
  * delivered to its callback, or its failure (see store_async_int.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "store_async_int.h"
 
@@ -57,6 +58,45 @@ static void deliver_multi(struct aop *op, const uint8_t *p)
 	store_async_op_free(op);
 }
 
+/* LIST_KEYS: the keys in the client's key space (without "/" and its
+ * prefix, as TCPStore.list_keys gives them); others are left out. */
+static void deliver_list(struct store_async *a, struct aop *op, const uint8_t *p)
+{
+	uint64_t n = store_get_u64(p), i;
+	size_t pl = a->prefix ? strlen(a->prefix) : 0, got = 0;
+	const void **vals = calloc(n ? n : 1, sizeof(*vals));
+	size_t *lens = calloc(n ? n : 1, sizeof(*lens));
+
+	if (vals == NULL || lens == NULL) {
+		free(vals);
+		free(lens);
+		store_async_op_fail(op, -ENOMEM);
+		return;
+	}
+	for (i = 0, p += 8; i < n; i++) {
+		size_t l = (size_t)store_get_u64(p);
+		const uint8_t *k = p + 8;
+
+		p += 8 + l;
+		if (l < 1 || k[0] != '/')
+			continue;
+		k++;
+		l--;
+		if (pl) {
+			if (l < pl + 1 || memcmp(k, a->prefix, pl) != 0 || k[pl] != '/')
+				continue;
+			k += pl + 1;
+			l -= pl + 1;
+		}
+		vals[got] = k;
+		lens[got++] = l;
+	}
+	op->cb.multi(0, got, vals, lens, op->arg);
+	free(vals);
+	free(lens);
+	store_async_op_free(op);
+}
+
 bool store_async_deliver(struct store_async *a, const uint8_t *p)
 {
 	struct aop *op = a->replyq;
@@ -74,7 +114,7 @@ bool store_async_deliver(struct store_async *a, const uint8_t *p)
 			a->cbs.on_connect(a, 0, a->cbs.arg);
 		return true;
 	}
-	if (op->op == STORE_OP_WAIT) {
+	if (op->op == STORE_OP_WAIT || op->op == STORE_OP_BARRIER) {
 		int st;
 
 		if (p[0] == STORE_WAIT_STOP && op->cancel_sent) {
@@ -127,7 +167,9 @@ bool store_async_deliver(struct store_async *a, const uint8_t *p)
 		store_async_op_free(op);
 		break;
 	case K_MULTI:
-		if (op->cb.multi)
+		if (op->cb.multi && op->op == STORE_OP_LIST_KEYS)
+			deliver_list(a, op, p);
+		else if (op->cb.multi)
 			deliver_multi(op, p);
 		else
 			store_async_op_free(op);

@@ -14,8 +14,8 @@
  * store_strerror() turns any of them into text. After -ETIMEDOUT, -EPROTO or a
  * connection error the client is unusable except for store_client_close()
  * (-ENOTCONN from then on) -- except a -ETIMEDOUT from store_wait/store_get/
- * store_multi_get/store_queue_pop, whose server-side wait was cancelled: the
- * client stays usable after it.
+ * store_multi_get/store_queue_pop/store_barrier, whose server-side wait was
+ * cancelled: the client stays usable after it.
  *
  * Keys go on the wire as "/" + key, exactly as torch.distributed.TCPStore
  * sends them, so C clients and PyTorch's TCPStore share one key space on the
@@ -76,6 +76,17 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len);
 int store_queue_len(struct store_client *c, const char *key, int64_t *n);
 int store_ping(struct store_client *c);
+/* PyTorch 2.x's Store::barrier: add 1 to the counter at key and return once
+ * world_size callers have arrived (timeout_ms <= 0: the client's default).
+ * On timeout the server-side wait is cancelled and -ETIMEDOUT returned (the
+ * client stays usable; the arrival stays counted, as in PyTorch). */
+int store_barrier(struct store_client *c, const char *key, int64_t world_size, int64_t timeout_ms);
+/* The keys that have a value (not queues), as TCPStore.list_keys gives them:
+ * without the leading "/" (and the client's prefix; keys outside it are left
+ * out), each malloc'd and NUL-terminated, in no particular order. *keys is
+ * NULL when *n is 0; free with store_keys_free. */
+int store_list_keys(struct store_client *c, char ***keys, size_t *n);
+void store_keys_free(char **keys, size_t n);
 /* ddp extension (see store_proto.h): when this connection closes for any
  * reason but a server shutdown, the server sets key to val unless key has a
  * value by then (create-if-absent). Replaces an

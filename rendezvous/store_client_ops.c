@@ -92,9 +92,10 @@ int store_set(struct store_client *c, const char *key, const void *val, size_t l
 
 /* WAIT with cancel on timeout. 0 when the keys exist, -ETIMEDOUT when the
  * server confirmed the cancel (the client stays usable). */
+static int await_stop(struct store_client *c, int64_t deadline);
+
 static int do_wait(struct store_client *c, const char *const *keys, size_t n, int64_t deadline)
 {
-	uint8_t r;
 	int rc = begin(c, STORE_OP_WAIT);
 
 	if (rc == 0)
@@ -103,7 +104,15 @@ static int do_wait(struct store_client *c, const char *const *keys, size_t n, in
 		rc = send_req(c, deadline);
 	if (rc < 0)
 		return rc;
-	rc = recv_u8(c, &r, deadline);
+	return await_stop(c, deadline);
+}
+
+/* STOP_WAITING for the WAIT or BARRIER just sent, with cancel on timeout. */
+static int await_stop(struct store_client *c, int64_t deadline)
+{
+	uint8_t r;
+	int rc = recv_u8(c, &r, deadline);
+
 	if (rc == 0)
 		return r == STORE_WAIT_STOP ? 0 : store_client_fail(c, -EPROTO);
 	if (rc != -ETIMEDOUT)
@@ -380,4 +389,99 @@ int store_on_close_set(struct store_client *c, const char *key, const void *val,
 	if (rc == 0)
 		rc = store_client_fail(c, recv_u8(c, &ack, deadline));
 	return rc;
+}
+
+int store_barrier(struct store_client *c, const char *key, int64_t world_size, int64_t timeout_ms)
+{
+	int64_t deadline = store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms);
+	int rc = begin(c, STORE_OP_BARRIER);
+
+	if (rc == 0)
+		rc = put_key(c, key);
+	store_put_i64(&c->req, world_size);
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	return rc < 0 ? rc : await_stop(c, deadline);
+}
+
+void store_keys_free(char **keys, size_t n)
+{
+	size_t i;
+
+	if (keys == NULL)
+		return;
+	for (i = 0; i < n; i++)
+		free(keys[i]);
+	free(keys);
+}
+
+/* The wire key's user part, as the Python TCPStore and PrefixStore see it:
+ * after "/" (and "prefix/"); NULL for a key outside it. */
+static const char *user_part(const struct store_client *c, const char *k, size_t len, size_t *ul)
+{
+	size_t pl = c->prefix ? strlen(c->prefix) : 0;
+
+	if (len < 1 || k[0] != '/')
+		return NULL;
+	k++;
+	len--;
+	if (pl) {
+		if (len < pl + 1 || memcmp(k, c->prefix, pl) != 0 || k[pl] != '/')
+			return NULL;
+		k += pl + 1;
+		len -= pl + 1;
+	}
+	*ul = len;
+	return k;
+}
+
+int store_list_keys(struct store_client *c, char ***keys, size_t *n)
+{
+	int64_t deadline = op_deadline(c), count;
+	char **out = NULL;
+	size_t got = 0;
+	int rc = begin(c, STORE_OP_LIST_KEYS);
+
+	*keys = NULL;
+	*n = 0;
+	if (rc == 0)
+		rc = send_req(c, deadline);
+	if (rc == 0)
+		rc = store_client_fail(c, recv_i64(c, &count, deadline));
+	if (rc < 0)
+		return rc;
+	/* The server's table bounds it; a count no table can hold is garbage. */
+	if (count < 0 || (uint64_t)count > SIZE_MAX / sizeof(char *) / 16)
+		return store_client_fail(c, -EPROTO);
+	out = calloc((size_t)count ? (size_t)count : 1, sizeof(char *));
+	if (out == NULL)
+		return store_client_fail(c, -ENOMEM); /* the reply is still coming */
+	for (int64_t i = 0; i < count; i++) {
+		void *k;
+		size_t kl, ul;
+		const char *u;
+
+		rc = store_client_fail(c, store_client_recv_bytes(c, &k, &kl, deadline));
+		if (rc < 0)
+			break;
+		u = user_part(c, k, kl, &ul);
+		if (u == NULL) {
+			free(k);
+			continue;
+		}
+		memmove(k, u, ul);
+		((char *)k)[ul] = '\0';
+		out[got++] = k;
+	}
+	if (rc < 0) {
+		store_keys_free(out, got);
+		return rc;
+	}
+	if (got == 0) {
+		free(out);
+		out = NULL;
+	}
+	*keys = out;
+	*n = got;
+	return 0;
 }

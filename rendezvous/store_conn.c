@@ -9,7 +9,9 @@
  * a uv_check handle). A connection whose unsent replies pass max_conn_buffer
  * is not read (and its buffered requests not executed) until they drain; one
  * that passes twice that through pushes it did not ask for (watch events) is
- * closed. Where the server has an io_uring (store_ring.c), the reads and
+ * closed. A single reply over max_conn_buffer is refused before it is built
+ * (store_exec), and a MULTI_SET comes from the parser pair by pair, so what a
+ * connection holds stays near twice max_conn_buffer whatever it asks for. Where the server has an io_uring (store_ring.c), the reads and
  * writes here are the ring's instead of libuv's; the rest is the same. */
 #include <errno.h>
 #include <stdio.h>

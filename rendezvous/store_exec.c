@@ -3,6 +3,7 @@
  * server, except GET of a missing key in the 1.x dialect, which closes the
  * connection as PyTorch 1.13's server does (its clients WAIT before GET). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,12 +141,36 @@ void store_exec_conn_gone(struct store_conn *c, bool run_on_close)
 	on_close_clear(c);
 }
 
+/* A reply that alone would take more than the connection's buffer limit is
+ * not built (a 2.5 KB MULTI_GET may ask for a terabyte): the connection is
+ * closed instead, with one log line. Requests are executed only while at
+ * most the limit is unsent, so a connection holds at most twice it. */
+static bool reply_too_big(struct store_conn *c, const struct store_req *r, size_t bytes)
+{
+	char why[128];
+
+	if (bytes <= c->s->o.max_conn_buffer)
+		return false;
+	snprintf(why, sizeof(why), "%s reply of %zu bytes over the buffer limit %zu",
+		 store_op_name(r->op), bytes, c->s->o.max_conn_buffer);
+	store_conn_close(c, why);
+	return true;
+}
+
 static void multi_get(struct store_conn *c, const struct store_req *r)
 {
 	const uint8_t *pos = r->list, *k, *v;
-	size_t kl, vl;
+	size_t kl, vl, bytes = 0;
 	uint64_t i;
 
+	for (i = 0; i < r->count; i++) {
+		store_list_next(&pos, &k, &kl);
+		v = store_kv_get(c->s->kv, k, kl, &vl);
+		bytes += 8 + (v ? vl : 0); /* no overflow: count and vl are capped */
+	}
+	if (reply_too_big(c, r, bytes))
+		return;
+	pos = r->list;
 	for (i = 0; i < r->count; i++) {
 		store_list_next(&pos, &k, &kl);
 		v = store_kv_get(c->s->kv, k, kl, &vl);
@@ -186,6 +211,37 @@ static int queue_pop(struct store_conn *c, const struct store_req *r)
 	free(v);
 	store_conn_mark_dirty(c);
 	return 0;
+}
+
+static int barrier(struct store_conn *c, const struct store_req *r)
+{
+	struct store_waiter *w;
+	int64_t n;
+	int rc = store_kv_barrier(c->s->kv, r->key, r->key_len, r->num, c, &n, &w);
+
+	if (rc == -EINVAL || rc == -ERANGE) {
+		store_conn_close(c, rc == -EINVAL ? "BARRIER on a value that is not an integer"
+						  : "BARRIER counter overflows int64");
+		return 0;
+	}
+	if (rc == 1)
+		reply_u8(c, STORE_WAIT_STOP);
+	else if (rc == 0)
+		waiter_add(c, w); /* answered, or canceled by CANCEL_WAIT, as a WAIT */
+	return rc > 0 ? 0 : rc;
+}
+
+static int list_keys(struct store_conn *c, const struct store_req *r)
+{
+	size_t bytes;
+	int rc = store_kv_list_keys(c->s->kv, &c->out, c->s->o.max_conn_buffer, &bytes);
+
+	if (rc == -E2BIG) {
+		reply_too_big(c, r, bytes);
+		return 0;
+	}
+	store_conn_mark_dirty(c);
+	return rc;
 }
 
 void store_exec(struct store_conn *c, const struct store_req *r)
@@ -249,6 +305,15 @@ void store_exec(struct store_conn *c, const struct store_req *r)
 		break;
 	case STORE_OP_APPEND:
 		rc = store_kv_append(kv, r->key, r->key_len, r->val, r->val_len);
+		/* APPEND has no reply: refusing it can only close. */
+		if (rc == -EFBIG) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "APPEND would grow the value past the limit %zu",
+				 c->s->o.max_value_len);
+			store_conn_close(c, why);
+			return;
+		}
 		break;
 	case STORE_OP_MULTI_GET:
 		multi_get(c, r);
@@ -281,6 +346,12 @@ void store_exec(struct store_conn *c, const struct store_req *r)
 			reply_u8(c, STORE_WATCH_REGISTERED);
 		}
 		break;
+	case STORE_OP_BARRIER:
+		rc = barrier(c, r);
+		break;
+	case STORE_OP_LIST_KEYS:
+		rc = list_keys(c, r);
+		break;
 	case STORE_OP_ON_CLOSE_SET:
 		rc = on_close_register(c, r);
 		if (rc == 0)
@@ -290,6 +361,6 @@ void store_exec(struct store_conn *c, const struct store_req *r)
 		store_conn_close(c, "unexpected request");
 		return;
 	}
-	if (rc < 0 || c->out.err)
+	if (!c->closing && (rc < 0 || c->out.err))
 		store_conn_close(c, "out of memory");
 }

@@ -1,5 +1,6 @@
 /* store_kv: key table, queues, parked waiters and watches (see store_kv.h). */
 #include "store_kv.h"
+#include "store_kv_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,42 +12,6 @@
 #include <unistd.h>
 
 #include "store_proto.h"
-
-struct store_wlink {
-	struct store_entry *e;
-	struct store_wlink *prev, *next;
-	struct store_waiter *w;
-	bool linked;
-};
-
-struct qitem {
-	struct qitem *next;
-	size_t len;
-	uint8_t data[];
-};
-
-struct store_entry {
-	struct store_entry *hnext; /* hash chain */
-	uint64_t hash;
-	uint8_t *val;
-	size_t val_len;
-	bool present;
-	struct store_wlink *whead, *wtail; /* parked waiters, FIFO */
-	struct qitem *qhead, *qtail;
-	int64_t qlen;
-	struct store_watch *watches;
-	size_t key_len;
-	uint8_t key[];
-};
-
-struct store_kv {
-	struct store_entry **buckets;
-	size_t nbuckets; /* power of two */
-	size_t nentries;
-	int64_t npresent;
-	uint64_t seed;
-	struct store_kv_events ev;
-};
 
 /* A seeded 64-bit hash (xor-multiply over 8-byte words), so that a client
  * cannot pick keys that collide on purpose. */
@@ -89,11 +54,10 @@ int store_kv_new(const struct store_kv_events *ev, struct store_kv **out)
 			    sizeof(ts));
 	if (ev)
 		kv->ev = *ev;
+	kv->max_value = SIZE_MAX;
 	*out = kv;
 	return 0;
 }
-
-static void link_remove(struct store_wlink *l);
 
 static void entry_free(struct store_entry *e)
 {
@@ -123,10 +87,10 @@ void store_kv_free(struct store_kv *kv)
 			n = e->hnext;
 			/* Waiters span several entries: unlink here, free the
 			 * waiter once its last link is gone. */
-			while ((l = e->whead) != NULL) {
+			while ((l = e->whead) != NULL || (l = e->bhead) != NULL) {
 				struct store_waiter *wt = l->w;
 
-				link_remove(l);
+				store_kv_link_remove(l);
 				if (wt->nlive == 0) {
 					free(wt->links);
 					free(wt);
@@ -143,8 +107,8 @@ void store_kv_free(struct store_kv *kv)
 	free(kv);
 }
 
-static struct store_entry *lookup(struct store_kv *kv, const uint8_t *key, size_t klen,
-				  uint64_t *hash_out)
+struct store_entry *store_kv_lookup(struct store_kv *kv, const uint8_t *key, size_t klen,
+				    uint64_t *hash_out)
 {
 	uint64_t h = hash_key(kv->seed, key, klen);
 	struct store_entry *e;
@@ -181,7 +145,7 @@ static void grow(struct store_kv *kv)
 static struct store_entry *lookup_or_create(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
 	uint64_t h;
-	struct store_entry *e = lookup(kv, key, klen, &h);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, &h);
 
 	if (e)
 		return e;
@@ -205,7 +169,7 @@ static void maybe_drop(struct store_kv *kv, struct store_entry *e)
 {
 	struct store_entry **pp;
 
-	if (e->present || e->whead || e->qhead || e->watches)
+	if (e->present || e->whead || e->bhead || e->qhead || e->watches)
 		return;
 	for (pp = &kv->buckets[e->hash & (kv->nbuckets - 1)]; *pp; pp = &(*pp)->hnext) {
 		if (*pp == e) {
@@ -217,20 +181,23 @@ static void maybe_drop(struct store_kv *kv, struct store_entry *e)
 	entry_free(e);
 }
 
-static void link_remove(struct store_wlink *l)
+void store_kv_link_remove(struct store_wlink *l)
 {
 	struct store_entry *e = l->e;
+
+	struct store_wlink **head = l->barrier ? &e->bhead : &e->whead;
+	struct store_wlink **tail = l->barrier ? &e->btail : &e->wtail;
 
 	if (!l->linked)
 		return;
 	if (l->prev)
 		l->prev->next = l->next;
 	else
-		e->whead = l->next;
+		*head = l->next;
 	if (l->next)
 		l->next->prev = l->prev;
 	else
-		e->wtail = l->prev;
+		*tail = l->prev;
 	l->prev = l->next = NULL;
 	l->linked = false;
 	l->w->nlive--;
@@ -244,13 +211,13 @@ static void waiter_unlink_all(struct store_kv *kv, struct store_waiter *w)
 		struct store_entry *e = w->links[i].e;
 
 		if (w->links[i].linked) {
-			link_remove(&w->links[i]);
+			store_kv_link_remove(&w->links[i]);
 			maybe_drop(kv, e);
 		}
 	}
 }
 
-static void waiter_done(struct store_kv *kv, struct store_waiter *w)
+void store_kv_waiter_done(struct store_kv *kv, struct store_waiter *w)
 {
 	waiter_unlink_all(kv, w);
 	if (kv->ev.woken)
@@ -270,9 +237,9 @@ static void fire(struct store_kv *kv, struct store_entry *e, bool only_one)
 	while ((l = e->whead) != NULL) {
 		struct store_waiter *w = l->w;
 
-		link_remove(l);
+		store_kv_link_remove(l);
 		if (--w->remaining == 0) {
-			waiter_done(kv, w);
+			store_kv_waiter_done(kv, w);
 			if (only_one)
 				break;
 		}
@@ -324,7 +291,7 @@ static uint8_t *dup_bytes(const uint8_t *p, size_t n)
 
 const uint8_t *store_kv_get(struct store_kv *kv, const uint8_t *key, size_t klen, size_t *vlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	if (e == NULL || !e->present)
 		return NULL;
@@ -409,7 +376,7 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 			 size_t elen, const uint8_t *des, size_t dlen, const uint8_t **cur,
 			 size_t *curlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 	uint8_t *d;
 
 	if (e == NULL || !e->present) {
@@ -437,7 +404,7 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 
 int store_kv_delete(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	if (e == NULL || !e->present)
 		return 0;
@@ -462,6 +429,8 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		return -ENOMEM;
 	if (!e->present)
 		return store_kv_set(kv, key, klen, val, vlen);
+	if (e->val_len + vlen > kv->max_value)
+		return -EFBIG;
 	d = malloc(e->val_len + vlen ? e->val_len + vlen : 1);
 	if (d == NULL)
 		return -ENOMEM;
@@ -471,6 +440,11 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		memcpy(d + e->val_len, val, vlen);
 	put_value(kv, e, d, e->val_len + vlen);
 	return 0;
+}
+
+void store_kv_limit_value(struct store_kv *kv, size_t max)
+{
+	kv->max_value = max;
 }
 
 int64_t store_kv_num_keys(const struct store_kv *kv)
@@ -491,7 +465,7 @@ bool store_kv_check(struct store_kv *kv, const uint8_t *list, uint64_t count)
 
 	for (i = 0; i < count; i++) {
 		store_list_next(&pos, &k, &kl);
-		if (!entry_ready(lookup(kv, k, kl, NULL)))
+		if (!entry_ready(store_kv_lookup(kv, k, kl, NULL)))
 			return false;
 	}
 	return true;
@@ -507,7 +481,7 @@ int store_kv_wait(struct store_kv *kv, const uint8_t *list, uint64_t count, void
 
 	for (j = 0; j < count; j++) {
 		store_list_next(&pos, &k, &kl);
-		if (!entry_ready(lookup(kv, k, kl, NULL)))
+		if (!entry_ready(store_kv_lookup(kv, k, kl, NULL)))
 			n++;
 	}
 	if (n == 0)
@@ -527,7 +501,7 @@ int store_kv_wait(struct store_kv *kv, const uint8_t *list, uint64_t count, void
 		struct store_wlink *l;
 
 		store_list_next(&pos, &k, &kl);
-		e = lookup(kv, k, kl, NULL);
+		e = store_kv_lookup(kv, k, kl, NULL);
 		if (entry_ready(e))
 			continue;
 		if (e == NULL)
@@ -594,7 +568,7 @@ int store_kv_queue_push(struct store_kv *kv, const uint8_t *key, size_t klen, co
 int store_kv_queue_pop(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t *qlen,
 		       uint8_t **val, size_t *vlen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 	struct qitem *q;
 	uint8_t *d;
 
@@ -618,7 +592,7 @@ int store_kv_queue_pop(struct store_kv *kv, const uint8_t *key, size_t klen, int
 
 int64_t store_kv_queue_len(struct store_kv *kv, const uint8_t *key, size_t klen)
 {
-	struct store_entry *e = lookup(kv, key, klen, NULL);
+	struct store_entry *e = store_kv_lookup(kv, key, klen, NULL);
 
 	return e ? e->qlen : 0;
 }

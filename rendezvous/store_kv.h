@@ -64,8 +64,11 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 			 size_t *curlen);
 /* 1 if deleted, 0 if absent. Waiters are not affected. */
 int store_kv_delete(struct store_kv *kv, const uint8_t *key, size_t klen);
+/* -EFBIG (nothing changed) if the value would grow past the limit that
+ * store_kv_limit_value set (none by default). */
 int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const uint8_t *val,
 		    size_t vlen);
+void store_kv_limit_value(struct store_kv *kv, size_t max);
 int64_t store_kv_num_keys(const struct store_kv *kv);
 
 /* Keys as a parsed list (store_list_next). A key counts as present when it
@@ -84,6 +87,20 @@ int store_kv_queue_push(struct store_kv *kv, const uint8_t *key, size_t klen, co
 int store_kv_queue_pop(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t *qlen,
 		       uint8_t **val, size_t *vlen);
 int64_t store_kv_queue_len(struct store_kv *kv, const uint8_t *key, size_t klen);
+
+/* BARRIER: add 1 to the decimal counter at key (as ADD; its errors), *count
+ * the result. 1: it reached world, and every caller parked on key has been
+ * released (woken callback); 0: parked, *out is the waiter (cancel it like a
+ * WAIT's). Only a BARRIER arrival releases: other writes of the key wake
+ * WAIT waiters only. */
+int store_kv_barrier(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t world,
+		     void *owner, int64_t *count, struct store_waiter **out);
+
+/* LIST_KEYS' reply appended to out: i64 n, then the n keys that have a value
+ * (queues are not keys here, as in PyTorch's server); *bytes its size.
+ * -E2BIG (nothing written) when that is more than max. */
+struct store_buf;
+int store_kv_list_keys(const struct store_kv *kv, struct store_buf *out, size_t max, size_t *bytes);
 
 int store_kv_watch(struct store_kv *kv, const uint8_t *key, size_t klen, void *owner,
 		   struct store_watch **out);

@@ -30,6 +30,8 @@ static const uint8_t shapes[STORE_OP_COUNT_][4] = {
 	[STORE_OP_QUEUE_LEN] = {F_KEY},
 	[STORE_OP_WATCH_KEY] = {F_KEY},
 	[STORE_OP_ON_CLOSE_SET] = {F_KEY, F_VAL},
+	[STORE_OP_LIST_KEYS] = {F_END},
+	[STORE_OP_BARRIER] = {F_KEY, F_I64},
 };
 
 static const char *const op_names[STORE_OP_COUNT_] = {
@@ -52,6 +54,8 @@ static const char *const op_names[STORE_OP_COUNT_] = {
 	[STORE_OP_QUEUE_LEN] = "QUEUE_LEN",
 	[STORE_OP_WATCH_KEY] = "WATCH_KEY",
 	[STORE_OP_ON_CLOSE_SET] = "ON_CLOSE_SET",
+	[STORE_OP_LIST_KEYS] = "LIST_KEYS",
+	[STORE_OP_BARRIER] = "BARRIER",
 };
 
 static const int8_t v1_ops[] = {
@@ -84,6 +88,8 @@ static const int8_t v2_ops[] = {
 	[STORE_V2_QUEUE_PUSH] = STORE_OP_QUEUE_PUSH,
 	[STORE_V2_QUEUE_POP] = STORE_OP_QUEUE_POP,
 	[STORE_V2_QUEUE_LEN] = STORE_OP_QUEUE_LEN,
+	[STORE_V2_LIST_KEYS] = STORE_OP_LIST_KEYS,
+	[STORE_V2_BARRIER] = STORE_OP_BARRIER,
 };
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -125,7 +131,7 @@ void store_limits_default(struct store_limits *l)
 	l->max_key_len = 8 * 1024;
 	l->max_value_len = 8 * 1024 * 1024;
 	l->max_multi_keys = 128 * 1024;
-	l->max_msg_len = 32 * 1024 * 1024;
+	l->max_msg_len = 64 * 1024 * 1024;
 }
 
 void store_parser_init(struct store_parser *p, const struct store_limits *lim, enum store_dialect d)
@@ -156,7 +162,8 @@ static void reset_msg(struct store_parser *p)
 static int need(struct store_parser *p, size_t end, size_t len)
 {
 	if (end > p->lim.max_msg_len) {
-		snprintf(p->err, sizeof(p->err), "%s message of %zu+ bytes over the %zu-byte limit",
+		snprintf(p->err, sizeof(p->err),
+			 "%s message of %zu+ bytes over the %zu-byte buffer limit",
 			 store_op_name(p->op), end, p->lim.max_msg_len);
 		return -EMSGSIZE;
 	}
@@ -192,38 +199,85 @@ static int item(struct store_parser *p, const uint8_t *buf, size_t len, size_t m
 	return 1;
 }
 
-static int list(struct store_parser *p, const uint8_t *buf, size_t len, bool pairs)
+/* The u64 count of a list at p->off, checked against the limit. */
+static int list_count(struct store_parser *p, const uint8_t *buf, size_t len)
+{
+	int rc = need(p, p->off + 8, len);
+
+	if (rc <= 0)
+		return rc;
+	p->count = store_get_u64(buf + p->off);
+	if (p->count > p->lim.max_multi_keys) {
+		snprintf(p->err, sizeof(p->err), "%s of %" PRIu64 " keys over the limit %zu",
+			 store_op_name(p->op), p->count, p->lim.max_multi_keys);
+		return -EMSGSIZE;
+	}
+	p->off += 8;
+	p->list_off = p->off;
+	p->in_list = true;
+	return 1;
+}
+
+static int list(struct store_parser *p, const uint8_t *buf, size_t len)
 {
 	size_t s, n;
 	int rc;
 
 	if (!p->in_list) {
-		rc = need(p, p->off + 8, len);
+		rc = list_count(p, buf, len);
 		if (rc <= 0)
 			return rc;
-		p->count = store_get_u64(buf + p->off);
-		if (p->count > p->lim.max_multi_keys) {
-			snprintf(p->err, sizeof(p->err),
-				 "%s of %" PRIu64 " keys over the limit %zu", store_op_name(p->op),
-				 p->count, p->lim.max_multi_keys);
-			return -EMSGSIZE;
-		}
-		p->off += 8;
-		p->list_off = p->off;
-		p->left = pairs ? 2 * p->count : p->count;
-		p->in_list = true;
+		p->left = p->count;
 	}
 	while (p->left > 0) {
-		/* In a pair list, odd counts left mean a value comes next. */
-		bool is_val = pairs && (p->left & 1);
-
-		rc = item(p, buf, len, is_val ? p->lim.max_value_len : p->lim.max_key_len,
-			  is_val ? "value" : "key", &s, &n);
+		rc = item(p, buf, len, p->lim.max_key_len, "key", &s, &n);
 		if (rc <= 0)
 			return rc;
 		p->left--;
 	}
 	p->in_list = false;
+	return 1;
+}
+
+/* The next piece of a MULTI_SET: its count (with the opcode) and first pair,
+ * or a further pair. 1 with *req filled; the parser then stays inside the
+ * message unless it was the last pair (req->more false). */
+static int pairs(struct store_parser *p, const uint8_t *buf, size_t len, struct store_req *req)
+{
+	size_t s, n;
+	int rc;
+
+	if (!p->in_list) {
+		rc = list_count(p, buf, len);
+		if (rc <= 0)
+			return rc;
+		p->left = 2 * p->count; /* items: a key, then its value */
+	}
+	while (p->left > 0) {
+		/* Odd counts left mean a value comes next. */
+		bool is_val = p->left & 1;
+
+		rc = item(p, buf, len, is_val ? p->lim.max_value_len : p->lim.max_key_len,
+			  is_val ? "value" : "key", &s, &n);
+		if (rc <= 0)
+			return rc;
+		if (--p->left % 2 == 0)
+			break; /* a whole pair */
+	}
+	memset(req, 0, sizeof(*req));
+	req->op = STORE_OP_MULTI_SET;
+	req->len = p->off;
+	req->count = p->count ? 1 : 0;
+	req->list = buf + p->list_off;
+	req->list_len = p->off - p->list_off;
+	req->more = p->left > 0;
+	if (req->more) {
+		/* The caller consumes this piece; the next starts at offset 0. */
+		p->off = 0;
+		p->list_off = 0;
+	} else {
+		reset_msg(p);
+	}
 	return 1;
 }
 
@@ -342,11 +396,12 @@ int store_parse(struct store_parser *p, const uint8_t *buf, size_t len, struct s
 				return rc;
 			break;
 		case F_KEYLIST:
-		case F_KVLIST:
-			rc = list(p, buf, len, shapes[p->op][p->field] == F_KVLIST);
+			rc = list(p, buf, len);
 			if (rc <= 0)
 				return rc;
 			break;
+		case F_KVLIST:
+			return pairs(p, buf, len, req);
 		default:
 			return -EPROTO;
 		}
@@ -517,6 +572,19 @@ long store_reply_len(enum store_reply_kind k, uint64_t n, const uint8_t *buf, si
 			off = (size_t)e;
 		}
 		/* n == 0: an empty reply is complete but has no bytes. */
+		return (long)off;
+	case STORE_REPLY_LIST:
+		if (len < 8)
+			return 0;
+		if ((int64_t)store_get_u64(buf) < 0)
+			return -EPROTO;
+		n = store_get_u64(buf);
+		for (i = 0, off = 8; i < n; i++) {
+			e = bytes_end(buf, len, off, max_value);
+			if (e <= 0)
+				return e;
+			off = (size_t)e;
+		}
 		return (long)off;
 	case STORE_REPLY_QPOP:
 		if (len < 8)

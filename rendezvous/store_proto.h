@@ -9,7 +9,8 @@
  *   2.x dialect: the first message is VALIDATE = 00 + u32 0x3C85F7CE; then
  *       SET=1 COMPARE_SET=2 GET=3 ADD=4 CHECK=5 WAIT=6 GETNUMKEYS=7
  *       DELETE_KEY=8 APPEND=9 MULTI_GET=10 MULTI_SET=11 CANCEL_WAIT=12
- *       PING=13 QUEUE_PUSH=14 QUEUE_POP=15 QUEUE_LEN=16.
+ *       PING=13 QUEUE_PUSH=14 QUEUE_POP=15 QUEUE_LEN=16 LIST_KEYS=17
+ *       BARRIER=18.
  *   The first bytes of a connection choose its dialect (store_parse does it).
  *
  * ddp extension (2.x dialect only, outside PyTorch's opcode range):
@@ -73,6 +74,8 @@ enum {
 	STORE_V2_QUEUE_PUSH = 14,
 	STORE_V2_QUEUE_POP = 15,
 	STORE_V2_QUEUE_LEN = 16,
+	STORE_V2_LIST_KEYS = 17,
+	STORE_V2_BARRIER = 18,
 	STORE_V2_ON_CLOSE_SET = 0x80, /* ddp extension, see above */
 };
 
@@ -107,6 +110,8 @@ enum store_op {
 	STORE_OP_QUEUE_LEN,
 	STORE_OP_WATCH_KEY,
 	STORE_OP_ON_CLOSE_SET,
+	STORE_OP_LIST_KEYS,
+	STORE_OP_BARRIER,
 	STORE_OP_COUNT_
 };
 
@@ -118,7 +123,10 @@ struct store_limits {
 	size_t max_key_len;    /* default 8 KiB */
 	size_t max_value_len;  /* default 8 MiB */
 	size_t max_multi_keys; /* default 128Ki */
-	size_t max_msg_len;    /* a whole message; default 32 MiB */
+	/* Bytes of one message held at once; default 64 MiB. A MULTI_SET is
+	 * parsed pair by pair (see store_parse), so only its largest pair
+	 * counts; every other message counts whole (in practice: key lists). */
+	size_t max_msg_len;
 };
 void store_limits_default(struct store_limits *l);
 
@@ -133,10 +141,11 @@ struct store_req {
 	size_t val_len;
 	const uint8_t *val2; /* COMPARE_SET desired */
 	size_t val2_len;
-	int64_t num;	     /* ADD delta, PING nonce, VALIDATE magic */
-	uint64_t count;	     /* CHECK/WAIT/MULTI_GET keys, MULTI_SET pairs */
+	int64_t num;	     /* ADD delta, PING nonce, VALIDATE magic, BARRIER world size */
+	uint64_t count;	     /* CHECK/WAIT/MULTI_GET keys, MULTI_SET pairs (of this piece) */
 	const uint8_t *list; /* the encoded items after the count (store_list_next) */
 	size_t list_len;
+	bool more; /* a MULTI_SET piece that is not the message's last */
 };
 
 struct store_parser {
@@ -163,7 +172,12 @@ void store_parser_init(struct store_parser *p, const struct store_limits *lim,
  * completes. Returns 1 with *req filled (req->len bytes used; the parser is
  * ready for the next message), 0 when more bytes are needed (at least p->need
  * in total), -EPROTO for an unknown opcode or bad handshake, -EMSGSIZE for a
- * length over a limit (reason in p->err). */
+ * length over a limit (reason in p->err).
+ *
+ * A MULTI_SET comes out in pieces of one pair each (req->count 1; 0 for an
+ * empty one), so that 20 values of 8 MiB need no 160 MiB buffer: after a
+ * piece with req->more set, the next call's buf starts after that piece's
+ * req->len bytes, as after a whole message. */
 int store_parse(struct store_parser *p, const uint8_t *buf, size_t len, struct store_req *req);
 
 /* Iterate the items of a parsed list: *pos starts at req->list; each call
@@ -213,12 +227,13 @@ static inline uint32_t store_get_u32(const uint8_t *p)
 /* Reply shapes, for clients reading replies incrementally. */
 enum store_reply_kind {
 	STORE_REPLY_NONE,    /* SET, APPEND, MULTI_SET, QUEUE_PUSH */
-	STORE_REPLY_U8,	     /* CHECK, WAIT, CANCEL_WAIT, ON_CLOSE_SET */
+	STORE_REPLY_U8,	     /* CHECK, WAIT, BARRIER, CANCEL_WAIT, ON_CLOSE_SET */
 	STORE_REPLY_U32,     /* PING */
 	STORE_REPLY_I64,     /* ADD, GETNUMKEYS, DELETE_KEY, QUEUE_LEN */
 	STORE_REPLY_BYTES,   /* GET, COMPARE_SET */
 	STORE_REPLY_BYTES_N, /* MULTI_GET: n values */
 	STORE_REPLY_QPOP,    /* QUEUE_POP: int64 count, then bytes if count > 0 */
+	STORE_REPLY_LIST,    /* LIST_KEYS: int64 n, then n strings */
 };
 
 /* Is a complete reply of this kind at buf[0..len)? Returns its length (> 0),

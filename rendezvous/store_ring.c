@@ -138,6 +138,11 @@ static void send_rest(struct store_conn *c)
 	c->out_inflight = c->snd.len - c->snd_off;
 	c->sending = true;
 	c->rops++;
+	/* The rest of a short send is queued from a completion, and that may be
+	 * reaped by the check phase's own submit, after its last pass: without
+	 * this the entry sat in the queue while poll blocked (nothing else was
+	 * coming for it) until some other event woke the loop. */
+	store_server_wake(c->s);
 }
 
 void store_ring_send(struct store_conn *c)

@@ -358,6 +358,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		free(s);
 		return rc;
 	}
+	store_kv_limit_value(s->kv, s->o.max_value_len);
 	uv_check_init(loop, &s->flush);
 	s->flush.data = s;
 	uv_check_start(&s->flush, store_server_flush);

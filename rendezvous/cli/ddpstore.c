@@ -27,7 +27,8 @@ static const char usage_text[] =
 	"       ddpstore [--addr HOST:PORT] [--prefix P] [--timeout S] [--connect-timeout S]\n"
 	"                COMMAND ARGS...\n"
 	"commands: set KEY VALUE | get KEY [--wait] | add KEY N | cas KEY EXPECTED DESIRED |\n"
-	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping\n"
+	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping |\n"
+	"          keys [PREFIX] | barrier KEY N\n"
 	"A VALUE of - is read from stdin. --addr defaults to $MASTER_ADDR:$MASTER_PORT.\n"
 	"Exit: 0 ok, 1 error, 2 usage, 3 not found, 4 timeout, 5 connection failed,\n"
 	"      6 cas mismatch. See ddpstore(1).\n";
@@ -181,7 +182,7 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 
 /* ---- client commands ---------------------------------------------------------- */
 
-static int exit_for(int err)
+int ddpstore_exit_for(int err)
 {
 	switch (err) {
 	case -ETIMEDOUT:
@@ -203,7 +204,7 @@ static int exit_for(int err)
 static int fail_op(const char *what, int err)
 {
 	ddpstore_err("%s: %s", what, store_strerror(err));
-	return exit_for(err);
+	return ddpstore_exit_for(err);
 }
 
 /* VALUE argument: "-" reads stdin (binary-safe). */
@@ -426,6 +427,14 @@ static const struct cmd cmds[] = {
 	{"ping", 0, 0, cmd_ping},
 };
 
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+/* Commands that live in files of their own (ddpstore_sync.c). */
+static const struct cmd more_cmds[] = {
+	{"keys", 0, 1, ddpstore_cmd_keys},
+	{"barrier", 2, 2, ddpstore_cmd_barrier},
+};
+
 static int run_client(const struct cmd *cmd, struct ddpstore_opts *o, char **args, int nargs)
 {
 	char host[256], addrbuf[300];
@@ -487,8 +496,8 @@ int main(int argc, char **argv)
 		free(pos);
 		return rc;
 	}
-	for (i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
-		const struct cmd *cmd = &cmds[i];
+	for (i = 0; i < NCMDS + sizeof(more_cmds) / sizeof(more_cmds[0]); i++) {
+		const struct cmd *cmd = i < NCMDS ? &cmds[i] : &more_cmds[i - NCMDS];
 		int n = npos - 1;
 
 		if (strcmp(pos[0], cmd->name) != 0)

@@ -32,6 +32,13 @@ struct ddpstore_opts {
 };
 
 int ddpstore_serve(const struct ddpstore_opts *o);
+/* The exit status for a client error (negative errno). */
+int ddpstore_exit_for(int err);
+
+/* ddpstore_sync.c: `keys [PREFIX]` and `barrier KEY N`. */
+struct store_client;
+int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
+int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

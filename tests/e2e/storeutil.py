@@ -22,6 +22,7 @@ MAGIC = 0x3C85F7CE
 V2 = dict(VALIDATE=0, SET=1, COMPARE_SET=2, GET=3, ADD=4, CHECK=5, WAIT=6,
           GETNUMKEYS=7, DELETE_KEY=8, APPEND=9, MULTI_GET=10, MULTI_SET=11,
           CANCEL_WAIT=12, PING=13, QUEUE_PUSH=14, QUEUE_POP=15, QUEUE_LEN=16,
+          LIST_KEYS=17, BARRIER=18,
           ON_CLOSE_SET=0x80)
 # 1.x opcodes
 V1 = dict(SET=0, COMPARE_SET=1, GET=2, ADD=3, CHECK=4, WAIT=5, GETNUMKEYS=6,
@@ -178,3 +179,18 @@ def cli(addr, *args, input=None, timeout=30, env=None, text=False):
         r.stdout = r.stdout.decode()
         r.stderr = r.stderr.decode()
     return r
+
+
+def vmhwm_kib(pid):
+    """Peak resident memory of pid (VmHWM), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def recv_list(c):
+    """LIST_KEYS' reply: i64 n, then n strings."""
+    (n,) = struct.unpack("<q", recv_exact(c, 8))
+    return [recv_bytes(c) for _ in range(n)]

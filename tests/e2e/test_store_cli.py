@@ -132,6 +132,10 @@ def test_prefix_namespaces_keys(srv):
     (["ping", "--timeout", "soon"], "bad value"),
     (["ping", "--port", "5"], "serve only"),
     (["set", "k", "v", "--wait"], "--wait"),
+    (["keys", "a", "b"], "wrong number"),
+    (["barrier", "k"], "wrong number"),
+    (["barrier", "k", "0"], "not a positive integer"),
+    (["barrier", "k", "two"], "not a positive integer"),
 ])
 def test_usage_errors_exit_2_with_one_line(srv, args, needle):
     r = cli(srv.addr, *args, text=True)
@@ -195,3 +199,50 @@ def test_serve_port_in_use_is_a_clear_error():
         assert "cannot listen" in r.stderr and r.stderr.count("\n") == 1
     finally:
         assert s.close() == 0
+
+
+def test_keys_lists_value_keys_one_per_line_sorted():
+    sv = Server()
+    try:
+        r = cli(sv.addr, "keys", text=True)
+        assert r.returncode == OK and r.stdout == ""
+        for k in ("job/b", "job/a", "other", "jobless"):
+            assert cli(sv.addr, "set", k, "v").returncode == OK
+        assert cli(sv.addr, "add", "job/count", "1").returncode == OK
+        r = cli(sv.addr, "keys", text=True)
+        assert r.returncode == OK
+        assert r.stdout == "job/a\njob/b\njob/count\njobless\nother\n"
+        # A PREFIX argument filters; --prefix is the PrefixStore view.
+        assert cli(sv.addr, "keys", "job/", text=True).stdout == "job/a\njob/b\njob/count\n"
+        assert cli(sv.addr, "--prefix", "job", "keys", text=True).stdout == "a\nb\ncount\n"
+        assert cli(sv.addr, "keys", "nothing-here", text=True).stdout == ""
+    finally:
+        assert sv.close() == 0
+
+
+def test_barrier_returns_when_n_have_arrived(srv):
+    first = [subprocess.Popen([DDPSTORE, "--addr", srv.addr, "barrier", "stage1", "3",
+                               "--timeout", "60"], stderr=subprocess.PIPE)
+             for _ in range(2)]
+    # Both arrivals are counted (the counter is a decimal value) and parked.
+    deadline = time.monotonic() + 30
+    while cli(srv.addr, "get", "stage1").stdout != b"2":
+        assert time.monotonic() < deadline, "the two arrivals were not counted"
+        time.sleep(0.05)
+    assert all(p.poll() is None for p in first)
+    assert cli(srv.addr, "barrier", "stage1", "3").returncode == OK
+    for p in first:
+        assert p.wait(timeout=30) == OK
+    assert cli(srv.addr, "get", "stage1").stdout == b"3"
+
+
+def test_barrier_timeout_says_how_many_arrived(srv):
+    r = cli(srv.addr, "barrier", "lonely", "4", "--timeout", "0.2", text=True)
+    assert r.returncode == TIMEOUT
+    assert r.stderr == "ddpstore: barrier: timed out with 1 of 4 arrived\n"
+
+
+def test_barrier_on_a_non_counter_fails(srv):
+    cli(srv.addr, "set", "word2", "abc")
+    r = cli(srv.addr, "barrier", "word2", "2", text=True)
+    assert r.returncode == CONN and "not an integer" in r.stderr

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from storeutil import (CONN, DDPSTORE, OK, V1, V2, VALIDATE, Server, cli, closed_by_peer, connect, i64,
-                       keys, recv_bytes, recv_exact, recv_i64, rss_kib, s)
+                       keys, recv_bytes, recv_exact, recv_i64, recv_list, rss_kib, s, vmhwm_kib)
 
 
 def _uring_usable():
@@ -481,3 +481,217 @@ def test_a_value_of_the_largest_size_round_trips(srv):
     assert closed_by_peer(c)
     c.close()
     assert cli(srv.addr, "ping").returncode == OK
+
+
+def _read_all(conns, want, timeout=60.0):
+    """Read every connection until it has its want[c] bytes (any pace: the
+    reader is slower than the server on purpose); bytes received each."""
+    sel = selectors.DefaultSelector()
+    got = {c: 0 for c in conns}
+    for c in conns:
+        c.setblocking(False)
+        sel.register(c, selectors.EVENT_READ)
+    left = set(conns)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        for k, _ in sel.select(0.5):
+            c = k.fileobj
+            d = c.recv(16384)
+            got[c] += len(d)
+            if not d or got[c] >= want[c]:
+                sel.unregister(c)
+                left.discard(c)
+    sel.close()
+    return got
+
+
+def test_big_replies_read_slowly_all_arrive(srv):
+    """Replies much larger than the socket buffers go out in many short
+    sends. With io_uring the SEND for the rest of a short send was queued
+    by the completion and, when that completion was reaped by the flush's
+    own submit, nothing submitted it: the connection stalled until some
+    other client woke the server. Pipelined 2.x GETs, one MULTI_GET and
+    pipelined 1.x GETs, several connections at once, a few rounds."""
+    big = os.urandom(1 << 16) * 128  # 8 MiB, the default value limit
+    c = connect(srv.port, timeout=60)
+    c.sendall(bytes([V2["SET"]]) + s("/slowbig") + s(big))
+    c.sendall(bytes([V2["PING"]]) + struct.pack("<I", 1))
+    assert recv_exact(c, 4) == struct.pack("<I", 1)
+    c.close()
+    reply = 4 * (8 + len(big))
+    for _ in range(3):
+        conns = [connect(srv.port) for _ in range(4)]
+        for x in conns:
+            x.sendall((bytes([V2["GET"]]) + s("/slowbig")) * 4)
+        m = connect(srv.port)
+        m.sendall(bytes([V2["MULTI_GET"]]) + keys(*["/slowbig"] * 4))
+        v1 = connect(srv.port, v2=False)
+        v1.sendall((bytes([V1["GET"]]) + s("/slowbig")) * 4)
+        conns += [m, v1]
+        got = _read_all(conns, {x: reply for x in conns})
+        assert list(got.values()) == [reply] * len(conns)
+        for x in conns:
+            x.close()
+
+
+def _parked(c, timeout=0.5):
+    """True if nothing arrives on c within timeout (the request is parked).
+    Only used where the opposite outcome is checked right after, so a slow
+    machine can only make it pass vacuously, never fail falsely."""
+    c.settimeout(timeout)
+    try:
+        c.recv(1)
+    except socket.timeout:
+        return True
+    return False
+
+
+def test_list_keys_lists_value_keys_not_queues():
+    sv = Server()
+    try:
+        c = connect(sv.port)
+        c.sendall(bytes([V2["LIST_KEYS"]]))
+        assert recv_list(c) == []
+        c.sendall(bytes([V2["SET"]]) + s("/a") + s("1"))
+        c.sendall(bytes([V2["ADD"]]) + s("/n") + i64(2))
+        assert recv_i64(c) == 2
+        c.sendall(bytes([V2["QUEUE_PUSH"]]) + s("/q") + s("item"))
+        c.sendall(bytes([V2["SET"]]) + s("/gone") + s("x"))
+        c.sendall(bytes([V2["DELETE_KEY"]]) + s("/gone"))
+        assert recv_i64(c) == 1
+        c.sendall(bytes([V2["LIST_KEYS"]]))
+        assert sorted(recv_list(c)) == [b"/a", b"/n"]
+        # The connection goes on (a reply, not a close).
+        c.sendall(bytes([V2["GETNUMKEYS"]]))
+        assert recv_i64(c) == 2
+        c.close()
+    finally:
+        assert sv.close() == 0
+
+
+def test_barrier_releases_every_caller_on_the_last_arrival(srv):
+    a, b, c = connect(srv.port), connect(srv.port), connect(srv.port)
+    a.sendall(bytes([V2["BARRIER"]]) + s("/bar") + i64(3))
+    b.sendall(bytes([V2["BARRIER"]]) + s("/bar") + i64(3))
+    # The counter is a decimal value, like ADD's: 2 arrivals so far.
+    c.sendall(bytes([V2["WAIT"]]) + keys("/bar"))
+    assert recv_exact(c, 1) == b"\x00"
+    for _ in range(100):
+        c.sendall(bytes([V2["GET"]]) + s("/bar"))
+        if recv_bytes(c) == b"2":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the two arrivals were not counted")
+    assert _parked(a) and _parked(b)
+    # Other writes of the key do not release it; only an arrival does.
+    c.sendall(bytes([V2["ADD"]]) + s("/bar") + i64(0))
+    assert recv_i64(c) == 2
+    assert _parked(a)
+    c.sendall(bytes([V2["BARRIER"]]) + s("/bar") + i64(3))
+    for x in (a, b, c):
+        x.settimeout(10)
+        assert recv_exact(x, 1) == b"\x00"  # STOP_WAITING
+    c.sendall(bytes([V2["GET"]]) + s("/bar"))
+    assert recv_bytes(c) == b"3"
+    # A counter already at the world size releases at once.
+    c.sendall(bytes([V2["BARRIER"]]) + s("/bar") + i64(2))
+    assert recv_exact(c, 1) == b"\x00"
+    for x in (a, b, c):
+        x.close()
+
+
+def test_barrier_timeout_cancels_and_the_connection_goes_on(srv):
+    """What the 2.x client does on a barrier timeout: CANCEL_WAIT, answered
+    WAIT_CANCELED; the late arrival of others then releases nobody there."""
+    a, b = connect(srv.port), connect(srv.port)
+    a.sendall(bytes([V2["BARRIER"]]) + s("/bt") + i64(2))
+    assert _parked(a)
+    a.sendall(bytes([V2["CANCEL_WAIT"]]))
+    assert recv_exact(a, 1) == b"\x01"
+    b.sendall(bytes([V2["BARRIER"]]) + s("/bt") + i64(2))
+    assert recv_exact(b, 1) == b"\x00"
+    a.sendall(bytes([V2["PING"]]) + struct.pack("<I", 4))
+    assert recv_exact(a, 4) == struct.pack("<I", 4)  # no stray STOP_WAITING
+    a.close()
+    b.close()
+
+
+def test_barrier_on_a_value_that_is_not_a_counter_closes_only_that_connection(srv):
+    c = connect(srv.port)
+    c.sendall(bytes([V2["SET"]]) + s("/notnum") + s("abc"))
+    c.sendall(bytes([V2["BARRIER"]]) + s("/notnum") + i64(2))
+    assert closed_by_peer(c)
+    c.close()
+    assert cli(srv.addr, "ping").returncode == OK
+
+
+def test_multi_get_reply_over_the_buffer_limit_closes_that_connection():
+    """300 x an 8 MiB key in a 2.5 KB request asked the server for 2.4 GB.
+    Now the reply is refused: that connection is closed with one log line,
+    the server's memory stays far below the attack, others are served."""
+    sv = Server()
+    try:
+        big = os.urandom(1 << 16) * 128
+        c = connect(sv.port, timeout=60)
+        c.sendall(bytes([V2["SET"]]) + s("/huge") + s(big))
+        other = connect(sv.port)
+        c.sendall(bytes([V2["MULTI_GET"]]) + keys(*["/huge"] * 300))
+        assert closed_by_peer(c, timeout=60)
+        c.close()
+        other.sendall(bytes([V2["GET"]]) + s("/huge"))
+        other.settimeout(60)
+        assert recv_bytes(other) == big
+        assert vmhwm_kib(sv.proc.pid) < 512 * 1024  # the attack: 2.4 GB
+        lines = [ln for ln in sv.log().splitlines() if "closing connection" in ln]
+        assert len(lines) == 1 and "MULTI_GET reply of 2516584800 bytes over" in lines[0]
+        # Within the limit it is served: 4 x 8 MiB.
+        other.sendall(bytes([V2["MULTI_GET"]]) + keys(*["/huge"] * 4))
+        for _ in range(4):
+            assert recv_bytes(other) == big
+        other.close()
+    finally:
+        assert sv.close() == 0
+
+
+def test_append_cannot_grow_a_value_past_the_value_limit():
+    sv = Server("--max-value-len", "1000")
+    try:
+        c = connect(sv.port)
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"x" * 600))
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"y" * 400))  # exactly 1000
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"z"))  # 1001: refused
+        assert closed_by_peer(c)
+        c.close()
+        assert sv.wait_log("APPEND would grow the value past the limit 1000")
+        d = connect(sv.port)
+        d.sendall(bytes([V2["GET"]]) + s("/ap"))
+        assert recv_bytes(d) == b"x" * 600 + b"y" * 400
+        d.close()
+    finally:
+        assert sv.close() == 0
+
+
+def test_multi_set_larger_than_the_buffer_limit_is_streamed():
+    """20 x 8 MiB in one MULTI_SET is legal upstream (only the fields are
+    limited). It used to close at a 32 MiB whole-message cap; it is now
+    parsed pair by pair. Proof that it is never held whole: a buffer limit
+    of 9 MiB (one pair fits, the 160 MiB message could not) accepts it."""
+    sv = Server("--max-conn-buffer", str(9 << 20))
+    try:
+        vals = [bytes([i]) * (8 << 20) for i in range(20)]
+        c = connect(sv.port, timeout=120)
+        msg = [bytes([V2["MULTI_SET"]]) + i64(20)]
+        for i, v in enumerate(vals):
+            msg.append(s(f"/ms{i}") + s(v))
+        for part in msg:
+            c.sendall(part)
+        for i in (0, 7, 19):
+            c.sendall(bytes([V2["GET"]]) + s(f"/ms{i}"))
+            assert recv_bytes(c) == vals[i]
+        c.sendall(bytes([V2["GETNUMKEYS"]]))
+        assert recv_i64(c) == 20
+        c.close()
+        assert "closing connection" not in sv.log()
+    finally:
+        assert sv.close() == 0

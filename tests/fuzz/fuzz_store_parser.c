@@ -100,6 +100,20 @@ static void apply(struct store_kv *kv, struct owner *o, const struct store_req *
 		if (store_kv_queue_pop(kv, r->key, r->key_len, &n, &v, &len) == 0 && n > 0)
 			free(v);
 		break;
+	case STORE_OP_BARRIER:
+		if (o->n < MAX_WAITERS &&
+		    store_kv_barrier(kv, r->key, r->key_len, r->num, o, &n, &w) == 0)
+			o->w[o->n++] = w;
+		break;
+	case STORE_OP_LIST_KEYS: {
+		struct store_buf b;
+
+		store_buf_init(&b);
+		if (store_kv_list_keys(kv, &b, 1 << 20, &len) == 0)
+			CHECK(b.len == len);
+		store_buf_free(&b);
+		break;
+	}
 	case STORE_OP_WATCH_KEY:
 		if (o->nwatch < MAX_WAITERS && store_kv_watch(kv, r->key, r->key_len, o, &wt) == 0)
 			o->watch[o->nwatch++] = wt;
@@ -132,6 +146,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size--;
 	if (store_kv_new(&ev, &kv) < 0)
 		return 0;
+	store_kv_limit_value(kv, lim.max_value_len);
 	store_parser_init(&p, &lim, STORE_DIALECT_NONE);
 	while (fed < size && rc >= 0) {
 		struct store_req r;

@@ -545,11 +545,66 @@ static void test_stop_waiting_racing_with_cancel_counts_as_success(void **state)
 	uv_run(&e->loop, UV_RUN_NOWAIT);
 }
 
+/* LIST_KEYS' keys, sorted (the server gives no order), joined by commas. */
+static int cmp_keys(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+static void list_cb(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	char *k[8] = {NULL}, line[256] = "";
+	size_t i;
+
+	assert_true(n <= 8);
+	for (i = 0; i < n; i++)
+		k[i] = strndup(vals[i], lens[i]);
+	qsort(k, n, sizeof(k[0]), cmp_keys);
+	for (i = 0; i < n; i++) {
+		strncat(line, i ? "," : "", sizeof(line) - strlen(line) - 1);
+		strncat(line, k[i], sizeof(line) - strlen(line) - 1);
+		free(k[i]);
+	}
+	ev("%s %d %zu [%s]", (const char *)arg, status, n, line);
+}
+
+static void test_barrier_and_list_keys(void **state)
+{
+	struct store_async *a, *b;
+	struct env *e = *state;
+
+	a = connect_ok(e);
+	b = connect_ok(e);
+	/* a parks (and holds its ping); b's arrival releases both. */
+	assert_int_equal(store_async_barrier(a, "bar", 2, 0, done_cb, "bar-a"), 0);
+	assert_int_equal(store_async_ping(a, done_cb, "ping-a"), 0);
+	assert_int_equal(store_async_barrier(b, "bar", 2, 0, done_cb, "bar-b"), 0);
+	run_until(e, 5);
+	assert_true(index_of("bar-a 0") >= 0 && index_of("bar-b 0") >= 0);
+	assert_true(index_of("ping-a 0") > index_of("bar-a 0"));
+	/* Alone: cancelled at the timeout, the handle goes on. */
+	assert_int_equal(store_async_barrier(a, "pair", 2, 50, done_cb, "bar-alone"), 0);
+	assert_int_equal(store_async_set_prefix(b, "job"), 0);
+	assert_int_equal(store_async_set(b, "x", "1", 1, done_cb, "set-x"), 0);
+	assert_int_equal(store_async_ping(b, done_cb, "ping-b"), 0);
+	run_until(e, 8);
+	assert_true(index_of("bar-alone -110") >= 0); /* -ETIMEDOUT */
+	assert_int_equal(store_async_list_keys(a, list_cb, "list-a"), 0);
+	assert_int_equal(store_async_list_keys(b, list_cb, "list-b"), 0);
+	run_until(e, 10);
+	/* The counters are keys; under a prefix only its keys, without it. */
+	assert_true(index_of("list-a 0 3 [bar,job/x,pair]") >= 0);
+	assert_true(index_of("list-b 0 1 [x]") >= 0);
+	close_and_wait(e, a, "a");
+	close_and_wait(e, b, "b");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_operations_complete_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_get_does_not_wait, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_and_list_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_answered_and_holds_later_ops, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_wait_timeout_cancels_and_stays_usable, setup,

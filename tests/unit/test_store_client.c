@@ -259,6 +259,86 @@ static void test_on_close_set(void **state)
 	store_client_close(peer);
 }
 
+struct arrival {
+	void **state;
+	int rc;
+};
+
+static void *arrive(void *arg)
+{
+	struct arrival *a = arg;
+	struct store_client *c = conn(a->state, 10000);
+
+	a->rc = store_barrier(c, "bar", 3, 0);
+	store_client_close(c);
+	return NULL;
+}
+
+static void test_barrier_releases_all_and_times_out_usable(void **state)
+{
+	struct store_client *c = conn(state, 10000);
+	struct arrival a[2] = {{state, 1}, {state, 1}};
+	pthread_t t[2];
+	void *v;
+	size_t len;
+	int i;
+
+	for (i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, arrive, &a[i]);
+	/* The third arrival releases them all, wherever it comes in order. */
+	assert_int_equal(store_barrier(c, "bar", 3, 0), 0);
+	for (i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(a[i].rc, 0);
+	}
+	GOT(store_get(c, "bar", &v, &len), v, len, "3");
+	assert_int_equal(store_barrier(c, "solo", 1, 0), 0);
+	/* Alone in a barrier of 2: cancelled at the timeout, client usable. */
+	assert_int_equal(store_barrier(c, "pair", 2, 50), -ETIMEDOUT);
+	assert_int_equal(store_ping(c), 0);
+	GOT(store_get(c, "pair", &v, &len), v, len, "1");
+	store_client_close(c);
+}
+
+static int has_key(char **keys, size_t n, const char *k)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(keys[i], k) == 0)
+			return 1;
+	return 0;
+}
+
+static void test_list_keys_in_the_clients_key_space(void **state)
+{
+	struct store_client *c = conn(state, 5000), *p = conn(state, 5000);
+	char **keys;
+	size_t n;
+
+	assert_int_equal(store_list_keys(c, &keys, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(keys);
+	assert_int_equal(store_set(c, "a", "1", 1), 0);
+	assert_int_equal(store_set(c, "dir/b", "2", 1), 0);
+	assert_int_equal(store_queue_push(c, "q", "x", 1), 0);
+	assert_int_equal(store_client_set_prefix(p, "job"), 0);
+	assert_int_equal(store_set(p, "x", "3", 1), 0);
+	assert_int_equal(store_ping(p), 0); /* SET has no reply: applied by now */
+	assert_int_equal(store_list_keys(c, &keys, &n), 0);
+	assert_int_equal(n, 3); /* a, dir/b, job/x; the queue is not a key */
+	assert_true(has_key(keys, n, "a") && has_key(keys, n, "dir/b") &&
+		    has_key(keys, n, "job/x"));
+	store_keys_free(keys, n);
+	/* Under a prefix: only its keys, without it (PrefixStore's view). */
+	assert_int_equal(store_list_keys(p, &keys, &n), 0);
+	assert_int_equal(n, 1);
+	assert_string_equal(keys[0], "x");
+	store_keys_free(keys, n);
+	store_client_close(c);
+	store_client_close(p);
+}
+
 static void test_argument_errors(void **state)
 {
 	struct store_client *c = conn(state, 5000);
@@ -306,6 +386,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_prefix_and_shared_key_layout, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_on_close_set, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_releases_all_and_times_out_usable,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_keys_in_the_clients_key_space, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_waits_for_a_late_server, setup,
 						teardown),

@@ -343,6 +343,103 @@ static void test_many_keys_grow_table(void **state)
 	}
 }
 
+static void test_append_stops_at_the_value_limit(void **state)
+{
+	struct store_kv *kv = KV(state);
+
+	store_kv_limit_value(kv, 4);
+	assert_int_equal(store_kv_append(kv, K("l"), K("ab")), 0);
+	assert_int_equal(store_kv_append(kv, K("l"), K("cd")), 0);
+	assert_int_equal(store_kv_append(kv, K("l"), K("e")), -EFBIG);
+	assert_value(kv, "l", "abcd");
+}
+
+static void test_barrier_counts_parks_and_releases_all(void **state)
+{
+	struct store_kv *kv = KV(state);
+	struct events *ev = EV(state);
+	struct store_waiter *w1, *w2, *w3, *ww;
+	struct store_buf b;
+	const char *k = "bar";
+	int o1, o2, o3;
+	int64_t n;
+
+	store_buf_init(&b);
+	/* A WAIT on the key is woken by the first arrival (it creates it). */
+	assert_int_equal(store_kv_wait(kv, keylist(&b, &k, 1), 1, &o3, &ww), 0);
+	assert_int_equal(store_kv_barrier(kv, K("bar"), 3, &o1, &n, &w1), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(ev->woken, 1);
+	assert_value(kv, "bar", "1");
+	/* A caller with another world size parks on the same key. */
+	assert_int_equal(store_kv_barrier(kv, K("bar"), 4, &o2, &n, &w2), 0);
+	/* Other writes of the key release nobody. */
+	assert_int_equal(store_kv_add(kv, K("bar"), 0, &n), 0);
+	assert_int_equal(ev->woken, 1);
+	assert_int_equal(store_kv_barrier(kv, K("bar"), 3, &o3, &n, &w3), 1);
+	assert_int_equal(n, 3);
+	assert_int_equal(ev->woken, 3); /* both parked callers */
+	assert_value(kv, "bar", "3");
+	/* At or past the world size: released at once. */
+	assert_int_equal(store_kv_barrier(kv, K("bar"), 2, &o3, &n, &w3), 1);
+	assert_int_equal(store_kv_barrier(kv, K("w0"), 0, &o3, &n, &w3), 1);
+	/* A canceled caller is never released; the key stays a counter. */
+	assert_int_equal(store_kv_barrier(kv, K("c"), 2, &o1, &n, &w1), 0);
+	store_kv_waiter_cancel(kv, w1);
+	assert_int_equal(store_kv_barrier(kv, K("c"), 2, &o2, &n, &w2), 1);
+	assert_int_equal(ev->woken, 3);
+	/* ADD's errors. */
+	store_kv_set(kv, K("txt"), K("abc"));
+	assert_int_equal(store_kv_barrier(kv, K("txt"), 2, &o1, &n, &w1), -EINVAL);
+	store_kv_set(kv, K("max"), K("9223372036854775807"));
+	assert_int_equal(store_kv_barrier(kv, K("max"), 2, &o1, &n, &w1), -ERANGE);
+	/* Parked at free time: freed with the table (the teardown). */
+	assert_int_equal(store_kv_barrier(kv, K("left"), 2, &o1, &n, &w1), 0);
+	store_buf_free(&b);
+}
+
+static void test_list_keys_value_keys_only(void **state)
+{
+	struct store_kv *kv = KV(state);
+	struct store_waiter *w;
+	struct store_buf b, l;
+	const char *k = "waited";
+	const uint8_t *pos, *it;
+	size_t il, bytes, seen = 0;
+	int owner, i;
+
+	store_buf_init(&b);
+	store_buf_init(&l);
+	assert_int_equal(store_kv_list_keys(kv, &l, 1024, &bytes), 0);
+	assert_int_equal(l.len, 8);
+	assert_int_equal((int64_t)store_get_u64(l.p), 0);
+	store_kv_set(kv, K("a"), K("1"));
+	store_kv_set(kv, K("bb"), K(""));
+	store_kv_queue_push(kv, K("q"), K("x"));
+	assert_int_equal(store_kv_wait(kv, keylist(&b, &k, 1), 1, &owner, &w), 0);
+	store_kv_set(kv, K("del"), K("x"));
+	store_kv_delete(kv, K("del"));
+	l.len = 0;
+	assert_int_equal(store_kv_list_keys(kv, &l, 1024, &bytes), 0);
+	assert_int_equal(bytes, 8 + 9 + 10);
+	assert_int_equal(l.len, bytes);
+	assert_int_equal((int64_t)store_get_u64(l.p), 2);
+	pos = l.p + 8;
+	for (i = 0; i < 2; i++) {
+		store_list_next(&pos, &it, &il);
+		seen |= il == 1 && it[0] == 'a' ? 1 : il == 2 && memcmp(it, "bb", 2) == 0 ? 2 : 4;
+	}
+	assert_int_equal(seen, 3);
+	/* Over the bound: refused, nothing written. */
+	l.len = 0;
+	assert_int_equal(store_kv_list_keys(kv, &l, 26, &bytes), -E2BIG);
+	assert_int_equal(bytes, 27);
+	assert_int_equal(l.len, 0);
+	store_kv_waiter_cancel(kv, w);
+	store_buf_free(&b);
+	store_buf_free(&l);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -358,6 +455,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_queue_fifo_and_wakes_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_keys_grow_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_append_stops_at_the_value_limit, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_barrier_counts_parks_and_releases_all, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_list_keys_value_keys_only, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

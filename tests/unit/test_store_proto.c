@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "store_proto.h"
@@ -46,6 +47,8 @@ static const struct sample samples[] = {
 	{STORE_OP_QUEUE_LEN, "/q", NULL, NULL, 0, {NULL}, 0},
 	{STORE_OP_ON_CLOSE_SET, "/job/failed", "agent 3", NULL, 0, {NULL}, 0},
 	{STORE_OP_ON_CLOSE_SET, "", "", NULL, 0, {NULL}, 0}, /* clear */
+	{STORE_OP_LIST_KEYS, NULL, NULL, NULL, 0, {NULL}, 0},
+	{STORE_OP_BARRIER, "/bar", NULL, NULL, 8, {NULL}, 0},
 };
 
 static void put_str(struct store_buf *b, const char *s)
@@ -75,6 +78,7 @@ static bool encode(struct store_buf *b, enum store_dialect d, const struct sampl
 		put_str(b, s->val2);
 		break;
 	case STORE_OP_ADD:
+	case STORE_OP_BARRIER:
 		put_str(b, s->key);
 		store_put_i64(b, s->num);
 		break;
@@ -95,6 +99,7 @@ static bool encode(struct store_buf *b, enum store_dialect d, const struct sampl
 		break;
 	case STORE_OP_NUMKEYS:
 	case STORE_OP_CANCEL_WAIT:
+	case STORE_OP_LIST_KEYS:
 		break;
 	default:
 		put_str(b, s->key);
@@ -124,7 +129,7 @@ static void check_req(const struct sample *s, const struct store_req *r, size_t 
 		assert_field(r->val, r->val_len, s->val);
 	if (s->val2)
 		assert_field(r->val2, r->val2_len, s->val2);
-	if (s->op == STORE_OP_ADD || s->op == STORE_OP_PING)
+	if (s->op == STORE_OP_ADD || s->op == STORE_OP_PING || s->op == STORE_OP_BARRIER)
 		assert_true(r->num == s->num || (uint32_t)r->num == (uint32_t)s->num);
 	assert_int_equal(r->count, s->count);
 	pos = r->list;
@@ -259,8 +264,8 @@ static void test_dialect_chosen_by_first_bytes(void **state)
 
 static void test_unknown_opcodes_rejected(void **state)
 {
-	static const uint8_t v1_bad[] = {9, 0x7f, 0x80, 0xff};
-	static const uint8_t v2_bad[] = {17, 18, 0x7f, 0x81, 0xff};
+	static const uint8_t v1_bad[] = {9, 17, 18, 0x7f, 0x80, 0xff};
+	static const uint8_t v2_bad[] = {19, 0x7f, 0x81, 0xff};
 	struct store_parser p;
 	struct store_req r;
 	size_t i;
@@ -328,20 +333,89 @@ static void test_oversize_lengths_rejected(void **state)
 	store_parser_init(&p, &lim, STORE_DIALECT_V2);
 	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
 
-	/* Items each within limits but a whole message over max_msg_len. */
+	/* A key list held whole over max_msg_len (5 x 16-byte keys). */
+	lim.max_multi_keys = 8;
+	lim.max_msg_len = 100;
 	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_WAIT);
+	store_put_u64(&b, 5);
+	for (i = 0; i < 5; i++)
+		put_str(&b, "0123456789abcdef");
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
+	assert_non_null(strstr(p.err, "buffer limit"));
+	store_buf_free(&b);
+}
+
+/* A MULTI_SET larger than max_msg_len is legal (upstream limits only its
+ * fields): it comes out pair by pair, each piece within the limit, from a
+ * buffer that holds only the current piece, fed a byte at a time. */
+static void test_multi_set_comes_out_pair_by_pair(void **state)
+{
+	struct store_limits lim = {
+		.max_key_len = 16, .max_value_len = 64, .max_multi_keys = 8, .max_msg_len = 100};
+	struct store_parser p;
+	struct store_req r;
+	struct store_buf b;
+	uint8_t win[128];
+	size_t have = 0, fed = 0;
+	int i, pieces = 0, rc;
+	char key[16], val[65];
+
+	store_buf_init(&b);
 	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_MULTI_SET);
 	store_put_u64(&b, 4);
 	for (i = 0; i < 4; i++) {
-		put_str(&b, "k");
-		store_put_u64(&b, 64);
-		store_buf_reserve(&b, 64);
-		memset(b.p + b.len, 'v', 64);
-		b.len += 64;
+		snprintf(key, sizeof(key), "/k%d", i);
+		memset(val, 'a' + i, 64);
+		val[64] = 0;
+		put_str(&b, key);
+		put_str(&b, val);
 	}
+	assert_true(b.len > 3 * lim.max_msg_len); /* once refused whole */
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_PING);
+	store_put_u32(&b, 7);
 	store_parser_init(&p, &lim, STORE_DIALECT_V2);
-	assert_int_equal(store_parse(&p, b.p, b.len, &r), -EMSGSIZE);
-	assert_non_null(strstr(p.err, "limit"));
+	while (fed < b.len) {
+		win[have++] = b.p[fed++];
+		assert_true(have <= sizeof(win));
+		while ((rc = store_parse(&p, win, have, &r)) == 1) {
+			const uint8_t *pos = r.list, *it;
+			size_t il;
+
+			if (r.op == STORE_OP_PING) {
+				assert_int_equal(pieces, 4);
+				assert_int_equal((uint32_t)r.num, 7);
+			} else {
+				assert_int_equal(r.op, STORE_OP_MULTI_SET);
+				assert_int_equal(r.count, 1);
+				assert_int_equal(r.more, pieces < 3);
+				snprintf(key, sizeof(key), "/k%d", pieces);
+				memset(val, 'a' + pieces, 64);
+				store_list_next(&pos, &it, &il);
+				assert_field(it, il, key);
+				store_list_next(&pos, &it, &il);
+				assert_field(it, il, val);
+				assert_ptr_equal(pos, r.list + r.list_len);
+				pieces++;
+			}
+			memmove(win, win + r.len, have - r.len);
+			have -= r.len;
+		}
+		assert_int_equal(rc, 0);
+	}
+	assert_int_equal(have, 0);
+	assert_int_equal(pieces, 4);
+
+	/* An empty MULTI_SET is one piece with no pair. */
+	b.len = 0;
+	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_MULTI_SET);
+	store_put_u64(&b, 0);
+	store_parser_init(&p, &lim, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, b.p, b.len, &r), 1);
+	assert_int_equal(r.count, 0);
+	assert_false(r.more);
+	assert_int_equal(r.len, 9);
 	store_buf_free(&b);
 }
 
@@ -419,6 +493,22 @@ static void test_reply_lengths(void **state)
 	put_str(&b, "item");
 	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, 8, 10), 0);
 	assert_int_equal(store_reply_len(STORE_REPLY_QPOP, 0, b.p, b.len, 10), 20);
+
+	/* LIST_KEYS: i64 n, then n strings (n from the reply itself). */
+	b.len = 0;
+	store_put_i64(&b, 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), 8);
+	b.len = 0;
+	store_put_i64(&b, 2);
+	put_str(&b, "/a");
+	put_str(&b, "/bc");
+	for (cut = 0; cut < b.len; cut++)
+		assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, cut, 10), 0);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), (long)b.len);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 2), -EPROTO);
+	b.len = 0;
+	store_put_i64(&b, -1);
+	assert_int_equal(store_reply_len(STORE_REPLY_LIST, 0, b.p, b.len, 10), -EPROTO);
 	store_buf_free(&b);
 }
 
@@ -436,6 +526,26 @@ static void test_captured_torch_bytes(void **state)
 	assert_int_equal(r.op, STORE_OP_SET);
 	assert_field(r.key, r.key_len, "/k1");
 	assert_field(r.val, r.val_len, "v1");
+
+	/* list_keys() and barrier("solo", 1) from Debian's torch 2.14 client
+	 * (after its VALIDATE and PING), and its CANCEL_WAIT on a timeout. */
+	static const uint8_t v2[] = {0x11, 0x12, 5,    0, 0, 0, 0, 0, 0, 0, 0x2f, 0x73,
+				     0x6f, 0x6c, 0x6f, 1, 0, 0, 0, 0, 0, 0, 0,	  0x0c};
+	size_t off = 0;
+
+	parser_for(&p, STORE_DIALECT_V2);
+	assert_int_equal(store_parse(&p, v2, sizeof(v2), &r), 1);
+	assert_int_equal(r.op, STORE_OP_LIST_KEYS);
+	assert_int_equal(r.len, 1);
+	off += r.len;
+	assert_int_equal(store_parse(&p, v2 + off, sizeof(v2) - off, &r), 1);
+	assert_int_equal(r.op, STORE_OP_BARRIER);
+	assert_field(r.key, r.key_len, "/solo");
+	assert_int_equal(r.num, 1);
+	off += r.len;
+	assert_int_equal(store_parse(&p, v2 + off, sizeof(v2) - off, &r), 1);
+	assert_int_equal(r.op, STORE_OP_CANCEL_WAIT);
+	assert_int_equal(off + r.len, sizeof(v2));
 }
 
 int main(void)
@@ -447,6 +557,7 @@ int main(void)
 		cmocka_unit_test(test_dialect_chosen_by_first_bytes),
 		cmocka_unit_test(test_unknown_opcodes_rejected),
 		cmocka_unit_test(test_oversize_lengths_rejected),
+		cmocka_unit_test(test_multi_set_comes_out_pair_by_pair),
 		cmocka_unit_test(test_garbage_never_crashes),
 		cmocka_unit_test(test_reply_lengths),
 		cmocka_unit_test(test_captured_torch_bytes),

@@ -1,0 +1,82 @@
+/* ddpstore_sync: the commands for PyTorch 2.x's newest store operations --
+ * `keys [PREFIX]` (LIST_KEYS) and `barrier KEY N` (BARRIER); see ddpstore(1). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddpstore.h"
+#include "store_client.h"
+#include "util.h"
+
+static int cmp_keys(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	const char *want = n > 0 ? a[0] : "";
+	size_t i, nk, wl = strlen(want);
+	char **keys;
+	int rc = store_list_keys(c, &keys, &nk);
+
+	(void)o;
+	if (rc < 0) {
+		ddpstore_err("keys: %s", store_strerror(rc));
+		return ddpstore_exit_for(rc);
+	}
+	/* Sorted, so that scripts and diffs see the same order every time. */
+	if (nk > 1)
+		qsort(keys, nk, sizeof(keys[0]), cmp_keys);
+	rc = EXIT_OK;
+	for (i = 0; i < nk; i++)
+		if (strncmp(keys[i], want, wl) == 0 && printf("%s\n", keys[i]) < 0)
+			rc = EXIT_ERROR;
+	if (fflush(stdout) != 0 || rc != EXIT_OK) {
+		ddpstore_err("cannot write to stdout: %s", strerror(errno));
+		rc = EXIT_ERROR;
+	}
+	store_keys_free(keys, nk);
+	return rc;
+}
+
+int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
+{
+	int64_t world;
+	void *v;
+	size_t len;
+	int rc;
+
+	(void)o;
+	(void)n;
+	if (util_parse_i64(a[1], 1, INT64_MAX, &world) < 0) {
+		ddpstore_err("barrier: '%s' is not a positive integer (see ddpstore --help)", a[1]);
+		return EXIT_USAGE;
+	}
+	rc = store_barrier(c, a[0], world, 0);
+	if (rc == -ETIMEDOUT) {
+		/* The cancel leaves the client usable: say how far it got. */
+		if (store_try_get(c, a[0], &v, &len) == 0) {
+			ddpstore_err("barrier: timed out with %s of %" PRId64 " arrived",
+				     (const char *)v, world);
+			free(v);
+		} else {
+			ddpstore_err("barrier: timed out");
+		}
+		return EXIT_TIMEOUT;
+	}
+	if (rc == -ECONNRESET) {
+		/* The server drops a connection whose counter is not a number. */
+		ddpstore_err("barrier: the server closed the connection (is the value of '%s' not "
+			     "an integer?)",
+			     a[0]);
+		return EXIT_CONN;
+	}
+	if (rc < 0) {
+		ddpstore_err("barrier: %s", store_strerror(rc));
+		return ddpstore_exit_for(rc);
+	}
+	return EXIT_OK;
+}
