@@ -101,6 +101,8 @@ int output_lines(struct output_buf *pending, const char *prefix, size_t prefix_l
 
 static void consume(struct output_stream *s, const char *data, size_t n, bool final)
 {
+	if (n > 0) /* for the hang monitor (hang.c): output is progress */
+		s->last_output_ms = uv_now(s->pipe.loop);
 	if (s->file_fd >= 0 && n > 0 && util_write_all(s->file_fd, data, n) != 0) {
 		close(s->file_fd); /* disk full or similar: keep the console going */
 		s->file_fd = -1;

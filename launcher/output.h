@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #define OUTPUT_MAX_LINE (1u << 20)
@@ -42,6 +43,7 @@ struct output_stream {
 	void (*closed_cb)(struct output_stream *s);
 	void *data;		    /* caller's */
 	struct output_stream *next; /* the list of open streams */
+	uint64_t last_output_ms;    /* uv_now() when bytes last came; 0: never */
 };
 
 /* Start pumping fd (a pipe's read end; the stream owns it and file_fd from

@@ -1,0 +1,434 @@
+/* hang_dump: the per-rank dump and the verdict of a hang (see hang.h). */
+#include "hang.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "proc_info.h"
+#include "prog.h"
+#define DDP_PROGRESS_LAUNCHER
+#include "progress.h"
+
+extern char **environ;
+
+/* A stack tool gets this long per process, and this much output is kept. */
+#define STACK_TIMEOUT_MS 15000
+#define STACK_MAX_BYTES	 (64 * 1024)
+
+/* ---- text helpers ---------------------------------------------------------------- */
+
+struct text {
+	char *p;
+	size_t len, cap;
+};
+
+static void add(struct text *t, const char *s, size_t n)
+{
+	if (t->len + n + 1 > t->cap) {
+		size_t cap = t->cap ? t->cap : 1024;
+		char *p;
+
+		while (cap < t->len + n + 1)
+			cap *= 2;
+		p = realloc(t->p, cap);
+		if (p == NULL)
+			return; /* out of memory: the dump is shorter */
+		t->p = p;
+		t->cap = cap;
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+	t->p[t->len] = '\0';
+}
+
+static void addf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void addf(struct text *t, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 1)
+		n = (int)sizeof(buf) - 1;
+	if (n > 0)
+		add(t, buf, (size_t)n);
+}
+
+void hang_rank_list(const int *r, size_t n, char *buf, size_t len)
+{
+	size_t i = 0, k = 0;
+
+	buf[0] = '\0';
+	while (i < n && k < len) {
+		size_t j = i;
+
+		while (j + 1 < n && r[j + 1] == r[j] + 1)
+			j++;
+		if (j > i)
+			k += (size_t)snprintf(buf + k, len - k, "%s%d-%d", k ? "," : "", r[i],
+					      r[j]);
+		else
+			k += (size_t)snprintf(buf + k, len - k, "%s%d", k ? "," : "", r[i]);
+		i = j + 1;
+	}
+}
+
+/* ---- the verdict ----------------------------------------------------------------- */
+
+static int cmp_int(const void *x, const void *y)
+{
+	int a = *(const int *)x, b = *(const int *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* "in all_reduce #42" or "in no collective (last completed #41)". */
+static void where_text(const struct hang_where *w, char *buf, size_t len)
+{
+	if (w->in)
+		snprintf(buf, len, "%s #%llu", ddpi_progress_op_name(w->op),
+			 (unsigned long long)w->entered);
+	else if (w->completed > 0)
+		snprintf(buf, len, "no collective (last completed #%llu)",
+			 (unsigned long long)w->completed);
+	else
+		snprintf(buf, len, "no collective (none completed yet)");
+}
+
+static bool same_place(const struct hang_where *a, const struct hang_where *b)
+{
+	return a->in == b->in &&
+	       (a->in ? a->entered == b->entered && a->op == b->op : a->completed == b->completed);
+}
+
+/* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". */
+static void group_line(struct text *t, const char *indent, const int *ranks, size_t n,
+		       const struct hang_where *w, bool waiters)
+{
+	char list[512], where[128];
+
+	hang_rank_list(ranks, n, list, sizeof(list));
+	where_text(w, where, sizeof(where));
+	addf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
+	     w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"), where);
+	(void)waiters;
+}
+
+void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
+		  int *culprits)
+{
+	struct text t = {0};
+	int *ranks = malloc((n + 1) * sizeof(int));
+	bool *done = calloc(n + 1, sizeof(bool));
+	uint64_t top = 0;
+	size_t i, j, k, nlib = 0, nother = 0;
+	const struct hang_where *lead = NULL;
+
+	*culprits = 0;
+	buf[0] = '\0';
+	if (ranks == NULL || done == NULL)
+		goto out;
+	/* The waiters: the ranks inside the furthest collective. */
+	for (i = 0; i < n; i++) {
+		if (w[i].rank < 0)
+			continue;
+		if (!w[i].libddp) {
+			nother++;
+			continue;
+		}
+		nlib++;
+		if (w[i].in && w[i].entered > top) {
+			top = w[i].entered;
+			lead = &w[i];
+		}
+	}
+	if (nlib == 0) {
+		addf(&t,
+		     "%sno rank reports its collectives (none uses libddp): see each rank's "
+		     "stack above\n",
+		     indent);
+		goto out;
+	}
+	/* Every group of ranks at the same place, the waiters' group last. */
+	for (i = 0; i < n; i++) {
+		if (w[i].rank < 0 || !w[i].libddp || done[i] ||
+		    (lead != NULL && same_place(&w[i], lead)))
+			continue;
+		for (j = i, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && w[j].libddp && !done[j] && same_place(&w[j], &w[i])) {
+				ranks[k++] = w[j].rank;
+				done[j] = true;
+			}
+		qsort(ranks, k, sizeof(int), cmp_int);
+		*culprits += (int)k;
+		group_line(&t, indent, ranks, k, &w[i], false);
+	}
+	if (lead != NULL) {
+		for (j = 0, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && w[j].libddp && same_place(&w[j], lead))
+				ranks[k++] = w[j].rank;
+		qsort(ranks, k, sizeof(int), cmp_int);
+		group_line(&t, indent, ranks, k, lead, true);
+		if (*culprits == 0)
+			addf(&t,
+			     "%severy rank is in the same collective: the hang is inside it (a "
+			     "lost peer or message), not in one rank's program\n",
+			     indent);
+	} else if (*culprits > 0 && nlib > 1) {
+		addf(&t, "%sno rank is inside a collective: each is in its own code\n",
+		     indent);
+		*culprits = 0;
+	}
+	if (nother > 0) {
+		for (j = 0, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && !w[j].libddp)
+				ranks[k++] = w[j].rank;
+		qsort(ranks, k, sizeof(int), cmp_int);
+		{
+			char list[512];
+
+			hang_rank_list(ranks, k, list, sizeof(list));
+			addf(&t, "%s%s %s report no collectives (not libddp, or not started yet)\n",
+			     indent, k == 1 ? "rank" : "ranks", list);
+		}
+	}
+out:
+	if (t.p != NULL)
+		snprintf(buf, len, "%s", t.p);
+	free(t.p);
+	free(ranks);
+	free(done);
+}
+
+/* ---- stacks ---------------------------------------------------------------------- */
+
+/* The stack tool on PATH: "eu-stack" or "gdb", NULL: neither. */
+static const char *stack_tool(char *path, size_t len)
+{
+	static const char *const tools[] = {"eu-stack", "gdb"};
+	const char *env = getenv("PATH");
+	size_t i;
+
+	for (i = 0; i < 2; i++) {
+		char *found = NULL;
+
+		if (prog_lookup(tools[i], env, &found) == 0) {
+			snprintf(path, len, "%s", found);
+			free(found);
+			return tools[i];
+		}
+		free(found);
+	}
+	return NULL;
+}
+
+/* Run argv with stdout and stderr into *out (bounded time and size). */
+static int capture(const char *path, char *const argv[], struct text *out)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, dfl;
+	int p[2], rc;
+	pid_t pid;
+	uint64_t deadline;
+	struct timespec ts;
+
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -errno;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigfillset(&dfl);
+	sigdelset(&dfl, SIGKILL);
+	sigdelset(&dfl, SIGSTOP);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &dfl);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+						POSIX_SPAWN_SETPGROUP);
+	rc = posix_spawn(&pid, path, &fa, &attr, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	close(p[1]);
+	if (rc != 0) {
+		close(p[0]);
+		return -rc;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	deadline = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + STACK_TIMEOUT_MS;
+	for (;;) {
+		struct pollfd pf = {.fd = p[0], .events = POLLIN};
+		uint64_t now;
+		char buf[4096];
+		ssize_t n;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+		if (now >= deadline) {
+			kill(-pid, SIGKILL);
+			add(out, "    (the stack tool did not finish in time)\n", 44);
+			break;
+		}
+		if (poll(&pf, 1, (int)(deadline - now)) <= 0)
+			continue;
+		n = read(p[0], buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		if (out->len < STACK_MAX_BYTES)
+			add(out, buf, (size_t)n);
+	}
+	close(p[0]);
+	while (waitpid(pid, &rc, 0) < 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+/* The native stack of pid, indented, into t. */
+static void native_stack(struct text *t, pid_t pid, const char *tool, const char *path)
+{
+	struct text raw = {0};
+	char pidstr[16];
+	const char *line;
+	int rc;
+
+	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
+	if (strcmp(tool, "eu-stack") == 0) {
+		char *const argv[] = {(char *)path, "-p", pidstr, NULL};
+
+		rc = capture(path, argv, &raw);
+	} else {
+		char *const argv[] = {(char *)path, "-p",
+				      pidstr,	    "-batch",
+				      "-nx",	    "-q",
+				      "-ex",	    "set pagination off",
+				      "-ex",	    "thread apply all bt",
+				      NULL};
+
+		rc = capture(path, argv, &raw);
+	}
+	if (rc != 0) {
+		addf(t, "    (cannot run %s: %s)\n", path, strerror(-rc));
+		return;
+	}
+	addf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
+	for (line = raw.p; line != NULL && *line != '\0';) {
+		const char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) : strlen(line);
+
+		/* gdb's chatter (symbol loading, LWP notes) is not the stack. */
+		if (strcmp(tool, "gdb") != 0 ||
+		    (n > 0 && (line[0] == '#' || !strncmp(line, "Thread", 6)))) {
+			add(t, "    ", 4);
+			add(t, line, n);
+			add(t, "\n", 1);
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	free(raw.p);
+}
+
+/* ---- the dump -------------------------------------------------------------------- */
+
+static double age_s(struct agent *a, struct agent_worker *w)
+{
+	uint64_t last = w->stream[0].last_output_ms > w->stream[1].last_output_ms
+				? w->stream[0].last_output_ms
+				: w->stream[1].last_output_ms;
+
+	return last == 0 ? -1.0 : (double)(uv_now(a->loop) - last) / 1000.0;
+}
+
+int hang_dump_local(struct agent *a, const char *why, bool *aborted, struct hang_where *w)
+{
+	char toolpath[4096], where[160];
+	const char *tool = stack_tool(toolpath, sizeof(toolpath));
+	int i, naborted = 0;
+
+	uv_update_time(a->loop);
+	hang_where_local(a, w);
+	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->cfg.hostname, why);
+	if (tool == NULL)
+		agent_say(
+			"no native stacks: neither eu-stack nor gdb is installed (Debian: apt-get "
+			"install elfutils gdb)");
+	for (i = 0; i < a->nproc; i++) {
+		struct agent_worker *wk = &a->w[i];
+		struct text t = {0};
+		struct proc_info pi;
+		double age;
+		bool py;
+
+		if (aborted != NULL)
+			aborted[i] = false;
+		if (!wk->running) {
+			addf(&t, "ddprun: rank %d (local rank %d): not running\n",
+			     a->world.rank_offset + i, i);
+			output_console_write(2, t.p, t.len);
+			free(t.p);
+			continue;
+		}
+		if (proc_info_read(wk->pid, &pi) != 0)
+			snprintf(pi.comm, sizeof(pi.comm), "?");
+		age = age_s(a, wk);
+		py = proc_is_python(wk->pid);
+		if (w[i].libddp)
+			where_text(&w[i], where, sizeof(where));
+		else
+			snprintf(where, sizeof(where), "not reported (not libddp)");
+		addf(&t,
+		     "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
+		     "%.2f s, %d thread%s, ",
+		     w[i].rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state),
+		     pi.wchan, proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads,
+		     pi.nthreads == 1 ? "" : "s");
+		if (age < 0)
+			addf(&t, "no output seen, ");
+		else
+			addf(&t, "last output %.1f s ago, ", age);
+		addf(&t, "collective: %s\n", where);
+		if (tool != NULL)
+			native_stack(&t, wk->pid, tool, toolpath);
+		if (py && aborted != NULL) {
+			bool shown = wk->stream[1].open;
+			char msg[400];
+
+			addf(&t,
+			     "  Python stack: SIGABRT to pid %d, faulthandler prints every thread "
+			     "%s\n",
+			     (int)wk->pid,
+			     shown ? "below"
+				   : "to the rank's stderr (its log file, if redirected)");
+			snprintf(msg, sizeof(msg),
+				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
+				 "Python stack on its stderr",
+				 why);
+			hang_write_error_file(wk->error_file, msg);
+		}
+		output_console_write(2, t.p, t.len);
+		free(t.p);
+		if (py && aborted != NULL) {
+			kill(wk->pid, SIGABRT);
+			aborted[i] = true;
+			naborted++;
+		}
+	}
+	return naborted;
+}
