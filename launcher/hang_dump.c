@@ -189,8 +189,7 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			     "lost peer or message), not in one rank's program\n",
 			     indent);
 	} else if (*culprits > 0 && nlib > 1) {
-		addf(&t, "%sno rank is inside a collective: each is in its own code\n",
-		     indent);
+		addf(&t, "%sno rank is inside a collective: each is in its own code\n", indent);
 		*culprits = 0;
 	}
 	if (nother > 0) {
