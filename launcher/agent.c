@@ -227,7 +227,8 @@ static bool reap(struct agent *a)
 	}
 	/* The attempt's first failures: tell the other nodes the root cause
 	 * among them at once. */
-	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL) {
+	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL &&
+	    !hang_declared(a)) { /* after a hang, coord_hang.c tells the nodes */
 		const struct report_entry *e =
 			&a->failures[report_root_cause(a->failures, a->nfailures)];
 

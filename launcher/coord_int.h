@@ -5,6 +5,7 @@
  *   coord_live.c    heartbeats, the store host's watch, the exit barrier
  *   coord_report.c  failures published per node, the combined report
  *   coord_host.c    which agent hosts the store; the workers' store
+ *   coord_hang.c    hang dumps across nodes (its keys: r<r>/hang/..., there)
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
@@ -111,7 +112,8 @@ struct coord {
 	int open;	 /* handles and connections closing */
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
-	bool hurry; /* a further signal: leave without waiting for anyone */
+	bool hurry;		 /* a further signal: leave without waiting for anyone */
+	struct coord_hang *hang; /* hang dumps across nodes (coord_hang.c) */
 };
 
 /* coord.c */
@@ -168,6 +170,11 @@ void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, siz
 /* The status when the store is lost: the verdict over this node's failures
  * and the end, if known. */
 int coord_local_status(struct coord *c);
+
+/* coord_hang.c: a round started (park on its dump requests); closing. */
+void coord_hang_round(struct coord *c);
+void coord_hang_close(struct coord *c);
+void coord_hang_destroy(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);

@@ -51,6 +51,9 @@ struct hang {
 	uint64_t hold_until_ms;
 	char why[160];
 	struct hang_ftimer *ft;
+	struct hang_remote remote; /* request NULL: one node */
+	void (*done)(void *arg, const struct hang_where *w, size_t n);
+	void *done_arg;
 };
 
 static void on_closed(uv_handle_t *h)
@@ -188,6 +191,12 @@ static void fire(struct hang *h)
 	a->status = HANG_EXIT;
 	a->status_set = true;
 	a->failed = true;
+	/* Several nodes: every node dumps its ranks; this one's verdict and end
+	 * come from coord_hang.c. */
+	if (h->remote.request != NULL && h->remote.request(h->remote.arg, true, h->why) == 0) {
+		h->reported = true;
+		return;
+	}
 	n = hang_dump_local(a, h->why, h->aborted, h->where);
 	if (n > 0) {
 		h->holding = true;
@@ -257,8 +266,18 @@ static void on_tick(uv_timer_t *t)
 	uint64_t now = uv_now(a->loop);
 
 	if (h->holding) {
-		if (hold_over(h))
-			finish_hang(h);
+		if (!hold_over(h))
+			return;
+		if (h->done != NULL) { /* a remote dump: coord_hang.c goes on */
+			void (*done)(void *, const struct hang_where *, size_t) = h->done;
+
+			h->holding = false;
+			h->done = NULL;
+			hang_where_local(a, h->where);
+			done(h->done_arg, h->where, (size_t)a->nproc);
+			return;
+		}
+		finish_hang(h);
 		return;
 	}
 	if (a->state != AS_RUNNING || h->fired || h->timeout_ms <= 0)
@@ -280,6 +299,9 @@ static void on_usr2(uv_signal_t *s, int sig)
 		agent_say("SIGUSR2: no workers are running");
 		return;
 	}
+	if (h->remote.request != NULL &&
+	    h->remote.request(h->remote.arg, false, "on demand (SIGUSR2)") == 0)
+		return;
 	hang_dump_local(a, "on demand (SIGUSR2)", NULL, h->where);
 	hang_verdict(h->where, (size_t)a->nproc, "ddprun:   ", verdict, sizeof(verdict), &culprits);
 	agent_say("where the ranks are (the job goes on):");
@@ -359,6 +381,7 @@ void hang_attempt(struct agent *a)
 	h->fired = false;
 	h->reported = false;
 	h->holding = false;
+	h->done = NULL;
 	h->last_progress_ms = uv_now(a->loop);
 	if (h->tick_init && (h->timeout_ms > 0)) {
 		uint64_t every = (uint64_t)h->timeout_ms / 4;
@@ -369,6 +392,49 @@ void hang_attempt(struct agent *a)
 			every = 50;
 		uv_timer_start(&h->tick, on_tick, every, every);
 	}
+}
+
+void hang_set_remote(struct agent *a, const struct hang_remote *r)
+{
+	if (a->hang != NULL)
+		a->hang->remote = *r;
+}
+
+bool hang_declared(const struct agent *a)
+{
+	return a->hang != NULL && a->hang->fired;
+}
+
+void hang_remote_dump(struct agent *a, bool fail, const char *why,
+		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg)
+{
+	struct hang *h = a->hang;
+	int n;
+
+	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING) || h->holding) {
+		struct hang_where none = {.rank = -1};
+
+		done(arg, &none, 0);
+		return;
+	}
+	if (fail) {
+		h->fired = true;
+		h->reported = true; /* the verdict is the requester's */
+		a->status = HANG_EXIT;
+		a->status_set = true;
+		a->failed = true;
+	}
+	n = hang_dump_local(a, why, fail ? h->aborted : NULL, h->where);
+	if (n == 0) {
+		done(arg, h->where, (size_t)a->nproc);
+		return;
+	}
+	h->done = done;
+	h->done_arg = arg;
+	h->holding = true;
+	h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
+	if (h->tick_init && !uv_is_active((uv_handle_t *)&h->tick))
+		uv_timer_start(&h->tick, on_tick, 100, 100);
 }
 
 void hang_env(struct agent *a, struct workenv_job *j)
@@ -394,6 +460,7 @@ void hang_close(struct agent *a)
 	if (h == NULL)
 		return;
 	h->holding = false;
+	h->done = NULL;
 	if (h->tick_init && !uv_is_closing((uv_handle_t *)&h->tick))
 		uv_close((uv_handle_t *)&h->tick, on_closed);
 	if (h->usr2_init && !uv_is_closing((uv_handle_t *)&h->usr2))
@@ -420,7 +487,7 @@ void hang_destroy(struct agent *a)
 	a->hang = NULL;
 }
 
-void hang_write_error_file(const char *path, const char *message)
+void hang_write_error_file(const char *path, const char *message, const char *caused_by)
 {
 	cJSON *root = cJSON_CreateObject(), *msg, *extra;
 	char ts[32], *text = NULL;
@@ -435,6 +502,10 @@ void hang_write_error_file(const char *path, const char *message)
 		goto out;
 	extra = cJSON_AddObjectToObject(msg, "extraInfo");
 	if (extra == NULL || cJSON_AddStringToObject(extra, "timestamp", ts) == NULL)
+		goto out;
+	/* libddp's marker of a secondary failure (report.h): the hang is the
+	 * root cause, not this rank. */
+	if (caused_by != NULL && cJSON_AddStringToObject(extra, "ddp_caused_by", caused_by) == NULL)
 		goto out;
 	text = cJSON_PrintUnformatted(root);
 	if (text == NULL)

@@ -31,6 +31,7 @@
 
 struct agent;
 struct workenv_job;
+struct hang_where;
 
 /* Set up for the agent's loop (after its own handles). 0 or a negative errno
  * (said on stderr; the job runs without hang detection then). */
@@ -49,6 +50,26 @@ void hang_report(struct agent *a);
 void hang_close(struct agent *a);
 /* Release everything (after the loop has returned). */
 void hang_destroy(struct agent *a);
+
+/* ---- several nodes (coord_hang.c) ------------------------------------------ */
+
+/* How a node asks every node for a dump. request returns 0 once asked (the
+ * dump then comes back through hang_remote_dump on every node, this one
+ * included), or a negative errno (then the dump is local only). */
+struct hang_remote {
+	int (*request)(void *arg, bool fail, const char *why);
+	void *arg;
+};
+void hang_set_remote(struct agent *a, const struct hang_remote *r);
+/* A node asked for a dump (why names it). fail: the job hung (Python
+ * workers get SIGABRT, the exit status is HANG_EXIT, local failures from
+ * now on are the hang's). done(arg, w, n) follows, once any aborted Python
+ * worker has printed its stack: where the local ranks are (valid during the
+ * call; rank -1: not running). */
+void hang_remote_dump(struct agent *a, bool fail, const char *why,
+		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg);
+/* True once this attempt's hang was declared: failures are its effect. */
+bool hang_declared(const struct agent *a);
 
 /* ---- shared with hang_dump.c, hang_ftimer.c and coord_hang.c ---------------- */
 
@@ -85,7 +106,7 @@ void hang_ftimer_close(struct hang_ftimer *t);
 void hang_ftimer_destroy(struct hang_ftimer *t);
 
 /* Write a torchelastic error file for a worker that ddprun stops, unless it
- * wrote one itself. */
-void hang_write_error_file(const char *path, const char *message);
+ * wrote one itself; caused_by (or NULL) marks the failure secondary. */
+void hang_write_error_file(const char *path, const char *message, const char *caused_by);
 
 #endif

@@ -419,7 +419,7 @@ int hang_dump_local(struct agent *a, const char *why, bool *aborted, struct hang
 				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
 				 "Python stack on its stderr",
 				 why);
-			hang_write_error_file(wk->error_file, msg);
+			hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
 		}
 		output_console_write(2, t.p, t.len);
 		free(t.p);

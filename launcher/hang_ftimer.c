@@ -179,7 +179,7 @@ static void on_tick(uv_timer_t *tm)
 				  a->world.rank_offset + w->local_rank, w->local_rank, best->scope,
 				  pid, name);
 			if (pid == (int)w->pid)
-				hang_write_error_file(w->error_file, msg);
+				hang_write_error_file(w->error_file, msg, NULL);
 			kill((pid_t)pid, best->sig);
 		}
 		/* Every timer of that pid goes (torchrun: clear_timers). */

@@ -281,3 +281,53 @@ def test_file_timer_at_a_given_path_never_kills_a_process_outside_the_job(reaper
     assert f"refused a timer for pid {bystander.pid}: not a worker of this node" in r.stderr
     assert bystander.poll() is None
     assert not fifo.exists()
+
+
+def two_nodes(reaper, tmp_path, extra, args):
+    """Two ddprun on loopback (static rendezvous), 2 workers each, running hang_coll."""
+    from conftest import free_port
+    from mnutil import Agent, clean_env
+    port = free_port()
+    agents = []
+    for r in range(2):
+        agents.append(Agent(reaper, tmp_path, f"node{r}",
+                            ["--nnodes", "2", "--node-rank", str(r), "--master-addr",
+                             "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
+                             "--shutdown-timeout", "5", *extra, prog("hang_coll"), *args],
+                            env=clean_env()))
+    return agents
+
+
+def test_two_nodes_every_node_dumps_its_ranks_and_both_exit_124(reaper, tmp_path):
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "2"])
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = [a.stderr() for a in agents]
+    # Each node dumps its own ranks, with their stacks.
+    assert "stack dump of node 0" in err[0] and "stack dump of node 1" in err[1]
+    for rank in (0, 1):
+        assert "native stack" in rank_block(err[0], rank)
+    assert "hang_coll_sleeping_rank" in rank_block(err[1], 2)
+    assert "collective: no collective (last completed #3)" in rank_block(err[1], 2)
+    assert "collective: all_reduce #4" in rank_block(err[1], 3)
+    # The requester's verdict spans the nodes (both may have found it).
+    both = err[0] + err[1]
+    assert "rank 2 is in no collective (last completed #3)" in both
+    assert "ranks 0-1,3 wait in all_reduce #4" in both
+    assert "found the job hung (--hang-timeout)" in both
+
+
+def test_two_nodes_sigusr2_on_one_node_dumps_every_node(reaper, tmp_path):
+    flag = tmp_path / "go"
+    agents = two_nodes(reaper, tmp_path, [], ["2", "wait", str(flag)])
+    wait_for(lambda: all(f"rank {r} did 2" in agents[r // 2].stdout() for r in range(4)),
+             timeout=60, what="every rank waiting")
+    agents[1].signal(signal.SIGUSR2)
+    wait_for(lambda: "where the ranks of every node are" in agents[1].stderr(), timeout=60,
+             what="the verdict of every node")
+    flag.write_text("")
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    assert "stack dump of node 0 (host" in agents[0].stderr()
+    assert "on demand (SIGUSR2) (asked by node 1)" in agents[0].stderr()
+    assert "ranks 0-3 are in no collective (last completed #2)" in agents[1].stderr()
