@@ -201,8 +201,9 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			char list[512];
 
 			hang_rank_list(ranks, k, list, sizeof(list));
-			addf(&t, "%s%s %s report no collectives (not libddp, or not started yet)\n",
-			     indent, k == 1 ? "rank" : "ranks", list);
+			addf(&t, "%s%s %s %s no collectives (not libddp, or not started yet)\n",
+			     indent, k == 1 ? "rank" : "ranks", list,
+			     k == 1 ? "reports" : "report");
 		}
 	}
 out:
