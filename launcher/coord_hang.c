@@ -352,8 +352,14 @@ static void on_numbered(int status, int64_t k, void *arg)
 	cJSON *j;
 	char key[64], *v;
 
-	if (status != 0 || c->A == NULL)
+	if (status != 0 || c->A == NULL) {
+		/* The store is failing: coord.c hears of it too; make sure the
+		 * job ends with the hang's status anyway. */
+		h->mine = 0;
+		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
+			   status != 0 ? strerror(-status) : "no connection");
 		return;
+	}
 	h->mine = (int)k;
 	j = cJSON_CreateObject();
 	if (j == NULL)

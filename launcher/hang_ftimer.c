@@ -50,6 +50,7 @@ struct hang_ftimer {
 	char line[FT_MAX_LINE];
 	size_t nline;
 	bool skipping; /* an over-long line: drop it to its end */
+	bool ok;       /* serving: the workers get the path */
 	struct ft_timer *t;
 	size_t n;
 	char buf[FT_MAX_LINE];
@@ -295,6 +296,8 @@ int hang_ftimer_start(struct agent *a, struct hang_ftimer **out)
 	f->pipe.data = f;
 	f->pipe_init = true;
 	rc = uv_pipe_open(&f->pipe, fd);
+	if (rc != 0)
+		close(fd); /* not taken by the handle */
 	if (rc == 0)
 		rc = uv_read_start((uv_stream_t *)&f->pipe, on_alloc, on_read);
 	if (rc == 0) {
@@ -302,13 +305,13 @@ int hang_ftimer_start(struct agent *a, struct hang_ftimer **out)
 		rc = uv_timer_init(a->loop, &f->tick);
 	}
 	if (rc != 0) {
-		close(fd);
 		hang_ftimer_close(f);
-		*out = f; /* freed by hang_ftimer_destroy after its close */
+		*out = f; /* its handle closes in the loop: freed by hang_ftimer_destroy */
 		return rc;
 	}
 	f->tick.data = f;
 	f->tick_init = true;
+	f->ok = true;
 	agent_say("file timer: workers' requests are read from %s (TORCHELASTIC_TIMER_FILE)",
 		  f->path);
 	*out = f;
@@ -321,7 +324,7 @@ fail:
 
 const char *hang_ftimer_path(const struct hang_ftimer *f)
 {
-	return f->path;
+	return f->ok ? f->path : NULL;
 }
 
 void hang_ftimer_close(struct hang_ftimer *f)
