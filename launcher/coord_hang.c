@@ -9,7 +9,8 @@
  * (before any SIGABRT it caused: those failures are marked secondary), so
  * every node stops and exits with 124. Keys, under "ddprun/<run_id>/r<r>/":
  *   hang/count        ADD counter: request numbers k = 1, 2, ...
- *   hang/req/<k>      {"node": R, "fail": bool, "why": "..."}, or
+ *   hang/req/<k>      {"node": R, "fail": bool, "why": "..."} (R -1: from
+ *                     outside, e.g. ddpstore; never "fail"), or
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
@@ -283,10 +284,15 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 		return;
 	}
 	h->next = o->k + 1;
-	o->fail = cJSON_IsTrue(fail);
 	o->from = node->valueint;
-	snprintf(text, sizeof(text), "%s%s (asked by node %d)", o->fail ? "" : "",
-		 cJSON_IsString(why) ? why->valuestring : "?", o->from);
+	/* Only a node ends the job (it is the one that ends the round). */
+	o->fail = cJSON_IsTrue(fail) && o->from >= 0;
+	if (o->from >= 0)
+		snprintf(text, sizeof(text), "%.300s (asked by node %d)",
+			 cJSON_IsString(why) ? why->valuestring : "?", o->from);
+	else /* ddpstore, or any store client (ddprun(1), HUNG JOBS) */
+		snprintf(text, sizeof(text), "%.300s (asked through the store)",
+			 cJSON_IsString(why) ? why->valuestring : "on demand");
 	cJSON_Delete(j);
 	if (o->fail && h->fail_round == o->round) {
 		/* Two nodes found the hang at once: one dump is enough. */

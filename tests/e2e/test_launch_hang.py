@@ -283,11 +283,11 @@ def test_file_timer_at_a_given_path_never_kills_a_process_outside_the_job(reaper
     assert not fifo.exists()
 
 
-def two_nodes(reaper, tmp_path, extra, args):
+def two_nodes(reaper, tmp_path, extra, args, port=None):
     """Two ddprun on loopback (static rendezvous), 2 workers each, running hang_coll."""
     from conftest import free_port
     from mnutil import Agent, clean_env
-    port = free_port()
+    port = port or free_port()
     agents = []
     for r in range(2):
         agents.append(Agent(reaper, tmp_path, f"node{r}",
@@ -331,3 +331,31 @@ def test_two_nodes_sigusr2_on_one_node_dumps_every_node(reaper, tmp_path):
     assert "stack dump of node 0 (host" in agents[0].stderr()
     assert "on demand (SIGUSR2) (asked by node 1)" in agents[0].stderr()
     assert "ranks 0-3 are in no collective (last completed #2)" in agents[1].stderr()
+
+
+def test_two_nodes_a_store_client_asks_every_node_for_its_dump(reaper, tmp_path):
+    from conftest import free_port
+    port = free_port()
+    flag = tmp_path / "go"
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job7"], ["2", "wait", str(flag)],
+                       port=port)
+    wait_for(lambda: all(f"rank {r} did 2" in agents[r // 2].stdout() for r in range(4)),
+             timeout=60, what="every rank waiting")
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job7"]
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0, r.stderr
+    k = r.stdout.strip()
+    # "fail" from outside the job is ignored: a store client never stops it.
+    r = run([*store, "set", f"r0/hang/req/{k}",
+             '{"node": -1, "fail": true, "why": "asked by the operator"}'])
+    assert r.returncode == 0, r.stderr
+    for a in agents:
+        wait_for(lambda: "asked by the operator (asked through the store)" in a.stderr(),
+                 timeout=60, what=f"{a.name}'s dump")
+    r = run([*store, "get", "--wait", f"r0/hang/where/{k}/1"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("[[2,1,0,2,2,")
+    flag.write_text("")
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    assert "native stack" in rank_block(agents[1].stderr(), 3)
