@@ -14,7 +14,11 @@
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
- *                     completed, op], ...] */
+ *                     completed, op], ...]
+ *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped at
+ *                     most once a second); a node whose own ranks stall
+ *                     reads them all, and only declares a hang once no
+ *                     node's counter moved for the timeout either */
 #include "coord_int.h"
 
 #include <errno.h>
@@ -45,6 +49,13 @@ struct coord_hang {
 	char why[200];
 	int64_t fired_us;
 	int fail_round; /* the round whose hang this node dumped; -1: none */
+	/* progress across nodes: each node counts its progress in
+	 * hang/prog/<R> (at most once a second); a stalled node reads every
+	 * node's counter (at most once a second) */
+	uint64_t last_pub_ms;
+	int64_t *seen; /* nnodes counters as last read (-1: none yet) */
+	bool reading;
+	uint64_t other_ms; /* uv_now when another node's counter last moved */
 };
 
 /* One operation's context: the round and request it is about. */
@@ -406,6 +417,76 @@ static int request(void *arg, bool fail, const char *why)
 	return 0;
 }
 
+/* ---- progress across nodes ---------------------------------------------------- */
+
+static void on_progress_read(int status, size_t n, const void *const *vals, const size_t *lens,
+			     void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	struct coord *c = h->c;
+	size_t i;
+
+	h->reading = false;
+	if (status != 0 || o->round != c->round || h->seen == NULL || n != (size_t)c->nnodes) {
+		free(o);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		char num[24];
+		int64_t v = -1;
+
+		if (lens[i] > 0 && lens[i] < sizeof(num)) {
+			memcpy(num, vals[i], lens[i]);
+			num[lens[i]] = '\0';
+			v = strtoll(num, NULL, 10);
+		}
+		if ((int)i != c->rank && v >= 0 && h->seen[i] >= 0 && v != h->seen[i])
+			h->other_ms = uv_now(c->loop);
+		h->seen[i] = v;
+	}
+	free(o);
+}
+
+static uint64_t tick(void *arg, bool local_progress)
+{
+	struct coord_hang *h = arg;
+	struct coord *c = h->c;
+	uint64_t now = uv_now(c->loop);
+	char key[64];
+
+	if (c->A == NULL || !c->a_up || c->phase != CP_RUN)
+		return h->other_ms;
+	if (local_progress) {
+		if (h->last_pub_ms == 0 || now - h->last_pub_ms >= 1000) {
+			h->last_pub_ms = now;
+			store_async_add(c->A,
+					coord_key(c, key, sizeof(key), "hang/prog/%d", c->rank), 1,
+					NULL, NULL);
+		}
+	} else if (!h->reading && c->nnodes > 1) {
+		const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, "hang/prog/%zu");
+		struct op *o = op_new(h, c->round, 0);
+
+		if (h->seen == NULL) {
+			size_t i;
+
+			h->seen = malloc((size_t)c->nnodes * sizeof(*h->seen));
+			for (i = 0; h->seen != NULL && i < (size_t)c->nnodes; i++)
+				h->seen[i] = -1;
+		}
+		if (keys != NULL && o != NULL && h->seen != NULL &&
+		    store_async_multi_get(c->A, keys, (size_t)c->nnodes, on_progress_read, o) ==
+			    0) {
+			h->reading = true;
+			o = NULL;
+		}
+		free(o);
+		free(keys);
+	}
+	return h->other_ms;
+}
+
 /* ---- life ------------------------------------------------------------------------ */
 
 static void on_connect(struct store_async *a, int status, void *arg)
@@ -460,7 +541,12 @@ void coord_hang_round(struct coord *c)
 	h->round = c->round;
 	h->next = 1;
 	h->mine = 0;
+	free(h->seen); /* a new round: other nodes' counters start anew */
+	h->seen = NULL;
+	h->other_ms = 0;
+	h->last_pub_ms = 0;
 	r.request = request;
+	r.tick = tick;
 	r.arg = h;
 	hang_set_remote(c->agent, &r);
 	if (h->up)
@@ -486,6 +572,8 @@ void coord_hang_close(struct coord *c)
 
 void coord_hang_destroy(struct coord *c)
 {
+	if (c->hang != NULL)
+		free(c->hang->seen);
 	free(c->hang);
 	c->hang = NULL;
 }

@@ -264,6 +264,7 @@ static void on_tick(uv_timer_t *t)
 	struct hang *h = t->data;
 	struct agent *a = h->a;
 	uint64_t now = uv_now(a->loop);
+	bool progress;
 
 	if (h->holding) {
 		if (!hold_over(h))
@@ -282,9 +283,18 @@ static void on_tick(uv_timer_t *t)
 	}
 	if (a->state != AS_RUNNING || h->fired || h->timeout_ms <= 0)
 		return;
-	if (sample(h))
+	progress = sample(h);
+	if (progress)
 		h->last_progress_ms = now;
-	else if ((int64_t)(now - h->last_progress_ms) >= h->timeout_ms)
+	/* Several nodes: another node's progress is the job's too (a node
+	 * waiting in a collective for a node that computes is not hung). */
+	if (h->remote.tick != NULL) {
+		uint64_t other = h->remote.tick(h->remote.arg, progress);
+
+		if (other > h->last_progress_ms)
+			h->last_progress_ms = other;
+	}
+	if (!progress && (int64_t)(now - h->last_progress_ms) >= h->timeout_ms)
 		fire(h);
 }
 

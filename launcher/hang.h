@@ -6,7 +6,8 @@
  * rank marks them in a small shared file, no system call per collective),
  * bytes of output, and CPU time, except a libddp rank's CPU time while it is
  * inside a collective (the shm transport spins). When no local rank has made
- * progress for SEC, the agent dumps every rank (hang_dump.c): /proc's state,
+ * progress for SEC (with several nodes: and no other node's, coord_hang.c),
+ * the agent dumps every rank (hang_dump.c): /proc's state,
  * wait channel, CPU time, the age of its last output, where it is in its
  * collectives, and its native stack (eu-stack, else gdb); Python workers
  * (started with PYTHONFAULTHANDLER=1 unless set) then get SIGABRT so that
@@ -58,6 +59,10 @@ void hang_destroy(struct agent *a);
  * included), or a negative errno (then the dump is local only). */
 struct hang_remote {
 	int (*request)(void *arg, bool fail, const char *why);
+	/* Each sample of the hang monitor: whether local ranks made progress;
+	 * returns the loop time (uv_now) at which another node was last seen
+	 * making progress (0: never). */
+	uint64_t (*tick)(void *arg, bool local_progress);
 	void *arg;
 };
 void hang_set_remote(struct agent *a, const struct hang_remote *r);

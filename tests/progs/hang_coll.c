@@ -7,11 +7,15 @@
  *                        until file F exists, does one more all_reduce and
  *                        exits 0
  *   hang_coll N slow     N all_reduces 0.2 s apart, printing nothing and
- *                        using no CPU in between, then exits 0 */
+ *                        using no CPU in between, then exits 0
+ *   hang_coll N compute S  after N all_reduces rank 0 computes S seconds
+ *                        (printing nothing) while the others wait in
+ *                        all_reduce N+1; then every rank exits 0 */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ddp.h"
@@ -57,7 +61,19 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	ddp_print_force(ctx, "rank %d did %d\n", r, n);
-	if (strcmp(mode, "wait") == 0 && argc > 3) {
+	if (strcmp(mode, "compute") == 0 && argc > 3) {
+		if (r == 0) {
+			struct timespec t0, t;
+			volatile double x = 0;
+
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			do {
+				for (int k = 0; k < 100000; k++)
+					x += k;
+				clock_gettime(CLOCK_MONOTONIC, &t);
+			} while (t.tv_sec - t0.tv_sec < atoi(argv[3]));
+		}
+	} else if (strcmp(mode, "wait") == 0 && argc > 3) {
 		while (access(argv[3], F_OK) != 0)
 			usleep(50 * 1000);
 	} else if (r == atoi(mode)) {
