@@ -15,8 +15,9 @@
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
  *                     completed, op], ...]
- *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped at
- *                     most once a second); a node whose own ranks stall
+ *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
+ *                     each sample that saw some, at most once a second and
+ *                     4 times per timeout); a node whose own ranks stall
  *                     reads them all, and only declares a hang once no
  *                     node's counter moved for the timeout either */
 #include "coord_int.h"
@@ -50,8 +51,8 @@ struct coord_hang {
 	int64_t fired_us;
 	int fail_round; /* the round whose hang this node dumped; -1: none */
 	/* progress across nodes: each node counts its progress in
-	 * hang/prog/<R> (at most once a second); a stalled node reads every
-	 * node's counter (at most once a second) */
+	 * hang/prog/<R>; a stalled node reads every node's counter (both once
+	 * per sample of the hang monitor) */
 	uint64_t last_pub_ms;
 	int64_t *seen; /* nnodes counters as last read (-1: none yet) */
 	bool reading;
@@ -458,12 +459,12 @@ static uint64_t tick(void *arg, bool local_progress)
 	if (c->A == NULL || !c->a_up || c->phase != CP_RUN)
 		return h->other_ms;
 	if (local_progress) {
-		if (h->last_pub_ms == 0 || now - h->last_pub_ms >= 1000) {
-			h->last_pub_ms = now;
-			store_async_add(c->A,
-					coord_key(c, key, sizeof(key), "hang/prog/%d", c->rank), 1,
-					NULL, NULL);
-		}
+		/* Once per sample with progress: the samples come at most once a
+		 * second, and at least 4 times per timeout, so a stalled node
+		 * sees the counter move well within its timeout. */
+		h->last_pub_ms = now;
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/prog/%d", c->rank), 1,
+				NULL, NULL);
 	} else if (!h->reading && c->nnodes > 1) {
 		const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, "hang/prog/%zu");
 		struct op *o = op_new(h, c->round, 0);

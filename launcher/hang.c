@@ -45,6 +45,8 @@ struct hang {
 	struct hang_where *where;
 	uint64_t last_progress_ms;
 	bool fired;    /* this attempt's hang was declared */
+	bool dumping;  /* a dump of ours runs (hang_dump_start) */
+	bool closed;   /* hang_close: the agent is ending */
 	bool reported; /* its verdict was printed */
 	bool holding;  /* Python workers print their stacks */
 	bool *aborted;
@@ -178,10 +180,25 @@ static bool sample(struct hang *h)
 
 static void finish_hang(struct hang *h);
 
+/* The hang's dump is printed: give Python workers their time, or end. */
+static void after_dump(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+
+	h->dumping = false;
+	if (h->closed)
+		return;
+	if (naborted > 0) {
+		h->holding = true;
+		h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
+		return;
+	}
+	finish_hang(h);
+}
+
 static void fire(struct hang *h)
 {
 	struct agent *a = h->a;
-	int n;
 
 	h->fired = true;
 	snprintf(h->why, sizeof(h->why), "no rank made progress for %.1f s (--hang-timeout %g)",
@@ -197,13 +214,11 @@ static void fire(struct hang *h)
 		h->reported = true;
 		return;
 	}
-	n = hang_dump_local(a, h->why, h->aborted, h->where);
-	if (n > 0) {
-		h->holding = true;
-		h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
-		return;
+	h->dumping = true;
+	if (hang_dump_start(a, h->why, h->aborted, h->where, after_dump, h) != 0) {
+		h->dumping = false;
+		finish_hang(h);
 	}
-	finish_hang(h);
 }
 
 /* Every aborted worker is gone and its output read, or the grace is over. */
@@ -248,7 +263,9 @@ static void finish_hang(struct hang *h)
 {
 	h->holding = false;
 	print_verdict(h);
-	agent_stop(h->a, HANG_EXIT);
+	/* A signal or the end may have come meanwhile: theirs is the stop. */
+	if (h->a->state == AS_RUNNING)
+		agent_stop(h->a, HANG_EXIT);
 }
 
 void hang_report(struct agent *a)
@@ -266,6 +283,8 @@ static void on_tick(uv_timer_t *t)
 	uint64_t now = uv_now(a->loop);
 	bool progress;
 
+	if (h->dumping)
+		return; /* after_dump goes on */
 	if (h->holding) {
 		if (!hold_over(h))
 			return;
@@ -298,12 +317,21 @@ static void on_tick(uv_timer_t *t)
 		fire(h);
 }
 
+static void after_usr2(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+	char verdict[4096];
+	int culprits;
+
+	hang_verdict(h->where, (size_t)a->nproc, "ddprun:   ", verdict, sizeof(verdict), &culprits);
+	agent_say("where the ranks are (the job goes on):");
+	output_console_write(2, verdict, strlen(verdict));
+}
+
 static void on_usr2(uv_signal_t *s, int sig)
 {
 	struct hang *h = s->data;
 	struct agent *a = h->a;
-	char verdict[4096];
-	int culprits;
 
 	if (a->state != AS_RUNNING && a->state != AS_STOPPING) {
 		agent_say("SIGUSR2: no workers are running");
@@ -312,10 +340,8 @@ static void on_usr2(uv_signal_t *s, int sig)
 	if (h->remote.request != NULL &&
 	    h->remote.request(h->remote.arg, false, "on demand (SIGUSR2)") == 0)
 		return;
-	hang_dump_local(a, "on demand (SIGUSR2)", NULL, h->where);
-	hang_verdict(h->where, (size_t)a->nproc, "ddprun:   ", verdict, sizeof(verdict), &culprits);
-	agent_say("where the ranks are (the job goes on):");
-	output_console_write(2, verdict, strlen(verdict));
+	if (hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
+		agent_say("SIGUSR2: a stack dump is already being made");
 }
 
 /* SIGUSR2 is ours unless the user asked ddprun to forward it. */
@@ -391,6 +417,7 @@ void hang_attempt(struct agent *a)
 	h->fired = false;
 	h->reported = false;
 	h->holding = false;
+	h->dumping = false;
 	h->done = NULL;
 	h->last_progress_ms = uv_now(a->loop);
 	if (h->tick_init && (h->timeout_ms > 0)) {
@@ -415,13 +442,32 @@ bool hang_declared(const struct agent *a)
 	return a->hang != NULL && a->hang->fired;
 }
 
+static void after_remote_dump(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+	void (*done)(void *, const struct hang_where *, size_t) = h->done;
+
+	h->dumping = false;
+	if (h->closed || done == NULL)
+		return;
+	if (naborted > 0) { /* on_tick calls done once they have printed */
+		h->holding = true;
+		h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
+		if (h->tick_init && !uv_is_active((uv_handle_t *)&h->tick))
+			uv_timer_start(&h->tick, on_tick, 100, 100);
+		return;
+	}
+	h->done = NULL;
+	done(h->done_arg, h->where, (size_t)a->nproc);
+}
+
 void hang_remote_dump(struct agent *a, bool fail, const char *why,
 		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg)
 {
 	struct hang *h = a->hang;
-	int n;
 
-	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING) || h->holding) {
+	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING) || h->holding ||
+	    h->dumping) {
 		struct hang_where none = {.rank = -1};
 
 		done(arg, &none, 0);
@@ -434,17 +480,16 @@ void hang_remote_dump(struct agent *a, bool fail, const char *why,
 		a->status_set = true;
 		a->failed = true;
 	}
-	n = hang_dump_local(a, why, fail ? h->aborted : NULL, h->where);
-	if (n == 0) {
-		done(arg, h->where, (size_t)a->nproc);
-		return;
-	}
 	h->done = done;
 	h->done_arg = arg;
-	h->holding = true;
-	h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
-	if (h->tick_init && !uv_is_active((uv_handle_t *)&h->tick))
-		uv_timer_start(&h->tick, on_tick, 100, 100);
+	h->dumping = true;
+	if (hang_dump_start(a, why, fail ? h->aborted : NULL, h->where, after_remote_dump, h) !=
+	    0) {
+		h->dumping = false;
+		h->done = NULL;
+		hang_where_local(a, h->where);
+		done(arg, h->where, (size_t)a->nproc);
+	}
 }
 
 void hang_env(struct agent *a, struct workenv_job *j)
@@ -460,7 +505,7 @@ void hang_env(struct agent *a, struct workenv_job *j)
 
 bool hang_holds(const struct agent *a)
 {
-	return a->hang != NULL && a->hang->holding;
+	return a->hang != NULL && (a->hang->holding || a->hang->dumping);
 }
 
 void hang_close(struct agent *a)
@@ -471,6 +516,7 @@ void hang_close(struct agent *a)
 		return;
 	h->holding = false;
 	h->done = NULL;
+	h->closed = true;
 	if (h->tick_init && !uv_is_closing((uv_handle_t *)&h->tick))
 		uv_close((uv_handle_t *)&h->tick, on_closed);
 	if (h->usr2_init && !uv_is_closing((uv_handle_t *)&h->usr2))

@@ -98,10 +98,15 @@ void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);
 /* Where each local rank is now (w: nproc entries; rank -1 for a worker that
  * is not running). */
 void hang_where_local(struct agent *a, struct hang_where *w);
-/* Dump every running local rank to the console and fill w as above. With
- * aborted (nproc entries), SIGABRT each Python worker after its native stack
- * (aborted[i] says which). Returns how many were aborted. */
-int hang_dump_local(struct agent *a, const char *why, bool *aborted, struct hang_where *w);
+/* Dump every running local rank to the console and fill w as above (at
+ * once). The stack tools run side by side while the loop goes on; once
+ * every stack is in (bounded) the ranks are printed in order and, with
+ * aborted (nproc entries), each Python worker gets SIGABRT after its native
+ * stack (aborted[i] says which); then done(a, naborted, arg). 0, or -EBUSY
+ * (a dump runs) / -ENOMEM, and then done never comes. */
+typedef void (*hang_dump_cb)(struct agent *a, int naborted, void *arg);
+int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
+		    hang_dump_cb done, void *arg);
 
 /* File timer (hang_ftimer.c). */
 struct hang_ftimer;

@@ -236,16 +236,16 @@ static const char *stack_tool(char *path, size_t len)
 	return NULL;
 }
 
-/* Run argv with stdout and stderr into *out (bounded time and size). */
-static int capture(const char *path, char *const argv[], struct text *out)
+/* Start path with argv, its stdout and stderr into a pipe, in its own
+ * process group; *fd gets the pipe's read end. The tool is reaped by the
+ * agent's SIGCHLD handler, which ignores children that are not workers. */
+static pid_t spawn_tool(const char *path, char *const argv[], int *fd)
 {
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, dfl;
 	int p[2], rc;
 	pid_t pid;
-	uint64_t deadline;
-	struct timespec ts;
 
 	if (pipe2(p, O_CLOEXEC) != 0)
 		return -errno;
@@ -270,79 +270,30 @@ static int capture(const char *path, char *const argv[], struct text *out)
 		close(p[0]);
 		return -rc;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	deadline = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000 + STACK_TIMEOUT_MS;
-	for (;;) {
-		struct pollfd pf = {.fd = p[0], .events = POLLIN};
-		uint64_t now;
-		char buf[4096];
-		ssize_t n;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-		if (now >= deadline) {
-			kill(-pid, SIGKILL);
-			add(out, "    (the stack tool did not finish in time)\n", 44);
-			break;
-		}
-		if (poll(&pf, 1, (int)(deadline - now)) <= 0)
-			continue;
-		n = read(p[0], buf, sizeof(buf));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		if (out->len < STACK_MAX_BYTES)
-			add(out, buf, (size_t)n);
-	}
-	close(p[0]);
-	while (waitpid(pid, &rc, 0) < 0 && errno == EINTR)
-		;
-	return 0;
+	*fd = p[0];
+	return pid;
 }
 
-/* The native stack of pid, indented, into t. */
-static void native_stack(struct text *t, pid_t pid, const char *tool, const char *path)
+/* The tool's output as the dump shows it, indented, into t. */
+static void format_stack(struct text *t, const char *tool, pid_t pid, const struct text *raw)
 {
-	struct text raw = {0};
-	char pidstr[16];
 	const char *line;
-	int rc;
 
-	snprintf(pidstr, sizeof(pidstr), "%d", (int)pid);
-	if (strcmp(tool, "eu-stack") == 0) {
-		char *const argv[] = {(char *)path, "-p", pidstr, NULL};
-
-		rc = capture(path, argv, &raw);
-	} else {
-		char *const argv[] = {(char *)path, "-p",
-				      pidstr,	    "-batch",
-				      "-nx",	    "-q",
-				      "-ex",	    "set pagination off",
-				      "-ex",	    "thread apply all bt",
-				      NULL};
-
-		rc = capture(path, argv, &raw);
-	}
-	if (rc != 0) {
-		addf(t, "    (cannot run %s: %s)\n", path, strerror(-rc));
-		return;
-	}
 	addf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
-	for (line = raw.p; line != NULL && *line != '\0';) {
+	for (line = raw->p; line != NULL && *line != '\0';) {
 		const char *nl = strchr(line, '\n');
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
 
 		/* gdb's chatter (symbol loading, LWP notes) is not the stack. */
 		if (strcmp(tool, "gdb") != 0 ||
-		    (n > 0 && (line[0] == '#' || !strncmp(line, "Thread", 6)))) {
+		    (n > 0 && (line[0] == '#' || !strncmp(line, "Thread", 6) || line[0] == '(' ||
+			       !strncmp(line, "ptrace", 6)))) {
 			add(t, "    ", 4);
 			add(t, line, n);
 			add(t, "\n", 1);
 		}
 		line = nl ? nl + 1 : NULL;
 	}
-	free(raw.p);
 }
 
 /* ---- the dump -------------------------------------------------------------------- */
@@ -356,79 +307,289 @@ static double age_s(struct agent *a, struct agent_worker *w)
 	return last == 0 ? -1.0 : (double)(uv_now(a->loop) - last) / 1000.0;
 }
 
-int hang_dump_local(struct agent *a, const char *why, bool *aborted, struct hang_where *w)
+/* One rank's part of a dump. */
+struct dump_rank {
+	struct hang_dump *d;
+	bool running, py;
+	pid_t pid, tool;
+	struct text head, raw;
+	uv_pipe_t pipe;
+	bool reading; /* the pipe is open and read */
+};
+
+struct hang_dump {
+	struct agent *a;
+	char why[400];
+	bool *aborted; /* NULL: no SIGABRT */
+	const char *tool;
+	char toolpath[4096];
+	struct dump_rank *r;
+	int n;
+	int pending; /* stack tools still being read */
+	int open;    /* handles not yet closed */
+	uv_timer_t timer;
+	bool finished;
+	hang_dump_cb done;
+	void *arg;
+};
+
+/* One dump at a time (SIGUSR2 while one runs is told so). */
+static struct hang_dump *current;
+
+static void dump_free(struct hang_dump *d)
 {
-	char toolpath[4096], where[160];
-	const char *tool = stack_tool(toolpath, sizeof(toolpath));
+	int i;
+
+	for (i = 0; i < d->n; i++) {
+		free(d->r[i].head.p);
+		free(d->r[i].raw.p);
+	}
+	free(d->r);
+	free(d);
+}
+
+static void on_dump_closed(uv_handle_t *h)
+{
+	struct hang_dump *d = h->data;
+
+	if (--d->open == 0 && d->finished)
+		dump_free(d);
+}
+
+/* Every stack is in: print the ranks in order, then SIGABRT the Python
+ * workers (after their native stacks: faulthandler output follows). */
+static void dump_finish(struct hang_dump *d)
+{
+	struct agent *a = d->a;
 	int i, naborted = 0;
 
-	uv_update_time(a->loop);
-	hang_where_local(a, w);
-	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->cfg.hostname, why);
-	if (tool == NULL)
-		agent_say(
-			"no native stacks: neither eu-stack nor gdb is installed (Debian: apt-get "
-			"install elfutils gdb)");
-	for (i = 0; i < a->nproc; i++) {
+	if (d->finished)
+		return;
+	d->finished = true;
+	current = NULL;
+	uv_timer_stop(&d->timer);
+	for (i = 0; i < d->n; i++) {
+		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];
 		struct text t = {0};
-		struct proc_info pi;
-		double age;
-		bool py;
 
-		if (aborted != NULL)
-			aborted[i] = false;
-		if (!wk->running) {
-			addf(&t, "ddprun: rank %d (local rank %d): not running\n",
-			     a->world.rank_offset + i, i);
-			output_console_write(2, t.p, t.len);
-			free(t.p);
-			continue;
-		}
-		if (proc_info_read(wk->pid, &pi) != 0)
-			snprintf(pi.comm, sizeof(pi.comm), "?");
-		age = age_s(a, wk);
-		py = proc_is_python(wk->pid);
-		if (w[i].libddp)
-			where_text(&w[i], where, sizeof(where));
-		else
-			snprintf(where, sizeof(where), "not reported (not libddp)");
-		addf(&t,
-		     "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
-		     "%.2f s, %d thread%s, ",
-		     w[i].rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state),
-		     pi.wchan, proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads,
-		     pi.nthreads == 1 ? "" : "s");
-		if (age < 0)
-			addf(&t, "no output seen, ");
-		else
-			addf(&t, "last output %.1f s ago, ", age);
-		addf(&t, "collective: %s\n", where);
-		if (tool != NULL)
-			native_stack(&t, wk->pid, tool, toolpath);
-		if (py && aborted != NULL) {
-			bool shown = wk->stream[1].open;
-			char msg[400];
+		if (r->head.p != NULL)
+			add(&t, r->head.p, r->head.len);
+		if (r->running && d->tool != NULL)
+			format_stack(&t, d->tool, r->pid, &r->raw);
+		if (r->running && r->py && d->aborted != NULL && wk->running && wk->pid == r->pid) {
+			char msg[600];
 
 			addf(&t,
 			     "  Python stack: SIGABRT to pid %d, faulthandler prints every thread "
 			     "%s\n",
-			     (int)wk->pid,
-			     shown ? "below"
-				   : "to the rank's stderr (its log file, if redirected)");
+			     (int)r->pid,
+			     wk->stream[1].open
+				     ? "below"
+				     : "to the rank's stderr (its log file, if redirected)");
 			snprintf(msg, sizeof(msg),
 				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
 				 "Python stack on its stderr",
-				 why);
+				 d->why);
 			hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
 		}
-		output_console_write(2, t.p, t.len);
+		if (t.p != NULL)
+			output_console_write(2, t.p, t.len);
 		free(t.p);
-		if (py && aborted != NULL) {
-			kill(wk->pid, SIGABRT);
-			aborted[i] = true;
-			naborted++;
+		if (d->aborted != NULL) {
+			d->aborted[i] = false;
+			if (r->running && r->py && wk->running && wk->pid == r->pid) {
+				kill(r->pid, SIGABRT);
+				d->aborted[i] = true;
+				naborted++;
+			}
 		}
 	}
-	return naborted;
+	d->open++; /* the timer */
+	uv_close((uv_handle_t *)&d->timer, on_dump_closed);
+	if (d->done != NULL)
+		d->done(a, naborted, d->arg);
+}
+
+static void rank_closed(uv_handle_t *h)
+{
+	struct dump_rank *r = h->data;
+	struct hang_dump *d = r->d;
+
+	if (--d->pending == 0)
+		dump_finish(d);
+	on_dump_closed((uv_handle_t *)&d->timer);
+}
+
+static void rank_stop(struct dump_rank *r)
+{
+	if (!r->reading)
+		return;
+	r->reading = false;
+	uv_close((uv_handle_t *)&r->pipe, rank_closed);
+}
+
+static void on_stack_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	static char chunk[16384];
+
+	buf->base = chunk;
+	buf->len = sizeof(chunk);
+}
+
+static void on_stack_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct dump_rank *r = st->data;
+
+	if (nread > 0 && r->raw.len < STACK_MAX_BYTES)
+		add(&r->raw, buf->base, (size_t)nread);
+	else if (nread < 0)
+		rank_stop(r); /* EOF: the tool is done */
+}
+
+/* A tool that takes too long: kill it, show what came. */
+static void on_dump_timeout(uv_timer_t *t)
+{
+	struct hang_dump *d = t->data;
+	int i;
+
+	for (i = 0; i < d->n; i++)
+		if (d->r[i].reading) {
+			kill(-d->r[i].tool, SIGKILL);
+			add(&d->r[i].raw, "(the stack tool did not finish in time)\n", 40);
+			rank_stop(&d->r[i]);
+		}
+	if (d->pending == 0)
+		dump_finish(d);
+}
+
+/* Spawn the stack tool for r; false if it could not start (said in raw). */
+static bool rank_start(struct hang_dump *d, struct dump_rank *r)
+{
+	char pidstr[16];
+	int fd = -1;
+	pid_t pid;
+
+	snprintf(pidstr, sizeof(pidstr), "%d", (int)r->pid);
+	if (strcmp(d->tool, "eu-stack") == 0) {
+		char *const argv[] = {d->toolpath, "-p", pidstr, NULL};
+
+		pid = spawn_tool(d->toolpath, argv, &fd);
+	} else {
+		char *const argv[] = {d->toolpath, "-p",
+				      pidstr,	   "-batch",
+				      "-nx",	   "-q",
+				      "-ex",	   "set pagination off",
+				      "-ex",	   "thread apply all bt",
+				      NULL};
+
+		pid = spawn_tool(d->toolpath, argv, &fd);
+	}
+	if (pid < 0) {
+		addf(&r->raw, "(cannot run %s: %s)\n", d->toolpath, strerror((int)-pid));
+		return false;
+	}
+	r->tool = pid;
+	if (uv_pipe_init(d->a->loop, &r->pipe, 0) != 0) {
+		close(fd);
+		kill(-pid, SIGKILL);
+		return false;
+	}
+	r->pipe.data = r;
+	d->open++;
+	r->reading = true;
+	d->pending++;
+	if (uv_pipe_open(&r->pipe, fd) != 0) {
+		close(fd);
+		kill(-pid, SIGKILL);
+		rank_stop(r);
+		return true;
+	}
+	if (uv_read_start((uv_stream_t *)&r->pipe, on_stack_alloc, on_stack_read) != 0) {
+		kill(-pid, SIGKILL);
+		rank_stop(r);
+	}
+	return true;
+}
+
+static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
+{
+	struct agent *a = d->a;
+	struct agent_worker *wk = &a->w[i];
+	struct dump_rank *r = &d->r[i];
+	struct text *t = &r->head;
+	char where[160];
+	struct proc_info pi;
+	double age;
+
+	r->d = d;
+	r->running = wk->running;
+	r->pid = wk->pid;
+	if (!wk->running) {
+		addf(t, "ddprun: rank %d (local rank %d): not running\n", a->world.rank_offset + i,
+		     i);
+		return;
+	}
+	if (proc_info_read(wk->pid, &pi) != 0)
+		snprintf(pi.comm, sizeof(pi.comm), "?");
+	age = age_s(a, wk);
+	r->py = proc_is_python(wk->pid);
+	if (w->libddp)
+		where_text(w, where, sizeof(where));
+	else
+		snprintf(where, sizeof(where), "not reported (not libddp)");
+	addf(t,
+	     "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
+	     "%.2f s, %d thread%s, ",
+	     w->rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state), pi.wchan,
+	     proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads, pi.nthreads == 1 ? "" : "s");
+	if (age < 0)
+		addf(t, "no output seen, ");
+	else
+		addf(t, "last output %.1f s ago, ", age);
+	addf(t, "collective: %s\n", where);
+}
+
+int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
+		    hang_dump_cb done, void *arg)
+{
+	struct hang_dump *d;
+	int i;
+
+	if (current != NULL)
+		return -EBUSY;
+	d = calloc(1, sizeof(*d));
+	if (d == NULL)
+		return -ENOMEM;
+	d->r = calloc((size_t)a->nproc, sizeof(*d->r));
+	if (d->r == NULL || uv_timer_init(a->loop, &d->timer) != 0) {
+		free(d->r);
+		free(d);
+		return -ENOMEM;
+	}
+	d->a = a;
+	d->n = a->nproc;
+	d->aborted = aborted;
+	d->done = done;
+	d->arg = arg;
+	d->timer.data = d;
+	snprintf(d->why, sizeof(d->why), "%s", why);
+	d->tool = stack_tool(d->toolpath, sizeof(d->toolpath));
+	current = d;
+	uv_update_time(a->loop);
+	hang_where_local(a, w);
+	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->cfg.hostname, why);
+	if (d->tool == NULL)
+		agent_say(
+			"no native stacks: neither eu-stack nor gdb is installed (Debian: apt-get "
+			"install elfutils gdb)");
+	/* The tools run side by side, the loop goes on (heartbeats, the
+	 * store): the dump takes as long as the slowest, bounded. */
+	for (i = 0; i < d->n; i++) {
+		rank_head(d, i, &w[i]);
+		if (d->r[i].running && d->tool != NULL)
+			rank_start(d, &d->r[i]);
+	}
+	uv_timer_start(&d->timer, on_dump_timeout, d->pending > 0 ? STACK_TIMEOUT_MS : 0, 0);
+	return 0;
 }

@@ -362,10 +362,10 @@ def test_two_nodes_a_store_client_asks_every_node_for_its_dump(reaper, tmp_path)
 
 
 def test_two_nodes_a_node_waiting_for_a_computing_node_is_not_hung(reaper, tmp_path):
-    # Rank 0 (node 0) computes for 4 s, printing nothing; ranks 2-3 (node 1)
+    # Rank 0 (node 0) computes for 8 s, printing nothing; ranks 2-3 (node 1)
     # wait in all_reduce meanwhile: node 1 alone sees no progress, but node
     # 0's counts for the job.
-    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "1.5"], ["2", "compute", "4"])
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "3"], ["2", "compute", "8"])
     for a in agents:
         assert a.wait(timeout=120) == 0, a.stderr()
         assert "stack dump" not in a.stderr()
