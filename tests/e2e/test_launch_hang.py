@@ -369,3 +369,19 @@ def test_two_nodes_a_node_waiting_for_a_computing_node_is_not_hung(reaper, tmp_p
     for a in agents:
         assert a.wait(timeout=120) == 0, a.stderr()
         assert "stack dump" not in a.stderr()
+
+
+def test_a_stack_tool_that_hangs_is_cut_off_and_the_job_still_ends(tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    stuck = tools / "eu-stack"
+    stuck.write_text("#!/bin/sh\necho partial stack of $2\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tools}:/usr/bin:/bin")
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+             prog("hang_coll"), "2", "1"], env=env, timeout=180)
+    assert r.returncode == HANG_EXIT, r.stderr
+    block = rank_block(r.stderr, 1)
+    assert "partial stack of" in block
+    assert "(the stack tool did not finish in time)" in block
+    assert "rank 1 is in no collective (last completed #2)" in r.stderr
