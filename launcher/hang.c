@@ -26,7 +26,8 @@
 
 struct hang_sample {
 	bool valid;
-	uint64_t entered, completed, ticks, out_ms;
+	uint64_t entered, completed, ticks;
+	int64_t out_ms;
 	int64_t mtime_ns;
 };
 
@@ -163,9 +164,7 @@ static bool sample(struct hang *h)
 		n.entered = wh.entered;
 		n.completed = wh.completed;
 		n.ticks = proc_tree_ticks(w->pid, 64);
-		n.out_ms = w->stream[0].last_output_ms > w->stream[1].last_output_ms
-				   ? w->stream[0].last_output_ms
-				   : w->stream[1].last_output_ms;
+		n.out_ms = hang_last_output_ms(w);
 		n.mtime_ns = log_mtime(a, i);
 		/* Inside a collective, CPU time is waiting, not work. */
 		spinning = wh.libddp && wh.in;
@@ -429,6 +428,13 @@ void hang_attempt(struct agent *a)
 			every = 50;
 		uv_timer_start(&h->tick, on_tick, every, every);
 	}
+}
+
+int64_t hang_last_output_ms(const struct agent_worker *w)
+{
+	int64_t a = output_last_line_ms(&w->stream[0]), b = output_last_line_ms(&w->stream[1]);
+
+	return a > b ? a : b;
 }
 
 void hang_set_remote(struct agent *a, const struct hang_remote *r)

@@ -95,6 +95,9 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 /* "0-3,5" into buf. */
 void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);
 
+/* The loop time of w's last output, either stream; -1: none. */
+struct agent_worker;
+int64_t hang_last_output_ms(const struct agent_worker *w);
 /* Where each local rank is now (w: nproc entries; rank -1 for a worker that
  * is not running). */
 void hang_where_local(struct agent *a, struct hang_where *w);

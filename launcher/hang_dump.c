@@ -300,11 +300,9 @@ static void format_stack(struct text *t, const char *tool, pid_t pid, const stru
 
 static double age_s(struct agent *a, struct agent_worker *w)
 {
-	uint64_t last = w->stream[0].last_output_ms > w->stream[1].last_output_ms
-				? w->stream[0].last_output_ms
-				: w->stream[1].last_output_ms;
+	int64_t last = hang_last_output_ms(w);
 
-	return last == 0 ? -1.0 : (double)(uv_now(a->loop) - last) / 1000.0;
+	return last < 0 ? -1.0 : (double)((int64_t)uv_now(a->loop) - last) / 1000.0;
 }
 
 /* One rank's part of a dump. */

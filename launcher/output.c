@@ -102,7 +102,7 @@ int output_lines(struct output_buf *pending, const char *prefix, size_t prefix_l
 static void consume(struct output_stream *s, const char *data, size_t n, bool final)
 {
 	if (n > 0) /* for the hang monitor (hang.c): output is progress */
-		s->last_output_ms = uv_now(s->pipe.loop);
+		s->last_ms = (int64_t)uv_now(s->pipe.loop);
 	if (s->file_fd >= 0 && n > 0 && util_write_all(s->file_fd, data, n) != 0) {
 		close(s->file_fd); /* disk full or similar: keep the console going */
 		s->file_fd = -1;
@@ -192,6 +192,7 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd)
 
 	s->pending = (struct output_buf){0};
 	s->open = false;
+	s->last_ms = -1;
 	rc = uv_pipe_init(loop, &s->pipe, 0);
 	if (rc != 0) {
 		close(fd);
@@ -233,4 +234,9 @@ void output_stream_finish(struct output_stream *s)
 		}
 	}
 	stream_close(s);
+}
+
+int64_t output_last_line_ms(const struct output_stream *s)
+{
+	return s->last_ms;
 }

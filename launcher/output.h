@@ -43,7 +43,7 @@ struct output_stream {
 	void (*closed_cb)(struct output_stream *s);
 	void *data;		    /* caller's */
 	struct output_stream *next; /* the list of open streams */
-	uint64_t last_output_ms;    /* uv_now() when bytes last came; 0: never */
+	int64_t last_ms;	    /* loop time of the last bytes read; -1: none */
 };
 
 /* Start pumping fd (a pipe's read end; the stream owns it and file_fd from
@@ -55,6 +55,10 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd);
  * from the loop. For when every writer is known dead (a background grandchild
  * may still hold the pipe open; its later output is not waited for). */
 void output_stream_finish(struct output_stream *s);
+/* When s last delivered output: the loop time (uv_now(), ms) at which its
+ * last bytes were read, a line or part of one (a progress bar's update
+ * counts); -1 if none yet in this attempt. Valid after the stream closed. */
+int64_t output_last_line_ms(const struct output_stream *s);
 
 /* Queue buf for ddprun's fd 1 or 2, in order with everything else written
  * there. Before output_console_open (and after output_console_finish) the
