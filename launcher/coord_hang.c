@@ -213,7 +213,8 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	park(h);
 }
 
-static const char **where_keys(struct coord_hang *h, int round, int k)
+/* r<round>/<what>[<k>/]<R> for every node R (one malloc'd block). */
+static const char **node_keys(struct coord_hang *h, int round, const char *what, int k)
 {
 	struct coord *c = h->c;
 	const char **keys = malloc((size_t)c->nnodes * (sizeof(char *) + COORD_KEY_MAX));
@@ -224,7 +225,10 @@ static const char **where_keys(struct coord_hang *h, int round, int k)
 		return NULL;
 	s = (char *)(keys + c->nnodes);
 	for (i = 0; i < c->nnodes; i++, s += COORD_KEY_MAX) {
-		snprintf(s, COORD_KEY_MAX, "r%d/hang/where/%d/%d", round, k, i);
+		if (k >= 0)
+			snprintf(s, COORD_KEY_MAX, "r%d/%s%d/%d", round, what, k, i);
+		else
+			snprintf(s, COORD_KEY_MAX, "r%d/%s%d", round, what, i);
 		keys[i] = s;
 	}
 	return keys;
@@ -234,7 +238,7 @@ static void on_collected(int status, void *arg)
 {
 	struct op *o = arg;
 	struct coord_hang *h = o->h;
-	const char **keys = where_keys(h, o->round, o->k);
+	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
 
 	/* Timed out: read what came. */
 	if (keys == NULL || h->H == NULL ||
@@ -246,7 +250,7 @@ static void on_collected(int status, void *arg)
 static void collect(struct op *o)
 {
 	struct coord_hang *h = o->h;
-	const char **keys = where_keys(h, o->round, o->k);
+	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
 
 	if (keys == NULL || h->H == NULL ||
 	    store_async_wait(h->H, keys, (size_t)h->c->nnodes, HANG_COLLECT_MS, on_collected, o) !=
@@ -466,7 +470,7 @@ static uint64_t tick(void *arg, bool local_progress)
 		store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/prog/%d", c->rank), 1,
 				NULL, NULL);
 	} else if (!h->reading && c->nnodes > 1) {
-		const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, "hang/prog/%zu");
+		const char **keys = node_keys(h, c->round, "hang/prog/", -1);
 		struct op *o = op_new(h, c->round, 0);
 
 		if (h->seen == NULL) {

@@ -5,7 +5,6 @@
  *   coord_live.c    heartbeats, the store host's watch, the exit barrier
  *   coord_report.c  failures published per node, the combined report
  *   coord_host.c    which agent hosts the store; the workers' store
- *   coord_hang.c    hang dumps across nodes (its keys: r<r>/hang/..., there)
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
@@ -83,6 +82,7 @@ struct coord {
 	char peer_addr[RDZV_ADDR_MAX];	/* of A: the store host, as we reach it */
 	enum coord_phase phase;
 	bool config_checked;
+	struct coord_hang *hang; /* hang dumps across nodes (coord_hang.c) */
 	int round;		 /* the round being joined or run */
 	int restart_count;	 /* of that round */
 	int rank;		 /* this node's rank in the round (-1: not yet) */
@@ -112,8 +112,7 @@ struct coord {
 	int open;	 /* handles and connections closing */
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
-	bool hurry;		 /* a further signal: leave without waiting for anyone */
-	struct coord_hang *hang; /* hang dumps across nodes (coord_hang.c) */
+	bool hurry; /* a further signal: leave without waiting for anyone */
 };
 
 /* coord.c */
@@ -171,7 +170,8 @@ void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, siz
  * and the end, if known. */
 int coord_local_status(struct coord *c);
 
-/* coord_hang.c: a round started (park on its dump requests); closing. */
+/* coord_hang.c: hang dumps across nodes (its keys r<r>/hang/... are described
+ * there): a round started (park on its dump requests); closing. */
 void coord_hang_round(struct coord *c);
 void coord_hang_close(struct coord *c);
 void coord_hang_destroy(struct coord *c);
