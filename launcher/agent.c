@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent_store.h"
+#include "hang.h"
 #include "shmsweep.h"
 #include "signame.h"
 
@@ -80,6 +81,7 @@ static void finish(struct agent *a, int status)
 		return;
 	}
 	a->state = AS_CLOSING;
+	hang_close(a);
 	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
@@ -226,7 +228,8 @@ static bool reap(struct agent *a)
 	}
 	/* The attempt's first failures: tell the other nodes the root cause
 	 * among them at once. */
-	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL) {
+	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL &&
+	    !hang_declared(a)) { /* after a hang, coord_hang.c tells the nodes */
 		const struct report_entry *e =
 			&a->failures[report_root_cause(a->failures, a->nfailures)];
 
@@ -239,8 +242,9 @@ static void on_sigchld(uv_signal_t *h, int signum)
 {
 	struct agent *a = h->data;
 
-	/* Failures seen in the same batch as the first one are reported too. */
-	if (reap(a) && a->state == AS_RUNNING)
+	/* Failures seen in the same batch as the first one are reported too.
+	 * Python workers printing their stacks after a hang are not hurried. */
+	if (reap(a) && a->state == AS_RUNNING && !hang_holds(a))
 		begin_stop(a, SIGTERM, AFTER_DECIDE);
 	check_progress(a);
 }
@@ -317,6 +321,7 @@ static void start_attempt(struct agent *a)
 		return;
 	}
 	a->state = AS_RUNNING;
+	hang_attempt(a);
 	for (k = 0; k < a->nproc; k++) {
 		rc = agent_worker_start(a, &a->w[k], err, sizeof(err));
 		if (rc != 0) {
@@ -412,6 +417,7 @@ static void attempt_over(struct agent *a)
 {
 	int status = 0;
 
+	hang_report(a); /* a hang's verdict comes before the failure summary */
 	/* Segments of workers that all died during ddp_init (shmsweep.h). */
 	if (a->cfg.shm_nonce != NULL)
 		shmsweep_remove("/dev/shm", a->cfg.shm_nonce, say_removed, NULL);
@@ -593,6 +599,8 @@ int agent_start(struct agent *a)
 				 uv_timer_init(a->loop, &a->kill_timer));
 	if (rc == 0)
 		rc = watch_signals(a);
+	if (rc == 0 && hang_start(a) != 0)
+		agent_say("warning: hang detection is off (out of memory)");
 	if (rc != 0) {
 		agent_say("cannot set up the event loop: %s", uv_strerror(rc));
 		finish(a, 1);

@@ -12,6 +12,7 @@
 #include "output.h"
 
 struct store_server;
+struct hang;
 
 enum agent_state {
 	AS_IDLE,     /* created, not started */
@@ -77,6 +78,7 @@ struct agent {
 	struct store_server *store; /* the store this agent hosts, or NULL */
 	char *store_host;
 	int store_port;
+	struct hang *hang; /* hang detection and dumps (hang.h); NULL: none */
 };
 
 /* Start w for the current attempt. 0 or a negative errno with err set. */

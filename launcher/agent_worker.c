@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hang.h"
 #include "spawn_worker.h"
 #include "workenv.h"
 
@@ -157,6 +158,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		if (rc != 0)
 			goto fail;
 	}
+	hang_env(a, &job);
 	env = workenv_build(a->cfg.worker_env, &job, w->local_rank, w->error_file);
 	argv = prog_argv_for(a->cfg.prog, w->local_rank);
 	rc = -ENOMEM;

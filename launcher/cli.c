@@ -38,6 +38,7 @@ enum opt_id {
 	O_SIGNALS,
 	O_SHUTDOWN_TIMEOUT,
 	O_TAG_OUTPUT,
+	O_HANG_TIMEOUT,
 	O_HELP,
 	O_VERSION,
 	O_COUNT
@@ -77,6 +78,7 @@ static const struct optdef {
 	[O_SIGNALS] = {"signals-to-handle", 0, false, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, false, true, NULL},
 	[O_TAG_OUTPUT] = {"tag-output", 0, true, true, NULL},
+	[O_HANG_TIMEOUT] = {"hang-timeout", 0, false, true, NULL},
 	[O_HELP] = {"help", 'h', true, false, NULL},
 	[O_VERSION] = {"version", 0, true, false, NULL},
 };
@@ -523,6 +525,10 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	o->shutdown_timeout_ms = 30000;
 	if (to != NULL && util_parse_seconds_ms(to, &o->shutdown_timeout_ms) != 0)
 		return bad_value(p, O_SHUTDOWN_TIMEOUT, "a non-negative number of seconds");
+	/* --hang-timeout SEC (hang.h); 0 or unset: off */
+	if (r[O_HANG_TIMEOUT].val != NULL &&
+	    util_parse_seconds_ms(r[O_HANG_TIMEOUT].val, &o->hang_timeout_ms) != 0)
+		return bad_value(p, O_HANG_TIMEOUT, "a non-negative number of seconds");
 	if (o->module && o->no_python)
 		return fail(p, "--module and --no-python cannot be used together");
 	given.nnodes = r[O_NNODES].src != NULL;

@@ -69,7 +69,8 @@ struct cli_opts {
 	int signals[CLI_MAX_SIGNALS];
 	int nsignals;
 	int64_t shutdown_timeout_ms;
-	bool tag_output; /* ddprun's own: "[rankN]: " before each console line */
+	bool tag_output;	 /* ddprun's own: "[rankN]: " before each console line */
+	int64_t hang_timeout_ms; /* --hang-timeout: 0 off (launcher/hang.h) */
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */

@@ -17,6 +17,8 @@ void cli_usage(FILE *f)
 	      "  --shutdown-timeout SEC     grace between SIGTERM and SIGKILL (30)\n"
 	      "  --signals-to-handle LIST   signals forwarded to the workers\n"
 	      "                             (SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
+	      "  --hang-timeout SEC         no progress for SEC: dump every rank's stack, fail\n"
+	      "                             (124); SIGUSR2 dumps them at any time\n"
 	      "Output:\n"
 	      "  --log-dir DIR              write logs under DIR/<run_id>_XXXXXX/attempt_N/LR/\n"
 	      "  -r, --redirects 0-3|LR:0-3,...  send stdout (1), stderr (2), both (3) to files\n"
@@ -43,7 +45,8 @@ void cli_usage(FILE *f)
 	      "Options also read PET_<NAME> from the environment (PET_NPROC_PER_NODE=4).\n"
 	      "Exit status: 0, the failed worker's exit code or 128+signal (on every node),\n"
 	      "2 for usage errors or settings that differ between nodes, 75 when a node or\n"
-	      "the store was lost, 126/127 when PROGRAM is not executable / not found.\n"
+	      "the store was lost, 124 when --hang-timeout stopped a hung job, 126/127 when\n"
+	      "PROGRAM is not executable / not found.\n"
 	      "See ddprun(1).\n",
 	      f);
 }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hang.h"
 #include "signame.h"
 #include "store_async.h"
 #include "store_client.h"
@@ -173,6 +174,7 @@ void coord_round_start(struct coord *c)
 	}
 	coord_watch_end(c);
 	coord_live_start(c);
+	coord_hang_round(c);
 	agent_say("round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d", c->round,
 		  c->rank, c->nnodes, c->host, first, first + c->nproc - 1, world, w.master_addr,
 		  w.master_port);
@@ -230,6 +232,9 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 	else if (e->signal > 0)
 		snprintf(buf, len, "node %d (host %.200s) received %s", e->node, e->host,
 			 signame_of(e->signal, sname, sizeof(sname)));
+	else if (e->status == HANG_EXIT) /* coord_hang.c */
+		snprintf(buf, len, "node %d (host %.200s) found the job hung (--hang-timeout)",
+			 e->node, e->host);
 	else
 		snprintf(buf, len, "node %d (host %.200s) failed (exit status %d)", e->node,
 			 e->host, e->status);
@@ -551,6 +556,7 @@ void coord_destroy(struct coord *c)
 {
 	if (c == NULL)
 		return;
+	coord_hang_destroy(c);
 	free(c->nodes);
 	free(c->mon_last);
 	free(c->mon_changed_ms);

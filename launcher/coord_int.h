@@ -82,6 +82,7 @@ struct coord {
 	char peer_addr[RDZV_ADDR_MAX];	/* of A: the store host, as we reach it */
 	enum coord_phase phase;
 	bool config_checked;
+	struct coord_hang *hang; /* hang dumps across nodes (coord_hang.c) */
 	int round;		 /* the round being joined or run */
 	int restart_count;	 /* of that round */
 	int rank;		 /* this node's rank in the round (-1: not yet) */
@@ -168,6 +169,12 @@ void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, siz
 /* The status when the store is lost: the verdict over this node's failures
  * and the end, if known. */
 int coord_local_status(struct coord *c);
+
+/* coord_hang.c: hang dumps across nodes (its keys r<r>/hang/... are described
+ * there): a round started (park on its dump requests); closing. */
+void coord_hang_round(struct coord *c);
+void coord_hang_close(struct coord *c);
+void coord_hang_destroy(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);

@@ -25,11 +25,15 @@ static const char *const owned[] = {
 	"TORCHELASTIC_ERROR_FILE",
 	/* A nested ddprun's workers must name their segments after it. */
 	"DDP_SHM_NONCE",
+	/* A nested ddprun's workers report to it (hang.h). */
+	"DDP_PROGRESS_FILE",
+	"TORCHELASTIC_TIMER_FILE",
 };
 
 #define NOWNED (sizeof(owned) / sizeof(owned[0]))
-/* Owned variables plus OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING. */
-#define NSET (NOWNED + 2)
+/* Owned variables plus OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING and
+ * PYTHONFAULTHANDLER. */
+#define NSET (NOWNED + 3)
 
 static bool env_is(const char *entry, const char *name)
 {
@@ -63,7 +67,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	char num[NSET][16];
 	struct kv set[NSET];
 	size_t nparent = 0, nset = 0, nnum = 0, bytes = 0, i, k = 0;
-	bool has_omp = false, has_nccl = false;
+	bool has_omp = false, has_nccl = false, has_fault = false;
 	int rank = j->rank_offset + local_rank;
 	char **env;
 	char *s;
@@ -72,6 +76,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 		nparent++;
 		has_omp |= env_is(parent_env[i], "OMP_NUM_THREADS");
 		has_nccl |= env_is(parent_env[i], "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+		has_fault |= env_is(parent_env[i], "PYTHONFAULTHANDLER");
 	}
 #define ADD(n, v)  (set[nset].name = (n), set[nset++].val = (v))
 #define ADDI(n, v) (snprintf(num[nnum], sizeof(num[0]), "%d", (v)), ADD(n, num[nnum++]))
@@ -98,6 +103,13 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 		ADD("OMP_NUM_THREADS", "1");
 	if (!has_nccl)
 		ADD("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+	if (j->progress_file != NULL)
+		ADD("DDP_PROGRESS_FILE", j->progress_file);
+	if (j->timer_file != NULL)
+		ADD("TORCHELASTIC_TIMER_FILE", j->timer_file);
+	/* Python workers print every thread's stack on SIGABRT (hang.h). */
+	if (j->faulthandler && !has_fault)
+		ADD("PYTHONFAULTHANDLER", "1");
 #undef ADDI
 #undef ADD
 	for (i = 0; i < nset; i++)

@@ -4,7 +4,8 @@
  * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
  * OMP_NUM_THREADS=1 when unset and more than one local worker;
  * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset; DDP_SHM_NONCE (shmsweep.h),
- * never inherited. Everything else is inherited from ddprun's own
+ * DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (hang.h), never inherited;
+ * PYTHONFAULTHANDLER=1 when unset (hang.h). Everything else is inherited from ddprun's own
  * environment. */
 #ifndef DDP_WORKENV_H
 #define DDP_WORKENV_H
@@ -26,6 +27,11 @@ struct workenv_job {
 	int max_restarts;
 	bool use_agent_store;
 	const char *shm_nonce; /* DDP_SHM_NONCE; NULL: unset */
+	/* hang.h: DDP_PROGRESS_FILE, TORCHELASTIC_TIMER_FILE (NULL: unset),
+	 * PYTHONFAULTHANDLER=1 unless the parent sets it. */
+	const char *progress_file;
+	const char *timer_file;
+	bool faulthandler;
 };
 
 /* The environment of local rank lr: one malloc'd block (pointers then

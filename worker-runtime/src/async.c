@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "ddp_internal.h"
+#include "progress.h"
 #include "util.h"
 
 struct job {
@@ -43,11 +44,13 @@ static int run_job(struct ddpi_async *a, const struct job *j)
 	int rc;
 
 	pthread_mutex_lock(&ctx->lock);
+	ddpi_progress_enter(DDPI_PROG_BUCKET);
 	rc = ctx->broken ? ddpi_err(DDP_EBROKEN, "%s", ctx->broken_msg)
 			 : ctx->ops->all_reduce(ctx->be, j->buf, j->count, j->dt, j->op,
 						ddpi_deadline(ctx));
 	if (rc < 0 && !ctx->broken)
 		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+	ddpi_progress_leave();
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
 }

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "ddp_internal.h"
+#include "progress.h"
 
-static int begin(struct ddp_ctx *ctx, const char *what)
+static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op)
 {
 	int rc;
 
@@ -21,11 +22,13 @@ static int begin(struct ddp_ctx *ctx, const char *what)
 	if (ctx->async && (rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx))) < 0)
 		return ddpi_err_prefix(rc, what);
 	pthread_mutex_lock(&ctx->lock);
+	ddpi_progress_enter(op);
 	return 0;
 }
 
 static int end(struct ddp_ctx *ctx, int rc)
 {
+	ddpi_progress_leave();
 	if (rc < 0)
 		ddpi_ctx_fail(ctx, rc);
 	pthread_mutex_unlock(&ctx->lock);
@@ -40,7 +43,7 @@ int ddp_all_reduce(struct ddp_ctx *ctx, void *buf, size_t count, enum ddp_dtype 
 		return ddpi_err(-EINVAL, "all_reduce: invalid dtype %d or op %d", (int)dt, (int)op);
 	if (count > SIZE_MAX / 8 || (count && !buf))
 		return ddpi_err(-EINVAL, "all_reduce: bad buffer or count");
-	if ((rc = begin(ctx, "all_reduce")) < 0)
+	if ((rc = begin(ctx, "all_reduce", DDPI_PROG_ALL_REDUCE)) < 0)
 		return rc;
 	rc = ctx->ops->all_reduce(ctx->be, buf, count, dt, op, ddpi_deadline(ctx));
 	return end(ctx, rc);
@@ -55,7 +58,7 @@ int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root)
 	if (ctx && (root < 0 || root >= ctx->env.world))
 		return ddpi_err(-EINVAL, "broadcast: root %d is not a rank of a world of %d", root,
 				ctx->env.world);
-	if ((rc = begin(ctx, "broadcast")) < 0)
+	if ((rc = begin(ctx, "broadcast", DDPI_PROG_BROADCAST)) < 0)
 		return rc;
 	rc = ctx->ops->broadcast(ctx->be, buf, bytes, root, ddpi_deadline(ctx));
 	return end(ctx, rc);
@@ -69,7 +72,7 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 		return ddpi_err(-EINVAL, "all_gather: send or recv is NULL");
 	if (ctx && bytes > SIZE_MAX / (size_t)ctx->env.world)
 		return ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large", bytes);
-	if ((rc = begin(ctx, "all_gather")) < 0)
+	if ((rc = begin(ctx, "all_gather", DDPI_PROG_ALL_GATHER)) < 0)
 		return rc;
 	rc = ctx->ops->all_gather(ctx->be, send, recv, bytes, ddpi_deadline(ctx));
 	return end(ctx, rc);
@@ -79,7 +82,7 @@ int ddp_barrier(struct ddp_ctx *ctx)
 {
 	int rc;
 
-	if ((rc = begin(ctx, "barrier")) < 0)
+	if ((rc = begin(ctx, "barrier", DDPI_PROG_BARRIER)) < 0)
 		return rc;
 	rc = ctx->ops->barrier(ctx->be, ddpi_deadline(ctx));
 	return end(ctx, rc);

@@ -1,0 +1,584 @@
+/* coord_hang: hang dumps across nodes (see hang.h).
+ *
+ * A node that finds the job hung (or gets SIGUSR2) asks every node for a
+ * dump through the store; every agent has a WAIT parked on the next request
+ * key on a connection of its own (H), dumps its ranks when it arrives and
+ * publishes where they are. The requester waits (bounded) for every node's
+ * positions and prints the job's verdict; after a hang it then ends the
+ * round with a final failure, status HANG_EXIT, observed when the hang was
+ * (before any SIGABRT it caused: those failures are marked secondary), so
+ * every node stops and exits with 124. Keys, under "ddprun/<run_id>/r<r>/":
+ *   hang/count        ADD counter: request numbers k = 1, 2, ...
+ *   hang/req/<k>      {"node": R, "fail": bool, "why": "..."} (R -1: from
+ *                     outside, e.g. ddpstore; never "fail"), or
+ *                     {"over": true} (the round is over: the parked waits
+ *                     of that round end)
+ *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
+ *                     completed, op], ...]
+ *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
+ *                     each sample that saw some, at most once a second and
+ *                     4 times per timeout); a node whose own ranks stall
+ *                     reads them all, and only declares a hang once no
+ *                     node's counter moved for the timeout either */
+#include "coord_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "hang.h"
+#include "output.h"
+#include "store_async.h"
+
+/* The requester waits this long for every node's positions. */
+#define HANG_COLLECT_MS 30000
+
+struct coord_hang {
+	struct coord *c;
+	struct store_async *H;
+	bool up;
+	int round;	  /* the round watched */
+	int next;	  /* the request number waited for */
+	int parked_round; /* round of the wait parked on H; -1: none */
+	/* this node's request in flight */
+	int mine; /* its number; 0: none */
+	bool mine_fail;
+	char why[200];
+	int64_t fired_us;
+	int fail_round; /* the round whose hang this node dumped; -1: none */
+	/* progress across nodes: each node counts its progress in
+	 * hang/prog/<R>; a stalled node reads every node's counter (both once
+	 * per sample of the hang monitor) */
+	uint64_t last_pub_ms;
+	int64_t *seen; /* nnodes counters as last read (-1: none yet) */
+	bool reading;
+	uint64_t other_ms; /* uv_now when another node's counter last moved */
+};
+
+/* One operation's context: the round and request it is about. */
+struct op {
+	struct coord_hang *h;
+	int round, k;
+	bool fail;
+	int from;
+};
+
+static struct op *op_new(struct coord_hang *h, int round, int k)
+{
+	struct op *o = calloc(1, sizeof(*o));
+
+	if (o != NULL) {
+		o->h = h;
+		o->round = round;
+		o->k = k;
+	}
+	return o;
+}
+
+static void park(struct coord_hang *h);
+
+/* ---- positions as JSON ------------------------------------------------------- */
+
+static char *where_encode(const struct hang_where *w, size_t n)
+{
+	cJSON *a = cJSON_CreateArray();
+	char *s;
+	size_t i;
+
+	for (i = 0; a != NULL && i < n; i++) {
+		double v[6] = {w[i].rank,
+			       w[i].libddp,
+			       w[i].in,
+			       (double)w[i].entered,
+			       (double)w[i].completed,
+			       w[i].op};
+		cJSON *r;
+
+		if (w[i].rank < 0)
+			continue;
+		r = cJSON_CreateDoubleArray(v, 6);
+		if (r == NULL || !cJSON_AddItemToArray(a, r)) {
+			cJSON_Delete(r);
+			cJSON_Delete(a);
+			return NULL;
+		}
+	}
+	s = a ? cJSON_PrintUnformatted(a) : NULL;
+	cJSON_Delete(a);
+	return s;
+}
+
+/* Append node's positions from JSON to *w (grown); the count added, or -1. */
+static int where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
+{
+	cJSON *a = cJSON_ParseWithLength(val, len);
+	const cJSON *r;
+	int added = 0;
+
+	if (!cJSON_IsArray(a)) {
+		cJSON_Delete(a);
+		return -1;
+	}
+	cJSON_ArrayForEach(r, a)
+	{
+		struct hang_where *p;
+		double v[6];
+		int i = 0;
+		const cJSON *x;
+
+		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 6)
+			continue;
+		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
+		p = realloc(*w, (*n + 1) * sizeof(**w));
+		if (p == NULL)
+			break;
+		*w = p;
+		p[*n] = (struct hang_where){.rank = (int)v[0],
+					    .libddp = v[1] != 0,
+					    .in = v[2] != 0,
+					    .entered = (uint64_t)v[3],
+					    .completed = (uint64_t)v[4],
+					    .op = (uint32_t)v[5]};
+		(*n)++;
+		added++;
+	}
+	cJSON_Delete(a);
+	return added;
+}
+
+/* ---- the requester's verdict and end ----------------------------------------- */
+
+static void end_round(struct coord_hang *h, int round)
+{
+	struct coord *c = h->c;
+	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
+	char key[64], *v;
+
+	if (c->phase != CP_RUN || c->round != round || c->A == NULL)
+		return;
+	e.node = c->rank;
+	snprintf(e.host, sizeof(e.host), "%s", c->host);
+	e.pid = (int)getpid();
+	e.status = HANG_EXIT;
+	e.final = true;
+	e.time_us = h->fired_us;
+	v = rdzv_end_encode(&e);
+	if (v != NULL)
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, v,
+					strlen(v), NULL, NULL);
+	free(v);
+}
+
+static void on_positions(int status, size_t n, const void *const *vals, const size_t *lens,
+			 void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	struct hang_where *w = NULL;
+	size_t nw = 0, i;
+	char verdict[8192], missing[512] = "";
+	int culprits, nmiss = 0, k = 0;
+
+	for (i = 0; status == 0 && i < n; i++)
+		if (lens[i] == 0 || where_decode(vals[i], lens[i], &w, &nw) < 0) {
+			k += snprintf(missing + k, sizeof(missing) - (size_t)k, "%s%zu",
+				      nmiss ? "," : "", i);
+			nmiss++;
+		}
+	hang_verdict(w, nw, "  ", verdict, sizeof(verdict), &culprits);
+	output_console_write(2, "============================================================\n",
+			     61);
+	if (o->fail)
+		agent_say("the job hung: %s; stopping every node (exit status %d)", h->why,
+			  HANG_EXIT);
+	else
+		agent_say("where the ranks of every node are (the job goes on):");
+	output_console_write(2, verdict, strlen(verdict));
+	if (status != 0)
+		agent_say("  the nodes' positions could not be read: %s", strerror(-status));
+	else if (nmiss > 0)
+		agent_say("  node%s %s sent no positions in time", nmiss == 1 ? "" : "s", missing);
+	output_console_write(2, "============================================================\n",
+			     61);
+	free(w);
+	if (o->fail)
+		end_round(h, o->round);
+	if (h->mine == o->k)
+		h->mine = 0;
+	free(o);
+	park(h);
+}
+
+/* r<round>/<what>[<k>/]<R> for every node R (one malloc'd block). */
+static const char **node_keys(struct coord_hang *h, int round, const char *what, int k)
+{
+	struct coord *c = h->c;
+	const char **keys = malloc((size_t)c->nnodes * (sizeof(char *) + COORD_KEY_MAX));
+	char *s;
+	int i;
+
+	if (keys == NULL)
+		return NULL;
+	s = (char *)(keys + c->nnodes);
+	for (i = 0; i < c->nnodes; i++, s += COORD_KEY_MAX) {
+		if (k >= 0)
+			snprintf(s, COORD_KEY_MAX, "r%d/%s%d/%d", round, what, k, i);
+		else
+			snprintf(s, COORD_KEY_MAX, "r%d/%s%d", round, what, i);
+		keys[i] = s;
+	}
+	return keys;
+}
+
+static void on_collected(int status, void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
+
+	/* Timed out: read what came. */
+	if (keys == NULL || h->H == NULL ||
+	    store_async_multi_get(h->H, keys, (size_t)h->c->nnodes, on_positions, o) != 0)
+		on_positions(-ENOMEM, 0, NULL, NULL, o);
+	free(keys);
+}
+
+static void collect(struct op *o)
+{
+	struct coord_hang *h = o->h;
+	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
+
+	if (keys == NULL || h->H == NULL ||
+	    store_async_wait(h->H, keys, (size_t)h->c->nnodes, HANG_COLLECT_MS, on_collected, o) !=
+		    0)
+		on_positions(-ENOMEM, 0, NULL, NULL, o);
+	free(keys);
+}
+
+/* ---- every node: a request arrives ----------------------------------------------- */
+
+static void on_local_done(void *arg, const struct hang_where *w, size_t n)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	struct coord *c = h->c;
+	char key[64], *v = where_encode(w, n);
+
+	if (v != NULL && c->A != NULL && c->round == o->round) {
+		snprintf(key, sizeof(key), "r%d/hang/where/%d/%d", o->round, o->k, c->rank);
+		store_async_set(c->A, key, v, strlen(v), NULL, NULL);
+	}
+	free(v);
+	if (h->mine == o->k && c->round == o->round) {
+		collect(o); /* the requester: H is free, the others' positions next */
+		return;
+	}
+	free(o);
+	park(h);
+}
+
+static void on_request(int status, const void *val, size_t len, void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	struct coord *c = h->c;
+	cJSON *j = status == 0 ? cJSON_ParseWithLength(val, len) : NULL;
+	const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
+	const cJSON *fail = cJSON_GetObjectItemCaseSensitive(j, "fail");
+	const cJSON *why = cJSON_GetObjectItemCaseSensitive(j, "why");
+	char text[400];
+
+	if (status != 0 || c->round != o->round || c->phase != CP_RUN || !cJSON_IsNumber(node)) {
+		cJSON_Delete(j); /* the round is over, or {"over": true} */
+		free(o);
+		if (status == 0)
+			park(h);
+		return;
+	}
+	h->next = o->k + 1;
+	o->from = node->valueint;
+	/* Only a node ends the job (it is the one that ends the round). */
+	o->fail = cJSON_IsTrue(fail) && o->from >= 0;
+	if (o->from >= 0)
+		snprintf(text, sizeof(text), "%.300s (asked by node %d)",
+			 cJSON_IsString(why) ? why->valuestring : "?", o->from);
+	else /* ddpstore, or any store client (ddprun(1), HUNG JOBS) */
+		snprintf(text, sizeof(text), "%.300s (asked through the store)",
+			 cJSON_IsString(why) ? why->valuestring : "on demand");
+	cJSON_Delete(j);
+	if (o->fail && h->fail_round == o->round) {
+		/* Two nodes found the hang at once: one dump is enough. */
+		struct hang_where *w = calloc((size_t)c->nproc, sizeof(*w));
+
+		if (w != NULL)
+			hang_where_local(c->agent, w);
+		on_local_done(o, w, w != NULL ? (size_t)c->nproc : 0);
+		free(w);
+		return;
+	}
+	if (o->fail)
+		h->fail_round = o->round;
+	hang_remote_dump(c->agent, o->fail, text, on_local_done, o);
+}
+
+static void on_req_ready(int status, void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	char key[64];
+
+	if (o->round == h->parked_round)
+		h->parked_round = -1;
+	if (status != 0 || h->H == NULL || o->round != h->c->round) {
+		free(o);
+		if (status == 0)
+			park(h); /* a new round's wait */
+		return;
+	}
+	snprintf(key, sizeof(key), "r%d/hang/req/%d", o->round, o->k);
+	if (store_async_get(h->H, key, on_request, o) != 0)
+		free(o);
+}
+
+/* Park H on the next request of the current round (once). */
+static void park(struct coord_hang *h)
+{
+	struct coord *c = h->c;
+	char key[64];
+	const char *keys[1] = {key};
+	struct op *o;
+
+	if (h->H == NULL || c->phase != CP_RUN || h->parked_round == c->round)
+		return;
+	o = op_new(h, c->round, h->next);
+	if (o == NULL)
+		return;
+	snprintf(key, sizeof(key), "r%d/hang/req/%d", c->round, h->next);
+	if (store_async_wait(h->H, keys, 1, 0, on_req_ready, o) != 0) {
+		free(o);
+		return;
+	}
+	h->parked_round = c->round;
+}
+
+/* ---- this node asks ------------------------------------------------------------ */
+
+static void on_numbered(int status, int64_t k, void *arg)
+{
+	struct coord_hang *h = arg;
+	struct coord *c = h->c;
+	cJSON *j;
+	char key[64], *v;
+
+	if (status != 0 || c->A == NULL) {
+		/* The store is failing: coord.c hears of it too; make sure the
+		 * job ends with the hang's status anyway. */
+		h->mine = 0;
+		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
+			   status != 0 ? strerror(-status) : "no connection");
+		return;
+	}
+	h->mine = (int)k;
+	j = cJSON_CreateObject();
+	if (j == NULL)
+		return;
+	cJSON_AddNumberToObject(j, "node", c->rank);
+	cJSON_AddBoolToObject(j, "fail", h->mine_fail);
+	cJSON_AddStringToObject(j, "why", h->why);
+	v = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	if (v == NULL)
+		return;
+	store_async_set(c->A, coord_key(c, key, sizeof(key), "hang/req/%d", (int)k), v, strlen(v),
+			NULL, NULL);
+	free(v);
+}
+
+static int request(void *arg, bool fail, const char *why)
+{
+	struct coord_hang *h = arg;
+	struct coord *c = h->c;
+	char key[64];
+
+	if (h->H == NULL || !h->up || c->A == NULL || !c->a_up || c->phase != CP_RUN)
+		return -ENOTCONN;
+	if (h->mine != 0 || h->fail_round == c->round)
+		return 0; /* one in flight, or the hang was dumped already */
+	h->mine = -1;
+	h->mine_fail = fail;
+	h->fired_us = report_now_us();
+	snprintf(h->why, sizeof(h->why), "%s", why);
+	if (fail)
+		agent_say("%s: asking every node for its ranks' stacks", why);
+	if (store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/count"), 1, on_numbered,
+			    h) != 0) {
+		h->mine = 0;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ---- progress across nodes ---------------------------------------------------- */
+
+static void on_progress_read(int status, size_t n, const void *const *vals, const size_t *lens,
+			     void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+	struct coord *c = h->c;
+	size_t i;
+
+	h->reading = false;
+	if (status != 0 || o->round != c->round || h->seen == NULL || n != (size_t)c->nnodes) {
+		free(o);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		char num[24];
+		int64_t v = -1;
+
+		if (lens[i] > 0 && lens[i] < sizeof(num)) {
+			memcpy(num, vals[i], lens[i]);
+			num[lens[i]] = '\0';
+			v = strtoll(num, NULL, 10);
+		}
+		if ((int)i != c->rank && v >= 0 && h->seen[i] >= 0 && v != h->seen[i])
+			h->other_ms = uv_now(c->loop);
+		h->seen[i] = v;
+	}
+	free(o);
+}
+
+static uint64_t tick(void *arg, bool local_progress)
+{
+	struct coord_hang *h = arg;
+	struct coord *c = h->c;
+	uint64_t now = uv_now(c->loop);
+	char key[64];
+
+	if (c->A == NULL || !c->a_up || c->phase != CP_RUN)
+		return h->other_ms;
+	if (local_progress) {
+		/* Once per sample with progress: the samples come at most once a
+		 * second, and at least 4 times per timeout, so a stalled node
+		 * sees the counter move well within its timeout. */
+		h->last_pub_ms = now;
+		store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/prog/%d", c->rank), 1,
+				NULL, NULL);
+	} else if (!h->reading && c->nnodes > 1) {
+		const char **keys = node_keys(h, c->round, "hang/prog/", -1);
+		struct op *o = op_new(h, c->round, 0);
+
+		if (h->seen == NULL) {
+			size_t i;
+
+			h->seen = malloc((size_t)c->nnodes * sizeof(*h->seen));
+			for (i = 0; h->seen != NULL && i < (size_t)c->nnodes; i++)
+				h->seen[i] = -1;
+		}
+		if (keys != NULL && o != NULL && h->seen != NULL &&
+		    store_async_multi_get(c->A, keys, (size_t)c->nnodes, on_progress_read, o) ==
+			    0) {
+			h->reading = true;
+			o = NULL;
+		}
+		free(o);
+		free(keys);
+	}
+	return h->other_ms;
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+static void on_connect(struct store_async *a, int status, void *arg)
+{
+	struct coord_hang *h = arg;
+
+	if (status != 0)
+		return; /* hang dumps stay local; the job runs on */
+	h->up = true;
+	park(h);
+}
+
+static void on_lost(struct store_async *a, int reason, void *arg)
+{
+	struct coord_hang *h = arg;
+
+	h->up = false; /* coord.c's connections say what the loss means */
+	h->parked_round = -1;
+}
+
+void coord_hang_round(struct coord *c)
+{
+	struct coord_hang *h = c->hang;
+	struct hang_remote r;
+
+	if (h == NULL) {
+		struct store_async_callbacks cbs;
+
+		h = calloc(1, sizeof(*h));
+		if (h == NULL)
+			return;
+		h->c = c;
+		h->parked_round = -1;
+		h->fail_round = -1;
+		cbs = (struct store_async_callbacks){on_connect, on_lost, h};
+		if (store_async_connect(c->loop, c->store_host, c->store_port,
+					c->connect_timeout_ms, &cbs, &h->H) != 0 ||
+		    store_async_set_prefix(h->H, c->prefix) != 0) {
+			free(h);
+			return;
+		}
+		c->hang = h;
+	} else if (h->parked_round >= 0 && h->parked_round != c->round && c->A != NULL) {
+		/* End the last round's parked waits (every node's), then park anew. */
+		char key[64];
+		const char *over = "{\"over\": true}";
+
+		snprintf(key, sizeof(key), "r%d/hang/req/%d", h->parked_round, h->next);
+		store_async_compare_set(c->A, key, "", 0, over, strlen(over), NULL, NULL);
+		h->parked_round = -1;
+	}
+	h->round = c->round;
+	h->next = 1;
+	h->mine = 0;
+	free(h->seen); /* a new round: other nodes' counters start anew */
+	h->seen = NULL;
+	h->other_ms = 0;
+	h->last_pub_ms = 0;
+	r.request = request;
+	r.tick = tick;
+	r.arg = h;
+	hang_set_remote(c->agent, &r);
+	if (h->up)
+		park(h);
+}
+
+void coord_hang_close(struct coord *c)
+{
+	struct coord_hang *h = c->hang;
+	struct hang_remote none = {0};
+
+	if (h == NULL)
+		return;
+	if (c->agent != NULL)
+		hang_set_remote(c->agent, &none);
+	if (h->H != NULL) {
+		c->open++;
+		store_async_close(h->H, coord_closed_one, c);
+		h->H = NULL;
+	}
+	h->up = false;
+}
+
+void coord_hang_destroy(struct coord *c)
+{
+	if (c->hang != NULL)
+		free(c->hang->seen);
+	free(c->hang);
+	c->hang = NULL;
+}

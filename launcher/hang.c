@@ -1,0 +1,585 @@
+/* hang: the hang monitor, the on-demand dump and the end of a hung job (see
+ * hang.h). */
+#include "hang.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cJSON.h>
+
+#include "agent_int.h"
+#include "proc_info.h"
+#include "workenv.h"
+#define DDP_PROGRESS_LAUNCHER
+#include "progress.h"
+
+/* Python workers get this long to print their stacks after SIGABRT. */
+#define HANG_ABORT_GRACE_MS 5000
+
+struct hang_sample {
+	bool valid;
+	uint64_t entered, completed, ticks;
+	int64_t out_ms;
+	int64_t mtime_ns;
+};
+
+struct hang {
+	struct agent *a;
+	int64_t timeout_ms; /* 0: no hang detection */
+	uv_timer_t tick;
+	bool tick_init;
+	uv_signal_t usr2;
+	bool usr2_init;
+	int prog_fd;
+	char prog_path[64];
+	struct ddpi_progress_slot *slots;
+	size_t map_len;
+	struct hang_sample *s;
+	struct hang_where *where;
+	uint64_t last_progress_ms;
+	bool fired;    /* this attempt's hang was declared */
+	bool dumping;  /* a dump of ours runs (hang_dump_start) */
+	bool closed;   /* hang_close: the agent is ending */
+	bool reported; /* its verdict was printed */
+	bool holding;  /* Python workers print their stacks */
+	bool *aborted;
+	uint64_t hold_until_ms;
+	char why[160];
+	struct hang_ftimer *ft;
+	struct hang_remote remote; /* request NULL: one node */
+	void (*done)(void *arg, const struct hang_where *w, size_t n);
+	void *done_arg;
+};
+
+static void on_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+/* The node's progress file: a memfd the workers reopen through /proc (so
+ * nothing is ever left on a disk or in /dev/shm, whatever ends ddprun). */
+static int open_progress(struct hang *h, int nproc)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	size_t len = (size_t)nproc * DDPI_PROGRESS_SLOT;
+	void *p;
+
+	len = (len + (size_t)page - 1) / (size_t)page * (size_t)page;
+	h->prog_fd = memfd_create("ddprun-progress", MFD_CLOEXEC);
+	if (h->prog_fd < 0)
+		return -errno;
+	if (ftruncate(h->prog_fd, (off_t)len) != 0)
+		return -errno;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, h->prog_fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	h->slots = p;
+	h->map_len = len;
+	snprintf(h->prog_path, sizeof(h->prog_path), "/proc/%d/fd/%d", (int)getpid(), h->prog_fd);
+	return 0;
+}
+
+static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where *w)
+{
+	const struct ddpi_progress_slot *s;
+
+	w->libddp = false;
+	w->in = false;
+	w->entered = w->completed = 0;
+	w->op = 0;
+	if (h->slots == NULL)
+		return false;
+	s = &h->slots[lr];
+	if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != DDPI_PROGRESS_MAGIC ||
+	    __atomic_load_n(&s->pid, __ATOMIC_RELAXED) != (int32_t)pid)
+		return false; /* a child of the worker may be the libddp rank: rare */
+	w->libddp = true;
+	w->completed = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
+	w->entered = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
+	w->op = __atomic_load_n(&s->op, __ATOMIC_RELAXED);
+	w->in = w->entered > w->completed;
+	return true;
+}
+
+void hang_where_local(struct agent *a, struct hang_where *w)
+{
+	int i;
+
+	for (i = 0; i < a->nproc; i++) {
+		w[i].rank = a->w[i].running ? a->world.rank_offset + i : -1;
+		slot_read(a->hang, i, a->w[i].pid, &w[i]);
+	}
+}
+
+/* The newest modification time of a worker's log files (for streams that go
+ * straight to a file, which the agent does not see). */
+static int64_t log_mtime(struct agent *a, int lr)
+{
+	static const char *const names[2] = {"stdout.log", "stderr.log"};
+	int64_t best = 0;
+	int s;
+
+	if (a->logdir.flat)
+		return 0;
+	for (s = 0; s < 2; s++) {
+		char *p = logdir_path(&a->logdir, lr, names[s]);
+		struct stat st;
+
+		if (p != NULL && stat(p, &st) == 0) {
+			int64_t t = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+
+			if (t > best)
+				best = t;
+		}
+		free(p);
+	}
+	return best;
+}
+
+/* One sample: true when some rank made progress since the last one. */
+static bool sample(struct hang *h)
+{
+	struct agent *a = h->a;
+	bool progress = false;
+	int i;
+
+	for (i = 0; i < a->nproc; i++) {
+		struct agent_worker *w = &a->w[i];
+		struct hang_sample n = {.valid = true};
+		struct hang_sample *o = &h->s[i];
+		struct hang_where wh;
+		bool spinning;
+
+		if (!w->running)
+			continue;
+		slot_read(h, i, w->pid, &wh);
+		n.entered = wh.entered;
+		n.completed = wh.completed;
+		n.ticks = proc_tree_ticks(w->pid, 64);
+		n.out_ms = hang_last_output_ms(w);
+		n.mtime_ns = log_mtime(a, i);
+		/* Inside a collective, CPU time is waiting, not work. */
+		spinning = wh.libddp && wh.in;
+		if (!o->valid || n.entered != o->entered || n.completed != o->completed ||
+		    n.out_ms != o->out_ms || n.mtime_ns != o->mtime_ns ||
+		    (!spinning && n.ticks != o->ticks))
+			progress = true;
+		*o = n;
+	}
+	return progress;
+}
+
+static void finish_hang(struct hang *h);
+
+/* The hang's dump is printed: give Python workers their time, or end. */
+static void after_dump(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+
+	h->dumping = false;
+	if (h->closed)
+		return;
+	if (naborted > 0) {
+		h->holding = true;
+		h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
+		return;
+	}
+	finish_hang(h);
+}
+
+static void fire(struct hang *h)
+{
+	struct agent *a = h->a;
+
+	h->fired = true;
+	snprintf(h->why, sizeof(h->why), "no rank made progress for %.1f s (--hang-timeout %g)",
+		 (double)(uv_now(a->loop) - h->last_progress_ms) / 1000.0,
+		 (double)h->timeout_ms / 1000.0);
+	/* The hang decides the exit status, whatever the dump makes happen. */
+	a->status = HANG_EXIT;
+	a->status_set = true;
+	a->failed = true;
+	/* Several nodes: every node dumps its ranks; this one's verdict and end
+	 * come from coord_hang.c. */
+	if (h->remote.request != NULL && h->remote.request(h->remote.arg, true, h->why) == 0) {
+		h->reported = true;
+		return;
+	}
+	h->dumping = true;
+	if (hang_dump_start(a, h->why, h->aborted, h->where, after_dump, h) != 0) {
+		h->dumping = false;
+		finish_hang(h);
+	}
+}
+
+/* Every aborted worker is gone and its output read, or the grace is over. */
+static bool hold_over(struct hang *h)
+{
+	struct agent *a = h->a;
+	int i;
+
+	if (uv_now(a->loop) >= h->hold_until_ms)
+		return true;
+	for (i = 0; i < a->nproc; i++)
+		if (h->aborted[i] &&
+		    (a->w[i].running || a->w[i].stream[0].open || a->w[i].stream[1].open))
+			return false;
+	return true;
+}
+
+/* The hang's verdict, once per hang: after the Python stacks, before the
+ * failure summary. */
+static void print_verdict(struct hang *h)
+{
+	struct agent *a = h->a;
+	char verdict[4096], head[256];
+	int culprits;
+	int n;
+
+	if (!h->fired || h->reported)
+		return;
+	h->reported = true;
+	hang_verdict(h->where, (size_t)a->nproc, "  ", verdict, sizeof(verdict), &culprits);
+	n = snprintf(head, sizeof(head), "ddprun: the job hung: %s; stopping it (exit status %d)\n",
+		     h->why, HANG_EXIT);
+	output_console_write(2, "============================================================\n",
+			     61);
+	output_console_write(2, head, (size_t)n);
+	output_console_write(2, verdict, strlen(verdict));
+	output_console_write(2, "============================================================\n",
+			     61);
+}
+
+static void finish_hang(struct hang *h)
+{
+	h->holding = false;
+	print_verdict(h);
+	/* A signal or the end may have come meanwhile: theirs is the stop. */
+	if (h->a->state == AS_RUNNING)
+		agent_stop(h->a, HANG_EXIT);
+}
+
+void hang_report(struct agent *a)
+{
+	if (a->hang != NULL) {
+		a->hang->holding = false;
+		print_verdict(a->hang);
+	}
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct hang *h = t->data;
+	struct agent *a = h->a;
+	uint64_t now = uv_now(a->loop);
+	bool progress;
+
+	if (h->dumping)
+		return; /* after_dump goes on */
+	if (h->holding) {
+		if (!hold_over(h))
+			return;
+		if (h->done != NULL) { /* a remote dump: coord_hang.c goes on */
+			void (*done)(void *, const struct hang_where *, size_t) = h->done;
+
+			h->holding = false;
+			h->done = NULL;
+			hang_where_local(a, h->where);
+			done(h->done_arg, h->where, (size_t)a->nproc);
+			return;
+		}
+		finish_hang(h);
+		return;
+	}
+	if (a->state != AS_RUNNING || h->fired || h->timeout_ms <= 0)
+		return;
+	progress = sample(h);
+	if (progress)
+		h->last_progress_ms = now;
+	/* Several nodes: another node's progress is the job's too (a node
+	 * waiting in a collective for a node that computes is not hung). */
+	if (h->remote.tick != NULL) {
+		uint64_t other = h->remote.tick(h->remote.arg, progress);
+
+		if (other > h->last_progress_ms)
+			h->last_progress_ms = other;
+	}
+	if (!progress && (int64_t)(now - h->last_progress_ms) >= h->timeout_ms)
+		fire(h);
+}
+
+static void after_usr2(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+	char verdict[4096];
+	int culprits;
+
+	hang_verdict(h->where, (size_t)a->nproc, "ddprun:   ", verdict, sizeof(verdict), &culprits);
+	agent_say("where the ranks are (the job goes on):");
+	output_console_write(2, verdict, strlen(verdict));
+}
+
+static void on_usr2(uv_signal_t *s, int sig)
+{
+	struct hang *h = s->data;
+	struct agent *a = h->a;
+
+	if (a->state != AS_RUNNING && a->state != AS_STOPPING) {
+		agent_say("SIGUSR2: no workers are running");
+		return;
+	}
+	if (h->remote.request != NULL &&
+	    h->remote.request(h->remote.arg, false, "on demand (SIGUSR2)") == 0)
+		return;
+	if (hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
+		agent_say("SIGUSR2: a stack dump is already being made");
+}
+
+/* SIGUSR2 is ours unless the user asked ddprun to forward it. */
+static bool usr2_free(const struct agent *a)
+{
+	int i;
+
+	for (i = 0; i < a->o->nsignals; i++)
+		if (a->o->signals[i] == SIGUSR2)
+			return false;
+	return true;
+}
+
+int hang_start(struct agent *a)
+{
+	struct hang *h = calloc(1, sizeof(*h));
+	int rc;
+
+	if (h == NULL)
+		return -ENOMEM;
+	h->a = a;
+	h->prog_fd = -1;
+	h->timeout_ms = a->o->hang_timeout_ms;
+	h->s = calloc((size_t)a->nproc, sizeof(*h->s));
+	h->where = calloc((size_t)a->nproc, sizeof(*h->where));
+	h->aborted = calloc((size_t)a->nproc, sizeof(*h->aborted));
+	a->hang = h;
+	if (h->s == NULL || h->where == NULL || h->aborted == NULL) {
+		hang_destroy(a);
+		return -ENOMEM;
+	}
+	rc = open_progress(h, a->nproc);
+	if (rc != 0) {
+		agent_say("warning: no collective progress file (%s): hang reports cannot say "
+			  "where libddp ranks are",
+			  strerror(-rc));
+		if (h->slots == NULL && h->prog_fd >= 0) {
+			close(h->prog_fd);
+			h->prog_fd = -1;
+		}
+	}
+	if (uv_timer_init(a->loop, &h->tick) == 0) {
+		h->tick.data = h;
+		h->tick_init = true;
+	}
+	if (usr2_free(a) && uv_signal_init(a->loop, &h->usr2) == 0) {
+		h->usr2.data = h;
+		h->usr2_init = true;
+		uv_signal_start(&h->usr2, on_usr2, SIGUSR2);
+		/* A ddprun waiting for its workers must not keep the loop alive
+		 * for this alone. */
+		uv_unref((uv_handle_t *)&h->usr2);
+	}
+	rc = hang_ftimer_start(a, &h->ft);
+	if (rc != 0)
+		agent_say("warning: TORCHELASTIC_ENABLE_FILE_TIMER: cannot set up the timer file: "
+			  "%s",
+			  strerror(-rc));
+	return 0;
+}
+
+void hang_attempt(struct agent *a)
+{
+	struct hang *h = a->hang;
+	int i;
+
+	if (h == NULL)
+		return;
+	if (h->slots != NULL)
+		memset(h->slots, 0, h->map_len);
+	for (i = 0; i < a->nproc; i++)
+		h->s[i].valid = false;
+	h->fired = false;
+	h->reported = false;
+	h->holding = false;
+	h->dumping = false;
+	h->done = NULL;
+	h->last_progress_ms = uv_now(a->loop);
+	if (h->tick_init && (h->timeout_ms > 0)) {
+		uint64_t every = (uint64_t)h->timeout_ms / 4;
+
+		if (every > 1000)
+			every = 1000;
+		if (every < 50)
+			every = 50;
+		uv_timer_start(&h->tick, on_tick, every, every);
+	}
+}
+
+int64_t hang_last_output_ms(const struct agent_worker *w)
+{
+	int64_t a = output_last_line_ms(&w->stream[0]), b = output_last_line_ms(&w->stream[1]);
+
+	return a > b ? a : b;
+}
+
+void hang_set_remote(struct agent *a, const struct hang_remote *r)
+{
+	if (a->hang != NULL)
+		a->hang->remote = *r;
+}
+
+bool hang_declared(const struct agent *a)
+{
+	return a->hang != NULL && a->hang->fired;
+}
+
+static void after_remote_dump(struct agent *a, int naborted, void *arg)
+{
+	struct hang *h = arg;
+	void (*done)(void *, const struct hang_where *, size_t) = h->done;
+
+	h->dumping = false;
+	if (h->closed || done == NULL)
+		return;
+	if (naborted > 0) { /* on_tick calls done once they have printed */
+		h->holding = true;
+		h->hold_until_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS;
+		if (h->tick_init && !uv_is_active((uv_handle_t *)&h->tick))
+			uv_timer_start(&h->tick, on_tick, 100, 100);
+		return;
+	}
+	h->done = NULL;
+	done(h->done_arg, h->where, (size_t)a->nproc);
+}
+
+void hang_remote_dump(struct agent *a, bool fail, const char *why,
+		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING) || h->holding ||
+	    h->dumping) {
+		struct hang_where none = {.rank = -1};
+
+		done(arg, &none, 0);
+		return;
+	}
+	if (fail) {
+		h->fired = true;
+		h->reported = true; /* the verdict is the requester's */
+		a->status = HANG_EXIT;
+		a->status_set = true;
+		a->failed = true;
+	}
+	h->done = done;
+	h->done_arg = arg;
+	h->dumping = true;
+	if (hang_dump_start(a, why, fail ? h->aborted : NULL, h->where, after_remote_dump, h) !=
+	    0) {
+		h->dumping = false;
+		h->done = NULL;
+		hang_where_local(a, h->where);
+		done(arg, h->where, (size_t)a->nproc);
+	}
+}
+
+void hang_env(struct agent *a, struct workenv_job *j)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL)
+		return;
+	j->progress_file = h->slots != NULL ? h->prog_path : NULL;
+	j->timer_file = h->ft != NULL ? hang_ftimer_path(h->ft) : NULL;
+	j->faulthandler = true;
+}
+
+bool hang_holds(const struct agent *a)
+{
+	return a->hang != NULL && (a->hang->holding || a->hang->dumping);
+}
+
+void hang_close(struct agent *a)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL)
+		return;
+	h->holding = false;
+	h->done = NULL;
+	h->closed = true;
+	if (h->tick_init && !uv_is_closing((uv_handle_t *)&h->tick))
+		uv_close((uv_handle_t *)&h->tick, on_closed);
+	if (h->usr2_init && !uv_is_closing((uv_handle_t *)&h->usr2))
+		uv_close((uv_handle_t *)&h->usr2, on_closed);
+	if (h->ft != NULL)
+		hang_ftimer_close(h->ft);
+}
+
+void hang_destroy(struct agent *a)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL)
+		return;
+	if (h->slots != NULL)
+		munmap(h->slots, h->map_len);
+	if (h->prog_fd >= 0)
+		close(h->prog_fd);
+	hang_ftimer_destroy(h->ft);
+	free(h->s);
+	free(h->where);
+	free(h->aborted);
+	free(h);
+	a->hang = NULL;
+}
+
+void hang_write_error_file(const char *path, const char *message, const char *caused_by)
+{
+	cJSON *root = cJSON_CreateObject(), *msg, *extra;
+	char ts[32], *text = NULL;
+	int fd;
+
+	if (path == NULL || root == NULL)
+		goto out;
+	/* The layout PyTorch's @record writes (report.h). */
+	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
+	msg = cJSON_AddObjectToObject(root, "message");
+	if (msg == NULL || cJSON_AddStringToObject(msg, "message", message) == NULL)
+		goto out;
+	extra = cJSON_AddObjectToObject(msg, "extraInfo");
+	if (extra == NULL || cJSON_AddStringToObject(extra, "timestamp", ts) == NULL)
+		goto out;
+	/* libddp's marker of a secondary failure (report.h): the hang is the
+	 * root cause, not this rank. */
+	if (caused_by != NULL && cJSON_AddStringToObject(extra, "ddp_caused_by", caused_by) == NULL)
+		goto out;
+	text = cJSON_PrintUnformatted(root);
+	if (text == NULL)
+		goto out;
+	/* O_EXCL: the worker's own error file, if it wrote one, is the better
+	 * account. */
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		(void)!write(fd, text, strlen(text));
+		close(fd);
+	}
+out:
+	free(text);
+	cJSON_Delete(root);
+}

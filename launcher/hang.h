@@ -1,0 +1,125 @@
+/* hang: hung jobs that explain themselves.
+ *
+ * --hang-timeout SEC (PET_HANG_TIMEOUT): the agent samples its running
+ * workers (at most once a second) and counts as progress: a libddp rank
+ * entering or completing a collective (worker-runtime/src/progress.h: each
+ * rank marks them in a small shared file, no system call per collective),
+ * bytes of output, and CPU time, except a libddp rank's CPU time while it is
+ * inside a collective (the shm transport spins). When no local rank has made
+ * progress for SEC (with several nodes: and no other node's, coord_hang.c),
+ * the agent dumps every rank (hang_dump.c): /proc's state,
+ * wait channel, CPU time, the age of its last output, where it is in its
+ * collectives, and its native stack (eu-stack, else gdb); Python workers
+ * (started with PYTHONFAULTHANDLER=1 unless set) then get SIGABRT so that
+ * faulthandler prints every thread's Python stack. Once those have exited
+ * (bounded), the verdict names the ranks that were not where the others
+ * were, and the job ends with HANG_EXIT. With several nodes the hang is
+ * announced through the store and every node dumps its own ranks
+ * (coord_hang.c).
+ *
+ * SIGUSR2 (unless --signals-to-handle names it) prints the same dump and
+ * verdict without stopping anything (no SIGABRT).
+ *
+ * TORCHELASTIC_ENABLE_FILE_TIMER=1: torchrun's file timer (hang_ftimer.c). */
+#ifndef DDP_HANG_H
+#define DDP_HANG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HANG_EXIT 124 /* as timeout(1): the job hung and was stopped */
+
+struct agent;
+struct workenv_job;
+struct hang_where;
+
+/* Set up for the agent's loop (after its own handles). 0 or a negative errno
+ * (said on stderr; the job runs without hang detection then). */
+int hang_start(struct agent *a);
+/* A new attempt's workers are about to start. */
+void hang_attempt(struct agent *a);
+/* The worker variables hang detection needs (progress file, timer file,
+ * PYTHONFAULTHANDLER). */
+void hang_env(struct agent *a, struct workenv_job *j);
+/* True while Python workers print their stacks: a failure then must not
+ * stop the others yet. */
+bool hang_holds(const struct agent *a);
+/* The attempt is over: print a hang's verdict if it is still due. */
+void hang_report(struct agent *a);
+/* Close the loop handles (the agent is ending). */
+void hang_close(struct agent *a);
+/* Release everything (after the loop has returned). */
+void hang_destroy(struct agent *a);
+
+/* ---- several nodes (coord_hang.c) ------------------------------------------ */
+
+/* How a node asks every node for a dump. request returns 0 once asked (the
+ * dump then comes back through hang_remote_dump on every node, this one
+ * included), or a negative errno (then the dump is local only). */
+struct hang_remote {
+	int (*request)(void *arg, bool fail, const char *why);
+	/* Each sample of the hang monitor: whether local ranks made progress;
+	 * returns the loop time (uv_now) at which another node was last seen
+	 * making progress (0: never). */
+	uint64_t (*tick)(void *arg, bool local_progress);
+	void *arg;
+};
+void hang_set_remote(struct agent *a, const struct hang_remote *r);
+/* A node asked for a dump (why names it). fail: the job hung (Python
+ * workers get SIGABRT, the exit status is HANG_EXIT, local failures from
+ * now on are the hang's). done(arg, w, n) follows, once any aborted Python
+ * worker has printed its stack: where the local ranks are (valid during the
+ * call; rank -1: not running). */
+void hang_remote_dump(struct agent *a, bool fail, const char *why,
+		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg);
+/* True once this attempt's hang was declared: failures are its effect. */
+bool hang_declared(const struct agent *a);
+
+/* ---- shared with hang_dump.c, hang_ftimer.c and coord_hang.c ---------------- */
+
+/* Where one rank is in its collectives. */
+struct hang_where {
+	int rank;
+	bool libddp; /* the rank reports collectives */
+	bool in;     /* inside collective number entered */
+	uint64_t entered, completed;
+	uint32_t op;
+};
+
+/* The verdict over w[0..n): one or more lines, each starting with indent, in
+ * buf (always NUL-terminated). *culprits: how many ranks were not where the
+ * others were (0: none can be told). */
+void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
+		  int *culprits);
+/* "0-3,5" into buf. */
+void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);
+
+/* The loop time of w's last output, either stream; -1: none. */
+struct agent_worker;
+int64_t hang_last_output_ms(const struct agent_worker *w);
+/* Where each local rank is now (w: nproc entries; rank -1 for a worker that
+ * is not running). */
+void hang_where_local(struct agent *a, struct hang_where *w);
+/* Dump every running local rank to the console and fill w as above (at
+ * once). The stack tools run side by side while the loop goes on; once
+ * every stack is in (bounded) the ranks are printed in order and, with
+ * aborted (nproc entries), each Python worker gets SIGABRT after its native
+ * stack (aborted[i] says which); then done(a, naborted, arg). 0, or -EBUSY
+ * (a dump runs) / -ENOMEM, and then done never comes. */
+typedef void (*hang_dump_cb)(struct agent *a, int naborted, void *arg);
+int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
+		    hang_dump_cb done, void *arg);
+
+/* File timer (hang_ftimer.c). */
+struct hang_ftimer;
+int hang_ftimer_start(struct agent *a, struct hang_ftimer **out);
+const char *hang_ftimer_path(const struct hang_ftimer *t);
+void hang_ftimer_close(struct hang_ftimer *t);
+void hang_ftimer_destroy(struct hang_ftimer *t);
+
+/* Write a torchelastic error file for a worker that ddprun stops, unless it
+ * wrote one itself; caused_by (or NULL) marks the failure secondary. */
+void hang_write_error_file(const char *path, const char *message, const char *caused_by);
+
+#endif

@@ -1,0 +1,593 @@
+/* hang_dump: the per-rank dump and the verdict of a hang (see hang.h). */
+#include "hang.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "proc_info.h"
+#include "prog.h"
+#define DDP_PROGRESS_LAUNCHER
+#include "progress.h"
+
+extern char **environ;
+
+/* A stack tool gets this long per process, and this much output is kept. */
+#define STACK_TIMEOUT_MS 15000
+#define STACK_MAX_BYTES	 (64 * 1024)
+
+/* ---- text helpers ---------------------------------------------------------------- */
+
+struct text {
+	char *p;
+	size_t len, cap;
+};
+
+static void add(struct text *t, const char *s, size_t n)
+{
+	if (t->len + n + 1 > t->cap) {
+		size_t cap = t->cap ? t->cap : 1024;
+		char *p;
+
+		while (cap < t->len + n + 1)
+			cap *= 2;
+		p = realloc(t->p, cap);
+		if (p == NULL)
+			return; /* out of memory: the dump is shorter */
+		t->p = p;
+		t->cap = cap;
+	}
+	memcpy(t->p + t->len, s, n);
+	t->len += n;
+	t->p[t->len] = '\0';
+}
+
+static void addf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void addf(struct text *t, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 1)
+		n = (int)sizeof(buf) - 1;
+	if (n > 0)
+		add(t, buf, (size_t)n);
+}
+
+void hang_rank_list(const int *r, size_t n, char *buf, size_t len)
+{
+	size_t i = 0, k = 0;
+
+	buf[0] = '\0';
+	while (i < n && k < len) {
+		size_t j = i;
+
+		while (j + 1 < n && r[j + 1] == r[j] + 1)
+			j++;
+		if (j > i)
+			k += (size_t)snprintf(buf + k, len - k, "%s%d-%d", k ? "," : "", r[i],
+					      r[j]);
+		else
+			k += (size_t)snprintf(buf + k, len - k, "%s%d", k ? "," : "", r[i]);
+		i = j + 1;
+	}
+}
+
+/* ---- the verdict ----------------------------------------------------------------- */
+
+static int cmp_int(const void *x, const void *y)
+{
+	int a = *(const int *)x, b = *(const int *)y;
+
+	return (a > b) - (a < b);
+}
+
+/* "in all_reduce #42" or "in no collective (last completed #41)". */
+static void where_text(const struct hang_where *w, char *buf, size_t len)
+{
+	if (w->in)
+		snprintf(buf, len, "%s #%llu", ddpi_progress_op_name(w->op),
+			 (unsigned long long)w->entered);
+	else if (w->completed > 0)
+		snprintf(buf, len, "no collective (last completed #%llu)",
+			 (unsigned long long)w->completed);
+	else
+		snprintf(buf, len, "no collective (none completed yet)");
+}
+
+static bool same_place(const struct hang_where *a, const struct hang_where *b)
+{
+	return a->in == b->in &&
+	       (a->in ? a->entered == b->entered && a->op == b->op : a->completed == b->completed);
+}
+
+/* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". */
+static void group_line(struct text *t, const char *indent, const int *ranks, size_t n,
+		       const struct hang_where *w, bool waiters)
+{
+	char list[512], where[128];
+
+	hang_rank_list(ranks, n, list, sizeof(list));
+	where_text(w, where, sizeof(where));
+	addf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
+	     w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"), where);
+	(void)waiters;
+}
+
+void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
+		  int *culprits)
+{
+	struct text t = {0};
+	int *ranks = malloc((n + 1) * sizeof(int));
+	bool *done = calloc(n + 1, sizeof(bool));
+	uint64_t top = 0;
+	size_t i, j, k, nlib = 0, nother = 0;
+	const struct hang_where *lead = NULL;
+
+	*culprits = 0;
+	buf[0] = '\0';
+	if (ranks == NULL || done == NULL)
+		goto out;
+	/* The waiters: the ranks inside the furthest collective. */
+	for (i = 0; i < n; i++) {
+		if (w[i].rank < 0)
+			continue;
+		if (!w[i].libddp) {
+			nother++;
+			continue;
+		}
+		nlib++;
+		if (w[i].in && w[i].entered > top) {
+			top = w[i].entered;
+			lead = &w[i];
+		}
+	}
+	if (nlib == 0) {
+		addf(&t,
+		     "%sno rank reports its collectives (none uses libddp): see each rank's "
+		     "stack above\n",
+		     indent);
+		goto out;
+	}
+	/* Every group of ranks at the same place, the waiters' group last. */
+	for (i = 0; i < n; i++) {
+		if (w[i].rank < 0 || !w[i].libddp || done[i] ||
+		    (lead != NULL && same_place(&w[i], lead)))
+			continue;
+		for (j = i, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && w[j].libddp && !done[j] && same_place(&w[j], &w[i])) {
+				ranks[k++] = w[j].rank;
+				done[j] = true;
+			}
+		qsort(ranks, k, sizeof(int), cmp_int);
+		*culprits += (int)k;
+		group_line(&t, indent, ranks, k, &w[i], false);
+	}
+	if (lead != NULL) {
+		for (j = 0, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && w[j].libddp && same_place(&w[j], lead))
+				ranks[k++] = w[j].rank;
+		qsort(ranks, k, sizeof(int), cmp_int);
+		group_line(&t, indent, ranks, k, lead, true);
+		if (*culprits == 0)
+			addf(&t,
+			     "%severy rank is in the same collective: the hang is inside it (a "
+			     "lost peer or message), not in one rank's program\n",
+			     indent);
+	} else if (*culprits > 0 && nlib > 1) {
+		addf(&t, "%sno rank is inside a collective: each is in its own code\n", indent);
+		*culprits = 0;
+	}
+	if (nother > 0) {
+		for (j = 0, k = 0; j < n; j++)
+			if (w[j].rank >= 0 && !w[j].libddp)
+				ranks[k++] = w[j].rank;
+		qsort(ranks, k, sizeof(int), cmp_int);
+		{
+			char list[512];
+
+			hang_rank_list(ranks, k, list, sizeof(list));
+			addf(&t, "%s%s %s %s no collectives (not libddp, or not started yet)\n",
+			     indent, k == 1 ? "rank" : "ranks", list,
+			     k == 1 ? "reports" : "report");
+		}
+	}
+out:
+	if (t.p != NULL)
+		snprintf(buf, len, "%s", t.p);
+	free(t.p);
+	free(ranks);
+	free(done);
+}
+
+/* ---- stacks ---------------------------------------------------------------------- */
+
+/* The stack tool on PATH: "eu-stack" or "gdb", NULL: neither. */
+static const char *stack_tool(char *path, size_t len)
+{
+	static const char *const tools[] = {"eu-stack", "gdb"};
+	const char *env = getenv("PATH");
+	size_t i;
+
+	for (i = 0; i < 2; i++) {
+		char *found = NULL;
+
+		if (prog_lookup(tools[i], env, &found) == 0) {
+			snprintf(path, len, "%s", found);
+			free(found);
+			return tools[i];
+		}
+		free(found);
+	}
+	return NULL;
+}
+
+/* Start path with argv, its stdout and stderr into a pipe, in its own
+ * process group; *fd gets the pipe's read end. The tool is reaped by the
+ * agent's SIGCHLD handler, which ignores children that are not workers. */
+static pid_t spawn_tool(const char *path, char *const argv[], int *fd)
+{
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, dfl;
+	int p[2], rc;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -errno;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+	posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigfillset(&dfl);
+	sigdelset(&dfl, SIGKILL);
+	sigdelset(&dfl, SIGSTOP);
+	posix_spawnattr_setsigmask(&attr, &none);
+	posix_spawnattr_setsigdefault(&attr, &dfl);
+	posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+						POSIX_SPAWN_SETPGROUP);
+	rc = posix_spawn(&pid, path, &fa, &attr, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&attr);
+	close(p[1]);
+	if (rc != 0) {
+		close(p[0]);
+		return -rc;
+	}
+	*fd = p[0];
+	return pid;
+}
+
+/* The tool's output as the dump shows it, indented, into t. */
+static void format_stack(struct text *t, const char *tool, pid_t pid, const struct text *raw)
+{
+	const char *line;
+
+	addf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
+	for (line = raw->p; line != NULL && *line != '\0';) {
+		const char *nl = strchr(line, '\n');
+		size_t n = nl ? (size_t)(nl - line) : strlen(line);
+
+		/* gdb's chatter (symbol loading, LWP notes) is not the stack. */
+		if (strcmp(tool, "gdb") != 0 ||
+		    (n > 0 && (line[0] == '#' || !strncmp(line, "Thread", 6) || line[0] == '(' ||
+			       !strncmp(line, "ptrace", 6)))) {
+			add(t, "    ", 4);
+			add(t, line, n);
+			add(t, "\n", 1);
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+}
+
+/* ---- the dump -------------------------------------------------------------------- */
+
+static double age_s(struct agent *a, struct agent_worker *w)
+{
+	int64_t last = hang_last_output_ms(w);
+
+	return last < 0 ? -1.0 : (double)((int64_t)uv_now(a->loop) - last) / 1000.0;
+}
+
+/* One rank's part of a dump. */
+struct dump_rank {
+	struct hang_dump *d;
+	bool running, py;
+	pid_t pid, tool;
+	struct text head, raw;
+	uv_pipe_t pipe;
+	bool reading; /* the pipe is open and read */
+};
+
+struct hang_dump {
+	struct agent *a;
+	char why[400];
+	bool *aborted; /* NULL: no SIGABRT */
+	const char *tool;
+	char toolpath[4096];
+	struct dump_rank *r;
+	int n;
+	int pending; /* stack tools still being read */
+	int open;    /* handles not yet closed */
+	uv_timer_t timer;
+	bool finished;
+	hang_dump_cb done;
+	void *arg;
+};
+
+/* One dump at a time (SIGUSR2 while one runs is told so). */
+static struct hang_dump *current;
+
+static void dump_free(struct hang_dump *d)
+{
+	int i;
+
+	for (i = 0; i < d->n; i++) {
+		free(d->r[i].head.p);
+		free(d->r[i].raw.p);
+	}
+	free(d->r);
+	free(d);
+}
+
+static void on_dump_closed(uv_handle_t *h)
+{
+	struct hang_dump *d = h->data;
+
+	if (--d->open == 0 && d->finished)
+		dump_free(d);
+}
+
+/* Every stack is in: print the ranks in order, then SIGABRT the Python
+ * workers (after their native stacks: faulthandler output follows). */
+static void dump_finish(struct hang_dump *d)
+{
+	struct agent *a = d->a;
+	int i, naborted = 0;
+
+	if (d->finished)
+		return;
+	d->finished = true;
+	current = NULL;
+	uv_timer_stop(&d->timer);
+	for (i = 0; i < d->n; i++) {
+		struct dump_rank *r = &d->r[i];
+		struct agent_worker *wk = &a->w[i];
+		struct text t = {0};
+
+		if (r->head.p != NULL)
+			add(&t, r->head.p, r->head.len);
+		if (r->running && d->tool != NULL)
+			format_stack(&t, d->tool, r->pid, &r->raw);
+		if (r->running && r->py && d->aborted != NULL && wk->running && wk->pid == r->pid) {
+			char msg[600];
+
+			addf(&t,
+			     "  Python stack: SIGABRT to pid %d, faulthandler prints every thread "
+			     "%s\n",
+			     (int)r->pid,
+			     wk->stream[1].open
+				     ? "below"
+				     : "to the rank's stderr (its log file, if redirected)");
+			snprintf(msg, sizeof(msg),
+				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
+				 "Python stack on its stderr",
+				 d->why);
+			hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
+		}
+		if (t.p != NULL)
+			output_console_write(2, t.p, t.len);
+		free(t.p);
+		if (d->aborted != NULL) {
+			d->aborted[i] = false;
+			if (r->running && r->py && wk->running && wk->pid == r->pid) {
+				kill(r->pid, SIGABRT);
+				d->aborted[i] = true;
+				naborted++;
+			}
+		}
+	}
+	d->open++; /* the timer */
+	uv_close((uv_handle_t *)&d->timer, on_dump_closed);
+	if (d->done != NULL)
+		d->done(a, naborted, d->arg);
+}
+
+static void rank_closed(uv_handle_t *h)
+{
+	struct dump_rank *r = h->data;
+	struct hang_dump *d = r->d;
+
+	if (--d->pending == 0)
+		dump_finish(d);
+	on_dump_closed((uv_handle_t *)&d->timer);
+}
+
+static void rank_stop(struct dump_rank *r)
+{
+	if (!r->reading)
+		return;
+	r->reading = false;
+	uv_close((uv_handle_t *)&r->pipe, rank_closed);
+}
+
+static void on_stack_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	static char chunk[16384];
+
+	buf->base = chunk;
+	buf->len = sizeof(chunk);
+}
+
+static void on_stack_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+	struct dump_rank *r = st->data;
+
+	if (nread > 0 && r->raw.len < STACK_MAX_BYTES)
+		add(&r->raw, buf->base, (size_t)nread);
+	else if (nread < 0)
+		rank_stop(r); /* EOF: the tool is done */
+}
+
+/* A tool that takes too long: kill it, show what came. */
+static void on_dump_timeout(uv_timer_t *t)
+{
+	struct hang_dump *d = t->data;
+	int i;
+
+	for (i = 0; i < d->n; i++)
+		if (d->r[i].reading) {
+			kill(-d->r[i].tool, SIGKILL);
+			add(&d->r[i].raw, "(the stack tool did not finish in time)\n", 40);
+			rank_stop(&d->r[i]);
+		}
+	if (d->pending == 0)
+		dump_finish(d);
+}
+
+/* Spawn the stack tool for r; false if it could not start (said in raw). */
+static bool rank_start(struct hang_dump *d, struct dump_rank *r)
+{
+	char pidstr[16];
+	int fd = -1;
+	pid_t pid;
+
+	snprintf(pidstr, sizeof(pidstr), "%d", (int)r->pid);
+	if (strcmp(d->tool, "eu-stack") == 0) {
+		char *const argv[] = {d->toolpath, "-p", pidstr, NULL};
+
+		pid = spawn_tool(d->toolpath, argv, &fd);
+	} else {
+		char *const argv[] = {d->toolpath, "-p",
+				      pidstr,	   "-batch",
+				      "-nx",	   "-q",
+				      "-ex",	   "set pagination off",
+				      "-ex",	   "thread apply all bt",
+				      NULL};
+
+		pid = spawn_tool(d->toolpath, argv, &fd);
+	}
+	if (pid < 0) {
+		addf(&r->raw, "(cannot run %s: %s)\n", d->toolpath, strerror((int)-pid));
+		return false;
+	}
+	r->tool = pid;
+	if (uv_pipe_init(d->a->loop, &r->pipe, 0) != 0) {
+		close(fd);
+		kill(-pid, SIGKILL);
+		return false;
+	}
+	r->pipe.data = r;
+	d->open++;
+	r->reading = true;
+	d->pending++;
+	if (uv_pipe_open(&r->pipe, fd) != 0) {
+		close(fd);
+		kill(-pid, SIGKILL);
+		rank_stop(r);
+		return true;
+	}
+	if (uv_read_start((uv_stream_t *)&r->pipe, on_stack_alloc, on_stack_read) != 0) {
+		kill(-pid, SIGKILL);
+		rank_stop(r);
+	}
+	return true;
+}
+
+static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
+{
+	struct agent *a = d->a;
+	struct agent_worker *wk = &a->w[i];
+	struct dump_rank *r = &d->r[i];
+	struct text *t = &r->head;
+	char where[160];
+	struct proc_info pi;
+	double age;
+
+	r->d = d;
+	r->running = wk->running;
+	r->pid = wk->pid;
+	if (!wk->running) {
+		addf(t, "ddprun: rank %d (local rank %d): not running\n", a->world.rank_offset + i,
+		     i);
+		return;
+	}
+	if (proc_info_read(wk->pid, &pi) != 0)
+		snprintf(pi.comm, sizeof(pi.comm), "?");
+	age = age_s(a, wk);
+	r->py = proc_is_python(wk->pid);
+	if (w->libddp)
+		where_text(w, where, sizeof(where));
+	else
+		snprintf(where, sizeof(where), "not reported (not libddp)");
+	addf(t,
+	     "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
+	     "%.2f s, %d thread%s, ",
+	     w->rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state), pi.wchan,
+	     proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads, pi.nthreads == 1 ? "" : "s");
+	if (age < 0)
+		addf(t, "no output seen, ");
+	else
+		addf(t, "last output %.1f s ago, ", age);
+	addf(t, "collective: %s\n", where);
+}
+
+int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
+		    hang_dump_cb done, void *arg)
+{
+	struct hang_dump *d;
+	int i;
+
+	if (current != NULL)
+		return -EBUSY;
+	d = calloc(1, sizeof(*d));
+	if (d == NULL)
+		return -ENOMEM;
+	d->r = calloc((size_t)a->nproc, sizeof(*d->r));
+	if (d->r == NULL || uv_timer_init(a->loop, &d->timer) != 0) {
+		free(d->r);
+		free(d);
+		return -ENOMEM;
+	}
+	d->a = a;
+	d->n = a->nproc;
+	d->aborted = aborted;
+	d->done = done;
+	d->arg = arg;
+	d->timer.data = d;
+	snprintf(d->why, sizeof(d->why), "%s", why);
+	d->tool = stack_tool(d->toolpath, sizeof(d->toolpath));
+	current = d;
+	uv_update_time(a->loop);
+	hang_where_local(a, w);
+	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->cfg.hostname, why);
+	if (d->tool == NULL)
+		agent_say(
+			"no native stacks: neither eu-stack nor gdb is installed (Debian: apt-get "
+			"install elfutils gdb)");
+	/* The tools run side by side, the loop goes on (heartbeats, the
+	 * store): the dump takes as long as the slowest, bounded. */
+	for (i = 0; i < d->n; i++) {
+		rank_head(d, i, &w[i]);
+		if (d->r[i].running && d->tool != NULL)
+			rank_start(d, &d->r[i]);
+	}
+	uv_timer_start(&d->timer, on_dump_timeout, d->pending > 0 ? STACK_TIMEOUT_MS : 0, 0);
+	return 0;
+}

@@ -1,0 +1,173 @@
+/* proc_info: /proc readers (see proc_info.h). */
+#include "proc_info.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Read a small /proc file into buf (NUL-terminated). Bytes read, or -errno. */
+static ssize_t read_small(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -errno;
+	do
+		n = read(fd, buf, len - 1);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		n = -errno;
+	close(fd);
+	if (n >= 0)
+		buf[n] = '\0';
+	return n;
+}
+
+/* /proc/<pid>/stat: "pid (comm) state ppid ..." with comm possibly holding
+ * spaces and parentheses: the fields start after the last ')'. */
+static int read_stat(pid_t pid, struct proc_info *pi)
+{
+	char path[64], buf[1024], *p, *end, *open_paren;
+	unsigned long long utime = 0, stime = 0;
+	long threads = 0;
+	int field;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (read_small(path, buf, sizeof(buf)) <= 0)
+		return -ESRCH;
+	open_paren = strchr(buf, '(');
+	end = strrchr(buf, ')');
+	if (open_paren == NULL || end == NULL || end[1] != ' ')
+		return -EINVAL;
+	snprintf(pi->comm, sizeof(pi->comm), "%.*s", (int)(end - open_paren - 1), open_paren + 1);
+	p = end + 2;
+	pi->state = *p;
+	/* Fields after comm, counted from 3 (state): utime 14, stime 15,
+	 * num_threads 20. */
+	for (field = 3; *p != '\0' && field <= 20; field++) {
+		if (field == 14)
+			utime = strtoull(p, NULL, 10);
+		else if (field == 15)
+			stime = strtoull(p, NULL, 10);
+		else if (field == 20)
+			threads = strtol(p, NULL, 10);
+		p = strchr(p, ' ');
+		if (p == NULL)
+			break;
+		p++;
+	}
+	pi->cpu_ticks = utime + stime;
+	pi->nthreads = (int)threads;
+	return 0;
+}
+
+int proc_info_read(pid_t pid, struct proc_info *pi)
+{
+	char path[64];
+	ssize_t n;
+	int rc;
+
+	memset(pi, 0, sizeof(*pi));
+	pi->state = '?';
+	snprintf(pi->wchan, sizeof(pi->wchan), "-");
+	rc = read_stat(pid, pi);
+	if (rc != 0)
+		return rc;
+	snprintf(path, sizeof(path), "/proc/%d/wchan", (int)pid);
+	n = read_small(path, pi->wchan, sizeof(pi->wchan));
+	if (n <= 0 || strcmp(pi->wchan, "0") == 0)
+		snprintf(pi->wchan, sizeof(pi->wchan), "-");
+	return 0;
+}
+
+/* Children of every thread of pid, appended to out (at most max in all). */
+static int children(pid_t pid, pid_t *out, int n, int max)
+{
+	char path[64], buf[4096], *p, *end;
+
+	/* The main thread's list holds the children it forked; threads that
+	 * fork are rare in workers and are not followed. */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	if (read_small(path, buf, sizeof(buf)) <= 0)
+		return n;
+	for (p = buf; n < max; p = end) {
+		long c = strtol(p, &end, 10);
+
+		if (end == p)
+			break;
+		out[n++] = (pid_t)c;
+	}
+	return n;
+}
+
+uint64_t proc_tree_ticks(pid_t pid, int max)
+{
+	pid_t list[64];
+	uint64_t total = 0;
+	int i, n = 1;
+
+	if (max > (int)(sizeof(list) / sizeof(list[0])))
+		max = (int)(sizeof(list) / sizeof(list[0]));
+	list[0] = pid;
+	for (i = 0; i < n; i++) {
+		struct proc_info pi;
+
+		if (read_stat(list[i], &pi) == 0)
+			total += pi.cpu_ticks;
+		n = children(list[i], list, n, max);
+	}
+	return total;
+}
+
+const char *proc_state_name(char state)
+{
+	switch (state) {
+	case 'R':
+		return "running";
+	case 'S':
+		return "sleeping";
+	case 'D':
+		return "disk sleep";
+	case 'T':
+		return "stopped";
+	case 't':
+		return "tracing stop";
+	case 'Z':
+		return "zombie";
+	case 'X':
+		return "dead";
+	case 'I':
+		return "idle";
+	default:
+		return "unknown";
+	}
+}
+
+bool proc_is_python(pid_t pid)
+{
+	char path[64], exe[4096];
+	const char *base;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	n = readlink(path, exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return false;
+	exe[n] = '\0';
+	base = strrchr(exe, '/');
+	base = base ? base + 1 : exe;
+	return strncmp(base, "python", 6) == 0;
+}
+
+double proc_ticks_s(uint64_t ticks)
+{
+	static long hz;
+
+	if (hz <= 0)
+		hz = sysconf(_SC_CLK_TCK);
+	return hz > 0 ? (double)ticks / (double)hz : 0.0;
+}

@@ -1,0 +1,31 @@
+/* proc_info: what /proc says about one process, for the hang dump and the
+ * hang monitor (launcher/hang.c). Linux only; every reader fails softly
+ * (a process may exit at any moment). */
+#ifndef DDP_PROC_INFO_H
+#define DDP_PROC_INFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct proc_info {
+	char state;	    /* R, S, D, T, Z, ...; '?' when unknown */
+	uint64_t cpu_ticks; /* utime + stime, clock ticks (all threads) */
+	int nthreads;
+	char wchan[64]; /* kernel function it waits in; "-" when running or unknown */
+	char comm[32];
+};
+
+/* Fill pi for pid. 0 or a negative errno (-ESRCH: gone). */
+int proc_info_read(pid_t pid, struct proc_info *pi);
+/* CPU ticks of pid and its descendants (up to max processes), 0 if gone. */
+uint64_t proc_tree_ticks(pid_t pid, int max);
+/* "sleeping" for 'S', ... */
+const char *proc_state_name(char state);
+/* True when pid's executable is a Python interpreter (python, python3, python3.11...). */
+bool proc_is_python(pid_t pid);
+/* Seconds of CPU in ticks (sysconf(_SC_CLK_TCK)). */
+double proc_ticks_s(uint64_t ticks);
+
+#endif

@@ -1,0 +1,387 @@
+"""Hung jobs that explain themselves: --hang-timeout dumps every rank (/proc
+state, wait channel, CPU time, last output, collective, native stack; Python
+stacks through faulthandler) and fails with 124 naming the rank that is not
+where the others are; SIGUSR2 dumps without failing; torchrun's file timer
+(TORCHELASTIC_ENABLE_FILE_TIMER) kills a worker whose timer expires."""
+import os
+import re
+import select
+import signal
+import stat
+import subprocess
+import time
+
+import pytest
+
+from conftest import PYTHON, binary, pid_alive, prog, run, wait_for
+
+HANG_EXIT = 124
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """ddprun's temporary directories (kept for a failure report) stay in the test's."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_ENABLE_FILE_TIMER", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_TIMER_FILE", raising=False)
+
+
+def rank_block(err, rank):
+    """The dump's lines about one rank: its line and what follows up to the next rank's."""
+    m = re.search(rf"^ddprun: rank {rank} \(local rank \d+\): .*?(?=^ddprun: |^=====|\Z)",
+                  err, re.M | re.S)
+    assert m, f"no dump of rank {rank} in:\n{err}"
+    return m.group(0)
+
+
+def worker_pids(err):
+    return [int(p) for p in re.findall(r"^ddprun: rank \d+ \(local rank \d+\): pid (\d+)",
+                                       err, re.M)]
+
+
+def test_hung_c_rank_is_named_with_its_native_stack_and_the_job_fails_124():
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--hang-timeout", "2",
+             prog("hang_coll"), "3", "1"], timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    err = r.stderr
+    assert "no rank made progress for" in err
+    # The verdict: who is not where the others are.
+    assert "rank 1 is in no collective (last completed #3)" in err
+    assert "ranks 0,2 wait in all_reduce #4" in err
+    # Every rank: pid, state, wchan, CPU time, output age, collective.
+    for rank in range(3):
+        block = rank_block(err, rank)
+        assert re.search(r"pid \d+ \(hang_coll\), state [A-Z] \(\w[\w ]*\), wchan \S+, "
+                         r"cpu \d+\.\d\d s, \d+ threads?, last output \d+\.\d s ago", block), block
+    assert "collective: no collective (last completed #3)" in rank_block(err, 1)
+    assert "collective: all_reduce #4" in rank_block(err, 0)
+    # Rank 1's native stack names the function it sleeps in; the others' name
+    # the all_reduce they wait in.
+    assert "native stack (eu-stack" in rank_block(err, 1)
+    assert "hang_coll_sleeping_rank" in rank_block(err, 1)
+    assert "hang_coll_sleeping_rank" not in rank_block(err, 0)
+    assert "ddp_all_reduce" in rank_block(err, 0)
+    assert f"stopping it (exit status {HANG_EXIT})" in err
+    pids = worker_pids(err)
+    assert len(pids) == 3
+    wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
+
+
+def test_gdb_gives_the_stack_when_eu_stack_is_missing(tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    os.symlink("/usr/bin/gdb", tools / "gdb")
+    env = dict(os.environ, PATH=str(tools))
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2",
+             prog("hang_coll"), "2", "1"], env=env, timeout=180)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "native stack (gdb" in rank_block(r.stderr, 1)
+    assert "hang_coll_sleeping_rank" in rank_block(r.stderr, 1)
+    assert "rank 1 is in no collective (last completed #2)" in r.stderr
+    assert "rank 0 waits in all_reduce #3" in r.stderr
+
+
+def test_without_eu_stack_or_gdb_the_dump_says_so(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = dict(os.environ, PATH=str(empty))
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+             prog("hang_coll"), "2", "0"], env=env, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "no native stacks: neither eu-stack nor gdb is installed" in r.stderr
+    assert "native stack (" not in r.stderr
+    assert "rank 0 is in no collective (last completed #2)" in r.stderr
+    assert "rank 1 waits in all_reduce #3" in r.stderr
+
+
+PY_HANG = """\
+import os, threading, time
+
+def rank_one_sleeps_here():
+    while True:
+        time.sleep(100)
+
+def rank_zero_deadlocks_here():
+    lock = threading.Lock()
+    lock.acquire()
+    lock.acquire()
+
+def helper_thread_waits_here(ev):
+    ev.wait()
+
+rank = int(os.environ["RANK"])
+print(f"rank {rank} ready", flush=True)
+if rank == 1:
+    rank_one_sleeps_here()
+else:
+    threading.Thread(target=helper_thread_waits_here, args=(threading.Event(),),
+                     daemon=True).start()
+    rank_zero_deadlocks_here()
+"""
+
+
+def test_hung_python_ranks_print_every_threads_python_stack(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(PY_HANG)
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
+            env=env, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    err = r.stderr
+    assert "Python stack: SIGABRT to pid" in rank_block(err, 0)
+    # faulthandler's dump of each rank, every thread, reached the console.
+    assert err.count("Fatal Python error: Aborted") == 2
+    assert re.search(r'File ".*hang\.py", line \d+ in rank_one_sleeps_here', err)
+    assert re.search(r'File ".*hang\.py", line \d+ in rank_zero_deadlocks_here', err)
+    assert re.search(r'File ".*hang\.py", line \d+ in helper_thread_waits_here', err)
+    # The verdict comes after the stacks, the failure summary says why.
+    assert err.rindex("in rank_one_sleeps_here") < err.index("the job hung")
+    assert "traceback : Hang: ddprun sent SIGABRT" in err
+
+
+def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path):
+    # Output, CPU time and libddp collectives each count as progress: none of
+    # these jobs is stopped although each runs longer than the timeout.
+    script = tmp_path / "busy.py"
+    script.write_text("import os, sys, time\n"
+                      "t = time.monotonic()\n"
+                      "while time.monotonic() - t < 4:\n"
+                      "    if os.environ['RANK'] == '0':\n"
+                      "        print('.', flush=True); time.sleep(0.2)\n"
+                      "    else:\n"
+                      "        pass\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
+            env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "stack dump" not in r.stderr
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+             prog("hang_coll"), "20", "slow"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "stack dump" not in r.stderr
+
+
+def read_until(stream, text, seen, timeout=60):
+    """Read stream's descriptor (unbuffered) until text shows up (bounded)."""
+    fd = stream.fileno()
+    deadline = time.monotonic() + timeout
+    while text not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"no {text!r}; got {seen!r}"
+        if select.select([fd], [], [], left)[0]:
+            data = os.read(fd, 65536)
+            assert data, f"closed before {text!r}; got {seen!r}"
+            seen += data.decode(errors="replace")
+    return seen
+
+
+def test_sigusr2_dumps_every_rank_and_the_job_goes_on(reaper, tmp_path):
+    flag = tmp_path / "go"
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", prog("hang_coll"), "2",
+                      "wait", str(flag)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
+    out = read_until(p.stdout, "rank 0 did 2", "")
+    out = read_until(p.stdout, "rank 1 did 2", out)
+    p.send_signal(signal.SIGUSR2)
+    err = read_until(p.stderr, "where the ranks are (the job goes on)", "")
+    err = read_until(p.stderr, "in no collective (last completed #2)", err)
+    flag.write_text("")
+    rest_out, rest_err = p.communicate(timeout=60)
+    err += rest_err
+    assert p.returncode == 0, err
+    assert "stack dump of node 0" in err and "on demand (SIGUSR2)" in err
+    assert "collective: no collective (last completed #2)" in rank_block(err, 0)
+    assert "native stack (eu-stack" in rank_block(err, 1)
+    assert "the job hung" not in err
+
+
+def test_sigusr2_named_in_signals_to_handle_is_forwarded_instead(reaper, tmp_path):
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--signals-to-handle",
+                      "SIGTERM,SIGUSR2", prog("launch_sigwait"), str(tmp_path)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(2))
+             or p.poll() is not None, timeout=30, what="workers ready")
+    p.send_signal(signal.SIGUSR2)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGUSR2, err
+    assert "stack dump" not in err
+
+
+def test_workers_get_faulthandler_and_the_progress_file(tmp_path):
+    cmd = [binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+           f'env > {tmp_path}/env.$LOCAL_RANK']
+    r = run(cmd)
+    assert r.returncode == 0, r.stderr
+    for lr in range(2):
+        env = dict(line.split("=", 1) for line in
+                   (tmp_path / f"env.{lr}").read_text().splitlines() if "=" in line)
+        assert env["PYTHONFAULTHANDLER"] == "1"
+        assert re.fullmatch(r"/proc/\d+/fd/\d+", env["DDP_PROGRESS_FILE"])
+        assert "TORCHELASTIC_TIMER_FILE" not in env
+    # The user's own PYTHONFAULTHANDLER is kept.
+    r = run(cmd, env=dict(os.environ, PYTHONFAULTHANDLER=""))
+    assert r.returncode == 0, r.stderr
+    assert "PYTHONFAULTHANDLER=\n" in (tmp_path / "env.0").read_text()
+
+
+FILE_TIMER = """\
+import os, sys, time
+from torch.distributed.elastic.timer import FileTimerClient, configure, expires
+
+path = os.environ["TORCHELASTIC_TIMER_FILE"]
+import stat
+assert stat.S_ISFIFO(os.stat(path).st_mode)
+configure(FileTimerClient(path))
+rank = int(os.environ["RANK"])
+with expires(after=1, scope="step"):
+    if rank == 1:
+        print("rank 1 overruns its timer", flush=True)
+        time.sleep(600)
+with expires(after=300, scope="released"):
+    pass
+print(f"rank {rank} finished its step", flush=True)
+"""
+
+
+def test_file_timer_kills_the_worker_whose_timer_expires(tmp_path):
+    script = tmp_path / "timer.py"
+    script.write_text(FILE_TIMER)
+    env = dict(os.environ, PYTHON_EXEC=PYTHON, TORCHELASTIC_ENABLE_FILE_TIMER="1")
+    r = run([binary("ddprun"), "--nproc-per-node", "2", str(script)], env=env, timeout=180)
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    assert "rank 0 finished its step" in r.stdout
+    assert "rank 1 finished" not in r.stdout
+    m = re.search(r"rank 1 \(local rank 1\): file timer 'step' of pid (\d+) expired: SIGKILL",
+                  r.stderr)
+    assert m, r.stderr
+    assert f"exitcode  : -9 (pid: {m.group(1)})" in r.stderr
+    assert "traceback : TimerExpired: file timer 'step'" in r.stderr
+    fifo = re.search(r"requests are read from (\S+)", r.stderr).group(1)
+    assert not os.path.exists(fifo)
+
+
+def test_file_timer_at_a_given_path_never_kills_a_process_outside_the_job(reaper, tmp_path):
+    bystander = reaper.popen(["sleep", "600"])
+    fifo = tmp_path / "timer.fifo"
+    script = tmp_path / "evil.py"
+    script.write_text(
+        "import os, time\n"
+        "from torch.distributed.elastic.timer import FileTimerClient, FileTimerRequest\n"
+        f"c = FileTimerClient(os.environ['TORCHELASTIC_TIMER_FILE'])\n"
+        f"c._send_request(FileTimerRequest({bystander.pid}, 'x', time.time() - 1, 9))\n"
+        "time.sleep(2)\n"
+        "print('done', flush=True)\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON, TORCHELASTIC_ENABLE_FILE_TIMER="1",
+               TORCHELASTIC_TIMER_FILE=str(fifo))
+    r = run([binary("ddprun"), str(script)], env=env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"refused a timer for pid {bystander.pid}: not a worker of this node" in r.stderr
+    assert bystander.poll() is None
+    assert not fifo.exists()
+
+
+def two_nodes(reaper, tmp_path, extra, args, port=None):
+    """Two ddprun on loopback (static rendezvous), 2 workers each, running hang_coll."""
+    from conftest import free_port
+    from mnutil import Agent, clean_env
+    port = port or free_port()
+    agents = []
+    for r in range(2):
+        agents.append(Agent(reaper, tmp_path, f"node{r}",
+                            ["--nnodes", "2", "--node-rank", str(r), "--master-addr",
+                             "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
+                             "--shutdown-timeout", "5", *extra, prog("hang_coll"), *args],
+                            env=clean_env()))
+    return agents
+
+
+def test_two_nodes_every_node_dumps_its_ranks_and_both_exit_124(reaper, tmp_path):
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "2"])
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = [a.stderr() for a in agents]
+    # Each node dumps its own ranks, with their stacks.
+    assert "stack dump of node 0" in err[0] and "stack dump of node 1" in err[1]
+    for rank in (0, 1):
+        assert "native stack" in rank_block(err[0], rank)
+    assert "hang_coll_sleeping_rank" in rank_block(err[1], 2)
+    assert "collective: no collective (last completed #3)" in rank_block(err[1], 2)
+    assert "collective: all_reduce #4" in rank_block(err[1], 3)
+    # The requester's verdict spans the nodes (both may have found it).
+    both = err[0] + err[1]
+    assert "rank 2 is in no collective (last completed #3)" in both
+    assert "ranks 0-1,3 wait in all_reduce #4" in both
+    assert "found the job hung (--hang-timeout)" in both
+
+
+def test_two_nodes_sigusr2_on_one_node_dumps_every_node(reaper, tmp_path):
+    flag = tmp_path / "go"
+    agents = two_nodes(reaper, tmp_path, [], ["2", "wait", str(flag)])
+    wait_for(lambda: all(f"rank {r} did 2" in agents[r // 2].stdout() for r in range(4)),
+             timeout=60, what="every rank waiting")
+    agents[1].signal(signal.SIGUSR2)
+    wait_for(lambda: "where the ranks of every node are" in agents[1].stderr(), timeout=60,
+             what="the verdict of every node")
+    flag.write_text("")
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    assert "stack dump of node 0 (host" in agents[0].stderr()
+    assert "on demand (SIGUSR2) (asked by node 1)" in agents[0].stderr()
+    assert "ranks 0-3 are in no collective (last completed #2)" in agents[1].stderr()
+
+
+def test_two_nodes_a_store_client_asks_every_node_for_its_dump(reaper, tmp_path):
+    from conftest import free_port
+    port = free_port()
+    flag = tmp_path / "go"
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job7"], ["2", "wait", str(flag)],
+                       port=port)
+    wait_for(lambda: all(f"rank {r} did 2" in agents[r // 2].stdout() for r in range(4)),
+             timeout=60, what="every rank waiting")
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job7"]
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0, r.stderr
+    k = r.stdout.strip()
+    # "fail" from outside the job is ignored: a store client never stops it.
+    r = run([*store, "set", f"r0/hang/req/{k}",
+             '{"node": -1, "fail": true, "why": "asked by the operator"}'])
+    assert r.returncode == 0, r.stderr
+    for a in agents:
+        wait_for(lambda: "asked by the operator (asked through the store)" in a.stderr(),
+                 timeout=60, what=f"{a.name}'s dump")
+    r = run([*store, "get", "--wait", f"r0/hang/where/{k}/1"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("[[2,1,0,2,2,")
+    flag.write_text("")
+    for a in agents:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    assert "native stack" in rank_block(agents[1].stderr(), 3)
+
+
+def test_two_nodes_a_node_waiting_for_a_computing_node_is_not_hung(reaper, tmp_path):
+    # Rank 0 (node 0) computes for 8 s, printing nothing; ranks 2-3 (node 1)
+    # wait in all_reduce meanwhile: node 1 alone sees no progress, but node
+    # 0's counts for the job.
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "3"], ["2", "compute", "8"])
+    for a in agents:
+        assert a.wait(timeout=120) == 0, a.stderr()
+        assert "stack dump" not in a.stderr()
+
+
+def test_a_stack_tool_that_hangs_is_cut_off_and_the_job_still_ends(tmp_path):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    stuck = tools / "eu-stack"
+    stuck.write_text("#!/bin/sh\necho partial stack of $2\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tools}:/usr/bin:/bin")
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+             prog("hang_coll"), "2", "1"], env=env, timeout=180)
+    assert r.returncode == HANG_EXIT, r.stderr
+    block = rank_block(r.stderr, 1)
+    assert "partial stack of" in block
+    assert "(the stack tool did not finish in time)" in block
+    assert "rank 1 is in no collective (last completed #2)" in r.stderr

@@ -1,0 +1,153 @@
+/* Unit tests for the hang verdict (launcher/hang_dump.c): which ranks are
+ * named as not where the others are, and (launcher/coord_report.c) that a
+ * hang's end decides the job's status over the failures its SIGABRTs
+ * cause. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "coord_int.h"
+#include "hang.h"
+
+#define IN(r, n, o)                                                                          \
+	{                                                                                    \
+		.rank = (r), .libddp = true, .in = true, .entered = (n), .completed = (n)-1, \
+		.op = (o)                                                                    \
+	}
+#define OUT(r, n)                                                             \
+	{                                                                     \
+		.rank = (r), .libddp = true, .entered = (n), .completed = (n) \
+	}
+#define OTHER(r)            \
+	{                   \
+		.rank = (r) \
+	}
+#define GONE               \
+	{                  \
+		.rank = -1 \
+	}
+
+static void test_the_sleeping_rank_is_named_and_the_waiters_grouped(void **state)
+{
+	struct hang_where w[] = {IN(0, 42, 1), OUT(1, 41), IN(2, 42, 1), IN(3, 42, 1)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 4, "  ", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 1);
+	assert_string_equal(buf, "  rank 1 is in no collective (last completed #41)\n"
+				 "  ranks 0,2-3 wait in all_reduce #42\n");
+}
+
+static void test_a_rank_in_an_earlier_collective_is_named_too(void **state)
+{
+	struct hang_where w[] = {IN(0, 7, 4), IN(1, 6, 2), IN(2, 7, 4),
+				 OUT(3, 5),   IN(4, 6, 2), GONE};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 6, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 3);
+	assert_string_equal(buf, "ranks 1,4 wait in broadcast #6\n"
+				 "rank 3 is in no collective (last completed #5)\n"
+				 "ranks 0,2 wait in barrier #7\n");
+}
+
+static void test_every_rank_in_the_same_collective_names_nobody(void **state)
+{
+	struct hang_where w[] = {IN(0, 3, 1), IN(1, 3, 1)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 2, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 0);
+	assert_non_null(strstr(buf, "ranks 0-1 wait in all_reduce #3\n"));
+	assert_non_null(strstr(buf, "every rank is in the same collective"));
+}
+
+static void test_no_libddp_rank_says_the_stacks_tell(void **state)
+{
+	struct hang_where w[] = {OTHER(0), OTHER(1)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 2, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 0);
+	assert_non_null(strstr(buf, "no rank reports its collectives"));
+}
+
+static void test_ranks_without_libddp_are_listed_apart(void **state)
+{
+	struct hang_where w[] = {IN(0, 2, 1), OUT(1, 1), OTHER(2)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 3, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 1);
+	assert_string_equal(buf,
+			    "rank 1 is in no collective (last completed #1)\n"
+			    "rank 0 waits in all_reduce #2\n"
+			    "rank 2 reports no collectives (not libddp, or not started yet)\n");
+}
+
+static void test_rank_lists_use_ranges(void **state)
+{
+	int r[] = {0, 1, 2, 4, 6, 7};
+	char buf[64];
+
+	hang_rank_list(r, 6, buf, sizeof(buf));
+	assert_string_equal(buf, "0-2,4,6-7");
+}
+
+/* The hang's end (rank -1, observed when the hang was found) beats the
+ * SIGABRT failures it caused, which hang_dump.c marks secondary. */
+static void test_the_hangs_end_decides_124_over_the_aborts_it_caused(void **state)
+{
+	struct rdzv_end end = {.kind = RDZV_END_FAIL,
+			       .node = 1,
+			       .rank = -1,
+			       .status = HANG_EXIT,
+			       .time_us = 100,
+			       .final = true};
+	struct report_entry aborted[2] = {
+		{.global_rank = 0,
+		 .exitcode = -6,
+		 .time_us = 200,
+		 .caused_by = (char *)"the hang (--hang-timeout)"},
+		{.global_rank = 3,
+		 .exitcode = -6,
+		 .time_us = 150,
+		 .caused_by = (char *)"the hang (--hang-timeout)"},
+	};
+	size_t root;
+	int status;
+
+	coord_verdict(&end, aborted, 2, false, &status, &root);
+	assert_int_equal(status, HANG_EXIT);
+	assert_int_equal(root, 2);
+	/* A node whose workers all died ends the round later than they died
+	 * (agent.c's finished()): the marker keeps the aborts secondary. */
+	end.time_us = 300;
+	coord_verdict(&end, aborted, 2, false, &status, &root);
+	assert_int_equal(status, HANG_EXIT);
+	assert_int_equal(root, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_the_sleeping_rank_is_named_and_the_waiters_grouped),
+		cmocka_unit_test(test_a_rank_in_an_earlier_collective_is_named_too),
+		cmocka_unit_test(test_every_rank_in_the_same_collective_names_nobody),
+		cmocka_unit_test(test_no_libddp_rank_says_the_stacks_tell),
+		cmocka_unit_test(test_ranks_without_libddp_are_listed_apart),
+		cmocka_unit_test(test_rank_lists_use_ranges),
+		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,64 @@
+/* progress: the rank's collective counters in the launcher's file (see
+ * progress.h). */
+#include "progress.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static struct ddpi_progress_slot *slot; /* NULL: not recording */
+static uint64_t seq;			/* collectives entered by this process */
+
+/* Map this rank's slot, once; any problem just leaves recording off (the
+ * launcher then treats the rank like any other program). */
+static void map_slot(void)
+{
+	const char *path = getenv(DDPI_PROGRESS_ENV);
+	const char *lr = getenv("LOCAL_RANK");
+	long rank;
+	char *end;
+	struct stat st;
+	void *p;
+	int fd;
+
+	if (path == NULL || path[0] == '\0' || lr == NULL)
+		return;
+	rank = strtol(lr, &end, 10);
+	if (*end != '\0' || rank < 0 || rank > 65535)
+		return;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size < (off_t)((rank + 1) * DDPI_PROGRESS_SLOT)) {
+		close(fd);
+		return;
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return;
+	slot = (struct ddpi_progress_slot *)((char *)p + rank * DDPI_PROGRESS_SLOT);
+	__atomic_store_n(&slot->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->magic, DDPI_PROGRESS_MAGIC, __ATOMIC_RELEASE);
+}
+
+void ddpi_progress_enter(enum ddpi_progress_op op)
+{
+	pthread_once(&once, map_slot);
+	seq++;
+	if (slot == NULL)
+		return;
+	__atomic_store_n(&slot->op, (uint32_t)op, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->entered, seq, __ATOMIC_RELEASE);
+}
+
+void ddpi_progress_leave(void)
+{
+	if (slot != NULL)
+		__atomic_store_n(&slot->completed, seq, __ATOMIC_RELEASE);
+}
