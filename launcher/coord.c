@@ -50,6 +50,13 @@ static void on_connect(struct store_async *h, int status, void *arg)
 {
 	struct coord *c = arg;
 
+	if (c->probing) { /* node 0 whose port is taken: who holds it? */
+		if (status < 0)
+			coord_probe_failed(c);
+		else if (h == c->A)
+			coord_probe(c);
+		return;
+	}
 	if (status < 0 && !c->dynamic && c->o->node_rank >= c->o->max_nodes) {
 		/* The usage error was said; its status stays a usage error's. */
 		coord_fail(c, 2, "could not tell the other nodes: no rendezvous store at %s:%d",
@@ -84,6 +91,10 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		c->a_up = false;
 	else
 		c->w_up = false;
+	if (c->probing) {
+		coord_probe_failed(c);
+		return;
+	}
 	if (c->phase == CP_LEAVE || c->phase == CP_QUIT)
 		return;
 	if (c->phase == CP_REPORT) { /* the report is as complete as it gets */
@@ -95,7 +106,7 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		   c->store_port, store_strerror(reason));
 }
 
-static int connect_both(struct coord *c)
+int coord_connect(struct coord *c)
 {
 	struct store_async_callbacks cbs = {on_connect, on_lost, c};
 	int rc;
@@ -115,23 +126,12 @@ static int connect_both(struct coord *c)
 
 static void start(struct coord *c)
 {
-	char err[512];
-	int rc;
-
 	uv_timer_init(c->loop, &c->hb_timer);
 	uv_timer_init(c->loop, &c->timer);
 	uv_timer_init(c->loop, &c->watch_timer);
 	c->hb_timer.data = c->timer.data = c->watch_timer.data = c;
 	c->timers_on = true;
-	rc = coord_host_start(c, err, sizeof(err));
-	if (rc != 0) {
-		coord_fail(c, 1, "%s", err);
-		return;
-	}
-	rc = connect_both(c);
-	if (rc != 0)
-		coord_fail(c, 1, "cannot connect to the rendezvous store at %s:%d: %s",
-			   c->store_host, c->store_port, store_strerror(rc));
+	coord_start(c);
 }
 
 /* ---- the round -------------------------------------------------------------------------- */

@@ -115,6 +115,11 @@ struct coord {
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
 	bool hurry; /* a further signal: leave without waiting for anyone */
+	/* coord_start.c */
+	int64_t resolve_deadline_ms;
+	bool resolve_said;   /* the first temporary failure was said */
+	bool probing;	     /* node 0 whose port is taken: asking who holds it */
+	char probe_why[200]; /* which address family is taken, if that was it */
 };
 
 /* coord.c */
@@ -141,6 +146,16 @@ void coord_watch_end(struct coord *c);
 void coord_mark_ended(struct coord *c);
 /* A closing handle of ours is gone. */
 void coord_closed_one(void *arg);
+
+/* Both store connections (A, W); 0 or a negative errno. */
+int coord_connect(struct coord *c);
+
+/* coord_start.c */
+/* Resolve the store's host, host the store here if so, connect. */
+void coord_start(struct coord *c);
+/* Probing: A is up / A failed or was lost. */
+void coord_probe(struct coord *c);
+void coord_probe_failed(struct coord *c);
 
 /* coord_join.c */
 void coord_join(struct coord *c);

@@ -177,3 +177,16 @@ def store_get(port, key):
 def wait_stderr(agent, text, timeout=30):
     """Until agent's stderr holds text."""
     wait_for(lambda: text in agent.stderr(), timeout=timeout, what=f"'{text}' from {agent.name}")
+
+
+def ip(*args, ns=None):
+    """ip ARGS, inside namespace ns when given."""
+    return subprocess.run([*enter(ns), "ip", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=20)
+
+
+def enter(ns):
+    """The prefix that runs a command in network namespace ns. nsenter, not
+    `ip netns exec` or `ip -n`: those also remount /sys and make / a slave
+    mount, which fails where / is not a mount point (a chroot)."""
+    return ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
