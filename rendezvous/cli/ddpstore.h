@@ -22,7 +22,8 @@ struct ddpstore_opts {
 	const char *prefix; /* --prefix P */
 	int64_t timeout_ms; /* --timeout S; -1: default */
 	int64_t connect_timeout_ms;
-	bool wait; /* get --wait */
+	bool wait;	     /* get --wait */
+	const char *rdzv_id; /* status --rdzv-id */
 	/* serve */
 	const char *host;
 	int port; /* -1: default */
@@ -31,7 +32,11 @@ struct ddpstore_opts {
 	bool quiet;
 };
 
+struct store_client;
+
 int ddpstore_serve(const struct ddpstore_opts *o);
+/* ddpstore_status.c: the status command. */
+int ddpstore_status(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

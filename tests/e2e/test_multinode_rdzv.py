@@ -4,10 +4,11 @@ closes is not counted, and a waiting node says whom it waits for (and that
 another run id waits on the same store)."""
 import os
 import signal
+import subprocess
 
 import pytest
 
-from conftest import free_port
+from conftest import binary, free_port
 from mnutil import (FAST, Agent, clean_env, dyn_agent, node_args, read_envs, record, serve_store,
                     store_get, wait_for, wait_stderr)
 
@@ -154,3 +155,45 @@ def test_nodes_with_different_run_ids_on_one_store_are_told(reaper, tmp_path):
         err = me.stderr()
         assert "the rendezvous timed out" in err
         assert f"this store also holds nodes of --rdzv-id {other}" in err, err
+
+
+# ---- ddpstore status ------------------------------------------------------------------
+
+
+def status(port, *args):
+    r = subprocess.run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "status", *args],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_ddpstore_status_shows_a_job_from_its_rendezvous_to_its_end(reaper, tmp_path):
+    port = serve_store(reaper)
+    ep = f"127.0.0.1:{port}"
+    out, env = out_env(tmp_path, "out")
+    host = os.uname().nodename
+    script = REC + 'while [ ! -e "$OUT/release" ]; do sleep 0.05; done'
+    conf = FAST + ",is_host=0"
+    assert status(port) == (3, "no ddprun rendezvous on this store\n")
+    first = dyn_agent(reaper, tmp_path, "a0", ep, "2", 1, script, conf=conf, env=env)
+    wait_for(lambda: "arrival 1: host" in status(port, "--rdzv-id", "job")[1],
+             what="the first arrival in ddpstore status")
+    rc, text = status(port)
+    assert rc == 0, text
+    assert "run id job: --rdzv-backend c10d, --nnodes 2:2" in text
+    assert "round 0: open, waiting for nodes" in text and "1 joined" in text
+    second = dyn_agent(reaper, tmp_path, "a1", ep, "2", 2, script, conf=conf, env=env)
+    wait_for(lambda: len(read_envs(out)) == 3, what="the job running")
+    wait_for(lambda: "heartbeat" in status(port, "--rdzv-id", "job")[1] and
+             "s ago" in status(port, "--rdzv-id", "job")[1], what="heartbeats in the status")
+    rc, text = status(port, "--rdzv-id", "job")
+    assert rc == 0, text
+    assert "round 0: closed with 2 nodes" in text
+    assert f"node rank 0: host {host}, addr 127.0.0.1, 1 process" in text
+    assert f"node rank 1: host {host}, addr 127.0.0.1, 2 processes" in text
+    assert "attempt: 0" in text and "none yet (running)" in text and "job: not ended" in text
+    (out / "release").touch()
+    for a in (first, second):
+        assert a.wait() == 0, a.stderr()
+    rc, text = status(port, "--rdzv-id", "job")
+    assert "round 0's end: ok" in text and "job: ended in round 0" in text, text
+    assert status(port, "--rdzv-id", "other")[0] == 3
