@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import binary, free_port
-from mnutil import (FAST, Agent, clean_env, dyn_agent, node_args, read_envs, record, serve_store,
-                    store_get, wait_for, wait_stderr)
+from mnutil import (FAST, Agent, clean_env, dyn_agent, listening, node_args, read_envs, record,
+                    serve_store, store_get, wait_for, wait_stderr)
 
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
 
@@ -197,3 +197,25 @@ def test_ddpstore_status_shows_a_job_from_its_rendezvous_to_its_end(reaper, tmp_
     rc, text = status(port, "--rdzv-id", "job")
     assert "round 0's end: ok" in text and "job: ended in round 0" in text, text
     assert status(port, "--rdzv-id", "other")[0] == 3
+
+
+# ---- a lost node, as README and ddprun(1) tell it ---------------------------------------
+
+
+def test_a_lost_node_ends_a_dynamic_job_with_75_without_restarts_left(reaper, tmp_path):
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    out, env = out_env(tmp_path, "out")
+    script = REC + "exec sleep 60"
+    conf = FAST + ",last_call_timeout=0.3"
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, script, conf=conf + ",is_host=1",
+                     env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    others = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2:3", 1, script,
+                        conf=conf + ",is_host=0", env=env) for i in range(2)]
+    wait_for(lambda: len(read_envs(out)) == 3, what="a three-node round")
+    others[1].signal(signal.SIGKILL)
+    # --max-restarts 0 (the default): two nodes would meet MIN, but no restart is left.
+    for a in (host, others[0]):
+        assert a.wait() == 75, a.stderr()
+        assert "lost (the agent on host" in a.stderr()
