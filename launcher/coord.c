@@ -445,6 +445,12 @@ static void on_signal(struct coord *c, int status)
 		coord_leave(c);
 		return;
 	}
+	if (c->dynamic && c->phase == CP_JOIN) {
+		/* An open dynamic round goes on without this node (leaving
+		 * marks it gone, as its death would). */
+		coord_leave(c);
+		return;
+	}
 	/* Between rounds: the next round's joiners end at once. */
 	snprintf(msg, sizeof(msg), "node %d (host %.200s) received %s during the rendezvous",
 		 c->rank, c->host, signame_of(sig, sname, sizeof(sname)));

@@ -427,6 +427,13 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 	char key[64], err[400], why[RDZV_HOST_MAX + 64], *v;
 	int port = 0;
 
+	if (status == 0 && c->phase == CP_LEAVE && c->A != NULL && c->a_up && !c->in_round) {
+		/* Left while counting in: out of the round at once. */
+		snprintf(why, sizeof(why), "host %.200s pid %d left", c->host, (int)getpid());
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_GONE, (int)k - 1), why,
+				strlen(why), NULL, NULL);
+		return;
+	}
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
 	c->k = (int)k;

@@ -10,6 +10,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "store_async.h"
 
@@ -145,6 +147,15 @@ void coord_leave(struct coord *c)
 
 	if (c->phase == CP_LEAVE)
 		return;
+	/* Counted into an open dynamic round: leave it, as a death would (the
+	 * on-close registration is cleared on the way out). */
+	if (c->dynamic && c->phase == CP_JOIN && c->k > 0 && c->A != NULL && c->a_up) {
+		char why[RDZV_HOST_MAX + 64];
+
+		snprintf(why, sizeof(why), "host %.200s pid %d left", c->host, (int)getpid());
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_GONE, c->k - 1), why,
+				strlen(why), NULL, NULL);
+	}
 	c->phase = CP_LEAVE;
 	coord_live_stop(c);
 	if (c->timers_on) {
