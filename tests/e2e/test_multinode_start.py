@@ -74,3 +74,12 @@ def test_node_rank_0_started_twice_ends_both_with_2(reaper, tmp_path):
         assert a.wait() == 2, a.stderr()
         assert "node rank 0 is claimed twice" in a.stderr()
         assert f"whose store holds port {port}" in a.stderr()
+
+
+def test_an_unresolvable_rdzv_endpoint_is_named(reaper, tmp_path, no_route_ns):
+    args = ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{BAD_HOST}:29400",
+            "--rdzv-conf", "join_timeout=1", "true"]
+    a = Agent(reaper, tmp_path, "node", args, prefix=enter(no_route_ns))
+    assert a.wait() == 1, a.stderr()
+    assert (f"cannot resolve the rendezvous store's host {BAD_HOST} (--rdzv-endpoint): "
+            "Temporary failure in name resolution") in a.stderr()
