@@ -37,6 +37,8 @@ struct store_server;
 /* What a survey of the round found (coord_watch.c). */
 struct coord_survey {
 	bool busy;
+	bool light; /* requested: counts only */
+	bool named; /* this survey read the nodes' keys */
 	void (*done)(struct coord *c);
 	int64_t count;	    /* dynamic: arrivals so far */
 	int joined;	    /* nodes in the round now (dynamic: that stayed) */
@@ -166,8 +168,9 @@ void coord_publish_error(struct coord *c, int status, bool must_fail, const char
 /* coord_watch.c */
 /* Say who joined every COORD_WATCH_MS while the round is open. */
 void coord_watch_start(struct coord *c);
-/* Read who joined, then done(c) (the last request's, if several came). */
-void coord_survey(struct coord *c, void (*done)(struct coord *c));
+/* Read who joined (light: only how many), then done(c) (the last request's,
+ * if several came). */
+void coord_survey(struct coord *c, bool light, void (*done)(struct coord *c));
 /* "2 of 3 joined (0@a, 2@c), missing node rank 1" (static) or "round 0, 1
  * joined (0@a), --nnodes 2:4" (dynamic), then tail, then the other run ids. */
 void coord_survey_text(struct coord *c, const char *tail, char *buf, size_t len);

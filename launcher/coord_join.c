@@ -327,10 +327,10 @@ static void on_timeout_survey(struct coord *c)
 	snprintf(tail, sizeof(tail), c->dynamic ? ", needs at least %d" : "", c->o->min_nodes);
 	coord_survey_text(c, tail, text, sizeof(text));
 	if (c->dynamic)
-		snprintf(msg, sizeof(msg), "the rendezvous timed out after %.0f s: %s",
+		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s: %s",
 			 (double)c->conf->join_timeout_ms / 1000.0, text);
 	else
-		snprintf(msg, sizeof(msg), "the rendezvous timed out after %.0f s in round %d: %s",
+		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s in round %d: %s",
 			 (double)c->conf->join_timeout_ms / 1000.0, c->round, text);
 	coord_publish_error(c, 1, false, msg);
 }
@@ -343,7 +343,7 @@ static void on_closed_waited(int status, void *arg)
 	if (c->phase != CP_JOIN)
 		return;
 	if (status == -ETIMEDOUT) {
-		coord_survey(c, on_timeout_survey);
+		coord_survey(c, false, on_timeout_survey);
 		return;
 	}
 	if (status == 0)

@@ -11,6 +11,7 @@
 #include "coord_int.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,10 @@
 #define WATCH_MAX_NODES 4096 /* a larger job is surveyed by its first nodes */
 #define WATCH_MAX_RUNS	32
 #define WATCH_NAMED	8 /* nodes named in a line */
+/* In a larger job only node rank 0 (the first arrival) reads every node's
+ * key for its waiting lines; the others count (N nodes reading N keys every
+ * few seconds would load the store). Timeouts always read them. */
+#define WATCH_FULL_NODES 64
 
 static void survey_end(struct coord *c)
 {
@@ -214,6 +219,13 @@ static void survey_nodes(struct coord *c, int64_t count)
 	const char **keys, **gone = NULL;
 
 	c->sv.count = count;
+	c->sv.named = !c->sv.light;
+	if (c->sv.light) { /* the count alone (a static count is claims) */
+		c->sv.joined = (int)(count < INT32_MAX ? count : INT32_MAX);
+		c->sv.missing = c->dynamic ? 0 : c->nnodes - c->sv.joined;
+		survey_runs(c);
+		return;
+	}
 	if (n == 0) {
 		c->sv.joined = 0;
 		c->sv.joined_s[0] = c->sv.missing_s[0] = '\0';
@@ -245,7 +257,7 @@ static void on_count(int status, int64_t n, void *arg)
 	survey_nodes(c, n);
 }
 
-void coord_survey(struct coord *c, void (*done)(struct coord *c))
+void coord_survey(struct coord *c, bool light, void (*done)(struct coord *c))
 {
 	char key[64];
 
@@ -253,11 +265,12 @@ void coord_survey(struct coord *c, void (*done)(struct coord *c))
 	if (c->sv.busy)
 		return;
 	c->sv.busy = true;
+	c->sv.light = light;
 	if (c->A == NULL || !c->a_up) {
 		survey_end(c);
 		return;
 	}
-	if (!c->dynamic) {
+	if (!c->dynamic && !light) {
 		survey_nodes(c, c->nnodes);
 		return;
 	}
@@ -273,7 +286,16 @@ void coord_survey_text(struct coord *c, const char *tail, char *buf, size_t len)
 	const struct coord_survey *s = &c->sv;
 	size_t at;
 
-	if (!c->dynamic)
+	if (!s->named && !c->dynamic)
+		snprintf(buf, len, "%d of %d joined (node rank 0 names the missing)%s", s->joined,
+			 c->nnodes, tail);
+	else if (!s->named)
+		snprintf(buf, len, "round %d, %d joined, --nnodes %d:%d%s", c->round, s->joined,
+			 c->o->min_nodes, c->o->max_nodes, tail);
+	else if (!c->dynamic && s->missing > WATCH_NAMED)
+		snprintf(buf, len, "%d of %d joined (%s), missing node ranks %s (%d in all)%s",
+			 s->joined, c->nnodes, s->joined_s, s->missing_s, s->missing, tail);
+	else if (!c->dynamic)
 		snprintf(buf, len, "%d of %d joined (%s), missing node rank%s %s%s", s->joined,
 			 c->nnodes, s->joined_s, s->missing > 1 ? "s" : "", s->missing_s, tail);
 	else
@@ -315,7 +337,10 @@ static void on_watch_tick(uv_timer_t *t)
 		uv_timer_stop(t);
 		return;
 	}
-	coord_survey(c, say_waiting);
+	coord_survey(c,
+		     (c->dynamic ? c->o->max_nodes : c->nnodes) > WATCH_FULL_NODES &&
+			     (c->dynamic ? c->k != 1 : c->rank != 0),
+		     say_waiting);
 }
 
 void coord_watch_start(struct coord *c)
