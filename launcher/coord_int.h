@@ -5,6 +5,8 @@
  *   coord_live.c    heartbeats, the store host's watch, the exit barrier
  *   coord_report.c  failures published per node, the combined report
  *   coord_host.c    which agent hosts the store; the workers' store
+ *   coord_start.c   resolving the store's host, a taken port, connecting
+ *   coord_watch.c   who joined: waiting lines, timeouts, other run ids
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
