@@ -69,7 +69,7 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 		return -EINVAL;
 	}
 	/* One node has no rendezvous to tell: a bad rank is a plain usage error.
-	 * A static job's nodes are told by the rendezvous (coord_static.c). */
+	 * A static job's nodes are told by the rendezvous (coord_join.c). */
 	if (o->max_nodes == 1 && o->node_rank >= 1) {
 		snprintf(err, errlen, "--node-rank %d is not below the number of nodes (1)",
 			 o->node_rank);

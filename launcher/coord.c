@@ -19,7 +19,7 @@
 const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
-	int n = snprintf(buf, len, "r%d/", c->round);
+	int n = snprintf(buf, len, RDZV_KEY_ROUND_FMT, c->round);
 
 	va_start(ap, fmt);
 	vsnprintf(buf + n, len - (size_t)n, fmt, ap);
@@ -41,7 +41,7 @@ const char **coord_keys(struct coord *c, const char *first, size_t n, const char
 		s += COORD_KEY_MAX;
 	}
 	for (i = 0; i < n; i++, s += COORD_KEY_MAX)
-		keys[i + (first != NULL)] = coord_key(c, s, COORD_KEY_MAX, fmt, i);
+		keys[i + (first != NULL)] = coord_key(c, s, COORD_KEY_MAX, fmt, (int)i);
 	return keys;
 }
 
@@ -51,6 +51,13 @@ static void on_connect(struct store_async *h, int status, void *arg)
 {
 	struct coord *c = arg;
 
+	if (c->probing) { /* node 0 whose port is taken: who holds it? */
+		if (status < 0)
+			coord_probe_failed(c);
+		else if (h == c->A)
+			coord_probe(c);
+		return;
+	}
 	if (status < 0 && !c->dynamic && c->o->node_rank >= c->o->max_nodes) {
 		/* The usage error was said; its status stays a usage error's. */
 		coord_fail(c, 2, "could not tell the other nodes: no rendezvous store at %s:%d",
@@ -85,6 +92,10 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		c->a_up = false;
 	else
 		c->w_up = false;
+	if (c->probing) {
+		coord_probe_failed(c);
+		return;
+	}
 	if (c->phase == CP_LEAVE || c->phase == CP_QUIT)
 		return;
 	if (c->phase == CP_REPORT) { /* the report is as complete as it gets */
@@ -96,7 +107,7 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		   c->store_port, store_strerror(reason));
 }
 
-static int connect_both(struct coord *c)
+int coord_connect(struct coord *c)
 {
 	struct store_async_callbacks cbs = {on_connect, on_lost, c};
 	int rc;
@@ -116,22 +127,12 @@ static int connect_both(struct coord *c)
 
 static void start(struct coord *c)
 {
-	char err[512];
-	int rc;
-
 	uv_timer_init(c->loop, &c->hb_timer);
 	uv_timer_init(c->loop, &c->timer);
-	c->hb_timer.data = c->timer.data = c;
+	uv_timer_init(c->loop, &c->watch_timer);
+	c->hb_timer.data = c->timer.data = c->watch_timer.data = c;
 	c->timers_on = true;
-	rc = coord_host_start(c, err, sizeof(err));
-	if (rc != 0) {
-		coord_fail(c, 1, "%s", err);
-		return;
-	}
-	rc = connect_both(c);
-	if (rc != 0)
-		coord_fail(c, 1, "cannot connect to the rendezvous store at %s:%d: %s",
-			   c->store_host, c->store_port, store_strerror(rc));
+	coord_start(c);
 }
 
 /* ---- the round -------------------------------------------------------------------------- */
@@ -160,6 +161,9 @@ void coord_round_start(struct coord *c)
 		w.master_addr = c->peer_addr;
 		w.master_port = c->store_port;
 	}
+	/* Only group rank 0's workers' store is used this round. */
+	if (c->dynamic && c->rank != 0 && c->wstore != NULL)
+		coord_wstore_close(c, NULL);
 	c->phase = CP_RUN;
 	c->in_round = true;
 	c->end_known = false;
@@ -169,7 +173,7 @@ void coord_round_start(struct coord *c)
 
 		snprintf(why, sizeof(why), "lost:%d:the agent on host %.200s exited", c->rank,
 			 c->host);
-		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "end"), why,
+		store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), why,
 					 strlen(why), NULL, NULL);
 	}
 	coord_watch_end(c);
@@ -198,8 +202,8 @@ static void on_end_waited(int status, void *arg)
 {
 	struct coord *c = arg;
 	char k0[64], k1[64];
-	const char *keys[2] = {coord_key(c, k0, sizeof(k0), "end"),
-			       coord_key(c, k1, sizeof(k1), "meta")};
+	const char *keys[2] = {coord_key(c, k0, sizeof(k0), RDZV_R_END),
+			       coord_key(c, k1, sizeof(k1), RDZV_R_META)};
 
 	if (status != 0 || (c->phase != CP_RUN && c->phase != CP_LATE))
 		return;
@@ -209,7 +213,7 @@ static void on_end_waited(int status, void *arg)
 void coord_watch_end(struct coord *c)
 {
 	char key[64];
-	const char *keys[1] = {coord_key(c, key, sizeof(key), "end")};
+	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_END)};
 
 	store_async_wait(c->W, keys, 1, 0, on_end_waited, c);
 }
@@ -240,21 +244,29 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 			 e->host, e->status);
 }
 
+void coord_mark_ended(struct coord *c)
+{
+	char v[16];
+
+	snprintf(v, sizeof(v), "%d", c->round);
+	if (c->A != NULL)
+		store_async_compare_set(c->A, RDZV_KEY_ENDED, "", 0, v, strlen(v), NULL, NULL);
+}
+
 /* Tell the next round its restart count before anyone can read it (every
  * mover computes the same). */
 static void announce_next(struct coord *c)
 {
 	char key[64], cur[16], next[16], *meta = rdzv_meta_encode(c->next_count);
 
-	snprintf(key, sizeof(key), "r%d/meta", c->next_round);
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_META, c->next_round);
 	if (meta != NULL)
 		store_async_compare_set(c->A, key, "", 0, meta, strlen(meta), NULL, NULL);
 	free(meta);
-	if (!c->dynamic)
-		return;
+	/* Static rounds follow from the end alone; the key is for ddpstore status. */
 	snprintf(cur, sizeof(cur), "%d", c->round);
 	snprintf(next, sizeof(next), "%d", c->next_round);
-	store_async_compare_set(c->A, "round", c->round == 0 ? "" : cur,
+	store_async_compare_set(c->A, RDZV_KEY_ROUND, c->round == 0 ? "" : cur,
 				c->round == 0 ? 0 : strlen(cur), next, strlen(next), NULL, NULL);
 }
 
@@ -273,9 +285,16 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	c->end_known = true;
 	coord_live_stop(c);
 	if (e.kind == RDZV_END_OK) {
-		if (c->phase == CP_LATE)
-			agent_say("the job finished without this node");
+		coord_mark_ended(c);
 		c->status = 0;
+		if (c->phase == CP_LATE) { /* nothing ran here: no success to report */
+			agent_say(
+				"error: --rdzv-id %s is taken: the job with this run id ran round "
+				"%d with %d nodes without this one and finished; give a new job "
+				"another --rdzv-id",
+				c->o->rdzv_id, c->round, c->nnodes);
+			c->status = 1;
+		}
 		coord_leave(c);
 		return;
 	}
@@ -315,6 +334,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		return;
 	}
 	c->status = status;
+	coord_mark_ended(c);
 	if (c->phase == CP_LATE) {
 		coord_leave(c);
 		return;
@@ -359,7 +379,7 @@ static void publish_fail(struct coord *c, const struct rdzv_end *e, store_async_
 	char key[64], *v = rdzv_end_encode(e);
 
 	if (v == NULL || c->A == NULL ||
-	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, v,
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0, v,
 				    strlen(v), cb, c) != 0) {
 		free(v);
 		if (cb != NULL)
@@ -430,11 +450,18 @@ static void on_signal(struct coord *c, int status)
 		coord_leave(c);
 		return;
 	}
+	if (c->dynamic && c->phase == CP_JOIN) {
+		/* An open dynamic round goes on without this node (leaving
+		 * marks it gone, as its death would). */
+		coord_leave(c);
+		return;
+	}
 	/* Between rounds: the next round's joiners end at once. */
 	snprintf(msg, sizeof(msg), "node %d (host %.200s) received %s during the rendezvous",
 		 c->rank, c->host, signame_of(sig, sname, sizeof(sname)));
 	v = rdzv_closed_error(status, msg);
-	snprintf(key, sizeof(key), "r%d/closed", c->phase == CP_MOVE ? c->next_round : c->round);
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED,
+		 c->phase == CP_MOVE ? c->next_round : c->round);
 	if (v == NULL ||
 	    store_async_compare_set(c->A, key, "", 0, v, strlen(v), leave_after, c) != 0)
 		coord_leave(c);
@@ -508,7 +535,7 @@ int coord_create(uv_loop_t *loop, const struct coord_config *cfg, struct coord *
 	c->nproc = cfg->nproc;
 	c->rank = -1;
 	snprintf(c->host, sizeof(c->host), "%s", cfg->hostname);
-	snprintf(c->prefix, sizeof(c->prefix), "ddprun/%s", o->rdzv_id);
+	rdzv_key_job(c->prefix, sizeof(c->prefix), o->rdzv_id);
 	c->connect_timeout_ms = c->conf->join_timeout_ms;
 	if (c->dynamic)
 		rc = util_parse_hostport(o->rdzv_endpoint, c->store_host, sizeof(c->store_host),
@@ -558,6 +585,7 @@ void coord_destroy(struct coord *c)
 		return;
 	coord_hang_destroy(c);
 	free(c->nodes);
+	free(c->arrivals);
 	free(c->mon_last);
 	free(c->mon_changed_ms);
 	free(c);

@@ -16,8 +16,9 @@
  * root cause's on every node (not the end's first writer: every node reads
  * every node's failures and applies report.h's rule, see coord_report.c);
  * 75 for a lost node or store, unless a worker failed on its own; 2 for
- * settings that differ between nodes; 1 when the rendezvous cannot
- * complete. The store's key layout is in coord_int.h. */
+ * settings that differ between nodes (node rank 0 twice included); 1 when
+ * the rendezvous cannot complete (a store host that does not resolve, a
+ * port in use, a run id taken by a job that ended). The store's key layout is rdzv_keys.h's. */
 #ifndef DDP_COORD_H
 #define DDP_COORD_H
 

@@ -92,11 +92,16 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 	return rc;
 }
 
-int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen)
+int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t errlen)
 {
 	struct store_server_opts so;
-	int want = c->o->master_port_given ? c->o->master_port : 0;
+	int want = first && c->o->master_port_given ? c->o->master_port : 0;
 	int rc;
+
+	if (c->wstore != NULL) { /* still there from a round this node missed */
+		*port = store_server_port(c->wstore);
+		return 0;
+	}
 
 	store_server_opts_init(&so);
 	so.io = c->o->store_io;

@@ -5,30 +5,13 @@
  *   coord_live.c    heartbeats, the store host's watch, the exit barrier
  *   coord_report.c  failures published per node, the combined report
  *   coord_host.c    which agent hosts the store; the workers' store
+ *   coord_start.c   resolving the store's host, a taken port, connecting
+ *   coord_watch.c   who joined: waiting lines, timeouts, other run ids
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
  *
- * Keys, all under "ddprun/<run_id>/" (so jobs sharing a store never meet):
- *   config          the first agent's job settings (CAS "" -> JSON: backend,
- *                   nnodes, max_restarts, version); every agent CASes its own
- *                   and a mismatch fails the job naming both nodes
- *   round           the current round r (absent: 0)
- * and per round r (one round per start of the workers), under "r<r>/":
- *   node/<R>        node R's descriptor JSON (host, addr, nproc, pid, ...);
- *                   static: CAS "" -> desc, so a duplicate rank is seen
- *   count           ADD counter of joiners (dynamic: R = count - 1)
- *   closed          the participant count N, or "error:<message>"
- *   meta            {"restart_count": n}, written by the closer: the
- *                   authoritative TORCHELASTIC_RESTART_COUNT of the round
- *   end             why the round ended, first writer wins (CAS, and each
- *                   agent's ON_CLOSE_SET "lost:<R>:<why>"): "ok",
- *                   {"fail":...}, "lost:<R>:<why>", "rejoin"
- *   hb/<R>          heartbeat ADD counter, watched by the store's host
- *   failures/<R>    node R's failures (JSON list), published after a failure
- *   done            exit-barrier ADD counter; reaching N CASes end = "ok"
- *   left, all_left  after "ok": the store's host waits (bounded) for all_left
- *                   so no node loses the store while it reads "ok" */
+ * The store's key layout is rdzv_keys.h's. */
 #ifndef DDP_COORD_INT_H
 #define DDP_COORD_INT_H
 
@@ -37,6 +20,7 @@
 #include <uv.h>
 
 #include "coord.h"
+#include "rdzv_keys.h"
 #include "rdzv_msg.h"
 
 struct store_async;
@@ -47,8 +31,26 @@ struct store_server;
 #define COORD_LINGER_MS 10000
 /* How long a node that does not host the store takes to leave it at most. */
 #define COORD_LEAVE_MS 5000
+/* How often a node waiting for a round says who it waits for. */
+#define COORD_WATCH_MS 5000
 /* A node with a bad rank tries this long to tell the others. */
 #define COORD_BAD_RANK_CONNECT_MS 30000
+
+/* What a survey of the round found (coord_watch.c). */
+struct coord_survey {
+	bool busy;
+	bool light; /* requested: counts only */
+	bool named; /* this survey read the nodes' keys */
+	void (*done)(struct coord *c);
+	int64_t count;	    /* dynamic: arrivals so far */
+	int joined;	    /* nodes in the round now (dynamic: that stayed) */
+	int missing;	    /* static: node ranks not claimed */
+	char joined_s[600]; /* "0@host-a, 2@host-c" (the first few) */
+	char missing_s[120];
+	int nruns;
+	char runs[32][RDZV_RUN_ID_MAX];
+	char others[400]; /* other run ids with a rendezvous going on here */
+};
 
 enum coord_phase {
 	CP_START,  /* before the first rendezvous */
@@ -88,6 +90,8 @@ struct coord {
 	int rank;		 /* this node's rank in the round (-1: not yet) */
 	int k;			 /* dynamic: arrival number in the round */
 	int nnodes;		 /* participants of the round */
+	int *arrivals;		 /* dynamic: their arrival numbers, by rank */
+	int64_t last_call_ms;	 /* dynamic: when this node's last call ends */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
 	bool end_known;
@@ -102,23 +106,31 @@ struct coord {
 	/* heartbeats and the store host's watch */
 	uv_timer_t hb_timer;
 	bool hb_pending;
+	int64_t hb_seq;
 	int64_t hb_sent_ms;
 	bool mon_pending;
 	char (*mon_last)[24];
 	int64_t *mon_changed_ms;
 	/* one-shot: last call, exit barrier, the host's wait for its peers */
 	uv_timer_t timer;
+	uv_timer_t watch_timer; /* the waiting lines */
+	struct coord_survey sv;
 	bool timers_on;
 	int open;	 /* handles and connections closing */
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
 	bool hurry; /* a further signal: leave without waiting for anyone */
+	/* coord_start.c */
+	int64_t resolve_deadline_ms;
+	bool resolve_said;   /* the first temporary failure was said */
+	bool probing;	     /* node 0 whose port is taken: asking who holds it */
+	char probe_why[200]; /* which address family is taken, if that was it */
 };
 
 /* coord.c */
 #define COORD_KEY_MAX 48
 /* Round-scoped keys in one malloc'd block: first (if not NULL), then fmt
- * (one %zu) for 0..n-1. NULL on ENOMEM. */
+ * (one %d) for 0..n-1. NULL on ENOMEM. */
 const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt);
 /* Round-scoped key: "r<round>/<fmt...>" into buf. */
 const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
@@ -135,14 +147,38 @@ void coord_round_start(struct coord *c);
 void coord_on_end(struct coord *c, const void *val, size_t len);
 /* Park W on r<round>/end. */
 void coord_watch_end(struct coord *c);
+/* The job ended for good in c->round: a later node with its run id is refused. */
+void coord_mark_ended(struct coord *c);
 /* A closing handle of ours is gone. */
 void coord_closed_one(void *arg);
+
+/* Both store connections (A, W); 0 or a negative errno. */
+int coord_connect(struct coord *c);
+
+/* coord_start.c */
+/* Resolve the store's host, host the store here if so, connect. */
+void coord_start(struct coord *c);
+/* Probing: A is up / A failed or was lost. */
+void coord_probe(struct coord *c);
+void coord_probe_failed(struct coord *c);
 
 /* coord_join.c */
 void coord_join(struct coord *c);
 /* Publish a rendezvous error as the round's closed value (everyone waiting
  * on it ends with status); must_fail: end here even if the round closed. */
 void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg);
+
+/* coord_watch.c */
+/* Say who joined every COORD_WATCH_MS while the round is open. */
+void coord_watch_start(struct coord *c);
+/* Read who joined (light: only how many), then done(c) (the last request's,
+ * if several came). */
+void coord_survey(struct coord *c, bool light, void (*done)(struct coord *c));
+/* "2 of 3 joined (0@a, 2@c), missing node rank 1" (static) or "round 0, 1
+ * joined (0@a), --nnodes 2:4" (dynamic), then tail, then the other run ids. */
+void coord_survey_text(struct coord *c, const char *tail, char *buf, size_t len);
+/* This node wrote its job's config: list the run id in the store's runs/. */
+void coord_register_run(struct coord *c);
 
 /* coord_live.c */
 void coord_live_start(struct coord *c);
@@ -178,7 +214,9 @@ void coord_hang_destroy(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);
-int coord_wstore_start(struct coord *c, int *port, char *err, size_t errlen);
+/* The round's workers' store; first: the round's first arrival, which takes
+ * --master-port when given (the others take any port). */
+int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t errlen);
 void coord_wstore_close(struct coord *c, void (*done)(void *arg));
 /* Close the rendezvous store once no peer is connected (bounded). */
 void coord_host_close(struct coord *c);

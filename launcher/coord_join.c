@@ -39,8 +39,8 @@ static void set_closed(struct coord *c, int n)
 	char key[64], v[16];
 
 	snprintf(v, sizeof(v), "%d", n);
-	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "closed"), "", 0, v, strlen(v),
-				NULL, NULL);
+	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_CLOSED), "", 0, v,
+				strlen(v), NULL, NULL);
 }
 
 /* ---- closed: a count, or an error for everyone ------------------------------------- */
@@ -61,14 +61,21 @@ static void on_descs(int status, size_t n, const void *const *vals, const size_t
 				   i - 1);
 			return;
 		}
+		c->nodes[i - 1].node_rank = (int)i - 1; /* dynamic: it held the arrival */
 	}
 	coord_round_start(c);
 }
 
-/* Keys "meta", "node/0" .. "node/N-1" of the round. */
+/* Keys "meta", then the participants' "node/<i>": static i = node rank,
+ * dynamic i = arrival - 1 (closed lists the arrivals). */
 static const char **desc_keys(struct coord *c)
 {
-	return coord_keys(c, "meta", (size_t)c->nnodes, "node/%zu");
+	const char **keys = coord_keys(c, RDZV_R_META, (size_t)c->nnodes, RDZV_R_NODE);
+	int i;
+
+	for (i = 0; keys != NULL && c->dynamic && i < c->nnodes; i++)
+		coord_key(c, (char *)keys[i + 1], COORD_KEY_MAX, RDZV_R_NODE, c->arrivals[i] - 1);
+	return keys;
 }
 
 static void on_descs_present(int status, void *arg)
@@ -115,11 +122,21 @@ static void late(struct coord *c)
 	char key[64];
 
 	c->phase = CP_LATE;
-	agent_say("round %d closed with %d nodes without this one: waiting for the next round",
-		  c->round, c->nnodes);
+	if (c->wstore != NULL)
+		coord_wstore_close(c, NULL);
+	if (c->nnodes < c->o->max_nodes)
+		agent_say("round %d closed with %d nodes without this one: waiting for the next "
+			  "round",
+			  c->round, c->nnodes);
+	else /* the job may be another one that took this run id */
+		agent_say(
+			"round %d is full (%d nodes, --nnodes %d:%d) and runs without this one: "
+			"waiting for the next round, as a spare for a restart (if this node "
+			"belongs to a new job, --rdzv-id %s is taken: stop it and choose another)",
+			c->round, c->nnodes, c->o->min_nodes, c->o->max_nodes, c->o->rdzv_id);
 	/* Room left: the running nodes make room by rejoining (no restart counted). */
 	if (c->nnodes < c->o->max_nodes)
-		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0,
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0,
 					"rejoin", 6, NULL, NULL);
 	coord_watch_end(c);
 }
@@ -132,6 +149,7 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 	if (c->phase != CP_JOIN)
 		return;
 	uv_timer_stop(&c->timer); /* a last call */
+	uv_timer_stop(&c->watch_timer);
 	rc = rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg));
 	if (rc < 0) {
 		coord_fail(c, 1, "error: round %d's closed value in the store is malformed",
@@ -152,12 +170,27 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 		return;
 	}
 	c->nnodes = n;
-	if (c->dynamic && c->k > n) {
-		late(c);
-		return;
+	if (c->dynamic) {
+		int *arr = realloc(c->arrivals, (size_t)n * sizeof(*arr)), i;
+
+		if (arr == NULL) {
+			coord_fail(c, 1, "error: out of memory");
+			return;
+		}
+		c->arrivals = arr;
+		if (rdzv_closed_members(val, len, arr, n) != 0) {
+			coord_fail(c, 1, "error: round %d's closed value in the store is malformed",
+				   c->round);
+			return;
+		}
+		for (i = 0; i < n && arr[i] != c->k; i++)
+			;
+		if (i == n) {
+			late(c);
+			return;
+		}
+		c->rank = i;
 	}
-	if (c->dynamic)
-		c->rank = c->k - 1;
 	fetch_descs(c);
 }
 
@@ -188,47 +221,117 @@ void coord_publish_error(struct coord *c, int status, bool must_fail, const char
 	c->pub_status = status;
 	c->pub_must_fail = must_fail;
 	snprintf(c->pub_msg, sizeof(c->pub_msg), "%s", msg);
-	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "closed"), "",
-						 0, v, strlen(v), on_published, c) != 0)
+	if (v == NULL ||
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_CLOSED), "", 0, v,
+				    strlen(v), on_published, c) != 0)
 		coord_fail(c, status, "error: %s", msg);
 	free(v);
 }
 
-/* The last call is over: close with the nodes that came (the wait for
- * closed that is parked on W sees it). */
+/* ---- dynamic: closing without the nodes that left ------------------------------ */
+
+/* The first MAX arrivals that have not left (gone/<i> absent) take part:
+ * close with them if there are MAX, or (last call) at least MIN. The wait
+ * for closed that is parked on W sees it; the first closer wins. */
+static void close_live(struct coord *c, size_t n, const size_t *lens, bool last_call)
+{
+	int max = c->o->max_nodes, live = 0, *arr = malloc((size_t)max * sizeof(*arr));
+	char key[64], *v;
+	size_t i;
+
+	if (arr == NULL)
+		return;
+	for (i = 0; i < n && live < max; i++)
+		if (lens[i] == 0)
+			arr[live++] = (int)i + 1;
+	if (live >= max || (last_call && live >= c->o->min_nodes)) {
+		v = rdzv_closed_encode(arr, live);
+		if (v != NULL)
+			store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_CLOSED),
+						"", 0, v, strlen(v), NULL, NULL);
+		free(v);
+	}
+	free(arr);
+}
+
+static void on_gone_full(int status, size_t n, const void *const *vals, const size_t *lens,
+			 void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		close_live(c, n, lens, false);
+}
+
+static void on_gone_last(int status, size_t n, const void *const *vals, const size_t *lens,
+			 void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		close_live(c, n, lens, true);
+}
+
+static void read_gone(struct coord *c, int64_t n, store_async_multi_cb cb)
+{
+	const char **keys;
+
+	if (n < 1)
+		return;
+	keys = coord_keys(c, NULL, (size_t)n, RDZV_R_GONE);
+	if (keys == NULL || store_async_multi_get(c->A, keys, (size_t)n, cb, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(keys);
+}
+
+static void on_count_full(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		read_gone(c, n, on_gone_full);
+}
+
+/* The last call is over: close with the nodes that came and stayed. */
 static void on_last_count(int status, int64_t n, void *arg)
 {
 	struct coord *c = arg;
 
 	if (status == 0 && c->phase == CP_JOIN)
-		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
+		read_gone(c, n, on_gone_last);
 }
 
-/* join_timeout passed without the round closing. */
-static void on_count_now(int status, int64_t n, void *arg)
+static void close_check(struct coord *c, bool last_call)
 {
-	struct coord *c = arg;
-	char msg[300];
+	char key[64];
 
-	if (status != 0 || c->phase != CP_JOIN)
+	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 0,
+			last_call ? on_last_count : on_count_full, c);
+}
+
+/* join_timeout passed without the round closing: name who came (and who
+ * did not). */
+static void on_timeout_survey(struct coord *c)
+{
+	char msg[1200], text[1000], tail[64];
+
+	if (c->phase != CP_JOIN)
 		return;
-	if (c->dynamic && n >= c->o->min_nodes) {
-		/* Enough nodes after all (no last call ran here): close, wait again. */
-		set_closed(c, n < c->o->max_nodes ? (int)n : c->o->max_nodes);
+	if (c->dynamic && c->sv.joined >= c->o->min_nodes) {
+		/* Enough nodes after all (no last call ran here): close with
+		 * those that stayed, wait again. */
+		close_check(c, true);
 		wait_closed(c);
 		return;
 	}
+	snprintf(tail, sizeof(tail), c->dynamic ? ", needs at least %d" : "", c->o->min_nodes);
+	coord_survey_text(c, tail, text, sizeof(text));
 	if (c->dynamic)
-		snprintf(msg, sizeof(msg),
-			 "the rendezvous timed out after %.0f s: %lld node(s) joined round %d, "
-			 "--nnodes needs at least %d",
-			 (double)c->conf->join_timeout_ms / 1000.0, (long long)n, c->round,
-			 c->o->min_nodes);
+		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s: %s",
+			 (double)c->conf->join_timeout_ms / 1000.0, text);
 	else
-		snprintf(msg, sizeof(msg),
-			 "the rendezvous timed out after %.0f s: %lld of %d nodes joined round %d",
-			 (double)c->conf->join_timeout_ms / 1000.0, (long long)n, c->nnodes,
-			 c->round);
+		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s in round %d: %s",
+			 (double)c->conf->join_timeout_ms / 1000.0, c->round, text);
 	coord_publish_error(c, 1, false, msg);
 }
 
@@ -240,17 +343,18 @@ static void on_closed_waited(int status, void *arg)
 	if (c->phase != CP_JOIN)
 		return;
 	if (status == -ETIMEDOUT) {
-		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_count_now, c);
+		coord_survey(c, false, on_timeout_survey);
 		return;
 	}
 	if (status == 0)
-		store_async_get(c->W, coord_key(c, key, sizeof(key), "closed"), on_closed_value, c);
+		store_async_get(c->W, coord_key(c, key, sizeof(key), RDZV_R_CLOSED),
+				on_closed_value, c);
 }
 
 static void wait_closed(struct coord *c)
 {
 	char key[64];
-	const char *keys[1] = {coord_key(c, key, sizeof(key), "closed")};
+	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_CLOSED)};
 
 	store_async_wait(c->W, keys, 1, c->conf->join_timeout_ms, on_closed_waited, c);
 }
@@ -266,6 +370,8 @@ static void on_static_count(int status, int64_t k, void *arg)
 	if (k == c->nnodes)
 		set_closed(c, c->nnodes);
 	wait_closed(c);
+	if (k < c->nnodes)
+		coord_watch_start(c);
 }
 
 static void on_claim(int status, const void *val, size_t len, void *arg)
@@ -279,8 +385,8 @@ static void on_claim(int status, const void *val, size_t len, void *arg)
 	my_desc(c, &mine, c->rank, 0);
 	if (rdzv_node_decode(val, len, &other) == 0 && other.pid == mine.pid &&
 	    strcmp(other.host, mine.host) == 0) {
-		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 1, on_static_count,
-				c);
+		store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 1,
+				on_static_count, c);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
@@ -298,8 +404,8 @@ static void static_claim(struct coord *c)
 	my_desc(c, &n, c->rank, 0);
 	v = rdzv_node_encode(&n);
 	if (v == NULL ||
-	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "node/%d", c->rank), "", 0,
-				    v, strlen(v), on_claim, c) != 0)
+	    store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_NODE, c->rank), "",
+				    0, v, strlen(v), on_claim, c) != 0)
 		coord_fail(c, 1, "error: out of memory");
 	free(v);
 }
@@ -309,28 +415,37 @@ static void static_claim(struct coord *c)
 static void on_last_call(uv_timer_t *t)
 {
 	struct coord *c = t->data;
-	char key[64];
 
 	if (c->phase == CP_JOIN)
-		store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 0, on_last_count, c);
+		close_check(c, true);
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
 {
 	struct coord *c = arg;
 	struct rdzv_node n;
-	char key[64], err[400], *v;
+	char key[64], err[400], why[RDZV_HOST_MAX + 64], *v;
 	int port = 0;
 
+	if (status == 0 && c->phase == CP_LEAVE && c->A != NULL && c->a_up && !c->in_round) {
+		/* Left while counting in: out of the round at once. */
+		snprintf(why, sizeof(why), "host %.200s pid %d left", c->host, (int)getpid());
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_GONE, (int)k - 1), why,
+				strlen(why), NULL, NULL);
+		return;
+	}
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
 	c->k = (int)k;
-	if (k > c->o->max_nodes) { /* the round is full: late */
-		wait_closed(c);
-		return;
-	}
-	/* The first node hosts this round's workers' store. */
-	if (k == 1 && coord_wstore_start(c, &port, err, sizeof(err)) != 0) {
+	/* Leaving before the round closes takes this node out of it: the
+	 * closer skips an arrival whose gone/ key its connection's close set. */
+	snprintf(why, sizeof(why), "host %.200s pid %d", c->host, (int)getpid());
+	store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_GONE, (int)k - 1), why,
+				 strlen(why), NULL, NULL);
+	/* Group rank 0 hosts the round's workers' store; which arrival that is
+	 * is known only at the close (an earlier one may leave), so every
+	 * arrival has one ready (the others close theirs when the round starts). */
+	if (coord_wstore_start(c, k == 1, &port, err, sizeof(err)) != 0) {
 		coord_publish_error(c, 1, true, err);
 		return;
 	}
@@ -340,21 +455,24 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 		coord_fail(c, 1, "error: out of memory");
 		return;
 	}
-	store_async_set(c->A, coord_key(c, key, sizeof(key), "node/%d", (int)k - 1), v, strlen(v),
+	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_NODE, (int)k - 1), v, strlen(v),
 			NULL, NULL);
 	free(v);
-	if (k == c->o->max_nodes)
-		set_closed(c, c->o->max_nodes);
-	else if (k >= c->o->min_nodes)
+	if (k >= c->o->max_nodes) /* full, unless some left */
+		close_check(c, false);
+	if (k >= c->o->min_nodes) {
+		c->last_call_ms = util_now_ms() + c->conf->last_call_timeout_ms;
 		uv_timer_start(&c->timer, on_last_call, (uint64_t)c->conf->last_call_timeout_ms, 0);
+	}
 	wait_closed(c);
+	coord_watch_start(c);
 }
 
 static void dynamic_count(struct coord *c)
 {
 	char key[64];
 
-	store_async_add(c->A, coord_key(c, key, sizeof(key), "count"), 1, on_dynamic_count, c);
+	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 1, on_dynamic_count, c);
 }
 
 static void on_round(int status, const void *val, size_t len, void *arg)
@@ -382,7 +500,7 @@ static void after_config(struct coord *c)
 	if (!c->dynamic)
 		static_claim(c);
 	else /* a fresh node joins the current round */
-		store_async_get(c->A, "round", on_round, c);
+		store_async_get(c->A, RDZV_KEY_ROUND, on_round, c);
 }
 
 static void my_config(struct coord *c, struct rdzv_config *cfg)
@@ -414,12 +532,75 @@ static void on_config(int status, const void *val, size_t len, void *arg)
 		coord_publish_error(c, 2, true, msg);
 		return;
 	}
+	{ /* this node wrote the job's settings: the store learns its run id */
+		char *v = rdzv_config_encode(&mine);
+
+		if (v != NULL && strlen(v) == len && memcmp(v, val, len) == 0)
+			coord_register_run(c);
+		free(v);
+	}
 	after_config(c);
+}
+
+/* ---- a run id that is taken ----------------------------------------------------- */
+
+static void on_ended_end(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_end e;
+	const char *how = "ended";
+
+	if (c->phase != CP_JOIN || (status != 0 && status != -ENOENT))
+		return;
+	if (status == 0 && rdzv_end_decode(val, len, &e) == 0)
+		how = e.kind == RDZV_END_OK ? "finished" : "failed";
+	coord_fail(c, 1,
+		   "error: --rdzv-id %s is taken: a job with this run id already ran on the store "
+		   "at %s:%d and %s (in round %d); give this job another --rdzv-id (or use a "
+		   "fresh store)",
+		   c->o->rdzv_id, c->store_host, c->store_port, how, c->round);
+}
+
+static void write_config(struct coord *c)
+{
+	struct rdzv_config cfg;
+	char *v;
+
+	my_config(c, &cfg);
+	v = rdzv_config_encode(&cfg);
+	if (v == NULL ||
+	    store_async_compare_set(c->A, RDZV_KEY_CONFIG, "", 0, v, strlen(v), on_config, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(v);
+}
+
+/* A job that ended for good left "ended": its run id is not for a new job
+ * (which would otherwise find the old rounds closed and its end "ok"). */
+static void on_ended(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	char buf[16], key[64];
+
+	if (c->phase != CP_JOIN)
+		return;
+	if (status == -ENOENT) {
+		write_config(c);
+		return;
+	}
+	if (status != 0)
+		return;
+	c->round = 0;
+	if (len > 0 && len < sizeof(buf)) {
+		memcpy(buf, val, len);
+		buf[len] = '\0';
+		if (util_parse_int(buf, 0, 1 << 30, &c->round) != 0)
+			c->round = 0;
+	}
+	store_async_get(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), on_ended_end, c);
 }
 
 void coord_join(struct coord *c)
 {
-	struct rdzv_config cfg;
 	char key[64], msg[300], *v;
 
 	c->phase = CP_JOIN;
@@ -446,7 +627,8 @@ void coord_join(struct coord *c)
 			 c->rank, c->host);
 		v = rdzv_closed_error(COORD_EXIT_LOST, msg);
 		if (v != NULL)
-			store_async_on_close_set(c->A, coord_key(c, key, sizeof(key), "closed"), v,
+			store_async_on_close_set(c->A,
+						 coord_key(c, key, sizeof(key), RDZV_R_CLOSED), v,
 						 strlen(v), NULL, NULL);
 		free(v);
 	}
@@ -457,10 +639,6 @@ void coord_join(struct coord *c)
 			static_claim(c);
 		return;
 	}
-	my_config(c, &cfg);
-	v = rdzv_config_encode(&cfg);
-	if (v == NULL ||
-	    store_async_compare_set(c->A, "config", "", 0, v, strlen(v), on_config, c) != 0)
+	if (store_async_get(c->A, RDZV_KEY_ENDED, on_ended, c) != 0)
 		coord_fail(c, 1, "error: out of memory");
-	free(v);
 }

@@ -10,6 +10,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "store_async.h"
 
@@ -34,9 +36,10 @@ static void leave_advance(struct coord *c)
 	case 1:
 		c->leave_stage = 2;
 		if (c->timers_on) {
-			c->open += 2;
+			c->open += 3;
 			uv_close((uv_handle_t *)&c->hb_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+			uv_close((uv_handle_t *)&c->watch_timer, on_timer_closed);
 			return;
 		}
 		/* fallthrough */
@@ -108,7 +111,7 @@ static void on_all_left(int status, void *arg)
 static void after_left(struct coord *c)
 {
 	char key[64];
-	const char *keys[1] = {coord_key(c, key, sizeof(key), "all_left")};
+	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
 	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->o->shutdown_timeout_ms : 0);
 
 	if (c->server == NULL || !c->w_up || !c->in_round ||
@@ -128,7 +131,7 @@ static void on_left(int status, int64_t n, void *arg)
 	int expected = c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0);
 
 	if (status == 0 && n >= expected &&
-	    store_async_set(c->A, coord_key(c, key, sizeof(key), "all_left"), "1", 1,
+	    store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1,
 			    on_all_left_set, c) == 0)
 		return;
 	after_left(c);
@@ -145,10 +148,21 @@ void coord_leave(struct coord *c)
 
 	if (c->phase == CP_LEAVE)
 		return;
+	/* Counted into an open dynamic round: leave it, as a death would (the
+	 * on-close registration is cleared on the way out). */
+	if (c->dynamic && c->phase == CP_JOIN && c->k > 0 && c->A != NULL && c->a_up) {
+		char why[RDZV_HOST_MAX + 64];
+
+		snprintf(why, sizeof(why), "host %.200s pid %d left", c->host, (int)getpid());
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_GONE, c->k - 1), why,
+				strlen(why), NULL, NULL);
+	}
 	c->phase = CP_LEAVE;
 	coord_live_stop(c);
-	if (c->timers_on)
+	if (c->timers_on) {
 		uv_timer_stop(&c->timer);
+		uv_timer_stop(&c->watch_timer);
+	}
 	if (c->A == NULL || !c->a_up || c->hurry) {
 		close_conns(c);
 		return;
@@ -158,7 +172,7 @@ void coord_leave(struct coord *c)
 	if (c->server == NULL && c->timers_on)
 		uv_timer_start(&c->timer, on_leave_timeout, COORD_LEAVE_MS, 0);
 	if (!c->in_round ||
-	    store_async_add(c->A, coord_key(c, key, sizeof(key), "left"), 1, on_left, c) != 0)
+	    store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 1, on_left, c) != 0)
 		after_left(c);
 }
 

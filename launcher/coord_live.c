@@ -1,10 +1,10 @@
 /* coord_live: knowing that the others are alive, and the exit barrier.
  *
  * Every keep_alive_interval each agent sends one request with a reply
- * deadline: while its workers run, ADD r<r>/hb/<rank> (its heartbeat);
- * otherwise a PING. No reply for heartbeat_timeout: the store is lost (its
+ * deadline (a PING); while its workers run, a SET of r<r>/hb/<rank> (its
+ * heartbeat, rdzv_keys.h) goes before it. No reply for heartbeat_timeout: the store is lost (its
  * host died without closing the connection). The agent that hosts the store
- * reads every participant's counter each interval; one that has not moved
+ * reads every participant's heartbeat each interval; one that has not moved
  * for heartbeat_timeout ends the round as lost (a node that stopped without
  * its connection closing: SIGSTOP, a dead host). A node done with its work
  * writes "done" there and is exempt. */
@@ -16,14 +16,6 @@
 
 #include "store_async.h"
 #include "util.h"
-
-static void on_hb_reply(int status, int64_t v, void *arg)
-{
-	struct coord *c = arg;
-
-	if (status == 0)
-		c->hb_pending = false;
-}
 
 static void on_ping_reply(int status, void *arg)
 {
@@ -61,15 +53,15 @@ static void on_watch(int status, size_t n, const void *const *vals, const size_t
 		snprintf(why, sizeof(why), "no heartbeat from host %.200s for %.1f s",
 			 c->nodes[i].host, (double)(now - c->mon_changed_ms[i]) / 1000.0);
 		snprintf(val, sizeof(val), "lost:%zu:%s", i, why);
-		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, val,
-					strlen(val), NULL, NULL);
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0,
+					val, strlen(val), NULL, NULL);
 		return;
 	}
 }
 
 static void watch(struct coord *c)
 {
-	const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, "hb/%zu");
+	const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, RDZV_R_HB);
 
 	if (keys == NULL)
 		return;
@@ -96,11 +88,17 @@ static void tick(uv_timer_t *t)
 			return;
 		}
 	} else {
-		if (c->phase == CP_RUN && !c->at_barrier)
-			rc = store_async_add(c->A, coord_key(c, key, sizeof(key), "hb/%d", c->rank),
-					     1, on_hb_reply, c);
-		else
-			rc = store_async_ping(c->A, on_ping_reply, c);
+		if (c->phase == CP_RUN && !c->at_barrier) {
+			/* A value that changes every beat, with the time for
+			 * `ddpstore status` (the host's watch only compares). */
+			char v[48];
+
+			snprintf(v, sizeof(v), "%lld:%lld", (long long)++c->hb_seq,
+				 (long long)(report_now_us() / 1000));
+			store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_HB, c->rank), v,
+					strlen(v), NULL, NULL);
+		}
+		rc = store_async_ping(c->A, on_ping_reply, c);
 		if (rc == 0) {
 			c->hb_pending = true;
 			c->hb_sent_ms = now;
@@ -156,8 +154,8 @@ static void on_done(int status, int64_t n, void *arg)
 
 	if (status != 0 || c->phase != CP_RUN || n < c->nnodes)
 		return;
-	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, "ok", 2, NULL,
-				NULL);
+	store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0, "ok", 2,
+				NULL, NULL);
 }
 
 void coord_barrier(struct coord *c)
@@ -165,9 +163,9 @@ void coord_barrier(struct coord *c)
 	char key[64];
 
 	c->at_barrier = true;
-	store_async_set(c->A, coord_key(c, key, sizeof(key), "hb/%d", c->rank), "done", 4, NULL,
+	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_HB, c->rank), "done", 4, NULL,
 			NULL);
-	store_async_add(c->A, coord_key(c, key, sizeof(key), "done"), 1, on_done, c);
+	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_DONE), 1, on_done, c);
 	/* The store's host stays until every node is done, failed or lost (the
 	 * watch ends the round for a node that vanished); others are bounded. */
 	if (c->server == NULL)

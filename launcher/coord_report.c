@@ -279,7 +279,7 @@ static void on_collected(int status, size_t n, const void *const *vals, const si
 /* Keys r<r>/failures/<i> for every node. */
 static const char **failure_keys(struct coord *c)
 {
-	return coord_keys(c, NULL, (size_t)c->nnodes, "failures/%zu");
+	return coord_keys(c, NULL, (size_t)c->nnodes, RDZV_R_FAILURES);
 }
 
 static void on_waited(int status, void *arg)
@@ -304,7 +304,7 @@ void coord_publish_failures(struct coord *c)
 	char key[64], *v = entries_json(mine, n, c->host);
 
 	if (v != NULL && c->a_up && c->in_round)
-		store_async_set(c->A, coord_key(c, key, sizeof(key), "failures/%d", c->rank), v,
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_FAILURES, c->rank), v,
 				strlen(v), NULL, NULL);
 	free(v);
 }

@@ -197,11 +197,96 @@ int rdzv_closed_decode(const void *v, size_t len, int *n, int *status, char *msg
 		snprintf(msg, msglen, "%.*s", (int)(len - (size_t)(colon + 1 - p)), colon + 1);
 		return 1;
 	}
+	colon = memchr(p, ':', len); /* "<N>:<arrivals>": the count is first */
+	if (colon != NULL)
+		len = (size_t)(colon - p);
 	if (len >= sizeof(buf))
 		return -EINVAL;
 	memcpy(buf, p, len);
 	buf[len] = '\0';
 	return util_parse_int(buf, 1, INT_MAX, n) == 0 ? 0 : -EINVAL;
+}
+
+/* Append sep and "a" or "a-b". */
+static int put_range(char *s, size_t cap, size_t *at, char sep, int a, int b)
+{
+	int w = a == b ? snprintf(s + *at, cap - *at, "%c%d", sep, a)
+		       : snprintf(s + *at, cap - *at, "%c%d-%d", sep, a, b);
+
+	if (w < 0 || (size_t)w >= cap - *at)
+		return -ENAMETOOLONG;
+	*at += (size_t)w;
+	return 0;
+}
+
+char *rdzv_closed_encode(const int *arrivals, int n)
+{
+	size_t cap = RDZV_MSG_MAX, at;
+	char *s = malloc(cap);
+	int i, j;
+
+	if (s == NULL)
+		return NULL;
+	at = (size_t)snprintf(s, cap, "%d", n);
+	for (i = 0; i < n && arrivals[i] == i + 1; i++)
+		;
+	if (i == n)
+		return s;
+	for (i = 0; i < n; i = j + 1) {
+		for (j = i; j + 1 < n && arrivals[j + 1] == arrivals[j] + 1; j++)
+			;
+		if (put_range(s, cap, &at, i == 0 ? ':' : ',', arrivals[i], arrivals[j]) != 0) {
+			free(s);
+			return NULL;
+		}
+	}
+	return s;
+}
+
+int rdzv_closed_members(const void *v, size_t len, int *arrivals, int n)
+{
+	const char *p = v, *end = p + len, *colon;
+	int i = 0, a, b, last = 0;
+	char buf[24];
+
+	colon = v != NULL && len <= RDZV_MSG_MAX ? memchr(p, ':', len) : NULL;
+	if (colon == NULL) { /* "<N>": arrivals 1..N */
+		for (i = 0; i < n; i++)
+			arrivals[i] = i + 1;
+		return 0;
+	}
+	for (p = colon + 1; p < end && i <= n;) {
+		const char *q = p, *dash;
+		size_t l;
+
+		while (q < end && *q != ',')
+			q++;
+		dash = memchr(p, '-', (size_t)(q - p));
+		l = (size_t)((dash ? dash : q) - p);
+		if (l == 0 || l >= sizeof(buf))
+			return -EINVAL;
+		memcpy(buf, p, l);
+		buf[l] = '\0';
+		if (util_parse_int(buf, last + 1, INT_MAX, &a) != 0)
+			return -EINVAL;
+		b = a;
+		if (dash != NULL) {
+			l = (size_t)(q - dash - 1);
+			if (l == 0 || l >= sizeof(buf))
+				return -EINVAL;
+			memcpy(buf, dash + 1, l);
+			buf[l] = '\0';
+			if (util_parse_int(buf, a, INT_MAX, &b) != 0)
+				return -EINVAL;
+		}
+		for (; a <= b && i < n; a++)
+			arrivals[i++] = a;
+		if (a <= b)
+			return -EINVAL; /* more arrivals than N */
+		last = b;
+		p = q < end ? q + 1 : q;
+	}
+	return i == n ? 0 : -EINVAL;
 }
 
 char *rdzv_closed_error(int status, const char *msg)

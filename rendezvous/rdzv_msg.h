@@ -4,13 +4,14 @@
  *                 "node_rank","host"}: the job settings every node must share
  *                 (the last two say who wrote them)
  *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
- *   closed       "<N>" (the round's participants) or "error:<status>:<message>"
+ *   closed       "<N>" or "<N>:<arrival ranges>" (the round's participants), or
+ *                "error:<status>:<message>"
  *   meta         {"restart_count": n}
  *   end          "ok" | "rejoin" | "lost:<R>:<why>" | {"fail": {...}}
  *
- * Encoders return malloc'd text (NULL on ENOMEM); decoders take bytes as read
- * from the store and return 0 or -EINVAL (malformed), never trusting a length
- * or a field. */
+ * The keys they live under: rdzv_keys.h. Encoders return malloc'd text
+ * (NULL on ENOMEM); decoders take bytes as read from the store and return 0
+ * or -EINVAL (malformed), never trusting a length or a field. */
 #ifndef DDP_RDZV_MSG_H
 #define DDP_RDZV_MSG_H
 
@@ -53,6 +54,12 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
  * (returns 1); -EINVAL for anything else. */
 int rdzv_closed_decode(const void *v, size_t len, int *n, int *status, char *msg, size_t msglen);
 char *rdzv_closed_error(int status, const char *msg);
+/* closed for the participants arrivals[0..n): "<n>" when they are 1..n,
+ * else "<n>:<ranges>" ("1-2,4"); NULL on ENOMEM or too long. */
+char *rdzv_closed_encode(const int *arrivals, int n);
+/* The participants' arrival numbers of a closed value whose count is n (as
+ * rdzv_closed_decode gave it), ascending, into arrivals[0..n). 0 or -EINVAL. */
+int rdzv_closed_members(const void *v, size_t len, int *arrivals, int n);
 
 char *rdzv_meta_encode(int restart_count);
 int rdzv_meta_decode(const void *v, size_t len, int *restart_count);

@@ -29,6 +29,7 @@ static const char usage_text[] =
 	"commands: set KEY VALUE | get KEY [--wait] | add KEY N | cas KEY EXPECTED DESIRED |\n"
 	"          check KEY... | wait KEY... | del KEY | numkeys | append KEY VALUE | ping |\n"
 	"          keys [PREFIX] | barrier KEY N\n"
+	"          status [--rdzv-id ID]  (a ddprun rendezvous on this store)\n"
 	"A VALUE of - is read from stdin. --addr defaults to $MASTER_ADDR:$MASTER_PORT.\n"
 	"Exit: 0 ok, 1 error, 2 usage, 3 not found, 4 timeout, 5 connection failed,\n"
 	"      6 cas mismatch. See ddpstore(1).\n";
@@ -75,6 +76,7 @@ static const struct optdef optdefs[] = {
 	{"timeout", O_SECONDS, OFF(timeout_ms), false, true},
 	{"connect-timeout", O_SECONDS, OFF(connect_timeout_ms), false, true},
 	{"wait", O_FLAG, OFF(wait), false, true},
+	{"rdzv-id", O_STR, OFF(rdzv_id), false, true},
 	{"host", O_STR, OFF(host), true, false},
 	{"port", O_PORT, OFF(port), true, false},
 	{"port-file", O_STR, OFF(port_file), true, false},
@@ -421,10 +423,17 @@ static int cmd_ping(struct store_client *c, const struct ddpstore_opts *o, char 
 }
 
 static const struct cmd cmds[] = {
-	{"set", 2, 2, cmd_set},	  {"get", 1, 1, cmd_get},	  {"add", 2, 2, cmd_add},
-	{"cas", 3, 3, cmd_cas},	  {"check", 1, -1, cmd_check},	  {"wait", 1, -1, cmd_wait},
-	{"del", 1, 1, cmd_del},	  {"numkeys", 0, 0, cmd_numkeys}, {"append", 2, 2, cmd_append},
+	{"set", 2, 2, cmd_set},
+	{"get", 1, 1, cmd_get},
+	{"add", 2, 2, cmd_add},
+	{"cas", 3, 3, cmd_cas},
+	{"check", 1, -1, cmd_check},
+	{"wait", 1, -1, cmd_wait},
+	{"del", 1, 1, cmd_del},
+	{"numkeys", 0, 0, cmd_numkeys},
+	{"append", 2, 2, cmd_append},
 	{"ping", 0, 0, cmd_ping},
+	{"status", 0, 0, ddpstore_status},
 };
 
 #define NCMDS (sizeof(cmds) / sizeof(cmds[0]))

@@ -22,7 +22,8 @@ struct ddpstore_opts {
 	const char *prefix; /* --prefix P */
 	int64_t timeout_ms; /* --timeout S; -1: default */
 	int64_t connect_timeout_ms;
-	bool wait; /* get --wait */
+	bool wait;	     /* get --wait */
+	const char *rdzv_id; /* status --rdzv-id */
 	/* serve */
 	const char *host;
 	int port; /* -1: default */
@@ -31,14 +32,17 @@ struct ddpstore_opts {
 	bool quiet;
 };
 
+struct store_client;
+
 int ddpstore_serve(const struct ddpstore_opts *o);
 /* The exit status for a client error (negative errno). */
 int ddpstore_exit_for(int err);
 
 /* ddpstore_sync.c: `keys [PREFIX]` and `barrier KEY N`. */
-struct store_client;
 int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
+/* ddpstore_status.c: the status command. */
+int ddpstore_status(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

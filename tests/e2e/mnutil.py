@@ -141,3 +141,52 @@ def stop_process(p):
                 os.kill(p.pid, sig)
             except ProcessLookupError:
                 pass
+
+
+def dyn_agent(reaper, tmp_path, name, endpoint, nnodes, nproc, script, conf=FAST, extra=(),
+              env=None, rdzv_id="job"):
+    """One node of a dynamic (c10d) job; rdzv_id None: no --rdzv-id at all."""
+    ids = ["--rdzv-id", rdzv_id] if rdzv_id is not None else []
+    args = ["--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, *ids,
+            "--rdzv-conf", conf, "--nproc-per-node", str(nproc), "--shutdown-timeout", "5",
+            *extra, "sh", "-c", script]
+    return Agent(reaper, tmp_path, name, args, env=env)
+
+
+def listening(port, host="127.0.0.1"):
+    with socket.socket() as s:
+        return s.connect_ex((host, port)) == 0
+
+
+def serve_store(reaper):
+    """A `ddpstore serve` on loopback; its port."""
+    port = free_port()
+    reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port", str(port),
+                  "--quiet"])
+    wait_for(lambda: listening(port), what="ddpstore")
+    return port
+
+
+def store_get(port, key):
+    """The value of key in the store at 127.0.0.1:port, or None when absent."""
+    r = subprocess.run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "get", key],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def wait_stderr(agent, text, timeout=30):
+    """Until agent's stderr holds text."""
+    wait_for(lambda: text in agent.stderr(), timeout=timeout, what=f"'{text}' from {agent.name}")
+
+
+def ip(*args, ns=None):
+    """ip ARGS, inside namespace ns when given."""
+    return subprocess.run([*enter(ns), "ip", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=20)
+
+
+def enter(ns):
+    """The prefix that runs a command in network namespace ns. nsenter, not
+    `ip netns exec` or `ip -n`: those also remount /sys and make / a slave
+    mount, which fails where / is not a mount point (a chroot)."""
+    return ["nsenter", f"--net=/run/netns/{ns}"] if ns else []

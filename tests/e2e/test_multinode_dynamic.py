@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from conftest import binary, free_port, wait_for
-from mnutil import (FAST, Agent, assert_all_dead, clean_env, ipv6_loopback, read_envs, record,
-                    worker_pids)
+from mnutil import (FAST, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
+                    read_envs, record, worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
@@ -22,19 +22,6 @@ def private_tmpdir(monkeypatch, tmp_path):
     d = tmp_path / "tmpdir"
     d.mkdir()
     monkeypatch.setenv("TMPDIR", str(d))
-
-
-def dyn_agent(reaper, tmp_path, name, endpoint, nnodes, nproc, script, conf=FAST, extra=(),
-              env=None, rdzv_id="job"):
-    args = ["--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-            "--rdzv-id", rdzv_id, "--rdzv-conf", conf, "--nproc-per-node", str(nproc),
-            "--shutdown-timeout", "5", *extra, "sh", "-c", script]
-    return Agent(reaper, tmp_path, name, args, env=env)
-
-
-def listening(port):
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def setup_out(tmp_path):

@@ -5,27 +5,13 @@ MASTER_ADDR the other node can reach, and use it: every worker writes a key
 to its store with ddpstore and reads the other node's."""
 import os
 import random
-import subprocess
 
 import pytest
 
 from conftest import binary, free_port
-from mnutil import Agent, clean_env, read_envs, record
+from mnutil import Agent, clean_env, enter, ip, read_envs, record
 
 REC = record("$RANK")
-
-
-def ip(*args, ns=None):
-    """ip ARGS, inside namespace ns when given."""
-    return subprocess.run([*enter(ns), "ip", *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=20)
-
-
-def enter(ns):
-    """The prefix that runs a command in network namespace ns. nsenter, not
-    `ip netns exec` or `ip -n`: those also remount /sys and make / a slave
-    mount, which fails where / is not a mount point (a chroot)."""
-    return ["nsenter", f"--net=/run/netns/{ns}"] if ns else []
 
 
 @pytest.fixture

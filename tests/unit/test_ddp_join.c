@@ -436,7 +436,7 @@ static void test_a_rank_that_never_comes_is_named(void **state)
 	for (int i = 0; i < 2; i++) {
 		pthread_join(r[i].thread, NULL);
 		assert_int_equal(r[i].rc, -ETIMEDOUT);
-		assert_string_equal(r[i].msg, "rank 1 did not join within 0.5 s (2 of 3 did)");
+		assert_string_equal(r[i].msg, "rank 1 did not join within 0.45 s (2 of 3 did)");
 		assert_false(r[i].connected);
 	}
 }

@@ -159,6 +159,32 @@ static void test_closed_is_a_count_or_an_error(void **state)
 	assert_int_equal(rdzv_closed_decode("error:", 6, &n, &st, msg, sizeof(msg)), -EINVAL);
 }
 
+/* A round that closes without a node that left: the participants by arrival. */
+static void test_closed_names_its_participants(void **state)
+{
+	int all[3] = {1, 2, 3}, some[4] = {1, 3, 4, 7}, got[4] = {0}, n = 0, st = 0;
+	char msg[64], *e;
+
+	e = rdzv_closed_encode(all, 3);
+	assert_string_equal(e, "3");
+	assert_int_equal(rdzv_closed_members(e, strlen(e), got, 3), 0);
+	assert_int_equal(got[2], 3);
+	free(e);
+	e = rdzv_closed_encode(some, 4);
+	assert_string_equal(e, "4:1,3-4,7");
+	assert_int_equal(rdzv_closed_decode(e, strlen(e), &n, &st, msg, sizeof(msg)), 0);
+	assert_int_equal(n, 4);
+	assert_int_equal(rdzv_closed_members(e, strlen(e), got, 4), 0);
+	assert_memory_equal(got, some, sizeof(some));
+	/* Too few or too many arrivals for the count, or out of order. */
+	assert_int_equal(rdzv_closed_members(e, strlen(e), got, 3), -EINVAL);
+	free(e);
+	assert_int_equal(rdzv_closed_members("3:1-2", 5, got, 3), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:3,1", 5, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:1,", 4, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:2-1", 5, got, 2), -EINVAL);
+}
+
 static void test_meta_round_trips(void **state)
 {
 	char *s = rdzv_meta_encode(3);
@@ -232,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_node_descriptor_round_trips),
 		cmocka_unit_test(test_config_diff_names_both_nodes),
 		cmocka_unit_test(test_closed_is_a_count_or_an_error),
+		cmocka_unit_test(test_closed_names_its_participants),
 		cmocka_unit_test(test_meta_round_trips),
 		cmocka_unit_test(test_end_values),
 	};

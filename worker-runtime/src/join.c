@@ -33,6 +33,23 @@ static double secs(int64_t ms)
 	return (double)ms / 1000.0;
 }
 
+/* The waiting for the others ends this much before the deadline, kept to
+ * find out who is missing. */
+static int64_t reserve_ms(const struct join *j)
+{
+	int64_t r = j->timeout_ms / 10;
+
+	return r < 20 ? 20 : r > 2000 ? 2000 : r;
+}
+
+/* How long the others were waited for, as the messages say it. */
+static double waited_s(const struct join *j)
+{
+	int64_t w = j->timeout_ms - reserve_ms(j);
+
+	return secs(w > 0 ? w : 0);
+}
+
 static int lost(const struct join *j, int rc, const char *what)
 {
 	return ddpi_err(rc, "lost the store at %s during init (%s): %s", j->addr, what,
@@ -217,7 +234,7 @@ static int missing(struct join *j)
 		return ddpi_caused_by(
 			ddpi_err(-ETIMEDOUT,
 				 "the other ranks did not join at the store at %s within %g s",
-				 j->addr, secs(j->timeout_ms)),
+				 j->addr, waited_s(j)),
 			"the other ranks timed out");
 	rc = describe(j, recs, n, 0, msg, sizeof(msg));
 	if (rc == 0)
@@ -233,22 +250,21 @@ static int missing(struct join *j)
 			ddpi_err(-ETIMEDOUT,
 				 "every rank joined but the join did not complete within %g s (the "
 				 "last rank to join may have died)",
-				 secs(j->timeout_ms)),
+				 waited_s(j)),
 			"the last rank to join timed out");
 	return ddpi_caused_by(ddpi_err(-ETIMEDOUT, "%s did not join within %g s (%d of %d did)",
-				       who, secs(j->timeout_ms), j->env->world - k, j->env->world),
-			      "%s did not join within %g s", who, secs(j->timeout_ms));
+				       who, waited_s(j), j->env->world - k, j->env->world),
+			      "%s did not join within %g s", who, waited_s(j));
 }
 
 /* Everyone else: wait for the verdict, keeping a little time to diagnose. */
 static int wait_verdict(struct join *j)
 {
-	int64_t reserve = j->timeout_ms / 10;
+	int64_t reserve = reserve_ms(j);
 	void *v = NULL;
 	size_t len = 0;
 	int rc;
 
-	reserve = reserve < 20 ? 20 : reserve > 2000 ? 2000 : reserve;
 	store_client_set_timeout(j->sc, left_ms(j->deadline - reserve));
 	rc = store_get(j->sc, K_DONE, &v, &len);
 	if (rc == -ETIMEDOUT)

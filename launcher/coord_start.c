@@ -1,0 +1,286 @@
+/* coord_start: before the first rendezvous. Resolve the store's host name
+ * (a name that does not resolve is said at once, naming it and why; only a
+ * temporary failure, EAI_AGAIN, is retried, within join_timeout), host the
+ * store if this node is its host, and find out who holds its port when
+ * that is taken: another ddprun that is node rank 0 of this very job (then
+ * both end with 2, the rank claimed twice) or anything else (1, port in
+ * use). Then connect. */
+#include "coord_int.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "store_async.h"
+#include "store_client.h"
+#include "util.h"
+
+#define RESOLVE_RETRY_MS 1000
+/* How long a node 0 whose port is taken looks for this job's store there. */
+#define PROBE_MS 3000
+
+struct resolve_work {
+	uv_work_t req;
+	struct coord *c;
+	char host[256];
+	int rc;	       /* getaddrinfo's */
+	unsigned fams; /* 1: IPv4, 2: IPv6 among the addresses */
+};
+
+/* Which option or setting gave the store's host (for messages). */
+static const char *host_source(const struct coord *c)
+{
+	if (c->dynamic)
+		return "--rdzv-endpoint";
+	if (c->o->slurm_master_addr)
+		return "Slurm's first node of SLURM_JOB_NODELIST (--master-addr overrides it)";
+	return "--master-addr";
+}
+
+static void resolve_work(uv_work_t *req)
+{
+	struct resolve_work *w = req->data;
+	struct addrinfo hints, *ai = NULL, *p;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	w->rc = getaddrinfo(w->host, NULL, &hints, &ai);
+	for (p = w->rc == 0 ? ai : NULL; p != NULL; p = p->ai_next)
+		w->fams |= p->ai_family == AF_INET ? 1u : p->ai_family == AF_INET6 ? 2u : 0u;
+	if (ai != NULL)
+		freeaddrinfo(ai);
+}
+
+static void resolve(struct coord *c);
+static void after_resolve(uv_work_t *req, int status);
+
+static void on_resolve_retry(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+
+	if (c->phase == CP_START)
+		resolve(c);
+}
+
+static void resolve(struct coord *c)
+{
+	struct resolve_work *w = calloc(1, sizeof(*w));
+
+	if (w == NULL) {
+		coord_fail(c, 1, "error: out of memory");
+		return;
+	}
+	w->c = c;
+	w->req.data = w;
+	snprintf(w->host, sizeof(w->host), "%s", c->store_host);
+	if (uv_queue_work(c->loop, &w->req, resolve_work, after_resolve) != 0) {
+		free(w);
+		coord_fail(c, 1, "error: cannot resolve %s: no thread for it", c->store_host);
+		return;
+	}
+	c->open++; /* leaving waits for it */
+}
+
+/* ---- a taken port --------------------------------------------------------------- */
+
+/* Can this host bind the wildcard address of family at port (is it free)?
+ * 0, -EADDRINUSE, or another negative errno (the family is missing here). */
+static int family_free(int family, int port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1, rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	memset(&ss, 0, sizeof(ss));
+	if (family == AF_INET) {
+		struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+
+		in->sin_family = AF_INET;
+		in->sin_port = htons((uint16_t)port);
+		len = sizeof(*in);
+	} else {
+		struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons((uint16_t)port);
+		len = sizeof(*in6);
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+	}
+	/* As the server binds: a connection in TIME_WAIT does not count. */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static void port_in_use(struct coord *c, const char *why)
+{
+	c->probing = false;
+	coord_fail(c, 1,
+		   "error: cannot listen on port %d for the rendezvous store: the port is in "
+		   "use%s%s (pick another %s)",
+		   c->store_port, c->probe_why, why,
+		   c->dynamic ? "--rdzv-endpoint port" : "--master-port");
+}
+
+static void on_probe_timeout(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+
+	if (c->probing)
+		port_in_use(c, " (by a process that does not answer as a rendezvous store)");
+}
+
+static void on_probe(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct coord *c = arg;
+	struct rdzv_node other;
+	char msg[700], key[64], *v;
+
+	if (!c->probing)
+		return;
+	uv_timer_stop(&c->timer);
+	if (status != 0 || n != 3) {
+		port_in_use(c, "");
+		return;
+	}
+	if (lens[0] > 0) {
+		port_in_use(c, " (by the store of a job with this --rdzv-id that has just ended)");
+		return;
+	}
+	if (lens[1] == 0 || rdzv_node_decode(vals[1], lens[1], &other) != 0) {
+		port_in_use(c, " (by a rendezvous store that is not this job's)");
+		return;
+	}
+	snprintf(msg, sizeof(msg),
+		 "node rank 0 is claimed twice: by host %.200s (pid %d), whose store holds port "
+		 "%d, and by host %.200s (pid %d), which found that port in use",
+		 other.host, other.pid, c->store_port, c->host, (int)getpid());
+	c->probing = false;
+	/* Tell the other node 0 while its round is open (a round that runs
+	 * goes on: only this node is wrong). */
+	v = rdzv_closed_error(2, msg);
+	if (v != NULL) {
+		snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
+		store_async_compare_set(c->A, key, "", 0, v, strlen(v), NULL, NULL);
+	}
+	free(v);
+	coord_fail(c, 2, "error: %s", msg);
+}
+
+/* Connected to whatever holds the port: this job's store? */
+void coord_probe(struct coord *c)
+{
+	char k1[64], k2[64];
+	const char *keys[3] = {RDZV_KEY_ENDED, k1, k2};
+
+	snprintf(k1, sizeof(k1), RDZV_KEY_ROUND_FMT RDZV_R_NODE, 0, 0);
+	snprintf(k2, sizeof(k2), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
+	if (store_async_multi_get(c->A, keys, 3, on_probe, c) != 0)
+		port_in_use(c, "");
+}
+
+void coord_probe_failed(struct coord *c)
+{
+	if (c->probing)
+		port_in_use(c, "");
+}
+
+/* ---- hosting, then connecting ---------------------------------------------------------- */
+
+static void host_and_connect(struct coord *c, unsigned fams)
+{
+	char err[512], fam[200] = "";
+	bool check = !c->dynamic && c->o->node_rank == 0;
+	int rc = 0, f;
+
+	/* The store listens on every interface, each family on its own: a
+	 * family that --master-addr names but that another process holds
+	 * would leave our own client talking to that process. */
+	for (f = 0; check && f < 2 && rc == 0; f++) {
+		int family = f == 0 ? AF_INET : AF_INET6;
+
+		if (!(fams & (1u << f)))
+			continue;
+		rc = family_free(family, c->store_port);
+		if (rc == -EADDRINUSE)
+			snprintf(fam, sizeof(fam), " for %s, the family of %s %.60s",
+				 family == AF_INET ? "IPv4" : "IPv6", host_source(c),
+				 c->store_host);
+		else
+			rc = 0;
+	}
+	if (rc == 0)
+		rc = coord_host_start(c, err, sizeof(err));
+	if (!c->dynamic && (rc == -EADDRINUSE || rc == UV_EADDRINUSE)) {
+		/* Who holds it? Another node 0 of this job is told. */
+		c->probing = true;
+		c->connect_timeout_ms = PROBE_MS;
+		snprintf(c->probe_why, sizeof(c->probe_why), "%s", fam);
+		uv_timer_start(&c->timer, on_probe_timeout, PROBE_MS, 0);
+	} else if (rc != 0) {
+		coord_fail(c, 1, "%s", err);
+		return;
+	}
+	rc = coord_connect(c);
+	if (rc != 0)
+		coord_fail(c, 1, "cannot connect to the rendezvous store at %s:%d: %s",
+			   c->store_host, c->store_port, store_strerror(rc));
+}
+
+static void after_resolve(uv_work_t *req, int status)
+{
+	struct resolve_work *w = req->data;
+	struct coord *c = w->c;
+	int rc = status == 0 ? w->rc : EAI_SYSTEM;
+	unsigned fams = w->fams;
+	int64_t left;
+
+	free(w);
+	if (c->phase != CP_START) { /* leaving: it may have waited for this */
+		coord_closed_one(c);
+		return;
+	}
+	c->open--;
+	if (rc == 0) {
+		host_and_connect(c, fams);
+		return;
+	}
+	left = c->resolve_deadline_ms - util_now_ms();
+	if (rc == EAI_AGAIN && left > 0) {
+		/* No answer now (no resolver reachable, a DNS server down): keep
+		 * trying for join_timeout, but say so at once. */
+		if (!c->resolve_said)
+			agent_say("cannot resolve %s (%s) yet: %s; retrying for up to %.0f s "
+				  "(join_timeout)",
+				  c->store_host, host_source(c), gai_strerror(rc),
+				  (double)left / 1000.0);
+		c->resolve_said = true;
+		uv_timer_start(&c->timer, on_resolve_retry,
+			       (uint64_t)(left < RESOLVE_RETRY_MS ? left : RESOLVE_RETRY_MS), 0);
+		return;
+	}
+	if (c->resolve_said)
+		coord_fail(c, 1,
+			   "error: cannot resolve the rendezvous store's host %s (%s): %s, for "
+			   "%.0f s (join_timeout)",
+			   c->store_host, host_source(c), gai_strerror(rc),
+			   (double)c->conf->join_timeout_ms / 1000.0);
+	else
+		coord_fail(c, 1, "error: cannot resolve the rendezvous store's host %s (%s): %s",
+			   c->store_host, host_source(c), gai_strerror(rc));
+}
+
+void coord_start(struct coord *c)
+{
+	c->resolve_deadline_ms = util_now_ms() + c->conf->join_timeout_ms;
+	resolve(c);
+}
