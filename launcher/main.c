@@ -22,6 +22,7 @@
 #include "shmsweep.h"
 #include "store_server.h"
 #include "watchdog.h"
+#include "workenv.h"
 
 extern char **environ;
 
@@ -123,6 +124,14 @@ int main(int argc, char **argv)
 				"exist "
 				"on this node (%d workers): nothing of it is shown\n",
 				o.ranks_filter[i], nproc);
+	rc = workenv_check(getenv("CUDA_VISIBLE_DEVICES"), o.virtual_local_rank, nproc, err,
+			   sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		status = EXIT_USAGE;
+		goto out;
+	}
+	cli_torch2_warn(&o, nproc, stderr);
 	rc = prog_resolve(&o, env_get, &prog, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);

@@ -20,7 +20,8 @@ CONTRACT = [
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
     "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-    "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE", "CUDA_VISIBLE_DEVICES",
 ]
 
 
@@ -31,9 +32,9 @@ def base_env(**extra):
     return e
 
 
-def worker_envs(tmp_path, args, env):
+def worker_envs(tmp_path, args, env, key="LOCAL_RANK"):
     """Run `ddprun ARGS sh -c 'env > DIR/env.$LOCAL_RANK'`; {local_rank: {k: v}}."""
-    cmd = [binary("ddprun"), *args, "sh", "-c", f'env > {tmp_path}/env.$LOCAL_RANK']
+    cmd = [binary("ddprun"), *args, "sh", "-c", f'env > {tmp_path}/env.${key}']
     r = run(cmd, env=env)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -68,6 +69,11 @@ def test_every_worker_gets_the_contract(tmp_path):
         assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0.{lr}.error.json")
         assert e["OMP_NUM_THREADS"] == "1"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        # PyTorch 1.13 reads only the old name; torchrun 2.x's agent exports
+        # its --signals-to-handle (issue 12).
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+        assert "CUDA_VISIBLE_DEVICES" not in e
         assert e["KEEP_ME"] == "inherited"
     assert len(ports) == 1
 
@@ -92,7 +98,40 @@ def test_user_settings_and_stale_values_in_the_environment(tmp_path):
     for lr, e in envs.items():
         assert e["OMP_NUM_THREADS"] == "7"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"  # follows the user's new name
         assert e["RANK"] == str(lr) and e["WORLD_SIZE"] == "2"
+
+
+def test_signals_to_handle_reach_the_workers_as_given(tmp_path):
+    envs = worker_envs(tmp_path, ["--signals-to-handle", "SIGTERM, SIGUSR1"],
+                       base_env(NCCL_ASYNC_ERROR_HANDLING="2"))
+    assert envs[0]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM, SIGUSR1"
+    assert envs[0]["NCCL_ASYNC_ERROR_HANDLING"] == "2"
+    assert envs[0]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_virtual_local_rank_narrows_cuda_visible_devices(tmp_path):
+    # torchrun 2.x: LOCAL_RANK=0 for all, each sees only its GPU (entry
+    # local_rank of the parent's CUDA_VISIBLE_DEVICES, or local_rank itself).
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "3", "--virtual-local-rank"],
+                       base_env(CUDA_VISIBLE_DEVICES="5,GPU-abc, 7"), key="RANK")
+    assert sorted(envs) == [0, 1, 2]
+    assert [envs[r]["LOCAL_RANK"] for r in range(3)] == ["0", "0", "0"]
+    assert [envs[r]["CUDA_VISIBLE_DEVICES"] for r in range(3)] == ["5", "GPU-abc", "7"]
+    out = tmp_path / "bare"
+    out.mkdir()
+    envs = worker_envs(out, ["--nproc_per_node", "2"], base_env(PET_VIRTUAL_LOCAL_RANK="1"),
+                       key="RANK")
+    assert [envs[r]["CUDA_VISIBLE_DEVICES"] for r in range(2)] == ["0", "1"]
+    assert [envs[r]["LOCAL_RANK"] for r in range(2)] == ["0", "0"]
+
+
+def test_virtual_local_rank_without_a_gpu_per_worker_is_a_usage_error(tmp_path):
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--virtual-local-rank", "/bin/true"],
+            env=base_env(CUDA_VISIBLE_DEVICES="0,1"))
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("ddprun: error: --virtual-local-rank: local rank 2 has no GPU "
+                                "in CUDA_VISIBLE_DEVICES=0,1")
 
 
 def test_one_worker_does_not_force_omp_threads(tmp_path):
