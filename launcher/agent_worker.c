@@ -171,6 +171,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		goto fail;
 	req.argv = argv;
 	req.envp = env;
+	if (a->cfg.cpu_sets != NULL)
+		req.affinity = &a->cfg.cpu_sets[w->local_rank];
 	req.stdout_fd = child_fd[0];
 	req.stderr_fd = child_fd[1];
 	pid = spawn_worker(&req);
