@@ -36,7 +36,8 @@ int agent_dup_attempt(struct agent *a, char *err, size_t errlen)
 			continue;
 		snprintf(path, sizeof(path), "%s/attempt_%d/%s", a->logdir.run_dir,
 			 a->logdir.attempt, dup_file[s]);
-		a->dup_fd[s] = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+		a->dup_fd[s] =
+			open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
 		if (a->dup_fd[s] < 0) {
 			int rc = -errno;
 

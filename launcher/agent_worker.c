@@ -195,8 +195,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		w->stream[s].file_fd = file_fd[s];
 		w->stream[s].prefix = w->prefix[s];
 		w->stream[s].prefix_len = strlen(w->prefix[s]);
-		w->stream[s].line_cb = agent_dup_cb(
-			a, s, (cli_std_get(&a->o->tee, w->local_rank) & (s + 1)) != 0);
+		w->stream[s].line_cb =
+			agent_dup_cb(a, s, (cli_std_get(&a->o->tee, w->local_rank) & (s + 1)) != 0);
 		w->stream[s].closed_cb = agent_stream_closed;
 		w->stream[s].data = a;
 		if (output_stream_start(a->loop, &w->stream[s], read_fd[s]) == 0)

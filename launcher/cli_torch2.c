@@ -14,8 +14,8 @@ bool cli_event_handler_known(const char *name)
 }
 
 static const char *const numa_names[] = {
-	[CLI_NUMA_NONE] = "none",	   [CLI_NUMA_NODE] = "node",
-	[CLI_NUMA_SOCKET] = "socket",	   [CLI_NUMA_EXCLUSIVE] = "exclusive",
+	[CLI_NUMA_NONE] = "none",	 [CLI_NUMA_NODE] = "node",
+	[CLI_NUMA_SOCKET] = "socket",	 [CLI_NUMA_EXCLUSIVE] = "exclusive",
 	[CLI_NUMA_CCX] = "core-complex",
 };
 

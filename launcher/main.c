@@ -90,7 +90,8 @@ static cpu_set_t *numa_sets(const struct cli_opts *o, int nproc)
 	sets = calloc((size_t)nproc, sizeof(*sets));
 	if (sets == NULL || numa_plan(o->numa_binding, getenv("CUDA_VISIBLE_DEVICES"), nproc, sets,
 				      why, sizeof(why)) != 0) {
-		fprintf(stderr, "ddprun: warning: --numa-binding %s: %s; the workers run unpinned\n",
+		fprintf(stderr,
+			"ddprun: warning: --numa-binding %s: %s; the workers run unpinned\n",
 			cli_numa_mode_name(o->numa_binding), sets ? why : "out of memory");
 		free(sets);
 		return NULL;

@@ -191,8 +191,8 @@ static void llc_fmt(const struct topo *t, int cpu, char *fmt, size_t len)
 
 	snprintf(fmt, len, "/nonexistent/%%d");
 	for (i = 0; i < 16; i++) {
-		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d/type", cpu,
-			 i);
+		snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu%d/cache/index%d/type",
+			 cpu, i);
 		if (read_sys(t, path, buf, sizeof(buf)) != 0)
 			continue;
 		if (strncmp(buf, "Unified", 7) != 0 && strncmp(buf, "Data", 4) != 0)
@@ -214,8 +214,7 @@ struct group {
 
 /* Group the CPUs of set by key (the siblings' or cache's lowest CPU), in key
  * order. Returns the number of groups (at most CPU_SETSIZE). */
-static int group_cpus(const struct topo *t, const cpu_set_t *set, bool by_cache,
-		      struct group *g)
+static int group_cpus(const struct topo *t, const cpu_set_t *set, bool by_cache, struct group *g)
 {
 	char fmt[256];
 	int n = 0, c, k;

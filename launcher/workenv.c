@@ -183,7 +183,8 @@ int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err
 {
 	char dev[WORKENV_DEVICE_MAX];
 
-	if (!virtual_local_rank || nproc < 1 || workenv_device(cvd, nproc - 1, dev, sizeof(dev)) == 0)
+	if (!virtual_local_rank || nproc < 1 ||
+	    workenv_device(cvd, nproc - 1, dev, sizeof(dev)) == 0)
 		return 0;
 	snprintf(err, errlen,
 		 "--virtual-local-rank: local rank %d has no GPU in CUDA_VISIBLE_DEVICES=%.200s",

@@ -32,7 +32,7 @@ struct rdzv_conf {
 	int64_t read_timeout_ms;
 	int64_t timeout_ms;
 	int64_t exit_barrier_timeout_ms;
-	int is_host; /* -1: decided by the endpoint's address; 0 or 1: forced */
+	int is_host;	   /* -1: decided by the endpoint's address; 0 or 1: forced */
 	char unknown[256]; /* "use_libuv, store_type": keys not used ("" none) */
 };
 
