@@ -47,6 +47,8 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include <sched.h>
+
 #include "cli.h"
 #include "prog.h"
 #include "report.h"
@@ -68,6 +70,8 @@ struct agent_config {
 	/* DDP_SHM_NONCE for the workers, and what the sweep after each attempt
 	 * removes (shmsweep.h); NULL: neither. */
 	const char *shm_nonce;
+	/* --numa-binding: the CPUs of each local rank (numa.h); NULL: unpinned. */
+	const cpu_set_t *cpu_sets;
 };
 
 /* This node's place in the job, decided by the rendezvous. */
