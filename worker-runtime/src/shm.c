@@ -24,6 +24,7 @@
 #define HDR_BYTES     8192
 #define CTL_BYTES     384 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
+#define YIELD_NS      2000000 /* yield this long before sleeping (see yield_until) */
 
 struct shm_hdr {
 	_Atomic uint32_t magic; /* stored last by the creator */
@@ -402,6 +403,30 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 			      s->hdr->pids[q]);
 }
 
+static inline int reached(struct shm_ctl *c, uint32_t target)
+{
+	return (int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0;
+}
+
+/* The peer we wait for is likely runnable but descheduled (more ranks than
+ * cores, or other load): give it our core with sched_yield, which costs no
+ * wake-up on its side, for a while before sleeping on the futex (what Open
+ * MPI's progress loop does when oversubscribed). 0 once target is reached. */
+static int yield_until(struct ddpi_shm *s, struct shm_ctl *c, uint32_t target)
+{
+	uint64_t end = util_now_ns() + YIELD_NS;
+
+	for (int i = 1;; i++) {
+		sched_yield();
+		if (reached(c, target))
+			return 0;
+		if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed))
+			return -1;
+		if (i % 16 == 0 && util_now_ns() >= end)
+			return -1;
+	}
+}
+
 int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what)
 {
 	struct shm_ctl *c = ctl_of(s, q);
@@ -409,10 +434,12 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 	int spin = ddpi_in_background ? 50 : s->spin;
 
 	for (int i = 0; i < spin; i++) {
-		if ((int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0)
+		if (reached(c, target))
 			return 0;
 		cpu_relax();
 	}
+	if (!ddpi_in_background && yield_until(s, c, target) == 0)
+		return 0;
 	for (;;) {
 		uint32_t v = atomic_load_explicit(&c->seq, memory_order_acquire);
 		int64_t now;
