@@ -61,7 +61,7 @@ struct ddpi_shm {
 	uint32_t ncoll; /* collectives so far (the same on every rank) */
 	uint32_t *slot_done;
 	int next_slot;
-	int spin;
+	int oversubscribed; /* more local ranks than usable cores */
 	int liveness;	    /* peers' pids are in our pid namespace: check them */
 	int64_t next_check; /* next peer liveness check (util_now_ms) */
 	char name[200];
