@@ -292,7 +292,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 		return -ENOMEM;
 	s->lws = env->local_world;
 	s->me = env->local_rank;
-	s->nslots = 2;
+	s->nslots = 3; /* the large all_reduce's pipeline (shm_coll.c) */
 	s->slot_bytes = slot_bytes_from_env();
 	/* Oversubscribed cores: a spinning waiter steals the time its peer needs;
 	 * yielding hands it over (see spin_until). */
@@ -527,9 +527,14 @@ int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what
 	return ddpi_shm_wait_all(s, s->slot_done[k], deadline, what);
 }
 
+void ddpi_shm_hold_slot(struct ddpi_shm *s, int slot, uint32_t until)
+{
+	s->slot_done[slot] = until;
+}
+
 void ddpi_shm_release_slot(struct ddpi_shm *s, int slot)
 {
-	s->slot_done[slot] = s->seq + 1;
+	ddpi_shm_hold_slot(s, slot, s->seq + 1);
 }
 
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)
