@@ -145,7 +145,10 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 			/* read by the peers until their step k+2: publish seq + 3 */
 			ddpi_shm_hold_slot(s, n->slot, s->seq + 3);
 		}
-		ddpi_shm_publish(s);
+		/* The last step's publish would only say that this rank is done
+		 * reading: its next publish, whatever it is, says that too. */
+		if (k < nchunks + 1)
+			ddpi_shm_publish(s);
 	}
 	return 0;
 }
