@@ -19,6 +19,7 @@
 
 #define SMALL_BYTES (32 * 1024)
 #define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
+#define BCAST_SPLIT 4  /* broadcast chunks per slot */
 
 static void slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *hi)
 {
@@ -197,8 +198,11 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	ddpi_shm_begin(s, &d);
 	if (bytes == 0)
 		rc = sync_all(s, deadline, "broadcast");
-	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
-		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
+	/* Quarter slots: the root copies chunk k+1 in while the others copy
+	 * chunk k out, so even a one-slot broadcast is a pipeline. */
+	size_t step = s->slot_bytes / BCAST_SPLIT;
+	for (size_t off = 0; off < bytes && rc == 0; off += step) {
+		size_t m = bytes - off < step ? bytes - off : step;
 		uint32_t in;
 		int slot;
 
