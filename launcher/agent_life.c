@@ -2,6 +2,7 @@
  * state machine itself is agent.c. */
 #include "agent_int.h"
 #include "hang.h"
+#include "watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,6 +50,9 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
 	if (rc != 0)
 		goto fail;
+	/* kill -9 of ddprun: the watchdog removes what the end would have. */
+	if (a->logdir.temporary && a->cfg.watchdog != NULL)
+		watchdog_tmpdir(a->cfg.watchdog, a->logdir.base);
 	if (a->o->log_dir == NULL && redirected)
 		agent_say("logs are in %s", a->logdir.run_dir);
 	*out = a;

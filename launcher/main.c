@@ -147,7 +147,8 @@ int main(int argc, char **argv)
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && store_server_raise_nofile(&fdlimit) == 0)
 		cfg.nofile = &nofile;
 
-	rc = watchdog_start(&wd);
+	random_hex(nonce, sizeof(nonce));
+	rc = watchdog_start(&wd, nonce);
 	if (rc != 0)
 		fprintf(stderr,
 			"ddprun: warning: no watchdog (%s): if ddprun is killed, workers' "
@@ -163,7 +164,6 @@ int main(int argc, char **argv)
 	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
 	cfg.dfl_sigs = dfl;
 	cfg.ndfl_sigs = ndfl;
-	random_hex(nonce, sizeof(nonce));
 	cfg.shm_nonce = nonce;
 	if (uv_loop_init(&loop) != 0) {
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
