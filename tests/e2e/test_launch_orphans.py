@@ -7,13 +7,16 @@ leaves on disk (issue 11, items 6, 7, 10, 11):
 - after `kill -9 ddprun` the watchdog removes the job's /dev/shm segment and
   its temporary $TMPDIR/ddprun_XXXXXX;
 - a worker that outlives SIGKILL (D state) is named with its state and wchan
-  and ddprun exits anyway. A real unkillable process is hard to make in a
-  test, so DDPRUN_TEST_NO_SIGKILL=1 (a test hook) keeps ddprun's SIGKILL
-  from the workers: they then look exactly like ones in D state to ddprun."""
+  and ddprun exits anyway. The real case: a read of a FUSE file whose server
+  took the request and never answers (fuse_stall.py, in a mount namespace of
+  the test's own; skipped where FUSE cannot be mounted). Everywhere else,
+  DDPRUN_TEST_NO_SIGKILL=1 (a test hook) keeps ddprun's SIGKILL from the
+  workers, which then look to ddprun exactly like ones in D state."""
 import os
 import signal
 import subprocess
 import sys
+import shutil
 import uuid
 
 import pytest
@@ -184,3 +187,38 @@ def test_a_worker_that_outlives_sigkill_is_named_and_not_waited_for(reaper, tmp_
             wait_for(lambda: not pid_alive(x), timeout=20, what=f"pid {x} to die")
     finally:
         kill_left(pids)
+
+
+FUSE_STALL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuse_stall.py")
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or not os.path.exists("/dev/fuse"),
+                    reason="needs unshare(1) and /dev/fuse")
+def test_a_worker_in_uninterruptible_sleep_is_named_and_not_waited_for(reaper, tmp_path):
+    mnt, ready, pidf = tmp_path / "mnt", tmp_path / "stalled", tmp_path / "pid"
+    mnt.mkdir()
+    worker = f'echo $$ > {pidf}.tmp; mv {pidf}.tmp {pidf}; exec cat {mnt}/stall'
+    p = reaper.popen(["unshare", "-m", "--propagation", "private", sys.executable, FUSE_STALL,
+                      str(mnt), str(ready), "--", binary("ddprun"), "--nproc-per-node", "1",
+                      "--shutdown-timeout", "1", "sh", "-c", worker],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: ready.exists() or p.poll() is not None, timeout=30,
+             what="the worker's read to stall")
+    if p.poll() is not None:
+        _, err = p.communicate()
+        if p.returncode == 77 or "unshare" in err:
+            pytest.skip(f"cannot mount FUSE here: {err.strip()}")
+        pytest.fail(err)
+    pid = int(pidf.read_text())
+    with open(f"/proc/{pid}/stat") as f:
+        ddprun = int(f.read().rsplit(")", 1)[1].split()[1])
+    os.kill(ddprun, signal.SIGTERM)  # fatal for cat: it now waits in D state
+    _, err = p.communicate(timeout=90)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    line = next((ln for ln in err.splitlines()
+                 if f"worker 0 (pid {pid}) is still alive" in ln), None)
+    assert line is not None, err
+    # "... 5 s after SIGKILL, disk sleep (D) in request_wait_answer: not waiting for it"
+    assert "after SIGKILL, disk sleep (D) in " in line and "not waiting for it" in line, line
+    # the connection is gone with fuse_stall: the worker could die at last
+    wait_for(lambda: not pid_alive(pid), timeout=20, what=f"pid {pid} to die")
