@@ -103,7 +103,6 @@ static void kill_all(struct agent *a, int sig)
 		agent_worker_signal(&a->w[i], sig);
 }
 
-
 static void on_stuck_timer(uv_timer_t *t)
 {
 	struct agent *a = t->data;

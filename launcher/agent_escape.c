@@ -49,10 +49,11 @@ void agent_abandon_stuck(struct agent *a)
 		if (!w->running)
 			continue;
 		if (proc_info_read(w->pid, &pi) == 0)
-			agent_say("worker %d (pid %d) is still alive %d s after SIGKILL, %s (%c) in "
-				  "%s: not waiting for it",
-				  i, (int)w->pid, AGENT_STUCK_WAIT_MS / 1000,
-				  proc_state_name(pi.state), pi.state, pi.wchan);
+			agent_say(
+				"worker %d (pid %d) is still alive %d s after SIGKILL, %s (%c) in "
+				"%s: not waiting for it",
+				i, (int)w->pid, AGENT_STUCK_WAIT_MS / 1000,
+				proc_state_name(pi.state), pi.state, pi.wchan);
 		else
 			agent_say("worker %d (pid %d) is still alive %d s after SIGKILL: not "
 				  "waiting for it",

@@ -73,8 +73,8 @@ struct agent {
 	int nsigs;
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
-	bool killed;		    /* SIGKILL went to every group in this attempt */
-	uv_timer_t stuck_timer;	    /* bounds the wait after SIGKILL */
+	bool killed;		/* SIGKILL went to every group in this attempt */
+	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;
 	int open_handles;	    /* loop handles not yet closed */
 	struct store_server *store; /* the store this agent hosts, or NULL */

@@ -144,7 +144,8 @@ PROCSWEEP_RAW int procsweep_kill_marked(const char *marker, pid_t skip, char *bu
 
 PROCSWEEP_RAW void procsweep_rmflat(const char *dir, char *buf, size_t buflen)
 {
-	long fd = syscall(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	long fd =
+		syscall(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	long r, off;
 
 	if (fd < 0)
