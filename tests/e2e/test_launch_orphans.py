@@ -2,8 +2,9 @@
 leaves on disk (issue 11, items 6, 7, 10, 11):
 
 - a process that leaves the worker's group (setsid, a daemon's double fork,
-  setpgid(0, 0)) dies with the job, both after a clean SIGTERM and after
-  `kill -9 ddprun` (the watchdog finds it by the job's DDP_SHM_NONCE);
+  setpgid(0, 0)) dies with the job: when the workers succeed, after a clean
+  SIGTERM, and after `kill -9 ddprun` (the watchdog finds it by the job's
+  DDP_SHM_NONCE);
 - after `kill -9 ddprun` the watchdog removes the job's /dev/shm segment and
   its temporary $TMPDIR/ddprun_XXXXXX;
 - a worker that outlives SIGKILL (D state) is named with its state and wchan
@@ -21,7 +22,7 @@ import uuid
 
 import pytest
 
-from conftest import binary, pid_alive, prog, wait_for
+from conftest import binary, pid_alive, prog, run, wait_for
 from mnutil import clean_env
 
 # The worker starts one process that escapes its group as MODE says, writes
@@ -48,6 +49,10 @@ if os.fork() == 0:
         os._exit(0)
     os.setpgid(0, 0)
     escaped()
+if len(sys.argv) > 3:  # "exit": end once the escaped process is there
+    while not os.path.exists(f"{out}/esc.{rank}"):
+        time.sleep(0.01)
+    sys.exit(0)
 time.sleep(1000)
 '''
 
@@ -102,9 +107,25 @@ def test_escaped_processes_die_when_ddprun_stops_on_sigterm(reaper, tmp_path, mo
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=60)
         assert p.returncode == 128 + signal.SIGTERM, err
-        assert "killed the processes the workers left outside their process groups" in err
         for x in pids:
             wait_for(lambda: not pid_alive(x), timeout=20, what=f"escaped pid {x} to die")
+        assert "killed the processes the workers left outside their process groups" in err
+    finally:
+        kill_left(pids)
+
+
+def test_escaped_processes_die_when_the_workers_succeed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", ESCAPE,
+             "daemon", str(out), "exit"], timeout=60)
+    pids = [int((out / f"esc.{rank}").read_text()) for rank in range(2)]
+    try:
+        assert r.returncode == 0, r.stderr
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"escaped pid {x} to die")
+        assert "killed the processes the workers left outside their process groups" \
+            in r.stderr
     finally:
         kill_left(pids)
 
