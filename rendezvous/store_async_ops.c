@@ -7,7 +7,7 @@
 
 static int put_val(struct aop *o, const void *val, size_t len)
 {
-	if (len > STORE_ASYNC_MAX_VALUE)
+	if (len > STORE_MAX_VALUE)
 		return -EMSGSIZE;
 	if (len && val == NULL)
 		return -EINVAL;
@@ -20,11 +20,11 @@ static int put_keys(struct store_async *a, struct aop *o, const char *const *key
 	size_t i;
 	int rc = 0;
 
-	if (n > 128 * 1024)
+	if (n > STORE_MAX_MULTI_KEYS)
 		return -E2BIG;
 	store_put_u64(&o->req, n);
 	for (i = 0; i < n && rc == 0; i++)
-		rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_ASYNC_MAX_KEY);
+		rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_MAX_KEY);
 	return rc;
 }
 
@@ -32,7 +32,7 @@ int store_async_set(struct store_async *a, const char *key, const void *val, siz
 		    store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_SET, STORE_REPLY_NONE, K_DONE, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
 		rc = put_val(o, val, len);
@@ -52,10 +52,10 @@ int store_async_get(struct store_async *a, const char *key, store_async_bytes_cb
 		o->req.len = 0;
 		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_CHECK);
 		store_put_u64(&o->req, 1);
-		rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+		rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_GET);
 		if (rc == 0)
-			rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+			rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 		o->cb.bytes = cb;
 	}
 	return store_async_submit(a, o, rc);
@@ -65,7 +65,7 @@ int store_async_add(struct store_async *a, const char *key, int64_t delta, store
 		    void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_ADD, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o) {
 		store_put_i64(&o->req, delta);
@@ -80,7 +80,7 @@ int store_async_compare_set(struct store_async *a, const char *key, const void *
 {
 	struct aop *o =
 		store_async_op_new(a, STORE_OP_COMPARE_SET, STORE_REPLY_BYTES, K_BYTES, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
 		rc = put_val(o, expected, elen);
@@ -127,12 +127,12 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_MULTI_SET, STORE_REPLY_NONE, K_DONE, arg);
 	size_t i;
-	int rc = n > 128 * 1024 ? -E2BIG : 0;
+	int rc = n > STORE_MAX_MULTI_KEYS ? -E2BIG : 0;
 
 	if (o && rc == 0) {
 		store_put_u64(&o->req, n);
 		for (i = 0; i < n && rc == 0; i++) {
-			rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_ASYNC_MAX_KEY);
+			rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_MAX_KEY);
 			if (rc == 0)
 				rc = put_val(o, vals[i], lens[i]);
 		}
@@ -145,7 +145,7 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 int store_async_delete(struct store_async *a, const char *key, store_async_int_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_DELETE, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o)
 		o->cb.i = cb;
@@ -170,7 +170,7 @@ int store_async_on_close_set(struct store_async *a, const char *key, const void 
 	if (o && (key == NULL || *key == '\0'))
 		store_put_u64(&o->req, 0); /* clears */
 	else if (o)
-		rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+		rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 	if (o && rc == 0)
 		rc = put_val(o, val, len);
 	if (o)
@@ -207,7 +207,7 @@ int store_async_barrier(struct store_async *a, const char *key, int64_t world_si
 			int64_t timeout_ms, store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_BARRIER, STORE_REPLY_U8, K_DONE, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o) {
 		store_put_i64(&o->req, world_size);

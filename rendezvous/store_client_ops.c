@@ -31,12 +31,12 @@ static int begin(struct store_client *c, enum store_op op)
 
 static int put_key(struct store_client *c, const char *key)
 {
-	return store_put_user_key(&c->req, c->prefix, key, 8 * 1024);
+	return store_put_user_key(&c->req, c->prefix, key, STORE_MAX_KEY);
 }
 
 static int put_val(struct store_client *c, const void *val, size_t len)
 {
-	if (len > 8 * 1024 * 1024)
+	if (len > STORE_MAX_VALUE)
 		return -EMSGSIZE;
 	if (len && val == NULL)
 		return -EINVAL;
@@ -49,7 +49,7 @@ static int put_keys(struct store_client *c, const char *const *keys, size_t n)
 	size_t i;
 	int rc;
 
-	if (n > 128 * 1024)
+	if (n > STORE_MAX_MULTI_KEYS)
 		return -E2BIG;
 	store_put_u64(&c->req, n);
 	for (i = 0; i < n; i++) {
@@ -293,7 +293,7 @@ int store_multi_set(struct store_client *c, const char *const *keys, const void 
 	size_t i;
 	int rc = begin(c, STORE_OP_MULTI_SET);
 
-	if (n > 128 * 1024)
+	if (n > STORE_MAX_MULTI_KEYS)
 		return -E2BIG;
 	if (rc == 0)
 		store_put_u64(&c->req, n);

@@ -128,10 +128,10 @@ const char *store_op_name(enum store_op op)
 
 void store_limits_default(struct store_limits *l)
 {
-	l->max_key_len = 8 * 1024;
-	l->max_value_len = 8 * 1024 * 1024;
-	l->max_multi_keys = 128 * 1024;
-	l->max_msg_len = 64 * 1024 * 1024;
+	l->max_key_len = STORE_MAX_KEY;
+	l->max_value_len = STORE_MAX_VALUE;
+	l->max_multi_keys = STORE_MAX_MULTI_KEYS;
+	l->max_msg_len = STORE_MAX_MSG;
 }
 
 void store_parser_init(struct store_parser *p, const struct store_limits *lim, enum store_dialect d)
