@@ -5,29 +5,6 @@
 
 #include "store_async_int.h"
 
-static int put_val(struct aop *o, const void *val, size_t len)
-{
-	if (len > STORE_MAX_VALUE)
-		return -EMSGSIZE;
-	if (len && val == NULL)
-		return -EINVAL;
-	store_put_bytes(&o->req, val, len);
-	return 0;
-}
-
-static int put_keys(struct store_async *a, struct aop *o, const char *const *keys, size_t n)
-{
-	size_t i;
-	int rc = 0;
-
-	if (n > STORE_MAX_MULTI_KEYS)
-		return -E2BIG;
-	store_put_u64(&o->req, n);
-	for (i = 0; i < n && rc == 0; i++)
-		rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_MAX_KEY);
-	return rc;
-}
-
 int store_async_set(struct store_async *a, const char *key, const void *val, size_t len,
 		    store_async_done_cb cb, void *arg)
 {
@@ -35,7 +12,7 @@ int store_async_set(struct store_async *a, const char *key, const void *val, siz
 	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
-		rc = put_val(o, val, len);
+		rc = store_put_user_value(&o->req, val, len);
 	if (o)
 		o->cb.done = cb;
 	return store_async_submit(a, o, rc);
@@ -83,9 +60,9 @@ int store_async_compare_set(struct store_async *a, const char *key, const void *
 	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
-		rc = put_val(o, expected, elen);
+		rc = store_put_user_value(&o->req, expected, elen);
 	if (o && rc == 0)
-		rc = put_val(o, desired, dlen);
+		rc = store_put_user_value(&o->req, desired, dlen);
 	if (o) {
 		o->check = STORE_CHECK_READY;
 		o->cb.bytes = cb;
@@ -97,7 +74,7 @@ int store_async_check(struct store_async *a, const char *const *keys, size_t n,
 		      store_async_int_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_CHECK, STORE_REPLY_U8, K_INT, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
+	int rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o)
 		o->cb.i = cb;
@@ -113,7 +90,7 @@ int store_async_multi_get(struct store_async *a, const char *const *keys, size_t
 	if (n == 0)
 		return -EINVAL; /* no reply would ever come to complete it */
 	o = store_async_op_new(a, STORE_OP_MULTI_GET, STORE_REPLY_BYTES_N, K_MULTI, arg);
-	rc = o ? put_keys(a, o, keys, n) : 0;
+	rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o) {
 		o->n = n;
@@ -134,7 +111,7 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 		for (i = 0; i < n && rc == 0; i++) {
 			rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_MAX_KEY);
 			if (rc == 0)
-				rc = put_val(o, vals[i], lens[i]);
+				rc = store_put_user_value(&o->req, vals[i], lens[i]);
 		}
 	}
 	if (o)
@@ -172,7 +149,7 @@ int store_async_on_close_set(struct store_async *a, const char *key, const void 
 	else if (o)
 		rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 	if (o && rc == 0)
-		rc = put_val(o, val, len);
+		rc = store_put_user_value(&o->req, val, len);
 	if (o)
 		o->cb.done = cb;
 	return store_async_submit(a, o, rc);
@@ -182,7 +159,7 @@ int store_async_wait(struct store_async *a, const char *const *keys, size_t n, i
 		     store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_WAIT, STORE_REPLY_U8, K_DONE, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
+	int rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o) {
 		o->timeout_ms = timeout_ms;

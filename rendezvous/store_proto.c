@@ -529,6 +529,29 @@ int store_put_user_key(struct store_buf *b, const char *prefix, const char *key,
 	return 0;
 }
 
+int store_put_user_value(struct store_buf *b, const void *val, size_t len)
+{
+	if (len > STORE_MAX_VALUE)
+		return -EMSGSIZE;
+	if (len && val == NULL)
+		return -EINVAL;
+	store_put_bytes(b, val, len);
+	return 0;
+}
+
+int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n)
+{
+	size_t i;
+	int rc = 0;
+
+	if (n > STORE_MAX_MULTI_KEYS)
+		return -E2BIG;
+	store_put_u64(b, n);
+	for (i = 0; i < n && rc == 0; i++)
+		rc = store_put_user_key(b, prefix, keys[i], STORE_MAX_KEY);
+	return rc;
+}
+
 /* ---- replies ------------------------------------------------------------------ */
 
 /* Length of a bytes field at off, or 0 if incomplete, -EPROTO if too long. */

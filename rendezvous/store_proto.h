@@ -217,6 +217,12 @@ void store_put_validate(struct store_buf *b);
  * prefix p "/" + p + "/" + key (PrefixStore). -EINVAL for a NULL key,
  * -ENAMETOOLONG past max bytes (nothing written then). */
 int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max);
+/* A client's value: -EMSGSIZE past STORE_MAX_VALUE, -EINVAL for NULL with a
+ * length (nothing written then). */
+int store_put_user_value(struct store_buf *b, const void *val, size_t len);
+/* A client's key list: the count, then each key as store_put_user_key writes
+ * it (at most STORE_MAX_KEY bytes); -E2BIG past STORE_MAX_MULTI_KEYS keys. */
+int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n);
 
 static inline uint64_t store_get_u64(const uint8_t *p)
 {
