@@ -69,11 +69,6 @@ int agent_exit_status(const struct agent *a)
 	return a->status;
 }
 
-bool agent_failed(const struct agent *a)
-{
-	return a->failed;
-}
-
 void agent_destroy(struct agent *a)
 {
 	size_t k;

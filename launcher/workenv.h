@@ -1,4 +1,4 @@
-/* workenv: each worker's environment, torchrun's contract (DESIGN.md):
+/* workenv: each worker's environment, torchrun's contract (ddprun(1) ENVIRONMENT):
  * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
  * ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
