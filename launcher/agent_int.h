@@ -13,6 +13,7 @@
 
 struct store_server;
 struct hang;
+struct agent_fwd;
 
 enum agent_state {
 	AS_IDLE,     /* created, not started */
@@ -79,6 +80,7 @@ struct agent {
 	char *store_host;
 	int store_port;
 	struct hang *hang; /* hang detection and dumps (hang.h); NULL: none */
+	struct agent_fwd *fwd; /* --forward-signals (agent_fwd.h); NULL: none */
 };
 
 /* Start w for the current attempt. 0 or a negative errno with err set. */
