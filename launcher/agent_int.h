@@ -79,7 +79,7 @@ struct agent {
 	struct store_server *store; /* the store this agent hosts, or NULL */
 	char *store_host;
 	int store_port;
-	struct hang *hang; /* hang detection and dumps (hang.h); NULL: none */
+	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */
 	struct agent_fwd *fwd; /* --forward-signals (agent_fwd.h); NULL: none */
 };
 

@@ -45,11 +45,11 @@ struct coord_fwd {
 	int next;	  /* the first slot not processed here */
 	int parked_round; /* round of the wait parked on F; -1: none */
 	int parked_k;
-	bool busy;		/* a GET or CAS of a slot in flight on A */
-	int queue[FWD_QUEUE];	/* receipts here, to append in order */
+	bool busy;	      /* a GET or CAS of a slot in flight on A */
+	int queue[FWD_QUEUE]; /* receipts here, to append in order */
 	int nq;
-	int credit[NSIG];	/* other nodes' deliveries a receipt may merge into */
-	uint64_t until[NSIG];	/* ... until this loop time */
+	int credit[NSIG];     /* other nodes' deliveries a receipt may merge into */
+	uint64_t until[NSIG]; /* ... until this loop time */
 };
 
 /* One operation's context: the round and slot it is about. */
@@ -114,8 +114,7 @@ static void on_slot(int status, const void *val, size_t len, void *arg)
 	int sig, node;
 
 	f->busy = false;
-	if (status == 0 && o->round == f->round && o->k == f->next && len > 0 &&
-	    len < sizeof(s)) {
+	if (status == 0 && o->round == f->round && o->k == f->next && len > 0 && len < sizeof(s)) {
 		memcpy(s, val, len);
 		s[len] = '\0';
 		f->next++;
