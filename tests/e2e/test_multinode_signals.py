@@ -72,3 +72,25 @@ def test_usr1_to_every_node_at_once_reaches_every_worker_once(reaper, tmp_path):
     end(agents, out)
     for r in range(WORLD):
         assert got(out, r) == ["SIGUSR1", "SIGUSR2"]
+
+
+def test_after_a_restart_the_next_round_forwards_too(reaper, tmp_path):
+    # Round 0: rank 0 fails at once; round 1 runs the checkpointing workers
+    # (in out/r1), and a USR1 to node 1 reaches all of them once.
+    script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then [ "$RANK" = 0 ] && exit 3; '
+              'exec sleep 1000; fi; mkdir -p "$OUT/r1"; OUT="$OUT/r1"; ' + SCRIPT)
+    agents, out, _ = static_job(reaper, tmp_path, NPROC, script,
+                                extra=("--forward-signals", "SIGUSR1,SIGUSR2",
+                                       "--max-restarts", "1"))
+    out = out / "r1"
+    wait_for(lambda: all((out / f"ready.{r}").exists() for r in range(WORLD))
+             or any(a.p.poll() is not None for a in agents), timeout=60,
+             what="every worker of round 1 ready")
+    assert all(a.p.poll() is None for a in agents), [a.stderr() for a in agents]
+    agents[1].signal(signal.SIGUSR1)
+    wait_got(out, ["SIGUSR1"])
+    agents[0].signal(signal.SIGUSR2)
+    wait_got(out, ["SIGUSR1", "SIGUSR2"])
+    end(agents, out)
+    for r in range(WORLD):
+        assert got(out, r) == ["SIGUSR1", "SIGUSR2"]
