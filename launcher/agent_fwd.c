@@ -42,10 +42,11 @@ static void on_signal(uv_signal_t *h, int sig)
 {
 	struct agent_fwd *f = h->data;
 	char name[32];
+	int node = f->remote.received != NULL ? f->remote.received(f->remote.arg, sig) : -1;
 
-	if (f->remote.received != NULL && f->remote.received(f->remote.arg, sig)) {
-		agent_say("%s: already forwarded here from another node (it got one too)",
-			  signame_of(sig, name, sizeof(name)));
+	if (node >= 0) {
+		agent_say("%s: merged with node %d's, which reached this node's workers already",
+			  signame_of(sig, name, sizeof(name)), node);
 		return;
 	}
 	agent_fwd_deliver(f->a, sig, NULL);

@@ -15,11 +15,12 @@
 struct agent;
 
 /* How the coordinator takes part. received(arg, sig): sig reached this
- * node's ddprun; true: it is a delivery that another node's already brought
- * here (merged, coord_fwd.c), so nothing is sent; false: the agent sends it
- * to its workers now and the coordinator tells the other nodes. */
+ * node's ddprun; returns the rank of the node whose delivery of it reached
+ * this node's workers already (merged, coord_fwd.c: nothing is sent), or -1:
+ * the agent sends it to its workers now and the coordinator tells the other
+ * nodes. */
 struct agent_fwd_remote {
-	bool (*received)(void *arg, int sig);
+	int (*received)(void *arg, int sig);
 	void *arg;
 };
 

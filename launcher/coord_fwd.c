@@ -50,6 +50,7 @@ struct coord_fwd {
 	int nq;
 	int credit[NSIG];     /* other nodes' deliveries a receipt may merge into */
 	uint64_t until[NSIG]; /* ... until this loop time */
+	int from[NSIG];	      /* ... the last one's node */
 };
 
 /* One operation's context: the round and slot it is about. */
@@ -102,6 +103,7 @@ static void others(struct coord_fwd *f, int sig, int node)
 	agent_fwd_deliver(c->agent, sig, from);
 	f->credit[sig]++;
 	f->until[sig] = uv_now(c->loop) + FWD_MERGE_MS;
+	f->from[sig] = node;
 }
 
 /* Slot o->k's value: this node's own entry (the CAS took), or another's. */
@@ -206,26 +208,26 @@ static void step(struct coord_fwd *f)
 }
 
 /* agent_fwd_remote.received (see agent_fwd.h). */
-static bool received(void *arg, int sig)
+static int received(void *arg, int sig)
 {
 	struct coord_fwd *f = arg;
 	struct coord *c = f->c;
 
 	if (c->phase != CP_RUN || c->A == NULL || !c->a_up || f->round != c->round)
-		return false; /* between rounds: this node alone */
+		return -1; /* between rounds: this node alone */
 	if (f->credit[sig] > 0 && uv_now(c->loop) < f->until[sig]) {
 		f->credit[sig]--;
-		return true;
+		return f->from[sig];
 	}
 	f->credit[sig] = 0;
 	if (f->nq == FWD_QUEUE) {
 		agent_say("warning: too many signals at once: this one reaches this node's "
 			  "workers only");
-		return false;
+		return -1;
 	}
 	f->queue[f->nq++] = sig;
 	step(f);
-	return false;
+	return -1;
 }
 
 static void on_connect(struct store_async *a, int status, void *arg)
