@@ -10,8 +10,6 @@
 #ifndef DDP_AGENT_FWD_H
 #define DDP_AGENT_FWD_H
 
-#include <stdbool.h>
-
 struct agent;
 
 /* How the coordinator takes part. received(arg, sig): sig reached this
