@@ -36,7 +36,6 @@ PCDIR := $(LIBDIR)/pkgconfig
 
 B := build
 CC ?= cc
-PYTHON := /usr/bin/python3
 
 ifeq ($(V),1)
 Q :=
@@ -170,12 +169,20 @@ $(B)/bin/ddpstore: $(call obj,$(DDPSTORE_SRC)) $(RDZV_OBJ)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(URING_LIBS) $(SYS_LIBS)
 
-# The library's member list lives in this Makefile: a change to it (a source
-# added to RDZV_CLIENT_SRC) must rebuild the library though no object is new.
-$(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) Makefile
+# libddp.a holds one object: the library's objects linked together (ld -r)
+# with every global symbol but the public API made local, as libddp.map does
+# for the .so, so that a program's own store_set or util_now_ms neither
+# clashes with nor is taken for ours. The kept names are libddp.map's global
+# patterns (ddp_*). The member list lives in this Makefile: a change to it (a
+# source added to RDZV_CLIENT_SRC) must rebuild the library though no object is new.
+DDP_PUBLIC := $(shell sed -n '/global:/,/local:/{/:/d;s/[[:space:];]//g;p;}' worker-runtime/libddp.map)
+$(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makefile
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  AR      $@")
-	$(Q)rm -f $@ && ar rcs $@ $(filter %.o,$^)
+	$(Q)rm -f $@ $(B)/obj/libddp.o && ld -r -o $(B)/obj/libddp-all.o $(filter %.o,$^) && \
+		objcopy -w $(foreach p,$(DDP_PUBLIC),'--keep-global-symbol=$(p)') \
+			$(B)/obj/libddp-all.o $(B)/obj/libddp.o && \
+		ar rcs $@ $(B)/obj/libddp.o
 
 $(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makefile
 	@mkdir -p $(@D)
@@ -185,8 +192,14 @@ $(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Make
 		$(CUDA_LIBS) $(SYS_LIBS)
 
 # Programs linked with libddp take the static archive, so they run from build/
-# without LD_LIBRARY_PATH.
-LINK_DDP = $(B)/lib/libddp.a $(CUDA_LIBS) $(SYS_LIBS)
+# without LD_LIBRARY_PATH. The test programs that call libddp's internals (the
+# bucket planner, the store client), which the archive keeps local, link its
+# objects instead.
+DDP_LINK_IN = $(B)/lib/libddp.a
+LINK_DDP = $(DDP_LINK_IN) $(CUDA_LIBS) $(SYS_LIBS)
+PROG_INTERNAL := $(addprefix $(B)/tests/progs/,ddp_compat ddp_hello)
+$(PROG_INTERNAL): DDP_LINK_IN = $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+$(PROG_INTERNAL): $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
 
 $(B)/bin/train: $(call obj,examples/train.c) $(LIB_A)
 	@mkdir -p $(@D)
@@ -248,12 +261,6 @@ deps-bench:
 NPROC ?= 4
 run: deps
 	$(Q)$(MAKE) --no-print-directory all
-	$(Q)missing=""; \
-	for f in $(B)/bin/ddprun $(B)/bin/train; do [ -x $$f ] || missing="$$missing $$f"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "make run: not built yet:$$missing (see README: these parts have not landed)"; \
-	  ls $(B)/bin 2>/dev/null | sed 's/^/  built: /'; exit 1; \
-	fi
 	$(B)/bin/ddprun --nproc-per-node=$(NPROC) $(B)/bin/train
 
 # ---- tests ---------------------------------------------------------------------

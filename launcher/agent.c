@@ -317,6 +317,8 @@ static void start_attempt(struct agent *a)
 	if (a->has_coord && !a->signalled)
 		a->status_set = false;
 	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
+	if (rc == 0)
+		rc = agent_dup_attempt(a, err, sizeof(err));
 	if (rc != 0) {
 		agent_say("error: %s", err);
 		finish(a, 1);

@@ -47,6 +47,8 @@
 #include <sys/resource.h>
 #include <uv.h>
 
+#include <sched.h>
+
 #include "cli.h"
 #include "prog.h"
 #include "report.h"
@@ -68,6 +70,8 @@ struct agent_config {
 	/* DDP_SHM_NONCE for the workers, and what the sweep after each attempt
 	 * removes (shmsweep.h); NULL: neither. */
 	const char *shm_nonce;
+	/* --numa-binding: the CPUs of each local rank (numa.h); NULL: unpinned. */
+	const cpu_set_t *cpu_sets;
 };
 
 /* This node's place in the job, decided by the rendezvous. */
@@ -109,8 +113,6 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 uv_loop_t *agent_loop(struct agent *a);
 /* The exit status, once the loop has returned. */
 int agent_exit_status(const struct agent *a);
-/* True when the job failed (the log directory is then kept for its report). */
-bool agent_failed(const struct agent *a);
 /* Release everything (after the loop has returned). */
 void agent_destroy(struct agent *a);
 /* One line on ddprun's stderr, "ddprun: " first, in order with the workers'

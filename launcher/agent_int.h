@@ -80,6 +80,7 @@ struct agent {
 	char *store_host;
 	int store_port;
 	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */
+	int dup_fd[2];	       /* filtered_std{out,err}.log (agent_dup.c); -1: none */
 	struct agent_fwd *fwd; /* --forward-signals (agent_fwd.h); NULL: none */
 };
 
@@ -93,5 +94,12 @@ void agent_worker_signal(struct agent_worker *w, int sig);
 void agent_stream_closed(struct output_stream *s);
 /* Tell the watchdog that w's group is gone for good. */
 void agent_watchdog_forget(struct agent *a, pid_t pgid);
+
+/* agent_dup.c: --duplicate-std{out,err}-filters. Open this attempt's files
+ * (0 or a negative errno with err set); close them; the line callback for
+ * stream s (0 stdout, 1 stderr) of a worker, NULL when nothing is copied. */
+int agent_dup_attempt(struct agent *a, char *err, size_t errlen);
+void agent_dup_close(struct agent *a);
+output_line_cb agent_dup_cb(struct agent *a, int s, bool tee);
 
 #endif

@@ -25,6 +25,7 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 	a->o = cfg->opts;
 	a->nproc = cfg->nproc;
 	a->devnull = -1;
+	a->dup_fd[0] = a->dup_fd[1] = -1;
 	if (coord != NULL) {
 		a->coord = *coord;
 		a->has_coord = true;
@@ -69,11 +70,6 @@ int agent_exit_status(const struct agent *a)
 	return a->status;
 }
 
-bool agent_failed(const struct agent *a)
-{
-	return a->failed;
-}
-
 void agent_destroy(struct agent *a)
 {
 	size_t k;
@@ -94,6 +90,7 @@ void agent_destroy(struct agent *a)
 		report_entry_free(&a->failures[k]);
 	if (a->devnull >= 0)
 		close(a->devnull);
+	agent_dup_close(a);
 	if (a->logdir.temporary && !a->keep_logdir)
 		logdir_remove(&a->logdir);
 	logdir_free(&a->logdir);

@@ -30,15 +30,18 @@ static int open_log(const char *path, char *err, size_t errlen)
 }
 
 /* The console prefix of one stream: --tag-output's "[rankN]: ", else for a
- * tee'd stream torchrun's "[<role><local_rank>]:" or the template in
- * TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else nothing. */
+ * tee'd stream torchrun's "[<role><local_rank>]:" or the template of
+ * --log-line-prefix-template or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+ * (torchrun 2.x's order; ${hostname} is the short host name), else nothing. */
 static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 {
-	static const char *const names[] = {"role_name", "rank", "local_rank"};
+	static const char *const names[] = {"role_name", "rank", "local_rank", "hostname"};
 	int rank = a->world.rank_offset + w->local_rank;
-	const char *tpl = getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	const char *tpl = a->o->log_line_prefix != NULL && a->o->log_line_prefix[0] != '\0'
+				  ? a->o->log_line_prefix
+				  : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
 	char buf[96], r[16], lr[16];
-	const char *values[] = {a->o->role, r, lr};
+	const char *values[] = {a->o->role, r, lr, a->cfg.hostname};
 
 	if (a->o->tag_output) {
 		snprintf(buf, sizeof(buf), "[rank%d]: ", rank);
@@ -49,7 +52,7 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 	snprintf(r, sizeof(r), "%d", rank);
 	snprintf(lr, sizeof(lr), "%d", w->local_rank);
 	if (tpl != NULL)
-		return prog_template(tpl, names, values, 3);
+		return prog_template(tpl, names, values, 4);
 	{
 		size_t n = strlen(a->o->role) + 24;
 		char *p = malloc(n);
@@ -136,6 +139,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		.max_restarts = a->o->max_restarts,
 		.use_agent_store = a->world.use_agent_store,
 		.shm_nonce = a->cfg.shm_nonce,
+		.signals_to_handle = a->o->signals_to_handle,
+		.virtual_local_rank = a->o->virtual_local_rank,
 	};
 	int child_fd[2] = {-1, -1}, read_fd[2] = {-1, -1}, file_fd[2] = {-1, -1};
 	struct spawn_req req = {
@@ -166,6 +171,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		goto fail;
 	req.argv = argv;
 	req.envp = env;
+	if (a->cfg.cpu_sets != NULL)
+		req.affinity = &a->cfg.cpu_sets[w->local_rank];
 	req.stdout_fd = child_fd[0];
 	req.stderr_fd = child_fd[1];
 	pid = spawn_worker(&req);
@@ -188,6 +195,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		w->stream[s].file_fd = file_fd[s];
 		w->stream[s].prefix = w->prefix[s];
 		w->stream[s].prefix_len = strlen(w->prefix[s]);
+		w->stream[s].line_cb =
+			agent_dup_cb(a, s, (cli_std_get(&a->o->tee, w->local_rank) & (s + 1)) != 0);
 		w->stream[s].closed_cb = agent_stream_closed;
 		w->stream[s].data = a;
 		if (output_stream_start(a->loop, &w->stream[s], read_fd[s]) == 0)

@@ -40,6 +40,14 @@ enum opt_id {
 	O_SHUTDOWN_TIMEOUT,
 	O_TAG_OUTPUT,
 	O_HANG_TIMEOUT,
+	O_EVENT_LOG_HANDLER,
+	O_LOG_LINE_PREFIX,
+	O_DUP_STDOUT,
+	O_DUP_STDERR,
+	O_LOGS_SPECS,
+	O_NUMA_BINDING,
+	O_VIRTUAL_LOCAL_RANK,
+	O_PRINT_COMPLETION,
 	O_HELP,
 	O_VERSION,
 	O_COUNT
@@ -81,6 +89,16 @@ static const struct optdef {
 	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, false, true, NULL},
 	[O_TAG_OUTPUT] = {"tag-output", 0, true, true, NULL},
 	[O_HANG_TIMEOUT] = {"hang-timeout", 0, false, true, NULL},
+	/* torchrun 2.x (cli_torch2.c); --logs-specs, --numa-binding and
+	 * --print-completion have no PET_ variable there either. */
+	[O_EVENT_LOG_HANDLER] = {"event-log-handler", 0, false, true, "null"},
+	[O_LOG_LINE_PREFIX] = {"log-line-prefix-template", 0, false, true, NULL},
+	[O_DUP_STDOUT] = {"duplicate-stdout-filters", 0, false, true, ""},
+	[O_DUP_STDERR] = {"duplicate-stderr-filters", 0, false, true, ""},
+	[O_LOGS_SPECS] = {"logs-specs", 0, false, false, NULL},
+	[O_NUMA_BINDING] = {"numa-binding", 0, false, false, NULL},
+	[O_VIRTUAL_LOCAL_RANK] = {"virtual-local-rank", 0, true, true, NULL},
+	[O_PRINT_COMPLETION] = {"print-completion", 0, false, false, NULL},
 	[O_HELP] = {"help", 'h', true, false, NULL},
 	[O_VERSION] = {"version", 0, true, false, NULL},
 };
@@ -243,6 +261,9 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 				return fail(p, "option --%s expects a value", opts[i].name);
 			val = argv[++a];
 		}
+		/* torchrun prints a script (with the optional shtab) and exits. */
+		if (i == O_PRINT_COMPLETION)
+			return fail(p, "--print-completion: ddprun has no shell completion script");
 		p->raw[i].val = val;
 		/* Errors name the option in its dash spelling, not the token. */
 		snprintf(p->raw[i].envname, sizeof(p->raw[i].envname), "--%s", opts[i].name);
@@ -480,6 +501,26 @@ static int parse_rdzv_conf(struct parse *p, struct cli_opts *o)
 	return 0;
 }
 
+/* torchrun 2.x's additions (cli_torch2.c does the work). */
+static int parse_torch2(struct parse *p, struct cli_opts *o)
+{
+	struct raw *r = p->raw;
+
+	o->signals_to_handle = r[O_SIGNALS].val;
+	o->event_log_handler = r[O_EVENT_LOG_HANDLER].val;
+	if (!cli_event_handler_known(o->event_log_handler))
+		return bad_value(p, O_EVENT_LOG_HANDLER, "null, console or dynamic_rendezvous");
+	o->log_line_prefix = r[O_LOG_LINE_PREFIX].val;
+	o->logs_specs = r[O_LOGS_SPECS].val;
+	if (r[O_NUMA_BINDING].val != NULL &&
+	    cli_numa_mode_parse(r[O_NUMA_BINDING].val, &o->numa_binding) != 0)
+		return bad_value(p, O_NUMA_BINDING, "node, socket, exclusive or core-complex");
+	if (cli_filters_parse(r[O_DUP_STDOUT].val, &o->dup_filters[0]) != 0 ||
+	    cli_filters_parse(r[O_DUP_STDERR].val, &o->dup_filters[1]) != 0)
+		return fail(p, "out of memory");
+	return 0;
+}
+
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
@@ -522,7 +563,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	    (rc = parse_flag(p, O_MODULE, &o->module)) != 0 ||
 	    (rc = parse_flag(p, O_NO_PYTHON, &o->no_python)) != 0 ||
 	    (rc = parse_flag(p, O_RUN_PATH, &o->run_path)) != 0 ||
-	    (rc = parse_flag(p, O_TAG_OUTPUT, &o->tag_output)) != 0)
+	    (rc = parse_flag(p, O_TAG_OUTPUT, &o->tag_output)) != 0 ||
+	    (rc = parse_flag(p, O_VIRTUAL_LOCAL_RANK, &o->virtual_local_rank)) != 0 ||
+	    (rc = parse_torch2(p, o)) != 0)
 		return rc;
 	o->log_dir = r[O_LOG_DIR].val;
 	if (o->log_dir != NULL && o->log_dir[0] == '\0')
@@ -596,6 +639,8 @@ void cli_free(struct cli_opts *o)
 	free(o->redirects.map);
 	free(o->tee.map);
 	free(o->ranks_filter);
+	cli_filters_free(&o->dup_filters[0]);
+	cli_filters_free(&o->dup_filters[1]);
 	o->redirects.map = o->tee.map = NULL;
 	o->ranks_filter = NULL;
 }

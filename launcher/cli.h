@@ -41,6 +41,15 @@ struct cli_std {
 	int nmap;
 };
 
+/* --numa-binding modes (torch/numa/binding.py); CLI_NUMA_NONE: not asked. */
+enum cli_numa { CLI_NUMA_NONE, CLI_NUMA_NODE, CLI_NUMA_SOCKET, CLI_NUMA_EXCLUSIVE, CLI_NUMA_CCX };
+
+/* --duplicate-std{out,err}-filters: substrings, any of which selects a line. */
+struct cli_filters {
+	char **s;
+	int n;
+};
+
 struct cli_opts {
 	enum cli_nproc_kind nproc_kind;
 	int nproc; /* for CLI_NPROC_NUM */
@@ -73,6 +82,14 @@ struct cli_opts {
 	int64_t shutdown_timeout_ms;
 	bool tag_output;	 /* ddprun's own: "[rankN]: " before each console line */
 	int64_t hang_timeout_ms; /* --hang-timeout: 0 off (launcher/hang.h) */
+	/* torchrun 2.x (cli_torch2.c) */
+	const char *signals_to_handle; /* as given: TORCHELASTIC_SIGNALS_TO_HANDLE */
+	const char *event_log_handler; /* accepted; ddprun records no events */
+	const char *log_line_prefix;   /* --log-line-prefix-template; NULL: none */
+	const char *logs_specs;	       /* accepted, ignored (a Python entry point) */
+	enum cli_numa numa_binding;
+	bool virtual_local_rank;
+	struct cli_filters dup_filters[2]; /* [0] stdout, [1] stderr */
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
@@ -96,5 +113,19 @@ int cli_std_get(const struct cli_std *s, int local_rank);
 int cli_std_parse(const char *s, struct cli_std *out);
 /* True when local_rank is shown on the console (--local-ranks-filter). */
 bool cli_rank_shown(const struct cli_opts *o, int local_rank);
+
+/* cli_torch2.c */
+bool cli_event_handler_known(const char *name);
+int cli_numa_mode_parse(const char *s, enum cli_numa *out);
+const char *cli_numa_mode_name(enum cli_numa m);
+/* Split at ',' with ",," standing for a literal comma, as torchrun does; ""
+ * gives no filter. 0 or -ENOMEM. */
+int cli_filters_parse(const char *s, struct cli_filters *f);
+void cli_filters_free(struct cli_filters *f);
+bool cli_filters_match(const struct cli_filters *f, const char *line, size_t n);
+/* One warning line on f for each torchrun setting that ddprun accepts and
+ * does not use (--rdzv-conf keys it does not know, --logs-specs, an event log
+ * handler, duplicate filters with no tee'd stream to copy). */
+void cli_torch2_warn(const struct cli_opts *o, int nproc, FILE *f);
 
 #endif

@@ -17,11 +17,13 @@
 #include "cli.h"
 #include "coord.h"
 #include "nproc.h"
+#include "numa.h"
 #include "output.h"
 #include "prog.h"
 #include "shmsweep.h"
 #include "store_server.h"
 #include "watchdog.h"
+#include "workenv.h"
 
 extern char **environ;
 
@@ -76,6 +78,27 @@ static void say_slurm(const struct cli_opts *o)
 		fprintf(stderr, "ddprun: from Slurm:%s\n", line);
 }
 
+/* --numa-binding: each worker's CPUs, or NULL (not asked, or one warning
+ * that the topology is not there). */
+static cpu_set_t *numa_sets(const struct cli_opts *o, int nproc)
+{
+	cpu_set_t *sets;
+	char why[512];
+
+	if (o->numa_binding == CLI_NUMA_NONE)
+		return NULL;
+	sets = calloc((size_t)nproc, sizeof(*sets));
+	if (sets == NULL || numa_plan(o->numa_binding, getenv("CUDA_VISIBLE_DEVICES"), nproc, sets,
+				      why, sizeof(why)) != 0) {
+		fprintf(stderr,
+			"ddprun: warning: --numa-binding %s: %s; the workers run unpinned\n",
+			cli_numa_mode_name(o->numa_binding), sets ? why : "out of memory");
+		free(sets);
+		return NULL;
+	}
+	return sets;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli_opts o;
@@ -92,6 +115,7 @@ int main(int argc, char **argv)
 	char err[512], host[256] = "localhost", run_id[40], nonce[SHMSWEEP_NONCE_LEN + 1];
 	int dfl[2 * CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
 	const char *parent_ef;
+	cpu_set_t *cpu_sets = NULL;
 
 	ensure_std_fds();
 	rc = cli_parse(argc, argv, env_get, &o, err, sizeof(err));
@@ -123,6 +147,15 @@ int main(int argc, char **argv)
 				"exist "
 				"on this node (%d workers): nothing of it is shown\n",
 				o.ranks_filter[i], nproc);
+	rc = workenv_check(getenv("CUDA_VISIBLE_DEVICES"), o.virtual_local_rank, nproc, err,
+			   sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		status = EXIT_USAGE;
+		goto out;
+	}
+	cli_torch2_warn(&o, nproc, stderr);
+	cpu_sets = numa_sets(&o, nproc);
 	rc = prog_resolve(&o, env_get, &prog, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);
@@ -167,6 +200,7 @@ int main(int argc, char **argv)
 	cfg.ndfl_sigs = ndfl;
 	random_hex(nonce, sizeof(nonce));
 	cfg.shm_nonce = nonce;
+	cfg.cpu_sets = cpu_sets;
 	if (uv_loop_init(&loop) != 0) {
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
 		goto out;
@@ -202,5 +236,6 @@ out:
 	watchdog_stop(&wd);
 	prog_free(&prog);
 	cli_free(&o);
+	free(cpu_sets);
 	return status;
 }

@@ -13,8 +13,6 @@
 
 #include <stddef.h>
 
-/* The worker variable that carries the nonce. */
-#define SHMSWEEP_ENV "DDP_SHM_NONCE"
 /* Hex digits in a nonce (libddp accepts 1 to 32 letters or digits). */
 #define SHMSWEEP_NONCE_LEN 16
 

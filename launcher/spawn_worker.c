@@ -64,6 +64,11 @@ static void child(const struct spawn_req *r, pid_t parent, const sigset_t *mask)
 	/* ddprun raised its own descriptor limit; the worker gets the original. */
 	if (r->nofile != NULL)
 		setrlimit(RLIMIT_NOFILE, r->nofile);
+	/* Before exec, so that every thread the worker makes inherits it. The
+	 * set is within ddprun's own CPUs (numa.c); should a cpuset change in
+	 * between refuse it, the worker runs unpinned rather than not at all. */
+	if (r->affinity != NULL)
+		(void)sched_setaffinity(0, sizeof(*r->affinity), r->affinity);
 	sigprocmask(SIG_SETMASK, mask, NULL);
 	execve(r->path, r->argv, r->envp);
 	if (errno == ENOEXEC) {

@@ -17,6 +17,7 @@
 #ifndef DDP_SPAWN_WORKER_H
 #define DDP_SPAWN_WORKER_H
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -30,6 +31,7 @@ struct spawn_req {
 	const int *dfl_sigs; /* signals to reset to SIG_DFL before exec */
 	int ndfl_sigs;
 	const struct rlimit *nofile; /* RLIMIT_NOFILE to give back; NULL: keep */
+	const cpu_set_t *affinity;   /* --numa-binding's CPUs (numa.h); NULL: keep */
 };
 
 /* The pid of the new worker, or a negative errno (clone failed). */

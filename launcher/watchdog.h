@@ -3,7 +3,7 @@
  *
  * PR_SET_PDEATHSIG only reaches a worker itself; its children (DataLoader
  * processes, `sh -c 'a & b'`) would live on. Each worker registers its group
- * through a pipe before it execs (spawn.c); ddprun holds the only other write
+ * through a pipe before it execs (spawn_worker.c); ddprun holds the only other write
  * end. When the pipe reaches end-of-file without a clean goodbye, the watchdog
  * SIGKILLs every registered group. It runs in its own session, blocks every
  * signal it can (only SIGKILL ends it), and holds no other descriptor of

@@ -1,6 +1,7 @@
 /* workenv: build a worker's environment (see workenv.h). */
 #include "workenv.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +29,14 @@ static const char *const owned[] = {
 	/* A nested ddprun's workers report to it (hang.h). */
 	"DDP_PROGRESS_FILE",
 	"TORCHELASTIC_TIMER_FILE",
+	/* torchrun 2.x's agent puts its --signals-to-handle here. */
+	"TORCHELASTIC_SIGNALS_TO_HANDLE",
 };
 
 #define NOWNED (sizeof(owned) / sizeof(owned[0]))
-/* Owned variables plus OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING and
- * PYTHONFAULTHANDLER. */
-#define NSET (NOWNED + 3)
+/* Owned variables plus OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING,
+ * NCCL_ASYNC_ERROR_HANDLING, PYTHONFAULTHANDLER and CUDA_VISIBLE_DEVICES. */
+#define NSET (NOWNED + 5)
 
 static bool env_is(const char *entry, const char *name)
 {
@@ -42,18 +45,18 @@ static bool env_is(const char *entry, const char *name)
 	return strncmp(entry, name, n) == 0 && entry[n] == '=';
 }
 
-static bool is_owned(const char *entry)
+static bool is_owned(const char *entry, bool virtual_cvd)
 {
 	size_t i;
 
 	/* Cheap first-letter filter: most of the environment starts elsewhere. */
 	if (entry[0] != 'R' && entry[0] != 'L' && entry[0] != 'W' && entry[0] != 'G' &&
-	    entry[0] != 'M' && entry[0] != 'T' && entry[0] != 'D')
+	    entry[0] != 'M' && entry[0] != 'T' && entry[0] != 'D' && entry[0] != 'C')
 		return false;
 	for (i = 0; i < NOWNED; i++)
 		if (env_is(entry, owned[i]))
 			return true;
-	return false;
+	return virtual_cvd && env_is(entry, "CUDA_VISIBLE_DEVICES");
 }
 
 struct kv {
@@ -67,7 +70,9 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	char num[NSET][16];
 	struct kv set[NSET];
 	size_t nparent = 0, nset = 0, nnum = 0, bytes = 0, i, k = 0;
-	bool has_omp = false, has_nccl = false, has_fault = false;
+	bool has_omp = false, has_nccl = false, has_old_nccl = false, has_fault = false;
+	const char *nccl = "1", *cvd = NULL;
+	char device[WORKENV_DEVICE_MAX];
 	int rank = j->rank_offset + local_rank;
 	char **env;
 	char *s;
@@ -75,13 +80,25 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	for (i = 0; parent_env[i] != NULL; i++) {
 		nparent++;
 		has_omp |= env_is(parent_env[i], "OMP_NUM_THREADS");
-		has_nccl |= env_is(parent_env[i], "TORCH_NCCL_ASYNC_ERROR_HANDLING");
+		if (env_is(parent_env[i], "TORCH_NCCL_ASYNC_ERROR_HANDLING")) {
+			has_nccl = true;
+			nccl = parent_env[i] + strlen("TORCH_NCCL_ASYNC_ERROR_HANDLING=");
+		}
+		has_old_nccl |= env_is(parent_env[i], "NCCL_ASYNC_ERROR_HANDLING");
+		if (env_is(parent_env[i], "CUDA_VISIBLE_DEVICES"))
+			cvd = parent_env[i] + strlen("CUDA_VISIBLE_DEVICES=");
 		has_fault |= env_is(parent_env[i], "PYTHONFAULTHANDLER");
 	}
 #define ADD(n, v)  (set[nset].name = (n), set[nset++].val = (v))
 #define ADDI(n, v) (snprintf(num[nnum], sizeof(num[0]), "%d", (v)), ADD(n, num[nnum++]))
 	ADDI("RANK", rank);
-	ADDI("LOCAL_RANK", local_rank);
+	/* --virtual-local-rank: each worker sees its one GPU as device 0. */
+	if (j->virtual_local_rank) {
+		if (workenv_device(cvd, local_rank, device, sizeof(device)) != 0)
+			return NULL; /* checked before the start (workenv_check) */
+		ADD("CUDA_VISIBLE_DEVICES", device);
+	}
+	ADDI("LOCAL_RANK", j->virtual_local_rank ? 0 : local_rank);
 	ADDI("WORLD_SIZE", j->world_size);
 	ADDI("LOCAL_WORLD_SIZE", j->local_world_size);
 	ADDI("GROUP_RANK", j->group_rank);
@@ -103,6 +120,11 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 		ADD("OMP_NUM_THREADS", "1");
 	if (!has_nccl)
 		ADD("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+	/* PyTorch 1.13 reads only the old name; the same value. */
+	if (!has_old_nccl)
+		ADD("NCCL_ASYNC_ERROR_HANDLING", nccl);
+	if (j->signals_to_handle != NULL)
+		ADD("TORCHELASTIC_SIGNALS_TO_HANDLE", j->signals_to_handle);
 	if (j->progress_file != NULL)
 		ADD("DDP_PROGRESS_FILE", j->progress_file);
 	if (j->timer_file != NULL)
@@ -118,7 +140,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	if (env == NULL)
 		return NULL;
 	for (i = 0; i < nparent; i++)
-		if (!is_owned(parent_env[i]))
+		if (!is_owned(parent_env[i], j->virtual_local_rank))
 			env[k++] = parent_env[i];
 	s = (char *)(env + nparent + nset + 1);
 	for (i = 0; i < nset; i++) {
@@ -127,4 +149,45 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	}
 	env[k] = NULL;
 	return env;
+}
+
+int workenv_device(const char *cvd, int local_rank, char *out, size_t len)
+{
+	const char *p = cvd;
+	size_t n;
+	int i;
+
+	if (cvd == NULL) { /* no restriction: GPU local_rank */
+		snprintf(out, len, "%d", local_rank);
+		return 0;
+	}
+	for (i = 0; i < local_rank; i++) {
+		p = strchr(p, ',');
+		if (p == NULL)
+			return -ERANGE;
+		p++;
+	}
+	while (*p == ' ')
+		p++;
+	n = strcspn(p, ",");
+	while (n > 0 && p[n - 1] == ' ')
+		n--;
+	if (n >= len)
+		return -ERANGE;
+	memcpy(out, p, n);
+	out[n] = '\0';
+	return 0;
+}
+
+int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err, size_t errlen)
+{
+	char dev[WORKENV_DEVICE_MAX];
+
+	if (!virtual_local_rank || nproc < 1 ||
+	    workenv_device(cvd, nproc - 1, dev, sizeof(dev)) == 0)
+		return 0;
+	snprintf(err, errlen,
+		 "--virtual-local-rank: local rank %d has no GPU in CUDA_VISIBLE_DEVICES=%.200s",
+		 nproc - 1, cvd);
+	return -ERANGE;
 }

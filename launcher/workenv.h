@@ -1,9 +1,12 @@
-/* workenv: each worker's environment, torchrun's contract (DESIGN.md):
+/* workenv: each worker's environment, torchrun's contract (ddprun(1) ENVIRONMENT):
  * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
  * ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
  * OMP_NUM_THREADS=1 when unset and more than one local worker;
- * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset; DDP_SHM_NONCE (shmsweep.h),
+ * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset and NCCL_ASYNC_ERROR_HANDLING
+ * (PyTorch 1.13's name) the same when unset; TORCHELASTIC_SIGNALS_TO_HANDLE
+ * (torchrun 2.x); under --virtual-local-rank LOCAL_RANK=0 and
+ * CUDA_VISIBLE_DEVICES narrowed to the worker's one GPU; DDP_SHM_NONCE (shmsweep.h),
  * DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (hang.h), never inherited;
  * PYTHONFAULTHANDLER=1 when unset (hang.h). Everything else is inherited from ddprun's own
  * environment. */
@@ -11,6 +14,7 @@
 #define DDP_WORKENV_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* What is the same for every worker of one attempt. */
 struct workenv_job {
@@ -32,7 +36,19 @@ struct workenv_job {
 	const char *progress_file;
 	const char *timer_file;
 	bool faulthandler;
+	const char *signals_to_handle; /* TORCHELASTIC_SIGNALS_TO_HANDLE; NULL: unset */
+	bool virtual_local_rank;
 };
+
+#define WORKENV_DEVICE_MAX 64
+
+/* --virtual-local-rank: the GPU of local_rank, entry local_rank of cvd
+ * (CUDA_VISIBLE_DEVICES, spaces trimmed) or local_rank itself when cvd is
+ * NULL, as torchrun 2.x does. 0 or -ERANGE (cvd has fewer entries). */
+int workenv_device(const char *cvd, int local_rank, char *out, size_t len);
+/* Before the start: every one of nproc workers has a GPU. 0 or -ERANGE
+ * with one line in err. */
+int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err, size_t errlen);
 
 /* The environment of local rank lr: one malloc'd block (pointers then
  * strings), released with free(). NULL on ENOMEM. */

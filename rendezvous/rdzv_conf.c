@@ -21,6 +21,7 @@ void rdzv_conf_default(struct rdzv_conf *c)
 	c->timeout_ms = 900000;
 	c->exit_barrier_timeout_ms = 300000;
 	c->is_host = -1;
+	c->unknown[0] = '\0';
 }
 
 /* torchrun's boolean spellings. */
@@ -43,7 +44,7 @@ static int parse_bool(const char *v, int *out)
 	return -EINVAL;
 }
 
-/* One key: its field (ms or int) and whether 0 is allowed. */
+/* One key: its field (ms or int) and whether 0 is allowed. 1: not a key ddprun uses. */
 static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err, size_t errlen)
 {
 	static const struct {
@@ -91,12 +92,20 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 		}
 		return 0;
 	}
-	snprintf(err, errlen,
-		 "--rdzv-conf: unknown key '%.100s' (known: join_timeout, last_call_timeout, "
-		 "close_timeout, heartbeat_timeout, keep_alive_interval, keep_alive_max_attempt, "
-		 "read_timeout, timeout, is_host, exit_barrier_timeout)",
-		 k);
-	return -EINVAL;
+	return 1;
+}
+
+/* Note an unknown key once (the list is cut, never overflowed). */
+static void note_unknown(struct rdzv_conf *c, const char *k)
+{
+	size_t n = strlen(c->unknown);
+
+	if (n + strlen(k) + 3 >= sizeof(c->unknown)) {
+		if (n + 4 < sizeof(c->unknown) && strstr(c->unknown, "...") == NULL)
+			strcat(c->unknown, ", ...");
+		return;
+	}
+	snprintf(c->unknown + n, sizeof(c->unknown) - n, "%s%s", n > 0 ? ", " : "", k);
 }
 
 static void trim(char *s)
@@ -139,8 +148,10 @@ int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen
 			return -EINVAL;
 		}
 		rc = set_key(c, item, eq + 1, err, errlen);
-		if (rc != 0)
+		if (rc < 0)
 			return rc;
+		if (rc > 0)
+			note_unknown(c, item);
 		s = comma ? comma + 1 : s + len;
 	}
 	return 0;

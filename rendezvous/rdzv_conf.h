@@ -12,8 +12,10 @@
  *   is_host (auto)                dynamic: 1 hosts the store, 0 never does
  *   close_timeout, keep_alive_max_attempt, read_timeout, timeout: accepted
  *   for compatibility, not used.
- * Times are seconds (fractions allowed). An unknown key or a bad value is an
- * error (-EINVAL) with one line in err. */
+ * Times are seconds (fractions allowed). A bad value of a known key is an
+ * error (-EINVAL) with one line in err. An unknown key (torchrun 2.x's
+ * use_libuv, store_type, ...) is passed over, as torchrun's rendezvous does,
+ * and its name noted in unknown for one warning. */
 #ifndef DDP_RDZV_CONF_H
 #define DDP_RDZV_CONF_H
 
@@ -30,7 +32,8 @@ struct rdzv_conf {
 	int64_t read_timeout_ms;
 	int64_t timeout_ms;
 	int64_t exit_barrier_timeout_ms;
-	int is_host; /* -1: decided by the endpoint's address; 0 or 1: forced */
+	int is_host;	   /* -1: decided by the endpoint's address; 0 or 1: forced */
+	char unknown[256]; /* "use_libuv, store_type": keys not used ("" none) */
 };
 
 void rdzv_conf_default(struct rdzv_conf *c);

@@ -6,9 +6,12 @@
 # Launchers: ddprun; torchrun (Debian 1.13, through torchrun_fixed.py, which
 # fixes its -r/-t parsing on Python 3.11: plain torchrun crashes there);
 # Open MPI mpirun; and the floor (a C program that posix_spawns N /bin/true
-# and waits). The floor, ddprun and mpirun run in turns. Environment: REPS
-# (launch runs of each; 21), MPI_REPS (fail-fast runs; 7), TORCH_REPS (3),
-# NS ("1 4 16"), B (build dir).
+# and waits); and torchrun 2.x (bench/launch/torchrun2: the torchrun of a
+# Debian root with PyTorch 2.x, $TORCH2_ROOT, default the sid root that the
+# compat suite caches; only as root, and only when that root exists). The
+# floor, ddprun and mpirun run in turns. Environment: REPS (launch runs of
+# each; 21), MPI_REPS (fail-fast runs; 7), TORCH_REPS (3), NS ("1 4 16"),
+# B (build dir).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${B:-build}
@@ -30,6 +33,14 @@ export TMPDIR=$tmp # torchrun leaves a log directory per run: keep them here
 
 have_torch=0
 $PY -c 'import torch.distributed.run' 2>/dev/null && have_torch=1
+TORCH2_ROOT=${TORCH2_ROOT:-/var/cache/ddprun-test/torch-sid}
+export TORCH2_ROOT
+have_torch2=0 torch2_ver=-
+if [[ $(id -u) -eq 0 && -x $TORCH2_ROOT/usr/bin/torchrun ]]; then
+  torch2_ver=$(chroot "$TORCH2_ROOT" dpkg-query -W -f '${Version}' python3-torch 2>/dev/null || echo 2.x)
+  have_torch2=1
+fi
+TORCHRUN2=(bench/launch/torchrun2)
 have_mpi=0
 command -v mpirun >/dev/null && have_mpi=1
 mpirun_flags=(--oversubscribe)
@@ -47,9 +58,10 @@ mib() { awk -v k="$1" 'BEGIN { if (k == "-") print "-"; else printf "%.1f", k / 
 
 echo "bench/launch: launch latency and launcher memory (median of runs, peak RSS in MiB)"
 echo "torchrun = Debian torch 1.13 run through bench/launch/torchrun_fixed.py (fixes -r/-t parsing on Python 3.11)"
-printf '\n%-4s %10s %10s %12s %10s | %8s %10s %10s | %6s %6s %8s %6s\n' \
-  N floor_ms ddprun_ms torchrun_ms mpirun_ms ddp/flr trun/ddp mpi/ddp \
-  flrMiB ddpMiB trunMiB mpiMiB
+echo "trun2 = torchrun of python3-torch $torch2_ver in $TORCH2_ROOT (bench/launch/torchrun2)"
+printf '\n%-4s %10s %10s %12s %10s %10s | %8s %10s %10s %10s | %6s %6s %8s %8s %6s\n' \
+  N floor_ms ddprun_ms torchrun_ms trun2_ms mpirun_ms ddp/flr trun/ddp trun2/ddp mpi/ddp \
+  flrMiB ddpMiB trunMiB trun2MiB mpiMiB
 for n in $NS; do
   # The floor, ddprun and mpirun run in turns, so the machine's load hits
   # them alike (torchrun is too slow for that: it runs on its own).
@@ -66,9 +78,14 @@ for n in $NS; do
   if [[ $have_torch -eq 1 ]]; then
     read -r t_ms t_rss _ < <(meas "$TORCH_REPS" "${TORCHRUN[@]}" --nproc_per_node "$n" --no_python /bin/true)
   fi
-  printf '%-4s %10s %10s %12s %10s | %8s %10s %10s | %6s %6s %8s %6s\n' "$n" "$f_ms" "$d_ms" \
-    "$t_ms" "$m_ms" "$(ratio "$d_ms" "$f_ms")" "$(ratio "$t_ms" "$d_ms")" "$(ratio "$m_ms" "$d_ms")" \
-    "$(mib "$f_rss")" "$(mib "$d_rss")" "$(mib "$t_rss")" "$(mib "$m_rss")"
+  t2_ms=- t2_rss=-
+  if [[ $have_torch2 -eq 1 ]]; then
+    read -r t2_ms t2_rss _ < <(meas "$TORCH_REPS" "${TORCHRUN2[@]}" --nproc_per_node "$n" --no_python /bin/true)
+  fi
+  printf '%-4s %10s %10s %12s %10s %10s | %8s %10s %10s %10s | %6s %6s %8s %8s %6s\n' "$n" "$f_ms" \
+    "$d_ms" "$t_ms" "$t2_ms" "$m_ms" "$(ratio "$d_ms" "$f_ms")" "$(ratio "$t_ms" "$d_ms")" \
+    "$(ratio "$t2_ms" "$d_ms")" "$(ratio "$m_ms" "$d_ms")" \
+    "$(mib "$f_rss")" "$(mib "$d_rss")" "$(mib "$t_rss")" "$(mib "$t2_rss")" "$(mib "$m_rss")"
 done
 
 fail='[ "${LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}" = 0 ] && exit 1; exec sleep 1000'
@@ -83,7 +100,11 @@ t_ms=-
 if [[ $have_torch -eq 1 ]]; then
   read -r t_ms _ _ < <(meas "$TORCH_REPS" "${TORCHRUN[@]}" --nproc_per_node 4 --no_python sh -c "$fail")
 fi
-printf '\nfail-fast, 4 workers (rank 0 exits 1, three sleep): ddprun %s ms, torchrun %s ms, mpirun %s ms\n' \
-  "$d_ms" "$t_ms" "$m_ms"
+t2_ms=-
+if [[ $have_torch2 -eq 1 ]]; then
+  read -r t2_ms _ _ < <(meas "$TORCH_REPS" "${TORCHRUN2[@]}" --nproc_per_node 4 --no_python sh -c "$fail")
+fi
+printf '\nfail-fast, 4 workers (rank 0 exits 1, three sleep): ddprun %s ms, torchrun %s ms, torchrun 2.x %s ms, mpirun %s ms\n' \
+  "$d_ms" "$t_ms" "$t2_ms" "$m_ms"
 echo "(torchrun 1.13 notices a failure only at its next poll: --monitor_interval defaults to 5 s there)"
 echo "targets: ddprun >= 50x faster than torchrun, >= 5x faster than mpirun, <= 1.5x the floor, <= 5 MiB"

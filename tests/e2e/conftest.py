@@ -76,6 +76,10 @@ def make_vars():
         return []
 
 
+def _default_sighup():
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 class Reaper:
     """Kills every process group it was given when the test ends."""
 
@@ -84,6 +88,11 @@ class Reaper:
 
     def popen(self, cmd, **kw):
         kw.setdefault("start_new_session", True)
+        # The suite may itself run under nohup (SIGHUP ignored, inherited by
+        # every child): ddprun then rightly leaves SIGHUP ignored, and a test
+        # that sends it SIGHUP waits for good. Give each child the default
+        # disposition; a test wanting nohup sets it in its own preexec_fn.
+        kw.setdefault("preexec_fn", _default_sighup)
         p = subprocess.Popen(cmd, **kw)
         self.procs.append(p)
         return p

@@ -68,6 +68,10 @@ def test_help_and_version():
         (["--standalone=1", TRUE], "takes no value"),
         (["-m", "--no-python", "mod"], "cannot be used together"),
         (["--log-dir", "--tee", "3", TRUE], "expects a value"),
+        (["--event-log-handler", "syslog", TRUE], "--event-log-handler"),
+        (["--numa-binding", "gpu", TRUE], "--numa-binding"),
+        (["--print-completion", "bash"], "no shell completion script"),
+        (["--rdzv-conf", "use_libuv=1,join_timeout=x", TRUE], "join_timeout=x"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, says):
@@ -251,3 +255,85 @@ def test_every_flag_in_help_is_in_the_man_page():
     man = open(os.path.join(REPO, "man", "ddprun.1")).read().replace("\\-", "-")
     missing = sorted(f for f in flags if f not in man)
     assert len(flags) > 20 and missing == []
+
+
+# Every flag of torchrun 2.14's --help (python3 -m torch.distributed.run --help
+# in Debian sid's python3-torch 2.14.1), in the spelling its help shows.
+TORCHRUN_214 = [
+    "--nnodes", "1", "--nproc-per-node", "2", "--rdzv-backend", "static",
+    "--rdzv-endpoint", "", "--rdzv-id", "job", "--rdzv-conf", "join_timeout=30",
+    "--max-restarts", "0", "--monitor-interval", "0.5", "--start-method", "spawn",
+    "--event-log-handler", "null", "--role", "trainer", "--no-python",
+    "--log-dir", "LOGS", "-r", "0", "-t", "0",
+    "--log-line-prefix-template", "[${role_name}${local_rank}]:",
+    "--local-ranks-filter", "0,1", "--duplicate-stdout-filters", "",
+    "--duplicate-stderr-filters", "", "--node-rank", "0", "--master-addr", "127.0.0.1",
+    "--local-addr", "127.0.0.1", "--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    "--shutdown-timeout", "30", "--virtual-local-rank",
+]
+
+
+def test_a_torchrun_2_14_command_line_runs_unchanged(tmp_path):
+    args = [str(tmp_path / "logs") if a == "LOGS" else a for a in TORCHRUN_214]
+    r = ddprun(*args, "sh", "-c", "echo ok $RANK $LOCAL_RANK")
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")) == ["", "ok 0 0", "ok 1 0"]
+    assert r.stderr == ""
+    # --numa-binding and --logs-specs are accepted too (with a warning each,
+    # tested below); -m, --run-path and --standalone are tested elsewhere.
+    r = ddprun("--logs_specs", "mine", "--numa_binding", "node", TRUE)
+    assert r.returncode == 0, r.stderr
+
+
+def warnings(r):
+    lines = r.stderr.strip().splitlines()
+    assert all(line.startswith("ddprun: warning: ") for line in lines), r.stderr
+    return lines
+
+
+def test_unknown_rdzv_conf_keys_pass_with_one_warning():
+    # torchrun 2.x's c10d backend reads store_type; Debian's builds need
+    # use_libuv=0 somewhere: a command line with them must still run.
+    r = ddprun("--rdzv-conf", "use_libuv=1, store_type=tcp,join_timeout=9", TRUE)
+    assert r.returncode == 0, r.stderr
+    assert warnings(r) == ["ddprun: warning: --rdzv-conf: ddprun does not use use_libuv, "
+                           "store_type (passed over, as torchrun passes keys its backend "
+                           "does not read)"]
+
+
+def test_logs_specs_and_event_log_handler_say_they_are_ignored():
+    r = ddprun("--logs-specs", "fancy", "--event-log-handler", "console", TRUE)
+    assert r.returncode == 0, r.stderr
+    w = warnings(r)
+    assert len(w) == 2
+    assert "--logs-specs fancy is ignored" in w[0]
+    assert "--event-log-handler console is ignored" in w[1]
+    # torchrun's default handler says nothing
+    r = ddprun("--event-log-handler", "null", TRUE, env={"PET_EVENT_LOG_HANDLER": "console"})
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_duplicate_filters_copy_matching_teed_lines_to_one_file(tmp_path):
+    logs = tmp_path / "logs"
+    script = ('echo "loss=1 r$RANK"; echo "noise r$RANK"; echo "a,b r$RANK"; '
+              'echo "warn: r$RANK" >&2; echo "other r$RANK" >&2')
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(logs), "-t", "0:3,1:1",
+               "--duplicate-stdout-filters", "loss,a,,b", "--duplicate_stderr_filters", "warn",
+               "sh", "-c", script)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("warn: r") == 2  # the console is unchanged
+    (run_dir,) = os.listdir(logs)
+    attempt = logs / run_dir / "attempt_0"
+    out = sorted((attempt / "filtered_stdout.log").read_text().splitlines())
+    assert out == ["[default0]:a,b r0", "[default0]:loss=1 r0",
+                   "[default1]:a,b r1", "[default1]:loss=1 r1"]
+    # rank 1's stderr is not tee'd: torchrun copies only tee'd streams
+    assert (attempt / "filtered_stderr.log").read_text() == "[default0]:warn: r0\n"
+
+
+def test_duplicate_filters_without_a_teed_stream_warn(tmp_path):
+    r = ddprun("--duplicate-stdout-filters", "loss", "sh", "-c", "echo loss")
+    assert r.returncode == 0 and r.stdout == "loss\n"
+    assert warnings(r) == ["ddprun: warning: --duplicate-stdout-filters copies only tee'd "
+                           "streams (-t/--tee), as torchrun's does: no stdout is tee'd, "
+                           "so no line is copied"]

@@ -1,4 +1,4 @@
-"""The environment every worker gets (torchrun's contract, DESIGN.md) and what
+"""The environment every worker gets (torchrun's contract, ddprun(1) ENVIRONMENT) and what
 runs: the program itself, *.py with Python -u, -m module, ${local_rank}."""
 import os
 
@@ -20,7 +20,8 @@ CONTRACT = [
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
     "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-    "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE", "CUDA_VISIBLE_DEVICES",
 ]
 
 
@@ -31,9 +32,9 @@ def base_env(**extra):
     return e
 
 
-def worker_envs(tmp_path, args, env):
+def worker_envs(tmp_path, args, env, key="LOCAL_RANK"):
     """Run `ddprun ARGS sh -c 'env > DIR/env.$LOCAL_RANK'`; {local_rank: {k: v}}."""
-    cmd = [binary("ddprun"), *args, "sh", "-c", f'env > {tmp_path}/env.$LOCAL_RANK']
+    cmd = [binary("ddprun"), *args, "sh", "-c", f'env > {tmp_path}/env.${key}']
     r = run(cmd, env=env)
     assert r.returncode == 0, r.stderr
     out = {}
@@ -68,6 +69,11 @@ def test_every_worker_gets_the_contract(tmp_path):
         assert e["TORCHELASTIC_ERROR_FILE"].endswith(f"/attempt_0.{lr}.error.json")
         assert e["OMP_NUM_THREADS"] == "1"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        # PyTorch 1.13 reads only the old name; torchrun 2.x's agent exports
+        # its --signals-to-handle (issue 12).
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+        assert "CUDA_VISIBLE_DEVICES" not in e
         assert e["KEEP_ME"] == "inherited"
     assert len(ports) == 1
 
@@ -92,7 +98,40 @@ def test_user_settings_and_stale_values_in_the_environment(tmp_path):
     for lr, e in envs.items():
         assert e["OMP_NUM_THREADS"] == "7"
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
+        assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"  # follows the user's new name
         assert e["RANK"] == str(lr) and e["WORLD_SIZE"] == "2"
+
+
+def test_signals_to_handle_reach_the_workers_as_given(tmp_path):
+    envs = worker_envs(tmp_path, ["--signals-to-handle", "SIGTERM, SIGUSR1"],
+                       base_env(NCCL_ASYNC_ERROR_HANDLING="2"))
+    assert envs[0]["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM, SIGUSR1"
+    assert envs[0]["NCCL_ASYNC_ERROR_HANDLING"] == "2"
+    assert envs[0]["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+def test_virtual_local_rank_narrows_cuda_visible_devices(tmp_path):
+    # torchrun 2.x: LOCAL_RANK=0 for all, each sees only its GPU (entry
+    # local_rank of the parent's CUDA_VISIBLE_DEVICES, or local_rank itself).
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "3", "--virtual-local-rank"],
+                       base_env(CUDA_VISIBLE_DEVICES="5,GPU-abc, 7"), key="RANK")
+    assert sorted(envs) == [0, 1, 2]
+    assert [envs[r]["LOCAL_RANK"] for r in range(3)] == ["0", "0", "0"]
+    assert [envs[r]["CUDA_VISIBLE_DEVICES"] for r in range(3)] == ["5", "GPU-abc", "7"]
+    out = tmp_path / "bare"
+    out.mkdir()
+    envs = worker_envs(out, ["--nproc_per_node", "2"], base_env(PET_VIRTUAL_LOCAL_RANK="1"),
+                       key="RANK")
+    assert [envs[r]["CUDA_VISIBLE_DEVICES"] for r in range(2)] == ["0", "1"]
+    assert [envs[r]["LOCAL_RANK"] for r in range(2)] == ["0", "0"]
+
+
+def test_virtual_local_rank_without_a_gpu_per_worker_is_a_usage_error(tmp_path):
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--virtual-local-rank", "/bin/true"],
+            env=base_env(CUDA_VISIBLE_DEVICES="0,1"))
+    assert r.returncode == 2
+    assert r.stderr.strip() == ("ddprun: error: --virtual-local-rank: local rank 2 has no GPU "
+                                "in CUDA_VISIBLE_DEVICES=0,1")
 
 
 def test_one_worker_does_not_force_omp_threads(tmp_path):
@@ -204,3 +243,70 @@ def test_many_workers_under_a_low_descriptor_limit(tmp_path):
             env=base_env(), preexec_fn=low_soft_limit)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["64"] * 48
+
+
+def fake_sysfs(root, gpus, nodes, cpus):
+    """A sysfs tree: gpus {pci: numa_node}, nodes {n: [cpu]}, cpus {cpu: (package,
+    siblings list, last-level cache list)}; one non-GPU PCI device besides."""
+    def put(path, text):
+        p = root / path.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text + "\n")
+    for pci, node in gpus.items():
+        put(f"/sys/bus/pci/devices/{pci}/vendor", "0x10de")
+        put(f"/sys/bus/pci/devices/{pci}/class", "0x030200")
+        put(f"/sys/bus/pci/devices/{pci}/numa_node", str(node))
+    put("/sys/bus/pci/devices/0000:00:1f.0/vendor", "0x8086")
+    put("/sys/bus/pci/devices/0000:00:1f.0/class", "0x030000")
+    for n, cl in nodes.items():
+        put(f"/sys/devices/system/node/node{n}/cpulist", ",".join(map(str, cl)))
+    for c, (pkg, sib, llc) in cpus.items():
+        put(f"/sys/devices/system/cpu/cpu{c}/topology/physical_package_id", str(pkg))
+        put(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list", sib)
+        put(f"/sys/devices/system/cpu/cpu{c}/cache/index0/type", "Instruction")
+        put(f"/sys/devices/system/cpu/cpu{c}/cache/index0/level", "4")
+        put(f"/sys/devices/system/cpu/cpu{c}/cache/index3/type", "Unified")
+        put(f"/sys/devices/system/cpu/cpu{c}/cache/index3/level", "3")
+        put(f"/sys/devices/system/cpu/cpu{c}/cache/index3/shared_cpu_list", llc)
+
+
+def pinned_cpus(tmp_path, mode, root, **env):
+    """{rank: Cpus_allowed_list} of two workers under --numa-binding MODE."""
+    out = tmp_path / f"out-{mode}-{root.name}-{len(env)}"
+    out.mkdir()
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--numa-binding", mode, "sh", "-c",
+             f"grep Cpus_allowed_list: /proc/self/status > {out}/$RANK"],
+            env=base_env(DDP_SYSFS_ROOT=str(root), **env))
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return {int(n): (out / n).read_text().split()[1] for n in os.listdir(out)}
+
+
+def test_numa_binding_pins_each_worker_near_its_gpu(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs to pin two workers apart")
+    a, b = cpus[:2]
+    both = f"{a},{b}" if b != a + 1 else f"{a}-{b}"
+    two_nodes = tmp_path / "two"
+    fake_sysfs(two_nodes, {"0000:01:00.0": 0, "0000:81:00.0": 1}, {0: [a], 1: [b]},
+               {a: (0, str(a), str(a)), b: (0, str(b), str(b))})
+    assert pinned_cpus(tmp_path, "node", two_nodes) == {0: str(a), 1: str(b)}
+    # GPU numbers follow CUDA_VISIBLE_DEVICES; both nodes are on socket 0
+    assert pinned_cpus(tmp_path, "socket", two_nodes) == {0: both, 1: both}
+    assert pinned_cpus(tmp_path, "node", two_nodes, CUDA_VISIBLE_DEVICES="1,0") == \
+        {0: str(b), 1: str(a)}
+    # one node with both GPUs: its cores (or caches) are shared out
+    one_node = tmp_path / "one"
+    fake_sysfs(one_node, {"0000:01:00.0": 0, "0000:02:00.0": 0}, {0: [a, b]},
+               {a: (0, str(a), str(a)), b: (0, str(b), str(b))})
+    assert pinned_cpus(tmp_path, "node", one_node) == {0: both, 1: both}
+    assert pinned_cpus(tmp_path, "exclusive", one_node) == {0: str(a), 1: str(b)}
+    assert pinned_cpus(tmp_path, "core-complex", one_node) == {0: str(a), 1: str(b)}
+
+
+def test_numa_binding_without_the_topology_warns_once_and_runs(tmp_path):
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--numa-binding", "node", "/bin/true"],
+            env=base_env(DDP_SYSFS_ROOT=str(tmp_path)))
+    assert r.returncode == 0
+    assert r.stderr == (f"ddprun: warning: --numa-binding node: no NVIDIA GPU in {tmp_path}"
+                        "/sys/bus/pci/devices; the workers run unpinned\n")

@@ -187,6 +187,40 @@ static void expect_error(const char *needle, char **argv)
 	assert_null(strchr(err, '\n'));
 }
 
+/* torchrun 2.x's flags: accepted, in both spellings and from PET_*. */
+static void test_torchrun2_flags(void **state)
+{
+	struct cli_opts o;
+
+	set_env("PET_DUPLICATE_STDERR_FILTERS", "warn");
+	assert_int_equal(
+		parse(&o, ARGS("--event_log_handler", "console", "--duplicate-stdout-filters",
+			       "a,,b,c", "--logs-specs", "x", "--numa_binding", "core-complex",
+			       "--virtual-local-rank", "--log-line-prefix-template", "${rank}|",
+			       "--rdzv-conf", "use_libuv=0", "p")),
+		CLI_OK);
+	assert_string_equal(o.event_log_handler, "console");
+	assert_int_equal(o.dup_filters[0].n, 2);
+	assert_string_equal(o.dup_filters[0].s[0], "a,b");
+	assert_string_equal(o.dup_filters[0].s[1], "c");
+	assert_true(cli_filters_match(&o.dup_filters[0], "xa,by", 5));
+	assert_false(cli_filters_match(&o.dup_filters[0], "a", 1));
+	assert_int_equal(o.dup_filters[1].n, 1);
+	assert_string_equal(o.dup_filters[1].s[0], "warn");
+	assert_string_equal(o.logs_specs, "x");
+	assert_int_equal(o.numa_binding, CLI_NUMA_CCX);
+	assert_true(o.virtual_local_rank);
+	assert_string_equal(o.log_line_prefix, "${rank}|");
+	assert_string_equal(o.rdzv.unknown, "use_libuv");
+	assert_string_equal(o.signals_to_handle, "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--duplicate-stdout-filters", "", "p")), CLI_OK);
+	assert_int_equal(o.dup_filters[0].n, 0);
+	assert_int_equal(o.numa_binding, CLI_NUMA_NONE);
+	assert_string_equal(o.event_log_handler, "null");
+	cli_free(&o);
+}
+
 static void test_errors(void **state)
 {
 	expect_error("missing the program", NO_ARGS);
@@ -204,7 +238,9 @@ static void test_errors(void **state)
 	expect_error("a range needs --rdzv-backend c10d", ARGS("--nnodes", "1:2", "p"));
 	expect_error("needs --rdzv-endpoint", ARGS("--nnodes", "2", "--rdzv-backend", "c10d", "p"));
 	expect_error("--standalone runs a single node", ARGS("--standalone", "--nnodes", "2", "p"));
-	expect_error("unknown key 'bogus'", ARGS("--rdzv-conf", "bogus=1", "p"));
+	expect_error("--event-log-handler", ARGS("--event-log-handler", "bogus", "p"));
+	expect_error("--numa-binding", ARGS("--numa-binding", "gpu", "p"));
+	expect_error("no shell completion", ARGS("--print-completion", "bash"));
 	expect_error("join_timeout=x", ARGS("--rdzv-conf", "join_timeout=x", "p"));
 	expect_error("--master-port", ARGS("--master-port", "-1", "p"));
 	expect_error("--redirects", ARGS("-r", "0:4", "p"));
@@ -381,6 +417,7 @@ int main(void)
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
 		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_torchrun2_flags, setup),
 		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
 		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,
 				       setup),

@@ -200,7 +200,12 @@ static void test_workenv(void **state)
 	assert_string_equal(env_get(env, "DDP_SHM_NONCE"), "0123abcd");
 	while (env[n] != NULL)
 		n++;
-	assert_int_equal(n, 4 + 18); /* PATH, OMP, RANKX, DDP_TIMEOUT + what ddprun sets */
+	/* PATH, OMP, RANKX, DDP_TIMEOUT + what ddprun sets (with PyTorch 1.13's
+	 * NCCL_ASYNC_ERROR_HANDLING, issue 12) */
+	assert_string_equal(env_get(env, "NCCL_ASYNC_ERROR_HANDLING"), "1");
+	assert_null(env_get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"));
+	assert_null(env_get(env, "CUDA_VISIBLE_DEVICES"));
+	assert_int_equal(n, 4 + 19);
 	free(env);
 	/* without a nonce, none reaches the workers, not even an inherited one */
 	j.shm_nonce = NULL;
@@ -208,6 +213,45 @@ static void test_workenv(void **state)
 	assert_non_null(env);
 	assert_null(env_get(env, "DDP_SHM_NONCE"));
 	free(env);
+}
+
+/* torchrun 2.x: TORCHELASTIC_SIGNALS_TO_HANDLE; --virtual-local-rank gives
+ * LOCAL_RANK=0 and the worker's entry of CUDA_VISIBLE_DEVICES; the old NCCL
+ * name follows the new one's value. */
+static void test_workenv_torchrun2(void **state)
+{
+	char *parent[] = {"CUDA_VISIBLE_DEVICES=4, 6,7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", NULL};
+	char *bare[] = {NULL};
+	struct workenv_job j = {.world_size = 3,
+				.local_world_size = 3,
+				.role = "default",
+				.master_addr = "h",
+				.run_id = "job",
+				.signals_to_handle = "SIGTERM,SIGUSR1",
+				.virtual_local_rank = true};
+	char **env = workenv_build(parent, &j, 1, "/e");
+	char dev[WORKENV_DEVICE_MAX], err[256];
+
+	(void)state;
+	assert_non_null(env);
+	assert_string_equal(env_get(env, "LOCAL_RANK"), "0");
+	assert_string_equal(env_get(env, "RANK"), "1");
+	assert_string_equal(env_get(env, "CUDA_VISIBLE_DEVICES"), "6");
+	assert_string_equal(env_get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"), "SIGTERM,SIGUSR1");
+	assert_string_equal(env_get(env, "TORCH_NCCL_ASYNC_ERROR_HANDLING"), "3");
+	assert_string_equal(env_get(env, "NCCL_ASYNC_ERROR_HANDLING"), "3");
+	free(env);
+	env = workenv_build(bare, &j, 2, "/e");
+	assert_non_null(env);
+	assert_string_equal(env_get(env, "CUDA_VISIBLE_DEVICES"), "2");
+	free(env);
+	assert_int_equal(workenv_device("4, 6,7", 2, dev, sizeof(dev)), 0);
+	assert_string_equal(dev, "7");
+	assert_int_equal(workenv_device("4,6", 2, dev, sizeof(dev)), -ERANGE);
+	assert_int_equal(workenv_check("4,6", true, 2, err, sizeof(err)), 0);
+	assert_int_equal(workenv_check("4,6", false, 3, err, sizeof(err)), 0);
+	assert_int_equal(workenv_check("4,6", true, 3, err, sizeof(err)), -ERANGE);
+	assert_non_null(strstr(err, "local rank 2 has no GPU in CUDA_VISIBLE_DEVICES=4,6"));
 }
 
 int main(void)
@@ -219,6 +263,7 @@ int main(void)
 		cmocka_unit_test(test_resolve_python_script_and_module),
 		cmocka_unit_test(test_resolve_errors),
 		cmocka_unit_test(test_workenv),
+		cmocka_unit_test(test_workenv_torchrun2),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
