@@ -15,7 +15,7 @@ void cli_usage(FILE *f)
 	      "  --role NAME                role name, ROLE_NAME (default)\n"
 	      "  --max-restarts N           restart the worker group up to N times (0)\n"
 	      "  --shutdown-timeout SEC     grace between SIGTERM and SIGKILL (30)\n"
-	      "  --signals-to-handle LIST   signals forwarded to the workers\n"
+	      "  --signals-to-handle LIST   signals forwarded to the workers, then they stop\n"
 	      "                             (SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
 	      "  --forward-signals LIST     signals sent on to every worker on every node\n"
 	      "                             while the job goes on (SIGUSR1,USR2,12)\n"
