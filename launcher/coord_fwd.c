@@ -137,10 +137,13 @@ static void on_slot(int status, const void *val, size_t len, void *arg)
 static void fetch(struct coord_fwd *f)
 {
 	struct coord *c = f->c;
-	struct op *o = op_new(f, f->round, f->next);
+	struct op *o;
 	char key[64], v[32];
 	int rc;
 
+	if (c->A == NULL || !c->a_up || f->round != c->round)
+		return; /* leaving, or the round is over */
+	o = op_new(f, f->round, f->next);
 	if (o == NULL)
 		return;
 	coord_key(c, key, sizeof(key), "fwd/%d", f->next);
