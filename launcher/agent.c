@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_fwd.h"
 #include "agent_store.h"
 #include "hang.h"
 #include "shmsweep.h"
@@ -82,6 +83,7 @@ static void finish(struct agent *a, int status)
 	}
 	a->state = AS_CLOSING;
 	hang_close(a);
+	agent_fwd_close(a);
 	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
@@ -633,6 +635,8 @@ int agent_start(struct agent *a)
 				 uv_timer_init(a->loop, &a->stuck_timer));
 	if (rc == 0)
 		rc = watch_signals(a);
+	if (rc == 0)
+		rc = agent_fwd_start(a);
 	if (rc == 0 && hang_start(a) != 0)
 		agent_say("warning: hang detection is off (out of memory)");
 	if (rc != 0) {

@@ -13,6 +13,7 @@
 
 struct store_server;
 struct hang;
+struct agent_fwd;
 
 enum agent_state {
 	AS_IDLE,     /* created, not started */
@@ -80,8 +81,9 @@ struct agent {
 	struct store_server *store; /* the store this agent hosts, or NULL */
 	char *store_host;
 	int store_port;
-	struct hang *hang; /* hang detection and dumps (hang.h); NULL: none */
-	int dup_fd[2];	   /* filtered_std{out,err}.log (agent_dup.c); -1: none */
+	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */
+	int dup_fd[2];	       /* filtered_std{out,err}.log (agent_dup.c); -1: none */
+	struct agent_fwd *fwd; /* --forward-signals (agent_fwd.h); NULL: none */
 };
 
 /* Start w for the current attempt. 0 or a negative errno with err set. */

@@ -1,6 +1,7 @@
 /* agent_life: creating, querying and destroying an agent (see agent.h); the
  * state machine itself is agent.c. */
 #include "agent_int.h"
+#include "agent_fwd.h"
 #include "hang.h"
 #include "watchdog.h"
 
@@ -81,6 +82,7 @@ void agent_destroy(struct agent *a)
 	if (a == NULL)
 		return;
 	hang_destroy(a);
+	agent_fwd_destroy(a);
 	for (i = 0; a->w != NULL && i < a->nproc; i++) {
 		free(a->w[i].error_file);
 		free(a->w[i].prefix[0]);

@@ -75,8 +75,10 @@ struct cli_opts {
 	int nranks_filter;
 	const char *local_addr;
 	int store_io; /* STORE_IO_* from DDP_STORE_IO, for the stores ddprun hosts */
-	int signals[CLI_MAX_SIGNALS];
+	int signals[CLI_MAX_SIGNALS]; /* --signals-to-handle, less fwd_signals */
 	int nsignals;
+	int fwd_signals[CLI_MAX_SIGNALS]; /* --forward-signals (launcher/agent_fwd.h) */
+	int nfwd_signals;
 	int64_t shutdown_timeout_ms;
 	bool tag_output;	 /* ddprun's own: "[rankN]: " before each console line */
 	int64_t hang_timeout_ms; /* --hang-timeout: 0 off (launcher/hang.h) */

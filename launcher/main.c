@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 	struct rlimit nofile;
 	uint64_t fdlimit;
 	char err[512], host[256] = "localhost", run_id[40], nonce[SHMSWEEP_NONCE_LEN + 1];
-	int dfl[CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
+	int dfl[2 * CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
 	const char *parent_ef;
 	cpu_set_t *cpu_sets = NULL;
 
@@ -174,6 +174,8 @@ int main(int argc, char **argv)
 	dfl[ndfl++] = SIGCHLD;
 	for (i = 0; i < o.nsignals; i++)
 		dfl[ndfl++] = o.signals[i];
+	for (i = 0; i < o.nfwd_signals; i++)
+		dfl[ndfl++] = o.fwd_signals[i];
 
 	/* Two pipes per worker and a store connection each: allow as many
 	 * descriptors as the hard limit does (the workers get the original). */
