@@ -114,9 +114,11 @@ FORCE:
 # store_ring.c, the server's io_uring transport, only with liburing.
 RING_SRC := rendezvous/store_ring.c
 RDZV_SRC := $(filter-out $(if $(filter 1,$(URING_ON)),,$(RING_SRC)),$(wildcard rendezvous/*.c))
-# The pieces of rendezvous/ a worker needs: the wire codec and the blocking client.
+# The pieces of rendezvous/ a worker needs: the wire codec, the blocking client
+# and the worker contract (workenv.c, for ddp_spawn).
 RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c \
-	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c,$(RDZV_SRC))
+	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c \
+	rendezvous/workenv.c,$(RDZV_SRC))
 DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))
