@@ -32,7 +32,7 @@ static void on_write(uv_write_t *req, int status)
 	store_conn_written(c);
 }
 
-static void uv_conn_write(struct store_conn *c)
+static void stream_write(struct store_conn *c)
 {
 	struct wreq *w;
 	uv_buf_t b = uv_buf_init((char *)c->out.p, (unsigned)c->out.len);
@@ -91,25 +91,25 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	store_conn_read_done(c, (const uint8_t *)buf->base, (size_t)nread);
 }
 
-static int uv_conn_start_read(struct store_conn *c)
+static int stream_start_read(struct store_conn *c)
 {
 	return uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-static void uv_conn_stop_read(struct store_conn *c)
+static void stream_stop_read(struct store_conn *c)
 {
 	uv_read_stop((uv_stream_t *)&c->tcp);
 }
 
-static void uv_conn_close(struct store_conn *c)
+static void stream_close(struct store_conn *c)
 {
 	uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
 }
 
 const struct store_transport_ops store_transport_uv = {
 	.name = "libuv",
-	.start_read = uv_conn_start_read,
-	.stop_read = uv_conn_stop_read,
-	.write = uv_conn_write,
-	.close = uv_conn_close,
+	.start_read = stream_start_read,
+	.stop_read = stream_stop_read,
+	.write = stream_write,
+	.close = stream_close,
 };
