@@ -111,10 +111,14 @@ $(CONFIG_STAMP): FORCE
 FORCE:
 
 # ---- sources ------------------------------------------------------------------
-RDZV_SRC := $(wildcard rendezvous/*.c)
-# The pieces of rendezvous/ a worker needs: the wire codec and the blocking client.
+# store_ring.c, the server's io_uring transport, only with liburing.
+RING_SRC := rendezvous/store_ring.c
+RDZV_SRC := $(filter-out $(if $(filter 1,$(URING_ON)),,$(RING_SRC)),$(wildcard rendezvous/*.c))
+# The pieces of rendezvous/ a worker needs: the wire codec, the blocking client
+# and the worker contract (workenv.c, for ddp_spawn).
 RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c \
-	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c,$(RDZV_SRC))
+	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c \
+	rendezvous/workenv.c,$(RDZV_SRC))
 DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))
@@ -288,10 +292,12 @@ bench: deps-bench
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
-$(B)/fuzz/%: tests/fuzz/%.c $(RDZV_SRC) $(CONFIG_STAMP)
+# Without liburing: the codec and the libuv transport are what is fuzzed.
+FUZZ_RDZV_SRC := $(filter-out $(RING_SRC),$(RDZV_SRC))
+$(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_RDZV_SRC) $(CONFIG_STAMP)
 	@mkdir -p $(@D)
 	$(Q)clang -std=gnu11 -g -O1 -D_GNU_SOURCE -Irendezvous $(PKG_CFLAGS) \
-		-fsanitize=fuzzer,address,undefined -o $@ $< $(RDZV_SRC) $(SYS_LIBS)
+		-fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_RDZV_SRC) $(SYS_LIBS)
 fuzz: $(FUZZ_BIN)
 	$(Q)for f in $(FUZZ_BIN); do n=$$(basename $$f); \
 	  mkdir -p $(B)/fuzz/corpus-$$n; \
