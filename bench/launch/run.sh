@@ -104,5 +104,7 @@ if [[ $have_torch2 -eq 1 ]]; then
 fi
 printf '\nfail-fast, 4 workers (rank 0 exits 1, three sleep): ddprun %s ms, torchrun %s ms, torchrun 2.x %s ms, mpirun %s ms\n' \
   "$d_ms" "$t_ms" "$t2_ms" "$m_ms"
+printf 'fail-fast ratios: trun/ddp %s, trun2/ddp %s, mpi/ddp %s\n' \
+  "$(ratio "$t_ms" "$d_ms")" "$(ratio "$t2_ms" "$d_ms")" "$(ratio "$m_ms" "$d_ms")"
 echo "(torchrun 1.13 notices a failure only at its next poll: --monitor_interval defaults to 5 s there)"
 echo "targets: ddprun >= 50x faster than torchrun, >= 5x faster than mpirun, <= 1.5x the floor, <= 5 MiB"
