@@ -4,12 +4,15 @@ bench/torch2/probe.sh says in one line why PyTorch 2.x is left out. storebench
 is built by `make bench`: without it, those tests skip."""
 import os
 import re
+import socket
+import struct
 import subprocess
+import threading
 
 import pytest
 
 from conftest import BUILD, REPO
-from storeutil import OK, Server, cli
+from storeutil import MAGIC, OK, V2, Server, cli, i64, recv_exact, s
 
 STOREBENCH = os.path.join(BUILD, "bench", "store", "storebench")
 PROBE = os.path.join(REPO, "bench", "torch2", "probe.sh")
@@ -31,9 +34,9 @@ def storebench(*args, dialect=None, io=None):
 
 @pytest.fixture(scope="module")
 def srv():
-    s = Server()
-    yield s
-    assert s.close() == 0
+    server = Server()
+    yield server
+    assert server.close() == 0
 
 
 @needs_storebench
@@ -57,6 +60,93 @@ def test_storebench_ops_in_either_dialect(srv, dialect):
     assert r.returncode == 0, r.stderr
     m = re.search(r"ops=([0-9]+) .*errors=([0-9]+)", r.stdout)
     assert m and int(m.group(1)) > 0 and m.group(2) == "0", r.stdout
+
+
+class StrictV2:
+    """A store that speaks the 2.x dialect only, as PyTorch 2.x's server does:
+    a connection whose first message is not VALIDATE + magic is closed. Just
+    SET, GET, ADD and WAIT (what storebench sends), a thread per connection."""
+
+    def __init__(self):
+        self.lsock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self.lsock.getsockname()[1]
+        self.kv, self.cv = {}, threading.Condition()
+        self.validated = self.refused = 0
+        self.ops = set()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def key(self, c):
+        return recv_exact(c, struct.unpack("<Q", recv_exact(c, 8))[0])
+
+    def serve(self, c):
+        with c:
+            try:
+                if recv_exact(c, 5) != bytes([V2["VALIDATE"]]) + struct.pack("<I", MAGIC):
+                    with self.cv:
+                        self.refused += 1
+                    return
+                with self.cv:
+                    self.validated += 1
+                while True:
+                    self.request(c, recv_exact(c, 1)[0])
+            except (OSError, EOFError, ConnectionError, ValueError):
+                return
+
+    def request(self, c, op):
+        self.ops.add(op)
+        if op == V2["SET"]:
+            k, v = self.key(c), self.key(c)
+            with self.cv:
+                self.kv[k] = v
+                self.cv.notify_all()
+        elif op == V2["GET"]:
+            k = self.key(c)
+            with self.cv:
+                c.sendall(s(self.kv[k]))
+        elif op == V2["ADD"]:
+            k, d = self.key(c), struct.unpack("<q", recv_exact(c, 8))[0]
+            with self.cv:
+                n = int(self.kv.get(k, b"0")) + d
+                self.kv[k] = str(n).encode()
+                self.cv.notify_all()
+            c.sendall(i64(n))
+        elif op == V2["WAIT"]:
+            ks = [self.key(c) for _ in range(struct.unpack("<Q", recv_exact(c, 8))[0])]
+            with self.cv:
+                if not self.cv.wait_for(lambda: all(k in self.kv for k in ks), timeout=60):
+                    raise ValueError("wait timed out")
+            c.sendall(b"\0")
+        else:
+            raise ValueError(f"opcode {op}")
+
+    def close(self):
+        self.lsock.close()
+
+
+@pytest.fixture
+def strict_v2():
+    srv = StrictV2()
+    yield srv
+    srv.close()
+
+
+@needs_storebench
+@pytest.mark.parametrize("io", ["uv", None])
+def test_storebench_2x_dialect_against_a_2x_only_server(strict_v2, io):
+    r = storebench("rdzv", "127.0.0.1", str(strict_v2.port), "8", "t", "2", dialect="2", io=io)
+    assert re.search(r"rdzv_ms=[0-9.]+ .*errors=0", r.stdout), r.stdout + r.stderr
+    r = storebench("ops", "127.0.0.1", str(strict_v2.port), "2", "0.3", "1", dialect="2", io=io)
+    assert re.search(r"ops=[1-9][0-9]* .*errors=0", r.stdout), r.stdout + r.stderr
+    assert (strict_v2.validated, strict_v2.refused) == (10, 0)
+    assert strict_v2.ops == {V2["SET"], V2["GET"], V2["ADD"], V2["WAIT"]}
 
 
 @needs_storebench
