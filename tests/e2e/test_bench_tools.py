@@ -1,7 +1,7 @@
 """The benches' own tools, checked for what they do, never for their timings:
 storebench speaks either TCPStore dialect (STOREBENCH_DIALECT) to ddpstore, and
 bench/torch2/probe.sh says in one line why PyTorch 2.x is left out. storebench
-is built by `make bench`: without it, those tests skip."""
+is built by `make check-build` (and `make bench`)."""
 import os
 import re
 import socket
@@ -18,7 +18,7 @@ STOREBENCH = os.path.join(BUILD, "bench", "store", "storebench")
 PROBE = os.path.join(REPO, "bench", "torch2", "probe.sh")
 
 needs_storebench = pytest.mark.skipif(not os.access(STOREBENCH, os.X_OK),
-                                      reason=f"{STOREBENCH} is not built (make bench)")
+                                      reason=f"{STOREBENCH} is not built (make check-build)")
 
 
 def storebench(*args, dialect=None, io=None):
