@@ -268,7 +268,8 @@ run: deps
 	$(B)/bin/ddprun --nproc-per-node=$(NPROC) $(B)/bin/train
 
 # ---- tests ---------------------------------------------------------------------
-check-build: $(TARGETS) $(UNIT_BIN) $(PROG_BIN)
+# storebench too: tests/e2e/test_bench_tools.py checks the dialects it speaks.
+check-build: $(TARGETS) $(UNIT_BIN) $(PROG_BIN) $(B)/bench/store/storebench
 
 test: deps-test
 	$(Q)$(MAKE) --no-print-directory check-build
