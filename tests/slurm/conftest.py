@@ -151,3 +151,14 @@ def read(path):
         return open(path).read()
     except OSError:
         return ""
+
+
+def wait_for_files(d, names, timeout, log=None):
+    """Waits (bounded) until every one of names exists in directory d."""
+    t0 = time.monotonic()
+    while not all(os.path.exists(os.path.join(d, n)) for n in names):
+        if time.monotonic() - t0 > timeout:
+            missing = [n for n in names if not os.path.exists(os.path.join(d, n))]
+            raise AssertionError(f"after {timeout}s still no {missing} in {d}\n"
+                                 + (read(log) if log else ""))
+        time.sleep(0.05)

@@ -1,0 +1,111 @@
+"""scancel and scancel --signal=USR1 on a running 3-node job. A small wrapper
+around each node's ddprun (node.sh) records ddprun's exit status, which the
+job script itself cannot report once scancel has ended it."""
+import os
+
+from conftest import job_script, read, wait_for_files
+
+# Each node: ddprun in the background, its exit status in $OUT/rc.<node>.
+# The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
+# signals every process of the step, ddprun and its workers alike.
+NODE_SH = """#!/bin/sh
+ddprun "$@" & p=$!
+trap : TERM USR1
+while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
+echo $rc > "$OUT/rc.$SLURM_NODEID"
+exit $rc
+"""
+
+# The worker records its pid, then waits; on USR1 it leaves usr1.<rank>.
+WORKER = ('trap "touch \\"\\$OUT/usr1.\\$RANK\\"" USR1; echo $$ > "$OUT/.pid.$RANK"; '
+          'mv "$OUT/.pid.$RANK" "$OUT/pid.$RANK"; '
+          'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
+
+
+def start(cluster, tmp_path, ddprun_args=""):
+    out = tmp_path / "out"
+    out.mkdir()
+    node_sh = tmp_path / "node.sh"
+    node_sh.write_text(NODE_SH)
+    node_sh.chmod(0o755)
+    (tmp_path / "worker.sh").write_text(WORKER)
+    script = job_script(tmp_path / "job.sh",
+                        f"srun {node_sh} --nproc-per-node=2 {ddprun_args} "
+                        f"sh {tmp_path / 'worker.sh'}")
+    jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))
+    wait_for_files(out, [f"pid.{r}" for r in range(6)], timeout=40,
+                   log=tmp_path / "job.out")
+    pids = [int((out / f"pid.{r}").read_text()) for r in range(6)]
+    return jobid, out, pids
+
+
+def rcs(out):
+    return {n: (out / f"rc.{n}").read_text().strip() for n in range(3)
+            if (out / f"rc.{n}").exists()}
+
+
+def test_scancel_job(cluster, tmp_path):
+    """`scancel JOB` SIGTERMs every process of the job: each node's ddprun
+    and workers, and also srun in the batch script, which answers with
+    SIGKILL to the whole step ("srun: forcing job termination"). A node's
+    ddprun that has finished its shutdown by then exits 143; one that has not
+    is killed. Either way nothing is left on any node."""
+    jobid, out, pids = start(cluster, tmp_path)
+    cluster.run("ctl", "scancel", jobid)
+    j = cluster.wait_job(jobid, timeout=40)
+    assert j["JobState"] == "CANCELLED"
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    assert set(rcs(out).values()) <= {"143"}, read(tmp_path / "job.out")
+
+
+def test_scancel_step_every_node_exits_143(cluster, tmp_path):
+    """`scancel --signal=TERM JOB.0` signals the step's processes only (not
+    srun): every node's ddprun stops its workers and exits 143, and so does
+    the job. (Seen here once in a few runs: node 0's ddprun, told by a peer
+    that a worker exited 143 just before its own SIGTERM, lingered for the
+    --shutdown-timeout (30 s) after its workers were gone; hence the bound.)"""
+    jobid, out, pids = start(cluster, tmp_path)
+    cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
+    j = cluster.wait_job(jobid, timeout=60)
+    log = read(tmp_path / "job.out")
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=20, log=tmp_path / "job.out")
+    assert rcs(out) == {0: "143", 1: "143", 2: "143"}, log
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "143:0", log
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+
+
+def test_scancel_usr1_ends_the_job_today(cluster, tmp_path):
+    """Slurm sends USR1 to every process of the step. USR1 is not among
+    ddprun's handled signals by default, so every node's ddprun dies of it
+    (138), taking its workers with it, until notify-only signals land."""
+    jobid, out, pids = start(cluster, tmp_path)
+    cluster.run("ctl", "scancel", "--signal=USR1", jobid)
+    j = cluster.wait_job(jobid, timeout=40)
+    log = read(tmp_path / "job.out")
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=20, log=tmp_path / "job.out")
+    assert rcs(out) == {0: "138", 1: "138", 2: "138"}, log
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "138:0", log
+    cluster.only_slurmd_left()
+
+
+def test_scancel_usr1_handled_stops_the_workers_today(cluster, tmp_path):
+    """With USR1 in --signals-to-handle (README's script) the workers get it
+    and may checkpoint, but ddprun then stops them like on SIGTERM: after
+    --shutdown-timeout every node exits 138."""
+    jobid, out, pids = start(cluster, tmp_path,
+                             "--signals-to-handle=SIGTERM,SIGINT,SIGUSR1 --shutdown-timeout=2")
+    cluster.run("ctl", "scancel", "--signal=USR1", jobid)
+    j = cluster.wait_job(jobid, timeout=40)
+    log = read(tmp_path / "job.out")
+    wait_for_files(out, [f"usr1.{r}" for r in range(6)], timeout=10, log=tmp_path / "job.out")
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=20, log=tmp_path / "job.out")
+    assert rcs(out) == {0: "138", 1: "138", 2: "138"}, log
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "138:0", log
+    assert "received SIGUSR1: stopping the workers" in log
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
