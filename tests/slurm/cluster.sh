@@ -72,6 +72,8 @@ ReturnToService=2
 KillWait=10
 SlurmdTimeout=30
 MinJobAge=600
+# A job that loses a node ends (NODE_FAIL) instead of going back to the queue.
+JobRequeue=0
 InactiveLimit=0
 NodeName=n1 NodeAddr=$net.11 CPUs=4 State=UNKNOWN
 NodeName=n2 NodeAddr=$net.12 CPUs=4 State=UNKNOWN

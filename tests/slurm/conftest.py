@@ -18,6 +18,8 @@ BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 BIN = os.path.join(BUILD, "bin")
 CLUSTER = os.path.join(HERE, "cluster.sh")
 NODES = ["n1", "n2", "n3"]
+# Short liveness settings so that loss tests end quickly (none is asserted).
+FAST_RDZV = "keep_alive_interval=0.2,heartbeat_timeout=2"
 DONE = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
         "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
 
@@ -162,3 +164,45 @@ def wait_for_files(d, names, timeout, log=None):
             raise AssertionError(f"after {timeout}s still no {missing} in {d}\n"
                                  + (read(log) if log else ""))
         time.sleep(0.05)
+
+
+# Each node: ddprun in the background, its exit status in $OUT/rc.<node>.
+# The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
+# signals every process of the step, ddprun and its workers alike.
+NODE_SH = """#!/bin/sh
+ddprun "$@" & p=$!
+trap : TERM USR1
+while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
+echo $rc > "$OUT/rc.$SLURM_NODEID"
+exit $rc
+"""
+
+# The worker records its pid, then waits; on USR1 it leaves usr1.<rank>.
+WORKER = ('trap "touch \\"\\$OUT/usr1.\\$RANK\\"" USR1; echo $$ > "$OUT/.pid.$RANK"; '
+          'mv "$OUT/.pid.$RANK" "$OUT/pid.$RANK"; '
+          'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
+
+
+def start_waiting_job(cluster, tmp_path, ddprun_args=""):
+    """A 3-node job of 6 waiting workers (node.sh around ddprun); once all
+    have started: (job id, out dir, worker pids)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    node_sh = tmp_path / "node.sh"
+    node_sh.write_text(NODE_SH)
+    node_sh.chmod(0o755)
+    (tmp_path / "worker.sh").write_text(WORKER)
+    script = job_script(tmp_path / "job.sh",
+                        f"srun {node_sh} --nproc-per-node=2 {ddprun_args} "
+                        f"sh {tmp_path / 'worker.sh'}")
+    jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))
+    wait_for_files(out, [f"pid.{r}" for r in range(6)], timeout=40,
+                   log=tmp_path / "job.out")
+    pids = [int((out / f"pid.{r}").read_text()) for r in range(6)]
+    return jobid, out, pids
+
+
+def rcs(out):
+    """Each node's ddprun exit status, as far as recorded."""
+    return {n: (out / f"rc.{n}").read_text().strip() for n in range(3)
+            if (out / f"rc.{n}").exists()}

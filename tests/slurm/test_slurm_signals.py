@@ -1,48 +1,9 @@
-"""scancel and scancel --signal=USR1 on a running 3-node job. A small wrapper
-around each node's ddprun (node.sh) records ddprun's exit status, which the
-job script itself cannot report once scancel has ended it."""
+"""scancel and scancel --signal=USR1 on a running 3-node job (started by
+conftest.start_waiting_job, whose wrapper records each node's ddprun exit
+status, which the job script cannot report once scancel has ended it)."""
 import os
 
-from conftest import job_script, read, wait_for_files
-
-# Each node: ddprun in the background, its exit status in $OUT/rc.<node>.
-# The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
-# signals every process of the step, ddprun and its workers alike.
-NODE_SH = """#!/bin/sh
-ddprun "$@" & p=$!
-trap : TERM USR1
-while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
-echo $rc > "$OUT/rc.$SLURM_NODEID"
-exit $rc
-"""
-
-# The worker records its pid, then waits; on USR1 it leaves usr1.<rank>.
-WORKER = ('trap "touch \\"\\$OUT/usr1.\\$RANK\\"" USR1; echo $$ > "$OUT/.pid.$RANK"; '
-          'mv "$OUT/.pid.$RANK" "$OUT/pid.$RANK"; '
-          'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
-
-
-def start(cluster, tmp_path, ddprun_args=""):
-    out = tmp_path / "out"
-    out.mkdir()
-    node_sh = tmp_path / "node.sh"
-    node_sh.write_text(NODE_SH)
-    node_sh.chmod(0o755)
-    (tmp_path / "worker.sh").write_text(WORKER)
-    script = job_script(tmp_path / "job.sh",
-                        f"srun {node_sh} --nproc-per-node=2 {ddprun_args} "
-                        f"sh {tmp_path / 'worker.sh'}")
-    jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))
-    wait_for_files(out, [f"pid.{r}" for r in range(6)], timeout=40,
-                   log=tmp_path / "job.out")
-    pids = [int((out / f"pid.{r}").read_text()) for r in range(6)]
-    return jobid, out, pids
-
-
-def rcs(out):
-    return {n: (out / f"rc.{n}").read_text().strip() for n in range(3)
-            if (out / f"rc.{n}").exists()}
-
+from conftest import rcs, read, start_waiting_job as start, wait_for_files
 
 def test_scancel_job(cluster, tmp_path):
     """`scancel JOB` SIGTERMs every process of the job: each node's ddprun
