@@ -24,6 +24,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 			 "%s (set --nnodes, --node-rank and --master-addr to override)", why);
 		return -EINVAL;
 	}
+	o->slurm_stray = si.stray;
 	if (!si.in_allocation)
 		return 0;
 	if (!g->nnodes && si.nnodes > 0) {
