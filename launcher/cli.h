@@ -75,7 +75,7 @@ struct cli_opts {
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	const char *slurm_stray; /* SLURM_* set outside an allocation (warned about) */
-	char **prog_argv; /* the program and its arguments (NULL-terminated) */
+	char **prog_argv;	 /* the program and its arguments (NULL-terminated) */
 	int prog_argc;
 };
 

@@ -279,8 +279,7 @@ static int read_int(const char *(*getenv_fn)(const char *), const char *name, in
 
 /* `srun --ntasks-per-node=2 ddprun` would start two agents claiming the same
  * node rank: refuse, saying what to run instead. */
-static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char *err,
-				   size_t errlen)
+static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char *err, size_t errlen)
 {
 	int tasks, nodes, rc;
 

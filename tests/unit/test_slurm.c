@@ -150,9 +150,10 @@ static void test_info_nothing_stray(void **state)
 /* srun -N1 in a 3-node job: the step's own node hosts the store. */
 static void test_info_step_nodelist_first(void **state)
 {
-	static const char *const env[] = {"SLURM_JOB_ID=7", "SLURM_NNODES=1", "SLURM_NODEID=0",
-					  "SLURM_JOB_NODELIST=n[1-3]", "SLURM_STEP_NODELIST=n2",
-					  "SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1", NULL};
+	static const char *const env[] = {"SLURM_JOB_ID=7",	    "SLURM_NNODES=1",
+					  "SLURM_NODEID=0",	    "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_NODELIST=n2", "SLURM_STEP_NUM_NODES=1",
+					  "SLURM_STEP_NUM_TASKS=1", NULL};
 	struct slurm_info info;
 	char err[256] = "";
 
@@ -164,9 +165,13 @@ static void test_info_step_nodelist_first(void **state)
 
 static void test_info_two_tasks_per_node(void **state)
 {
-	static const char *const env[] = {"SLURM_JOB_ID=7", "SLURM_NNODES=3", "SLURM_NODEID=1",
-					  "SLURM_JOB_NODELIST=n[1-3]", "SLURM_STEP_NUM_NODES=3",
-					  "SLURM_STEP_NUM_TASKS=6", NULL};
+	static const char *const env[] = {"SLURM_JOB_ID=7",
+					  "SLURM_NNODES=3",
+					  "SLURM_NODEID=1",
+					  "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_NUM_NODES=3",
+					  "SLURM_STEP_NUM_TASKS=6",
+					  NULL};
 	struct slurm_info info;
 	char err[256] = "";
 
