@@ -351,6 +351,7 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 			info->master[0] = '\0';
 			return -EINVAL;
 		}
+		info->master_var = name;
 	}
 	return 0;
 }

@@ -30,6 +30,7 @@ struct slurm_info {
 	int nnodes;			     /* SLURM_NNODES (or SLURM_JOB_NUM_NODES) */
 	int node_rank;			     /* SLURM_NODEID */
 	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of the step's node list */
+	const char *master_var;		     /* the variable it came from */
 	char job_id[64];
 	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
 	 * set anyway (worth a warning: it is not used), or NULL. */
