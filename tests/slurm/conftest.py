@@ -42,6 +42,7 @@ def why_not():
 class Cluster:
     def __init__(self, d):
         self.dir = d
+        self.jobs = []  # submitted by the current test
 
     def env(self, **extra):
         e = {k: v for k, v in os.environ.items()
@@ -61,7 +62,9 @@ class Cluster:
     def sbatch(self, script, *args, env=None):
         """Submits the job script (a path); the job id."""
         r = self.run("ctl", "sbatch", "--parsable", *args, str(script), env=env)
-        return r.stdout.strip().split(";")[0]
+        jobid = r.stdout.strip().split(";")[0]
+        self.jobs.append(jobid)
+        return jobid
 
     def job(self, jobid):
         """`scontrol show job` as a dict (JobState, ExitCode, ...)."""
@@ -137,6 +140,23 @@ def cluster():
     finally:
         subprocess.run([CLUSTER, "down", d], capture_output=True, timeout=60)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_test(request):
+    """A test that fails with its job still running cancels it and waits
+    (bounded) until the nodes are clear, so the next test starts clean."""
+    yield
+    if "cluster" not in request.fixturenames:
+        return
+    c = request.getfixturevalue("cluster")
+    jobs, c.jobs = c.jobs, []
+    live = [j for j in jobs if c.job(j).get("JobState") not in DONE]
+    if live:
+        c.run("ctl", "scancel", *live, check=False)
+        for j in live:
+            c.wait_job(j, timeout=60)
+        c.only_slurmd_left(timeout=60)
 
 
 def job_script(path, body, nodes=3, extra=""):

@@ -25,9 +25,10 @@ def test_scancel_step_every_node_exits_143(cluster, tmp_path):
     """`scancel --signal=TERM JOB.0` signals the step's processes only (not
     srun): every node's ddprun stops its workers and exits 143, and so does
     the job. (Seen here once in a few runs: node 0's ddprun, told by a peer
-    that a worker exited 143 just before its own SIGTERM, lingered for the
-    --shutdown-timeout (30 s) after its workers were gone; hence the bound.)"""
-    jobid, out, pids = start(cluster, tmp_path)
+    that a worker exited 143 just before its own SIGTERM, lingered for about
+    --shutdown-timeout after its workers were gone, waiting for the others'
+    failure lists; hence a short one.)"""
+    jobid, out, pids = start(cluster, tmp_path, "--shutdown-timeout=5")
     cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
     j = cluster.wait_job(jobid, timeout=60)
     log = read(tmp_path / "job.out")
@@ -41,15 +42,18 @@ def test_scancel_step_every_node_exits_143(cluster, tmp_path):
 
 def test_scancel_usr1_ends_the_job_today(cluster, tmp_path):
     """Slurm sends USR1 to every process of the step. USR1 is not among
-    ddprun's handled signals by default, so every node's ddprun dies of it
-    (138), taking its workers with it, until notify-only signals land."""
+    ddprun's handled signals by default, so a node's ddprun dies of it (138),
+    taking its workers with it, unless it first saw another node's ddprun die
+    of it: then it stops as for a lost node (75). Until notify-only signals
+    land, the job ends."""
     jobid, out, pids = start(cluster, tmp_path)
     cluster.run("ctl", "scancel", "--signal=USR1", jobid)
-    j = cluster.wait_job(jobid, timeout=40)
+    j = cluster.wait_job(jobid, timeout=60)
     log = read(tmp_path / "job.out")
     wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=20, log=tmp_path / "job.out")
-    assert rcs(out) == {0: "138", 1: "138", 2: "138"}, log
-    assert j["JobState"] == "FAILED" and j["ExitCode"] == "138:0", log
+    got = set(rcs(out).values())
+    assert "138" in got and got <= {"138", "75"}, log
+    assert j["JobState"] == "FAILED" and j["ExitCode"] in ("138:0", "75:0"), log
     cluster.only_slurmd_left()
 
 
