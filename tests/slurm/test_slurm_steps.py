@@ -35,3 +35,19 @@ def test_one_node_step_in_three_node_job(cluster, tmp_path):
         assert e["HOST"] == "n2" and e["WORLD_SIZE"] == "2"
         # A one-node job passes the host on as it took it.
         assert e["MASTER_ADDR"] in ("n2", address_of(cluster, "n2")), log
+
+
+def test_two_steps_one_after_the_other(cluster, tmp_path):
+    """Two `srun ddprun` steps in one job, on the same port: the second is a
+    job of its own (its own SLURM_STEP_ID), not confused with the first."""
+    out = tmp_path / "out"
+    out.mkdir()
+    step = ("srun ddprun --nproc-per-node=2 --master-port=29500 "
+            "sh -c 'echo \"$SLURM_STEP_ID $RANK\" > \"$OUT/step.$SLURM_STEP_ID.$RANK\"'")
+    script = job_script(tmp_path / "job.sh", f"{step} && {step}")
+    jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))
+    j = cluster.wait_job(jobid)
+    log = read(tmp_path / "job.out")
+    assert j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", log
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"step.{s}.{r}" for s in (0, 1) for r in range(6)), log
