@@ -31,13 +31,19 @@ struct resolve_work {
 	unsigned fams; /* 1: IPv4, 2: IPv6 among the addresses */
 };
 
-/* Which option or setting gave the store's host (for messages). */
+/* Which option or setting gave the store's host (for messages; the loop's
+ * thread only). */
 static const char *host_source(const struct coord *c)
 {
+	static char buf[128];
+
 	if (c->dynamic)
 		return "--rdzv-endpoint";
-	if (c->o->slurm_master_addr)
-		return "Slurm's first node of SLURM_JOB_NODELIST (--master-addr overrides it)";
+	if (c->o->slurm_master_addr) {
+		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
+			 c->o->slurm_master_var ? c->o->slurm_master_var : "SLURM_JOB_NODELIST");
+		return buf;
+	}
 	return "--master-addr";
 }
 
@@ -212,7 +218,7 @@ static void host_and_connect(struct coord *c, unsigned fams)
 			continue;
 		rc = family_free(family, c->store_port);
 		if (rc == -EADDRINUSE)
-			snprintf(fam, sizeof(fam), " for %s, the family of %s %.60s",
+			snprintf(fam, sizeof(fam), " for %s, the family of %.100s %.60s",
 				 family == AF_INET ? "IPv4" : "IPv6", host_source(c),
 				 c->store_host);
 		else
