@@ -349,7 +349,7 @@ static void rendezvous(struct agent *a)
 	 * (1.x had /worker/attempt_N): a restart's workers would read the dead
 	 * attempt's keys (gloo's peer addresses) and fail to connect. Each
 	 * attempt gets an empty store, as if it were a new TCPStore. */
-	if (a->restart_count > 0 && a->store != NULL && store_server_clear(a->store) != 0) {
+	if (a->restart_count > 0 && a->store != NULL && store_server_clear(a->store, NULL) != 0) {
 		agent_say("error: out of memory");
 		a->failed = true;
 		finish(a, 1);

