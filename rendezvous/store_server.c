@@ -427,6 +427,11 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 	uv_close((uv_handle_t *)&s->unblock, on_handle_closed);
 }
 
+int store_server_clear(struct store_server *s, const char *keep)
+{
+	return store_kv_clear(s->kv, keep);
+}
+
 unsigned store_server_num_conns(const struct store_server *s)
 {
 	return s->nconns;

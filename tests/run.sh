@@ -4,7 +4,8 @@
 # slurm (a real cluster, tests/slurm/README) is part of all where this machine can
 # make one; otherwise all says why it left it out.
 # Each unit binary runs alone under a timeout. Ends with one summary line and a
-# non-zero status if anything failed.
+# non-zero status if anything failed. compat runs against every PyTorch present
+# (host, and the roots tests/compat/mkroot.sh made); the summary names them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +36,7 @@ run_pytest() {  # suite dir
   [[ -e ${files[0]} ]] || return 0
   local junit="$B/tests/$suite-junit.xml"
   mkdir -p "$B/tests"
+  rm -f "$junit" "$B/tests/$suite-versions"  # tests/compat/conftest.py writes the latter
   DDP_BUILD="$PWD/$B" "$PY" -m pytest -q -p no:cacheprovider --junitxml="$junit" \
     "tests/$suite" "$@"
   local rc=$?
@@ -92,7 +94,9 @@ esac
 total_fail=0; summary=""
 for s in unit e2e compat slurm; do
   [[ -n ${pass[$s]+x} ]] || continue
-  summary+=" $s ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
+  label=$s
+  if [[ -s $B/tests/$s-versions ]]; then label+=" (torch $(<"$B/tests/$s-versions"))"; fi
+  summary+=" $label ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
   total_fail=$((total_fail + fail[$s]))
 done
 if [[ $total_fail -eq 0 ]]; then
