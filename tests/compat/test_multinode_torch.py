@@ -76,10 +76,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=240, extra=(), ns=None,
+def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=None, extra=(), ns=None,
               envs=({}, {})):
     """Start both agents (in namespaces ns when given), wait for both
-    (bounded); [(rc, stdout, stderr)]."""
+    (bounded: DDP_TEST_MN_TIMEOUT, 240 s); [(rc, stdout, stderr)]."""
+    timeout = timeout or int(os.environ.get("DDP_TEST_MN_TIMEOUT", 240))
     env = pt.env(PYTHON_EXEC=pt.python, TMPDIR=str(tmp_path))
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
         env.pop(k, None)
@@ -91,6 +92,15 @@ def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=240, extra
     try:
         outs = [p.communicate(timeout=timeout) for p in procs]
         return [(p.returncode, *o) for p, o in zip(procs, outs)]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        # What each agent had said: a hang must show where it stood.
+        said = [p.communicate() for p in procs]
+        raise AssertionError(f"no end in {timeout} s:\n" + "\n".join(
+            f"--- node {i} stdout:\n{o[-2000:]}\n--- node {i} stderr:\n{e[-4000:]}"
+            for i, (o, e) in enumerate(said))) from None
     finally:
         for p in procs:
             if p.poll() is None:
