@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent_fwd.h"
 #include "agent_store.h"
+#include "store_server.h"
 #include "hang.h"
 #include "shmsweep.h"
 #include "signame.h"
@@ -82,9 +84,11 @@ static void finish(struct agent *a, int status)
 	}
 	a->state = AS_CLOSING;
 	hang_close(a);
+	agent_fwd_close(a);
 	output_console_close();
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
+	close_handle(a, (uv_handle_t *)&a->stuck_timer);
 	for (i = 0; i < a->nsigs; i++)
 		close_handle(a, (uv_handle_t *)&a->sigs[i]);
 	if (a->store != NULL) {
@@ -100,6 +104,29 @@ static void kill_all(struct agent *a, int sig)
 
 	for (i = 0; i < a->nproc; i++)
 		agent_worker_signal(&a->w[i], sig);
+}
+
+static void on_stuck_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+
+	a->stuck_timer_on = false;
+	agent_abandon_stuck(a);
+	/* No restart with the old workers still holding their GPUs. */
+	a->after = AFTER_EXIT;
+	if (!a->status_set && a->nfailures == 0)
+		set_status(a, 1);
+	check_progress(a);
+}
+
+/* SIGKILL went to every group: bound the wait for the workers. */
+static void mark_killed(struct agent *a)
+{
+	a->killed = true;
+	if (!a->stuck_timer_on) {
+		uv_timer_start(&a->stuck_timer, on_stuck_timer, AGENT_STUCK_WAIT_MS, 0);
+		a->stuck_timer_on = true;
+	}
 }
 
 static void on_kill_timer(uv_timer_t *t)
@@ -122,7 +149,7 @@ static void on_kill_timer(uv_timer_t *t)
 				  i);
 	}
 	kill_all(a, SIGKILL);
-	a->killed = true;
+	mark_killed(a);
 	check_progress(a);
 }
 
@@ -138,7 +165,7 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
 		kill_all(a, sig);
 		if (sig == SIGKILL)
-			a->killed = true;
+			mark_killed(a);
 		else if (sig != SIGCONT)
 			kill_all(a, SIGCONT);
 	}
@@ -346,6 +373,16 @@ static void rendezvous(struct agent *a)
 		a->coord.rendezvous(a, a->restart_count, a->coord.arg);
 		return;
 	}
+	/* PyTorch 2.x's env:// on an agent store uses no per-attempt prefix
+	 * (1.x had /worker/attempt_N): a restart's workers would read the dead
+	 * attempt's keys (gloo's peer addresses) and fail to connect. Each
+	 * attempt gets an empty store, as if it were a new TCPStore. */
+	if (a->restart_count > 0 && a->store != NULL && store_server_clear(a->store, NULL) != 0) {
+		agent_say("error: out of memory");
+		a->failed = true;
+		finish(a, 1);
+		return;
+	}
 	/* One node: the world is this node. */
 	w.group_rank = 0;
 	w.group_world_size = 1;
@@ -484,6 +521,10 @@ static void check_progress(struct agent *a)
 			uv_timer_stop(&a->kill_timer);
 			a->kill_timer_on = false;
 		}
+		if (a->stuck_timer_on) {
+			uv_timer_stop(&a->stuck_timer);
+			a->stuck_timer_on = false;
+		}
 		/* Whatever is left once every worker is gone is an orphan now. */
 		for (i = 0; i < a->nproc; i++) {
 			struct agent_worker *w = &a->w[i];
@@ -494,6 +535,7 @@ static void check_progress(struct agent *a)
 				agent_watchdog_forget(a, w->pid);
 			}
 		}
+		agent_kill_escaped(a);
 		if (a->state == AS_RUNNING)
 			a->after = AFTER_EXIT;
 		a->state = AS_DRAINING;
@@ -600,7 +642,12 @@ int agent_start(struct agent *a)
 		rc = init_handle(a, (uv_handle_t *)&a->kill_timer,
 				 uv_timer_init(a->loop, &a->kill_timer));
 	if (rc == 0)
+		rc = init_handle(a, (uv_handle_t *)&a->stuck_timer,
+				 uv_timer_init(a->loop, &a->stuck_timer));
+	if (rc == 0)
 		rc = watch_signals(a);
+	if (rc == 0)
+		rc = agent_fwd_start(a);
 	if (rc == 0 && hang_start(a) != 0)
 		agent_say("warning: hang detection is off (out of memory)");
 	if (rc != 0) {

@@ -113,8 +113,6 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 uv_loop_t *agent_loop(struct agent *a);
 /* The exit status, once the loop has returned. */
 int agent_exit_status(const struct agent *a);
-/* True when the job failed (the log directory is then kept for its report). */
-bool agent_failed(const struct agent *a);
 /* Release everything (after the loop has returned). */
 void agent_destroy(struct agent *a);
 /* One line on ddprun's stderr, "ddprun: " first, in order with the workers'

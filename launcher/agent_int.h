@@ -13,6 +13,7 @@
 
 struct store_server;
 struct hang;
+struct agent_fwd;
 
 enum agent_state {
 	AS_IDLE,     /* created, not started */
@@ -73,13 +74,16 @@ struct agent {
 	int nsigs;
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
-	bool killed;		    /* SIGKILL went to every group in this attempt */
+	bool killed;		/* SIGKILL went to every group in this attempt */
+	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
+	bool stuck_timer_on;
 	int open_handles;	    /* loop handles not yet closed */
 	struct store_server *store; /* the store this agent hosts, or NULL */
 	char *store_host;
 	int store_port;
-	struct hang *hang; /* hang detection and dumps (hang.h); NULL: none */
-	int dup_fd[2];	   /* filtered_std{out,err}.log (agent_dup.c); -1: none */
+	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */
+	int dup_fd[2];	       /* filtered_std{out,err}.log (agent_dup.c); -1: none */
+	struct agent_fwd *fwd; /* --forward-signals (agent_fwd.h); NULL: none */
 };
 
 /* Start w for the current attempt. 0 or a negative errno with err set. */
@@ -90,6 +94,18 @@ void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct
 void agent_worker_signal(struct agent_worker *w, int sig);
 /* Closed-stream bookkeeping, called by the output streams. */
 void agent_stream_closed(struct output_stream *s);
+/* How long ddprun waits for workers after SIGKILL: one in uninterruptible
+ * sleep (D: a hung NFS or FUSE read, a driver call) outlives even that. */
+#define AGENT_STUCK_WAIT_MS 5000
+/* SIGKILL what the workers left outside their process groups
+ * (procsweep.h); once every worker has exited. */
+void agent_kill_escaped(struct agent *a);
+/* The workers still running AGENT_STUCK_WAIT_MS after SIGKILL: name each
+ * (pid, state, wchan) and stop waiting for it. */
+void agent_abandon_stuck(struct agent *a);
+/* Test hook (DDPRUN_TEST_NO_SIGKILL=1): SIGKILL is not sent to the workers,
+ * which then look unkillable (a real D-state process is hard to make). */
+bool agent_test_no_sigkill(void);
 /* Tell the watchdog that w's group is gone for good. */
 void agent_watchdog_forget(struct agent *a, pid_t pgid);
 

@@ -1,7 +1,9 @@
 /* agent_life: creating, querying and destroying an agent (see agent.h); the
  * state machine itself is agent.c. */
 #include "agent_int.h"
+#include "agent_fwd.h"
 #include "hang.h"
+#include "watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +52,9 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
 	if (rc != 0)
 		goto fail;
+	/* kill -9 of ddprun: the watchdog removes what the end would have. */
+	if (a->logdir.temporary && a->cfg.watchdog != NULL)
+		watchdog_tmpdir(a->cfg.watchdog, a->logdir.base);
 	if (a->o->log_dir == NULL && redirected)
 		agent_say("logs are in %s", a->logdir.run_dir);
 	*out = a;
@@ -69,11 +74,6 @@ int agent_exit_status(const struct agent *a)
 	return a->status;
 }
 
-bool agent_failed(const struct agent *a)
-{
-	return a->failed;
-}
-
 void agent_destroy(struct agent *a)
 {
 	size_t k;
@@ -82,6 +82,7 @@ void agent_destroy(struct agent *a)
 	if (a == NULL)
 		return;
 	hang_destroy(a);
+	agent_fwd_destroy(a);
 	for (i = 0; a->w != NULL && i < a->nproc; i++) {
 		free(a->w[i].error_file);
 		free(a->w[i].prefix[0]);

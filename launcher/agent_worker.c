@@ -248,7 +248,7 @@ void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct
 
 void agent_worker_signal(struct agent_worker *w, int sig)
 {
-	if (!w->group_live)
+	if (!w->group_live || (sig == SIGKILL && agent_test_no_sigkill()))
 		return;
 	if (kill(-w->pid, sig) == 0)
 		return;

@@ -36,6 +36,7 @@ enum opt_id {
 	O_MASTER_PORT,
 	O_LOCAL_ADDR,
 	O_SIGNALS,
+	O_FORWARD_SIGNALS,
 	O_SHUTDOWN_TIMEOUT,
 	O_TAG_OUTPUT,
 	O_HANG_TIMEOUT,
@@ -84,6 +85,7 @@ static const struct optdef {
 	[O_MASTER_PORT] = {"master-port", 0, false, true, "29500"},
 	[O_LOCAL_ADDR] = {"local-addr", 0, false, true, NULL},
 	[O_SIGNALS] = {"signals-to-handle", 0, false, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
+	[O_FORWARD_SIGNALS] = {"forward-signals", 0, false, true, NULL},
 	[O_SHUTDOWN_TIMEOUT] = {"shutdown-timeout", 0, false, true, NULL},
 	[O_TAG_OUTPUT] = {"tag-output", 0, true, true, NULL},
 	[O_HANG_TIMEOUT] = {"hang-timeout", 0, false, true, NULL},
@@ -429,11 +431,16 @@ bool cli_rank_shown(const struct cli_opts *o, int local_rank)
 	return false;
 }
 
-static int parse_signals(struct parse *p, struct cli_opts *o)
+/* The signal list of option i into sigs[0..*n): torchrun's exact names for
+ * --signals-to-handle, also USR1, usr1 and numbers for ddprun's own. */
+static int parse_signals(struct parse *p, int i, int *sigs, int *n)
 {
-	const char *q = p->raw[O_SIGNALS].val;
+	const char *q = p->raw[i].val;
+	bool loose = i != O_SIGNALS;
 
-	o->nsignals = 0;
+	*n = 0;
+	if (q == NULL)
+		return 0;
 	for (;;) {
 		const char *comma = strchr(q, ',');
 		size_t len = comma ? (size_t)(comma - q) : strlen(q);
@@ -447,27 +454,41 @@ static int parse_signals(struct parse *p, struct cli_opts *o)
 		while (len > 0 && q[len - 1] == ' ')
 			len--;
 		if (len == 0 || len >= sizeof(name))
-			return bad_value(p, O_SIGNALS,
-					 "a comma-separated list like SIGTERM,SIGUSR1");
+			return bad_value(p, i, "a comma-separated list like SIGTERM,SIGUSR1");
 		memcpy(name, q, len);
 		name[len] = '\0';
-		sig = signame_to_num(name);
+		sig = loose ? signame_to_num_loose(name) : signame_to_num(name);
 		if (sig < 0)
-			return fail(p, "unknown signal '%s' in %s", name, src_of(p, O_SIGNALS));
+			return fail(p, "unknown signal '%s' in %s", name, src_of(p, i));
 		if (!signame_forwardable(sig))
 			return fail(p, "signal %s in %s cannot be handled and forwarded", name,
-				    src_of(p, O_SIGNALS));
-		for (k = 0; k < o->nsignals && o->signals[k] != sig; k++)
+				    src_of(p, i));
+		for (k = 0; k < *n && sigs[k] != sig; k++)
 			;
-		if (k == o->nsignals) {
-			if (o->nsignals == CLI_MAX_SIGNALS)
-				return bad_value(p, O_SIGNALS, "at most 32 signals");
-			o->signals[o->nsignals++] = sig;
+		if (k == *n) {
+			if (*n == CLI_MAX_SIGNALS)
+				return bad_value(p, i, "at most 32 signals");
+			sigs[(*n)++] = sig;
 		}
 		if (comma == NULL)
 			return 0;
 		q = comma + 1;
 	}
+}
+
+/* A signal named by both lists is forwarded and stops nothing (ddprun(1),
+ * SIGNALS): --forward-signals is the more specific request. */
+static void cli_fwd_wins(struct cli_opts *o)
+{
+	int i, k, n = 0;
+
+	for (i = 0; i < o->nsignals; i++) {
+		for (k = 0; k < o->nfwd_signals && o->fwd_signals[k] != o->signals[i]; k++)
+			;
+		if (k == o->nfwd_signals)
+			o->signals[n++] = o->signals[i];
+	}
+	o->nsignals = n;
 }
 
 static int parse_rdzv_conf(struct parse *p, struct cli_opts *o)
@@ -553,8 +574,11 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		return bad_value(p, O_REDIRECTS, "0-3 or LOCAL_RANK:0-3[,...]");
 	if (cli_std_parse(r[O_TEE].val, &o->tee) != 0)
 		return bad_value(p, O_TEE, "0-3 or LOCAL_RANK:0-3[,...]");
-	if ((rc = parse_ranks_filter(p, o)) != 0 || (rc = parse_signals(p, o)) != 0)
+	if ((rc = parse_ranks_filter(p, o)) != 0 ||
+	    (rc = parse_signals(p, O_SIGNALS, o->signals, &o->nsignals)) != 0 ||
+	    (rc = parse_signals(p, O_FORWARD_SIGNALS, o->fwd_signals, &o->nfwd_signals)) != 0)
 		return rc;
+	cli_fwd_wins(o);
 	o->local_addr = r[O_LOCAL_ADDR].val;
 	if (store_server_io_parse(getenv_fn("DDP_STORE_IO"), &o->store_io) < 0)
 		return fail(p, "bad DDP_STORE_IO '%s' (auto, uring or uv)",

@@ -75,8 +75,10 @@ struct cli_opts {
 	int nranks_filter;
 	const char *local_addr;
 	int store_io; /* STORE_IO_* from DDP_STORE_IO, for the stores ddprun hosts */
-	int signals[CLI_MAX_SIGNALS];
+	int signals[CLI_MAX_SIGNALS]; /* --signals-to-handle, less fwd_signals */
 	int nsignals;
+	int fwd_signals[CLI_MAX_SIGNALS]; /* --forward-signals (launcher/agent_fwd.h) */
+	int nfwd_signals;
 	int64_t shutdown_timeout_ms;
 	bool tag_output;	 /* ddprun's own: "[rankN]: " before each console line */
 	int64_t hang_timeout_ms; /* --hang-timeout: 0 off (launcher/hang.h) */
@@ -91,7 +93,9 @@ struct cli_opts {
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
-	char **prog_argv; /* the program and its arguments (NULL-terminated) */
+	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */
+	const char *slurm_stray; /* SLURM_* set outside an allocation (warned about) */
+	char **prog_argv;	 /* the program and its arguments (NULL-terminated) */
 	int prog_argc;
 };
 

@@ -179,6 +179,7 @@ void coord_round_start(struct coord *c)
 	coord_watch_end(c);
 	coord_live_start(c);
 	coord_hang_round(c);
+	coord_fwd_round(c);
 	agent_say("round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d", c->round,
 		  c->rank, c->nnodes, c->host, first, first + c->nproc - 1, world, w.master_addr,
 		  w.master_port);
@@ -584,6 +585,7 @@ void coord_destroy(struct coord *c)
 	if (c == NULL)
 		return;
 	coord_hang_destroy(c);
+	coord_fwd_destroy(c);
 	free(c->nodes);
 	free(c->arrivals);
 	free(c->mon_last);

@@ -7,6 +7,7 @@
  *   coord_host.c    which agent hosts the store; the workers' store
  *   coord_start.c   resolving the store's host, a taken port, connecting
  *   coord_watch.c   who joined: waiting lines, timeouts, other run ids
+ *   coord_fwd.c     --forward-signals: each delivery on every node once
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
@@ -85,6 +86,7 @@ struct coord {
 	enum coord_phase phase;
 	bool config_checked;
 	struct coord_hang *hang; /* hang dumps across nodes (coord_hang.c) */
+	struct coord_fwd *fwd;	 /* forwarded signals (coord_fwd.c); NULL: none */
 	int round;		 /* the round being joined or run */
 	int restart_count;	 /* of that round */
 	int rank;		 /* this node's rank in the round (-1: not yet) */
@@ -122,9 +124,10 @@ struct coord {
 	bool hurry; /* a further signal: leave without waiting for anyone */
 	/* coord_start.c */
 	int64_t resolve_deadline_ms;
-	bool resolve_said;   /* the first temporary failure was said */
-	bool probing;	     /* node 0 whose port is taken: asking who holds it */
-	char probe_why[200]; /* which address family is taken, if that was it */
+	int64_t connect_deadline_ms; /* for the line while nothing answers */
+	bool resolve_said;	     /* the first temporary failure was said */
+	bool probing;		     /* node 0 whose port is taken: asking who holds it */
+	char probe_why[200];	     /* which address family is taken, if that was it */
 };
 
 /* coord.c */
@@ -211,6 +214,12 @@ int coord_local_status(struct coord *c);
 void coord_hang_round(struct coord *c);
 void coord_hang_close(struct coord *c);
 void coord_hang_destroy(struct coord *c);
+
+/* coord_fwd.c: forwarded signals across nodes (its keys r<r>/fwd/... are
+ * described there): a round started (walk its log); closing. */
+void coord_fwd_round(struct coord *c);
+void coord_fwd_close(struct coord *c);
+void coord_fwd_destroy(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);

@@ -75,6 +75,7 @@ static void close_conns(struct coord *c)
 	}
 	c->a_up = c->w_up = false;
 	coord_hang_close(c);
+	coord_fwd_close(c);
 	if (c->wstore != NULL) {
 		c->open++;
 		coord_wstore_close(c, coord_closed_one);

@@ -343,13 +343,17 @@ static void on_usr2(uv_signal_t *s, int sig)
 		agent_say("SIGUSR2: a stack dump is already being made");
 }
 
-/* SIGUSR2 is ours unless the user asked ddprun to forward it. */
+/* SIGUSR2 is ours unless the user asked ddprun to forward it (to stop the
+ * job, or to notify the workers: agent_fwd.h). */
 static bool usr2_free(const struct agent *a)
 {
 	int i;
 
 	for (i = 0; i < a->o->nsignals; i++)
 		if (a->o->signals[i] == SIGUSR2)
+			return false;
+	for (i = 0; i < a->o->nfwd_signals; i++)
+		if (a->o->fwd_signals[i] == SIGUSR2)
 			return false;
 	return true;
 }

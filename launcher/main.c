@@ -113,7 +113,7 @@ int main(int argc, char **argv)
 	struct rlimit nofile;
 	uint64_t fdlimit;
 	char err[512], host[256] = "localhost", run_id[40], nonce[SHMSWEEP_NONCE_LEN + 1];
-	int dfl[CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
+	int dfl[2 * CLI_MAX_SIGNALS + 2], ndfl = 0, nproc = 0, status = 1, rc, i;
 	const char *parent_ef;
 	cpu_set_t *cpu_sets = NULL;
 
@@ -131,6 +131,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddprun: error: %s (see ddprun --help)\n", err);
 		return EXIT_USAGE;
 	}
+	if (o.slurm_stray != NULL)
+		fprintf(stderr,
+			"ddprun: warning: %s is set but SLURM_JOB_ID is not: this is no Slurm "
+			"allocation, so ddprun ignores SLURM_* (run it under srun, or give "
+			"--nnodes, --node-rank and --master-addr)\n",
+			o.slurm_stray);
 	if (o.standalone) {
 		random_hex(run_id, sizeof(run_id));
 		o.rdzv_id = run_id;
@@ -174,13 +180,16 @@ int main(int argc, char **argv)
 	dfl[ndfl++] = SIGCHLD;
 	for (i = 0; i < o.nsignals; i++)
 		dfl[ndfl++] = o.signals[i];
+	for (i = 0; i < o.nfwd_signals; i++)
+		dfl[ndfl++] = o.fwd_signals[i];
 
 	/* Two pipes per worker and a store connection each: allow as many
 	 * descriptors as the hard limit does (the workers get the original). */
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && store_server_raise_nofile(&fdlimit) == 0)
 		cfg.nofile = &nofile;
 
-	rc = watchdog_start(&wd);
+	random_hex(nonce, sizeof(nonce));
+	rc = watchdog_start(&wd, nonce);
 	if (rc != 0)
 		fprintf(stderr,
 			"ddprun: warning: no watchdog (%s): if ddprun is killed, workers' "
@@ -196,7 +205,6 @@ int main(int argc, char **argv)
 	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
 	cfg.dfl_sigs = dfl;
 	cfg.ndfl_sigs = ndfl;
-	random_hex(nonce, sizeof(nonce));
 	cfg.shm_nonce = nonce;
 	cfg.cpu_sets = cpu_sets;
 	if (uv_loop_init(&loop) != 0) {

@@ -1,43 +1,69 @@
 /* shmsweep: remove this agent's leftover shared memory (see shmsweep.h). */
 #include "shmsweep.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
+#include <stdint.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include "procsweep.h"
+
+PROCSWEEP_RAW static size_t raw_len(const char *s)
+{
+	size_t n = 0;
+
+	/* The empty asm keeps the compiler from making this a strlen() call,
+	 * which the watchdog must not make. */
+	while (s[n] != '\0') {
+		n++;
+		__asm__("" : "+r"(n));
+	}
+	return n;
+}
 
 /* "ddp-" ... "-a<nonce>" exactly: a longer token that merely starts with
  * ours is someone else's. */
-static int ours(const char *name, const char *nonce)
+PROCSWEEP_RAW static int ours(const char *name, const char *nonce)
 {
-	size_t n = strlen(name), k = strlen(nonce);
+	size_t n = raw_len(name), k = raw_len(nonce), i;
 
-	if (k == 0 || strncmp(name, "ddp-", 4) != 0 || n < 4 + 2 + k)
+	if (k == 0 || n < 4 + 2 + k || name[0] != 'd' || name[1] != 'd' || name[2] != 'p' ||
+	    name[3] != '-' || name[n - k - 2] != '-' || name[n - k - 1] != 'a')
 		return 0;
-	return memcmp(name + n - k - 2, "-a", 2) == 0 && memcmp(name + n - k, nonce, k) == 0;
+	for (i = 0; i < k; i++)
+		if (name[n - k + i] != nonce[i])
+			return 0;
+	return 1;
 }
 
-int shmsweep_remove(const char *dir, const char *nonce, void (*removed)(const char *, void *),
-		    void *arg)
+PROCSWEEP_RAW int shmsweep_remove(const char *dir, const char *nonce,
+				  void (*removed)(const char *, void *), void *arg)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
+	char buf[4096] __attribute__((aligned(8)));
+	long fd = syscall(SYS_openat, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	long r, off;
 	int count = 0;
 
-	if (d == NULL)
+	if (fd < 0)
 		return errno == ENOENT ? 0 : -errno;
-	while ((e = readdir(d)) != NULL) {
-		if (!ours(e->d_name, nonce))
-			continue;
-		/* Unlinking while the directory is read is fine: an entry is
-		 * seen at most once. A mapping that still exists stays valid. */
-		if (unlinkat(dirfd(d), e->d_name, 0) == 0) {
-			count++;
-			if (removed != NULL)
-				removed(e->d_name, arg);
+	while ((r = syscall(SYS_getdents64, (int)fd, buf, sizeof(buf))) > 0) {
+		for (off = 0; off < r;) {
+			struct procsweep_dirent *e = (struct procsweep_dirent *)(buf + off);
+
+			off += e->d_reclen;
+			if (!ours(e->d_name, nonce))
+				continue;
+			/* Unlinking while the directory is read is fine: an
+			 * entry is seen at most once. A mapping that still
+			 * exists stays valid. */
+			if (syscall(SYS_unlinkat, (int)fd, e->d_name, 0) == 0) {
+				count++;
+				if (removed != NULL)
+					removed(e->d_name, arg);
+			}
 		}
 	}
-	closedir(d);
+	syscall(SYS_close, (int)fd);
 	return count;
 }

@@ -7,20 +7,20 @@
  * segment's name with "-a<nonce>": a name "ddp-...-a<nonce>" is certainly
  * this agent's, whatever the run id (two jobs may share one, e.g. "none"),
  * and no other job's segment ever matches. The agent sweeps after each
- * attempt, once all its workers have exited. */
+ * attempt, once all its workers have exited; the watchdog sweeps when ddprun
+ * died (kill -9), so shmsweep_remove makes system calls only (procsweep.h). */
 #ifndef DDP_SHMSWEEP_H
 #define DDP_SHMSWEEP_H
 
 #include <stddef.h>
 
-/* The worker variable that carries the nonce. */
-#define SHMSWEEP_ENV "DDP_SHM_NONCE"
 /* Hex digits in a nonce (libddp accepts 1 to 32 letters or digits). */
 #define SHMSWEEP_NONCE_LEN 16
 
 /* Remove every entry of dir (normally "/dev/shm") named "ddp-*-a<nonce>";
- * removed(name, arg) is told each one (may be NULL). Returns how many were
- * removed, or a negative errno when dir cannot be read (a missing dir: 0). */
+ * removed(name, arg) is told each one (may be NULL; the watchdog passes
+ * NULL). Returns how many were removed, or a negative errno when dir cannot
+ * be read (a missing dir: 0). */
 int shmsweep_remove(const char *dir, const char *nonce, void (*removed)(const char *, void *),
 		    void *arg);
 

@@ -1,10 +1,14 @@
 /* signame: signal names (see signame.h). */
 #include "signame.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+
+#include "util.h"
 
 int signame_to_num(const char *name)
 {
@@ -19,6 +23,27 @@ int signame_to_num(const char *name)
 			return sig;
 	}
 	return -EINVAL;
+}
+
+int signame_to_num_loose(const char *name)
+{
+	char up[24] = "SIG";
+	size_t i, k = 3;
+	int sig;
+
+	if (name == NULL || name[0] == '\0')
+		return -EINVAL;
+	if (isdigit((unsigned char)name[0]))
+		return util_parse_int(name, 1, NSIG - 1, &sig) == 0 ? sig : -EINVAL;
+	if (strncasecmp(name, "SIG", 3) == 0)
+		name += 3;
+	for (i = 0; name[i] != '\0'; i++) {
+		if (k + 1 >= sizeof(up))
+			return -EINVAL;
+		up[k++] = (char)toupper((unsigned char)name[i]);
+	}
+	up[k] = '\0';
+	return signame_to_num(up);
 }
 
 const char *signame_of(int sig, char *buf, size_t len)

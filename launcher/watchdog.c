@@ -14,10 +14,24 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "procsweep.h"
+#include "shmsweep.h"
 #include "util.h"
 
 #define WATCHDOG_MAX_GROUPS (1 << 20)
 #define WATCHDOG_STACK	    (64 * 1024)
+#define WATCHDOG_DIR_MAX    4000 /* a directory message fits in PIPE_BUF */
+#define MSG_DIR		    INT32_MIN
+
+/* What the watchdog knows besides the groups: its own mapping, filled before
+ * the clone (the nonce) or through the pipe (the directory). */
+struct wd_state {
+	int fd;
+	char nonce[SHMSWEEP_NONCE_LEN + 8];
+	char marker[SHMSWEEP_NONCE_LEN + 32]; /* "" when there is no nonce */
+	char dir[WATCHDOG_DIR_MAX + 4];	      /* "" until ddprun sends it */
+	char scratch[64 * 1024] __attribute__((aligned(8)));
+};
 
 /* The watchdog shares ddprun's memory (clone with CLONE_VM, its own stack):
  * a fork copied ddprun's page tables, and every page ddprun then wrote cost
@@ -29,15 +43,33 @@
  * Its only shared writes are errno's, on failures that come only once
  * ddprun is gone. Its table of groups is its own mapping. */
 
-/* Messages are int32: pgid > 0 registers, -pgid forgets, 0 says goodbye. */
-__attribute__((no_sanitize("address", "undefined"))) static int watchdog_main(void *arg)
+/* ddprun died: kill its workers' groups, then what escaped them, then
+ * remove what nobody else will (shared memory, the temporary directory). */
+PROCSWEEP_RAW static void clean_up(struct wd_state *st, const int32_t *groups, size_t n)
 {
-	int fd = (int)(intptr_t)arg;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		syscall(SYS_kill, -groups[i], SIGKILL);
+	if (st->marker[0] != '\0') {
+		procsweep_kill_marked(st->marker, 0, st->scratch, sizeof(st->scratch));
+		shmsweep_remove("/dev/shm", st->nonce, NULL, NULL);
+	}
+	if (st->dir[0] != '\0')
+		procsweep_rmflat(st->dir, st->scratch, sizeof(st->scratch));
+}
+
+/* Messages are int32: pgid > 0 registers, -pgid forgets, 0 says goodbye;
+ * MSG_DIR, a length and that many bytes (padded to 4) name the directory. */
+PROCSWEEP_RAW static int watchdog_main(void *arg)
+{
+	struct wd_state *st = arg;
+	int fd = st->fd;
 	size_t n = 0, i, cap = WATCHDOG_MAX_GROUPS;
 	bool clean = false;
 	int32_t buf[256];
 	int32_t *groups;
-	long null;
+	long null, dir_len = -1, dir_at = 0; /* -1: no directory message under way */
 
 	syscall(SYS_setsid);
 	syscall(SYS_prctl, PR_SET_NAME, "ddprun-watchdog", 0, 0, 0);
@@ -69,7 +101,26 @@ __attribute__((no_sanitize("address", "undefined"))) static int watchdog_main(vo
 			int32_t m = buf[i];
 			size_t k;
 
-			if (m == 0) {
+			if (dir_len == -2) { /* the length */
+				dir_len = m >= 0 && m <= WATCHDOG_DIR_MAX ? m : 0;
+				dir_at = 0;
+				st->dir[0] = '\0';
+				continue;
+			}
+			if (dir_len >= 0 && dir_at < dir_len) {
+				for (k = 0; k < 4; k++)
+					if (dir_at < dir_len)
+						st->dir[dir_at++] = ((const char *)&buf[i])[k];
+				if (dir_at == dir_len) {
+					st->dir[dir_at] = '\0';
+					dir_len = -1;
+				}
+				continue;
+			}
+			dir_len = -1;
+			if (m == MSG_DIR) {
+				dir_len = -2;
+			} else if (m == 0) {
 				clean = true;
 				n = 0;
 			} else if (m > 0) {
@@ -88,8 +139,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int watchdog_main(vo
 		}
 	}
 	if (!clean)
-		for (i = 0; i < n; i++)
-			syscall(SYS_kill, -groups[i], SIGKILL);
+		clean_up(st, groups, n);
 	syscall(SYS_exit, 0);
 	return 0;
 }
@@ -103,8 +153,9 @@ static bool under_valgrind(void)
 	return p && strstr(p, "/vgpreload_");
 }
 
-int watchdog_start(struct watchdog *w)
+int watchdog_start(struct watchdog *w, const char *nonce)
 {
+	struct wd_state *st;
 	int p[2];
 	sigset_t all, old;
 	void *stack;
@@ -113,15 +164,28 @@ int watchdog_start(struct watchdog *w)
 
 	w->pid = 0;
 	w->fd = -1;
-	if (pipe2(p, O_CLOEXEC) != 0)
+	/* Never unmapped, as the stack: the watchdog uses it after ddprun exited. */
+	st = mmap(NULL, sizeof(*st), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (st == MAP_FAILED)
 		return -errno;
-	/* Never unmapped: the watchdog may run on it after ddprun has exited. */
+	if (nonce != NULL && strlen(nonce) < sizeof(st->nonce) &&
+	    procsweep_marker(st->marker, sizeof(st->marker), nonce) == 0)
+		strcpy(st->nonce, nonce);
+	else
+		st->marker[0] = '\0';
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		err = errno;
+		munmap(st, sizeof(*st));
+		return -err;
+	}
+	st->fd = p[0];
 	stack = mmap(NULL, WATCHDOG_STACK, PROT_READ | PROT_WRITE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED) {
 		err = errno;
 		close(p[0]);
 		close(p[1]);
+		munmap(st, sizeof(*st));
 		return -err;
 	}
 	syscall(SYS_getpid); /* bind syscall() here, not in the child */
@@ -130,13 +194,13 @@ int watchdog_start(struct watchdog *w)
 	/* Not CLONE_FILES: the child closes its own copies of ddprun's files. */
 	pid = under_valgrind() ? -1
 			       : clone(watchdog_main, (char *)stack + WATCHDOG_STACK,
-				       CLONE_VM | SIGCHLD, (void *)(intptr_t)p[0]);
+				       CLONE_VM | SIGCHLD, st);
 	if (pid < 0) { /* the same child, forked */
 		munmap(stack, WATCHDOG_STACK);
 		stack = MAP_FAILED;
 		pid = fork();
 		if (pid == 0)
-			watchdog_main((void *)(intptr_t)p[0]);
+			watchdog_main(st);
 	}
 	err = errno;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -144,6 +208,7 @@ int watchdog_start(struct watchdog *w)
 	if (pid < 0) {
 		if (stack != MAP_FAILED)
 			munmap(stack, WATCHDOG_STACK);
+		munmap(st, sizeof(*st));
 		close(p[1]);
 		return -err;
 	}
@@ -156,6 +221,22 @@ static void send_msg(struct watchdog *w, int32_t m)
 {
 	if (w->fd >= 0 && util_write_all(w->fd, &m, sizeof(m)) != 0) {
 		/* The watchdog is gone; nothing more to tell it. */
+		close(w->fd);
+		w->fd = -1;
+	}
+}
+
+void watchdog_tmpdir(struct watchdog *w, const char *dir)
+{
+	int32_t msg[2 + WATCHDOG_DIR_MAX / 4 + 1] = {MSG_DIR};
+	size_t len = strlen(dir);
+
+	if (w->fd < 0 || len > WATCHDOG_DIR_MAX)
+		return; /* (a longer $TMPDIR: the directory may stay after kill -9) */
+	msg[1] = (int32_t)len;
+	memcpy(&msg[2], dir, len);
+	/* One write below PIPE_BUF: no worker's registration comes between. */
+	if (util_write_all(w->fd, msg, (2 + (len + 3) / 4) * sizeof(msg[0])) != 0) {
 		close(w->fd);
 		w->fd = -1;
 	}

@@ -11,8 +11,6 @@
 #include "store_async.h"
 #include "store_proto.h"
 
-#define STORE_ASYNC_MAX_KEY	 (8 * 1024)
-#define STORE_ASYNC_MAX_VALUE	 (8 * 1024 * 1024)
 #define STORE_ASYNC_MAX_REPLY	 ((size_t)1 << 30)
 #define STORE_ASYNC_HANDSHAKE_MS 30000 /* bound when connect_timeout_ms <= 0 */
 

@@ -5,37 +5,14 @@
 
 #include "store_async_int.h"
 
-static int put_val(struct aop *o, const void *val, size_t len)
-{
-	if (len > STORE_ASYNC_MAX_VALUE)
-		return -EMSGSIZE;
-	if (len && val == NULL)
-		return -EINVAL;
-	store_put_bytes(&o->req, val, len);
-	return 0;
-}
-
-static int put_keys(struct store_async *a, struct aop *o, const char *const *keys, size_t n)
-{
-	size_t i;
-	int rc = 0;
-
-	if (n > 128 * 1024)
-		return -E2BIG;
-	store_put_u64(&o->req, n);
-	for (i = 0; i < n && rc == 0; i++)
-		rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_ASYNC_MAX_KEY);
-	return rc;
-}
-
 int store_async_set(struct store_async *a, const char *key, const void *val, size_t len,
 		    store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_SET, STORE_REPLY_NONE, K_DONE, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
-		rc = put_val(o, val, len);
+		rc = store_put_user_value(&o->req, val, len);
 	if (o)
 		o->cb.done = cb;
 	return store_async_submit(a, o, rc);
@@ -52,10 +29,10 @@ int store_async_get(struct store_async *a, const char *key, store_async_bytes_cb
 		o->req.len = 0;
 		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_CHECK);
 		store_put_u64(&o->req, 1);
-		rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+		rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 		store_put_op(&o->req, STORE_DIALECT_V2, STORE_OP_GET);
 		if (rc == 0)
-			rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+			rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 		o->cb.bytes = cb;
 	}
 	return store_async_submit(a, o, rc);
@@ -65,7 +42,7 @@ int store_async_add(struct store_async *a, const char *key, int64_t delta, store
 		    void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_ADD, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o) {
 		store_put_i64(&o->req, delta);
@@ -80,12 +57,12 @@ int store_async_compare_set(struct store_async *a, const char *key, const void *
 {
 	struct aop *o =
 		store_async_op_new(a, STORE_OP_COMPARE_SET, STORE_REPLY_BYTES, K_BYTES, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o && rc == 0)
-		rc = put_val(o, expected, elen);
+		rc = store_put_user_value(&o->req, expected, elen);
 	if (o && rc == 0)
-		rc = put_val(o, desired, dlen);
+		rc = store_put_user_value(&o->req, desired, dlen);
 	if (o) {
 		o->check = STORE_CHECK_READY;
 		o->cb.bytes = cb;
@@ -97,7 +74,7 @@ int store_async_check(struct store_async *a, const char *const *keys, size_t n,
 		      store_async_int_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_CHECK, STORE_REPLY_U8, K_INT, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
+	int rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o)
 		o->cb.i = cb;
@@ -113,7 +90,7 @@ int store_async_multi_get(struct store_async *a, const char *const *keys, size_t
 	if (n == 0)
 		return -EINVAL; /* no reply would ever come to complete it */
 	o = store_async_op_new(a, STORE_OP_MULTI_GET, STORE_REPLY_BYTES_N, K_MULTI, arg);
-	rc = o ? put_keys(a, o, keys, n) : 0;
+	rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o) {
 		o->n = n;
@@ -127,14 +104,14 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_MULTI_SET, STORE_REPLY_NONE, K_DONE, arg);
 	size_t i;
-	int rc = n > 128 * 1024 ? -E2BIG : 0;
+	int rc = n > STORE_MAX_MULTI_KEYS ? -E2BIG : 0;
 
 	if (o && rc == 0) {
 		store_put_u64(&o->req, n);
 		for (i = 0; i < n && rc == 0; i++) {
-			rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_ASYNC_MAX_KEY);
+			rc = store_put_user_key(&o->req, a->prefix, keys[i], STORE_MAX_KEY);
 			if (rc == 0)
-				rc = put_val(o, vals[i], lens[i]);
+				rc = store_put_user_value(&o->req, vals[i], lens[i]);
 		}
 	}
 	if (o)
@@ -145,7 +122,7 @@ int store_async_multi_set(struct store_async *a, const char *const *keys, const 
 int store_async_delete(struct store_async *a, const char *key, store_async_int_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_DELETE, STORE_REPLY_I64, K_INT, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o)
 		o->cb.i = cb;
@@ -170,9 +147,9 @@ int store_async_on_close_set(struct store_async *a, const char *key, const void 
 	if (o && (key == NULL || *key == '\0'))
 		store_put_u64(&o->req, 0); /* clears */
 	else if (o)
-		rc = store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY);
+		rc = store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY);
 	if (o && rc == 0)
-		rc = put_val(o, val, len);
+		rc = store_put_user_value(&o->req, val, len);
 	if (o)
 		o->cb.done = cb;
 	return store_async_submit(a, o, rc);
@@ -182,7 +159,7 @@ int store_async_wait(struct store_async *a, const char *const *keys, size_t n, i
 		     store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_WAIT, STORE_REPLY_U8, K_DONE, arg);
-	int rc = o ? put_keys(a, o, keys, n) : 0;
+	int rc = o ? store_put_user_keys(&o->req, a->prefix, keys, n) : 0;
 
 	if (o) {
 		o->timeout_ms = timeout_ms;
@@ -207,7 +184,7 @@ int store_async_barrier(struct store_async *a, const char *key, int64_t world_si
 			int64_t timeout_ms, store_async_done_cb cb, void *arg)
 {
 	struct aop *o = store_async_op_new(a, STORE_OP_BARRIER, STORE_REPLY_U8, K_DONE, arg);
-	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_ASYNC_MAX_KEY) : 0;
+	int rc = o ? store_put_user_key(&o->req, a->prefix, key, STORE_MAX_KEY) : 0;
 
 	if (o) {
 		store_put_i64(&o->req, world_size);

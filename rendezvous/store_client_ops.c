@@ -31,33 +31,7 @@ static int begin(struct store_client *c, enum store_op op)
 
 static int put_key(struct store_client *c, const char *key)
 {
-	return store_put_user_key(&c->req, c->prefix, key, 8 * 1024);
-}
-
-static int put_val(struct store_client *c, const void *val, size_t len)
-{
-	if (len > 8 * 1024 * 1024)
-		return -EMSGSIZE;
-	if (len && val == NULL)
-		return -EINVAL;
-	store_put_bytes(&c->req, val, len);
-	return 0;
-}
-
-static int put_keys(struct store_client *c, const char *const *keys, size_t n)
-{
-	size_t i;
-	int rc;
-
-	if (n > 128 * 1024)
-		return -E2BIG;
-	store_put_u64(&c->req, n);
-	for (i = 0; i < n; i++) {
-		rc = put_key(c, keys[i]);
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	return store_put_user_key(&c->req, c->prefix, key, STORE_MAX_KEY);
 }
 
 static int send_req(struct store_client *c, int64_t deadline)
@@ -81,7 +55,7 @@ static int key_value_op(struct store_client *c, enum store_op op, const char *ke
 	if (rc == 0)
 		rc = put_key(c, key);
 	if (rc == 0)
-		rc = put_val(c, val, len);
+		rc = store_put_user_value(&c->req, val, len);
 	return rc ? rc : send_req(c, op_deadline(c));
 }
 
@@ -99,7 +73,7 @@ static int do_wait(struct store_client *c, const char *const *keys, size_t n, in
 	int rc = begin(c, STORE_OP_WAIT);
 
 	if (rc == 0)
-		rc = put_keys(c, keys, n);
+		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
 	if (rc == 0)
 		rc = send_req(c, deadline);
 	if (rc < 0)
@@ -209,9 +183,9 @@ int store_compare_set(struct store_client *c, const char *key, const void *expec
 	if (rc == 0)
 		rc = put_key(c, key);
 	if (rc == 0)
-		rc = put_val(c, expected, elen);
+		rc = store_put_user_value(&c->req, expected, elen);
 	if (rc == 0)
-		rc = put_val(c, desired, dlen);
+		rc = store_put_user_value(&c->req, desired, dlen);
 	if (rc == 0)
 		rc = send_req(c, deadline);
 	if (rc == 0)
@@ -226,7 +200,7 @@ int store_check(struct store_client *c, const char *const *keys, size_t n)
 	int rc = begin(c, STORE_OP_CHECK);
 
 	if (rc == 0)
-		rc = put_keys(c, keys, n);
+		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
 	if (rc == 0)
 		rc = send_req(c, deadline);
 	if (rc == 0)
@@ -272,7 +246,7 @@ int store_multi_get(struct store_client *c, const char *const *keys, size_t n, v
 	if (rc == 0)
 		rc = begin(c, STORE_OP_MULTI_GET);
 	if (rc == 0)
-		rc = put_keys(c, keys, n);
+		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
 	if (rc == 0)
 		rc = send_req(c, deadline);
 	for (i = 0; rc == 0 && i < n; i++) {
@@ -293,14 +267,14 @@ int store_multi_set(struct store_client *c, const char *const *keys, const void 
 	size_t i;
 	int rc = begin(c, STORE_OP_MULTI_SET);
 
-	if (n > 128 * 1024)
+	if (n > STORE_MAX_MULTI_KEYS)
 		return -E2BIG;
 	if (rc == 0)
 		store_put_u64(&c->req, n);
 	for (i = 0; rc == 0 && i < n; i++) {
 		rc = put_key(c, keys[i]);
 		if (rc == 0)
-			rc = put_val(c, vals[i], lens[i]);
+			rc = store_put_user_value(&c->req, vals[i], lens[i]);
 	}
 	return rc ? rc : send_req(c, op_deadline(c));
 }
@@ -312,7 +286,7 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 	if (rc == 0)
 		rc = put_key(c, key);
 	if (rc == 0)
-		rc = put_val(c, val, len);
+		rc = store_put_user_value(&c->req, val, len);
 	return rc ? rc : send_req(c, op_deadline(c));
 }
 
@@ -383,7 +357,7 @@ int store_on_close_set(struct store_client *c, const char *key, const void *val,
 	else if (rc == 0)
 		rc = put_key(c, key);
 	if (rc == 0)
-		rc = put_val(c, val, len);
+		rc = store_put_user_value(&c->req, val, len);
 	if (rc == 0)
 		rc = send_req(c, deadline);
 	if (rc == 0)

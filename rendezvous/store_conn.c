@@ -11,8 +11,9 @@
  * that passes twice that through pushes it did not ask for (watch events) is
  * closed. A single reply over max_conn_buffer is refused before it is built
  * (store_exec), and a MULTI_SET comes from the parser pair by pair, so what a
- * connection holds stays near twice max_conn_buffer whatever it asks for. Where the server has an io_uring (store_ring.c), the reads and
- * writes here are the ring's instead of libuv's; the rest is the same. */
+ * connection holds stays near twice max_conn_buffer whatever it asks for.
+ * The bytes themselves move through the server's transport (store_transport.h:
+ * libuv streams or io_uring); nothing here knows which. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +21,6 @@
 
 #include "store_addr.h"
 #include "store_server_int.h"
-
-struct wreq {
-	uv_write_t req;
-	struct store_conn *c;
-	uint8_t *data;
-	size_t len;
-};
 
 size_t store_conn_out_bytes(const struct store_conn *c)
 {
@@ -84,8 +78,8 @@ void store_conn_on_closed(uv_handle_t *h)
 	store_buf_free(&c->snd);
 	free(c);
 	s->open_handles--;
-	if (s->closing && s->conns == NULL && s->ring != NULL)
-		store_ring_close(s);
+	if (s->closing && s->conns == NULL && s->io->shutdown != NULL)
+		s->io->shutdown(s);
 	/* Before maybe_free: the callback may close the server, which then
 	 * still has handles to close. */
 	if (counted && !s->closing && s->o.conn_closed != NULL)
@@ -116,74 +110,13 @@ void store_conn_close(struct store_conn *c, const char *reason)
 	/* Before marking closing, so that the on-close SET can wake others. */
 	store_exec_conn_gone(c, !c->s->closing);
 	c->closing = true;
-	if (c->s->ring)
-		store_ring_conn_close(c); /* uv_close once its entries are done */
-	else
-		uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
+	c->s->io->close(c);
 }
 
 /* ---- writing -------------------------------------------------------------------- */
 
-static void on_write(uv_write_t *req, int status);
-
-static void conn_flush(struct store_conn *c)
+void store_conn_written(struct store_conn *c)
 {
-	struct wreq *w;
-	uv_buf_t b;
-	int n;
-
-	if (c->out.len == 0)
-		return;
-	if (c->s->ring) {
-		store_ring_send(c);
-		return;
-	}
-	b = uv_buf_init((char *)c->out.p, (unsigned)c->out.len);
-	n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
-	if (n == (int)c->out.len) {
-		c->out.len = 0;
-		return;
-	}
-	if (n < 0 && n != UV_EAGAIN) {
-		store_conn_close(c, NULL);
-		return;
-	}
-	if (n < 0)
-		n = 0;
-	/* The rest travels with its own request; the buffer goes with it. */
-	w = malloc(sizeof(*w));
-	if (w == NULL) {
-		store_conn_close(c, "out of memory");
-		return;
-	}
-	w->c = c;
-	w->data = c->out.p;
-	w->len = c->out.len - (size_t)n;
-	b = uv_buf_init((char *)c->out.p + n, (unsigned)w->len);
-	store_buf_init(&c->out);
-	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write) < 0) {
-		free(w->data);
-		free(w);
-		store_conn_close(c, NULL);
-		return;
-	}
-	c->out_inflight += w->len;
-}
-
-static void on_write(uv_write_t *req, int status)
-{
-	struct wreq *w = (struct wreq *)req;
-	struct store_conn *c = w->c;
-
-	c->out_inflight -= w->len;
-	free(w->data);
-	free(w);
-	if (c->closing)
-		return;
-	if (status < 0) {
-		store_conn_close(c, NULL);
-		return;
-	}
 	if (c->paused && store_conn_out_bytes(c) <= c->s->o.max_conn_buffer / 2)
 		store_conn_resume(c);
 }
@@ -201,10 +134,11 @@ static void flush_dirty(struct store_server *s)
 			store_conn_close(c, "not reading its replies (buffer limit)");
 			continue;
 		}
-		conn_flush(c);
+		if (c->out.len > 0)
+			s->io->write(c);
 		/* Written at once: a paused connection may go on. */
-		if (!c->closing && c->paused && store_conn_out_bytes(c) <= s->o.max_conn_buffer / 2)
-			store_conn_resume(c);
+		if (!c->closing)
+			store_conn_written(c);
 	}
 }
 
@@ -214,24 +148,24 @@ void store_server_flush(uv_check_t *h)
 	int pass;
 
 	flush_dirty(s);
-	/* The ring: one system call hands over every SEND of the batch; what
-	 * completes at once may free room for replies held back. A few passes,
-	 * then the next iteration (the idle handle keeps poll from blocking). */
-	for (pass = 0; s->ring && pass < 4; pass++) {
-		store_ring_submit(s);
+	/* A batching transport (the ring): one system call hands over every
+	 * write of the batch; what completes at once may free room for replies
+	 * held back. A few passes, then the next iteration (the idle handle
+	 * keeps poll from blocking). */
+	for (pass = 0; s->io->submit != NULL && pass < 4; pass++) {
+		s->io->submit(s);
 		if (s->dirty == NULL)
 			break;
 		flush_dirty(s);
 	}
-	if (s->dirty == NULL && (s->ring == NULL || store_ring_idle(s)))
+	if (s->dirty == NULL && (s->io->idle == NULL || s->io->idle(s)))
 		uv_idle_stop(&s->unblock);
 }
 
 /* ---- reading -------------------------------------------------------------------- */
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+uint8_t *store_conn_read_buf(struct store_conn *c, size_t *len)
 {
-	struct store_conn *c = h->data;
 	size_t want;
 
 	/* A large message in progress reads straight into its own buffer. */
@@ -240,17 +174,16 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 		if (want > c->in_cap) {
 			uint8_t *n = realloc(c->in, want);
 
-			if (n == NULL) {
-				*buf = uv_buf_init(NULL, 0); /* read_cb gets UV_ENOBUFS */
-				return;
-			}
+			if (n == NULL)
+				return NULL;
 			c->in = n;
 			c->in_cap = want;
 		}
-		*buf = uv_buf_init((char *)c->in + c->in_len, (unsigned)(c->in_cap - c->in_len));
-		return;
+		*len = c->in_cap - c->in_len;
+		return c->in + c->in_len;
 	}
-	*buf = uv_buf_init((char *)c->s->rbuf, STORE_READ_CHUNK);
+	*len = STORE_READ_CHUNK;
+	return c->s->rbuf;
 }
 
 static int keep_tail(struct store_conn *c, const uint8_t *p, size_t n)
@@ -290,10 +223,7 @@ static void process(struct store_conn *c, const uint8_t *p, size_t n)
 		if (store_conn_out_bytes(c) > c->s->o.max_conn_buffer) {
 			c->paused = true;
 			if (c->reading) {
-				if (c->s->ring)
-					store_ring_recv_stop(c);
-				else
-					uv_read_stop((uv_stream_t *)&c->tcp);
+				c->s->io->stop_read(c);
 				c->reading = false;
 			}
 			break;
@@ -349,25 +279,16 @@ void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n)
 	process(c, c->in, c->in_len);
 }
 
-static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+void store_conn_read_done(struct store_conn *c, const uint8_t *buf, size_t n)
 {
-	struct store_conn *c = st->data;
-
-	if (nread < 0) {
-		store_conn_close(c, nread == UV_EOF || nread == UV_ECONNRESET
-					    ? NULL
-					    : (nread == UV_ENOBUFS ? "out of memory"
-								   : uv_strerror((int)nread)));
+	if (n == 0 || c->closing)
 		return;
-	}
-	if (nread == 0 || c->closing)
-		return;
-	if ((uint8_t *)buf->base != c->s->rbuf) {
-		c->in_len += (size_t)nread; /* read in place */
+	if (buf != c->s->rbuf) {
+		c->in_len += n; /* read in place */
 		process(c, c->in, c->in_len);
 		return;
 	}
-	store_conn_input(c, c->s->rbuf, (size_t)nread);
+	store_conn_input(c, c->s->rbuf, n);
 }
 
 void store_conn_resume(struct store_conn *c)
@@ -381,8 +302,7 @@ void store_conn_resume(struct store_conn *c)
 
 int store_conn_start_reading(struct store_conn *c)
 {
-	int rc = c->s->ring ? store_ring_recv_start(c)
-			    : uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+	int rc = c->s->io->start_read(c);
 
 	c->reading = rc == 0;
 	return rc;

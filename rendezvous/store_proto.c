@@ -128,10 +128,10 @@ const char *store_op_name(enum store_op op)
 
 void store_limits_default(struct store_limits *l)
 {
-	l->max_key_len = 8 * 1024;
-	l->max_value_len = 8 * 1024 * 1024;
-	l->max_multi_keys = 128 * 1024;
-	l->max_msg_len = 64 * 1024 * 1024;
+	l->max_key_len = STORE_MAX_KEY;
+	l->max_value_len = STORE_MAX_VALUE;
+	l->max_multi_keys = STORE_MAX_MULTI_KEYS;
+	l->max_msg_len = STORE_MAX_MSG;
 }
 
 void store_parser_init(struct store_parser *p, const struct store_limits *lim, enum store_dialect d)
@@ -527,6 +527,29 @@ int store_put_user_key(struct store_buf *b, const char *prefix, const char *key,
 	}
 	store_buf_put(b, key, kl);
 	return 0;
+}
+
+int store_put_user_value(struct store_buf *b, const void *val, size_t len)
+{
+	if (len > STORE_MAX_VALUE)
+		return -EMSGSIZE;
+	if (len && val == NULL)
+		return -EINVAL;
+	store_put_bytes(b, val, len);
+	return 0;
+}
+
+int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n)
+{
+	size_t i;
+	int rc = 0;
+
+	if (n > STORE_MAX_MULTI_KEYS)
+		return -E2BIG;
+	store_put_u64(b, n);
+	for (i = 0; i < n && rc == 0; i++)
+		rc = store_put_user_key(b, prefix, keys[i], STORE_MAX_KEY);
+	return rc;
 }
 
 /* ---- replies ------------------------------------------------------------------ */

@@ -119,11 +119,18 @@ enum store_op {
 int store_opcode(enum store_dialect d, enum store_op op);
 const char *store_op_name(enum store_op op);
 
+/* The server's default limits (ddpstore serve --max-*-len may change them);
+ * the clients refuse beforehand what a server with these limits would. */
+#define STORE_MAX_KEY	     (8 * 1024)
+#define STORE_MAX_VALUE	     (8 * 1024 * 1024)
+#define STORE_MAX_MULTI_KEYS (128 * 1024)
+#define STORE_MAX_MSG	     (64 * 1024 * 1024)
+
 struct store_limits {
-	size_t max_key_len;    /* default 8 KiB */
-	size_t max_value_len;  /* default 8 MiB */
-	size_t max_multi_keys; /* default 128Ki */
-	/* Bytes of one message held at once; default 64 MiB. A MULTI_SET is
+	size_t max_key_len;    /* default STORE_MAX_KEY */
+	size_t max_value_len;  /* default STORE_MAX_VALUE */
+	size_t max_multi_keys; /* default STORE_MAX_MULTI_KEYS */
+	/* Bytes of one message held at once; default STORE_MAX_MSG. A MULTI_SET is
 	 * parsed pair by pair (see store_parse), so only its largest pair
 	 * counts; every other message counts whole (in practice: key lists). */
 	size_t max_msg_len;
@@ -210,6 +217,12 @@ void store_put_validate(struct store_buf *b);
  * prefix p "/" + p + "/" + key (PrefixStore). -EINVAL for a NULL key,
  * -ENAMETOOLONG past max bytes (nothing written then). */
 int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max);
+/* A client's value: -EMSGSIZE past STORE_MAX_VALUE, -EINVAL for NULL with a
+ * length (nothing written then). */
+int store_put_user_value(struct store_buf *b, const void *val, size_t len);
+/* A client's key list: the count, then each key as store_put_user_key writes
+ * it (at most STORE_MAX_KEY bytes); -E2BIG past STORE_MAX_MULTI_KEYS keys. */
+int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n);
 
 static inline uint64_t store_get_u64(const uint8_t *p)
 {

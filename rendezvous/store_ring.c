@@ -16,19 +16,21 @@
  * connection is closed (uv_close) only once no entry in flight names it:
  * c->rops counts them, and closing cancels them first.
  *
- * Not used (libuv streams, store_conn.c) where the kernel is older than 6.0,
- * io_uring is disabled or filtered (a container's seccomp profile), or
- * DDP_STORE_IO=uv. DDP_STORE_IO=uring makes its absence an error. */
+ * Not used (libuv streams, store_conn_uv.c) where the kernel is older than
+ * 6.0, io_uring is disabled or filtered (a container's seccomp profile), or
+ * DDP_STORE_IO=uv. DDP_STORE_IO=uring makes its absence an error. Built only
+ * with liburing (the Makefile's URING); one more transport behind
+ * store_transport.h. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 
-#include "store_server_int.h"
-
-#ifdef DDP_HAVE_URING
 #include <liburing.h>
+
+#include "store_server_int.h"
+#include "store_transport.h"
 
 #define RING_ENTRIES	256
 #define RING_CQ_ENTRIES 1024
@@ -87,7 +89,7 @@ static void conn_unref(struct store_conn *c)
 		uv_close((uv_handle_t *)&c->tcp, store_conn_on_closed);
 }
 
-int store_ring_recv_start(struct store_conn *c)
+static int ring_recv_start(struct store_conn *c)
 {
 	struct store_ring *r = c->s->ring;
 	struct io_uring_sqe *sqe;
@@ -112,7 +114,7 @@ int store_ring_recv_start(struct store_conn *c)
 	return 0;
 }
 
-void store_ring_recv_stop(struct store_conn *c)
+static void ring_recv_stop(struct store_conn *c)
 {
 	struct io_uring_sqe *sqe;
 
@@ -145,7 +147,7 @@ static void send_rest(struct store_conn *c)
 	store_server_wake(c->s);
 }
 
-void store_ring_send(struct store_conn *c)
+static void ring_send(struct store_conn *c)
 {
 	uint8_t *p;
 	size_t cap;
@@ -167,7 +169,7 @@ void store_ring_send(struct store_conn *c)
 	send_rest(c);
 }
 
-void store_ring_conn_close(struct store_conn *c)
+static void ring_conn_close(struct store_conn *c)
 {
 	struct io_uring_sqe *sqe;
 	int fd = conn_fd(c);
@@ -216,14 +218,12 @@ static void on_recv(struct store_ring *r, struct store_conn *c, int res, unsigne
 		store_conn_close(c, NULL);
 	else if (res < 0 && res != -ENOBUFS && res != -ECANCELED)
 		store_conn_close(c, res == -ECONNRESET ? NULL : strerror(-res));
-	else if (c->reading && store_ring_recv_start(c) < 0)
+	else if (c->reading && ring_recv_start(c) < 0)
 		store_conn_close(c, "cannot queue a receive");
 }
 
 static void on_send(struct store_conn *c, int res)
 {
-	struct store_server *s = c->s;
-
 	c->sending = false;
 	conn_unref(c);
 	if (c->closing)
@@ -244,8 +244,7 @@ static void on_send(struct store_conn *c, int res)
 			}
 			if (c->out.len > 0)
 				store_conn_mark_dirty(c);
-			if (c->paused && store_conn_out_bytes(c) <= s->o.max_conn_buffer / 2)
-				store_conn_resume(c);
+			store_conn_written(c);
 		}
 	}
 }
@@ -290,7 +289,7 @@ again:
 		goto again;
 }
 
-void store_ring_submit(struct store_server *s)
+static void ring_submit(struct store_server *s)
 {
 	struct store_ring *r = s->ring;
 	int rc;
@@ -307,7 +306,7 @@ void store_ring_submit(struct store_server *s)
 	reap(r);
 }
 
-bool store_ring_idle(const struct store_server *s)
+static bool ring_idle(const struct store_server *s)
 {
 	return io_uring_sq_ready(&s->ring->ring) == 0;
 }
@@ -321,7 +320,7 @@ static void on_ring_ready(uv_poll_t *h, int status, int events)
 	reap(r);
 	/* Closing: no check phase flushes any more; cancels go now. */
 	if (r->s->closing && io_uring_sq_ready(&r->ring) > 0)
-		store_ring_submit(r->s);
+		ring_submit(r->s);
 }
 
 static void free_ring(struct store_ring *r)
@@ -343,7 +342,7 @@ static void on_ring_closed(uv_handle_t *h)
 	store_server_maybe_free(s);
 }
 
-void store_ring_close(struct store_server *s)
+static void ring_shutdown(struct store_server *s)
 {
 	struct store_ring *r = s->ring;
 
@@ -437,56 +436,21 @@ int store_ring_open(struct store_server *s)
 	s->ring = r;
 	rc = uv_poll_start(&r->poll, UV_READABLE, on_ring_ready);
 	if (rc < 0) {
-		store_ring_close(s); /* nothing is in flight yet */
+		ring_shutdown(s); /* nothing is in flight yet */
 		s->ring = NULL;
 		return rc;
 	}
+	s->io = &store_transport_ring;
 	return 0;
 }
 
-#else /* !DDP_HAVE_URING: built without liburing */
-
-int store_ring_open(struct store_server *s)
-{
-	(void)s;
-	return -ENOSYS;
-}
-
-void store_ring_close(struct store_server *s)
-{
-	(void)s;
-}
-
-int store_ring_recv_start(struct store_conn *c)
-{
-	(void)c;
-	return -ENOSYS;
-}
-
-void store_ring_recv_stop(struct store_conn *c)
-{
-	(void)c;
-}
-
-void store_ring_send(struct store_conn *c)
-{
-	(void)c;
-}
-
-void store_ring_conn_close(struct store_conn *c)
-{
-	(void)c;
-}
-
-void store_ring_submit(struct store_server *s)
-{
-	(void)s;
-}
-
-bool store_ring_idle(const struct store_server *s)
-{
-	(void)s;
-	return true;
-}
-
-#endif
+const struct store_transport_ops store_transport_ring = {
+	.name = "io_uring",
+	.start_read = ring_recv_start,
+	.stop_read = ring_recv_stop,
+	.write = ring_send,
+	.close = ring_conn_close,
+	.submit = ring_submit,
+	.idle = ring_idle,
+	.shutdown = ring_shutdown,
+};

@@ -243,8 +243,12 @@ static int listen_host(struct store_server *s, const char *host, int *port, int 
 			if (*first_err == 0)
 				*first_err = rc;
 			/* An address family this host lacks is not an error;
-			 * the port being taken on a further address is. */
-			if (rc == UV_EADDRINUSE && *bound)
+			 * the port being taken on any address is. Were a taken
+			 * first address skipped, two agents racing for one
+			 * port could each keep one family (one IPv4, the other
+			 * IPv6) and clients of 127.0.0.1 would find no store
+			 * at all: a dynamic rendezvous hung so, silently. */
+			if (rc == UV_EADDRINUSE)
 				break;
 			rc = 0;
 			continue;
@@ -301,13 +305,17 @@ int store_server_io_prepare(struct store_server *s)
 	if (s->ring_tried || s->o.io == STORE_IO_UV)
 		return 0;
 	s->ring_tried = true;
+#ifdef DDP_HAVE_URING
 	rc = store_ring_open(s);
+#else
+	rc = -ENOSYS; /* built without liburing */
+#endif
 	return rc < 0 && s->o.io == STORE_IO_URING ? rc : 0;
 }
 
 const char *store_server_io(const struct store_server *s)
 {
-	return s->ring ? "io_uring" : "libuv";
+	return s->io->name;
 }
 
 int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
@@ -323,6 +331,7 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 	if (s == NULL)
 		return -ENOMEM;
 	s->loop = loop;
+	s->io = &store_transport_uv;
 	store_server_opts_init(&s->o);
 	if (o) {
 		s->o = *o;
@@ -414,13 +423,17 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 		next = c->next;
 		store_conn_close(c, NULL);
 	}
-	if (s->ring) {
-		store_ring_submit(s); /* the cancels; the ring closes after the last */
-		if (s->conns == NULL)
-			store_ring_close(s);
-	}
+	if (s->io->submit != NULL)
+		s->io->submit(s); /* the cancels; the ring closes after the last */
+	if (s->conns == NULL && s->io->shutdown != NULL)
+		s->io->shutdown(s);
 	uv_close((uv_handle_t *)&s->flush, on_handle_closed);
 	uv_close((uv_handle_t *)&s->unblock, on_handle_closed);
+}
+
+int store_server_clear(struct store_server *s, const char *keep)
+{
+	return store_kv_clear(s->kv, keep);
 }
 
 unsigned store_server_num_conns(const struct store_server *s)

@@ -1,6 +1,6 @@
 /* store_server_int: what store_server.c (listening, lifecycle), store_conn.c
- * (connections, buffers) and store_exec.c (requests against the key table)
- * share. Not a public API. */
+ * (connections, buffers), its transports (store_transport.h) and store_exec.c
+ * (requests against the key table) share. Not a public API. */
 #ifndef DDP_STORE_SERVER_INT_H
 #define DDP_STORE_SERVER_INT_H
 
@@ -11,6 +11,7 @@
 #include "store_kv.h"
 #include "store_proto.h"
 #include "store_server.h"
+#include "store_transport.h"
 
 #define STORE_MAX_LISTENERS 8
 #define STORE_READ_CHUNK    (64 * 1024)
@@ -23,7 +24,7 @@ struct store_conn {
 	struct store_parser parser;
 	uint8_t *in; /* unparsed bytes (a partial message) */
 	size_t in_len, in_cap;
-	struct store_buf out; /* replies not yet handed to libuv */
+	struct store_buf out; /* replies not yet handed to the transport */
 	size_t out_inflight;  /* bytes in uv_write requests / the ring's SEND */
 	bool dirty, closing, reading, paused, doomed, counted;
 	/* io_uring transport (store_ring.c): entries in flight that name this
@@ -58,9 +59,10 @@ struct store_server {
 	 * connection) must not wait for an event that never comes, so poll may
 	 * not block until they are flushed. */
 	uv_idle_t unblock;
-	uint8_t *rbuf;		 /* shared read buffer; every read is consumed at once */
-	struct store_ring *ring; /* connections over io_uring; NULL: libuv streams */
-	bool ring_tried;	 /* store_ring_open was called (once at most) */
+	uint8_t *rbuf; /* shared read buffer; every read is consumed at once */
+	const struct store_transport_ops *io; /* libuv streams unless the ring */
+	struct store_ring *ring;	      /* store_ring.c's state, or NULL */
+	bool ring_tried;		      /* store_ring_open was called (once at most) */
 	bool closing;
 	unsigned open_handles;
 	void (*done)(void *arg);
@@ -90,21 +92,13 @@ void store_server_flush(uv_check_t *h);
 void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n);
 void store_conn_resume(struct store_conn *c);
 void store_server_wake(struct store_server *s);
-
-/* store_ring.c: the io_uring transport. open: 0, or a negative errno when
- * this kernel/process cannot have it (the caller falls back to libuv
- * streams). close: once no connection is left; the ring is freed when its
- * poll handle has closed. The per-connection calls mirror uv_read_start,
- * uv_read_stop, a write of c->out and uv_close; submit hands every queued
- * entry to the kernel and handles what completed. */
-int store_ring_open(struct store_server *s);
-void store_ring_close(struct store_server *s);
-int store_ring_recv_start(struct store_conn *c);
-void store_ring_recv_stop(struct store_conn *c);
-void store_ring_send(struct store_conn *c);
-void store_ring_conn_close(struct store_conn *c);
-void store_ring_submit(struct store_server *s);
-bool store_ring_idle(const struct store_server *s);
+/* For a transport that reads into buffers it is given (libuv streams):
+ * where the next read of c may land (*len bytes; NULL: out of memory), and
+ * n bytes read there. */
+uint8_t *store_conn_read_buf(struct store_conn *c, size_t *len);
+void store_conn_read_done(struct store_conn *c, const uint8_t *buf, size_t n);
+/* Some of c's replies went: a paused c goes on once below half its limit. */
+void store_conn_written(struct store_conn *c);
 /* store_server.c: free the server once it is closing and its last handle
  * has closed. */
 void store_server_maybe_free(struct store_server *s);

@@ -6,9 +6,9 @@
 # Launchers: ddprun; torchrun (Debian 1.13, through torchrun_fixed.py, which
 # fixes its -r/-t parsing on Python 3.11: plain torchrun crashes there);
 # Open MPI mpirun; and the floor (a C program that posix_spawns N /bin/true
-# and waits); and torchrun 2.x (bench/launch/torchrun2: the torchrun of a
-# Debian root with PyTorch 2.x, $TORCH2_ROOT, default the sid root that the
-# compat suite caches; only as root, and only when that root exists). The
+# and waits); and torchrun 2.x (the torchrun of a Debian root with PyTorch
+# 2.x, $TORCH2_ROOT, run by bench/torch2/in-root; only as root, and only when
+# that root exists: bench/torch2/probe.sh). The
 # floor, ddprun and mpirun run in turns. Environment: REPS (launch runs of
 # each; 21), MPI_REPS (fail-fast runs; 7), TORCH_REPS (3), NS ("1 4 16"),
 # B (build dir).
@@ -33,14 +33,8 @@ export TMPDIR=$tmp # torchrun leaves a log directory per run: keep them here
 
 have_torch=0
 $PY -c 'import torch.distributed.run' 2>/dev/null && have_torch=1
-TORCH2_ROOT=${TORCH2_ROOT:-/var/cache/ddprun-test/torch-sid}
-export TORCH2_ROOT
-have_torch2=0 torch2_ver=-
-if [[ $(id -u) -eq 0 && -x $TORCH2_ROOT/usr/bin/torchrun ]]; then
-  torch2_ver=$(chroot "$TORCH2_ROOT" dpkg-query -W -f '${Version}' python3-torch 2>/dev/null || echo 2.x)
-  have_torch2=1
-fi
-TORCHRUN2=(bench/launch/torchrun2)
+source bench/torch2/probe.sh
+TORCHRUN2=(bench/torch2/in-root torchrun)
 have_mpi=0
 command -v mpirun >/dev/null && have_mpi=1
 mpirun_flags=(--oversubscribe)
@@ -58,7 +52,11 @@ mib() { awk -v k="$1" 'BEGIN { if (k == "-") print "-"; else printf "%.1f", k / 
 
 echo "bench/launch: launch latency and launcher memory (median of runs, peak RSS in MiB)"
 echo "torchrun = Debian torch 1.13 run through bench/launch/torchrun_fixed.py (fixes -r/-t parsing on Python 3.11)"
-echo "trun2 = torchrun of python3-torch $torch2_ver in $TORCH2_ROOT (bench/launch/torchrun2)"
+if [[ $have_torch2 -eq 1 ]]; then
+  echo "trun2 = torchrun of torch $torch2_ver in $TORCH2_ROOT (bench/torch2/in-root)"
+else
+  echo "trun2: skipped: $torch2_why"
+fi
 printf '\n%-4s %10s %10s %12s %10s %10s | %8s %10s %10s %10s | %6s %6s %8s %8s %6s\n' \
   N floor_ms ddprun_ms torchrun_ms trun2_ms mpirun_ms ddp/flr trun/ddp trun2/ddp mpi/ddp \
   flrMiB ddpMiB trunMiB trun2MiB mpiMiB
@@ -106,5 +104,7 @@ if [[ $have_torch2 -eq 1 ]]; then
 fi
 printf '\nfail-fast, 4 workers (rank 0 exits 1, three sleep): ddprun %s ms, torchrun %s ms, torchrun 2.x %s ms, mpirun %s ms\n' \
   "$d_ms" "$t_ms" "$t2_ms" "$m_ms"
+printf 'fail-fast ratios: trun/ddp %s, trun2/ddp %s, mpi/ddp %s\n' \
+  "$(ratio "$t_ms" "$d_ms")" "$(ratio "$t2_ms" "$d_ms")" "$(ratio "$m_ms" "$d_ms")"
 echo "(torchrun 1.13 notices a failure only at its next poll: --monitor_interval defaults to 5 s there)"
 echo "targets: ddprun >= 50x faster than torchrun, >= 5x faster than mpirun, <= 1.5x the floor, <= 5 MiB"

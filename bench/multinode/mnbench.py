@@ -7,8 +7,10 @@
                              node's, once every worker runs) to the exit of
                              the last launcher; "did not stop within T s"
 LAUNCHER: ddprun (static), ddprun-c10d, torchrun (static; through
-bench/launch/torchrun_fixed.py), floor (the N workers started directly). Prints one line: the figure or the reason.
-Environment: DDPRUN (path)."""
+bench/launch/torchrun_fixed.py), torchrun2 (PyTorch 2.x's, static, in the root
+that bench/torch2/in-root runs), floor (the N workers started directly).
+Prints one line: the figure or the reason.
+Environment: DDPRUN (path), TORCH2_ROOT (for torchrun2)."""
 import os
 import shutil
 import socket
@@ -22,6 +24,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3"
 TORCHRUN = [PY, os.path.join(HERE, "..", "launch", "torchrun_fixed.py")]
+TORCHRUN2 = [os.path.join(HERE, "..", "torch2", "in-root"), "torchrun"]
+# Work directories under /tmp, which in-root binds into the 2.x root.
+TMP = "/tmp"
 
 
 def free_port():
@@ -33,8 +38,8 @@ def free_port():
 def command(launcher, n, i, port, script):
     if launcher == "floor":  # the worker alone: what starting N processes costs
         return ["env", f"RANK={i}", "sh", "-c", script]
-    if launcher == "torchrun":
-        return [*TORCHRUN, "--nnodes", str(n), "--node_rank", str(i), "--master_addr",
+    if launcher in ("torchrun", "torchrun2"):
+        return [*(TORCHRUN if launcher == "torchrun" else TORCHRUN2), "--nnodes", str(n), "--node_rank", str(i), "--master_addr",
                 "127.0.0.1", "--master_port", str(port), "--nproc_per_node", "1",
                 "--max_restarts", "0", "--no_python", "sh", "-c", script]
     ddprun = os.environ["DDPRUN"]
@@ -86,10 +91,27 @@ def started(out):
 STAMP = ('date +%s.%N > "$OUT/.s.$RANK" && mv "$OUT/.s.$RANK" "$OUT/start.$RANK"; ')
 
 
+def kill_sleepers(out):
+    """Kills the workers that `stop` left asleep (their pids are in pid.*):
+    torchrun 2.x starts each worker in its own session, so killing the
+    launchers' process groups does not reach them."""
+    for f in os.listdir(out):
+        if not f.startswith("pid."):
+            continue
+        try:
+            pid = int(open(os.path.join(out, f)).read())
+            with open(f"/proc/{pid}/cmdline", "rb") as c:
+                if c.read().split(b"\0")[0] != b"sleep":
+                    continue  # gone, and its pid taken by another
+            os.kill(pid, 9)
+        except (ValueError, OSError):
+            pass
+
+
 def rdzv(launcher, n, reps):
     figures = []
     for _ in range(reps):
-        out = tempfile.mkdtemp(prefix="mnbench.")
+        out = tempfile.mkdtemp(prefix="mnbench.", dir=TMP)
         try:
             t0, procs, threads, _ = launch(launcher, n, STAMP, out)
             for t in threads:
@@ -107,8 +129,10 @@ def rdzv(launcher, n, reps):
 
 
 def stop(launcher, n, limit):
-    out = tempfile.mkdtemp(prefix="mnbench.")
-    script = (STAMP + 'if [ "$RANK" = $((N - 1)) ]; then '
+    out = tempfile.mkdtemp(prefix="mnbench.", dir=TMP)
+    # The worker's pid, for kill_sleepers: not `$$`, which torchrun turns
+    # into `$` (its arguments go through string.Template).
+    script = (STAMP + 'sh -c "echo \\$PPID" > "$OUT/pid.$RANK"; if [ "$RANK" = $((N - 1)) ]; then '
               'while [ "$(ls "$OUT" | grep -c "^start\\.")" -lt "$N" ]; do sleep 0.01; done; '
               'date +%s.%N > "$OUT/.failed"; mv "$OUT/.failed" "$OUT/failed"; exit 1; fi; '
               'exec sleep 1000')
@@ -131,6 +155,7 @@ def stop(launcher, n, limit):
         return f"{(max(ends) - failed_at) * 1000:.0f}"
     finally:
         kill_all(procs)
+        kill_sleepers(out)
         shutil.rmtree(out, ignore_errors=True)
 
 

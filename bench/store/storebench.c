@@ -1,5 +1,7 @@
 /* storebench: a TCPStore load generator speaking the 1.x dialect (so the same
- * client drives PyTorch 1.13's server and ours).
+ * client drives PyTorch 1.13's server and ours), or with STOREBENCH_DIALECT=2
+ * the 2.x one (PyTorch 2.x's server and ours): every connection's first
+ * message is then VALIDATE, as a 2.x client's is.
  *
  *   storebench ops  HOST PORT CONNS SECONDS [PROCS]  closed loop; prints
  *       "ops=<ops/s> p50_us=<..> p99_us=<..> errors=<n>"
@@ -71,6 +73,7 @@ static uint64_t ops_measured;
 static char tag[32];
 static int outstanding;
 static bool use_uring; /* ops and rdzv on io_uring (storebench_uring.h) */
+static enum store_dialect dialect = STORE_DIALECT_V1; /* STOREBENCH_DIALECT */
 
 /* What a worker process reports (then, for ops, nlat latency samples). */
 struct result {
@@ -138,6 +141,10 @@ static void send_buf(struct bconn *c, const struct store_buf *b)
 
 /* ---- closed-loop ops ------------------------------------------------------------- */
 
+/* 2.x dialect: what an ops connection sends once connected, before the clock
+ * starts (VALIDATE has no reply). */
+static struct store_buf hello;
+
 static void ops_next(struct bconn *c)
 {
 	if (stopping) {
@@ -184,14 +191,14 @@ static void build_ops(struct bconn *c)
 	memset(val, 'v', sizeof(val));
 	snprintf(key, sizeof(key), "/bench/%s/k%d", tag, c->id);
 	store_buf_init(&c->req[0]);
-	store_put_op(&c->req[0], STORE_DIALECT_V1, STORE_OP_SET);
+	store_put_op(&c->req[0], dialect, STORE_OP_SET);
 	store_put_bytes(&c->req[0], key, strlen(key));
 	store_put_bytes(&c->req[0], val, sizeof(val));
-	store_put_op(&c->req[0], STORE_DIALECT_V1, STORE_OP_GET);
+	store_put_op(&c->req[0], dialect, STORE_OP_GET);
 	store_put_bytes(&c->req[0], key, strlen(key));
 	snprintf(key, sizeof(key), "/bench/%s/c%d", tag, c->id);
 	store_buf_init(&c->req[1]);
-	store_put_op(&c->req[1], STORE_DIALECT_V1, STORE_OP_ADD);
+	store_put_op(&c->req[1], dialect, STORE_OP_ADD);
 	store_put_bytes(&c->req[1], key, strlen(key));
 	store_put_i64(&c->req[1], 1);
 }
@@ -199,12 +206,16 @@ static void build_ops(struct bconn *c)
 /* ---- rendezvous ---------------------------------------------------------------------- */
 
 /* Appends one rendezvous request to b: ADD count 1, SET done "1" or WAIT done
- * (both drivers send exactly these bytes). */
+ * (both drivers send exactly these bytes). ADD is a client's first request:
+ * in the 2.x dialect VALIDATE goes before it (timed: every 2.x client sends
+ * it). */
 static void rdzv_put(struct store_buf *b, enum store_op op)
 {
 	char key[128];
 
-	store_put_op(b, STORE_DIALECT_V1, op);
+	if (op == STORE_OP_ADD && dialect == STORE_DIALECT_V2)
+		store_put_validate(b);
+	store_put_op(b, dialect, op);
 	if (op == STORE_OP_WAIT)
 		store_put_u64(b, 1);
 	snprintf(key, sizeof(key), "/rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
@@ -283,8 +294,11 @@ static void on_connect(uv_connect_t *req, int status)
 	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 	nconnected++;
 	t_connected = uv_hrtime();
-	if (ops_mode)
-		return; /* the closed loop starts on the go signal */
+	if (ops_mode) { /* the closed loop starts on the go signal */
+		if (dialect == STORE_DIALECT_V2)
+			send_buf(c, &hello);
+		return;
+	}
 	c->expect = 8;
 	rdzv_send(c, STORE_OP_ADD);
 }
@@ -487,6 +501,19 @@ static void worker(int first, int n, int total, double seconds, int go_fd, int r
 	_exit(0);
 }
 
+/* STOREBENCH_DIALECT: 1 (the default) or 2; -EINVAL for anything else. */
+static int read_dialect(void)
+{
+	const char *d = getenv("STOREBENCH_DIALECT");
+
+	if (d == NULL || strcmp(d, "1") == 0)
+		return 0;
+	if (strcmp(d, "2") != 0)
+		return -EINVAL;
+	dialect = STORE_DIALECT_V2;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int procs = 1, total, go[2], ready[2], i;
@@ -521,6 +548,12 @@ int main(int argc, char **argv)
 	} else {
 		snprintf(tag, sizeof(tag), "%s", argv[5]);
 	}
+	if (read_dialect() < 0) {
+		fprintf(stderr, "storebench: STOREBENCH_DIALECT must be 1 or 2\n");
+		return 2;
+	}
+	store_buf_init(&hello);
+	store_put_validate(&hello);
 	use_uring = want_uring();
 	raise_nofile();
 	if (pipe(go) < 0 || pipe(ready) < 0)

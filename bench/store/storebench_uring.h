@@ -3,7 +3,8 @@
  *
  * Part of storebench.c, which includes it once, after what the drivers share
  * with the libuv ones: struct bconn and struct result, the connection table
- * and counters, the phase flags, build_ops(), ops_record() and rdzv_put(). A
+ * and counters, the phase flags, the dialect and its hello, build_ops(),
+ * ops_record() and rdzv_put(). A
  * header rather than a .c so that the Makefile's rule (one program per
  * bench/<dir>/<file>.c) still holds.
  *
@@ -267,7 +268,10 @@ static void uring_connect_all(void)
 
 		build_ops(c);
 		c->fd = socket(addr.ss_family, SOCK_STREAM, 0);
-		if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, len) < 0) {
+		/* 2.x: VALIDATE first (no reply; 5 bytes on a new blocking socket) */
+		if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, len) < 0 ||
+		    (dialect == STORE_DIALECT_V2 &&
+		     send(c->fd, hello.p, hello.len, MSG_WAITALL) != (ssize_t)hello.len)) {
 			if (c->fd >= 0)
 				close(c->fd);
 			c->closed = true;

@@ -14,11 +14,11 @@
 #include <unistd.h>
 
 #include "store_client.h"
+#include "store_proto.h"
 #include "util.h"
 
 #define DEFAULT_WAIT_MS	   (300 * 1000)
 #define DEFAULT_CONNECT_MS (30 * 1000)
-#define MAX_STDIN_VALUE	   (8 * 1024 * 1024)
 
 static const char usage_text[] =
 	"usage: ddpstore serve [--host H] [--port P] [--port-file F] [--max-conns N]\n"
@@ -229,7 +229,7 @@ static int read_value(const char *arg, void **val, size_t *len)
 		if (n == cap) {
 			char *nb;
 
-			if (cap >= MAX_STDIN_VALUE + 1) {
+			if (cap >= STORE_MAX_VALUE + 1) {
 				free(buf);
 				return -EMSGSIZE;
 			}
@@ -254,7 +254,7 @@ static int read_value(const char *arg, void **val, size_t *len)
 			break;
 		n += (size_t)r;
 	}
-	if (n > MAX_STDIN_VALUE) {
+	if (n > STORE_MAX_VALUE) {
 		free(buf);
 		return -EMSGSIZE;
 	}

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import prog, run, wait_for, pid_alive
+from conftest import PYTHON, prog, run, wait_for, pid_alive
 
 
 def env():
@@ -93,3 +93,58 @@ def test_non_daemon_children_outlive_the_parent(reaper):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+DUMP_ENV = ("import os; open(os.path.join(os.environ['ENV_DUMP_DIR'], 'env.' + os.environ['RANK']),"
+            " 'w').write(''.join(f'{k}={v}\\n' for k, v in os.environ.items()))")
+
+
+def dump_envs(d):
+    """{rank: {name: value}} from the env.RANK files in d, which are removed."""
+    out = {}
+    for name in os.listdir(d):
+        with open(d / name) as f:
+            out[int(name[4:])] = dict(line.rstrip("\n").split("=", 1)
+                                      for line in f if "=" in line)
+        os.unlink(d / name)
+    return out
+
+
+def test_children_get_the_same_contract_as_ddpruns_workers(tmp_path):
+    """One builder (rendezvous/workenv.c) for both spawners: for the same job (3
+    workers on one node) ddp_spawn's children and ddprun's workers get the same
+    environment but for what names the launcher's own instance: its store
+    (MASTER_*, TORCHELASTIC_USE_AGENT_STORE; ddp_spawn has none: DDP_STORE=0),
+    its run id, per-worker error files, shared-memory nonce, hang watch
+    (ddprun(1) --hang-timeout) and forwarded signals (ddp_spawn forwards
+    none), ddp_spawn's DDP_PDEATHSIG."""
+    from conftest import binary
+    instance = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "DDP_STORE",
+                "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE", "DDP_SHM_NONCE",
+                "DDP_PROGRESS_FILE", "TORCHELASTIC_TIMER_FILE", "PYTHONFAULTHANDLER",
+                "TORCHELASTIC_SIGNALS_TO_HANDLE", "DDP_PDEATHSIG"}
+    e = dict(env(), TORCHELASTIC_ERROR_FILE="/nonexistent/parent.json")
+    e.pop("OMP_NUM_THREADS", None)
+    e.pop("TORCH_NCCL_ASYNC_ERROR_HANDLING", None)
+    e.pop("NCCL_ASYNC_ERROR_HANDLING", None)
+    e["ENV_DUMP_DIR"] = str(tmp_path)
+    r = run([prog("ddp_spawn_prog"), "3", "env"], timeout=60, env=e)
+    assert r.returncode == 0, r.stdout + r.stderr
+    spawned = dump_envs(tmp_path)
+    r = run([binary("ddprun"), "--nproc-per-node", "3", PYTHON, "-c", DUMP_ENV], timeout=60,
+            env=e)
+    assert r.returncode == 0, r.stdout + r.stderr
+    launched = dump_envs(tmp_path)
+    assert sorted(spawned) == sorted(launched) == [0, 1, 2]
+    for rank in range(3):
+        s, l = spawned[rank], launched[rank]
+        assert {k: v for k, v in s.items() if k not in instance} == \
+            {k: v for k, v in l.items() if k not in instance}, rank
+        assert s["RANK"] == s["LOCAL_RANK"] == str(rank)
+        assert s["OMP_NUM_THREADS"] == s["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert s["NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert "MASTER_ADDR" not in s and s["DDP_STORE"] == "0"
+        assert s["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert l["MASTER_ADDR"] and l["TORCHELASTIC_ERROR_FILE"] != e["TORCHELASTIC_ERROR_FILE"]
+        # ddp_spawn passes on what a launcher above it gave the parent.
+        assert s["TORCHELASTIC_ERROR_FILE"] == e["TORCHELASTIC_ERROR_FILE"]

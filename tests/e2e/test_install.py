@@ -84,10 +84,10 @@ def test_pkg_config_names_the_installed_prefix(destdir):
     assert f"-L{destdir}{PREFIX}/lib" in libs and "-lddp" in libs
 
 
-@pytest.mark.parametrize("linkage", ["shared", "static"])
-def test_program_builds_and_runs_against_the_installed_library(destdir, tmp_path, linkage):
+def build_program(destdir, tmp_path, source, linkage):
+    """Compile source against the installed libddp (shared or static), as a user would."""
     src = tmp_path / "hello.c"
-    src.write_text(PROGRAM)
+    src.write_text(source)
     exe = tmp_path / "hello"
     if linkage == "shared":
         libs = pkg_config(destdir, "--libs")
@@ -98,14 +98,76 @@ def test_program_builds_and_runs_against_the_installed_library(destdir, tmp_path
     r = run(["cc", "-std=gnu11", "-Wall", "-Werror", *san_flags(), str(src), "-o", str(exe),
              *pkg_config(destdir, "--cflags"), *libs])
     assert r.returncode == 0, r.stderr
+    return exe
+
+
+def run_alone(exe, destdir):
+    """Run exe as a single process outside any launcher (no rank variables)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["LD_LIBRARY_PATH"] = f"{destdir}{PREFIX}/lib"
-    r = run([str(exe)], env=env)
+    return run([str(exe)], env=env)
+
+
+@pytest.mark.parametrize("linkage", ["shared", "static"])
+def test_program_builds_and_runs_against_the_installed_library(destdir, tmp_path, linkage):
+    exe = build_program(destdir, tmp_path, PROGRAM, linkage)
+    r = run_alone(exe, destdir)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("x=21.5 backend=cpu"), r.stdout
     needed = run(["readelf", "-d", str(exe)]).stdout
     assert ("libddp.so" in needed) == (linkage == "shared")
+
+
+# A program whose own functions share names with libddp's internals (with
+# other signatures): linked with either library, its calls reach its own
+# definitions and libddp's reach libddp's.
+CLASHING_PROGRAM = r"""
+#include <stdio.h>
+#include <string.h>
+#include <ddp.h>
+
+int store_set(const char *key);
+double util_now_ms(int scale);
+int store_parse(void);
+
+int store_set(const char *key) { return (int)strlen(key) + 100; }
+double util_now_ms(int scale) { return 0.5 * scale; }
+int store_parse(void) { return -7; }
+
+int main(void)
+{
+	struct ddp_ctx *ctx;
+	double x = 1.5;
+
+	if (ddp_init(NULL, &ctx) < 0) {
+		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		return 1;
+	}
+	if (ddp_all_reduce(ctx, &x, 1, DDP_FLOAT64, DDP_SUM) < 0) {
+		fprintf(stderr, "all_reduce: %s\n", ddp_errmsg());
+		return 1;
+	}
+	printf("x=%g own=%d,%g,%d\n", x, store_set("abc"), util_now_ms(3), store_parse());
+	return ddp_finalize(ctx) < 0;
+}
+"""
+
+
+@pytest.mark.parametrize("linkage", ["shared", "static"])
+def test_program_with_names_like_libddp_internals_links_and_runs(destdir, tmp_path, linkage):
+    exe = build_program(destdir, tmp_path, CLASHING_PROGRAM, linkage)
+    r = run_alone(exe, destdir)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "x=1.5 own=103,1.5,-7\n", r.stdout
+
+
+def test_the_static_library_exports_only_the_public_api(destdir):
+    lib = os.path.join(f"{destdir}{PREFIX}", "lib", "libddp.a")
+    out = run(["nm", "-g", "--defined-only", lib]).stdout
+    names = [line.split()[-1] for line in out.splitlines() if len(line.split()) == 3]
+    assert "ddp_init" in names and "ddp_all_reduce" in names
+    assert [n for n in names if not n.startswith("ddp_")] == []
 
 
 def test_the_shared_library_exports_only_the_public_api(tmp_path):

@@ -1,4 +1,4 @@
-"""The environment every worker gets (torchrun's contract, DESIGN.md) and what
+"""The environment every worker gets (torchrun's contract, ddprun(1) ENVIRONMENT) and what
 runs: the program itself, *.py with Python -u, -m module, ${local_rank}."""
 import os
 

@@ -1,12 +1,14 @@
 """Signals: ddprun forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT (and
 --signals-to-handle) to every worker group and exits 128+signal; a second
-SIGINT kills at once; a signal ignored at startup (nohup) stays ignored; and
-`kill -9 ddprun` leaves no worker or grandchild alive."""
+SIGINT kills at once; a signal ignored at startup (nohup) stays ignored;
+`kill -9 ddprun` leaves no worker or grandchild alive; and --forward-signals
+notifies the workers (a checkpoint on SIGUSR1) without stopping the job."""
 import os
 import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -176,3 +178,77 @@ def test_ddprun_runs_under_valgrind(tmp_path):
     assert "Valgrind has to exit" not in r.stderr, r.stderr
     assert sorted(r.stdout.split("\n")[:2]) == ["worker 0", "worker 1"]
     assert r.returncode == 6 or r.returncode == 7, r.stderr  # the first to fail
+
+
+# ---- --forward-signals: notify the workers, stop nothing --------------------------
+
+CKPT_WORKER = os.path.join(os.path.dirname(__file__), "ckpt_worker.py")
+
+
+def start_ckpt(reaper, tmp_path, *args, nproc=2, env=None):
+    """ddprun running ckpt_worker.py workers; returns once every one is ready."""
+    cmd = [binary("ddprun"), "--nproc-per-node", str(nproc), *args, sys.executable,
+           CKPT_WORKER, str(tmp_path)]
+    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     env=env)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(nproc))
+             or p.poll() is not None, timeout=30, what="workers ready")
+    assert p.poll() is None, p.communicate()
+    return p
+
+
+def got(tmp_path, rank):
+    f = tmp_path / f"got.{rank}"
+    return f.read_text().split() if f.exists() else []
+
+
+def wait_got(tmp_path, nproc, names):
+    wait_for(lambda: all(got(tmp_path, r) == names for r in range(nproc)), timeout=30,
+             what=f"every worker to get {names}")
+
+
+@pytest.mark.parametrize("args,env", [
+    (["--forward-signals", "SIGUSR1"], {}),
+    # named in both lists: forwarded, not a stop
+    (["--signals-to-handle", "SIGTERM,SIGUSR1", "--forward-signals", "usr1"], {}),
+    ([], {"PET_FORWARD_SIGNALS": str(int(signal.SIGUSR1))}),
+], ids=["name", "also-in-signals-to-handle", "PET-number"])
+def test_forwarded_usr1_checkpoints_and_the_job_finishes_with_0(reaper, tmp_path, args, env):
+    p = start_ckpt(reaper, tmp_path, *args, env={**os.environ, **env})
+    p.send_signal(signal.SIGUSR1)
+    wait_got(tmp_path, 2, ["SIGUSR1"])
+    assert all((tmp_path / f"ckpt.{r}.1").read_text().startswith("step ") for r in (0, 1))
+    (tmp_path / "stop").touch()  # training goes on until then
+    rc, out, err = finish(p)
+    assert rc == 0, err
+    assert sorted(out.splitlines()) == [f"rank {r}: 1 checkpoint(s)" for r in (0, 1)]
+    assert "SIGUSR1: forwarded to 2 workers (the job goes on)" in err
+    assert "stopping" not in err
+
+
+def test_forwarded_usr2_is_no_stack_dump_request(reaper, tmp_path):
+    p = start_ckpt(reaper, tmp_path, "--forward-signals", "SIGUSR1,USR2", "--hang-timeout",
+                   "600")
+    p.send_signal(signal.SIGUSR2)
+    wait_got(tmp_path, 2, ["SIGUSR2"])
+    p.send_signal(signal.SIGUSR1)
+    wait_got(tmp_path, 2, ["SIGUSR2", "SIGUSR1"])
+    (tmp_path / "stop").touch()
+    rc, out, err = finish(p)
+    assert rc == 0, err
+    assert "on demand" not in err and "where the ranks are" not in err
+
+
+@pytest.mark.parametrize("value,message", [
+    ("FOO", "unknown signal 'FOO' in --forward-signals"),
+    ("SIGUSR1,SIGFOO", "unknown signal 'SIGFOO' in --forward-signals"),
+    ("999", "unknown signal '999' in --forward-signals"),
+    ("SIGKILL", "signal SIGKILL in --forward-signals cannot be handled and forwarded"),
+    ("SIGCHLD", "signal SIGCHLD in --forward-signals cannot be handled and forwarded"),
+    ("SIGUSR1,", "invalid value 'SIGUSR1,' for --forward-signals: expected a "
+     "comma-separated list like SIGTERM,SIGUSR1"),
+])
+def test_bad_forward_signal_is_a_usage_error(value, message):
+    r = run([binary("ddprun"), "--forward-signals", value, "true"])
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"ddprun: error: {message} (see ddprun --help)"]

@@ -6,6 +6,7 @@
  *   exit R C     rank R exits with code C after 0.2 s; others sleep 30 s
  *   signal R     rank R kills itself with SIGKILL; others sleep 30 s
  *   sleep        every rank prints its pid and sleeps 30 s (daemon tests)
+ *   env          every rank writes its environment to $ENV_DUMP_DIR/env.RANK
  * Prints "spawn ok" or "spawn failed: <ddp_errmsg>" and the failure triple. */
 #include <signal.h>
 #include <stdio.h>
@@ -39,6 +40,18 @@ static int fn(int rank, void *p)
 		printf("env MASTER_ADDR=%s DDP_STORE=%s\n", ma ? ma : "(unset)",
 		       st ? st : "(unset)");
 		return ddp_finalize(ctx) < 0;
+	}
+	if (!strcmp(a->mode, "env")) {
+		char path[4096];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/env.%d", getenv("ENV_DUMP_DIR"), rank);
+		f = fopen(path, "w");
+		if (f == NULL)
+			return 1;
+		for (char **e = environ; *e != NULL; e++)
+			fprintf(f, "%s\n", *e);
+		return fclose(f) != 0;
 	}
 	if (!strcmp(a->mode, "exit")) {
 		if (rank == a->a) {

@@ -375,6 +375,39 @@ static void test_ranks_filter(void **state)
 	cli_free(&o);
 }
 
+/* --forward-signals: loose names and numbers, and a signal in both lists
+ * is forwarded only (it no longer stops the job). */
+static void test_forward_signals(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("p")), CLI_OK);
+	assert_int_equal(o.nfwd_signals, 0);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--signals-to-handle", "SIGTERM,SIGUSR1,SIGINT",
+					"--forward-signals", "usr1,SIGUSR2,12,USR2", "p")),
+			 CLI_OK);
+	assert_int_equal(o.nfwd_signals, 2);
+	assert_int_equal(o.fwd_signals[0], SIGUSR1);
+	assert_int_equal(o.fwd_signals[1], SIGUSR2);
+	assert_int_equal(o.nsignals, 2);
+	assert_int_equal(o.signals[0], SIGTERM);
+	assert_int_equal(o.signals[1], SIGINT);
+	cli_free(&o);
+	set_env("PET_FORWARD_SIGNALS", "10");
+	assert_int_equal(parse(&o, ARGS("p")), CLI_OK);
+	assert_int_equal(o.nfwd_signals, 1);
+	assert_int_equal(o.fwd_signals[0], SIGUSR1);
+	cli_free(&o);
+	expect_error("unknown signal 'NOPE' in --forward-signals",
+		     ARGS("--forward-signals", "NOPE", "p"));
+	expect_error("unknown signal '0' in --forward-signals",
+		     ARGS("--forward-signals", "0", "p"));
+	expect_error("signal kill in --forward-signals cannot be handled",
+		     ARGS("--forward-signals", "kill", "p"));
+	expect_error("invalid value '' for --forward-signals", ARGS("--forward-signals=", "p"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -391,6 +424,7 @@ int main(void)
 		cmocka_unit_test_setup(test_slurm_errors_name_the_variable, setup),
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
+		cmocka_unit_test_setup(test_forward_signals, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

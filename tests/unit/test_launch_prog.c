@@ -159,6 +159,7 @@ static void test_workenv(void **state)
 			  "DDP_SHM_NONCE=outer",
 			  "DDP_TIMEOUT=5",
 			  NULL};
+	char *outer[] = {"MASTER_ADDR=outer", "MASTER_PORT=1", "TORCHELASTIC_ERROR_FILE=/o", NULL};
 	struct workenv_job j = {.world_size = 8,
 				.local_world_size = 4,
 				.group_rank = 1,
@@ -212,6 +213,15 @@ static void test_workenv(void **state)
 	env = workenv_build(parent, &j, 1, "/l/error.json");
 	assert_non_null(env);
 	assert_null(env_get(env, "DDP_SHM_NONCE"));
+	free(env);
+	/* ddp_spawn's: no store and no error file, not even inherited ones */
+	j.master_addr = NULL;
+	env = workenv_build(outer, &j, 1, NULL);
+	assert_non_null(env);
+	assert_null(env_get(env, "MASTER_ADDR"));
+	assert_null(env_get(env, "MASTER_PORT"));
+	assert_null(env_get(env, "TORCHELASTIC_ERROR_FILE"));
+	assert_string_equal(env_get(env, "RANK"), "5");
 	free(env);
 }
 

@@ -548,6 +548,34 @@ static void test_captured_torch_bytes(void **state)
 	assert_int_equal(off + r.len, sizeof(v2));
 }
 
+/* The clients' value and key-list encoders refuse what a server with the
+ * default limits would, writing nothing, and write what it accepts. */
+static void test_client_encoders_keep_the_default_limits(void **state)
+{
+	static char big[STORE_MAX_KEY + 1];
+	const char *keys[] = {"a", "bb", big};
+	struct store_buf b;
+	size_t n;
+
+	memset(big, 'k', STORE_MAX_KEY); /* with its "/": one byte too many */
+	store_buf_init(&b);
+	assert_int_equal(store_put_user_value(&b, "v", STORE_MAX_VALUE + 1), -EMSGSIZE);
+	assert_int_equal(store_put_user_value(&b, NULL, 1), -EINVAL);
+	assert_int_equal(store_put_user_keys(&b, NULL, keys, STORE_MAX_MULTI_KEYS + 1), -E2BIG);
+	assert_int_equal(b.len, 0);
+	assert_int_equal(store_put_user_value(&b, NULL, 0), 0);
+	assert_int_equal(b.len, 8);
+	b.len = 0;
+	assert_int_equal(store_put_user_keys(&b, "p", keys, 2), 0);
+	assert_int_equal(store_get_u64(b.p), 2);
+	n = 8 + 8 + 4 + 8 + 5; /* count, "/p/a", "/p/bb" */
+	assert_int_equal(b.len, n);
+	assert_memory_equal(b.p + 16, "/p/a", 4);
+	assert_memory_equal(b.p + n - 5, "/p/bb", 5);
+	assert_int_equal(store_put_user_keys(&b, NULL, keys, 3), -ENAMETOOLONG);
+	store_buf_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -561,6 +589,7 @@ int main(void)
 		cmocka_unit_test(test_garbage_never_crashes),
 		cmocka_unit_test(test_reply_lengths),
 		cmocka_unit_test(test_captured_torch_bytes),
+		cmocka_unit_test(test_client_encoders_keep_the_default_limits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -332,7 +332,8 @@ struct ddp_spawn_ctx;
 /* torch.multiprocessing.spawn for C: runs fn(rank, arg) in nprocs processes,
  * each with the environment a single-node launcher gives (RANK, LOCAL_RANK,
  * WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK=0, GROUP_WORLD_SIZE=1,
- * TORCHELASTIC_RUN_ID, ...), so that fn can call ddp_init(). libddp hosts no
+ * TORCHELASTIC_RUN_ID, ...; ddprun's own builder), so that fn can call
+ * ddp_init(). libddp hosts no
  * store, so the children get DDP_STORE=0 and no MASTER_ADDR/MASTER_PORT (not
  * even the parent's): ddp_init forms their world through shared memory
  * alone. A child exits with fn's return value

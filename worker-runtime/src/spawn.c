@@ -1,5 +1,6 @@
 /* spawn: torch.multiprocessing.spawn for C. The parent gives each child the
- * environment a single-node launcher would, then watches them through pidfds;
+ * environment a single-node launcher would (ddprun's own builder, workenv.h),
+ * then watches them through pidfds;
  * the first failure stops the others (SIGTERM, grace, SIGKILL) and is reported
  * as torch reports it ("process 1 terminated with exit code 3").
  *
@@ -21,6 +22,7 @@
 
 #include "ddp_internal.h"
 #include "util.h"
+#include "workenv.h"
 
 #define SPAWN_RANK_ENV "DDP_SPAWN_RANK"
 
@@ -49,37 +51,35 @@ static int exit_code_of(int rc)
 	return rc >= 0 && rc <= 255 ? rc : 1;
 }
 
-/* In the child, before fn or exec. No MASTER_ADDR/MASTER_PORT: libddp has no
- * store server to offer (the store lives in the launcher), and an address
- * with nothing behind it would make ddp_init wait for a store that never
- * answers. DDP_STORE=0 says so: the children meet through shared memory
- * alone, their environment being consistent by construction. */
-static void child_env(int rank, int nprocs, const char *run_id, int daemon)
+/* In the child, before fn or exec: torchrun's contract for one node. No
+ * MASTER_ADDR/MASTER_PORT: libddp has no store server to offer (the store
+ * lives in the launcher), and an address with nothing behind it would make
+ * ddp_init wait for a store that never answers. DDP_STORE=0 says so: the
+ * children meet through shared memory alone, their environment being
+ * consistent by construction. What a launcher above this process set for it
+ * (shm nonce, hang files, error file, signals) is passed on. */
+static int child_env(int rank, int nprocs, const char *run_id, int daemon)
 {
-	char v[32];
+	struct workenv_job j = {
+		.world_size = nprocs,
+		.local_world_size = nprocs,
+		.group_world_size = 1,
+		.role = "default",
+		.run_id = run_id,
+		.shm_nonce = getenv("DDP_SHM_NONCE"),
+		.progress_file = getenv("DDP_PROGRESS_FILE"),
+		.timer_file = getenv("TORCHELASTIC_TIMER_FILE"),
+		.signals_to_handle = getenv("TORCHELASTIC_SIGNALS_TO_HANDLE"),
+	};
+	char **env = workenv_build(environ, &j, rank, getenv("TORCHELASTIC_ERROR_FILE"));
 
-	snprintf(v, sizeof(v), "%d", rank);
-	setenv("RANK", v, 1);
-	setenv("LOCAL_RANK", v, 1);
-	setenv("ROLE_RANK", v, 1);
-	snprintf(v, sizeof(v), "%d", nprocs);
-	setenv("WORLD_SIZE", v, 1);
-	setenv("LOCAL_WORLD_SIZE", v, 1);
-	setenv("ROLE_WORLD_SIZE", v, 1);
-	setenv("GROUP_RANK", "0", 1);
-	setenv("GROUP_WORLD_SIZE", "1", 1);
-	setenv("ROLE_NAME", "default", 1);
-	unsetenv("MASTER_ADDR");
-	unsetenv("MASTER_PORT");
+	if (env == NULL)
+		return -ENOMEM;
+	environ = env; /* this process's from now on, never freed */
 	setenv("DDP_STORE", "0", 1);
-	setenv("TORCHELASTIC_RUN_ID", run_id, 1);
-	setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
-	setenv("TORCHELASTIC_MAX_RESTARTS", "0", 1);
-	setenv("TORCHELASTIC_USE_AGENT_STORE", "False", 1);
-	if (nprocs > 1)
-		setenv("OMP_NUM_THREADS", "1", 0);
 	/* Non-daemon children outlive the parent: ddp_init must not undo that. */
 	setenv("DDP_PDEATHSIG", daemon ? "1" : "0", 1);
+	return 0;
 }
 
 /* argv of this process from /proc/self/cmdline (NULL-terminated, malloc'd). */
@@ -335,7 +335,10 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 			if (o->daemon &&
 			    (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
 				_exit(1);
-			child_env(r, nprocs, run_id, o->daemon);
+			if (child_env(r, nprocs, run_id, o->daemon) < 0) {
+				fprintf(stderr, "ddp_spawn: out of memory\n");
+				_exit(1);
+			}
 			if (o->start_method == DDP_START_SPAWN) {
 				char rv[16];
 				snprintf(rv, sizeof(rv), "%d", r);

@@ -1,4 +1,6 @@
-/* workenv: each worker's environment, torchrun's contract (DESIGN.md):
+/* workenv: each worker's environment, torchrun's contract (ddprun(1) ENVIRONMENT),
+ * written once for both spawners: ddprun's agent (launcher/agent_worker.c) and
+ * libddp's ddp_spawn (worker-runtime/src/spawn.c), hence here, the layer both use:
  * RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE,
  * ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
  * TORCHELASTIC_{RESTART_COUNT,MAX_RESTARTS,RUN_ID,USE_AGENT_STORE,ERROR_FILE};
@@ -6,8 +8,9 @@
  * TORCH_NCCL_ASYNC_ERROR_HANDLING=1 when unset and NCCL_ASYNC_ERROR_HANDLING
  * (PyTorch 1.13's name) the same when unset; TORCHELASTIC_SIGNALS_TO_HANDLE
  * (torchrun 2.x); under --virtual-local-rank LOCAL_RANK=0 and
- * CUDA_VISIBLE_DEVICES narrowed to the worker's one GPU; DDP_SHM_NONCE (shmsweep.h),
- * DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (hang.h), never inherited;
+ * CUDA_VISIBLE_DEVICES narrowed to the worker's one GPU; DDP_SHM_NONCE (the
+ * launcher's shmsweep.h), DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (its
+ * hang.h), never inherited;
  * PYTHONFAULTHANDLER=1 when unset (hang.h). Everything else is inherited from ddprun's own
  * environment. */
 #ifndef DDP_WORKENV_H
@@ -24,7 +27,7 @@ struct workenv_job {
 	int group_world_size;
 	int rank_offset; /* global rank of local rank 0 */
 	const char *role;
-	const char *master_addr;
+	const char *master_addr; /* NULL: no MASTER_ADDR nor MASTER_PORT (ddp_spawn) */
 	int master_port;
 	const char *run_id;
 	int restart_count;
@@ -51,7 +54,8 @@ int workenv_device(const char *cvd, int local_rank, char *out, size_t len);
 int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err, size_t errlen);
 
 /* The environment of local rank lr: one malloc'd block (pointers then
- * strings), released with free(). NULL on ENOMEM. */
+ * strings), released with free(). error_file NULL: no
+ * TORCHELASTIC_ERROR_FILE. NULL on ENOMEM. */
 char **workenv_build(char *const *parent_env, const struct workenv_job *j, int local_rank,
 		     const char *error_file);
 

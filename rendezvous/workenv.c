@@ -106,13 +106,16 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	ADDI("ROLE_RANK", rank);
 	ADDI("ROLE_WORLD_SIZE", j->world_size);
 	ADD("ROLE_NAME", j->role);
-	ADD("MASTER_ADDR", j->master_addr);
-	ADDI("MASTER_PORT", j->master_port);
+	if (j->master_addr != NULL) {
+		ADD("MASTER_ADDR", j->master_addr);
+		ADDI("MASTER_PORT", j->master_port);
+	}
 	ADDI("TORCHELASTIC_RESTART_COUNT", j->restart_count);
 	ADDI("TORCHELASTIC_MAX_RESTARTS", j->max_restarts);
 	ADD("TORCHELASTIC_RUN_ID", j->run_id);
 	ADD("TORCHELASTIC_USE_AGENT_STORE", j->use_agent_store ? "True" : "False");
-	ADD("TORCHELASTIC_ERROR_FILE", error_file);
+	if (error_file != NULL)
+		ADD("TORCHELASTIC_ERROR_FILE", error_file);
 	if (j->shm_nonce != NULL)
 		ADD("DDP_SHM_NONCE", j->shm_nonce);
 	/* torchrun: one thread per worker unless the user chose otherwise. */

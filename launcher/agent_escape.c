@@ -1,0 +1,65 @@
+/* agent_escape: what the workers leave beyond their process groups, and
+ * workers that outlive SIGKILL. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent_int.h"
+#include "proc_info.h"
+#include "procsweep.h"
+
+#define SWEEP_BUF (64 * 1024)
+
+void agent_kill_escaped(struct agent *a)
+{
+	char marker[64];
+	char *buf;
+	pid_t skip = a->cfg.watchdog != NULL ? a->cfg.watchdog->pid : 0;
+
+	if (a->cfg.shm_nonce == NULL ||
+	    procsweep_marker(marker, sizeof(marker), a->cfg.shm_nonce) != 0)
+		return;
+	buf = aligned_alloc(8, SWEEP_BUF);
+	if (buf == NULL)
+		return; /* out of memory: the watchdog cannot help either */
+	/* SIGKILL at once: unlike the groups they had no SIGTERM, but the
+	 * workers that could have stopped them are gone. */
+	if (procsweep_kill_marked(marker, skip, buf, SWEEP_BUF) > 0)
+		agent_say("killed the processes the workers left outside their process groups");
+	free(buf);
+}
+
+bool agent_test_no_sigkill(void)
+{
+	const char *v = getenv("DDPRUN_TEST_NO_SIGKILL");
+
+	return v != NULL && strcmp(v, "1") == 0;
+}
+
+void agent_abandon_stuck(struct agent *a)
+{
+	int i;
+
+	for (i = 0; i < a->nproc; i++) {
+		struct agent_worker *w = &a->w[i];
+		struct proc_info pi;
+
+		if (!w->running)
+			continue;
+		if (proc_info_read(w->pid, &pi) == 0)
+			agent_say(
+				"worker %d (pid %d) is still alive %d s after SIGKILL, %s (%c) in "
+				"%s: not waiting for it",
+				i, (int)w->pid, AGENT_STUCK_WAIT_MS / 1000,
+				proc_state_name(pi.state), pi.state, pi.wchan);
+		else
+			agent_say("worker %d (pid %d) is still alive %d s after SIGKILL: not "
+				  "waiting for it",
+				  i, (int)w->pid, AGENT_STUCK_WAIT_MS / 1000);
+		w->running = false;
+		w->group_live = false;
+		a->nrunning--;
+	}
+}

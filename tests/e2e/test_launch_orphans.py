@@ -1,0 +1,245 @@
+"""What a worker leaves outside its process group, and what a killed ddprun
+leaves on disk (issue 11, items 6, 7, 10, 11):
+
+- a process that leaves the worker's group (setsid, a daemon's double fork,
+  setpgid(0, 0)) dies with the job: when the workers succeed, after a clean
+  SIGTERM, and after `kill -9 ddprun` (the watchdog finds it by the job's
+  DDP_SHM_NONCE);
+- after `kill -9 ddprun` the watchdog removes the job's /dev/shm segment and
+  its temporary $TMPDIR/ddprun_XXXXXX;
+- a worker that outlives SIGKILL (D state) is named with its state and wchan
+  and ddprun exits anyway. The real case: a read of a FUSE file whose server
+  took the request and never answers (fuse_stall.py, in a mount namespace of
+  the test's own; skipped where FUSE cannot be mounted). Everywhere else,
+  DDPRUN_TEST_NO_SIGKILL=1 (a test hook) keeps ddprun's SIGKILL from the
+  workers, which then look to ddprun exactly like ones in D state."""
+import os
+import signal
+import subprocess
+import sys
+import shutil
+import uuid
+
+import pytest
+
+from conftest import binary, pid_alive, prog, run, wait_for
+from mnutil import clean_env
+
+# The worker starts one process that escapes its group as MODE says, writes
+# its pid to OUT/esc.RANK, then waits to be stopped.
+ESCAPE = r'''
+import os, sys, time
+mode, out, rank = sys.argv[1], sys.argv[2], os.environ["RANK"]
+
+def escaped():
+    with open(f"{out}/esc.{rank}.tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.rename(f"{out}/esc.{rank}.tmp", f"{out}/esc.{rank}")
+    time.sleep(1000)
+    os._exit(0)
+
+if os.fork() == 0:
+    if mode == "setsid":
+        os.setsid()
+        escaped()
+    if mode == "daemon":  # the double fork of a daemon: the middle one exits
+        os.setsid()
+        if os.fork() == 0:
+            escaped()
+        os._exit(0)
+    os.setpgid(0, 0)
+    escaped()
+if len(sys.argv) > 3:  # "exit": end once the escaped process is there
+    while not os.path.exists(f"{out}/esc.{rank}"):
+        time.sleep(0.01)
+    sys.exit(0)
+time.sleep(1000)
+'''
+
+MODES = ["setsid", "daemon", "setpgid"]
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    return d
+
+
+def start_escaping(reaper, tmp_path, mode, nproc=2):
+    out = tmp_path / "out"
+    out.mkdir()
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", str(nproc), "--shutdown-timeout",
+                      "5", sys.executable, "-c", ESCAPE, mode, str(out)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all((out / f"esc.{r}").exists() for r in range(nproc))
+             or p.poll() is not None, timeout=30, what="escaped processes")
+    assert p.poll() is None, p.communicate()
+    pids = [int((out / f"esc.{r}").read_text()) for r in range(nproc)]
+    assert all(pid_alive(x) for x in pids)
+    return p, pids
+
+
+def kill_left(pids):
+    """Ours to clean up when the launcher did not (the test then fails)."""
+    for x in pids:
+        if pid_alive(x):
+            os.kill(x, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_escaped_processes_die_with_kill_9_of_ddprun(reaper, tmp_path, mode):
+    p, pids = start_escaping(reaper, tmp_path, mode)
+    try:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"escaped pid {x} to die")
+    finally:
+        kill_left(pids)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_escaped_processes_die_when_ddprun_stops_on_sigterm(reaper, tmp_path, mode):
+    p, pids = start_escaping(reaper, tmp_path, mode)
+    try:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 128 + signal.SIGTERM, err
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"escaped pid {x} to die")
+        assert "killed the processes the workers left outside their process groups" in err
+    finally:
+        kill_left(pids)
+
+
+def test_escaped_processes_die_when_the_workers_succeed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    r = run([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", ESCAPE,
+             "daemon", str(out), "exit"], timeout=60)
+    pids = [int((out / f"esc.{rank}").read_text()) for rank in range(2)]
+    try:
+        assert r.returncode == 0, r.stderr
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"escaped pid {x} to die")
+        assert "killed the processes the workers left outside their process groups" \
+            in r.stderr
+    finally:
+        kill_left(pids)
+
+
+def test_kill_9_of_ddprun_leaves_no_temporary_directory(reaper, tmp_path, private_tmpdir):
+    p, pids = start_escaping(reaper, tmp_path, "setsid", nproc=1)
+    try:
+        made = [n for n in os.listdir(private_tmpdir) if n.startswith("ddprun_")]
+        assert len(made) == 1, made  # the error-file directory exists while it runs
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        wait_for(lambda: not os.listdir(private_tmpdir), timeout=20,
+                 what=f"the watchdog to remove {made[0]}")
+    finally:
+        kill_left(pids)
+
+
+# Local rank 0 creates the node's segment in ddp_init and waits for local
+# rank 1, which never attaches: it says the segment is there and sleeps.
+SHM_SCRIPT = r'''
+if [ "$LOCAL_RANK" = 0 ]; then exec "$COLL" check; fi
+i=0
+while [ $i -lt 1500 ] && ! ls /dev/shm | grep -q -- "-a$DDP_SHM_NONCE\$"; do
+    sleep 0.02; i=$((i + 1))
+done
+ls /dev/shm | grep -- "-a$DDP_SHM_NONCE\$" > "$OUT/seg.tmp"; mv "$OUT/seg.tmp" "$OUT/seg"
+exec sleep 1000
+'''
+
+
+def test_kill_9_during_init_leaves_no_shared_memory(reaper, tmp_path):
+    rid = "wdshm" + uuid.uuid4().hex[:8]
+    out = tmp_path / "out"
+    out.mkdir()
+    try:
+        p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--rdzv-id", rid,
+                          "sh", "-c", SHM_SCRIPT],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=clean_env(OUT=str(out), COLL=prog("ddp_coll"), DDP_STORE="0",
+                                       DDP_BACKEND="cpu", DDP_QUIET="1", DDP_TIMEOUT="600",
+                                       TMPDIR=os.environ["TMPDIR"]))
+        wait_for(lambda: (out / "seg").exists() or p.poll() is not None, timeout=30,
+                 what="the node's segment")
+        assert p.poll() is None
+        seg = (out / "seg").read_text().split()
+        assert len(seg) == 1 and rid in seg[0], seg
+        assert os.path.exists(f"/dev/shm/{seg[0]}")
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=10)
+        wait_for(lambda: not os.path.exists(f"/dev/shm/{seg[0]}"), timeout=20,
+                 what=f"the watchdog to remove /dev/shm/{seg[0]}")
+    finally:
+        for name in os.listdir("/dev/shm"):
+            if rid in name:
+                os.unlink(f"/dev/shm/{name}")
+
+
+def test_a_worker_that_outlives_sigkill_is_named_and_not_waited_for(reaper, tmp_path):
+    env = dict(os.environ, DDPRUN_TEST_NO_SIGKILL="1")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--shutdown-timeout", "1",
+                      prog("launch_sigwait"), "--ignore", "SIGTERM", str(tmp_path)],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(2))
+             or p.poll() is not None, timeout=20, what="workers ready")
+    assert p.poll() is None, p.communicate()
+    pids = [int((tmp_path / f"ready.{i}").read_text()) for i in range(2)]
+    try:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 128 + signal.SIGTERM, err
+        for i, x in enumerate(pids):
+            # e.g. "worker 0 (pid 123) is still alive 5 s after SIGKILL, sleeping (S)
+            # in do_sigtimedwait: not waiting for it"
+            line = next((ln for ln in err.splitlines()
+                         if f"worker {i} (pid {x}) is still alive" in ln), None)
+            assert line is not None, err
+            assert "after SIGKILL" in line and "(S) in " in line and "not waiting" in line
+        # (nothing of them is left: they die with ddprun, PR_SET_PDEATHSIG)
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"pid {x} to die")
+    finally:
+        kill_left(pids)
+
+
+FUSE_STALL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuse_stall.py")
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or not os.path.exists("/dev/fuse"),
+                    reason="needs unshare(1) and /dev/fuse")
+def test_a_worker_in_uninterruptible_sleep_is_named_and_not_waited_for(reaper, tmp_path):
+    mnt, ready, pidf = tmp_path / "mnt", tmp_path / "stalled", tmp_path / "pid"
+    mnt.mkdir()
+    worker = f'echo $$ > {pidf}.tmp; mv {pidf}.tmp {pidf}; exec cat {mnt}/stall'
+    p = reaper.popen(["unshare", "-m", "--propagation", "private", sys.executable, FUSE_STALL,
+                      str(mnt), str(ready), "--", binary("ddprun"), "--nproc-per-node", "1",
+                      "--shutdown-timeout", "1", "sh", "-c", worker],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: ready.exists() or p.poll() is not None, timeout=30,
+             what="the worker's read to stall")
+    if p.poll() is not None:
+        _, err = p.communicate()
+        if p.returncode == 77 or "unshare" in err:
+            pytest.skip(f"cannot mount FUSE here: {err.strip()}")
+        pytest.fail(err)
+    pid = int(pidf.read_text())
+    with open(f"/proc/{pid}/stat") as f:
+        ddprun = int(f.read().rsplit(")", 1)[1].split()[1])
+    os.kill(ddprun, signal.SIGTERM)  # fatal for cat: it now waits in D state
+    _, err = p.communicate(timeout=90)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    line = next((ln for ln in err.splitlines()
+                 if f"worker 0 (pid {pid}) is still alive" in ln), None)
+    assert line is not None, err
+    # "... 5 s after SIGKILL, disk sleep (D) in request_wait_answer: not waiting for it"
+    assert "after SIGKILL, disk sleep (D) in " in line and "not waiting for it" in line, line
+    # the connection is gone with fuse_stall: the worker could die at last
+    wait_for(lambda: not pid_alive(pid), timeout=20, what=f"pid {pid} to die")
