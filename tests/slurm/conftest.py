@@ -186,6 +186,18 @@ def wait_for_files(d, names, timeout, log=None):
         time.sleep(0.05)
 
 
+def wait_for_text(path, text, timeout):
+    """Waits (bounded) until file path holds text; its contents. srun relays
+    the tasks' stderr on its own time: a line may land after the task's
+    exit status did."""
+    t0 = time.monotonic()
+    while text not in read(path):
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"after {timeout}s still no {text!r} in {path}:\n{read(path)}")
+        time.sleep(0.05)
+    return read(path)
+
+
 # Each node: ddprun in the background, its exit status in $OUT/rc.<node>.
 # The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
 # signals every process of the step, ddprun and its workers alike.
