@@ -419,13 +419,13 @@ static unsigned char pattern(int r, size_t i)
 	return (unsigned char)(((uint32_t)i * 2654435761u >> 11) + (uint32_t)r * 101u);
 }
 
-static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me,
-			  const char *what)
+static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me, const char *what)
 {
 	for (int r = 0; r < w; r++)
 		for (size_t i = 0; i < bytes; i++)
 			if (recv[(size_t)r * bytes + i] != pattern(r, i)) {
-				fprintf(stderr, "rank %d: %s of %zu bytes: rank %d's part wrong at %zu\n",
+				fprintf(stderr,
+					"rank %d: %s of %zu bytes: rank %d's part wrong at %zu\n",
 					me, what, bytes, r, i);
 				return 1;
 			}

@@ -143,8 +143,7 @@ int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
  * some rank (every rank then returns 1, and the single copy is off from now
  * on): the caller moves the data the staged way. */
 int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t deadline);
-int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root,
-			   int64_t deadline);
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline);
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			    const int *pos, int64_t deadline);
 

@@ -202,8 +202,7 @@ static int declare(struct ddpi_shm *s, const void *buf, size_t bytes, int64_t de
 	return ddpi_shm_sync_all(s, deadline, what);
 }
 
-int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root,
-			   int64_t deadline)
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	int rc, failed = 0;
 
@@ -225,8 +224,8 @@ int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, si
 	/* Start at the next rank: the peers' reads spread over the owners. */
 	for (int k = 1; k < s->lws && !failed; k++) {
 		int q = (s->me + k) % s->lws;
-		failed = read_peer(s, q, (char *)recv + (size_t)pos[q] * bytes, bytes,
-				   "all_gather");
+		failed =
+			read_peer(s, q, (char *)recv + (size_t)pos[q] * bytes, bytes, "all_gather");
 	}
 	/* My own part while the slower peers still read (send may alias it). */
 	if (!failed && my_dst != send)

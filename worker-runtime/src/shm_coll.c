@@ -192,8 +192,7 @@ int ddpi_shm_sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
 }
 
 /* Staged: through the root's slots. */
-static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int root,
-			    int64_t deadline)
+static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	int rc = 0;
 
