@@ -52,20 +52,21 @@ static int test_hook(const struct ddp_env *env)
 	return !colon || atoi(colon + 1) == env->rank ? what : 0;
 }
 
-/* len bytes at src in process pid, into dst. */
-static int pull(struct ddpi_shm *s, int q, void *dst, uint64_t src, size_t len)
+/* len bytes between local and remote in q's memory: read or written. */
+static int xfer(struct ddpi_shm *s, int q, int write, void *local, uint64_t remote, size_t len)
 {
 	pid_t pid = ddpi_shm_pid_of(s, q);
 
 	while (len) {
-		struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
-		ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+		struct iovec l = {local, len}, r = {(void *)(uintptr_t)remote, len};
+		ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+				  : process_vm_readv(pid, &l, 1, &r, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
 			return n < 0 ? -errno : -EIO;
-		dst = (char *)dst + n;
-		src += (uint64_t)n;
+		local = (char *)local + n;
+		remote += (uint64_t)n;
 		len -= (size_t)n;
 	}
 	return 0;
@@ -104,7 +105,7 @@ static int32_t probe(struct ddpi_shm *s, const struct ddp_env *env)
 		int rc;
 		if (q == s->me)
 			continue;
-		if ((rc = pull(s, q, &v, c->probe_addr, sizeof(v))) < 0)
+		if ((rc = xfer(s, q, 0, &v, c->probe_addr, sizeof(v))) < 0)
 			return rc;
 		if (v != c->probe_val)
 			return -ESRCH; /* not the process we meant */
@@ -173,22 +174,28 @@ static int finish(struct ddpi_shm *s, int failed, int64_t deadline, const char *
 	return 1;
 }
 
-/* Read bytes of q's published buffer into dst; say why on failure. */
-static int read_peer(struct ddpi_shm *s, int q, void *dst, size_t bytes, const char *what)
+/* Bytes [lo, hi) of q's published buffer (bytes long), read into or written
+ * from local + lo; 1, said why, on failure. */
+static int peer_copy(struct ddpi_shm *s, int q, int write, char *local, size_t lo, size_t hi,
+		     size_t bytes, const char *what)
 {
 	const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);
 	int rc;
 
+	if (lo == hi)
+		return 0;
 	if (c->len != bytes) /* the descriptors agree: cannot happen */
 		rc = -EPROTO;
 	else if (s->cma_test_fail == 2)
 		s->cma_test_fail = 0, rc = -EFAULT;
-	else if ((rc = pull(s, q, dst, c->addr, bytes)) == 0)
+	else if ((rc = xfer(s, q, write, local + lo, c->addr + lo, hi - lo)) == 0)
 		return 0;
 	fprintf(stderr,
-		"[rank%d] libddp: %s: process_vm_readv from rank %d failed (%s): staging "
-		"through shared memory from now on\n",
-		ddpi_shm_rank_of(s, s->me), what, ddpi_shm_rank_of(s, q), strerror(-rc));
+		"[rank%d] libddp: %s: %s rank %d failed (%s): staging through shared memory "
+		"from now on\n",
+		ddpi_shm_rank_of(s, s->me), what,
+		write ? "process_vm_writev to" : "process_vm_readv from", ddpi_shm_rank_of(s, q),
+		strerror(-rc));
 	return 1;
 }
 
@@ -202,14 +209,34 @@ static int declare(struct ddpi_shm *s, const void *buf, size_t bytes, int64_t de
 	return ddpi_shm_sync_all(s, deadline, what);
 }
 
+/* A broadcast's slice k of n (whole pages): the root writes slice k into the
+ * reader k ranks after it, which reads the rest, so that the root's core
+ * copies too: every rank copies (n - 1) / n of the message. */
+static void bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi)
+{
+	size_t per = (bytes / (size_t)n + 4095) & ~(size_t)4095;
+
+	*lo = (size_t)k * per < bytes ? (size_t)k * per : bytes;
+	*hi = (size_t)(k + 1) * per < bytes ? (size_t)(k + 1) * per : bytes;
+}
+
 int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
-	int rc, failed = 0;
+	int rc, failed = 0, n = s->lws;
+	size_t lo, hi;
 
 	if ((rc = declare(s, buf, bytes, deadline, "broadcast")) < 0)
 		return rc;
-	if (s->me != root)
-		failed = read_peer(s, root, buf, bytes, "broadcast");
+	if (s->me == root) {
+		for (int k = 1; k < n && !failed; k++) {
+			bcast_slice(bytes, n, k, &lo, &hi);
+			failed = peer_copy(s, (root + k) % n, 1, buf, lo, hi, bytes, "broadcast");
+		}
+	} else {
+		bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
+		failed = peer_copy(s, root, 0, buf, 0, lo, bytes, "broadcast") ||
+			 peer_copy(s, root, 0, buf, hi, bytes, bytes, "broadcast");
+	}
 	return finish(s, failed, deadline, "broadcast");
 }
 
@@ -224,8 +251,8 @@ int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, si
 	/* Start at the next rank: the peers' reads spread over the owners. */
 	for (int k = 1; k < s->lws && !failed; k++) {
 		int q = (s->me + k) % s->lws;
-		failed =
-			read_peer(s, q, (char *)recv + (size_t)pos[q] * bytes, bytes, "all_gather");
+		failed = peer_copy(s, q, 0, (char *)recv + (size_t)pos[q] * bytes, 0, bytes, bytes,
+				   "all_gather");
 	}
 	/* My own part while the slower peers still read (send may alias it). */
 	if (!failed && my_dst != send)
