@@ -7,7 +7,7 @@ mid-way, every rank falls back together and the results stay exact.
 
 The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never
-takes it. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
+takes it; auto from 256 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
 read. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
@@ -56,10 +56,10 @@ def test_a_refused_probe_on_one_rank_makes_every_rank_stage(reaper, store, nproc
 
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_a_read_failing_midway_falls_back_on_every_rank(reaper, store, nproc):
-    """Rank 1's first read fails (in the first large all_gather): that call
-    and every later one are staged, on every rank, with exact results."""
+    """Rank 1's first read fails (in the first all_gather): that call and
+    every later one are staged, on every rank, with exact results."""
     errs = run_big(reaper, store, nproc,
-                   {"DDP_SHM_CMA": "auto", "DDP_TEST_CMA_FAIL": "read:1"})
+                   {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": "read:1"})
     assert f"all_gather: {MIDWAY}" in errs[1], errs[1]
     assert "staging through shared memory from now on" in errs[1], errs[1]
     assert [e for e in errs if MIDWAY in e] == [errs[1]], errs
