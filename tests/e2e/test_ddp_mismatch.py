@@ -24,6 +24,9 @@ CASES = {  # case: (what the odd ranks call, what the others call)
     "dtype": ("all_reduce(500 x float64, sum) #1", "all_reduce(1000 x float32, sum) #1"),
     "count": ("all_reduce(2000 x float32, sum) #1", "all_reduce(1000 x float32, sum) #1"),
     "skip": ("barrier() #1", "all_reduce(1000 x float32, sum) #1"),
+    # all_gather of 1 MiB takes the single copy (where it is on), of 1000 bytes
+    # the staged path: a rank on either path is caught by the other
+    "gather": ("all_gather(1000 bytes each) #1", "all_gather(1048576 bytes each) #1"),
 }
 
 
@@ -69,6 +72,16 @@ def test_one_node_a_rank_that_wrongly_believes_it_is_the_root_is_caught(reaper, 
     assert returned == 0 and len(failed) == 3, out
     assert any("rank 1 called broadcast(1000 bytes from rank 1) #1" in m for m in failed), out
     assert any("broadcast(1000 bytes from rank 0) #1" in m for m in failed), out
+
+
+def test_one_node_a_wrong_root_of_a_large_broadcast_is_caught(reaper, tmp_path):
+    """The same, 1 MiB: the single copy (where it is on) compares calls too."""
+    agents, rcs = run_nodes(reaper, tmp_path, [3], "bigroot", "1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert returned == 0 and len(failed) == 3, out
+    assert any("rank 1 called broadcast(1048576 bytes from rank 1) #1" in m for m in failed), out
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

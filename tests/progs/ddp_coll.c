@@ -3,6 +3,12 @@
  *   ddp_coll where                      each rank first prints where it runs (node,
  *                                       launcher pid), every rank's as all_gather brought
  *                                       them, and its established TCP connections; then check
+ *   ddp_coll [--spawn N] big            large all_gather (also in place) and broadcast from
+ *                                       every root, odd sizes around the single-copy
+ *                                       threshold and above a staging slot, twice; with
+ *                                       DDP_COLL_UNDUMPABLE=1 every rank first makes itself
+ *                                       undumpable (so peers without CAP_SYS_PTRACE cannot
+ *                                       read its memory)
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -24,7 +30,9 @@
  *                                       float64, not 1000 float32), count (2000, not 1000
  *                                       floats), root (broadcast from the highest rank
  *                                       of RANKS, not rank 0), skip (barrier instead of
- *                                       the all_reduce), avg (avg, not sum). A rank whose
+ *                                       the all_reduce), avg (avg, not sum), gather
+ *                                       (all_gather of 1000 bytes each, not 1 MiB),
+ *                                       bigroot (root, of 1 MiB). A rank whose
  *                                       call fails prints "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
  *                                       "diverge returned" and exits 0 (SIGTERM is held until then)
@@ -35,9 +43,11 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -291,6 +301,24 @@ static int in_list(const char *list, int r, int *max)
 	return found;
 }
 
+/* Large calls (the single-copy path where it is on): gather, the odd ranks
+ * all_gather 1000 bytes each, the others 1 MiB; bigroot, a 1 MiB broadcast
+ * from the highest odd rank, not rank 0. */
+static int diverge_big(struct ddp_ctx *ctx, const char *what, int odd, int root)
+{
+	size_t n = 1 << 20;
+	char *send = calloc(n, 1), *recv = calloc(n, (size_t)ddp_world_size(ctx));
+	int rc;
+
+	if (!strcmp(what, "gather"))
+		rc = ddp_all_gather(ctx, send, recv, odd ? 1000 : n);
+	else
+		rc = ddp_broadcast(ctx, send, n, odd ? root : 0);
+	free(send);
+	free(recv);
+	return rc;
+}
+
 static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 {
 	int me = ddp_rank(ctx), root, odd = in_list(ranks, me, &root), rc;
@@ -319,6 +347,8 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 		rc = ddp_broadcast(ctx, buf, 1000, odd ? root : 0);
 	else if (!strcmp(what, "skip"))
 		rc = odd ? ddp_barrier(ctx) : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
+	else if (!strcmp(what, "gather") || !strcmp(what, "bigroot"))
+		rc = diverge_big(ctx, what, odd, root);
 	else
 		ddp_fatal(ctx, "diverge: unknown case '%s'", what);
 	if (rc < 0) {
@@ -383,12 +413,73 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **
 	return 0;
 }
 
+/* A byte that tells rank r's byte i from any other's (not periodic in i). */
+static unsigned char pattern(int r, size_t i)
+{
+	return (unsigned char)(((uint32_t)i * 2654435761u >> 11) + (uint32_t)r * 101u);
+}
+
+static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me, const char *what)
+{
+	for (int r = 0; r < w; r++)
+		for (size_t i = 0; i < bytes; i++)
+			if (recv[(size_t)r * bytes + i] != pattern(r, i)) {
+				fprintf(stderr,
+					"rank %d: %s of %zu bytes: rank %d's part wrong at %zu\n",
+					me, what, bytes, r, i);
+				return 1;
+			}
+	return 0;
+}
+
+static int run_big(struct ddp_ctx *ctx)
+{
+	static const size_t sizes[] = {262143, 262147, 1048583, 3000005};
+	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
+
+	for (int round = 0; round < 2; round++)
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]) && !bad; k++) {
+			size_t n = sizes[k];
+			unsigned char *send = malloc(n), *recv = malloc(n * (size_t)w);
+			for (size_t i = 0; i < n; i++)
+				send[i] = pattern(me, i);
+			memset(recv, 0, n * (size_t)w);
+			CHECK(ctx, ddp_all_gather(ctx, send, recv, n));
+			bad |= check_gathered(recv, n, w, me, "all_gather");
+			memset(recv, 0, n * (size_t)w);
+			memcpy(recv + (size_t)me * n, send, n);
+			CHECK(ctx, ddp_all_gather(ctx, recv + (size_t)me * n, recv, n));
+			bad |= check_gathered(recv, n, w, me, "in-place all_gather");
+			for (int root = 0; root < w && !bad; root++) {
+				for (size_t i = 0; i < n; i++)
+					send[i] = me == root ? pattern(root, i) : 0;
+				CHECK(ctx, ddp_broadcast(ctx, send, n, root));
+				for (size_t i = 0; i < n && !bad; i++)
+					if (send[i] != pattern(root, i)) {
+						fprintf(stderr,
+							"rank %d: broadcast of %zu bytes from %d "
+							"wrong at %zu\n",
+							me, n, root, i);
+						bad = 1;
+					}
+			}
+			free(send);
+			free(recv);
+		}
+	CHECK(ctx, ddp_barrier(ctx));
+	return bad;
+}
+
 static int worker(int rank, void *p)
 {
 	struct args *a = p;
 	struct ddp_ctx *ctx;
-	int rc = ddp_init(NULL, &ctx);
+	int rc;
 	const char *mode = a->argc > 0 ? a->argv[0] : "check";
+
+	if (getenv("DDP_COLL_UNDUMPABLE"))
+		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	rc = ddp_init(NULL, &ctx);
 
 	if (rc < 0) {
 		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
@@ -398,6 +489,8 @@ static int worker(int rank, void *p)
 		rc = run_check(ctx);
 	else if (!strcmp(mode, "where"))
 		rc = run_where(ctx);
+	else if (!strcmp(mode, "big"))
+		rc = run_big(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

@@ -47,6 +47,7 @@ static void test_nothing_set_is_a_world_of_one(void **state)
 	assert_string_equal(e.run_id, "none");
 	assert_int_equal(e.timeout_ms, DDP_DEFAULT_TIMEOUT_MS);
 	assert_int_equal(e.backend, DDP_BACKEND_AUTO);
+	assert_int_equal(e.shm_cma, -1);
 }
 
 static void test_torchrun_environment(void **state)
@@ -64,6 +65,7 @@ static void test_torchrun_environment(void **state)
 			    "DDP_TIMEOUT=1.5",
 			    "DDP_BACKEND=cpu",
 			    "DDP_PRINT_RANKS=0,5-6",
+			    "DDP_SHM_CMA=0",
 			    NULL};
 	struct ddp_env e;
 	assert_int_equal(parse(kv, &e), 0);
@@ -80,6 +82,7 @@ static void test_torchrun_environment(void **state)
 	assert_int_equal(e.timeout_ms, 1500);
 	assert_int_equal(e.backend, DDP_BACKEND_CPU);
 	assert_string_equal(e.print_ranks, "0,5-6");
+	assert_int_equal(e.shm_cma, 0);
 	assert_int_equal(e.under_launcher, 1);
 	assert_int_equal(e.use_store, 1);
 }
@@ -187,6 +190,8 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
 	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
+	expect_eenv((const char *[]){"DDP_SHM_CMA=yes", NULL},
+		    "DDP_SHM_CMA='yes' is not 0, 1 or auto");
 	expect_eenv((const char *[]){"DDP_STORE=no", NULL}, "DDP_STORE='no' is not 0 or 1");
 	/* the nonce ends a file name: nothing that could make it another's */
 	expect_eenv((const char *[]){"DDP_SHM_NONCE=ab-c", NULL},

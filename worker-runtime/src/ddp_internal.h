@@ -59,6 +59,7 @@ struct ddp_env {
 	int quiet;		  /* DDP_QUIET */
 	int async;		  /* DDP_ASYNC: buckets on a communication thread (1) */
 	char shm_nonce[33];	  /* DDP_SHM_NONCE ("" unset): the launcher's token */
+	int shm_cma;		  /* DDP_SHM_CMA: -1 auto, 0 never, 1 at any size */
 };
 
 typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);

@@ -232,6 +232,10 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	e->async = 1;
 	if ((v = get(fn, arg, "DDP_ASYNC")) && util_parse_int(v, 0, 1, &e->async) < 0)
 		return ddpi_err(DDP_EENV, "DDP_ASYNC='%s' is not 0 or 1", v);
+	e->shm_cma = -1;
+	if ((v = get(fn, arg, "DDP_SHM_CMA")) && strcmp(v, "auto") &&
+	    util_parse_int(v, 0, 1, &e->shm_cma) < 0)
+		return ddpi_err(DDP_EENV, "DDP_SHM_CMA='%s' is not 0, 1 or auto", v);
 	return parse_nonce(fn, arg, e);
 }
 

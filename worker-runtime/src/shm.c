@@ -20,7 +20,7 @@
 #include "util.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   3
+#define SHM_VERSION   4
 #define HDR_BYTES     8192
 #define CTL_BYTES     384 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
@@ -52,6 +52,7 @@ struct shm_ctl {
 	_Atomic uint32_t seq;
 	_Atomic uint32_t waiters;
 	struct ddpi_coll_desc desc[DDPI_DESC_SLOTS];
+	struct ddpi_cma_ctl cma;
 };
 
 _Static_assert(sizeof(struct shm_ctl) <= CTL_BYTES, "shm control line too large");
@@ -61,6 +62,11 @@ _Static_assert(sizeof(struct shm_hdr) <= HDR_BYTES, "shm header too large");
 static inline struct shm_ctl *ctl_of(const struct ddpi_shm *s, int q)
 {
 	return (struct shm_ctl *)((char *)s->ctl + (size_t)q * CTL_BYTES);
+}
+
+struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q)
+{
+	return &ctl_of(s, q)->cma;
 }
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
@@ -336,7 +342,8 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	/* Everyone has it mapped: the name is no longer needed. */
 	shm_unlink(s->name);
 	s->unlinked = 1;
-	if ((rc = check_pid_namespace(s, deadline)) < 0)
+	if ((rc = check_pid_namespace(s, deadline)) < 0 ||
+	    (rc = ddpi_shm_cma_init(s, env, deadline)) < 0)
 		goto fail;
 	*out = s;
 	return 0;
@@ -361,6 +368,11 @@ void ddpi_shm_close(struct ddpi_shm *s)
 int ddpi_shm_rank_of(const struct ddpi_shm *s, int q)
 {
 	return s->hdr->ranks[q];
+}
+
+int ddpi_shm_pid_of(const struct ddpi_shm *s, int q)
+{
+	return s->hdr->pids[q];
 }
 
 int ddpi_shm_local_of(const struct ddpi_shm *s, int rank)

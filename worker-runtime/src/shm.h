@@ -48,6 +48,20 @@ struct ddpi_coll_desc {
 
 #define DDPI_DESC_SLOTS 4 /* descriptors kept per rank (a ring) */
 
+/* A rank's part of the single-copy path (shm_cma.c), in its control line. */
+struct ddpi_cma_ctl {
+	/* Init: a word of this rank's memory the peers try to read. */
+	uint64_t probe_addr, probe_val;
+	int32_t ppid;
+	int32_t ok;	    /* 1: read every peer's word; 0: DDP_SHM_CMA=0; else -errno */
+	uint64_t min_bytes; /* this rank's threshold (local rank 0's is used) */
+	/* Each single-copy collective: the buffer the peers read from, and
+	 * whether this rank's reads failed (written after them). */
+	uint64_t addr, len;
+	int32_t failed;
+	uint32_t pad;
+};
+
 struct ddpi_shm {
 	int lws, me;
 	void *map;
@@ -67,6 +81,10 @@ struct ddpi_shm {
 	char name[200];
 	int unlinked;
 	const struct ddpi_call *outer; /* the call this step belongs to (cpu.c), or NULL */
+	size_t cma_min;		       /* single copy from this many bytes; 0: never (agreed) */
+	uint64_t cma_probe;	       /* the word the peers read at init */
+	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
+	int cma_test_fail;	       /* test hook: fail the probe (1) or the next read (2) */
 };
 
 /* Creates (local rank 0) or opens the node's segment and waits until every local
@@ -104,11 +122,30 @@ static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
  * may have reused the slot; it compared with us itself while it was there. */
 void ddpi_shm_begin(struct ddpi_shm *s, const struct ddpi_coll_desc *d);
 int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
+/* ddpi_shm_check with every peer; then publish, wait for every peer and check
+ * every peer (shm_coll.c). */
+int ddpi_shm_check_all(struct ddpi_shm *s, const char *what);
+int ddpi_shm_sync_all(struct ddpi_shm *s, int64_t deadline, const char *what);
 void ddpi_shm_end(struct ddpi_shm *s);
 /* Tell every local rank that this one failed (they stop waiting at once,
  * DDP_EPEER). The calling thread's current cause (ddpi_cause) goes along:
  * theirs is the same origin, or this rank when it failed on its own. */
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
+
+/* A rank's single-copy control (in its control line), and its pid. */
+struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q);
+int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
+
+/* Single copy (shm_cma.c): at init, whether every local rank can read every
+ * other's memory with process_vm_readv (Linux CMA), agreed through the
+ * segment; then all_gather (my own part included) and broadcast of at least
+ * cma_min bytes read straight from the peers' buffers. They return 1 when the reads failed on
+ * some rank (every rank then returns 1, and the single copy is off from now
+ * on): the caller moves the data the staged way. */
+int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t deadline);
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline);
+int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			    const int *pos, int64_t deadline);
 
 /* Collectives among the node's ranks (shm_coll.c). */
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,

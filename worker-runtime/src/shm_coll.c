@@ -12,7 +12,10 @@
  *
  * all_reduce, small messages: copy in, one wait, every rank reduces everything
  * (in rank order, so all get the same bits). One synchronization instead of
- * three is what makes 4 KiB fast. */
+ * three is what makes 4 KiB fast.
+ *
+ * all_gather and broadcast: through the slots, or, large and where the kernel
+ * lets the ranks read each other's memory, in one copy (shm_cma.c). */
 #include <string.h>
 
 #include "shm.h"
@@ -31,7 +34,7 @@ static void slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *
 	*hi = (size_t)(q + 1) * per < m ? (size_t)(q + 1) * per : m;
 }
 
-static int check_all(struct ddpi_shm *s, const char *what)
+int ddpi_shm_check_all(struct ddpi_shm *s, const char *what)
 {
 	for (int q = 0; q < s->lws; q++) {
 		int rc;
@@ -54,7 +57,7 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	memcpy(ddpi_shm_slot(s, s->me, slot), buf, bytes);
 	in = ddpi_shm_publish(s);
 	if ((rc = ddpi_shm_wait_all(s, in, deadline, "all_reduce")) < 0 ||
-	    (rc = check_all(s, "all_reduce")) < 0)
+	    (rc = ddpi_shm_check_all(s, "all_reduce")) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
 		src[q] = q == s->me ? buf : ddpi_shm_slot(s, q, slot);
@@ -131,7 +134,7 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 
 	for (size_t k = 0; k < nchunks + 2; k++) {
 		if (k > 0 && ((rc = ddpi_shm_wait_all(s, s->seq, deadline, "all_reduce")) < 0 ||
-			      (k == 1 && (rc = check_all(s, "all_reduce")) < 0)))
+			      (k == 1 && (rc = ddpi_shm_check_all(s, "all_reduce")) < 0)))
 			return rc;
 		if (k >= 2)
 			copy_out(s, &c[(k - 2) % 3], es);
@@ -182,22 +185,19 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 }
 
 /* Every rank has published for this collective: compare with each peer. */
-static int sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
+int ddpi_shm_sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
 {
 	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
-	return rc < 0 ? rc : check_all(s, what);
+	return rc < 0 ? rc : ddpi_shm_check_all(s, what);
 }
 
-int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
+/* Staged: through the root's slots. */
+static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
-	struct ddpi_coll_desc d = {.kind = DDPI_BROADCAST, .root = root, .count = bytes};
 	int rc = 0;
 
-	if (s->lws == 1)
-		return 0;
-	ddpi_shm_begin(s, &d);
 	if (bytes == 0)
-		rc = sync_all(s, deadline, "broadcast");
+		rc = ddpi_shm_sync_all(s, deadline, "broadcast");
 	/* Quarter slots: the root copies chunk k+1 in while the others copy
 	 * chunk k out, so even a one-slot broadcast is a pipeline. */
 	size_t step = s->slot_bytes / BCAST_SPLIT;
@@ -215,7 +215,7 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 		 * with each: a rank that wrongly believes it is the root (and so would
 		 * wait for nobody) is caught on every rank, not left with its data. */
 		if (off == 0 && ((rc = ddpi_shm_wait_all(s, in, deadline, "broadcast")) < 0 ||
-				 (rc = check_all(s, "broadcast")) < 0))
+				 (rc = ddpi_shm_check_all(s, "broadcast")) < 0))
 			break;
 		if (s->me != root) {
 			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
@@ -224,25 +224,40 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 		}
 		ddpi_shm_release_slot(s, slot);
 	}
+	return rc;
+}
+
+/* cma_min is agreed and the sizes are compared: every rank takes the same path
+ * (a rank with another size is caught at the start of either). */
+static int single_copy(const struct ddpi_shm *s, size_t bytes)
+{
+	return s->cma_min && bytes >= s->cma_min;
+}
+
+int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
+{
+	struct ddpi_coll_desc d = {.kind = DDPI_BROADCAST, .root = root, .count = bytes};
+	int rc = 1;
+
+	if (s->lws == 1)
+		return 0;
+	ddpi_shm_begin(s, &d);
+	if (single_copy(s, bytes))
+		rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, deadline);
+	if (rc == 1)
+		rc = broadcast_staged(s, buf, bytes, root, deadline);
 	ddpi_shm_end(s);
 	return rc;
 }
 
-int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
-			const int *pos, int64_t deadline)
+/* Staged: every rank's part through its slots (not my own). */
+static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			     const int *pos, int64_t deadline)
 {
-	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
-	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
 	int rc = 0;
 
-	if (s->lws == 1) {
-		if (bytes && my_dst != send)
-			memmove(my_dst, send, bytes);
-		return 0;
-	}
-	ddpi_shm_begin(s, &d);
 	if (bytes == 0)
-		rc = sync_all(s, deadline, "all_gather");
+		rc = ddpi_shm_sync_all(s, deadline, "all_gather");
 	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
 		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
 		uint32_t in;
@@ -263,9 +278,30 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 		if (rc == 0)
 			ddpi_shm_release_slot(s, slot);
 	}
-	/* send may alias my slot in recv: copy it last. */
-	if (rc == 0 && my_dst != send)
-		memmove(my_dst, send, bytes);
+	return rc;
+}
+
+int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			const int *pos, int64_t deadline)
+{
+	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
+	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
+	int rc = 1;
+
+	if (s->lws == 1) {
+		if (bytes && my_dst != send)
+			memmove(my_dst, send, bytes);
+		return 0;
+	}
+	ddpi_shm_begin(s, &d);
+	if (single_copy(s, bytes))
+		rc = ddpi_shm_cma_all_gather(s, send, recv, bytes, pos, deadline);
+	if (rc == 1) {
+		rc = all_gather_staged(s, send, recv, bytes, pos, deadline);
+		/* send may alias my slot in recv: copy it last. */
+		if (rc == 0 && my_dst != send)
+			memmove(my_dst, send, bytes);
+	}
 	ddpi_shm_end(s);
 	return rc;
 }
@@ -278,7 +314,7 @@ int ddpi_shm_agree(struct ddpi_shm *s, int64_t deadline, const char *what)
 	if (s->lws == 1)
 		return 0;
 	ddpi_shm_begin(s, &d);
-	rc = sync_all(s, deadline, what);
+	rc = ddpi_shm_sync_all(s, deadline, what);
 	ddpi_shm_end(s);
 	return rc;
 }

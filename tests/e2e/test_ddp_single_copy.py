@@ -1,0 +1,76 @@
+"""Large all_gather and broadcast on one node read straight from the peers'
+memory (process_vm_readv) where the kernel allows it, and stage through the
+shared segment otherwise (issue 15): both paths give exact results (odd
+sizes, around the threshold and above a staging slot, in-place all_gather,
+every broadcast root), and when the single copy is refused, at init or
+mid-way, every rank falls back together and the results stay exact.
+
+The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single
+copy at any size and says so on rank 0 when it is not available; 0 never
+takes it; auto from 256 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
+read. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
+CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
+import os
+import shutil
+import uuid
+
+import pytest
+
+from conftest import prog
+from ddp_launch import launch, start_store, wait_all
+
+NO_CMA = "no single copy between local ranks"
+MIDWAY = "process_vm_readv from rank"
+
+
+@pytest.fixture
+def store(reaper, tmp_path):
+    return start_store(reaper, tmp_path)
+
+
+def run_big(reaper, store, nproc, extra, cmd=None):
+    cmd = (cmd or []) + [prog("ddp_coll"), "big"]
+    procs = launch(reaper, cmd, nproc, store, "t" + uuid.uuid4().hex[:10], extra=extra)
+    results = wait_all(procs, timeout=120)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
+    return [err for _, _, err in results]
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+@pytest.mark.parametrize("cma", ["1", "0", "auto"])
+def test_large_all_gather_and_broadcast_are_exact_on_both_paths(reaper, store, nproc, cma):
+    errs = run_big(reaper, store, nproc, {"DDP_SHM_CMA": cma, "DDP_QUIET": "0"})
+    for err in errs:
+        assert NO_CMA not in err and MIDWAY not in err, err
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_refused_probe_on_one_rank_makes_every_rank_stage(reaper, store, nproc):
+    errs = run_big(reaper, store, nproc,
+                   {"DDP_SHM_CMA": "1", "DDP_QUIET": "0", "DDP_TEST_CMA_FAIL": "probe:1"})
+    assert f"{NO_CMA} (rank 1: Operation not permitted): staging" in errs[0], errs[0]
+    assert all(NO_CMA not in e for e in errs[1:]), errs
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_read_failing_midway_falls_back_on_every_rank(reaper, store, nproc):
+    """Rank 1's first read fails (in the first all_gather): that call and
+    every later one are staged, on every rank, with exact results."""
+    errs = run_big(reaper, store, nproc,
+                   {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": "read:1"})
+    assert f"all_gather: {MIDWAY}" in errs[1], errs[1]
+    assert "staging through shared memory from now on" in errs[1], errs[1]
+    assert [e for e in errs if MIDWAY in e] == [errs[1]], errs
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
+def test_the_kernel_refusing_the_reads_makes_every_rank_stage(reaper, store):
+    """Undumpable processes can only be read with CAP_SYS_PTRACE: dropped
+    (root) or never held (other users)."""
+    wrap = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
+    errs = run_big(reaper, store, 2,
+                   {"DDP_SHM_CMA": "1", "DDP_QUIET": "0", "DDP_COLL_UNDUMPABLE": "1"},
+                   cmd=wrap if os.geteuid() == 0 else [])
+    assert f"{NO_CMA} (rank 0: Operation not permitted): staging" in errs[0], errs[0]

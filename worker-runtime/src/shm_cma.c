@@ -1,0 +1,264 @@
+/* shm_cma: large all_gather and broadcast in one copy, read straight from the
+ * peers' buffers with process_vm_readv (Linux cross-memory attach), instead of
+ * through the segment's slots (a copy in, then a copy out), as Open MPI's vader
+ * does.
+ *
+ * A collective: every rank declares it (the usual descriptor, compared as on
+ * the staged path, which starts the same way: a rank that took the other path
+ * for another size is caught too) with its buffer's address and length,
+ * publishes and waits for every peer; reads; records whether its reads failed
+ * and publishes again; waits for every peer (no rank returns, and reuses its
+ * buffer, while a peer may still read it) and looks at every rank's failure
+ * flag. All see the same flags, so all fall back together. A flag is written
+ * after the first wait of a collective, when every peer has finished reading
+ * the flags of the previous one.
+ *
+ * Init: every rank reads a word of every peer's memory; the single copy is on
+ * only if all could (agreed through the segment). It is refused across pid
+ * namespaces, by seccomp in some containers, and by Yama (ptrace_scope 1)
+ * between processes that are not descendants of each other: ranks that share a
+ * parent (ddprun's agent, ddp_spawn) name that parent as their ptracer, whose
+ * descendants they all are, which is narrower than PR_SET_PTRACER_ANY. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "shm.h"
+#include "util.h"
+
+#define CMA_MIN_BYTES (256 * 1024) /* below, two cached copies beat a syscall per peer */
+#define CMA_TEST_ENV  "DDP_TEST_CMA_FAIL"
+
+/* Test hook: DDP_TEST_CMA_FAIL=probe or read, optionally ":<rank>" for one
+ * global rank: that rank's probe fails, or its first single-copy read. */
+static int test_hook(const struct ddp_env *env)
+{
+	const char *v = getenv(CMA_TEST_ENV), *colon;
+	int what;
+
+	if (!v)
+		return 0;
+	if (!strncmp(v, "probe", 5))
+		what = 1;
+	else if (!strncmp(v, "read", 4))
+		what = 2;
+	else
+		return 0;
+	colon = strchr(v, ':');
+	return !colon || atoi(colon + 1) == env->rank ? what : 0;
+}
+
+/* len bytes between local and remote in q's memory: read or written. */
+static int xfer(struct ddpi_shm *s, int q, int write, void *local, uint64_t remote, size_t len)
+{
+	pid_t pid = ddpi_shm_pid_of(s, q);
+
+	while (len) {
+		struct iovec l = {local, len}, r = {(void *)(uintptr_t)remote, len};
+		ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+				  : process_vm_readv(pid, &l, 1, &r, 1, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		local = (char *)local + n;
+		remote += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int sync_init(struct ddpi_shm *s, int64_t deadline)
+{
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "init");
+}
+
+static int yama_scope(void)
+{
+	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+	int v = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &v) != 1)
+		v = 0;
+	fclose(f);
+	return v;
+}
+
+/* 1 if this rank reads every peer's probe word, else 0 (not wanted) or -errno. */
+static int32_t probe(struct ddpi_shm *s, const struct ddp_env *env)
+{
+	if (env->shm_cma == 0)
+		return 0;
+	if (!s->liveness)
+		return -ESRCH; /* another pid namespace: its pids are not ours */
+	if (s->cma_test_fail == 1)
+		return -EPERM;
+	for (int q = 0; q < s->lws; q++) {
+		const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);
+		uint64_t v = 0;
+		int rc;
+		if (q == s->me)
+			continue;
+		if ((rc = xfer(s, q, 0, &v, c->probe_addr, sizeof(v))) < 0)
+			return rc;
+		if (v != c->probe_val)
+			return -ESRCH; /* not the process we meant */
+	}
+	return 1;
+}
+
+int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t deadline)
+{
+	struct ddpi_cma_ctl *my = ddpi_shm_cma_ctl(s, s->me);
+	int same_parent = 1, off = -1, rc;
+
+	s->cma_min = 0;
+	if (s->lws == 1)
+		return 0;
+	s->cma_test_fail = test_hook(env);
+	s->cma_warn = env->shm_cma == 1 && !env->quiet;
+	s->cma_probe = (util_now_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+	my->probe_addr = (uintptr_t)&s->cma_probe;
+	my->probe_val = s->cma_probe;
+	my->ppid = (int32_t)getppid();
+	/* Local rank 0's threshold counts. With more local ranks than cores the
+	 * staged pipeline wins (measured: 4 ranks on 2 cores, 64 MiB, 0.7x):
+	 * its copies go through slots in cache, not from the peers' DRAM. */
+	my->min_bytes = env->shm_cma == 1 ? 1 : s->oversubscribed ? 0 : CMA_MIN_BYTES;
+	if ((rc = sync_init(s, deadline)) < 0)
+		return rc;
+	for (int q = 0; q < s->lws; q++)
+		same_parent &= ddpi_shm_cma_ctl(s, q)->ppid == my->ppid;
+	if (env->shm_cma != 0 && same_parent && my->ppid > 1 && yama_scope() == 1)
+		prctl(PR_SET_PTRACER, (unsigned long)my->ppid, 0, 0, 0);
+	/* Every rank has named its ptracer before any reads. */
+	if ((rc = sync_init(s, deadline)) < 0)
+		return rc;
+	my->ok = probe(s, env);
+	if ((rc = sync_init(s, deadline)) < 0)
+		return rc;
+	for (int q = 0; q < s->lws && off < 0; q++)
+		if (ddpi_shm_cma_ctl(s, q)->ok != 1)
+			off = q;
+	if (off < 0) {
+		s->cma_min = (size_t)ddpi_shm_cma_ctl(s, 0)->min_bytes;
+	} else if (s->cma_warn && s->me == 0) {
+		int32_t why = ddpi_shm_cma_ctl(s, off)->ok;
+		fprintf(stderr,
+			"[rank%d] libddp: DDP_SHM_CMA=1: no single copy between local ranks (rank "
+			"%d: %s): staging through shared memory\n",
+			env->rank, ddpi_shm_rank_of(s, off),
+			why ? strerror(-why) : "DDP_SHM_CMA=0");
+	}
+	return 0;
+}
+
+/* After this rank's reads: publish whether they failed, wait until no peer
+ * reads from us any more, and see whether any rank's reads failed (1: move
+ * the data the staged way; the single copy is off from now on). */
+static int finish(struct ddpi_shm *s, int failed, int64_t deadline, const char *what)
+{
+	int rc, any = 0;
+
+	ddpi_shm_cma_ctl(s, s->me)->failed = failed;
+	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what)) < 0)
+		return rc;
+	for (int q = 0; q < s->lws; q++)
+		any |= ddpi_shm_cma_ctl(s, q)->failed != 0;
+	if (!any)
+		return 0;
+	s->cma_min = 0;
+	return 1;
+}
+
+/* Bytes [lo, hi) of q's published buffer (bytes long), read into or written
+ * from local + lo; 1, said why, on failure. */
+static int peer_copy(struct ddpi_shm *s, int q, int write, char *local, size_t lo, size_t hi,
+		     size_t bytes, const char *what)
+{
+	const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);
+	int rc;
+
+	if (lo == hi)
+		return 0;
+	if (c->len != bytes) /* the descriptors agree: cannot happen */
+		rc = -EPROTO;
+	else if (s->cma_test_fail == 2)
+		s->cma_test_fail = 0, rc = -EFAULT;
+	else if ((rc = xfer(s, q, write, local + lo, c->addr + lo, hi - lo)) == 0)
+		return 0;
+	fprintf(stderr,
+		"[rank%d] libddp: %s: %s rank %d failed (%s): staging through shared memory "
+		"from now on\n",
+		ddpi_shm_rank_of(s, s->me), what,
+		write ? "process_vm_writev to" : "process_vm_readv from", ddpi_shm_rank_of(s, q),
+		strerror(-rc));
+	return 1;
+}
+
+static int declare(struct ddpi_shm *s, const void *buf, size_t bytes, int64_t deadline,
+		   const char *what)
+{
+	struct ddpi_cma_ctl *my = ddpi_shm_cma_ctl(s, s->me);
+
+	my->addr = (uintptr_t)buf;
+	my->len = bytes;
+	return ddpi_shm_sync_all(s, deadline, what);
+}
+
+/* A broadcast's slice k of n (whole pages): the root writes slice k into the
+ * reader k ranks after it, which reads the rest, so that the root's core
+ * copies too: every rank copies (n - 1) / n of the message. */
+static void bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi)
+{
+	size_t per = (bytes / (size_t)n + 4095) & ~(size_t)4095;
+
+	*lo = (size_t)k * per < bytes ? (size_t)k * per : bytes;
+	*hi = (size_t)(k + 1) * per < bytes ? (size_t)(k + 1) * per : bytes;
+}
+
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
+{
+	int rc, failed = 0, n = s->lws;
+	size_t lo, hi;
+
+	if ((rc = declare(s, buf, bytes, deadline, "broadcast")) < 0)
+		return rc;
+	if (s->me == root) {
+		for (int k = 1; k < n && !failed; k++) {
+			bcast_slice(bytes, n, k, &lo, &hi);
+			failed = peer_copy(s, (root + k) % n, 1, buf, lo, hi, bytes, "broadcast");
+		}
+	} else {
+		bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
+		failed = peer_copy(s, root, 0, buf, 0, lo, bytes, "broadcast") ||
+			 peer_copy(s, root, 0, buf, hi, bytes, bytes, "broadcast");
+	}
+	return finish(s, failed, deadline, "broadcast");
+}
+
+int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
+			    const int *pos, int64_t deadline)
+{
+	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
+	int rc, failed = 0;
+
+	if ((rc = declare(s, send, bytes, deadline, "all_gather")) < 0)
+		return rc;
+	/* Start at the next rank: the peers' reads spread over the owners. */
+	for (int k = 1; k < s->lws && !failed; k++) {
+		int q = (s->me + k) % s->lws;
+		failed = peer_copy(s, q, 0, (char *)recv + (size_t)pos[q] * bytes, 0, bytes, bytes,
+				   "all_gather");
+	}
+	/* My own part while the slower peers still read (send may alias it). */
+	if (!failed && my_dst != send)
+		memmove(my_dst, send, bytes);
+	return finish(s, failed, deadline, "all_gather");
+}
