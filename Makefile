@@ -2,7 +2,7 @@
 #
 #   make            build everything under build/
 #   make run        install missing Debian packages (as root), build, run the example job
-#   make test       every test: unit (cmocka), end-to-end and compat (pytest)
+#   make test       every test: unit (cmocka), end-to-end, compat and slurm (pytest)
 #   make bench      the side-by-side benchmarks in bench/
 #   make lint       clang-format check and cppcheck
 #   make install    PREFIX=/usr/local DESTDIR=

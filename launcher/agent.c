@@ -15,6 +15,7 @@
 
 #include "agent_fwd.h"
 #include "agent_store.h"
+#include "store_server.h"
 #include "hang.h"
 #include "shmsweep.h"
 #include "signame.h"
@@ -370,6 +371,16 @@ static void rendezvous(struct agent *a)
 	a->state = AS_RDZV;
 	if (a->has_coord && a->coord.rendezvous != NULL) {
 		a->coord.rendezvous(a, a->restart_count, a->coord.arg);
+		return;
+	}
+	/* PyTorch 2.x's env:// on an agent store uses no per-attempt prefix
+	 * (1.x had /worker/attempt_N): a restart's workers would read the dead
+	 * attempt's keys (gloo's peer addresses) and fail to connect. Each
+	 * attempt gets an empty store, as if it were a new TCPStore. */
+	if (a->restart_count > 0 && a->store != NULL && store_server_clear(a->store, NULL) != 0) {
+		agent_say("error: out of memory");
+		a->failed = true;
+		finish(a, 1);
 		return;
 	}
 	/* One node: the world is this node. */

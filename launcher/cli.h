@@ -93,7 +93,9 @@ struct cli_opts {
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
-	char **prog_argv; /* the program and its arguments (NULL-terminated) */
+	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */
+	const char *slurm_stray; /* SLURM_* set outside an allocation (warned about) */
+	char **prog_argv;	 /* the program and its arguments (NULL-terminated) */
 	int prog_argc;
 };
 

@@ -24,6 +24,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 			 "%s (set --nnodes, --node-rank and --master-addr to override)", why);
 		return -EINVAL;
 	}
+	o->slurm_stray = si.stray;
 	if (!si.in_allocation)
 		return 0;
 	if (!g->nnodes && si.nnodes > 0) {
@@ -43,6 +44,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		snprintf(o->slurm_master, sizeof(o->slurm_master), "%s", si.master);
 		o->master_addr = o->slurm_master;
 		o->slurm_master_addr = true;
+		o->slurm_master_var = si.master_var;
 	}
 	return 0;
 }

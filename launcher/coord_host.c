@@ -98,7 +98,14 @@ int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t
 	int want = first && c->o->master_port_given ? c->o->master_port : 0;
 	int rc;
 
-	if (c->wstore != NULL) { /* still there from a round this node missed */
+	if (c->wstore != NULL) { /* kept from an earlier round */
+		/* A new round's workers find it empty (PyTorch 2.x's env:// has
+		 * no per-attempt prefix: see agent.c rendezvous). The round closes
+		 * only after this node joined, so no new worker wrote here yet. */
+		if (store_server_clear(c->wstore, NULL) != 0) {
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
 		*port = store_server_port(c->wstore);
 		return 0;
 	}

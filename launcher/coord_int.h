@@ -124,9 +124,10 @@ struct coord {
 	bool hurry; /* a further signal: leave without waiting for anyone */
 	/* coord_start.c */
 	int64_t resolve_deadline_ms;
-	bool resolve_said;   /* the first temporary failure was said */
-	bool probing;	     /* node 0 whose port is taken: asking who holds it */
-	char probe_why[200]; /* which address family is taken, if that was it */
+	int64_t connect_deadline_ms; /* for the line while nothing answers */
+	bool resolve_said;	     /* the first temporary failure was said */
+	bool probing;		     /* node 0 whose port is taken: asking who holds it */
+	char probe_why[200];	     /* which address family is taken, if that was it */
 };
 
 /* coord.c */

@@ -22,6 +22,8 @@
 #define RESOLVE_RETRY_MS 1000
 /* How long a node 0 whose port is taken looks for this job's store there. */
 #define PROBE_MS 3000
+/* The first "nothing answers" line; then every COORD_WATCH_MS. */
+#define CONNECT_SAY_MS 3000
 
 struct resolve_work {
 	uv_work_t req;
@@ -31,13 +33,19 @@ struct resolve_work {
 	unsigned fams; /* 1: IPv4, 2: IPv6 among the addresses */
 };
 
-/* Which option or setting gave the store's host (for messages). */
+/* Which option or setting gave the store's host (for messages; the loop's
+ * thread only). */
 static const char *host_source(const struct coord *c)
 {
+	static char buf[128];
+
 	if (c->dynamic)
 		return "--rdzv-endpoint";
-	if (c->o->slurm_master_addr)
-		return "Slurm's first node of SLURM_JOB_NODELIST (--master-addr overrides it)";
+	if (c->o->slurm_master_addr) {
+		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
+			 c->o->slurm_master_var ? c->o->slurm_master_var : "SLURM_JOB_NODELIST");
+		return buf;
+	}
 	return "--master-addr";
 }
 
@@ -196,6 +204,26 @@ void coord_probe_failed(struct coord *c)
 
 /* ---- hosting, then connecting ---------------------------------------------------------- */
 
+/* While nothing answers at the store's address (its host not up yet, a
+ * wrong port, a firewall), say so: the client retries until join_timeout,
+ * and a silent wait of minutes looks like a hang. The join's own waiting
+ * lines take this timer over once connected. */
+static void on_connect_wait(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	int64_t left = c->connect_deadline_ms - util_now_ms();
+
+	if (c->phase != CP_START || c->a_up) {
+		if (c->phase == CP_START)
+			uv_timer_stop(t);
+		return;
+	}
+	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet; "
+		  "retrying for up to %.0f s more (join_timeout)",
+		  c->store_host, c->store_port, host_source(c),
+		  left > 0 ? (double)left / 1000.0 : 0.0);
+}
+
 static void host_and_connect(struct coord *c, unsigned fams)
 {
 	char err[512], fam[200] = "";
@@ -212,7 +240,7 @@ static void host_and_connect(struct coord *c, unsigned fams)
 			continue;
 		rc = family_free(family, c->store_port);
 		if (rc == -EADDRINUSE)
-			snprintf(fam, sizeof(fam), " for %s, the family of %s %.60s",
+			snprintf(fam, sizeof(fam), " for %s, the family of %.100s %.60s",
 				 family == AF_INET ? "IPv4" : "IPv6", host_source(c),
 				 c->store_host);
 		else
@@ -231,9 +259,15 @@ static void host_and_connect(struct coord *c, unsigned fams)
 		return;
 	}
 	rc = coord_connect(c);
-	if (rc != 0)
+	if (rc != 0) {
 		coord_fail(c, 1, "cannot connect to the rendezvous store at %s:%d: %s",
 			   c->store_host, c->store_port, store_strerror(rc));
+		return;
+	}
+	if (!c->probing) {
+		c->connect_deadline_ms = util_now_ms() + c->connect_timeout_ms;
+		uv_timer_start(&c->watch_timer, on_connect_wait, CONNECT_SAY_MS, COORD_WATCH_MS);
+	}
 }
 
 static void after_resolve(uv_work_t *req, int status)

@@ -131,6 +131,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ddprun: error: %s (see ddprun --help)\n", err);
 		return EXIT_USAGE;
 	}
+	if (o.slurm_stray != NULL)
+		fprintf(stderr,
+			"ddprun: warning: %s is set but SLURM_JOB_ID is not: this is no Slurm "
+			"allocation, so ddprun ignores SLURM_* (run it under srun, or give "
+			"--nnodes, --node-rank and --master-addr)\n",
+			o.slurm_stray);
 	if (o.standalone) {
 		random_hex(run_id, sizeof(run_id));
 		o.rdzv_id = run_id;

@@ -277,10 +277,32 @@ static int read_int(const char *(*getenv_fn)(const char *), const char *name, in
 	return 0;
 }
 
+/* `srun --ntasks-per-node=2 ddprun` would start two agents claiming the same
+ * node rank: refuse, saying what to run instead. */
+static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char *err, size_t errlen)
+{
+	int tasks, nodes, rc;
+
+	rc = read_int(getenv_fn, "SLURM_STEP_NUM_TASKS", 1, &tasks, err, errlen);
+	if (rc == 0)
+		rc = read_int(getenv_fn, "SLURM_STEP_NUM_NODES", 1, &nodes, err, errlen);
+	if (rc != 0)
+		return rc;
+	if (tasks > 0 && nodes > 0 && tasks > nodes) {
+		snprintf(err, errlen,
+			 "srun started %d tasks on %d nodes (SLURM_STEP_NUM_TASKS, "
+			 "SLURM_STEP_NUM_NODES), but ddprun runs one per node and starts the "
+			 "workers itself: use srun --ntasks-per-node=1 and ddprun --nproc-per-node",
+			 tasks, nodes);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
 		    size_t errlen)
 {
-	const char *v;
+	const char *v, *name;
 	int rc;
 
 	memset(info, 0, sizeof(*info));
@@ -288,8 +310,15 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 	v = getenv_fn("SLURM_JOB_ID");
 	if (v == NULL)
 		v = getenv_fn("SLURM_JOBID");
-	if (v == NULL)
+	if (v == NULL) {
+		/* Copied by hand, or left from another job: not an allocation, so
+		 * each such ddprun would be a job of its own. */
+		if (getenv_fn("SLURM_NNODES") != NULL)
+			info->stray = "SLURM_NNODES";
+		else if (getenv_fn("SLURM_NODEID") != NULL)
+			info->stray = "SLURM_NODEID";
 		return 0;
+	}
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
 
@@ -304,17 +333,25 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 			 info->node_rank, info->nnodes);
 		return -EINVAL;
 	}
-	v = getenv_fn("SLURM_JOB_NODELIST");
+	rc = check_one_task_per_node(getenv_fn, err, errlen);
+	if (rc != 0)
+		return rc;
+	/* A step may run on fewer nodes than the job has (srun -N1): its own
+	 * list comes first. */
+	name = "SLURM_STEP_NODELIST";
+	v = getenv_fn(name);
 	if (v == NULL)
-		v = getenv_fn("SLURM_NODELIST");
+		v = getenv_fn(name = "SLURM_JOB_NODELIST");
+	if (v == NULL)
+		v = getenv_fn(name = "SLURM_NODELIST");
 	if (v != NULL) {
 		rc = slurm_hostlist_first(v, info->master, sizeof(info->master));
 		if (rc != 0) {
-			snprintf(err, errlen, "SLURM_JOB_NODELIST='%.200s' is not a valid hostlist",
-				 v);
+			snprintf(err, errlen, "%s='%.200s' is not a valid hostlist", name, v);
 			info->master[0] = '\0';
 			return -EINVAL;
 		}
+		info->master_var = name;
 	}
 	return 0;
 }

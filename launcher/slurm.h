@@ -29,13 +29,20 @@ struct slurm_info {
 	int in_allocation;		     /* SLURM_JOB_ID is set */
 	int nnodes;			     /* SLURM_NNODES (or SLURM_JOB_NUM_NODES) */
 	int node_rank;			     /* SLURM_NODEID */
-	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of SLURM_JOB_NODELIST */
+	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of the step's node list */
+	const char *master_var;		     /* the variable it came from */
 	char job_id[64];
+	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
+	 * set anyway (worth a warning: it is not used), or NULL. */
+	const char *stray;
 };
 
 /* Read the variables through getenv_fn (getenv in production, a table in
- * tests). A variable that is present but malformed gives -EINVAL and names it
- * in err (size errlen). */
+ * tests). The master is the first host of SLURM_STEP_NODELIST (the nodes
+ * srun started this step on), else SLURM_JOB_NODELIST or SLURM_NODELIST.
+ * -EINVAL with the reason in err (size errlen): a variable present but
+ * malformed (named), or a step with more tasks than nodes
+ * (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per node). */
 int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
 		    size_t errlen);
 

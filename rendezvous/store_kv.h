@@ -70,6 +70,10 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		    size_t vlen);
 void store_kv_limit_value(struct store_kv *kv, size_t max);
 int64_t store_kv_num_keys(const struct store_kv *kv);
+/* Drop every value and queue whose key does not start with keep (NULL: keep
+ * nothing); watches see the deletions, parked waiters stay parked. 0 or
+ * -ENOMEM. */
+int store_kv_clear(struct store_kv *kv, const char *keep);
 
 /* Keys as a parsed list (store_list_next). A key counts as present when it
  * has a value or a non-empty queue (as in PyTorch's libuv server). */

@@ -2,10 +2,40 @@
  * LIST_KEYS (see store_kv.h). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "store_kv.h"
 #include "store_kv_int.h"
 #include "store_proto.h"
+
+int store_kv_clear(struct store_kv *kv, const char *keep)
+{
+	size_t keeplen = keep ? strlen(keep) : 0, i;
+
+	for (i = 0; i < kv->nbuckets; i++) {
+		struct store_entry *e = kv->buckets[i], *n;
+
+		for (; e; e = n) {
+			uint8_t *key, *v;
+			size_t klen = e->key_len, vlen;
+			int64_t qlen;
+
+			n = e->hnext;
+			if (keep && klen >= keeplen && memcmp(e->key, keep, keeplen) == 0)
+				continue;
+			/* A copy: the entry is freed once it holds nothing. */
+			key = malloc(klen ? klen : 1);
+			if (key == NULL)
+				return -ENOMEM;
+			memcpy(key, e->key, klen);
+			while (store_kv_queue_pop(kv, key, klen, &qlen, &v, &vlen) == 0 && qlen > 0)
+				free(v);
+			store_kv_delete(kv, key, klen);
+			free(key);
+		}
+	}
+	return 0;
+}
 
 int store_kv_barrier(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t world,
 		     void *owner, int64_t *count, struct store_waiter **out)

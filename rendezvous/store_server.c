@@ -243,8 +243,12 @@ static int listen_host(struct store_server *s, const char *host, int *port, int 
 			if (*first_err == 0)
 				*first_err = rc;
 			/* An address family this host lacks is not an error;
-			 * the port being taken on a further address is. */
-			if (rc == UV_EADDRINUSE && *bound)
+			 * the port being taken on any address is. Were a taken
+			 * first address skipped, two agents racing for one
+			 * port could each keep one family (one IPv4, the other
+			 * IPv6) and clients of 127.0.0.1 would find no store
+			 * at all: a dynamic rendezvous hung so, silently. */
+			if (rc == UV_EADDRINUSE)
 				break;
 			rc = 0;
 			continue;
@@ -425,6 +429,11 @@ void store_server_close(struct store_server *s, void (*done)(void *arg), void *a
 		s->io->shutdown(s);
 	uv_close((uv_handle_t *)&s->flush, on_handle_closed);
 	uv_close((uv_handle_t *)&s->unblock, on_handle_closed);
+}
+
+int store_server_clear(struct store_server *s, const char *keep)
+{
+	return store_kv_clear(s->kv, keep);
 }
 
 unsigned store_server_num_conns(const struct store_server *s)

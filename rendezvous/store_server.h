@@ -64,6 +64,10 @@ int store_server_io_prepare(struct store_server *s);
 /* How connections are served: "io_uring" or "libuv" (streams). */
 const char *store_server_io(const struct store_server *s);
 
+/* Forget every key and queue not under keep (NULL: all): a fresh key space
+ * for a new attempt's workers. 0 or -ENOMEM. */
+int store_server_clear(struct store_server *s, const char *keep);
+
 /* Connections now open (refused ones not counted). */
 unsigned store_server_num_conns(const struct store_server *s);
 

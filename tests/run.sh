@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The test runner: unit (cmocka binaries), e2e and compat (pytest on /usr/bin/python3).
-#   tests/run.sh all|unit|e2e|compat [pytest args...]
+# The test runner: unit (cmocka binaries), e2e, compat and slurm (pytest on /usr/bin/python3).
+#   tests/run.sh all|unit|e2e|compat|slurm [pytest args...]
+# slurm (a real cluster, tests/slurm/README) is part of all where this machine can
+# make one; otherwise all says why it left it out.
 # Each unit binary runs alone under a timeout. Ends with one summary line and a
-# non-zero status if anything failed.
+# non-zero status if anything failed. compat runs against every PyTorch present
+# (host, and the roots tests/compat/mkroot.sh made); the summary names them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +36,7 @@ run_pytest() {  # suite dir
   [[ -e ${files[0]} ]] || return 0
   local junit="$B/tests/$suite-junit.xml"
   mkdir -p "$B/tests"
+  rm -f "$junit" "$B/tests/$suite-versions"  # tests/compat/conftest.py writes the latter
   DDP_BUILD="$PWD/$B" "$PY" -m pytest -q -p no:cacheprovider --junitxml="$junit" \
     "tests/$suite" "$@"
   local rc=$?
@@ -55,19 +59,44 @@ PYEOF
   fi
 }
 
+# Why tests/slurm/cluster.sh cannot run here, or nothing.
+slurm_why_not() {
+  [[ $(id -u) -eq 0 ]] || { echo "not root"; return; }
+  local c
+  for c in slurmctld slurmd munged sbatch ip unshare; do
+    command -v "$c" >/dev/null || { echo "$c not installed (.ci/deps.sh test)"; return; }
+  done
+  local ns="ddpslprobe$$"
+  ip netns add "$ns" 2>/dev/null || { echo "cannot create a network namespace"; return; }
+  ip netns del "$ns"
+}
+
+run_slurm_if_possible() {
+  local why
+  why=$(slurm_why_not)
+  if [[ -n $why ]]; then
+    echo "run.sh: slurm suite skipped: $why"
+    return 0
+  fi
+  run_pytest slurm "$@"
+}
+
 declare -A skip
 case $what in
   unit) run_unit ;;
   e2e) run_pytest e2e "$@" ;;
   compat) run_pytest compat "$@" ;;
-  all) run_unit; run_pytest e2e "$@"; run_pytest compat "$@" ;;
-  *) echo "run.sh: unknown suite '$what' (all, unit, e2e, compat)" >&2; exit 2 ;;
+  slurm) run_pytest slurm "$@" ;;
+  all) run_unit; run_pytest e2e "$@"; run_pytest compat "$@"; run_slurm_if_possible "$@" ;;
+  *) echo "run.sh: unknown suite '$what' (all, unit, e2e, compat, slurm)" >&2; exit 2 ;;
 esac
 
 total_fail=0; summary=""
-for s in unit e2e compat; do
+for s in unit e2e compat slurm; do
   [[ -n ${pass[$s]+x} ]] || continue
-  summary+=" $s ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
+  label=$s
+  if [[ -s $B/tests/$s-versions ]]; then label+=" (torch $(<"$B/tests/$s-versions"))"; fi
+  summary+=" $label ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
   total_fail=$((total_fail + fail[$s]))
 done
 if [[ $total_fail -eq 0 ]]; then

@@ -4,6 +4,7 @@
 # The root lands in $DDP_ROOT_CACHE/torch-SUITE (default /var/cache/ddprun-test);
 # a finished root has a .ddprun-root file holding its torch version, so a run cut
 # short is made again, never used half-made. Prints the root's path.
+# (Without /proc, torch prints UCX noise on stdout first: the last line counts.)
 # Needs root and debootstrap (.ci/deps.sh test installs it). About 3 minutes
 # and 1.7 GB a root. Nothing is mounted here: the tests bind /proc etc. inside
 # their own mount namespace (tests/compat/torchroot.py).
@@ -23,7 +24,7 @@ tmp=$root.partial
 rm -rf "$tmp"
 debootstrap --variant=minbase --include=python3-torch,python3-numpy "$suite" "$tmp" "$mirror" >"$cache/torch-$suite.log" 2>&1 \
   || { echo "mkroot.sh: debootstrap $suite failed, see $cache/torch-$suite.log" >&2; exit 1; }
-ver=$(chroot "$tmp" python3 -c 'import torch; print(torch.__version__)' 2>/dev/null) \
+ver=$(chroot "$tmp" python3 -c 'import torch; print(torch.__version__)' 2>/dev/null | tail -n 1) \
   || { echo "mkroot.sh: torch does not import in the new $suite root" >&2; exit 1; }
 echo "$ver" >"$tmp/.ddprun-root"
 rm -rf "$root"; mv "$tmp" "$root"

@@ -1,17 +1,17 @@
-"""Real PyTorch (Debian python3-torch 1.13, CPU, gloo) under ddprun: scripts
-written for torchrun run unmodified, and @record tracebacks reach the report."""
+"""Real PyTorch (CPU, gloo; each version torchroot.py finds: host 1.13, trixie
+2.6, sid's newest) under ddprun: scripts written for torchrun run unmodified,
+restarts form a new group on the same store, and @record tracebacks reach the
+report. For 2.x the workers run with the use_libuv default fix (nolibuv/):
+init_process_group("env://") on ddprun's agent store fails without it on
+Debian's libuv-less build, exactly as it does under Debian's torchrun."""
 import os
 import re
 import subprocess
-import sys
 import textwrap
-
-import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 DDPRUN = os.path.join(BUILD, "bin", "ddprun")
-PYTHON = "/usr/bin/python3"
 
 TRAIN = textwrap.dedent("""
     import os
@@ -74,24 +74,18 @@ RAISES = textwrap.dedent("""
 """)
 
 
-def ddprun(tmp_path, *args, timeout=180, **extra):
-    env = dict(os.environ, PYTHON_EXEC=PYTHON, **extra)
+def ddprun(pt, tmp_path, *args, timeout=180, **extra):
+    """ddprun ARGS with pt's Python as the workers' interpreter."""
+    env = pt.env(PYTHON_EXEC=pt.python, **extra)
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
         env.pop(k, None)
     return subprocess.run([DDPRUN, *args], cwd=tmp_path, env=env, timeout=timeout,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture(autouse=True)
-def need_torch():
-    r = subprocess.run([PYTHON, "-c", "import torch.distributed as d; print(d.is_available())"],
-                       stdout=subprocess.PIPE, text=True, timeout=120)
-    assert r.stdout.strip() == "True", "Debian python3-torch with distributed is required"
-
-
-def test_ddp_training_with_gloo_on_four_workers_agrees(tmp_path):
+def test_ddp_training_with_gloo_on_four_workers_agrees(pt, tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    r = ddprun(tmp_path, "--nproc-per-node=4", "train.py")
+    r = ddprun(pt, tmp_path, "--nproc-per-node=4", "train.py")
     assert r.returncode == 0, r.stderr[-3000:]
     lines = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
     assert [l.split()[1] for l in lines] == ["0/4", "1/4", "2/4", "3/4"]
@@ -99,9 +93,9 @@ def test_ddp_training_with_gloo_on_four_workers_agrees(tmp_path):
     assert len({l.split("sum=")[1] for l in lines}) == 1, lines
 
 
-def test_restart_forms_a_new_group_on_the_same_store(tmp_path):
+def test_restart_forms_a_new_group_on_the_same_store(pt, tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    r = ddprun(tmp_path, "--nproc-per-node=3", "--max-restarts=1", "--shutdown-timeout=10",
+    r = ddprun(pt, tmp_path, "--nproc-per-node=3", "--max-restarts=1", "--shutdown-timeout=10",
                "train.py", FAIL_ATTEMPTS="1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "restart 1 of 1" in r.stderr
@@ -109,9 +103,9 @@ def test_restart_forms_a_new_group_on_the_same_store(tmp_path):
     assert len(lines) == 3 and all("agree=True" in l for l in lines), lines
 
 
-def test_record_exception_and_traceback_appear_in_the_report(tmp_path):
+def test_record_exception_and_traceback_appear_in_the_report(pt, tmp_path):
     (tmp_path / "fails.py").write_text(RAISES)
-    r = ddprun(tmp_path, "--nproc-per-node=2", "--shutdown-timeout=5", "--log-dir=logs",
+    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--shutdown-timeout=5", "--log-dir=logs",
                "fails.py")
     assert r.returncode == 1, r.stderr[-3000:]
     err = r.stderr

@@ -1,20 +1,22 @@
-"""Real PyTorch (Debian python3-torch 1.13, CPU, gloo) across two ddprun
-agents, each a node on loopback: DDP training agrees on every rank of both
-nodes (static and dynamic rendezvous, the workers on the agents' store); and
-a worker that raises on node 1 while node 0's workers wait in a collective
-stops node 0 at once (under torchrun they would hang until gloo's timeout),
-with node 1's @record traceback in node 0's report."""
+"""Real PyTorch (CPU, gloo; every version torchroot.py finds: host 1.13,
+trixie 2.6, sid's newest) across two ddprun agents, each a node on loopback or
+in its own network namespace: DDP training agrees on every rank of both nodes
+(static and dynamic rendezvous, the workers on the agents' store); a restart
+forms a new group across both nodes; and a worker that raises on node 1 while
+node 0's workers wait in a collective stops node 0 at once (under torchrun
+they would hang until gloo's timeout), with node 1's @record traceback in
+node 0's report. 2.x runs with the use_libuv default fix (nolibuv/)."""
 import os
 import socket
 import subprocess
 import textwrap
 
-import pytest
+from mnutil import enter
+from test_multinode_netns import two_hosts  # noqa: F401 (a fixture)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 DDPRUN = os.path.join(BUILD, "bin", "ddprun")
-PYTHON = "/usr/bin/python3"
 
 TRAIN = textwrap.dedent("""
     import os
@@ -23,6 +25,12 @@ TRAIN = textwrap.dedent("""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("gloo")
+    if int(os.environ["TORCHELASTIC_RESTART_COUNT"]) < int(os.environ.get("FAIL_ATTEMPTS", 0)):
+        dist.barrier()
+        if dist.get_rank() == 2:
+            raise SystemExit(5)  # after the group formed: the next try must not see its keys
+        import time
+        time.sleep(60)
     rank, world = dist.get_rank(), dist.get_world_size()
     assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
     torch.manual_seed(0)
@@ -62,31 +70,37 @@ FAILS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(autouse=True)
-def need_torch():
-    r = subprocess.run([PYTHON, "-c", "import torch.distributed as d; print(d.is_available())"],
-                       stdout=subprocess.PIPE, text=True, timeout=120)
-    assert r.stdout.strip() == "True", "Debian python3-torch with distributed is required"
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def two_nodes(tmp_path, script, node_args, nprocs=(2, 1), timeout=240):
-    """Start both agents, wait for both (bounded); [(rc, stdout, stderr)]."""
-    env = dict(os.environ, PYTHON_EXEC=PYTHON, TMPDIR=str(tmp_path))
+def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=None, extra=(), ns=None,
+              envs=({}, {})):
+    """Start both agents (in namespaces ns when given), wait for both
+    (bounded: DDP_TEST_MN_TIMEOUT, 240 s); [(rc, stdout, stderr)]."""
+    timeout = timeout or int(os.environ.get("DDP_TEST_MN_TIMEOUT", 240))
+    env = pt.env(PYTHON_EXEC=pt.python, TMPDIR=str(tmp_path))
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_ERROR_FILE"):
         env.pop(k, None)
-    procs = [subprocess.Popen([DDPRUN, *node_args(i), "--nproc-per-node", str(nprocs[i]),
-                               "--shutdown-timeout", "10", script], cwd=tmp_path, env=env,
+    procs = [subprocess.Popen([*enter(ns[i] if ns else None), DDPRUN, *node_args(i),
+                               "--nproc-per-node", str(nprocs[i]), "--shutdown-timeout", "10",
+                               *extra, script], cwd=tmp_path, env=dict(env, **envs[i]),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in (0, 1)]
     try:
         outs = [p.communicate(timeout=timeout) for p in procs]
         return [(p.returncode, *o) for p, o in zip(procs, outs)]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        # What each agent had said: a hang must show where it stood.
+        said = [p.communicate() for p in procs]
+        raise AssertionError(f"no end in {timeout} s:\n" + "\n".join(
+            f"--- node {i} stdout:\n{o[-2000:]}\n--- node {i} stderr:\n{e[-4000:]}"
+            for i, (o, e) in enumerate(said))) from None
     finally:
         for p in procs:
             if p.poll() is None:
@@ -94,8 +108,8 @@ def two_nodes(tmp_path, script, node_args, nprocs=(2, 1), timeout=240):
                 p.wait()
 
 
-def static(port):
-    return lambda i: ["--nnodes", "2", "--node-rank", str(i), "--master-addr", "127.0.0.1",
+def static(port, addr="127.0.0.1"):
+    return lambda i: ["--nnodes", "2", "--node-rank", str(i), "--master-addr", addr,
                       "--master-port", str(port)]
 
 
@@ -116,19 +130,42 @@ def check_training(results):
     assert len({l.split("sum=")[1] for l in lines}) == 1, lines
 
 
-def test_ddp_across_two_static_nodes_agrees(tmp_path):
+def test_ddp_across_two_static_nodes_agrees(pt, tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    check_training(two_nodes(tmp_path, "train.py", static(free_port())))
+    check_training(two_nodes(pt, tmp_path, "train.py", static(free_port())))
 
 
-def test_ddp_across_two_dynamic_nodes_agrees(tmp_path):
+def test_ddp_across_two_dynamic_nodes_agrees(pt, tmp_path):
     (tmp_path / "train.py").write_text(TRAIN)
-    check_training(two_nodes(tmp_path, "train.py", dynamic(free_port())))
+    check_training(two_nodes(pt, tmp_path, "train.py", dynamic(free_port())))
 
 
-def test_a_failure_on_node_1_stops_node_0_out_of_its_collective(tmp_path):
+def test_restart_forms_a_new_group_across_both_nodes(pt, tmp_path):
+    # PyTorch 2.x's env:// (agent store) has no /worker/attempt_N prefix
+    # (1.13 had one): without an empty store per attempt, the new group's
+    # gloo reads the dead attempt's addresses and fails to connect.
+    (tmp_path / "train.py").write_text(TRAIN)
+    # Dynamic: its workers' store is group rank 0's own, emptied per round.
+    # (Static jobs' workers share the rendezvous store; not yet emptied.)
+    results = two_nodes(pt, tmp_path, "train.py", dynamic(free_port()),
+                        extra=["--max-restarts", "1"], envs=({"FAIL_ATTEMPTS": "1"},) * 2)
+    check_training(results)
+    assert "restart 1 of 1" in results[0][2] + results[1][2]
+
+
+def test_ddp_across_two_network_namespaces_agrees(pt, tmp_path, two_hosts):
+    ns, addrs = two_hosts
+    (tmp_path / "train.py").write_text(TRAIN)
+    # gloo binds the address its host name resolves to (127.0.0.1 by
+    # /etc/hosts): name each namespace's own veth instead.
+    veths = [{"GLOO_SOCKET_IFNAME": "vd" + n[len("ddpmn"):]} for n in ns]
+    check_training(two_nodes(pt, tmp_path, "train.py", static(free_port(), addrs[0]), ns=ns,
+                             envs=veths))
+
+
+def test_a_failure_on_node_1_stops_node_0_out_of_its_collective(pt, tmp_path):
     (tmp_path / "fails.py").write_text(FAILS)
-    (rc0, _, err0), (rc1, _, err1) = two_nodes(tmp_path, "fails.py", static(free_port()),
+    (rc0, _, err0), (rc1, _, err1) = two_nodes(pt, tmp_path, "fails.py", static(free_port()),
                                                timeout=120)
     assert rc0 == rc1 == 1, err0[-3000:] + err1[-3000:]
     root = err0.split("Root Cause (first observed failure):")[1]

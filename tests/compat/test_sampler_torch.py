@@ -1,19 +1,53 @@
 """libddp's DistributedSampler, randperm and DDP bucket assignment against real
-PyTorch (Debian python3-torch 1.13): the same indices for many (len, replicas,
-rank, shuffle, seed, epoch, drop_last) combinations, the same permutations, and
-the same buckets as torch.distributed._compute_bucket_assignment_by_size."""
-import os
+PyTorch (every version torchroot.py finds: host 1.13, trixie 2.6, sid's
+newest): the same indices for many (len, replicas, rank, shuffle, seed, epoch,
+drop_last) combinations, the same permutations, and the same buckets as
+torch.distributed._compute_bucket_assignment_by_size. PyTorch's answers come
+from a script run with that version's Python (TORCH_SIDE)."""
+import json
 import random
 import subprocess
-import sys
+import textwrap
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
-from conftest import prog  # noqa: E402
+from conftest import prog
 
-import torch  # noqa: E402  (Debian python3-torch: required, never skipped)
-from torch.utils.data.distributed import DistributedSampler  # noqa: E402
+# One JSON answer line per JSON request line, from this version's PyTorch.
+TORCH_SIDE = textwrap.dedent("""
+    import json, sys
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data.distributed import DistributedSampler
+    DT = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
+          "bf16": torch.bfloat16, "i32": torch.int32, "i64": torch.int64}
+    for line in sys.stdin:
+        q = json.loads(line)
+        if q[0] == "sampler":
+            n, r, k, s, seed, e, d = q[1:]
+            sm = DistributedSampler(range(n), num_replicas=r, rank=k, shuffle=bool(s),
+                                    seed=seed, drop_last=bool(d))
+            sm.set_epoch(e)
+            a = list(sm)
+        elif q[0] == "randperm":
+            g = torch.Generator()
+            g.manual_seed(q[2])
+            a = torch.randperm(q[1], generator=g).tolist()
+        else:  # buckets: caps, [(count, dtype)]; meta tensors: numel and dtype only
+            ts = [torch.empty(n, dtype=DT[dt], device="meta") for n, dt in q[2]]
+            want, _ = dist._compute_bucket_assignment_by_size(ts, list(q[1]))
+            a = [list(b) for b in want]
+        print(json.dumps(a))
+""")
+
+
+def torch_says(pt, requests):
+    r = pt.run(["-c", TORCH_SIDE], input="".join(json.dumps(q) + "\n" for q in requests),
+               timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout.splitlines()
+    assert len(out) == len(requests)
+    return [json.loads(l) for l in out]
 
 
 def ask(lines):
@@ -52,43 +86,33 @@ def sampler_cases():
     return cases
 
 
-def test_sampler_gives_torchs_indices():
+def test_sampler_gives_torchs_indices(pt):
     cases = sampler_cases()
     ours = ask(["sampler %d %d %d %d %d %d %d" % (n, r, k, s, seed, e, d)
                 for (n, r, k, s, seed, e, d) in cases])
-    for case, line in zip(cases, ours):
-        n, r, k, s, seed, e, d = case
-        sampler = DistributedSampler(range(n), num_replicas=r, rank=k, shuffle=s, seed=seed,
-                                     drop_last=d)
-        sampler.set_epoch(e)
-        assert as_list(line) == list(sampler), case
+    theirs = torch_says(pt, [["sampler", *c] for c in cases])
+    for case, line, want in zip(cases, ours, theirs):
+        assert as_list(line) == want, case
 
 
-def test_sampler_ranks_together_cover_the_epoch_like_torch():
+def test_sampler_ranks_together_cover_the_epoch_like_torch(pt):
     n, r, seed = 1003, 7, 11
     ours = ask(["sampler %d %d %d 1 %d 5 0" % (n, r, k, seed) for k in range(r)])
-    for k, line in enumerate(ours):
-        s = DistributedSampler(range(n), num_replicas=r, rank=k, seed=seed)
-        s.set_epoch(5)
-        assert as_list(line) == list(s)
+    theirs = torch_says(pt, [["sampler", n, r, k, 1, seed, 5, 0] for k in range(r)])
+    for line, want in zip(ours, theirs):
+        assert as_list(line) == want
 
 
 @pytest.mark.parametrize("n", [1, 2, 10, 1000, 100000])
-def test_randperm_matches_torch(n):
+def test_randperm_matches_torch(pt, n):
     seeds = [0, 1, 12345, 2**32 - 1, 2**40 + 9, -1]
     ours = ask(["randperm %d %d" % (n, s) for s in seeds])
-    for s, line in zip(seeds, ours):
-        g = torch.Generator()
-        g.manual_seed(s)
-        assert as_list(line) == torch.randperm(n, generator=g).tolist(), s
+    theirs = torch_says(pt, [["randperm", n, s] for s in seeds])
+    for s, line, want in zip(seeds, ours, theirs):
+        assert as_list(line) == want, s
 
 
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
-          "bf16": torch.bfloat16, "i32": torch.int32, "i64": torch.int64}
-
-
-def test_bucket_assignment_matches_torch():
-    import torch.distributed as dist
+def test_bucket_assignment_matches_torch(pt):
     rnd = random.Random(7)
     cases = []
     for _ in range(60):
@@ -101,9 +125,7 @@ def test_bucket_assignment_matches_torch():
         cases.append((caps, params))
     ours = ask(["buckets %d %d %s" % (c[0], c[1], " ".join("%d:%s" % p for p in ps))
                 for c, ps in cases])
-    for (caps, params), line in zip(cases, ours):
-        # meta tensors: torch only needs numel and dtype
-        ts = [torch.empty(n, dtype=DTYPES[dt], device="meta") for n, dt in params]
-        want, _ = dist._compute_bucket_assignment_by_size(ts, list(caps))
+    theirs = torch_says(pt, [["buckets", list(caps), params] for caps, params in cases])
+    for (caps, params), line, want in zip(cases, ours, theirs):
         got = [[int(i) for i in b.split(",")] for b in line.split()]
-        assert got == [list(b) for b in want], (caps, params)
+        assert got == want, (caps, params)

@@ -125,6 +125,18 @@ def test_a_static_timeout_names_the_missing_node_ranks(reaper, tmp_path):
             "missing node ranks 1, 2") in b.stderr()
 
 
+def test_a_node_whose_store_does_not_answer_says_so_then_fails(reaper, tmp_path):
+    # Node 1 of a static job whose node 0 never comes: the connection is
+    # refused for all of join_timeout; the wait is said, then the failure.
+    port = free_port()
+    b = Agent(reaper, tmp_path, "node1",
+              node_args(2, 1, port, 1, "exit 0", ["--rdzv-conf", "join_timeout=5"]))
+    assert b.wait() == 1, b.stderr()
+    assert (f"waiting for the rendezvous store at 127.0.0.1:{port} (--master-addr): nothing "
+            "answers there yet; retrying for up to") in b.stderr()
+    assert f"cannot reach the rendezvous store at 127.0.0.1:{port} within 5 s" in b.stderr()
+
+
 def test_a_lone_dynamic_node_says_it_waits_for_the_last_call(reaper, tmp_path):
     out, env = out_env(tmp_path, "out")
     host = os.uname().nodename

@@ -50,3 +50,25 @@ def test_flags_win_over_slurm(reaper, tmp_path):
     assert a.wait() == 0, a.stderr()
     assert a.stdout().split() == ["1", "0"]
     assert "Slurm" not in a.stderr()
+
+
+def test_slurm_variables_without_a_job_id_warn(reaper, tmp_path):
+    """SLURM_NNODES copied by hand without SLURM_JOB_ID is no allocation:
+    ddprun runs a job of its own, but says so instead of keeping silent."""
+    env = clean_env(SLURM_NNODES="2", SLURM_NODEID="1", SLURM_JOB_NODELIST="localhost")
+    a = Agent(reaper, tmp_path, "stray", ["sh", "-c", 'echo "$WORLD_SIZE $GROUP_RANK"'],
+              env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout().split() == ["1", "0"]
+    assert ("ddprun: warning: SLURM_NNODES is set but SLURM_JOB_ID is not" in a.stderr())
+
+
+def test_two_tasks_per_node_refused(reaper, tmp_path):
+    """srun --ntasks-per-node=2 ddprun: two agents would claim one node rank."""
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_NODEID="0",
+                    SLURM_JOB_NODELIST="localhost,gpu-a1", SLURM_STEP_NUM_NODES="2",
+                    SLURM_STEP_NUM_TASKS="4")
+    a = Agent(reaper, tmp_path, "twice", ["sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 2, a.stderr()
+    assert a.stdout() == ""
+    assert "srun started 4 tasks on 2 nodes" in a.stderr()

@@ -2,7 +2,8 @@
 # The one-GPU check of libddp's NCCL backend (issue 5). Run it on a machine with
 # a GPU; CI never needs one. Under 5 minutes: builds with CUDA=1 into build-gpu/,
 # runs the NCCL backend at world size 1 (collectives, gradient buckets, device
-# binding, print control), the CUDA example, and the cpu-backend unit tests of
+# binding, print control), the gradient path's buckets against one flat
+# all_reduce (overhead in percent), the CUDA example, and the cpu-backend unit tests of
 # the CUDA build, then prints one table. Exit 0 only if every row passed.
 #   tests/gpu/run.sh [-j JOBS]
 set -uo pipefail
@@ -88,7 +89,19 @@ else
   row "  loss decreases, checksum" FAIL "see $log"
 fi
 
-# 6. The cpu backend of the CUDA build (auto picks nccl here, so force cpu).
+# 6. The gradient path on NCCL: DDP buckets vs one flat ncclAllReduce of the
+#    same bytes (tests/progs/ddp_gpu_grads.c); the overhead is reported, not
+#    asserted (goal: under 5%).
+run_check "grads: buckets vs one flat all_reduce" 0 "${one_rank[@]}" \
+  "$B/tests/progs/ddp_gpu_grads" 20
+grads=$(grep '^grads-nccl ' <<<"$last_out")
+if [[ -n $grads ]]; then
+  row "  overhead of buckets (goal < 5%)" PASS "${grads#grads-nccl }"
+else
+  row "  overhead of buckets (goal < 5%)" FAIL "no figures; see $log"
+fi
+
+# 7. The cpu backend of the CUDA build (auto picks nccl here, so force cpu).
 run_check "cpu backend in the CUDA build" 0 env DDP_BACKEND=cpu \
   "$B/tests/progs/ddp_coll" --spawn 2 check
 if B=$B timeout -k 5 180 tests/run.sh unit >>"$log" 2>&1; then

@@ -133,6 +133,52 @@ static void test_info_outside_allocation(void **state)
 	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
 	assert_int_equal(info.in_allocation, 0);
 	assert_int_equal(info.nnodes, -1);
+	assert_string_equal(info.stray, "SLURM_NNODES");
+}
+
+static void test_info_nothing_stray(void **state)
+{
+	static const char *const env[] = {"SLURM_CONF=/etc/slurm/slurm.conf", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_null(info.stray);
+}
+
+/* srun -N1 in a 3-node job: the step's own node hosts the store. */
+static void test_info_step_nodelist_first(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=7",	    "SLURM_NNODES=1",
+					  "SLURM_NODEID=0",	    "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_NODELIST=n2", "SLURM_STEP_NUM_NODES=1",
+					  "SLURM_STEP_NUM_TASKS=1", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.master, "n2");
+	assert_int_equal(info.nnodes, 1);
+}
+
+static void test_info_two_tasks_per_node(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=7",
+					  "SLURM_NNODES=3",
+					  "SLURM_NODEID=1",
+					  "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_NUM_NODES=3",
+					  "SLURM_STEP_NUM_TASKS=6",
+					  NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "srun started 6 tasks on 3 nodes"));
+	assert_non_null(strstr(err, "--ntasks-per-node=1"));
 }
 
 static void test_info_allocation(void **state)
@@ -195,6 +241,9 @@ int main(void)
 		cmocka_unit_test(test_malformed),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_info_outside_allocation),
+		cmocka_unit_test(test_info_nothing_stray),
+		cmocka_unit_test(test_info_step_nodelist_first),
+		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_malformed),

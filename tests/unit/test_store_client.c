@@ -9,11 +9,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -376,6 +379,80 @@ static void test_connect_waits_for_a_late_server(void **state)
 	*state = late;
 }
 
+/* A listening socket of family on the wildcard address, port 0 (any) or the
+ * given one; its fd (*port set), or -1 when the host lacks the family or
+ * the port is taken. */
+static int listen_wild(int family, int *port)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+
+	if (fd < 0)
+		return -1;
+	memset(&ss, 0, sizeof(ss));
+	ss.ss_family = (sa_family_t)family;
+	((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)*port); /* shared offset */
+	if (family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+	if (bind(fd, (struct sockaddr *)&ss,
+		 family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6)) <
+		    0 ||
+	    listen(fd, 1) < 0 || getsockname(fd, (struct sockaddr *)&ss, &len) < 0) {
+		close(fd);
+		return -1;
+	}
+	*port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+	return fd;
+}
+
+static bool has_family(int family)
+{
+	int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
+/* Regression: two dynamic agents raced for one --rdzv-endpoint port; one
+ * took IPv4, the other skipped its taken IPv4 and kept IPv6 alone, so
+ * clients of 127.0.0.1 found no store and the rendezvous hung. A store
+ * whose port is taken on any address it listens on must not start, and
+ * must not keep the others. Each family in turn is the one taken. */
+static void test_a_port_taken_on_any_family_fails_the_start(void **state)
+{
+	int fams[2] = {AF_INET, AF_INET6}, i;
+
+	(void)state;
+	for (i = 0; i < 2; i++) {
+		int other = fams[1 - i], port = 0, fd = listen_wild(fams[i], &port), fd2, p2;
+		struct store_server_opts o;
+		struct store_server *s = NULL;
+		uv_loop_t loop;
+		int rc;
+
+		if (fd < 0)
+			continue; /* no such family here */
+		uv_loop_init(&loop);
+		store_server_opts_init(&o);
+		rc = store_server_start(&loop, &o, NULL, port, &s);
+		assert_true(rc == UV_EADDRINUSE || rc == -EADDRINUSE);
+		uv_run(&loop, UV_RUN_DEFAULT); /* the failed start's handles close */
+		/* Nothing of ours holds the other family's port. */
+		p2 = port;
+		fd2 = listen_wild(other, &p2);
+		if (has_family(other))
+			assert_true(fd2 >= 0);
+		if (fd2 >= 0)
+			close(fd2);
+		close(fd);
+		assert_int_equal(uv_loop_close(&loop), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -393,6 +470,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_argument_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_waits_for_a_late_server, setup,
 						teardown),
+		cmocka_unit_test(test_a_port_taken_on_any_family_fails_the_start),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -440,6 +440,43 @@ static void test_list_keys_value_keys_only(void **state)
 	store_buf_free(&l);
 }
 
+/* A restart's workers get an empty store: values and queues go (but those
+ * under the kept prefix, ddprun's own), a parked waiter stays parked and is
+ * woken by a later set. */
+static void test_clear_drops_values_and_queues_keeps_waiters(void **state)
+{
+	struct store_kv *kv = KV(state);
+	struct store_waiter *w;
+	struct store_buf b;
+	const char *k = "later";
+	int64_t qlen;
+	size_t vlen;
+	int owner, i;
+	char key[16];
+
+	store_buf_init(&b);
+	for (i = 0; i < 100; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		store_kv_set(kv, (const uint8_t *)key, strlen(key), K("v"));
+	}
+	store_kv_queue_push(kv, K("q"), K("x"));
+	store_kv_queue_push(kv, K("q"), K("y"));
+	assert_int_equal(store_kv_wait(kv, keylist(&b, &k, 1), 1, &owner, &w), 0);
+	store_kv_set(kv, K("ddprun/x"), K("kept"));
+	assert_int_equal(store_kv_clear(kv, "ddprun/"), 0);
+	assert_int_equal(store_kv_num_keys(kv), 1);
+	assert_non_null(store_kv_get(kv, K("ddprun/x"), &vlen));
+	assert_int_equal(store_kv_clear(kv, NULL), 0);
+	assert_int_equal(store_kv_num_keys(kv), 0);
+	assert_null(store_kv_get(kv, K("k7"), NULL));
+	assert_int_equal(store_kv_queue_len(kv, K("q")), 0);
+	assert_int_equal(store_kv_queue_pop(kv, K("q"), &qlen, NULL, NULL), 0);
+	assert_int_equal(qlen, 0);
+	store_kv_set(kv, K("later"), K("1"));
+	assert_int_equal(((struct fixture *)*state)->ev.woken, 1);
+	store_buf_free(&b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -460,6 +497,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_barrier_counts_parks_and_releases_all, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_list_keys_value_keys_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clear_drops_values_and_queues_keeps_waiters,
+						setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,39 +23,48 @@
 #endif
 #define VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 
-/* out = a op b for n elements. out may be a or b (element i is read before it
- * is written), so no restrict on it; the compiler checks overlap at run time.
+/* out = a op b for n elements, and out2 = the same when out2 is not NULL
+ * (one pass writes a result to both places it goes). out and out2 may be a
+ * or b (element i is read before it is written), so no restrict on them; the
+ * compiler checks overlap at run time, and vectorizes an exact alias too.
  * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
  * a stays because every comparison with it fails. */
-#define DEFINE_COMBINE(T, NAME)                                                              \
-	CLONES VEC static void NAME##_sum(T *out, const T *a, const T *b, size_t n)          \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			out[i] = a[i] + b[i];                                                \
-	}                                                                                    \
-	CLONES VEC static void NAME##_min(T *out, const T *a, const T *b, size_t n)          \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			out[i] = (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i];                \
-	}                                                                                    \
-	CLONES VEC static void NAME##_max(T *out, const T *a, const T *b, size_t n)          \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			out[i] = (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i];                \
-	}                                                                                    \
-	CLONES VEC static void NAME##_div(T *acc, T d, size_t n)                             \
-	{                                                                                    \
-		for (size_t i = 0; i < n; i++)                                               \
-			acc[i] /= d;                                                         \
-	}                                                                                    \
-	static void NAME##_combine(enum ddp_op op, T *out, const T *a, const T *b, size_t n) \
-	{                                                                                    \
-		if (op == DDP_MIN)                                                           \
-			NAME##_min(out, a, b, n);                                            \
-		else if (op == DDP_MAX)                                                      \
-			NAME##_max(out, a, b, n);                                            \
-		else                                                                         \
-			NAME##_sum(out, a, b, n);                                            \
+#define DEFINE_KERNEL(T, NAME, EXPR)                                                   \
+	CLONES VEC static void NAME(T *out, T *out2, const T *a, const T *b, size_t n) \
+	{                                                                              \
+		if (!out2) {                                                           \
+			for (size_t i = 0; i < n; i++)                                 \
+				out[i] = (EXPR);                                       \
+			return;                                                        \
+		}                                                                      \
+		for (size_t i = 0; i < n; i++) {                                       \
+			T v = (EXPR);                                                  \
+			out[i] = v;                                                    \
+			out2[i] = v;                                                   \
+		}                                                                      \
+	}
+
+#define DEFINE_COMBINE(T, NAME)                                                             \
+	DEFINE_KERNEL(T, NAME##_sum, a[i] + b[i])                                           \
+	DEFINE_KERNEL(T, NAME##_min, (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i])           \
+	DEFINE_KERNEL(T, NAME##_max, (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i])           \
+	/* acc /= d, and out2 = acc when out2 is not NULL */                                \
+	CLONES VEC static void NAME##_div(T *acc, T *out2, T d, size_t n)                   \
+	{                                                                                   \
+		for (size_t i = 0; i < n; i++)                                              \
+			acc[i] /= d;                                                        \
+		if (out2)                                                                   \
+			memcpy(out2, acc, n * sizeof(T));                                   \
+	}                                                                                   \
+	static void NAME##_combine(enum ddp_op op, T *out, T *out2, const T *a, const T *b, \
+				   size_t n)                                                \
+	{                                                                                   \
+		if (op == DDP_MIN)                                                          \
+			NAME##_min(out, out2, a, b, n);                                     \
+		else if (op == DDP_MAX)                                                     \
+			NAME##_max(out, out2, a, b, n);                                     \
+		else                                                                        \
+			NAME##_sum(out, out2, a, b, n);                                     \
 	}
 
 DEFINE_COMBINE(float, f32)
@@ -64,23 +73,28 @@ DEFINE_COMBINE(int32_t, i32)
 DEFINE_COMBINE(int64_t, i64)
 
 /* One block of a natively typed reduction: sources are combined pairwise
- * through an L1 accumulator, the last combination writing dst directly (every
- * source's block has been read by then, so dst may alias any of them). */
-#define NATIVE_BLOCK(T, NAME)                                                      \
-	do {                                                                       \
-		T acc[BLK], *d = (T *)dst + off;                                   \
-		const T *prev = (const T *)src[0] + off;                           \
-		if (nsrc == 1 && d != prev)                                        \
-			memmove(d, prev, m * sizeof(T));                           \
-		for (int k = 1; k < nsrc; k++) {                                   \
-			T *out = k == nsrc - 1 ? d : acc;                          \
-			NAME##_combine(op, out, prev, (const T *)src[k] + off, m); \
-			prev = out;                                                \
-		}                                                                  \
-		if (op == DDP_AVG && avg_div > 1)                                  \
-			NAME##_div(d, (T)avg_div, m);                              \
-		if (dst2)                                                          \
-			memcpy((T *)dst2 + off, d, m * sizeof(T));                 \
+ * through an L1 accumulator, the last combination writing dst (and dst2)
+ * directly (every source's block has been read by then, so dst may alias any
+ * of them). An average divides dst, then copies it to dst2. */
+#define NATIVE_BLOCK(T, NAME)                                                   \
+	do {                                                                    \
+		T acc[BLK], *d = (T *)dst + off;                                \
+		T *d2 = dst2 ? (T *)dst2 + off : NULL;                          \
+		const T *prev = (const T *)src[0] + off;                        \
+		int avg = op == DDP_AVG && avg_div > 1;                         \
+		if (nsrc == 1 && d != prev)                                     \
+			memmove(d, prev, m * sizeof(T));                        \
+		for (int k = 1; k < nsrc; k++) {                                \
+			int last = k == nsrc - 1;                               \
+			T *out = last ? d : acc;                                \
+			NAME##_combine(op, out, last && !avg ? d2 : NULL, prev, \
+				       (const T *)src[k] + off, m);             \
+			prev = out;                                             \
+		}                                                               \
+		if (avg)                                                        \
+			NAME##_div(d, d2, (T)avg_div, m);                       \
+		else if (d2 && nsrc == 1)                                       \
+			memcpy(d2, d, m * sizeof(T));                           \
 	} while (0)
 
 static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
@@ -98,10 +112,10 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 			ddpi_bf16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
 		else
 			ddpi_f16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
-		f32_combine(op, acc, acc, tmp, m);
+		f32_combine(op, acc, NULL, acc, tmp, m);
 	}
 	if (op == DDP_AVG && avg_div > 1)
-		f32_div(acc, (float)avg_div, m);
+		f32_div(acc, NULL, (float)avg_div, m);
 	if (bf)
 		ddpi_f32_to_bf16_n((uint16_t *)dst + off, acc, m);
 	else

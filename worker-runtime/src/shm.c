@@ -24,6 +24,11 @@
 #define HDR_BYTES     8192
 #define CTL_BYTES     384 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
+/* How long a waiter keeps its core before sleeping (spin_until): about what
+ * a sleep and wake-up cost, or, yielding to ranks that share its core, long
+ * enough for them to reach the collective. */
+#define SPIN_NS	 50000
+#define YIELD_NS 2000000
 
 struct shm_hdr {
 	_Atomic uint32_t magic; /* stored last by the creator */
@@ -287,10 +292,11 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 		return -ENOMEM;
 	s->lws = env->local_world;
 	s->me = env->local_rank;
-	s->nslots = 2;
+	s->nslots = 3; /* the large all_reduce's pipeline (shm_coll.c) */
 	s->slot_bytes = slot_bytes_from_env();
-	/* Oversubscribed cores: a spinning waiter steals the time its peer needs. */
-	s->spin = usable_cpus() >= s->lws ? 4000 : 50;
+	/* Oversubscribed cores: a spinning waiter steals the time its peer needs;
+	 * yielding hands it over (see spin_until). */
+	s->oversubscribed = usable_cpus() < s->lws;
 	make_name(env, s->name, sizeof(s->name));
 
 	ctl_off = HDR_BYTES;
@@ -402,16 +408,58 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 			      s->hdr->pids[q]);
 }
 
+static inline int reached(struct shm_ctl *c, uint32_t target)
+{
+	return (int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0;
+}
+
+/* Before sleeping, a waiter keeps its core for a while, 0 once target is
+ * reached: a sleeper costs its peer a futex wake-up and itself a wake-up
+ * latency, so it spins about that long (longer only burns a core that other
+ * programs may need: under load, shorter waits beat Open MPI's spinning
+ * forever). With more local ranks than cores, the peer is likely runnable
+ * but descheduled, perhaps on our core: sched_yield hands it the core
+ * without a wake-up on either side (what Open MPI does when oversubscribed),
+ * for up to YIELD_NS. */
+static int spin_until(struct ddpi_shm *s, struct shm_ctl *c, uint32_t target, int yield)
+{
+	uint64_t end = 0;
+
+	for (int i = 1;; i++) {
+		if (yield)
+			sched_yield();
+		else
+			cpu_relax();
+		if (reached(c, target))
+			return 0;
+		if (i % (yield ? 8 : 64))
+			continue;
+		if (atomic_load_explicit(&s->hdr->abort, memory_order_relaxed))
+			return -1;
+		uint64_t now = util_now_ns();
+		if (!end)
+			end = now + (yield ? YIELD_NS : SPIN_NS);
+		else if (now >= end)
+			return -1;
+	}
+}
+
 int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, const char *what)
 {
 	struct shm_ctl *c = ctl_of(s, q);
 
-	int spin = ddpi_in_background ? 50 : s->spin;
-
-	for (int i = 0; i < spin; i++) {
-		if ((int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0)
-			return 0;
-		cpu_relax();
+	if (reached(c, target))
+		return 0;
+	if (ddpi_in_background) {
+		/* The communication thread shares the cores with the program's
+		 * compute: a short spin, then sleep. */
+		for (int i = 0; i < 50; i++) {
+			cpu_relax();
+			if (reached(c, target))
+				return 0;
+		}
+	} else if (spin_until(s, c, target, s->oversubscribed) == 0) {
+		return 0;
 	}
 	for (;;) {
 		uint32_t v = atomic_load_explicit(&c->seq, memory_order_acquire);
@@ -479,9 +527,14 @@ int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what
 	return ddpi_shm_wait_all(s, s->slot_done[k], deadline, what);
 }
 
+void ddpi_shm_hold_slot(struct ddpi_shm *s, int slot, uint32_t until)
+{
+	s->slot_done[slot] = until;
+}
+
 void ddpi_shm_release_slot(struct ddpi_shm *s, int slot)
 {
-	s->slot_done[slot] = s->seq + 1;
+	ddpi_shm_hold_slot(s, slot, s->seq + 1);
 }
 
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)

@@ -61,7 +61,7 @@ struct ddpi_shm {
 	uint32_t ncoll; /* collectives so far (the same on every rank) */
 	uint32_t *slot_done;
 	int next_slot;
-	int spin;
+	int oversubscribed; /* more local ranks than usable cores */
 	int liveness;	    /* peers' pids are in our pid namespace: check them */
 	int64_t next_check; /* next peer liveness check (util_now_ms) */
 	char name[200];
@@ -91,6 +91,9 @@ int ddpi_shm_acquire_slot(struct ddpi_shm *s, int64_t deadline, const char *what
  * publish is needed: a rank reads before its next publish, whatever that is,
  * so a peer's counter reaching our next value proves it is done too. */
 void ddpi_shm_release_slot(struct ddpi_shm *s, int slot);
+/* The peers read slot until their counters reach until (a pipeline that
+ * knows when its peers are done with it). */
+void ddpi_shm_hold_slot(struct ddpi_shm *s, int slot, uint32_t until);
 static inline char *ddpi_shm_slot(const struct ddpi_shm *s, int q, int slot)
 {
 	return s->stage[q] + (size_t)slot * s->slot_bytes;

@@ -5,9 +5,10 @@
  * rank copies in the parts the others reduce, reduces its own 1/N slice from
  * every rank's copy (its own part straight from its buffer) into both its
  * buffer and its slot, then copies the other slices out of their owners'
- * slots. Two slots per rank let chunk k+1 be copied in while peers still read
- * chunk k. Slots are small enough to stay in cache, so memory traffic stays
- * close to the bound: each input read once, each output written once.
+ * slots. The three phases of consecutive chunks overlap (all_reduce_large),
+ * so a chunk costs one synchronization, in three slots per rank. Slots are
+ * small enough to stay in cache, so memory traffic stays close to the bound:
+ * each input read once, each output written once.
  *
  * all_reduce, small messages: copy in, one wait, every rank reduces everything
  * (in rank order, so all get the same bits). One synchronization instead of
@@ -18,6 +19,7 @@
 
 #define SMALL_BYTES (32 * 1024)
 #define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
+#define BCAST_SPLIT 4  /* broadcast chunks per slot */
 
 static void slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *hi)
 {
@@ -61,49 +63,101 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	return 0;
 }
 
-static int all_reduce_chunk(struct ddpi_shm *s, char *buf, size_t m, enum ddp_dtype dt,
-			    enum ddp_op op, int avg_div, int first, int64_t deadline)
+/* The large all_reduce's chunk j: its elements and where it is staged. */
+struct chunk {
+	char *buf; /* the caller's buffer at the chunk */
+	size_t m;  /* elements */
+	int slot;
+};
+
+static void chunk_at(struct chunk *c, char *buf, size_t count, size_t per, size_t es, size_t j)
+{
+	size_t off = j * per;
+
+	c->buf = buf + off * es;
+	c->m = count - off < per ? count - off : per;
+}
+
+/* Copy in everything except my own slice, which only I read. */
+static void copy_in(struct ddpi_shm *s, const struct chunk *c, size_t es)
+{
+	char *mine = ddpi_shm_slot(s, s->me, c->slot);
+	size_t lo, hi;
+
+	slice_bounds(c->m, s->lws, s->me, es, &lo, &hi);
+	memcpy(mine, c->buf, lo * es);
+	memcpy(mine + hi * es, c->buf + hi * es, (c->m - hi) * es);
+}
+
+/* My slice from every rank's copy (mine straight from my buffer), into my
+ * buffer and my slot (where the others fetch it). */
+static void reduce_slice(struct ddpi_shm *s, const struct chunk *c, enum ddp_dtype dt,
+			 enum ddp_op op, int avg_div)
 {
 	const void *src[DDPI_SHM_MAX_LOCAL];
 	size_t es = ddp_dtype_size(dt), lo, hi;
-	uint32_t copied, reduced;
-	int slot, rc, me = s->me;
-	char *mine;
+	int me = s->me;
 
-	if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_reduce", &slot)) < 0)
-		return rc;
-	mine = ddpi_shm_slot(s, me, slot);
-	/* Copy in everything except my own slice, which only I read. */
-	slice_bounds(m, s->lws, me, es, &lo, &hi);
-	memcpy(mine, buf, lo * es);
-	memcpy(mine + hi * es, buf + hi * es, (m - hi) * es);
-	copied = ddpi_shm_publish(s);
-	if ((rc = ddpi_shm_wait_all(s, copied, deadline, "all_reduce")) < 0 ||
-	    (first && (rc = check_all(s, "all_reduce")) < 0))
-		return rc;
-
+	slice_bounds(c->m, s->lws, me, es, &lo, &hi);
 	for (int q = 0; q < s->lws; q++)
-		src[q] = (q == me ? buf : ddpi_shm_slot(s, q, slot)) + lo * es;
-	ddpi_reduce2(dt, op, mine + lo * es, buf + lo * es, src, s->lws, hi - lo, avg_div);
-	reduced = ddpi_shm_publish(s);
+		src[q] = (q == me ? c->buf : ddpi_shm_slot(s, q, c->slot)) + lo * es;
+	ddpi_reduce2(dt, op, ddpi_shm_slot(s, me, c->slot) + lo * es, c->buf + lo * es, src, s->lws,
+		     hi - lo, avg_div);
+}
 
+/* The other slices, reduced, out of their owners' slots. */
+static void copy_out(struct ddpi_shm *s, const struct chunk *c, size_t es)
+{
 	for (int k = 1; k < s->lws; k++) {
-		int q = (me + k) % s->lws; /* spread the readers over the owners */
-		size_t qlo, qhi;
-		slice_bounds(m, s->lws, q, es, &qlo, &qhi);
-		if ((rc = ddpi_shm_wait(s, q, reduced, deadline, "all_reduce")) < 0)
-			return rc;
-		memcpy(buf + qlo * es, ddpi_shm_slot(s, q, slot) + qlo * es, (qhi - qlo) * es);
+		int q = (s->me + k) % s->lws; /* spread the readers over the owners */
+		size_t lo, hi;
+		slice_bounds(c->m, s->lws, q, es, &lo, &hi);
+		memcpy(c->buf + lo * es, ddpi_shm_slot(s, q, c->slot) + lo * es, (hi - lo) * es);
 	}
-	ddpi_shm_release_slot(s, slot);
+}
+
+/* Large messages, pipelined so that each chunk costs one publish: step k
+ * copies out the reduced chunk k-2, reduces my slice of chunk k-1 and copies
+ * in chunk k, then publishes; before it, every peer has finished step k-1.
+ * Chunk j's slot is read by the peers until they finish step j+2 (its copy
+ * out): it is free again for chunk j+3, which needs three slots. */
+static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
+			    enum ddp_op op, int avg_div, int64_t deadline)
+{
+	size_t es = ddp_dtype_size(dt), per = s->slot_bytes / es;
+	size_t nchunks = (count + per - 1) / per;
+	struct chunk c[3];
+	int rc;
+
+	for (size_t k = 0; k < nchunks + 2; k++) {
+		if (k > 0 && ((rc = ddpi_shm_wait_all(s, s->seq, deadline, "all_reduce")) < 0 ||
+			      (k == 1 && (rc = check_all(s, "all_reduce")) < 0)))
+			return rc;
+		if (k >= 2)
+			copy_out(s, &c[(k - 2) % 3], es);
+		if (k >= 1 && k - 1 < nchunks)
+			reduce_slice(s, &c[(k - 1) % 3], dt, op, avg_div);
+		if (k < nchunks) {
+			struct chunk *n = &c[k % 3];
+			chunk_at(n, buf, count, per, es, k);
+			if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_reduce", &n->slot)) < 0)
+				return rc;
+			copy_in(s, n, es);
+			/* read by the peers until their step k+2: publish seq + 3 */
+			ddpi_shm_hold_slot(s, n->slot, s->seq + 3);
+		}
+		/* The last step's publish would only say that this rank is done
+		 * reading: its next publish, whatever it is, says that too. */
+		if (k < nchunks + 1)
+			ddpi_shm_publish(s);
+	}
 	return 0;
 }
 
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			enum ddp_op op, int avg_div, int64_t deadline)
 {
-	size_t es = ddp_dtype_size(dt), bytes = count * es;
-	size_t chunk = s->slot_bytes / es;
+	size_t bytes = count * ddp_dtype_size(dt);
 	struct ddpi_coll_desc d = {.kind = DDPI_ALL_REDUCE,
 				   .dt = (uint32_t)dt,
 				   .op = (uint32_t)op,
@@ -121,11 +175,7 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 	if (bytes <= SMALL_BYTES && bytes <= s->slot_bytes) {
 		rc = all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
 	} else {
-		for (size_t off = 0; off < count && rc == 0; off += chunk) {
-			size_t m = count - off < chunk ? count - off : chunk;
-			rc = all_reduce_chunk(s, (char *)buf + off * es, m, dt, op, avg_div,
-					      off == 0, deadline);
-		}
+		rc = all_reduce_large(s, buf, count, dt, op, avg_div, deadline);
 	}
 	ddpi_shm_end(s);
 	return rc;
@@ -148,8 +198,11 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	ddpi_shm_begin(s, &d);
 	if (bytes == 0)
 		rc = sync_all(s, deadline, "broadcast");
-	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
-		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
+	/* Quarter slots: the root copies chunk k+1 in while the others copy
+	 * chunk k out, so even a one-slot broadcast is a pipeline. */
+	size_t step = s->slot_bytes / BCAST_SPLIT;
+	for (size_t off = 0; off < bytes && rc == 0; off += step) {
+		size_t m = bytes - off < step ? bytes - off : step;
 		uint32_t in;
 		int slot;
 
