@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_client.h"
+#include "store_proto.h"
 #include "store_server.h"
 #include "util.h"
 

@@ -12,7 +12,7 @@
 #include "hang.h"
 #include "signame.h"
 #include "store_async.h"
-#include "store_client.h"
+#include "store_proto.h"
 #include "store_server.h"
 #include "util.h"
 

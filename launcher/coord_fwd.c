@@ -32,7 +32,7 @@
 
 #include "agent_fwd.h"
 #include "store_async.h"
-#include "store_client.h"
+#include "store_proto.h"
 
 #define FWD_MERGE_MS 2000
 #define FWD_QUEUE    64 /* receipts waiting to be appended */

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 
 #include "store_addr.h"
-#include "store_client.h"
+#include "store_proto.h"
 #include "store_server.h"
 
 /* Once every participant said it left (or the linger passed): how long the

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "store_async.h"
-#include "store_client.h"
+#include "store_proto.h"
 #include "util.h"
 
 static void wait_closed(struct coord *c);

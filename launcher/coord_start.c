@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "store_async.h"
-#include "store_client.h"
+#include "store_proto.h"
 #include "util.h"
 
 #define RESOLVE_RETRY_MS 1000

@@ -59,7 +59,7 @@ static int key_value_op(struct store_client *c, enum store_op op, const char *ke
 	return rc ? rc : send_req(c, op_deadline(c));
 }
 
-int store_set(struct store_client *c, const char *key, const void *val, size_t len)
+int store_client_set(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	return key_value_op(c, STORE_OP_SET, key, val, len);
 }
@@ -108,7 +108,7 @@ static int await_stop(struct store_client *c, int64_t deadline)
 	return store_client_fail(c, rc < 0 ? rc : -EPROTO);
 }
 
-int store_wait(struct store_client *c, const char *const *keys, size_t n, int64_t timeout_ms)
+int store_client_wait(struct store_client *c, const char *const *keys, size_t n, int64_t timeout_ms)
 {
 	return do_wait(c, keys, n,
 		       store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms));
@@ -128,7 +128,7 @@ static int get_now(struct store_client *c, const char *key, void **val, size_t *
 	return rc;
 }
 
-int store_get(struct store_client *c, const char *key, void **val, size_t *len)
+int store_client_get(struct store_client *c, const char *key, void **val, size_t *len)
 {
 	int64_t deadline = op_deadline(c);
 	int rc = do_wait(c, &key, 1, deadline);
@@ -136,10 +136,10 @@ int store_get(struct store_client *c, const char *key, void **val, size_t *len)
 	return rc ? rc : get_now(c, key, val, len, deadline);
 }
 
-int store_try_get(struct store_client *c, const char *key, void **val, size_t *len)
+int store_client_try_get(struct store_client *c, const char *key, void **val, size_t *len)
 {
 	int64_t deadline = op_deadline(c);
-	int rc = store_check(c, &key, 1);
+	int rc = store_client_check(c, &key, 1);
 
 	if (rc < 0)
 		return rc;
@@ -158,7 +158,7 @@ static int simple_i64(struct store_client *c, int64_t *out)
 	return rc;
 }
 
-int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *result)
+int store_client_add(struct store_client *c, const char *key, int64_t delta, int64_t *result)
 {
 	int64_t r;
 	int rc = begin(c, STORE_OP_ADD);
@@ -174,8 +174,9 @@ int store_add(struct store_client *c, const char *key, int64_t delta, int64_t *r
 	return rc;
 }
 
-int store_compare_set(struct store_client *c, const char *key, const void *expected, size_t elen,
-		      const void *desired, size_t dlen, void **cur, size_t *curlen)
+int store_client_compare_set(struct store_client *c, const char *key, const void *expected,
+			     size_t elen, const void *desired, size_t dlen, void **cur,
+			     size_t *curlen)
 {
 	int64_t deadline = op_deadline(c);
 	int rc = begin(c, STORE_OP_COMPARE_SET);
@@ -193,7 +194,7 @@ int store_compare_set(struct store_client *c, const char *key, const void *expec
 	return rc;
 }
 
-int store_check(struct store_client *c, const char *const *keys, size_t n)
+int store_client_check(struct store_client *c, const char *const *keys, size_t n)
 {
 	int64_t deadline = op_deadline(c);
 	uint8_t r;
@@ -212,7 +213,7 @@ int store_check(struct store_client *c, const char *const *keys, size_t n)
 	return r == STORE_CHECK_READY;
 }
 
-int store_delete(struct store_client *c, const char *key)
+int store_client_delete(struct store_client *c, const char *key)
 {
 	int64_t r = 0;
 	int rc = begin(c, STORE_OP_DELETE);
@@ -224,20 +225,20 @@ int store_delete(struct store_client *c, const char *key)
 	return rc < 0 ? rc : r == 1;
 }
 
-int store_num_keys(struct store_client *c, int64_t *n)
+int store_client_num_keys(struct store_client *c, int64_t *n)
 {
 	int rc = begin(c, STORE_OP_NUMKEYS);
 
 	return rc ? rc : simple_i64(c, n);
 }
 
-int store_append(struct store_client *c, const char *key, const void *val, size_t len)
+int store_client_append(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	return key_value_op(c, STORE_OP_APPEND, key, val, len);
 }
 
-int store_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,
-		    size_t *lens)
+int store_client_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,
+			   size_t *lens)
 {
 	int64_t deadline = op_deadline(c);
 	size_t i, j;
@@ -261,8 +262,8 @@ int store_multi_get(struct store_client *c, const char *const *keys, size_t n, v
 	return rc;
 }
 
-int store_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
-		    const size_t *lens, size_t n)
+int store_client_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
+			   const size_t *lens, size_t n)
 {
 	size_t i;
 	int rc = begin(c, STORE_OP_MULTI_SET);
@@ -279,7 +280,7 @@ int store_multi_set(struct store_client *c, const char *const *keys, const void 
 	return rc ? rc : send_req(c, op_deadline(c));
 }
 
-int store_queue_push(struct store_client *c, const char *key, const void *val, size_t len)
+int store_client_queue_push(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	int rc = begin(c, STORE_OP_QUEUE_PUSH);
 
@@ -290,7 +291,7 @@ int store_queue_push(struct store_client *c, const char *key, const void *val, s
 	return rc ? rc : send_req(c, op_deadline(c));
 }
 
-int store_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
+int store_client_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
 {
 	int64_t deadline = op_deadline(c), n, pause = 1;
 	int rc;
@@ -319,7 +320,7 @@ int store_queue_pop(struct store_client *c, const char *key, void **val, size_t 
 	}
 }
 
-int store_queue_len(struct store_client *c, const char *key, int64_t *n)
+int store_client_queue_len(struct store_client *c, const char *key, int64_t *n)
 {
 	int rc = begin(c, STORE_OP_QUEUE_LEN);
 
@@ -328,7 +329,7 @@ int store_queue_len(struct store_client *c, const char *key, int64_t *n)
 	return rc ? rc : simple_i64(c, n);
 }
 
-int store_ping(struct store_client *c)
+int store_client_ping(struct store_client *c)
 {
 	int64_t deadline = op_deadline(c);
 	uint32_t echo = 0;
@@ -345,7 +346,7 @@ int store_ping(struct store_client *c)
 	return rc;
 }
 
-int store_on_close_set(struct store_client *c, const char *key, const void *val, size_t len)
+int store_client_on_close_set(struct store_client *c, const char *key, const void *val, size_t len)
 {
 	int64_t deadline = op_deadline(c);
 	uint8_t ack;
@@ -365,7 +366,8 @@ int store_on_close_set(struct store_client *c, const char *key, const void *val,
 	return rc;
 }
 
-int store_barrier(struct store_client *c, const char *key, int64_t world_size, int64_t timeout_ms)
+int store_client_barrier(struct store_client *c, const char *key, int64_t world_size,
+			 int64_t timeout_ms)
 {
 	int64_t deadline = store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms);
 	int rc = begin(c, STORE_OP_BARRIER);
@@ -378,7 +380,7 @@ int store_barrier(struct store_client *c, const char *key, int64_t world_size, i
 	return rc < 0 ? rc : await_stop(c, deadline);
 }
 
-void store_keys_free(char **keys, size_t n)
+void store_client_keys_free(char **keys, size_t n)
 {
 	size_t i;
 
@@ -409,7 +411,7 @@ static const char *user_part(const struct store_client *c, const char *k, size_t
 	return k;
 }
 
-int store_list_keys(struct store_client *c, char ***keys, size_t *n)
+int store_client_list_keys(struct store_client *c, char ***keys, size_t *n)
 {
 	int64_t deadline = op_deadline(c), count;
 	char **out = NULL;
@@ -448,7 +450,7 @@ int store_list_keys(struct store_client *c, char ***keys, size_t *n)
 		out[got++] = k;
 	}
 	if (rc < 0) {
-		store_keys_free(out, got);
+		store_client_keys_free(out, got);
 		return rc;
 	}
 	if (got == 0) {

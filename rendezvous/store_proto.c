@@ -618,3 +618,41 @@ long store_reply_len(enum store_reply_kind k, uint64_t n, const uint8_t *buf, si
 	}
 	return -EPROTO;
 }
+
+const char *store_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -ETIMEDOUT:
+		return "timed out";
+	case -ECONNREFUSED:
+		return "connection refused (nothing listens at that address)";
+	case -ECONNRESET:
+		return "connection closed by the server";
+	case -EPIPE:
+		return "connection closed by the server (broken pipe)";
+	case -EPROTO:
+		return "protocol error (unexpected reply from the server)";
+	case -ENAMETOOLONG:
+		return "key too long";
+	case -EMSGSIZE:
+		return "value too long";
+	case -E2BIG:
+		return "too many keys";
+	case -ENOENT:
+		return "key not found";
+	case -ENOTCONN:
+		return "client unusable after an earlier error";
+	case -ECANCELED:
+		return "operation cancelled";
+	case -EHOSTUNREACH:
+		return "host not found or unreachable";
+	case -ENOMEM:
+		return "out of memory";
+	case -EINVAL:
+		return "invalid argument";
+	default:
+		return err < 0 ? strerror(-err) : "unknown error";
+	}
+}

@@ -254,4 +254,8 @@ enum store_reply_kind {
 long store_reply_len(enum store_reply_kind k, uint64_t n, const uint8_t *buf, size_t len,
 		     size_t max_value);
 
+/* Text for an error any part of the store gives (client, async client or
+ * server: 0 or a negative errno), e.g. -ETIMEDOUT "timed out". */
+const char *store_strerror(int err);
+
 #endif

@@ -1,7 +1,7 @@
 /* store_server: the ddp store's TCP server on a libuv loop, speaking both
  * PyTorch TCPStore dialects (1.x and 2.x, chosen per connection). Embeddable:
  * the ddprun agent runs it inside its own loop; `ddpstore serve` runs it alone.
- * Errors are negative errno values (see store_strerror in store_client.h).
+ * Errors are negative errno values (see store_strerror in store_proto.h).
  * The process must ignore SIGPIPE (libuv writes to sockets with write()). */
 #ifndef DDP_STORE_SERVER_H
 #define DDP_STORE_SERVER_H

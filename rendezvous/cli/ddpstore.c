@@ -298,25 +298,26 @@ static int write_cmd(struct store_client *c, char **a, const char *name,
 	rc = op(c, a[0], v, len);
 	free_value(a[1], v);
 	if (rc == 0)
-		rc = store_ping(c);
+		rc = store_client_ping(c);
 	return rc < 0 ? fail_op(name, rc) : EXIT_OK;
 }
 
 static int cmd_set(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	return write_cmd(c, a, "set", store_set);
+	return write_cmd(c, a, "set", store_client_set);
 }
 
 static int cmd_append(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	return write_cmd(c, a, "append", store_append);
+	return write_cmd(c, a, "append", store_client_append);
 }
 
 static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
 	void *v;
 	size_t len;
-	int rc = o->wait ? store_get(c, a[0], &v, &len) : store_try_get(c, a[0], &v, &len);
+	int rc = o->wait ? store_client_get(c, a[0], &v, &len)
+			 : store_client_try_get(c, a[0], &v, &len);
 
 	if (rc == -ENOENT) {
 		ddpstore_err("get: key '%s' not found", a[0]);
@@ -340,7 +341,7 @@ static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char *
 
 	if (util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta) < 0)
 		return usage_error("add: '%s' is not an integer", a[1]);
-	rc = store_add(c, a[0], delta, &r);
+	rc = store_client_add(c, a[0], delta, &r);
 	if (rc == -ECONNRESET) {
 		/* The server drops a connection that ADDs to a non-number. */
 		ddpstore_err("add: the server closed the connection (is the value of '%s' not "
@@ -363,7 +364,7 @@ static int cmd_cas(struct store_client *c, const struct ddpstore_opts *o, char *
 
 	if (rc < 0)
 		return fail_op("reading the value", rc);
-	rc = store_compare_set(c, a[0], a[1], strlen(a[1]), des, dlen, &cur, &clen);
+	rc = store_client_compare_set(c, a[0], a[1], strlen(a[1]), des, dlen, &cur, &clen);
 	if (rc < 0) {
 		free_value(a[2], des);
 		return fail_op("cas", rc);
@@ -377,7 +378,7 @@ static int cmd_cas(struct store_client *c, const struct ddpstore_opts *o, char *
 
 static int cmd_check(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	int rc = store_check(c, (const char *const *)a, (size_t)n);
+	int rc = store_client_check(c, (const char *const *)a, (size_t)n);
 
 	if (rc < 0)
 		return fail_op("check", rc);
@@ -386,7 +387,7 @@ static int cmd_check(struct store_client *c, const struct ddpstore_opts *o, char
 
 static int cmd_wait(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	int rc = store_wait(c, (const char *const *)a, (size_t)n, 0);
+	int rc = store_client_wait(c, (const char *const *)a, (size_t)n, 0);
 
 	if (rc == -ETIMEDOUT) {
 		ddpstore_err("wait: timed out");
@@ -397,7 +398,7 @@ static int cmd_wait(struct store_client *c, const struct ddpstore_opts *o, char 
 
 static int cmd_del(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	int rc = store_delete(c, a[0]);
+	int rc = store_client_delete(c, a[0]);
 
 	if (rc < 0)
 		return fail_op("del", rc);
@@ -407,7 +408,7 @@ static int cmd_del(struct store_client *c, const struct ddpstore_opts *o, char *
 static int cmd_numkeys(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
 	int64_t k;
-	int rc = store_num_keys(c, &k);
+	int rc = store_client_num_keys(c, &k);
 
 	if (rc < 0)
 		return fail_op("numkeys", rc);
@@ -417,7 +418,7 @@ static int cmd_numkeys(struct store_client *c, const struct ddpstore_opts *o, ch
 
 static int cmd_ping(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
-	int rc = store_ping(c);
+	int rc = store_client_ping(c);
 
 	return rc < 0 ? fail_op("ping", rc) : EXIT_OK;
 }

@@ -34,7 +34,7 @@ static char *get_str(struct store_client *c, const char *key, int *err)
 	void *v = NULL;
 	size_t len = 0;
 	char *s;
-	int rc = store_try_get(c, key, &v, &len);
+	int rc = store_client_try_get(c, key, &v, &len);
 
 	if (rc == -ENOENT)
 		return NULL;

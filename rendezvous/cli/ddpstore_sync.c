@@ -20,7 +20,7 @@ int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, cha
 	const char *want = n > 0 ? a[0] : "";
 	size_t i, nk, wl = strlen(want);
 	char **keys;
-	int rc = store_list_keys(c, &keys, &nk);
+	int rc = store_client_list_keys(c, &keys, &nk);
 
 	(void)o;
 	if (rc < 0) {
@@ -38,7 +38,7 @@ int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, cha
 		ddpstore_err("cannot write to stdout: %s", strerror(errno));
 		rc = EXIT_ERROR;
 	}
-	store_keys_free(keys, nk);
+	store_client_keys_free(keys, nk);
 	return rc;
 }
 
@@ -55,10 +55,10 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 		ddpstore_err("barrier: '%s' is not a positive integer (see ddpstore --help)", a[1]);
 		return EXIT_USAGE;
 	}
-	rc = store_barrier(c, a[0], world, 0);
+	rc = store_client_barrier(c, a[0], world, 0);
 	if (rc == -ETIMEDOUT) {
 		/* The cancel leaves the client usable: say how far it got. */
-		if (store_try_get(c, a[0], &v, &len) == 0) {
+		if (store_client_try_get(c, a[0], &v, &len) == 0) {
 			ddpstore_err("barrier: timed out with %s of %" PRId64 " arrived",
 				     (const char *)v, world);
 			free(v);

@@ -33,7 +33,7 @@ static int print_members(void)
 		return 1;
 	snprintf(prefix, sizeof(prefix), "ddp/%s/r%s", run ? run : "none", restart ? restart : "0");
 	store_client_set_prefix(c, prefix);
-	if (store_try_get(c, "join/members", &v, &len) < 0) {
+	if (store_client_try_get(c, "join/members", &v, &len) < 0) {
 		store_client_close(c);
 		return 1;
 	}

@@ -380,7 +380,7 @@ static int64_t joined(int port, const char *run_id)
 	assert_int_equal(store_client_connect("127.0.0.1", port, 5000, 5000, &c), 0);
 	snprintf(prefix, sizeof(prefix), "ddp/%s/r0", run_id);
 	store_client_set_prefix(c, prefix);
-	assert_int_equal(store_add(c, "join/count", 0, &v), 0);
+	assert_int_equal(store_client_add(c, "join/count", 0, &v), 0);
 	store_client_close(c);
 	return v & DDPI_JOIN_MAX_WORLD;
 }

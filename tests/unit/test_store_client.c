@@ -136,28 +136,28 @@ static void test_every_operation(void **state)
 	size_t ml[2];
 	int64_t n;
 
-	assert_int_equal(store_set(c, "k", "v", 1), 0);
-	GOT(store_get(c, "k", &v, &len), v, len, "v");
-	assert_int_equal(store_add(c, "n", 40, &n), 0);
-	assert_int_equal(store_add(c, "n", 2, &n), 0);
+	assert_int_equal(store_client_set(c, "k", "v", 1), 0);
+	GOT(store_client_get(c, "k", &v, &len), v, len, "v");
+	assert_int_equal(store_client_add(c, "n", 40, &n), 0);
+	assert_int_equal(store_client_add(c, "n", 2, &n), 0);
 	assert_int_equal(n, 42);
-	GOT(store_get(c, "n", &v, &len), v, len, "42");
-	GOT(store_compare_set(c, "k", "v", 1, "w", 1, &v, &len), v, len, "w");
-	GOT(store_compare_set(c, "k", "x", 1, "y", 1, &v, &len), v, len, "w");
-	assert_int_equal(store_multi_set(c, keys, vals, lens, 2), 0);
-	assert_int_equal(store_multi_get(c, keys, 2, mv, ml), 0);
+	GOT(store_client_get(c, "n", &v, &len), v, len, "42");
+	GOT(store_client_compare_set(c, "k", "v", 1, "w", 1, &v, &len), v, len, "w");
+	GOT(store_client_compare_set(c, "k", "x", 1, "y", 1, &v, &len), v, len, "w");
+	assert_int_equal(store_client_multi_set(c, keys, vals, lens, 2), 0);
+	assert_int_equal(store_client_multi_get(c, keys, 2, mv, ml), 0);
 	assert_got(0, mv[0], ml[0], "one");
 	assert_got(0, mv[1], ml[1], "two");
-	assert_int_equal(store_check(c, keys, 2), 1);
-	assert_int_equal(store_append(c, "log", "ab", 2), 0);
-	assert_int_equal(store_append(c, "log", "cd", 2), 0);
-	GOT(store_get(c, "log", &v, &len), v, len, "abcd");
-	assert_int_equal(store_num_keys(c, &n), 0);
+	assert_int_equal(store_client_check(c, keys, 2), 1);
+	assert_int_equal(store_client_append(c, "log", "ab", 2), 0);
+	assert_int_equal(store_client_append(c, "log", "cd", 2), 0);
+	GOT(store_client_get(c, "log", &v, &len), v, len, "abcd");
+	assert_int_equal(store_client_num_keys(c, &n), 0);
 	assert_int_equal(n, 5);
-	assert_int_equal(store_delete(c, "k"), 1);
-	assert_int_equal(store_delete(c, "k"), 0);
-	assert_int_equal(store_try_get(c, "k", &v, &len), -ENOENT);
-	assert_int_equal(store_ping(c), 0);
+	assert_int_equal(store_client_delete(c, "k"), 1);
+	assert_int_equal(store_client_delete(c, "k"), 0);
+	assert_int_equal(store_client_try_get(c, "k", &v, &len), -ENOENT);
+	assert_int_equal(store_client_ping(c), 0);
 	store_client_close(c);
 }
 
@@ -168,12 +168,12 @@ static void test_wait_timeout_leaves_client_usable(void **state)
 	void *v;
 	size_t len;
 
-	assert_int_equal(store_wait(c, k, 1, 50), -ETIMEDOUT);
-	assert_int_equal(store_ping(c), 0);
+	assert_int_equal(store_client_wait(c, k, 1, 50), -ETIMEDOUT);
+	assert_int_equal(store_client_ping(c), 0);
 	store_client_set_timeout(c, 50);
-	assert_int_equal(store_get(c, "never", &v, &len), -ETIMEDOUT);
-	assert_int_equal(store_set(c, "now", "x", 1), 0);
-	assert_int_equal(store_check(c, (const char *[]){"now"}, 1), 1);
+	assert_int_equal(store_client_get(c, "never", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_client_set(c, "now", "x", 1), 0);
+	assert_int_equal(store_client_check(c, (const char *[]){"now"}, 1), 1);
 	store_client_close(c);
 }
 
@@ -190,10 +190,10 @@ static void *do_later(void *arg)
 
 	usleep(100 * 1000);
 	if (l->op == 0)
-		store_set(c, l->key, "arrived", 7);
+		store_client_set(c, l->key, "arrived", 7);
 	else
-		store_queue_push(c, l->key, "job", 3);
-	store_ping(c);
+		store_client_queue_push(c, l->key, "job", 3);
+	store_client_ping(c);
 	store_client_close(c);
 	return NULL;
 }
@@ -208,19 +208,19 @@ static void test_get_and_queue_pop_block_until_data(void **state)
 	int64_t n;
 
 	pthread_create(&t, NULL, do_later, &l1);
-	GOT(store_get(c, "slow", &v, &len), v, len, "arrived");
+	GOT(store_client_get(c, "slow", &v, &len), v, len, "arrived");
 	pthread_join(t, NULL);
 	pthread_create(&t, NULL, do_later, &l2);
-	GOT(store_queue_pop(c, "q", &v, &len), v, len, "job");
+	GOT(store_client_queue_pop(c, "q", &v, &len), v, len, "job");
 	pthread_join(t, NULL);
-	assert_int_equal(store_queue_len(c, "q", &n), 0);
+	assert_int_equal(store_client_queue_len(c, "q", &n), 0);
 	assert_int_equal(n, 0);
 	store_client_set_timeout(c, 50);
-	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_client_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
 	/* A plain value under the same key does not make pop spin forever. */
-	assert_int_equal(store_set(c, "q", "plain", 5), 0);
-	assert_int_equal(store_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
-	assert_int_equal(store_ping(c), 0);
+	assert_int_equal(store_client_set(c, "q", "plain", 5), 0);
+	assert_int_equal(store_client_queue_pop(c, "q", &v, &len), -ETIMEDOUT);
+	assert_int_equal(store_client_ping(c), 0);
 	store_client_close(c);
 }
 
@@ -231,11 +231,11 @@ static void test_prefix_and_shared_key_layout(void **state)
 	size_t len;
 
 	assert_int_equal(store_client_set_prefix(a, "/worker/attempt_0"), 0);
-	assert_int_equal(store_set(a, "rank_1", "addr", 4), 0);
+	assert_int_equal(store_client_set(a, "rank_1", "addr", 4), 0);
 	/* PrefixStore(p, TCPStore): "/" + p + "/" + key on the wire. */
-	GOT(store_get(b, "/worker/attempt_0/rank_1", &v, &len), v, len, "addr");
+	GOT(store_client_get(b, "/worker/attempt_0/rank_1", &v, &len), v, len, "addr");
 	assert_int_equal(store_client_set_prefix(a, NULL), 0);
-	assert_int_equal(store_try_get(a, "rank_1", &v, &len), -ENOENT);
+	assert_int_equal(store_client_try_get(a, "rank_1", &v, &len), -ENOENT);
 	store_client_close(a);
 	store_client_close(b);
 }
@@ -247,18 +247,18 @@ static void test_on_close_set(void **state)
 	void *v;
 	size_t len;
 
-	assert_int_equal(store_on_close_set(agent, "job/1/failed", "boom", 4), 0);
-	assert_int_equal(store_check(peer, k, 1), 0);
+	assert_int_equal(store_client_on_close_set(agent, "job/1/failed", "boom", 4), 0);
+	assert_int_equal(store_client_check(peer, k, 1), 0);
 	store_client_close(agent);
-	assert_int_equal(store_wait(peer, k, 1, 5000), 0);
-	GOT(store_get(peer, "job/1/failed", &v, &len), v, len, "boom");
+	assert_int_equal(store_client_wait(peer, k, 1, 5000), 0);
+	GOT(store_client_get(peer, "job/1/failed", &v, &len), v, len, "boom");
 	/* Cleared registrations do nothing. */
 	agent = conn(state, 5000);
-	assert_int_equal(store_on_close_set(agent, "job/2/failed", "x", 1), 0);
-	assert_int_equal(store_on_close_set(agent, NULL, NULL, 0), 0);
+	assert_int_equal(store_client_on_close_set(agent, "job/2/failed", "x", 1), 0);
+	assert_int_equal(store_client_on_close_set(agent, NULL, NULL, 0), 0);
 	store_client_close(agent);
-	assert_int_equal(store_ping(peer), 0);
-	assert_int_equal(store_check(peer, (const char *[]){"job/2/failed"}, 1), 0);
+	assert_int_equal(store_client_ping(peer), 0);
+	assert_int_equal(store_client_check(peer, (const char *[]){"job/2/failed"}, 1), 0);
 	store_client_close(peer);
 }
 
@@ -272,7 +272,7 @@ static void *arrive(void *arg)
 	struct arrival *a = arg;
 	struct store_client *c = conn(a->state, 10000);
 
-	a->rc = store_barrier(c, "bar", 3, 0);
+	a->rc = store_client_barrier(c, "bar", 3, 0);
 	store_client_close(c);
 	return NULL;
 }
@@ -289,17 +289,17 @@ static void test_barrier_releases_all_and_times_out_usable(void **state)
 	for (i = 0; i < 2; i++)
 		pthread_create(&t[i], NULL, arrive, &a[i]);
 	/* The third arrival releases them all, wherever it comes in order. */
-	assert_int_equal(store_barrier(c, "bar", 3, 0), 0);
+	assert_int_equal(store_client_barrier(c, "bar", 3, 0), 0);
 	for (i = 0; i < 2; i++) {
 		pthread_join(t[i], NULL);
 		assert_int_equal(a[i].rc, 0);
 	}
-	GOT(store_get(c, "bar", &v, &len), v, len, "3");
-	assert_int_equal(store_barrier(c, "solo", 1, 0), 0);
+	GOT(store_client_get(c, "bar", &v, &len), v, len, "3");
+	assert_int_equal(store_client_barrier(c, "solo", 1, 0), 0);
 	/* Alone in a barrier of 2: cancelled at the timeout, client usable. */
-	assert_int_equal(store_barrier(c, "pair", 2, 50), -ETIMEDOUT);
-	assert_int_equal(store_ping(c), 0);
-	GOT(store_get(c, "pair", &v, &len), v, len, "1");
+	assert_int_equal(store_client_barrier(c, "pair", 2, 50), -ETIMEDOUT);
+	assert_int_equal(store_client_ping(c), 0);
+	GOT(store_client_get(c, "pair", &v, &len), v, len, "1");
 	store_client_close(c);
 }
 
@@ -319,25 +319,25 @@ static void test_list_keys_in_the_clients_key_space(void **state)
 	char **keys;
 	size_t n;
 
-	assert_int_equal(store_list_keys(c, &keys, &n), 0);
+	assert_int_equal(store_client_list_keys(c, &keys, &n), 0);
 	assert_int_equal(n, 0);
 	assert_null(keys);
-	assert_int_equal(store_set(c, "a", "1", 1), 0);
-	assert_int_equal(store_set(c, "dir/b", "2", 1), 0);
-	assert_int_equal(store_queue_push(c, "q", "x", 1), 0);
+	assert_int_equal(store_client_set(c, "a", "1", 1), 0);
+	assert_int_equal(store_client_set(c, "dir/b", "2", 1), 0);
+	assert_int_equal(store_client_queue_push(c, "q", "x", 1), 0);
 	assert_int_equal(store_client_set_prefix(p, "job"), 0);
-	assert_int_equal(store_set(p, "x", "3", 1), 0);
-	assert_int_equal(store_ping(p), 0); /* SET has no reply: applied by now */
-	assert_int_equal(store_list_keys(c, &keys, &n), 0);
+	assert_int_equal(store_client_set(p, "x", "3", 1), 0);
+	assert_int_equal(store_client_ping(p), 0); /* SET has no reply: applied by now */
+	assert_int_equal(store_client_list_keys(c, &keys, &n), 0);
 	assert_int_equal(n, 3); /* a, dir/b, job/x; the queue is not a key */
 	assert_true(has_key(keys, n, "a") && has_key(keys, n, "dir/b") &&
 		    has_key(keys, n, "job/x"));
-	store_keys_free(keys, n);
+	store_client_keys_free(keys, n);
 	/* Under a prefix: only its keys, without it (PrefixStore's view). */
-	assert_int_equal(store_list_keys(p, &keys, &n), 0);
+	assert_int_equal(store_client_list_keys(p, &keys, &n), 0);
 	assert_int_equal(n, 1);
 	assert_string_equal(keys[0], "x");
-	store_keys_free(keys, n);
+	store_client_keys_free(keys, n);
 	store_client_close(c);
 	store_client_close(p);
 }
@@ -351,11 +351,11 @@ static void test_argument_errors(void **state)
 
 	memset(big_key, 'k', 8999);
 	big_key[8999] = '\0';
-	assert_int_equal(store_set(c, big_key, "v", 1), -ENAMETOOLONG);
-	assert_int_equal(store_set(c, "k", NULL, 9 * 1024 * 1024), -EMSGSIZE);
-	assert_int_equal(store_get(c, NULL, &v, &len), -EINVAL);
+	assert_int_equal(store_client_set(c, big_key, "v", 1), -ENAMETOOLONG);
+	assert_int_equal(store_client_set(c, "k", NULL, 9 * 1024 * 1024), -EMSGSIZE);
+	assert_int_equal(store_client_get(c, NULL, &v, &len), -EINVAL);
 	/* Rejected locally: the connection is still fine. */
-	assert_int_equal(store_ping(c), 0);
+	assert_int_equal(store_client_ping(c), 0);
 	free(big_key);
 	store_client_close(c);
 	assert_string_equal(store_strerror(-ETIMEDOUT), "timed out");
@@ -374,7 +374,7 @@ static void test_connect_waits_for_a_late_server(void **state)
 	assert_int_equal(store_client_connect("127.0.0.1", port, 100, 1000, &c), -ECONNREFUSED);
 	late = srv_start(port, 300, false);
 	assert_int_equal(store_client_connect("127.0.0.1", port, 10000, 1000, &c), 0);
-	assert_int_equal(store_ping(c), 0);
+	assert_int_equal(store_client_ping(c), 0);
 	store_client_close(c);
 	*state = late;
 }

@@ -106,7 +106,7 @@ static int members(struct join *j, struct ddpi_join_rec **recs, size_t *n)
 	int rc;
 
 	store_client_set_timeout(j->sc, left_ms(j->deadline));
-	if ((rc = store_try_get(j->sc, K_MEMBERS, &v, &len)) < 0)
+	if ((rc = store_client_try_get(j->sc, K_MEMBERS, &v, &len)) < 0)
 		return lost(j, rc, "reading " K_MEMBERS);
 	rc = ddpi_join_parse(v, len, recs, n);
 	free(v);
@@ -137,7 +137,7 @@ static int settle(struct join *j, const char *verdict)
 	int rc;
 
 	store_client_set_timeout(j->sc, left_ms(j->deadline));
-	rc = store_compare_set(j->sc, K_DONE, "", 0, verdict, strlen(verdict), &cur, &len);
+	rc = store_client_compare_set(j->sc, K_DONE, "", 0, verdict, strlen(verdict), &cur, &len);
 	if (rc < 0)
 		return lost(j, rc, "setting " K_DONE);
 	return verdict_of(cur, len);
@@ -266,7 +266,7 @@ static int wait_verdict(struct join *j)
 	int rc;
 
 	store_client_set_timeout(j->sc, left_ms(j->deadline - reserve));
-	rc = store_get(j->sc, K_DONE, &v, &len);
+	rc = store_client_get(j->sc, K_DONE, &v, &len);
 	if (rc == -ETIMEDOUT)
 		return missing(j);
 	if (rc < 0)
@@ -299,11 +299,11 @@ int ddpi_join(const struct ddp_env *env, enum ddp_backend be, int64_t timeout_ms
 	}
 	digest = ddpi_join_digest(&me);
 	store_client_set_timeout(j.sc, left_ms(deadline));
-	if ((rc = store_append(j.sc, K_MEMBERS, line, (size_t)len)) < 0) {
+	if ((rc = store_client_append(j.sc, K_MEMBERS, line, (size_t)len)) < 0) {
 		rc = lost(&j, rc, "publishing this rank");
 		goto out;
 	}
-	if ((rc = store_add(j.sc, K_COUNT, 1 + (digest << DDPI_JOIN_COUNT_BITS), &v)) < 0) {
+	if ((rc = store_client_add(j.sc, K_COUNT, 1 + (digest << DDPI_JOIN_COUNT_BITS), &v)) < 0) {
 		rc = lost(&j, rc, "counting the ranks");
 		goto out;
 	}

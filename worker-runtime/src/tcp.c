@@ -565,7 +565,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	free(sorted);
 	snprintf(key, sizeof(key), "leader/%d", env->node);
 	store_client_set_timeout(sc, deadline - util_now_ms() > 0 ? deadline - util_now_ms() : 1);
-	if ((rc = store_set(sc, key, entry, elen)) < 0) {
+	if ((rc = store_client_set(sc, key, entry, elen)) < 0) {
 		rc = ddpi_err(rc, "store set %s: %s", key, store_strerror(rc));
 		goto fail;
 	}
@@ -577,7 +577,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		snprintf(key, sizeof(key), "leader/%d", g);
 		store_client_set_timeout(sc, deadline - util_now_ms() > 0 ? deadline - util_now_ms()
 									  : 1);
-		if ((rc = store_get(sc, key, &v, &vlen)) < 0) {
+		if ((rc = store_client_get(sc, key, &v, &vlen)) < 0) {
 			rc = ddpi_err(rc, "node %d's leader did not show up in the store: %s", g,
 				      store_strerror(rc));
 			if (rc == -ETIMEDOUT)
