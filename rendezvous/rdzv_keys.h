@@ -42,6 +42,8 @@
 #include <stdio.h>
 
 #define RDZV_KEY_ROOT "ddprun"
+/* The same as the server holds it: clients send "/" + key, as TCPStore. */
+#define RDZV_KEY_ROOT_STORED "/" RDZV_KEY_ROOT "/"
 /* Run ids longer than this are not listed in runs/. */
 #define RDZV_RUN_ID_MAX 128
 
