@@ -184,6 +184,27 @@ def test_restarts_are_coordinated_with_one_restart_count(reaper, tmp_path):
     assert {e["TORCHELASTIC_RESTART_COUNT"] for e in envs.values()} == {"0", "1"}
 
 
+def test_a_restart_finds_the_store_empty_but_for_ddpruns_keys(reaper, tmp_path):
+    # Static workers use node 0's rendezvous store, and PyTorch 2.x's env://
+    # puts no per-attempt prefix on its keys: the last attempt's (gloo's peer
+    # addresses) must be gone, ddprun's own must stay (the job needs them).
+    script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+              '"$DDPSTORE" set "addr/$RANK" old || exit 9; ' + RECORD +
+              '[ "$RANK" = 2 ] && { ' + all_recorded(3) + 'exit 3; }; exec sleep 60; fi; ' +
+              RECORD + '"$DDPSTORE" get "addr/$RANK"; echo $? > "$OUT/get.$RANK"; '
+              '"$DDPSTORE" keys > "$OUT/keys.$RANK"')
+    agents, out, _ = static_job(reaper, tmp_path, [2, 1], script, extra=["--max-restarts", "1"],
+                                env={"DDPSTORE": binary("ddpstore")})
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert "restarting every node (restart 1 of 1)" in a.stderr()
+    for rank in range(3):
+        assert (out / f"get.{rank}").read_text().strip() == "3"  # not found
+        keys = (out / f"keys.{rank}").read_text().split()
+        assert not [k for k in keys if k.startswith("addr/")], keys
+        assert "ddprun/none/config" in keys, keys
+
+
 def test_no_restarts_left_ends_the_job_with_the_failure(reaper, tmp_path):
     script = RECORD + '[ "$RANK" = 0 ] && { ' + all_recorded(2) + 'exit 4; }; exec sleep 60'
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], script, extra=["--max-restarts", "1"])
