@@ -1,6 +1,8 @@
 /* rdzv_keys: where a node rendezvous keeps its state in the store -- the one
  * description of the key layout, shared by ddprun's coordinator (which writes
  * it) and `ddpstore status` (which reads it). Values are rdzv_msg.h's.
+ * Keys outside "ddprun/" are the workers' (a static job's workers use this
+ * store): node 0 forgets them before a restart's round closes (coord_join.c).
  *
  * Under "ddprun/" (RDZV_KEY_ROOT), for every store:
  *   runs/n          ADD counter of the run ids that ever met on this store

@@ -2,7 +2,8 @@
 on this machine on loopback: ranks in node-rank order with each node's own
 --nproc-per-node; settings that differ between nodes fail everywhere naming
 the node; a failure anywhere stops (or, with restarts left, restarts) every
-node; a lost agent or store stops the others; the exit barrier."""
+node, whose workers find the last attempt's keys gone from the store; a lost
+agent or store stops the others; the exit barrier."""
 import signal
 import socket
 
