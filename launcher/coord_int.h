@@ -113,7 +113,8 @@ struct coord {
 	bool mon_pending;
 	char (*mon_last)[24];
 	int64_t *mon_changed_ms;
-	/* one-shot: last call, exit barrier, the host's wait for its peers */
+	/* one-shot: last call, node 0's poll of a restart's count, exit barrier,
+	 * the host's wait for its peers */
 	uv_timer_t timer;
 	uv_timer_t watch_timer; /* the waiting lines */
 	struct coord_survey sv;

@@ -3,7 +3,8 @@
  * Static: check the job's settings against the first node's (config), claim
  * r<r>/node/<node rank> (a claim that returns another node's descriptor is a
  * duplicate rank), count in; the node that brings the count to --nnodes
- * closes the round. Dynamic: count in first (the count is the node's
+ * closes the round (a restart's round: node 0, once it emptied the store of
+ * the dead workers' keys). Dynamic: count in first (the count is the node's
  * arrival number k, its rank k-1), publish the descriptor; the round closes
  * at MAX, or when a last-call timer that runs from MIN arrivals expires;
  * nodes beyond the closed count are late. Errors anyone finds are published
@@ -18,6 +19,7 @@
 
 #include "store_async.h"
 #include "store_proto.h"
+#include "store_server.h"
 #include "util.h"
 
 static void wait_closed(struct coord *c);
@@ -361,14 +363,60 @@ static void wait_closed(struct coord *c)
 
 /* ---- static ------------------------------------------------------------------------------ */
 
+/* A restart's round (round > 0) closes at node 0, which hosts the store the
+ * static workers use: PyTorch 2.x's env:// (agent store) puts no
+ * /worker/attempt_N prefix on its keys (1.13 did), so the new workers would
+ * read the dead attempt's (gloo's peer addresses) and fail to connect. A
+ * node joins only once its workers have exited (agent.c: attempt_over) and
+ * starts new ones only once the round closed, so when the count reaches
+ * --nnodes no worker of the job runs anywhere: node 0 empties the store but
+ * for ddprun's own keys, then closes. It polls the count (W is parked on
+ * closed, which still ends the wait: join_timeout, an error, a node lost). */
+#define RESTART_POLL_MS 50
+
+static void on_poll_timer(uv_timer_t *t);
+
+static void restart_count_seen(struct coord *c, int64_t k)
+{
+	if (k < c->nnodes) {
+		uv_timer_start(&c->timer, on_poll_timer, RESTART_POLL_MS, 0);
+		return;
+	}
+	if (store_server_clear(c->server, RDZV_KEY_ROOT_STORED) != 0) {
+		coord_publish_error(c, 1, true, "out of memory");
+		return;
+	}
+	set_closed(c, c->nnodes);
+}
+
+static void on_poll_count(int status, int64_t k, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		restart_count_seen(c, k);
+}
+
+static void on_poll_timer(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	char key[64];
+
+	if (c->phase == CP_JOIN)
+		store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 0,
+				on_poll_count, c);
+}
+
 static void on_static_count(int status, int64_t k, void *arg)
 {
 	struct coord *c = arg;
 
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
-	if (k == c->nnodes)
+	if (c->round == 0 && k == c->nnodes)
 		set_closed(c, c->nnodes);
+	else if (c->round > 0 && c->server != NULL) /* node 0 */
+		restart_count_seen(c, k);
 	wait_closed(c);
 	if (k < c->nnodes)
 		coord_watch_start(c);

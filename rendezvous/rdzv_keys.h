@@ -1,6 +1,8 @@
 /* rdzv_keys: where a node rendezvous keeps its state in the store -- the one
  * description of the key layout, shared by ddprun's coordinator (which writes
  * it) and `ddpstore status` (which reads it). Values are rdzv_msg.h's.
+ * Keys outside "ddprun/" are the workers' (a static job's workers use this
+ * store): node 0 forgets them before a restart's round closes (coord_join.c).
  *
  * Under "ddprun/" (RDZV_KEY_ROOT), for every store:
  *   runs/n          ADD counter of the run ids that ever met on this store
@@ -42,6 +44,8 @@
 #include <stdio.h>
 
 #define RDZV_KEY_ROOT "ddprun"
+/* The same as the server holds it: clients send "/" + key, as TCPStore. */
+#define RDZV_KEY_ROOT_STORED "/" RDZV_KEY_ROOT "/"
 /* Run ids longer than this are not listed in runs/. */
 #define RDZV_RUN_ID_MAX 128
 

@@ -146,8 +146,18 @@ def test_restart_forms_a_new_group_across_both_nodes(pt, tmp_path):
     # gloo reads the dead attempt's addresses and fails to connect.
     (tmp_path / "train.py").write_text(TRAIN)
     # Dynamic: its workers' store is group rank 0's own, emptied per round.
-    # (Static jobs' workers share the rendezvous store; not yet emptied.)
     results = two_nodes(pt, tmp_path, "train.py", dynamic(free_port()),
+                        extra=["--max-restarts", "1"], envs=({"FAIL_ATTEMPTS": "1"},) * 2)
+    check_training(results)
+    assert "restart 1 of 1" in results[0][2] + results[1][2]
+
+
+def test_static_restart_forms_a_new_group_across_both_nodes(pt, tmp_path):
+    # Static workers use the rendezvous store itself (node 0's, at
+    # --master-port): node 0 empties it (all but ddprun/'s keys) when every
+    # node has counted into the new round, before it closes the round.
+    (tmp_path / "train.py").write_text(TRAIN)
+    results = two_nodes(pt, tmp_path, "train.py", static(free_port()),
                         extra=["--max-restarts", "1"], envs=({"FAIL_ATTEMPTS": "1"},) * 2)
     check_training(results)
     assert "restart 1 of 1" in results[0][2] + results[1][2]

@@ -2,7 +2,8 @@
 on this machine on loopback: ranks in node-rank order with each node's own
 --nproc-per-node; settings that differ between nodes fail everywhere naming
 the node; a failure anywhere stops (or, with restarts left, restarts) every
-node; a lost agent or store stops the others; the exit barrier."""
+node, whose workers find the last attempt's keys gone from the store; a lost
+agent or store stops the others; the exit barrier."""
 import signal
 import socket
 
@@ -182,6 +183,27 @@ def test_restarts_are_coordinated_with_one_restart_count(reaper, tmp_path):
     check_world(envs, [2, 1], port, restart=0)
     check_world(envs, [2, 1], port, restart=1)
     assert {e["TORCHELASTIC_RESTART_COUNT"] for e in envs.values()} == {"0", "1"}
+
+
+def test_a_restart_finds_the_store_empty_but_for_ddpruns_keys(reaper, tmp_path):
+    # Static workers use node 0's rendezvous store, and PyTorch 2.x's env://
+    # puts no per-attempt prefix on its keys: the last attempt's (gloo's peer
+    # addresses) must be gone, ddprun's own must stay (the job needs them).
+    script = ('if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+              '"$DDPSTORE" set "addr/$RANK" old || exit 9; ' + RECORD +
+              '[ "$RANK" = 2 ] && { ' + all_recorded(3) + 'exit 3; }; exec sleep 60; fi; ' +
+              RECORD + '"$DDPSTORE" get "addr/$RANK"; echo $? > "$OUT/get.$RANK"; '
+              '"$DDPSTORE" keys > "$OUT/keys.$RANK"')
+    agents, out, _ = static_job(reaper, tmp_path, [2, 1], script, extra=["--max-restarts", "1"],
+                                env={"DDPSTORE": binary("ddpstore")})
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert "restarting every node (restart 1 of 1)" in a.stderr()
+    for rank in range(3):
+        assert (out / f"get.{rank}").read_text().strip() == "3"  # not found
+        keys = (out / f"keys.{rank}").read_text().split()
+        assert not [k for k in keys if k.startswith("addr/")], keys
+        assert "ddprun/none/config" in keys, keys
 
 
 def test_no_restarts_left_ends_the_job_with_the_failure(reaper, tmp_path):
