@@ -11,6 +11,7 @@
 #include "agent_int.h"
 #include "proc_info.h"
 #include "signame.h"
+#include "slurm.h"
 
 /* Ancestors looked at for the step's slurmstepd (srun's wrappers between). */
 #define STEPD_DEPTH 16
@@ -121,14 +122,16 @@ static void on_signal(int sig, siginfo_t *si, void *ctx)
 
 /* Under srun (SLURM_STEP_ID set): the nearest ancestor that is slurmstepd,
  * or 0. A batch script has no step id: its slurmstepd signals the script
- * only (scancel --batch, --signal=B:SIG@T), never ddprun's workers. */
+ * only (scancel --batch, --signal=B:SIG@T), never ddprun's workers. Nor
+ * does proctrack/pgid's: there a signal from it is sent on as any other. */
 static pid_t find_stepd(void)
 {
 	struct proc_info pi;
 	pid_t pid = getppid();
 	int i;
 
-	if (getenv("SLURM_JOB_ID") == NULL || getenv("SLURM_STEP_ID") == NULL)
+	if (getenv("SLURM_JOB_ID") == NULL || getenv("SLURM_STEP_ID") == NULL ||
+	    slurm_proctrack_pgid(getenv("SLURM_CONF")))
 		return 0;
 	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {
 		if (proc_info_read(pid, &pi) != 0)
