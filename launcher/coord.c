@@ -285,6 +285,12 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	c->end = e;
 	c->end_known = true;
 	coord_live_stop(c);
+	/* This node is leaving (a signal here: its own end is published or on
+	 * its way). Halting again would take that for a second signal and
+	 * hurry: its "left" would never count, and the store's host would wait
+	 * its whole linger for it. */
+	if (c->phase == CP_LEAVE || c->signal_seen)
+		return;
 	if (e.kind == RDZV_END_OK) {
 		coord_mark_ended(c);
 		c->status = 0;
@@ -448,6 +454,9 @@ static void on_signal(struct coord *c, int status)
 		return;
 	}
 	if (c->phase != CP_JOIN && c->phase != CP_MOVE) {
+		/* After the round's end (halting, reporting): the others'
+		 * reports wait, up to --shutdown-timeout, for this node's list. */
+		coord_publish_failures(c);
 		coord_leave(c);
 		return;
 	}

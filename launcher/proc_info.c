@@ -46,10 +46,12 @@ static int read_stat(pid_t pid, struct proc_info *pi)
 	snprintf(pi->comm, sizeof(pi->comm), "%.*s", (int)(end - open_paren - 1), open_paren + 1);
 	p = end + 2;
 	pi->state = *p;
-	/* Fields after comm, counted from 3 (state): utime 14, stime 15,
-	 * num_threads 20. */
+	/* Fields after comm, counted from 3 (state): ppid 4, utime 14,
+	 * stime 15, num_threads 20. */
 	for (field = 3; *p != '\0' && field <= 20; field++) {
-		if (field == 14)
+		if (field == 4)
+			pi->ppid = (pid_t)strtol(p, NULL, 10);
+		else if (field == 14)
 			utime = strtoull(p, NULL, 10);
 		else if (field == 15)
 			stime = strtoull(p, NULL, 10);

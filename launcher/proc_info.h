@@ -11,6 +11,7 @@
 
 struct proc_info {
 	char state;	    /* R, S, D, T, Z, ...; '?' when unknown */
+	pid_t ppid;	    /* 0 when unknown */
 	uint64_t cpu_ticks; /* utime + stime, clock ticks (all threads) */
 	int nthreads;
 	char wchan[64]; /* kernel function it waits in; "-" when running or unknown */

@@ -10,6 +10,7 @@
 #ifndef DDP_SLURM_H
 #define DDP_SLURM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define SLURM_MAX_HOSTS	   (1 << 20)
@@ -45,5 +46,14 @@ struct slurm_info {
  * (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per node). */
 int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
 		    size_t errlen);
+
+/* The last "key=value" of a slurm.conf at path (key in any case) into buf:
+ * 0, or -ENOENT (no such file or key). */
+int slurm_conf_value(const char *path, const char *key, char *buf, size_t len);
+/* Whether Slurm's ProctrackType is proctrack/pgid (slurm.conf at conf,
+ * $SLURM_CONF, or NULL: /etc/slurm/slurm.conf; false when unreadable): its
+ * slurmstepd signals the step's first process group only, not ddprun's
+ * workers, each in a session of its own (agent_fwd.c). */
+bool slurm_proctrack_pgid(const char *conf);
 
 #endif

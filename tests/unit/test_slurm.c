@@ -7,7 +7,9 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "slurm.h"
 
@@ -211,6 +213,43 @@ static void test_info_alternate_names(void **state)
 	assert_string_equal(info.master, "x1");
 }
 
+/* A slurm.conf in a temporary file; its path in path (size 64). */
+static void conf_file(char *path, const char *text)
+{
+	FILE *f;
+	int fd;
+
+	snprintf(path, 64, "/tmp/ddp-slurmconf-XXXXXX");
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	f = fdopen(fd, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_conf_value_last_line_wins_any_case(void **state)
+{
+	char path[64], v[64];
+
+	(void)state;
+	conf_file(path, "# ProctrackType=proctrack/pgid\n"
+			"ProctrackTypeX=1\n"
+			"ProctrackType=proctrack/linuxproc\n"
+			"  proctracktype = proctrack/pgid   # old nodes\n");
+	assert_int_equal(slurm_conf_value(path, "ProctrackType", v, sizeof(v)), 0);
+	assert_string_equal(v, "proctrack/pgid");
+	assert_true(slurm_proctrack_pgid(path));
+	assert_int_equal(slurm_conf_value(path, "TaskPlugin", v, sizeof(v)), -ENOENT);
+	unlink(path);
+	conf_file(path, "ProctrackType=proctrack/cgroup\n");
+	assert_false(slurm_proctrack_pgid(path));
+	unlink(path);
+	/* Unreadable: Slurm's default, proctrack/cgroup. */
+	assert_false(slurm_proctrack_pgid(path));
+	assert_int_equal(slurm_conf_value(path, "ProctrackType", v, sizeof(v)), -ENOENT);
+}
+
 static void test_info_malformed(void **state)
 {
 	static const char *const bad_nodes[] = {"SLURM_JOB_ID=1", "SLURM_NNODES=two", NULL};
@@ -247,6 +286,7 @@ int main(void)
 		cmocka_unit_test(test_info_allocation),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_malformed),
+		cmocka_unit_test(test_conf_value_last_line_wins_any_case),
 	};
 
 	return cmocka_run_group_tests_name("slurm", tests, NULL, NULL);
