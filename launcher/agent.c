@@ -316,8 +316,11 @@ static void on_signal(uv_signal_t *h, int sig)
 	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
-	} else {
+	} else if (a->nrunning > 0) {
 		agent_say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
+	} else { /* in the rendezvous, or between attempts */
+		agent_say("received %s: stopping (no worker is running)",
+			  signame_of(sig, name, sizeof(name)));
 	}
 	/* A failure already seen stays the root cause of the exit status. */
 	if (a->nfailures > 0)

@@ -137,6 +137,15 @@ def test_a_node_whose_store_does_not_answer_says_so_then_fails(reaper, tmp_path)
     assert f"cannot reach the rendezvous store at 127.0.0.1:{port} within 5 s" in b.stderr()
 
 
+def test_sigterm_in_the_rendezvous_stops_without_claiming_workers(reaper, tmp_path):
+    b = Agent(reaper, tmp_path, "node1", node_args(2, 1, free_port(), 1, "exit 0"))
+    wait_stderr(b, "waiting for the rendezvous store at")
+    b.p.send_signal(signal.SIGTERM)
+    assert b.wait() == 143, b.stderr()
+    assert "received SIGTERM: stopping (no worker is running)" in b.stderr()
+    assert "stopping the workers" not in b.stderr()
+
+
 def test_a_lone_dynamic_node_says_it_waits_for_the_last_call(reaper, tmp_path):
     out, env = out_env(tmp_path, "out")
     host = os.uname().nodename
