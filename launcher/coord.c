@@ -107,22 +107,28 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		   c->store_port, store_strerror(reason));
 }
 
+int coord_conn_open(struct coord *c, const struct store_async_callbacks *cbs,
+		    struct store_async **out)
+{
+	int rc = store_async_connect(c->loop, c->store_host, c->store_port, c->connect_timeout_ms,
+				     cbs, out);
+
+	if (rc != 0)
+		return rc;
+	rc = store_async_set_prefix(*out, c->prefix);
+	if (rc != 0) {
+		store_async_close(*out, NULL, NULL);
+		*out = NULL;
+	}
+	return rc;
+}
+
 int coord_connect(struct coord *c)
 {
 	struct store_async_callbacks cbs = {on_connect, on_lost, c};
-	int rc;
+	int rc = coord_conn_open(c, &cbs, &c->A);
 
-	rc = store_async_connect(c->loop, c->store_host, c->store_port, c->connect_timeout_ms, &cbs,
-				 &c->A);
-	if (rc != 0)
-		return rc;
-	rc = store_async_set_prefix(c->A, c->prefix);
-	if (rc == 0)
-		rc = store_async_connect(c->loop, c->store_host, c->store_port,
-					 c->connect_timeout_ms, &cbs, &c->W);
-	if (rc == 0)
-		rc = store_async_set_prefix(c->W, c->prefix);
-	return rc;
+	return rc != 0 ? rc : coord_conn_open(c, &cbs, &c->W);
 }
 
 static void start(struct coord *c)

@@ -271,9 +271,7 @@ void coord_fwd_round(struct coord *c)
 		f->c = c;
 		f->parked_round = -1;
 		cbs = (struct store_async_callbacks){on_connect, on_lost, f};
-		if (store_async_connect(c->loop, c->store_host, c->store_port,
-					c->connect_timeout_ms, &cbs, &f->F) != 0 ||
-		    store_async_set_prefix(f->F, c->prefix) != 0) {
+		if (coord_conn_open(c, &cbs, &f->F) != 0) {
 			free(f);
 			return;
 		}

@@ -527,9 +527,7 @@ void coord_hang_round(struct coord *c)
 		h->parked_round = -1;
 		h->fail_round = -1;
 		cbs = (struct store_async_callbacks){on_connect, on_lost, h};
-		if (store_async_connect(c->loop, c->store_host, c->store_port,
-					c->connect_timeout_ms, &cbs, &h->H) != 0 ||
-		    store_async_set_prefix(h->H, c->prefix) != 0) {
+		if (coord_conn_open(c, &cbs, &h->H) != 0) {
 			free(h);
 			return;
 		}

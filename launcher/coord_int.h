@@ -25,6 +25,7 @@
 #include "rdzv_msg.h"
 
 struct store_async;
+struct store_async_callbacks;
 struct store_server;
 
 /* How long the store's host waits for the others to be done with it once
@@ -158,6 +159,11 @@ void coord_closed_one(void *arg);
 
 /* Both store connections (A, W); 0 or a negative errno. */
 int coord_connect(struct coord *c);
+/* One more connection to the store (*out), with the job's key prefix, for
+ * a part of the coordinator that parks its own waits (hang, fwd): 0 or a
+ * negative errno (nothing is left open then). */
+int coord_conn_open(struct coord *c, const struct store_async_callbacks *cbs,
+		    struct store_async **out);
 
 /* coord_start.c */
 /* Resolve the store's host, host the store here if so, connect. */
