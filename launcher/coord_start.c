@@ -214,8 +214,9 @@ static void on_connect_wait(uv_timer_t *t)
 	int64_t left = c->connect_deadline_ms - util_now_ms();
 
 	if (c->phase != CP_START || c->a_up) {
-		if (c->phase == CP_START)
-			uv_timer_stop(t);
+		/* Connected: the join's lines, if any, restart this timer
+		 * with their own callback, so a call here is this one's. */
+		uv_timer_stop(t);
 		return;
 	}
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet; "
