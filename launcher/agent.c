@@ -344,7 +344,7 @@ static void start_attempt(struct agent *a)
 	 * the end of a later one. */
 	if (a->has_coord && !a->signalled)
 		a->status_set = false;
-	rc = logdir_attempt(&a->logdir, a->restart_count, a->nproc, err, sizeof(err));
+	rc = logdir_attempt(&a->logdir, a->world.restart_count, a->nproc, err, sizeof(err));
 	if (rc == 0)
 		rc = agent_dup_attempt(a, err, sizeof(err));
 	if (rc != 0) {
@@ -369,18 +369,19 @@ static void start_attempt(struct agent *a)
 
 static void rendezvous(struct agent *a)
 {
-	struct agent_world w = {0};
+	struct workenv_world w = {0};
 
 	a->state = AS_RDZV;
 	if (a->has_coord && a->coord.rendezvous != NULL) {
-		a->coord.rendezvous(a, a->restart_count, a->coord.arg);
+		a->coord.rendezvous(a, a->world.restart_count, a->coord.arg);
 		return;
 	}
 	/* PyTorch 2.x's env:// on an agent store uses no per-attempt prefix
 	 * (1.x had /worker/attempt_N): a restart's workers would read the dead
 	 * attempt's keys (gloo's peer addresses) and fail to connect. Each
 	 * attempt gets an empty store, as if it were a new TCPStore. */
-	if (a->restart_count > 0 && a->store != NULL && store_server_clear(a->store, NULL) != 0) {
+	if (a->world.restart_count > 0 && a->store != NULL &&
+	    store_server_clear(a->store, NULL) != 0) {
 		agent_say("error: out of memory");
 		a->failed = true;
 		finish(a, 1);
@@ -391,11 +392,12 @@ static void rendezvous(struct agent *a)
 	w.group_world_size = 1;
 	w.rank_offset = 0;
 	w.world_size = a->nproc;
+	w.restart_count = a->world.restart_count;
 	agent_store_world(a, &w);
 	agent_rendezvous_done(a, 0, &w);
 }
 
-void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
+void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *w)
 {
 	if (a->state != AS_RDZV)
 		return;
@@ -407,8 +409,6 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w)
 	}
 	free(a->master_addr);
 	a->world = *w;
-	if (a->has_coord)
-		a->restart_count = w->restart_count;
 	a->master_addr = strdup(w->master_addr ? w->master_addr : "127.0.0.1");
 	if (a->master_addr == NULL) {
 		finish(a, 1);
@@ -469,16 +469,17 @@ static void attempt_over(struct agent *a)
 
 		status = report_exit_status(root);
 		if (a->after == AFTER_DECIDE && !a->has_coord &&
-		    a->restart_count < a->o->max_restarts) {
-			a->restart_count++;
+		    a->world.restart_count < a->o->max_restarts) {
+			a->world.restart_count++;
 			agent_say("worker group failed (rank %d: exit status %d); restart %d of %d",
-				  root->global_rank, status, a->restart_count, a->o->max_restarts);
+				  root->global_rank, status, a->world.restart_count,
+				  a->o->max_restarts);
 			rendezvous(a);
 			return;
 		}
 	}
 	if (a->after == AFTER_RESTART) {
-		a->restart_count++;
+		a->world.restart_count++;
 		rendezvous(a);
 		return;
 	}
@@ -589,7 +590,7 @@ void agent_restart(struct agent *a)
 		a->after = AFTER_RESTART;
 		break;
 	case AS_WAITING:
-		a->restart_count++;
+		a->world.restart_count++;
 		rendezvous(a);
 		break;
 	default:

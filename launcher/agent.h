@@ -16,7 +16,7 @@
  *
  * With a coordinator, the single-node store is not started by the agent:
  * the coordinator decides who hosts it (agent_loop() gives its loop) and
- * fills agent_world.master_addr/master_port/use_agent_store.
+ * fills workenv_world.master_addr/master_port/use_agent_store.
  *
  * Multi-node plugs in through struct agent_coord (NULL: a single node, where
  * the rendezvous is trivial and the job ends when the local workers end):
@@ -53,6 +53,7 @@
 #include "prog.h"
 #include "report.h"
 #include "watchdog.h"
+#include "workenv.h"
 
 struct agent;
 
@@ -74,18 +75,6 @@ struct agent_config {
 	const cpu_set_t *cpu_sets;
 };
 
-/* This node's place in the job, decided by the rendezvous. */
-struct agent_world {
-	int group_rank;		 /* GROUP_RANK: this node's rank */
-	int group_world_size;	 /* GROUP_WORLD_SIZE: nodes */
-	int rank_offset;	 /* global rank of local rank 0 */
-	int world_size;		 /* WORLD_SIZE: workers in the job */
-	const char *master_addr; /* MASTER_ADDR (copied) */
-	int master_port;	 /* MASTER_PORT */
-	bool use_agent_store;	 /* TORCHELASTIC_USE_AGENT_STORE */
-	int restart_count;	 /* TORCHELASTIC_RESTART_COUNT (coordinator only) */
-};
-
 struct agent_coord {
 	void (*rendezvous)(struct agent *a, int restart_count, void *arg);
 	void (*failed)(struct agent *a, const struct report_entry *root, int status, void *arg);
@@ -98,7 +87,8 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		 struct agent **out, char *err, size_t errlen);
 /* Begin the first attempt; run the loop afterwards until it returns. */
 int agent_start(struct agent *a);
-void agent_rendezvous_done(struct agent *a, int rc, const struct agent_world *w);
+/* w: this node's place in the job for the attempt (workenv.h); copied. */
+void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *w);
 void agent_stop(struct agent *a, int status);
 void agent_halt(struct agent *a, int status);
 void agent_restart(struct agent *a);

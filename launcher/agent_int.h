@@ -51,8 +51,11 @@ struct agent {
 	bool has_coord;
 	enum agent_state state;
 	enum agent_after after;
-	int restart_count;
-	struct agent_world world;
+	/* This attempt's place in the job. restart_count is the attempt's
+	 * number from the moment it is decided (before its rendezvous); the
+	 * rest is the rendezvous's answer (the coordinator's restart count
+	 * included: it is authoritative). */
+	struct workenv_world world;
 	char *master_addr; /* world.master_addr points here */
 	struct agent_worker *w;
 	int nproc;

@@ -50,7 +50,7 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 	return 0;
 }
 
-void agent_store_world(struct agent *a, struct agent_world *w)
+void agent_store_world(struct agent *a, struct workenv_world *w)
 {
 	w->master_addr = a->store_host;
 	w->master_port = a->store_port;

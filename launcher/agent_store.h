@@ -16,7 +16,7 @@
  * negative errno with a message in err. */
 int agent_store_open(struct agent *a, char *err, size_t errlen);
 /* Fill the store part of w: master_addr, master_port, use_agent_store. */
-void agent_store_world(struct agent *a, struct agent_world *w);
+void agent_store_world(struct agent *a, struct workenv_world *w);
 /* Close the store; done(arg) runs from the loop. */
 void agent_store_close(struct store_server *s, void (*done)(void *arg), void *arg);
 

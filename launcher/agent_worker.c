@@ -126,18 +126,11 @@ static void close_fd(int fd, int keep)
 int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen)
 {
 	struct workenv_job job = {
-		.world_size = a->world.world_size,
+		.world = a->world,
 		.local_world_size = a->nproc,
-		.group_rank = a->world.group_rank,
-		.group_world_size = a->world.group_world_size,
-		.rank_offset = a->world.rank_offset,
 		.role = a->o->role,
-		.master_addr = a->world.master_addr,
-		.master_port = a->world.master_port,
 		.run_id = a->o->rdzv_id,
-		.restart_count = a->restart_count,
 		.max_restarts = a->o->max_restarts,
-		.use_agent_store = a->world.use_agent_store,
 		.shm_nonce = a->cfg.shm_nonce,
 		.signals_to_handle = a->o->signals_to_handle,
 		.virtual_local_rank = a->o->virtual_local_rank,

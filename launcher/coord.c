@@ -145,7 +145,7 @@ static void start(struct coord *c)
 
 void coord_round_start(struct coord *c)
 {
-	struct agent_world w = {0};
+	struct workenv_world w = {0};
 	int i, first = 0, world = 0;
 	char key[64];
 

@@ -73,7 +73,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	bool has_omp = false, has_nccl = false, has_old_nccl = false, has_fault = false;
 	const char *nccl = "1", *cvd = NULL;
 	char device[WORKENV_DEVICE_MAX];
-	int rank = j->rank_offset + local_rank;
+	int rank = j->world.rank_offset + local_rank;
 	char **env;
 	char *s;
 
@@ -99,21 +99,21 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 		ADD("CUDA_VISIBLE_DEVICES", device);
 	}
 	ADDI("LOCAL_RANK", j->virtual_local_rank ? 0 : local_rank);
-	ADDI("WORLD_SIZE", j->world_size);
+	ADDI("WORLD_SIZE", j->world.world_size);
 	ADDI("LOCAL_WORLD_SIZE", j->local_world_size);
-	ADDI("GROUP_RANK", j->group_rank);
-	ADDI("GROUP_WORLD_SIZE", j->group_world_size);
+	ADDI("GROUP_RANK", j->world.group_rank);
+	ADDI("GROUP_WORLD_SIZE", j->world.group_world_size);
 	ADDI("ROLE_RANK", rank);
-	ADDI("ROLE_WORLD_SIZE", j->world_size);
+	ADDI("ROLE_WORLD_SIZE", j->world.world_size);
 	ADD("ROLE_NAME", j->role);
-	if (j->master_addr != NULL) {
-		ADD("MASTER_ADDR", j->master_addr);
-		ADDI("MASTER_PORT", j->master_port);
+	if (j->world.master_addr != NULL) {
+		ADD("MASTER_ADDR", j->world.master_addr);
+		ADDI("MASTER_PORT", j->world.master_port);
 	}
-	ADDI("TORCHELASTIC_RESTART_COUNT", j->restart_count);
+	ADDI("TORCHELASTIC_RESTART_COUNT", j->world.restart_count);
 	ADDI("TORCHELASTIC_MAX_RESTARTS", j->max_restarts);
 	ADD("TORCHELASTIC_RUN_ID", j->run_id);
-	ADD("TORCHELASTIC_USE_AGENT_STORE", j->use_agent_store ? "True" : "False");
+	ADD("TORCHELASTIC_USE_AGENT_STORE", j->world.use_agent_store ? "True" : "False");
 	if (error_file != NULL)
 		ADD("TORCHELASTIC_ERROR_FILE", error_file);
 	if (j->shm_nonce != NULL)

@@ -19,20 +19,30 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* What is the same for every worker of one attempt. */
+/* Where this node stands in the job: what each attempt's rendezvous decides
+ * (ddprun's coordinator, or a node alone; ddp_spawn's one node), and all that
+ * changes from one attempt to the next. The launcher's agent keeps the
+ * current one (launcher/agent.h); the rest of a worker's environment is
+ * fixed for the whole job. */
+struct workenv_world {
+	int group_rank;		 /* GROUP_RANK: this node's rank */
+	int group_world_size;	 /* GROUP_WORLD_SIZE: nodes */
+	int rank_offset;	 /* global rank of local rank 0 */
+	int world_size;		 /* WORLD_SIZE: workers in the job */
+	const char *master_addr; /* MASTER_ADDR; NULL: no MASTER_ADDR nor MASTER_PORT */
+	int master_port;	 /* MASTER_PORT */
+	bool use_agent_store;	 /* TORCHELASTIC_USE_AGENT_STORE */
+	int restart_count;	 /* TORCHELASTIC_RESTART_COUNT */
+};
+
+/* What is the same for every worker of one attempt: the world and what is
+ * fixed for the job. */
 struct workenv_job {
-	int world_size;
+	struct workenv_world world;
 	int local_world_size;
-	int group_rank;
-	int group_world_size;
-	int rank_offset; /* global rank of local rank 0 */
 	const char *role;
-	const char *master_addr; /* NULL: no MASTER_ADDR nor MASTER_PORT (ddp_spawn) */
-	int master_port;
 	const char *run_id;
-	int restart_count;
 	int max_restarts;
-	bool use_agent_store;
 	const char *shm_nonce; /* DDP_SHM_NONCE; NULL: unset */
 	/* hang.h: DDP_PROGRESS_FILE, TORCHELASTIC_TIMER_FILE (NULL: unset),
 	 * PYTHONFAULTHANDLER=1 unless the parent sets it. */

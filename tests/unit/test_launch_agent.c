@@ -43,14 +43,14 @@ static void fake_rendezvous(struct agent *a, int restart_count, void *arg)
 {
 	struct fake *f = arg;
 	/* Node 1 of 2, two workers each: global ranks 2 and 3. */
-	struct agent_world w = {.group_rank = 1,
-				.group_world_size = 2,
-				.rank_offset = 2,
-				.world_size = 4,
-				.master_addr = "127.0.0.1",
-				.master_port = 1,
-				.use_agent_store = false,
-				.restart_count = restart_count};
+	struct workenv_world w = {.group_rank = 1,
+				  .group_world_size = 2,
+				  .rank_offset = 2,
+				  .world_size = 4,
+				  .master_addr = "127.0.0.1",
+				  .master_port = 1,
+				  .use_agent_store = false,
+				  .restart_count = restart_count};
 
 	f->rendezvous_calls++;
 	f->last_restart_count = restart_count;

@@ -160,18 +160,18 @@ static void test_workenv(void **state)
 			  "DDP_TIMEOUT=5",
 			  NULL};
 	char *outer[] = {"MASTER_ADDR=outer", "MASTER_PORT=1", "TORCHELASTIC_ERROR_FILE=/o", NULL};
-	struct workenv_job j = {.world_size = 8,
+	struct workenv_job j = {.world = {.world_size = 8,
+					  .group_rank = 1,
+					  .group_world_size = 2,
+					  .rank_offset = 4,
+					  .master_addr = "10.0.0.1",
+					  .master_port = 29500,
+					  .restart_count = 2,
+					  .use_agent_store = true},
 				.local_world_size = 4,
-				.group_rank = 1,
-				.group_world_size = 2,
-				.rank_offset = 4,
 				.role = "trainer",
-				.master_addr = "10.0.0.1",
-				.master_port = 29500,
 				.run_id = "job",
-				.restart_count = 2,
 				.max_restarts = 3,
-				.use_agent_store = true,
 				.shm_nonce = "0123abcd"};
 	char **env = workenv_build(parent, &j, 1, "/l/error.json");
 	int n = 0;
@@ -215,7 +215,7 @@ static void test_workenv(void **state)
 	assert_null(env_get(env, "DDP_SHM_NONCE"));
 	free(env);
 	/* ddp_spawn's: no store and no error file, not even inherited ones */
-	j.master_addr = NULL;
+	j.world.master_addr = NULL;
 	env = workenv_build(outer, &j, 1, NULL);
 	assert_non_null(env);
 	assert_null(env_get(env, "MASTER_ADDR"));
@@ -232,10 +232,9 @@ static void test_workenv_torchrun2(void **state)
 {
 	char *parent[] = {"CUDA_VISIBLE_DEVICES=4, 6,7", "TORCH_NCCL_ASYNC_ERROR_HANDLING=3", NULL};
 	char *bare[] = {NULL};
-	struct workenv_job j = {.world_size = 3,
+	struct workenv_job j = {.world = {.world_size = 3, .master_addr = "h"},
 				.local_world_size = 3,
 				.role = "default",
-				.master_addr = "h",
 				.run_id = "job",
 				.signals_to_handle = "SIGTERM,SIGUSR1",
 				.virtual_local_rank = true};

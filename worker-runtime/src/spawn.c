@@ -61,9 +61,8 @@ static int exit_code_of(int rc)
 static int child_env(int rank, int nprocs, const char *run_id, int daemon)
 {
 	struct workenv_job j = {
-		.world_size = nprocs,
+		.world = {.world_size = nprocs, .group_world_size = 1},
 		.local_world_size = nprocs,
-		.group_world_size = 1,
 		.role = "default",
 		.run_id = run_id,
 		.shm_nonce = getenv("DDP_SHM_NONCE"),
