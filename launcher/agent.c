@@ -102,7 +102,7 @@ static void kill_all(struct agent *a, int sig)
 {
 	int i;
 
-	for (i = 0; i < a->nproc; i++)
+	for (i = 0; i < a->job->nproc; i++)
 		agent_worker_signal(&a->w[i], sig);
 }
 
@@ -135,7 +135,7 @@ static void on_kill_timer(uv_timer_t *t)
 	int i;
 
 	a->kill_timer_on = false;
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		struct agent_worker *w = &a->w[i];
 
 		if (w->running)
@@ -172,7 +172,7 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	if (a->state == AS_RUNNING) {
 		a->state = AS_STOPPING;
 		a->after = after;
-		uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)a->o->shutdown_timeout_ms,
+		uv_timer_start(&a->kill_timer, on_kill_timer, (uint64_t)a->job->shutdown_timeout_ms,
 			       0);
 		a->kill_timer_on = true;
 	} else if (a->state == AS_STOPPING && after != AFTER_DECIDE) {
@@ -198,7 +198,7 @@ static struct agent_worker *find_worker(struct agent *a, pid_t pid)
 {
 	int i;
 
-	for (i = 0; i < a->nproc; i++)
+	for (i = 0; i < a->job->nproc; i++)
 		if (a->w[i].running && a->w[i].pid == pid)
 			return &a->w[i];
 	return NULL;
@@ -210,7 +210,7 @@ static int update_groups(struct agent *a)
 {
 	int i, live = 0;
 
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		struct agent_worker *w = &a->w[i];
 
 		if (w->group_live && !w->running && kill(-w->pid, 0) != 0 && errno == ESRCH) {
@@ -344,7 +344,7 @@ static void start_attempt(struct agent *a)
 	 * the end of a later one. */
 	if (a->has_coord && !a->signalled)
 		a->status_set = false;
-	rc = logdir_attempt(&a->logdir, a->world.restart_count, a->nproc, err, sizeof(err));
+	rc = logdir_attempt(&a->logdir, a->world.restart_count, a->job->nproc, err, sizeof(err));
 	if (rc == 0)
 		rc = agent_dup_attempt(a, err, sizeof(err));
 	if (rc != 0) {
@@ -354,7 +354,7 @@ static void start_attempt(struct agent *a)
 	}
 	a->state = AS_RUNNING;
 	hang_attempt(a);
-	for (k = 0; k < a->nproc; k++) {
+	for (k = 0; k < a->job->nproc; k++) {
 		rc = agent_worker_start(a, &a->w[k], err, sizeof(err));
 		if (rc != 0) {
 			agent_say("%s", err);
@@ -391,7 +391,7 @@ static void rendezvous(struct agent *a)
 	w.group_rank = 0;
 	w.group_world_size = 1;
 	w.rank_offset = 0;
-	w.world_size = a->nproc;
+	w.world_size = a->job->nproc;
 	w.restart_count = a->world.restart_count;
 	agent_store_world(a, &w);
 	agent_rendezvous_done(a, 0, &w);
@@ -430,7 +430,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	}
 	if (n == 0 || root >= n)
 		return;
-	text = report_format_root(a->cfg.prog->entrypoint, a->cfg.hostname, e, n, root);
+	text = report_format_root(a->job->prog.entrypoint, a->job->hostname, e, n, root);
 	if (text != NULL) {
 		output_console_write(2, text, strlen(text));
 		free(text);
@@ -461,19 +461,19 @@ static void attempt_over(struct agent *a)
 
 	hang_report(a); /* a hang's verdict comes before the failure summary */
 	/* Segments of workers that all died during ddp_init (shmsweep.h). */
-	if (a->cfg.shm_nonce != NULL)
-		shmsweep_remove("/dev/shm", a->cfg.shm_nonce, say_removed, NULL);
+	if (a->job->shm_nonce != NULL)
+		shmsweep_remove("/dev/shm", a->job->shm_nonce, say_removed, NULL);
 	if (a->nfailures > 0) {
 		const struct report_entry *root =
 			&a->failures[report_root_cause(a->failures, a->nfailures)];
 
 		status = report_exit_status(root);
 		if (a->after == AFTER_DECIDE && !a->has_coord &&
-		    a->world.restart_count < a->o->max_restarts) {
+		    a->world.restart_count < a->job->max_restarts) {
 			a->world.restart_count++;
 			agent_say("worker group failed (rank %d: exit status %d); restart %d of %d",
 				  root->global_rank, status, a->world.restart_count,
-				  a->o->max_restarts);
+				  a->job->max_restarts);
 			rendezvous(a);
 			return;
 		}
@@ -530,7 +530,7 @@ static void check_progress(struct agent *a)
 			a->stuck_timer_on = false;
 		}
 		/* Whatever is left once every worker is gone is an orphan now. */
-		for (i = 0; i < a->nproc; i++) {
+		for (i = 0; i < a->job->nproc; i++) {
 			struct agent_worker *w = &a->w[i];
 
 			if (w->group_live) {
@@ -543,7 +543,7 @@ static void check_progress(struct agent *a)
 		if (a->state == AS_RUNNING)
 			a->after = AFTER_EXIT;
 		a->state = AS_DRAINING;
-		for (i = 0; i < a->nproc; i++) {
+		for (i = 0; i < a->job->nproc; i++) {
 			output_stream_finish(&a->w[i].stream[0]);
 			output_stream_finish(&a->w[i].stream[1]);
 		}
@@ -614,9 +614,9 @@ static int watch_signals(struct agent *a)
 {
 	int i, rc;
 
-	for (i = 0; i < a->o->nsignals; i++) {
+	for (i = 0; i < a->job->nsignals; i++) {
 		struct sigaction old;
-		int sig = a->o->signals[i];
+		int sig = a->job->signals[i];
 
 		if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
 			continue;

@@ -47,32 +47,23 @@
 #include <sys/resource.h>
 #include <uv.h>
 
-#include <sched.h>
-
-#include "cli.h"
-#include "prog.h"
+#include "job.h"
 #include "report.h"
 #include "watchdog.h"
 #include "workenv.h"
 
 struct agent;
 
+/* What the agent reads: the job (job.h), and how ddprun's own process
+ * stands (its environment, its signals, its limits). */
 struct agent_config {
-	const struct cli_opts *opts;
-	const struct prog *prog;
-	int nproc;		       /* local workers */
+	const struct job *job;
 	char *const *worker_env;       /* environment the workers inherit */
-	const char *hostname;	       /* for the report */
 	const char *parent_error_file; /* ddprun's own TORCHELASTIC_ERROR_FILE, or NULL */
 	struct watchdog *watchdog;     /* kills worker groups if ddprun dies; NULL: none */
 	const int *dfl_sigs;	       /* dispositions workers must not inherit */
 	int ndfl_sigs;
 	const struct rlimit *nofile; /* RLIMIT_NOFILE for the workers; NULL: ddprun's */
-	/* DDP_SHM_NONCE for the workers, and what the sweep after each attempt
-	 * removes (shmsweep.h); NULL: neither. */
-	const char *shm_nonce;
-	/* --numa-binding: the CPUs of each local rank (numa.h); NULL: unpinned. */
-	const cpu_set_t *cpu_sets;
 };
 
 struct agent_coord {

@@ -32,7 +32,7 @@ int agent_dup_attempt(struct agent *a, char *err, size_t errlen)
 
 	agent_dup_close(a);
 	for (s = 0; s < 2; s++) {
-		if (a->o->dup_filters[s].n == 0 || a->logdir.flat || a->logdir.run_dir == NULL)
+		if (a->job->dup_filters[s].n == 0 || a->logdir.flat || a->logdir.run_dir == NULL)
 			continue;
 		snprintf(path, sizeof(path), "%s/attempt_%d/%s", a->logdir.run_dir,
 			 a->logdir.attempt, dup_file[s]);
@@ -59,7 +59,7 @@ static void dup_line(struct output_stream *s, const char *line, size_t n)
 		{"\n", 1},
 	};
 
-	if (a->dup_fd[k] < 0 || !cli_filters_match(&a->o->dup_filters[k], line, n))
+	if (a->dup_fd[k] < 0 || !cli_filters_match(&a->job->dup_filters[k], line, n))
 		return;
 	/* One writev per line on an O_APPEND file: lines stay whole. A full
 	 * disk loses the copy, never the worker's output. */

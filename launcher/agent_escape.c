@@ -18,8 +18,8 @@ void agent_kill_escaped(struct agent *a)
 	char *buf;
 	pid_t skip = a->cfg.watchdog != NULL ? a->cfg.watchdog->pid : 0;
 
-	if (a->cfg.shm_nonce == NULL ||
-	    procsweep_marker(marker, sizeof(marker), a->cfg.shm_nonce) != 0)
+	if (a->job->shm_nonce == NULL ||
+	    procsweep_marker(marker, sizeof(marker), a->job->shm_nonce) != 0)
 		return;
 	buf = aligned_alloc(8, SWEEP_BUF);
 	if (buf == NULL)
@@ -42,7 +42,7 @@ void agent_abandon_stuck(struct agent *a)
 {
 	int i;
 
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		struct agent_worker *w = &a->w[i];
 		struct proc_info pi;
 

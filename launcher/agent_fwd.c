@@ -45,7 +45,7 @@ void agent_fwd_deliver(struct agent *a, int sig, const char *from)
 
 	signame_of(sig, name, sizeof(name));
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING)
-		for (i = 0; i < a->nproc; i++)
+		for (i = 0; i < a->job->nproc; i++)
 			if (a->w[i].running) {
 				agent_worker_signal(&a->w[i], sig);
 				n++;
@@ -149,7 +149,7 @@ int agent_fwd_start(struct agent *a)
 	struct sigaction sa;
 	int i, rc;
 
-	if (a->o->nfwd_signals == 0)
+	if (a->job->nfwd_signals == 0)
 		return 0;
 	f = calloc(1, sizeof(*f));
 	if (f == NULL)
@@ -169,8 +169,8 @@ int agent_fwd_start(struct agent *a)
 	sa.sa_sigaction = on_signal;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigfillset(&sa.sa_mask);
-	for (i = 0; i < a->o->nfwd_signals; i++) {
-		f->sigs[f->nsigs] = a->o->fwd_signals[i];
+	for (i = 0; i < a->job->nfwd_signals; i++) {
+		f->sigs[f->nsigs] = a->job->fwd_signals[i];
 		if (sigaction(f->sigs[f->nsigs], &sa, &f->old[f->nsigs]) != 0)
 			return -errno;
 		f->nsigs++;

@@ -46,7 +46,7 @@ struct agent_worker {
 struct agent {
 	uv_loop_t *loop;
 	struct agent_config cfg;
-	const struct cli_opts *o;
+	const struct job *job; /* cfg.job */
 	struct agent_coord coord;
 	bool has_coord;
 	enum agent_state state;
@@ -56,9 +56,8 @@ struct agent {
 	 * rest is the rendezvous's answer (the coordinator's restart count
 	 * included: it is authoritative). */
 	struct workenv_world world;
-	char *master_addr; /* world.master_addr points here */
-	struct agent_worker *w;
-	int nproc;
+	char *master_addr;	/* world.master_addr points here */
+	struct agent_worker *w; /* job->nproc of them */
 	int nrunning;
 	int open_streams;
 	int devnull;

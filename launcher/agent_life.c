@@ -23,21 +23,20 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		return -ENOMEM;
 	a->loop = loop;
 	a->cfg = *cfg;
-	a->o = cfg->opts;
-	a->nproc = cfg->nproc;
+	a->job = cfg->job;
 	a->devnull = -1;
 	a->dup_fd[0] = a->dup_fd[1] = -1;
 	if (coord != NULL) {
 		a->coord = *coord;
 		a->has_coord = true;
 	}
-	a->w = calloc((size_t)a->nproc, sizeof(*a->w));
-	a->failures = calloc((size_t)a->nproc, sizeof(*a->failures));
+	a->w = calloc((size_t)a->job->nproc, sizeof(*a->w));
+	a->failures = calloc((size_t)a->job->nproc, sizeof(*a->failures));
 	if (a->w == NULL || a->failures == NULL) {
 		rc = -ENOMEM;
 		goto fail;
 	}
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		a->w[i].a = a;
 		a->w[i].local_rank = i;
 	}
@@ -48,14 +47,14 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		goto fail;
 	}
 	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir. */
-	redirected = a->o->redirects.all != 0 || a->o->tee.all != 0;
-	rc = logdir_create(&a->logdir, a->o->log_dir, a->o->rdzv_id, redirected, err, errlen);
+	redirected = a->job->redirects.all != 0 || a->job->tee.all != 0;
+	rc = logdir_create(&a->logdir, a->job->log_dir, a->job->run_id, redirected, err, errlen);
 	if (rc != 0)
 		goto fail;
 	/* kill -9 of ddprun: the watchdog removes what the end would have. */
 	if (a->logdir.temporary && a->cfg.watchdog != NULL)
 		watchdog_tmpdir(a->cfg.watchdog, a->logdir.base);
-	if (a->o->log_dir == NULL && redirected)
+	if (a->job->log_dir == NULL && redirected)
 		agent_say("logs are in %s", a->logdir.run_dir);
 	*out = a;
 	return 0;
@@ -83,7 +82,7 @@ void agent_destroy(struct agent *a)
 		return;
 	hang_destroy(a);
 	agent_fwd_destroy(a);
-	for (i = 0; a->w != NULL && i < a->nproc; i++) {
+	for (i = 0; a->w != NULL && i < a->job->nproc; i++) {
 		free(a->w[i].error_file);
 		free(a->w[i].prefix[0]);
 		free(a->w[i].prefix[1]);

@@ -18,9 +18,10 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 	char host[256];
 	int port, rc;
 
-	rc = util_parse_hostport(a->o->master_addr, host, sizeof(host), a->o->master_port, &port);
+	rc = util_parse_hostport(a->job->master_addr, host, sizeof(host), a->job->master_port,
+				 &port);
 	if (rc != 0) {
-		snprintf(err, errlen, "invalid --master-addr '%.200s'", a->o->master_addr);
+		snprintf(err, errlen, "invalid --master-addr '%.200s'", a->job->master_addr);
 		return rc;
 	}
 	a->store_host = strdup(host);
@@ -28,11 +29,11 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 		return -ENOMEM;
 	/* One node and no port asked for: any free port, never a collision on
 	 * torchrun's 29500. Several nodes must agree on it: keep it. */
-	port = a->o->master_port;
-	if (!a->o->master_port_given && a->o->max_nodes == 1)
+	port = a->job->master_port;
+	if (!a->job->master_port_given && a->job->max_nodes == 1)
 		port = 0;
 	store_server_opts_init(&so);
-	so.io = a->o->store_io;
+	so.io = a->job->store_io;
 	rc = store_server_start(a->loop, &so, host, port, &a->store);
 	if (rc != 0) {
 		a->store = NULL;

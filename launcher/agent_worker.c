@@ -37,13 +37,11 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 {
 	static const char *const names[] = {"role_name", "rank", "local_rank", "hostname"};
 	int rank = a->world.rank_offset + w->local_rank;
-	const char *tpl = a->o->log_line_prefix != NULL && a->o->log_line_prefix[0] != '\0'
-				  ? a->o->log_line_prefix
-				  : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	const char *tpl = a->job->log_line_prefix;
 	char buf[96], r[16], lr[16];
-	const char *values[] = {a->o->role, r, lr, a->cfg.hostname};
+	const char *values[] = {a->job->role, r, lr, a->job->hostname};
 
-	if (a->o->tag_output) {
+	if (a->job->tag_output) {
 		snprintf(buf, sizeof(buf), "[rank%d]: ", rank);
 		return strdup(buf);
 	}
@@ -54,11 +52,11 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 	if (tpl != NULL)
 		return prog_template(tpl, names, values, 4);
 	{
-		size_t n = strlen(a->o->role) + 24;
+		size_t n = strlen(a->job->role) + 24;
 		char *p = malloc(n);
 
 		if (p != NULL)
-			snprintf(p, n, "[%s%d]:", a->o->role, w->local_rank);
+			snprintf(p, n, "[%s%d]:", a->job->role, w->local_rank);
 		return p;
 	}
 }
@@ -71,9 +69,9 @@ static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *chil
 		       int *file_fd, char *err, size_t errlen)
 {
 	int bit = s == 0 ? CLI_STD_OUT : CLI_STD_ERR;
-	bool tee = (cli_std_get(&a->o->tee, w->local_rank) & bit) != 0;
-	bool redirect = tee || (cli_std_get(&a->o->redirects, w->local_rank) & bit) != 0;
-	bool shown = cli_rank_shown(a->o, w->local_rank);
+	bool tee = (cli_std_get(&a->job->tee, w->local_rank) & bit) != 0;
+	bool redirect = tee || (cli_std_get(&a->job->redirects, w->local_rank) & bit) != 0;
+	bool shown = job_rank_shown(a->job, w->local_rank);
 	int f = -1, p[2];
 
 	*child_fd = *read_fd = *file_fd = -1;
@@ -125,19 +123,20 @@ static void close_fd(int fd, int keep)
 
 int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen)
 {
-	struct workenv_job job = {
+	/* The worker contract: this attempt's world and the job's fixed part. */
+	struct workenv_job contract = {
 		.world = a->world,
-		.local_world_size = a->nproc,
-		.role = a->o->role,
-		.run_id = a->o->rdzv_id,
-		.max_restarts = a->o->max_restarts,
-		.shm_nonce = a->cfg.shm_nonce,
-		.signals_to_handle = a->o->signals_to_handle,
-		.virtual_local_rank = a->o->virtual_local_rank,
+		.local_world_size = a->job->nproc,
+		.role = a->job->role,
+		.run_id = a->job->run_id,
+		.max_restarts = a->job->max_restarts,
+		.shm_nonce = a->job->shm_nonce,
+		.signals_to_handle = a->job->signals_to_handle,
+		.virtual_local_rank = a->job->virtual_local_rank,
 	};
 	int child_fd[2] = {-1, -1}, read_fd[2] = {-1, -1}, file_fd[2] = {-1, -1};
 	struct spawn_req req = {
-		.path = a->cfg.prog->path,
+		.path = a->job->prog.path,
 		.watch_fd = a->cfg.watchdog ? a->cfg.watchdog->fd : -1,
 		.dfl_sigs = a->cfg.dfl_sigs,
 		.ndfl_sigs = a->cfg.ndfl_sigs,
@@ -156,16 +155,16 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		if (rc != 0)
 			goto fail;
 	}
-	hang_env(a, &job);
-	env = workenv_build(a->cfg.worker_env, &job, w->local_rank, w->error_file);
-	argv = prog_argv_for(a->cfg.prog, w->local_rank);
+	hang_env(a, &contract);
+	env = workenv_build(a->cfg.worker_env, &contract, w->local_rank, w->error_file);
+	argv = prog_argv_for(&a->job->prog, w->local_rank);
 	rc = -ENOMEM;
 	if (env == NULL || argv == NULL)
 		goto fail;
 	req.argv = argv;
 	req.envp = env;
-	if (a->cfg.cpu_sets != NULL)
-		req.affinity = &a->cfg.cpu_sets[w->local_rank];
+	if (a->job->cpu_sets != NULL)
+		req.affinity = &a->job->cpu_sets[w->local_rank];
 	req.stdout_fd = child_fd[0];
 	req.stderr_fd = child_fd[1];
 	pid = spawn_worker(&req);
@@ -183,20 +182,20 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		close_fd(child_fd[s], a->devnull);
 		if (read_fd[s] < 0)
 			continue;
-		w->stream[s].console_fd = cli_rank_shown(a->o, w->local_rank) ? s + 1 : -1;
+		w->stream[s].console_fd = job_rank_shown(a->job, w->local_rank) ? s + 1 : -1;
 		w->stream[s].keep_tail = s == 1;
 		w->stream[s].file_fd = file_fd[s];
 		w->stream[s].prefix = w->prefix[s];
 		w->stream[s].prefix_len = strlen(w->prefix[s]);
-		w->stream[s].line_cb =
-			agent_dup_cb(a, s, (cli_std_get(&a->o->tee, w->local_rank) & (s + 1)) != 0);
+		w->stream[s].line_cb = agent_dup_cb(
+			a, s, (cli_std_get(&a->job->tee, w->local_rank) & (s + 1)) != 0);
 		w->stream[s].closed_cb = agent_stream_closed;
 		w->stream[s].data = a;
 		if (output_stream_start(a->loop, &w->stream[s], read_fd[s]) == 0)
 			a->open_streams++;
 	}
 	free(env);
-	prog_argv_free(a->cfg.prog, argv);
+	prog_argv_free(&a->job->prog, argv);
 	return 0;
 fail:
 	for (s = 0; s < 2; s++) {
@@ -205,21 +204,21 @@ fail:
 		close_fd(file_fd[s], child_fd[s]);
 	}
 	free(env);
-	prog_argv_free(a->cfg.prog, argv);
+	prog_argv_free(&a->job->prog, argv);
 	return rc;
 }
 
 void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct report_entry *e)
 {
-	bool to_file = (cli_std_get(&a->o->redirects, w->local_rank) & CLI_STD_ERR) != 0 ||
-		       (cli_std_get(&a->o->tee, w->local_rank) & CLI_STD_ERR) != 0;
+	bool to_file = (cli_std_get(&a->job->redirects, w->local_rank) & CLI_STD_ERR) != 0 ||
+		       (cli_std_get(&a->job->tee, w->local_rank) & CLI_STD_ERR) != 0;
 	char *log = to_file ? logdir_path(&a->logdir, w->local_rank, stream_file[1]) : NULL;
 	static char tail[REPORT_TAIL_BYTES];
 	struct report_output out = {
-		.python = a->cfg.prog->python,
-		.interpreter = a->cfg.prog->path,
-		.interp_name = a->cfg.prog->exe_name,
-		.from_env = a->cfg.prog->exe_from_env,
+		.python = a->job->prog.python,
+		.interpreter = a->job->prog.path,
+		.interp_name = a->job->prog.exe_name,
+		.from_env = a->job->prog.exe_from_env,
 		.log_file = log,
 	};
 	ssize_t n;

@@ -419,16 +419,21 @@ static int parse_ranks_filter(struct parse *p, struct cli_opts *o)
 	return bad_value(p, O_LOCAL_RANKS_FILTER, "a comma-separated list of local ranks");
 }
 
-bool cli_rank_shown(const struct cli_opts *o, int local_rank)
+bool cli_ranks_have(const int *filter, int n, int local_rank)
 {
 	int i;
 
-	if (o->ranks_filter == NULL)
+	if (filter == NULL)
 		return true;
-	for (i = 0; i < o->nranks_filter; i++)
-		if (o->ranks_filter[i] == local_rank)
+	for (i = 0; i < n; i++)
+		if (filter[i] == local_rank)
 			return true;
 	return false;
+}
+
+bool cli_rank_shown(const struct cli_opts *o, int local_rank)
+{
+	return cli_ranks_have(o->ranks_filter, o->nranks_filter, local_rank);
 }
 
 /* The signal list of option i into sigs[0..*n): torchrun's exact names for

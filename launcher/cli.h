@@ -11,7 +11,10 @@
  * win). A static job's --node-rank beyond --nnodes is left for the
  * rendezvous to report (it tells the other nodes too).
  * cli_parse returns CLI_OK, CLI_HELP or CLI_VERSION, or -EINVAL with one line
- * (no trailing newline) in err for the caller to print and exit 2. */
+ * (no trailing newline) in err for the caller to print and exit 2.
+ * main() resolves the options once into the job (job.h), which is what the
+ * agent and the coordinator read; only main and the resolvers (job.c,
+ * nproc.h, prog.h) read struct cli_opts. */
 #ifndef DDP_CLI_H
 #define DDP_CLI_H
 
@@ -115,6 +118,8 @@ int cli_std_get(const struct cli_std *s, int local_rank);
 int cli_std_parse(const char *s, struct cli_std *out);
 /* True when local_rank is shown on the console (--local-ranks-filter). */
 bool cli_rank_shown(const struct cli_opts *o, int local_rank);
+/* The same for a --local-ranks-filter list (NULL: every rank). */
+bool cli_ranks_have(const int *filter, int n, int local_rank);
 
 /* cli_torch2.c */
 bool cli_event_handler_known(const char *name);

@@ -58,7 +58,7 @@ static void on_connect(struct store_async *h, int status, void *arg)
 			coord_probe(c);
 		return;
 	}
-	if (status < 0 && !c->dynamic && c->o->node_rank >= c->o->max_nodes) {
+	if (status < 0 && !c->job->dynamic && c->job->node_rank >= c->job->max_nodes) {
 		/* The usage error was said; its status stays a usage error's. */
 		coord_fail(c, 2, "could not tell the other nodes: no rendezvous store at %s:%d",
 			   c->store_host, c->store_port);
@@ -160,7 +160,7 @@ void coord_round_start(struct coord *c)
 	w.world_size = world;
 	w.use_agent_store = true;
 	w.restart_count = c->restart_count;
-	if (c->dynamic) { /* group rank 0's store of this round */
+	if (c->job->dynamic) { /* group rank 0's store of this round */
 		w.master_addr = c->nodes[0].addr;
 		w.master_port = c->nodes[0].worker_port;
 	} else { /* the rendezvous store, as this node reaches it */
@@ -168,7 +168,7 @@ void coord_round_start(struct coord *c)
 		w.master_port = c->store_port;
 	}
 	/* Only group rank 0's workers' store is used this round. */
-	if (c->dynamic && c->rank != 0 && c->wstore != NULL)
+	if (c->job->dynamic && c->rank != 0 && c->wstore != NULL)
 		coord_wstore_close(c, NULL);
 	c->phase = CP_RUN;
 	c->in_round = true;
@@ -187,8 +187,8 @@ void coord_round_start(struct coord *c)
 	coord_hang_round(c);
 	coord_fwd_round(c);
 	agent_say("round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d", c->round,
-		  c->rank, c->nnodes, c->host, first, first + c->nproc - 1, world, w.master_addr,
-		  w.master_port);
+		  c->rank, c->nnodes, c->host, first, first + c->job->nproc - 1, world,
+		  w.master_addr, w.master_port);
 	agent_rendezvous_done(c->agent, 0, &w);
 }
 
@@ -305,7 +305,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 				"error: --rdzv-id %s is taken: the job with this run id ran round "
 				"%d with %d nodes without this one and finished; give a new job "
 				"another --rdzv-id",
-				c->o->rdzv_id, c->round, c->nnodes);
+				c->job->run_id, c->round, c->nnodes);
 			c->status = 1;
 		}
 		coord_leave(c);
@@ -315,11 +315,11 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		restart = true;
 	} else if (e.kind == RDZV_END_FAIL) {
 		status = e.status;
-		restart = !e.final && c->restart_count < c->o->max_restarts;
+		restart = !e.final && c->restart_count < c->job->max_restarts;
 		next++;
 	} else {
 		status = COORD_EXIT_LOST;
-		restart = c->dynamic && c->restart_count < c->o->max_restarts;
+		restart = c->job->dynamic && c->restart_count < c->job->max_restarts;
 		next++;
 	}
 	describe(c, &e, what, sizeof(what));
@@ -327,7 +327,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		agent_say("%s: every node rejoins in round %d", what, c->round + 1);
 	else if (restart)
 		agent_say("%s: restarting every node (restart %d of %d)", what, next,
-			  c->o->max_restarts);
+			  c->job->max_restarts);
 	else if (c->phase == CP_RUN)
 		agent_say("%s: stopping the workers", what);
 	else
@@ -466,7 +466,7 @@ static void on_signal(struct coord *c, int status)
 		coord_leave(c);
 		return;
 	}
-	if (c->dynamic && c->phase == CP_JOIN) {
+	if (c->job->dynamic && c->phase == CP_JOIN) {
 		/* An open dynamic round goes on without this node (leaving
 		 * marks it gone, as its death would). */
 		coord_leave(c);
@@ -535,51 +535,48 @@ static void hook_finished(struct agent *a, int status, void *arg)
 
 /* ---- lifecycle -------------------------------------------------------------------------- */
 
-int coord_create(uv_loop_t *loop, const struct coord_config *cfg, struct coord **out, char *err,
+int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, char *err,
 		 size_t errlen)
 {
-	const struct cli_opts *o = cfg->opts;
 	struct coord *c = calloc(1, sizeof(*c));
 	int rc;
 
 	if (c == NULL)
 		return -ENOMEM;
 	c->loop = loop;
-	c->o = o;
-	c->conf = &o->rdzv;
-	c->dynamic = strcmp(o->rdzv_backend, "c10d") == 0;
-	c->nproc = cfg->nproc;
+	c->job = job;
+	c->conf = &job->rdzv;
 	c->rank = -1;
-	snprintf(c->host, sizeof(c->host), "%s", cfg->hostname);
-	rdzv_key_job(c->prefix, sizeof(c->prefix), o->rdzv_id);
+	snprintf(c->host, sizeof(c->host), "%s", job->hostname);
+	rdzv_key_job(c->prefix, sizeof(c->prefix), job->run_id);
 	c->connect_timeout_ms = c->conf->join_timeout_ms;
-	if (c->dynamic)
-		rc = util_parse_hostport(o->rdzv_endpoint, c->store_host, sizeof(c->store_host),
+	if (job->dynamic)
+		rc = util_parse_hostport(job->rdzv_endpoint, c->store_host, sizeof(c->store_host),
 					 29400, &c->store_port);
 	else /* --master-addr is a host; the port is --master-port's */
-		rc = util_parse_hostport(o->master_addr, c->store_host, sizeof(c->store_host),
-					 o->master_port, &c->store_port);
+		rc = util_parse_hostport(job->master_addr, c->store_host, sizeof(c->store_host),
+					 job->master_port, &c->store_port);
 	if (rc != 0) {
 		snprintf(err, errlen, "invalid %s '%.200s': expected HOST[:PORT]",
-			 c->dynamic ? "--rdzv-endpoint" : "--master-addr",
-			 c->dynamic ? o->rdzv_endpoint : o->master_addr);
+			 job->dynamic ? "--rdzv-endpoint" : "--master-addr",
+			 job->dynamic ? job->rdzv_endpoint : job->master_addr);
 		free(c);
 		return -EINVAL;
 	}
-	if (!c->dynamic)
-		c->store_port = o->master_port;
-	if (!c->dynamic && o->node_rank >= o->max_nodes) {
+	if (!job->dynamic)
+		c->store_port = job->master_port;
+	if (!job->dynamic && job->node_rank >= job->max_nodes) {
 		/* Said at once; the other nodes are told through the store, but
 		 * only for a while if nothing listens. */
 		agent_say(
 			"error: --node-rank %d is not below --nnodes %d (telling the other nodes)",
-			o->node_rank, o->max_nodes);
+			job->node_rank, job->max_nodes);
 		if (c->connect_timeout_ms > COORD_BAD_RANK_CONNECT_MS)
 			c->connect_timeout_ms = COORD_BAD_RANK_CONNECT_MS;
 	}
 	if (c->store_port == 0) {
 		snprintf(err, errlen, "%s: several nodes need a fixed port, not 0",
-			 c->dynamic ? "--rdzv-endpoint" : "--master-port");
+			 job->dynamic ? "--rdzv-endpoint" : "--master-port");
 		free(c);
 		return -EINVAL;
 	}

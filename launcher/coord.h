@@ -26,20 +26,15 @@
 #include <uv.h>
 
 #include "agent.h"
-#include "cli.h"
+#include "job.h"
 
 #define COORD_EXIT_LOST 75 /* EX_TEMPFAIL: a node or the store was lost */
 
 struct coord;
 
-struct coord_config {
-	const struct cli_opts *opts;
-	int nproc;
-	const char *hostname;
-};
-
-/* 0 or a negative errno with one line in err. */
-int coord_create(uv_loop_t *loop, const struct coord_config *cfg, struct coord **out, char *err,
+/* The coordinator of job (job.h), which must outlive it. 0 or a negative
+ * errno with one line in err. */
+int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, char *err,
 		 size_t errlen);
 /* The hooks to give agent_create. */
 void coord_hooks(struct coord *c, struct agent_coord *hooks);

@@ -260,7 +260,7 @@ void coord_fwd_round(struct coord *c)
 	struct coord_fwd *f = c->fwd;
 	struct agent_fwd_remote r;
 
-	if (c->o->nfwd_signals == 0)
+	if (c->job->nfwd_signals == 0)
 		return;
 	if (f == NULL) {
 		struct store_async_callbacks cbs;

@@ -312,11 +312,11 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	cJSON_Delete(j);
 	if (o->fail && h->fail_round == o->round) {
 		/* Two nodes found the hang at once: one dump is enough. */
-		struct hang_where *w = calloc((size_t)c->nproc, sizeof(*w));
+		struct hang_where *w = calloc((size_t)c->job->nproc, sizeof(*w));
 
 		if (w != NULL)
 			hang_where_local(c->agent, w);
-		on_local_done(o, w, w != NULL ? (size_t)c->nproc : 0);
+		on_local_done(o, w, w != NULL ? (size_t)c->job->nproc : 0);
 		free(w);
 		return;
 	}

@@ -65,27 +65,27 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 	bool forced = c->conf->is_host == 1;
 	int rc;
 
-	if (!c->dynamic && c->o->node_rank != 0)
+	if (!c->job->dynamic && c->job->node_rank != 0)
 		return 0;
-	if (c->dynamic && c->conf->is_host == 0)
+	if (c->job->dynamic && c->conf->is_host == 0)
 		return 0;
-	if (c->dynamic && !forced && !is_local(c->store_host))
+	if (c->job->dynamic && !forced && !is_local(c->store_host))
 		return 0;
 	store_server_opts_init(&so);
-	so.io = c->o->store_io;
+	so.io = c->job->store_io;
 	so.conn_closed = coord_host_conn_closed;
 	so.conn_closed_arg = c;
 	rc = store_server_start(c->loop, &so, NULL, c->store_port, &c->server);
 	if (rc == 0)
 		return 0;
 	c->server = NULL;
-	if (c->dynamic && !forced && (rc == -EADDRINUSE || rc == UV_EADDRINUSE))
+	if (c->job->dynamic && !forced && (rc == -EADDRINUSE || rc == UV_EADDRINUSE))
 		return 0; /* another agent here hosts it */
 	if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
 		snprintf(err, errlen,
 			 "cannot listen on port %d for the rendezvous store: the port is in use "
 			 "(pick another %s)",
-			 c->store_port, c->dynamic ? "--rdzv-endpoint port" : "--master-port");
+			 c->store_port, c->job->dynamic ? "--rdzv-endpoint port" : "--master-port");
 	else
 		snprintf(err, errlen, "cannot listen on port %d for the rendezvous store: %s",
 			 c->store_port, store_strerror(rc));
@@ -95,7 +95,7 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t errlen)
 {
 	struct store_server_opts so;
-	int want = first && c->o->master_port_given ? c->o->master_port : 0;
+	int want = first && c->job->master_port_given ? c->job->master_port : 0;
 	int rc;
 
 	if (c->wstore != NULL) { /* kept from an earlier round */
@@ -111,13 +111,13 @@ int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t
 	}
 
 	store_server_opts_init(&so);
-	so.io = c->o->store_io;
-	rc = store_server_start(c->loop, &so, c->o->local_addr, want, &c->wstore);
+	so.io = c->job->store_io;
+	rc = store_server_start(c->loop, &so, c->job->local_addr, want, &c->wstore);
 	if (rc != 0) {
 		c->wstore = NULL;
 		snprintf(err, errlen,
 			 "node on host %.200s cannot listen for its workers' store (%s:%d): %s",
-			 c->host, c->o->local_addr ? c->o->local_addr : "*", want,
+			 c->host, c->job->local_addr ? c->job->local_addr : "*", want,
 			 store_strerror(rc));
 		return rc;
 	}

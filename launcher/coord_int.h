@@ -68,11 +68,9 @@ enum coord_phase {
 
 struct coord {
 	uv_loop_t *loop;
-	const struct cli_opts *o;
-	const struct rdzv_conf *conf;
-	bool dynamic;
-	char host[RDZV_HOST_MAX]; /* gethostname */
-	int nproc;
+	const struct job *job;
+	const struct rdzv_conf *conf; /* &job->rdzv */
+	char host[RDZV_HOST_MAX];     /* job->hostname, as the rendezvous sends it */
 	struct agent *agent;
 	char prefix[300]; /* "ddprun/<run_id>" */
 	char store_host[256];

@@ -29,8 +29,8 @@ static void my_desc(struct coord *c, struct rdzv_node *n, int rank, int worker_p
 	memset(n, 0, sizeof(*n));
 	snprintf(n->host, sizeof(n->host), "%s", c->host);
 	snprintf(n->addr, sizeof(n->addr), "%s",
-		 c->o->local_addr ? c->o->local_addr : c->local_addr);
-	n->nproc = c->nproc;
+		 c->job->local_addr ? c->job->local_addr : c->local_addr);
+	n->nproc = c->job->nproc;
 	n->pid = (int)getpid();
 	n->node_rank = rank;
 	n->worker_port = worker_port;
@@ -75,7 +75,7 @@ static const char **desc_keys(struct coord *c)
 	const char **keys = coord_keys(c, RDZV_R_META, (size_t)c->nnodes, RDZV_R_NODE);
 	int i;
 
-	for (i = 0; keys != NULL && c->dynamic && i < c->nnodes; i++)
+	for (i = 0; keys != NULL && c->job->dynamic && i < c->nnodes; i++)
 		coord_key(c, (char *)keys[i + 1], COORD_KEY_MAX, RDZV_R_NODE, c->arrivals[i] - 1);
 	return keys;
 }
@@ -126,7 +126,7 @@ static void late(struct coord *c)
 	c->phase = CP_LATE;
 	if (c->wstore != NULL)
 		coord_wstore_close(c, NULL);
-	if (c->nnodes < c->o->max_nodes)
+	if (c->nnodes < c->job->max_nodes)
 		agent_say("round %d closed with %d nodes without this one: waiting for the next "
 			  "round",
 			  c->round, c->nnodes);
@@ -135,9 +135,9 @@ static void late(struct coord *c)
 			"round %d is full (%d nodes, --nnodes %d:%d) and runs without this one: "
 			"waiting for the next round, as a spare for a restart (if this node "
 			"belongs to a new job, --rdzv-id %s is taken: stop it and choose another)",
-			c->round, c->nnodes, c->o->min_nodes, c->o->max_nodes, c->o->rdzv_id);
+			c->round, c->nnodes, c->job->min_nodes, c->job->max_nodes, c->job->run_id);
 	/* Room left: the running nodes make room by rejoining (no restart counted). */
-	if (c->nnodes < c->o->max_nodes)
+	if (c->nnodes < c->job->max_nodes)
 		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0,
 					"rejoin", 6, NULL, NULL);
 	coord_watch_end(c);
@@ -166,13 +166,13 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 		coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
 		return;
 	}
-	if (!c->dynamic && n != c->nnodes) {
+	if (!c->job->dynamic && n != c->nnodes) {
 		coord_fail(c, 2, "error: round %d closed with %d nodes, but --nnodes is %d",
 			   c->round, n, c->nnodes);
 		return;
 	}
 	c->nnodes = n;
-	if (c->dynamic) {
+	if (c->job->dynamic) {
 		int *arr = realloc(c->arrivals, (size_t)n * sizeof(*arr)), i;
 
 		if (arr == NULL) {
@@ -237,7 +237,7 @@ void coord_publish_error(struct coord *c, int status, bool must_fail, const char
  * for closed that is parked on W sees it; the first closer wins. */
 static void close_live(struct coord *c, size_t n, const size_t *lens, bool last_call)
 {
-	int max = c->o->max_nodes, live = 0, *arr = malloc((size_t)max * sizeof(*arr));
+	int max = c->job->max_nodes, live = 0, *arr = malloc((size_t)max * sizeof(*arr));
 	char key[64], *v;
 	size_t i;
 
@@ -246,7 +246,7 @@ static void close_live(struct coord *c, size_t n, const size_t *lens, bool last_
 	for (i = 0; i < n && live < max; i++)
 		if (lens[i] == 0)
 			arr[live++] = (int)i + 1;
-	if (live >= max || (last_call && live >= c->o->min_nodes)) {
+	if (live >= max || (last_call && live >= c->job->min_nodes)) {
 		v = rdzv_closed_encode(arr, live);
 		if (v != NULL)
 			store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_CLOSED),
@@ -319,16 +319,17 @@ static void on_timeout_survey(struct coord *c)
 
 	if (c->phase != CP_JOIN)
 		return;
-	if (c->dynamic && c->sv.joined >= c->o->min_nodes) {
+	if (c->job->dynamic && c->sv.joined >= c->job->min_nodes) {
 		/* Enough nodes after all (no last call ran here): close with
 		 * those that stayed, wait again. */
 		close_check(c, true);
 		wait_closed(c);
 		return;
 	}
-	snprintf(tail, sizeof(tail), c->dynamic ? ", needs at least %d" : "", c->o->min_nodes);
+	snprintf(tail, sizeof(tail), c->job->dynamic ? ", needs at least %d" : "",
+		 c->job->min_nodes);
 	coord_survey_text(c, tail, text, sizeof(text));
-	if (c->dynamic)
+	if (c->job->dynamic)
 		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s: %s",
 			 (double)c->conf->join_timeout_ms / 1000.0, text);
 	else
@@ -506,9 +507,9 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_NODE, (int)k - 1), v, strlen(v),
 			NULL, NULL);
 	free(v);
-	if (k >= c->o->max_nodes) /* full, unless some left */
+	if (k >= c->job->max_nodes) /* full, unless some left */
 		close_check(c, false);
-	if (k >= c->o->min_nodes) {
+	if (k >= c->job->min_nodes) {
 		c->last_call_ms = util_now_ms() + c->conf->last_call_timeout_ms;
 		uv_timer_start(&c->timer, on_last_call, (uint64_t)c->conf->last_call_timeout_ms, 0);
 	}
@@ -545,7 +546,7 @@ static void on_round(int status, const void *val, size_t len, void *arg)
 static void after_config(struct coord *c)
 {
 	c->config_checked = true;
-	if (!c->dynamic)
+	if (!c->job->dynamic)
 		static_claim(c);
 	else /* a fresh node joins the current round */
 		store_async_get(c->A, RDZV_KEY_ROUND, on_round, c);
@@ -554,12 +555,12 @@ static void after_config(struct coord *c)
 static void my_config(struct coord *c, struct rdzv_config *cfg)
 {
 	memset(cfg, 0, sizeof(*cfg));
-	snprintf(cfg->backend, sizeof(cfg->backend), "%s", c->o->rdzv_backend);
-	cfg->min_nodes = c->o->min_nodes;
-	cfg->max_nodes = c->o->max_nodes;
-	cfg->max_restarts = c->o->max_restarts;
+	snprintf(cfg->backend, sizeof(cfg->backend), "%s", c->job->rdzv_backend);
+	cfg->min_nodes = c->job->min_nodes;
+	cfg->max_nodes = c->job->max_nodes;
+	cfg->max_restarts = c->job->max_restarts;
 	snprintf(cfg->version, sizeof(cfg->version), "%s", DDP_VERSION);
-	cfg->node_rank = c->dynamic ? -1 : c->o->node_rank;
+	cfg->node_rank = c->job->dynamic ? -1 : c->job->node_rank;
 	snprintf(cfg->host, sizeof(cfg->host), "%s", c->host);
 }
 
@@ -606,7 +607,7 @@ static void on_ended_end(int status, const void *val, size_t len, void *arg)
 		   "error: --rdzv-id %s is taken: a job with this run id already ran on the store "
 		   "at %s:%d and %s (in round %d); give this job another --rdzv-id (or use a "
 		   "fresh store)",
-		   c->o->rdzv_id, c->store_host, c->store_port, how, c->round);
+		   c->job->run_id, c->store_host, c->store_port, how, c->round);
 }
 
 static void write_config(struct coord *c)
@@ -657,17 +658,17 @@ void coord_join(struct coord *c)
 	c->at_barrier = false;
 	c->pub_must_fail = false;
 	c->k = 0;
-	c->rank = c->dynamic ? -1 : c->o->node_rank;
-	c->nnodes = c->dynamic ? 0 : c->o->max_nodes;
+	c->rank = c->job->dynamic ? -1 : c->job->node_rank;
+	c->nnodes = c->job->dynamic ? 0 : c->job->max_nodes;
 	coord_live_start(c);
-	if (!c->dynamic && c->rank >= c->nnodes) {
+	if (!c->job->dynamic && c->rank >= c->nnodes) {
 		snprintf(msg, sizeof(msg),
 			 "node rank %d (host %.200s) is out of range: --nnodes is %d", c->rank,
 			 c->host, c->nnodes);
 		coord_publish_error(c, 2, true, msg);
 		return;
 	}
-	if (!c->dynamic) {
+	if (!c->job->dynamic) {
 		/* The job cannot close without this node: if it dies now, the
 		 * others end at once rather than after join_timeout (once the
 		 * round runs, the registration moves to its end key). */
@@ -681,7 +682,7 @@ void coord_join(struct coord *c)
 		free(v);
 	}
 	if (c->config_checked) {
-		if (c->dynamic)
+		if (c->job->dynamic)
 			dynamic_count(c);
 		else
 			static_claim(c);

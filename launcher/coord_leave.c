@@ -113,7 +113,7 @@ static void after_left(struct coord *c)
 {
 	char key[64];
 	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
-	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->o->shutdown_timeout_ms : 0);
+	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
 
 	if (c->server == NULL || !c->w_up || !c->in_round ||
 	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0)
@@ -151,7 +151,7 @@ void coord_leave(struct coord *c)
 		return;
 	/* Counted into an open dynamic round: leave it, as a death would (the
 	 * on-close registration is cleared on the way out). */
-	if (c->dynamic && c->phase == CP_JOIN && c->k > 0 && c->A != NULL && c->a_up) {
+	if (c->job->dynamic && c->phase == CP_JOIN && c->k > 0 && c->A != NULL && c->a_up) {
 		char why[RDZV_HOST_MAX + 64];
 
 		snprintf(why, sizeof(why), "host %.200s pid %d left", c->host, (int)getpid());

@@ -327,8 +327,8 @@ void coord_report(struct coord *c)
 		if ((int)i != c->rank && !lost_node(c, i))
 			wait[k++] = keys[i];
 	if (wait == NULL || k == 0 ||
-	    store_async_wait(c->W, wait, k, c->o->shutdown_timeout_ms + REPORT_SLACK_MS, on_waited,
-			     c) != 0)
+	    store_async_wait(c->W, wait, k, c->job->shutdown_timeout_ms + REPORT_SLACK_MS,
+			     on_waited, c) != 0)
 		on_waited(0, c);
 	free(wait);
 	free(keys);

@@ -39,11 +39,11 @@ static const char *host_source(const struct coord *c)
 {
 	static char buf[128];
 
-	if (c->dynamic)
+	if (c->job->dynamic)
 		return "--rdzv-endpoint";
-	if (c->o->slurm_master_addr) {
+	if (c->job->slurm_master_var != NULL) {
 		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
-			 c->o->slurm_master_var ? c->o->slurm_master_var : "SLURM_JOB_NODELIST");
+			 c->job->slurm_master_var);
 		return buf;
 	}
 	return "--master-addr";
@@ -136,7 +136,7 @@ static void port_in_use(struct coord *c, const char *why)
 		   "error: cannot listen on port %d for the rendezvous store: the port is in "
 		   "use%s%s (pick another %s)",
 		   c->store_port, c->probe_why, why,
-		   c->dynamic ? "--rdzv-endpoint port" : "--master-port");
+		   c->job->dynamic ? "--rdzv-endpoint port" : "--master-port");
 }
 
 static void on_probe_timeout(uv_timer_t *t)
@@ -228,7 +228,7 @@ static void on_connect_wait(uv_timer_t *t)
 static void host_and_connect(struct coord *c, unsigned fams)
 {
 	char err[512], fam[200] = "";
-	bool check = !c->dynamic && c->o->node_rank == 0;
+	bool check = !c->job->dynamic && c->job->node_rank == 0;
 	int rc = 0, f;
 
 	/* The store listens on every interface, each family on its own: a
@@ -249,7 +249,7 @@ static void host_and_connect(struct coord *c, unsigned fams)
 	}
 	if (rc == 0)
 		rc = coord_host_start(c, err, sizeof(err));
-	if (!c->dynamic && (rc == -EADDRINUSE || rc == UV_EADDRINUSE)) {
+	if (!c->job->dynamic && (rc == -EADDRINUSE || rc == UV_EADDRINUSE)) {
 		/* Who holds it? Another node 0 of this job is told. */
 		c->probing = true;
 		c->connect_timeout_ms = PROBE_MS;

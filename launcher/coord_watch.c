@@ -86,7 +86,7 @@ static void on_runs(int status, size_t n, const void *const *vals, const size_t 
 			continue;
 		memcpy(id, vals[i], lens[i]);
 		id[lens[i]] = '\0';
-		if (strcmp(id, c->o->rdzv_id) == 0)
+		if (strcmp(id, c->job->run_id) == 0)
 			continue;
 		for (j = 0; j < m && strcmp(c->sv.runs[j], id) != 0; j++)
 			;
@@ -150,13 +150,13 @@ static void on_run_slot(int status, int64_t i, void *arg)
 	if (status != 0 || c->A == NULL || root_prefix(c) != 0)
 		return;
 	snprintf(key, sizeof(key), RDZV_KEY_RUNS_FMT, (int)i);
-	store_async_set(c->A, key, c->o->rdzv_id, strlen(c->o->rdzv_id), NULL, NULL);
+	store_async_set(c->A, key, c->job->run_id, strlen(c->job->run_id), NULL, NULL);
 	job_prefix(c);
 }
 
 void coord_register_run(struct coord *c)
 {
-	if (strlen(c->o->rdzv_id) >= RDZV_RUN_ID_MAX || root_prefix(c) != 0)
+	if (strlen(c->job->run_id) >= RDZV_RUN_ID_MAX || root_prefix(c) != 0)
 		return;
 	store_async_add(c->A, RDZV_KEY_RUNS_N, 1, on_run_slot, c);
 	job_prefix(c);
@@ -178,7 +178,7 @@ static void add_name(char *buf, size_t len, int *named, int rank, const char *ho
 static void on_nodes(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
-	size_t nodes = c->dynamic ? n / 2 : n, i;
+	size_t nodes = c->job->dynamic ? n / 2 : n, i;
 	int named = 0, nmiss = 0;
 
 	c->sv.joined = c->sv.missing = 0;
@@ -186,10 +186,10 @@ static void on_nodes(int status, size_t n, const void *const *vals, const size_t
 	for (i = 0; status == 0 && i < nodes; i++) {
 		struct rdzv_node d;
 
-		if (c->dynamic && lens[nodes + i] > 0)
+		if (c->job->dynamic && lens[nodes + i] > 0)
 			continue; /* left */
 		if (lens[i] == 0 || rdzv_node_decode(vals[i], lens[i], &d) != 0) {
-			if (!c->dynamic) {
+			if (!c->job->dynamic) {
 				size_t at = strlen(c->sv.missing_s);
 
 				if (nmiss < WATCH_NAMED)
@@ -204,11 +204,11 @@ static void on_nodes(int status, size_t n, const void *const *vals, const size_t
 		}
 		/* Dynamic: the rank it would get if the round closed now. */
 		add_name(c->sv.joined_s, sizeof(c->sv.joined_s), &named,
-			 c->dynamic ? c->sv.joined : (int)i, d.host);
+			 c->job->dynamic ? c->sv.joined : (int)i, d.host);
 		c->sv.joined++;
 	}
 	c->sv.missing = nmiss;
-	if (!c->dynamic && (size_t)c->nnodes > nodes) /* beyond what was read */
+	if (!c->job->dynamic && (size_t)c->nnodes > nodes) /* beyond what was read */
 		c->sv.missing += c->nnodes - (int)nodes;
 	survey_runs(c);
 }
@@ -222,7 +222,7 @@ static void survey_nodes(struct coord *c, int64_t count)
 	c->sv.named = !c->sv.light;
 	if (c->sv.light) { /* the count alone (a static count is claims) */
 		c->sv.joined = (int)(count < INT32_MAX ? count : INT32_MAX);
-		c->sv.missing = c->dynamic ? 0 : c->nnodes - c->sv.joined;
+		c->sv.missing = c->job->dynamic ? 0 : c->nnodes - c->sv.joined;
 		survey_runs(c);
 		return;
 	}
@@ -232,8 +232,8 @@ static void survey_nodes(struct coord *c, int64_t count)
 		survey_runs(c);
 		return;
 	}
-	keys = coord_keys(c, NULL, c->dynamic ? 2 * n : n, RDZV_R_NODE);
-	if (keys != NULL && c->dynamic) {
+	keys = coord_keys(c, NULL, c->job->dynamic ? 2 * n : n, RDZV_R_NODE);
+	if (keys != NULL && c->job->dynamic) {
 		size_t i;
 
 		gone = keys + n;
@@ -241,7 +241,7 @@ static void survey_nodes(struct coord *c, int64_t count)
 			coord_key(c, (char *)gone[i], COORD_KEY_MAX, RDZV_R_GONE, (int)i);
 	}
 	if (keys == NULL ||
-	    store_async_multi_get(c->A, keys, c->dynamic ? 2 * n : n, on_nodes, c) != 0)
+	    store_async_multi_get(c->A, keys, c->job->dynamic ? 2 * n : n, on_nodes, c) != 0)
 		survey_end(c);
 	free(keys);
 }
@@ -270,7 +270,7 @@ void coord_survey(struct coord *c, bool light, void (*done)(struct coord *c))
 		survey_end(c);
 		return;
 	}
-	if (!c->dynamic && !light) {
+	if (!c->job->dynamic && !light) {
 		survey_nodes(c, c->nnodes);
 		return;
 	}
@@ -286,27 +286,27 @@ void coord_survey_text(struct coord *c, const char *tail, char *buf, size_t len)
 	const struct coord_survey *s = &c->sv;
 	size_t at;
 
-	if (!s->named && !c->dynamic)
+	if (!s->named && !c->job->dynamic)
 		snprintf(buf, len, "%d of %d joined (node rank 0 names the missing)%s", s->joined,
 			 c->nnodes, tail);
 	else if (!s->named)
 		snprintf(buf, len, "round %d, %d joined, --nnodes %d:%d%s", c->round, s->joined,
-			 c->o->min_nodes, c->o->max_nodes, tail);
-	else if (!c->dynamic && s->missing > WATCH_NAMED)
+			 c->job->min_nodes, c->job->max_nodes, tail);
+	else if (!c->job->dynamic && s->missing > WATCH_NAMED)
 		snprintf(buf, len, "%d of %d joined (%s), missing node ranks %s (%d in all)%s",
 			 s->joined, c->nnodes, s->joined_s, s->missing_s, s->missing, tail);
-	else if (!c->dynamic)
+	else if (!c->job->dynamic)
 		snprintf(buf, len, "%d of %d joined (%s), missing node rank%s %s%s", s->joined,
 			 c->nnodes, s->joined_s, s->missing > 1 ? "s" : "", s->missing_s, tail);
 	else
 		snprintf(buf, len, "round %d, %d joined (%s), --nnodes %d:%d%s", c->round,
-			 s->joined, s->joined_s, c->o->min_nodes, c->o->max_nodes, tail);
+			 s->joined, s->joined_s, c->job->min_nodes, c->job->max_nodes, tail);
 	at = strlen(buf);
 	if (s->others[0] != '\0')
 		snprintf(buf + at, len - at,
 			 "; this store also holds nodes of --rdzv-id %s (is this node's --rdzv-id "
 			 "%s right?)",
-			 s->others, c->o->rdzv_id);
+			 s->others, c->job->run_id);
 }
 
 static void say_waiting(struct coord *c)
@@ -316,15 +316,15 @@ static void say_waiting(struct coord *c)
 
 	if (c->phase != CP_JOIN)
 		return;
-	if (c->dynamic && c->sv.joined < c->o->min_nodes)
-		snprintf(tail, sizeof(tail), ", %d more needed", c->o->min_nodes - c->sv.joined);
-	else if (c->dynamic && c->last_call_ms > now)
+	if (c->job->dynamic && c->sv.joined < c->job->min_nodes)
+		snprintf(tail, sizeof(tail), ", %d more needed", c->job->min_nodes - c->sv.joined);
+	else if (c->job->dynamic && c->last_call_ms > now)
 		snprintf(tail, sizeof(tail),
 			 ": the round closes at %d nodes, or when the last call ends in %.0f s",
-			 c->o->max_nodes, (double)(c->last_call_ms - now) / 1000.0);
-	else if (c->dynamic)
+			 c->job->max_nodes, (double)(c->last_call_ms - now) / 1000.0);
+	else if (c->job->dynamic)
 		snprintf(tail, sizeof(tail), ": the round closes at %d nodes, or at the last call",
-			 c->o->max_nodes);
+			 c->job->max_nodes);
 	coord_survey_text(c, tail, text, sizeof(text));
 	agent_say("waiting for nodes: %s", text);
 }
@@ -338,8 +338,8 @@ static void on_watch_tick(uv_timer_t *t)
 		return;
 	}
 	coord_survey(c,
-		     (c->dynamic ? c->o->max_nodes : c->nnodes) > WATCH_FULL_NODES &&
-			     (c->dynamic ? c->k != 1 : c->rank != 0),
+		     (c->job->dynamic ? c->job->max_nodes : c->nnodes) > WATCH_FULL_NODES &&
+			     (c->job->dynamic ? c->k != 1 : c->rank != 0),
 		     say_waiting);
 }
 

@@ -113,7 +113,7 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 {
 	int i;
 
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		w[i].rank = a->w[i].running ? a->world.rank_offset + i : -1;
 		slot_read(a->hang, i, a->w[i].pid, &w[i]);
 	}
@@ -151,7 +151,7 @@ static bool sample(struct hang *h)
 	bool progress = false;
 	int i;
 
-	for (i = 0; i < a->nproc; i++) {
+	for (i = 0; i < a->job->nproc; i++) {
 		struct agent_worker *w = &a->w[i];
 		struct hang_sample n = {.valid = true};
 		struct hang_sample *o = &h->s[i];
@@ -228,7 +228,7 @@ static bool hold_over(struct hang *h)
 
 	if (uv_now(a->loop) >= h->hold_until_ms)
 		return true;
-	for (i = 0; i < a->nproc; i++)
+	for (i = 0; i < a->job->nproc; i++)
 		if (h->aborted[i] &&
 		    (a->w[i].running || a->w[i].stream[0].open || a->w[i].stream[1].open))
 			return false;
@@ -247,7 +247,7 @@ static void print_verdict(struct hang *h)
 	if (!h->fired || h->reported)
 		return;
 	h->reported = true;
-	hang_verdict(h->where, (size_t)a->nproc, "  ", verdict, sizeof(verdict), &culprits);
+	hang_verdict(h->where, (size_t)a->job->nproc, "  ", verdict, sizeof(verdict), &culprits);
 	n = snprintf(head, sizeof(head), "ddprun: the job hung: %s; stopping it (exit status %d)\n",
 		     h->why, HANG_EXIT);
 	output_console_write(2, "============================================================\n",
@@ -293,7 +293,7 @@ static void on_tick(uv_timer_t *t)
 			h->holding = false;
 			h->done = NULL;
 			hang_where_local(a, h->where);
-			done(h->done_arg, h->where, (size_t)a->nproc);
+			done(h->done_arg, h->where, (size_t)a->job->nproc);
 			return;
 		}
 		finish_hang(h);
@@ -322,7 +322,8 @@ static void after_usr2(struct agent *a, int naborted, void *arg)
 	char verdict[4096];
 	int culprits;
 
-	hang_verdict(h->where, (size_t)a->nproc, "ddprun:   ", verdict, sizeof(verdict), &culprits);
+	hang_verdict(h->where, (size_t)a->job->nproc, "ddprun:   ", verdict, sizeof(verdict),
+		     &culprits);
 	agent_say("where the ranks are (the job goes on):");
 	output_console_write(2, verdict, strlen(verdict));
 }
@@ -349,11 +350,11 @@ static bool usr2_free(const struct agent *a)
 {
 	int i;
 
-	for (i = 0; i < a->o->nsignals; i++)
-		if (a->o->signals[i] == SIGUSR2)
+	for (i = 0; i < a->job->nsignals; i++)
+		if (a->job->signals[i] == SIGUSR2)
 			return false;
-	for (i = 0; i < a->o->nfwd_signals; i++)
-		if (a->o->fwd_signals[i] == SIGUSR2)
+	for (i = 0; i < a->job->nfwd_signals; i++)
+		if (a->job->fwd_signals[i] == SIGUSR2)
 			return false;
 	return true;
 }
@@ -367,16 +368,16 @@ int hang_start(struct agent *a)
 		return -ENOMEM;
 	h->a = a;
 	h->prog_fd = -1;
-	h->timeout_ms = a->o->hang_timeout_ms;
-	h->s = calloc((size_t)a->nproc, sizeof(*h->s));
-	h->where = calloc((size_t)a->nproc, sizeof(*h->where));
-	h->aborted = calloc((size_t)a->nproc, sizeof(*h->aborted));
+	h->timeout_ms = a->job->hang_timeout_ms;
+	h->s = calloc((size_t)a->job->nproc, sizeof(*h->s));
+	h->where = calloc((size_t)a->job->nproc, sizeof(*h->where));
+	h->aborted = calloc((size_t)a->job->nproc, sizeof(*h->aborted));
 	a->hang = h;
 	if (h->s == NULL || h->where == NULL || h->aborted == NULL) {
 		hang_destroy(a);
 		return -ENOMEM;
 	}
-	rc = open_progress(h, a->nproc);
+	rc = open_progress(h, a->job->nproc);
 	if (rc != 0) {
 		agent_say("warning: no collective progress file (%s): hang reports cannot say "
 			  "where libddp ranks are",
@@ -415,7 +416,7 @@ void hang_attempt(struct agent *a)
 		return;
 	if (h->slots != NULL)
 		memset(h->slots, 0, h->map_len);
-	for (i = 0; i < a->nproc; i++)
+	for (i = 0; i < a->job->nproc; i++)
 		h->s[i].valid = false;
 	h->fired = false;
 	h->reported = false;
@@ -468,7 +469,7 @@ static void after_remote_dump(struct agent *a, int naborted, void *arg)
 		return;
 	}
 	h->done = NULL;
-	done(h->done_arg, h->where, (size_t)a->nproc);
+	done(h->done_arg, h->where, (size_t)a->job->nproc);
 }
 
 void hang_remote_dump(struct agent *a, bool fail, const char *why,
@@ -498,7 +499,7 @@ void hang_remote_dump(struct agent *a, bool fail, const char *why,
 		h->dumping = false;
 		h->done = NULL;
 		hang_where_local(a, h->where);
-		done(arg, h->where, (size_t)a->nproc);
+		done(arg, h->where, (size_t)a->job->nproc);
 	}
 }
 

@@ -559,14 +559,14 @@ int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang
 	d = calloc(1, sizeof(*d));
 	if (d == NULL)
 		return -ENOMEM;
-	d->r = calloc((size_t)a->nproc, sizeof(*d->r));
+	d->r = calloc((size_t)a->job->nproc, sizeof(*d->r));
 	if (d->r == NULL || uv_timer_init(a->loop, &d->timer) != 0) {
 		free(d->r);
 		free(d);
 		return -ENOMEM;
 	}
 	d->a = a;
-	d->n = a->nproc;
+	d->n = a->job->nproc;
 	d->aborted = aborted;
 	d->done = done;
 	d->arg = arg;
@@ -576,7 +576,8 @@ int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang
 	current = d;
 	uv_update_time(a->loop);
 	hang_where_local(a, w);
-	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->cfg.hostname, why);
+	agent_say("stack dump of node %d (host %s): %s", a->world.group_rank, a->job->hostname,
+		  why);
 	if (d->tool == NULL)
 		agent_say(
 			"no native stacks: neither eu-stack nor gdb is installed (Debian: apt-get "

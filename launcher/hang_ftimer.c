@@ -72,7 +72,7 @@ static struct agent_worker *owner(struct agent *a, int pid)
 
 	if (pid <= 0 || pg < 0)
 		return NULL;
-	for (i = 0; i < a->nproc; i++)
+	for (i = 0; i < a->job->nproc; i++)
 		if (a->w[i].group_live && a->w[i].pid == pg)
 			return &a->w[i];
 	return NULL;

@@ -98,7 +98,7 @@ static int run_words(struct fake *f, char **words, void (*rdzv)(struct agent *, 
 	struct agent_coord coord = {rdzv, fake_failed, fake_finished, f};
 	struct agent_config cfg = {0};
 	struct cli_opts o;
-	struct prog p;
+	struct job j;
 	struct agent *a;
 	uv_loop_t loop;
 	char err[512];
@@ -107,12 +107,12 @@ static int run_words(struct fake *f, char **words, void (*rdzv)(struct agent *, 
 	while (words[argc] != NULL)
 		argc++;
 	assert_int_equal(cli_parse(argc, words, env, &o, err, sizeof(err)), CLI_OK);
-	assert_int_equal(prog_resolve(&o, env, &p, err, sizeof(err)), 0);
-	cfg.opts = &o;
-	cfg.prog = &p;
-	cfg.nproc = 2;
+	job_from_opts(&j, &o, env);
+	assert_int_equal(prog_resolve(&o, env, &j.prog, err, sizeof(err)), 0);
+	j.nproc = 2;
+	snprintf(j.hostname, sizeof(j.hostname), "testhost");
+	cfg.job = &j;
 	cfg.worker_env = environ;
-	cfg.hostname = "testhost";
 	assert_int_equal(uv_loop_init(&loop), 0);
 	assert_int_equal(agent_create(&loop, &cfg, &coord, &a, err, sizeof(err)), 0);
 	f->agent = a;
@@ -121,7 +121,7 @@ static int run_words(struct fake *f, char **words, void (*rdzv)(struct agent *, 
 	status = agent_exit_status(a);
 	agent_destroy(a);
 	assert_int_equal(uv_loop_close(&loop), 0);
-	prog_free(&p);
+	job_free(&j);
 	cli_free(&o);
 	return status;
 }

@@ -1,0 +1,151 @@
+/* job: resolving the command line into the job (see job.h). */
+#include "job.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nproc.h"
+#include "numa.h"
+#include "workenv.h"
+
+#define EXIT_USAGE 2
+
+/* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here);
+ * also the shared-memory nonce (len - 1 hex digits, at most 32). */
+static void random_hex(char *buf, size_t len)
+{
+	unsigned char r[16] = {0};
+	size_t i;
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+		unsigned long x = (unsigned long)getpid() ^ (unsigned long)time(NULL);
+
+		memcpy(r, &x, sizeof(x) < sizeof(r) ? sizeof(x) : sizeof(r));
+	}
+	for (i = 0; i < sizeof(r) && 2 * i + 2 < len; i++)
+		snprintf(buf + 2 * i, 3, "%02x", r[i]);
+}
+
+/* --numa-binding: each worker's CPUs, or NULL (not asked, or one warning
+ * that the topology is not there). */
+static cpu_set_t *numa_sets(const struct cli_opts *o, int nproc)
+{
+	cpu_set_t *sets;
+	char why[512];
+
+	if (o->numa_binding == CLI_NUMA_NONE)
+		return NULL;
+	sets = calloc((size_t)nproc, sizeof(*sets));
+	if (sets == NULL || numa_plan(o->numa_binding, getenv("CUDA_VISIBLE_DEVICES"), nproc, sets,
+				      why, sizeof(why)) != 0) {
+		fprintf(stderr,
+			"ddprun: warning: --numa-binding %s: %s; the workers run unpinned\n",
+			cli_numa_mode_name(o->numa_binding), sets ? why : "out of memory");
+		free(sets);
+		return NULL;
+	}
+	return sets;
+}
+
+void job_from_opts(struct job *j, const struct cli_opts *o,
+		   const char *(*getenv_fn)(const char *name))
+{
+	memset(j, 0, sizeof(*j));
+	snprintf(j->hostname, sizeof(j->hostname), "localhost");
+	j->role = o->role;
+	j->run_id = o->rdzv_id;
+	j->max_restarts = o->max_restarts;
+	j->signals_to_handle = o->signals_to_handle;
+	j->virtual_local_rank = o->virtual_local_rank;
+	j->shutdown_timeout_ms = o->shutdown_timeout_ms;
+	j->signals = o->signals;
+	j->nsignals = o->nsignals;
+	j->fwd_signals = o->fwd_signals;
+	j->nfwd_signals = o->nfwd_signals;
+	j->hang_timeout_ms = o->hang_timeout_ms;
+	j->log_dir = o->log_dir;
+	j->redirects = o->redirects;
+	j->tee = o->tee;
+	j->ranks_filter = o->ranks_filter;
+	j->nranks_filter = o->nranks_filter;
+	j->log_line_prefix = o->log_line_prefix != NULL && o->log_line_prefix[0] != '\0'
+				     ? o->log_line_prefix
+				     : getenv_fn("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	j->tag_output = o->tag_output;
+	j->dup_filters[0] = o->dup_filters[0];
+	j->dup_filters[1] = o->dup_filters[1];
+	j->multinode = cli_multinode(o);
+	j->dynamic = strcmp(o->rdzv_backend, "c10d") == 0;
+	j->rdzv_backend = o->rdzv_backend;
+	j->rdzv_endpoint = o->rdzv_endpoint;
+	j->rdzv = o->rdzv;
+	j->min_nodes = o->min_nodes;
+	j->max_nodes = o->max_nodes;
+	j->node_rank = o->node_rank;
+	j->master_addr = o->master_addr;
+	j->master_port = o->master_port;
+	j->master_port_given = o->master_port_given;
+	j->local_addr = o->local_addr;
+	j->store_io = o->store_io;
+	if (o->slurm_master_addr)
+		j->slurm_master_var =
+			o->slurm_master_var ? o->slurm_master_var : "SLURM_JOB_NODELIST";
+}
+
+int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(const char *name))
+{
+	char err[512];
+	int i, rc;
+
+	job_from_opts(j, o, getenv_fn);
+	if (o->standalone) {
+		random_hex(j->run_id_buf, sizeof(j->run_id_buf));
+		o->rdzv_id = j->run_id = j->run_id_buf;
+	}
+	rc = nproc_resolve(o, &j->nproc, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		return 1;
+	}
+	for (i = 0; i < o->nranks_filter; i++)
+		if (o->ranks_filter[i] >= j->nproc)
+			fprintf(stderr,
+				"ddprun: warning: --local-ranks-filter: local rank %d does not "
+				"exist "
+				"on this node (%d workers): nothing of it is shown\n",
+				o->ranks_filter[i], j->nproc);
+	rc = workenv_check(getenv("CUDA_VISIBLE_DEVICES"), o->virtual_local_rank, j->nproc, err,
+			   sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		return EXIT_USAGE;
+	}
+	cli_torch2_warn(o, j->nproc, stderr);
+	j->cpu_sets = numa_sets(o, j->nproc);
+	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
+	if (rc != 0) {
+		fprintf(stderr, "ddprun: error: %s\n", err);
+		return rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
+	}
+	gethostname(j->hostname, sizeof(j->hostname) - 1);
+	random_hex(j->nonce_buf, sizeof(j->nonce_buf));
+	j->shm_nonce = j->nonce_buf;
+	return 0;
+}
+
+void job_free(struct job *j)
+{
+	prog_free(&j->prog);
+	free(j->cpu_sets);
+	j->cpu_sets = NULL;
+}
+
+bool job_rank_shown(const struct job *j, int local_rank)
+{
+	return cli_ranks_have(j->ranks_filter, j->nranks_filter, local_rank);
+}
