@@ -61,18 +61,19 @@ struct job {
 	bool tag_output;
 	struct cli_filters dup_filters[2]; /* [0] stdout, [1] stderr */
 	/* The nodes. */
-	bool multinode; /* a coordinator runs the node rendezvous (cli_multinode) */
-	bool dynamic;	/* --rdzv-backend c10d: ranks by arrival; else static */
-	const char *rdzv_backend;
-	const char *rdzv_endpoint;
-	struct rdzv_conf rdzv;
-	int min_nodes, max_nodes;
-	int node_rank;
+	bool multinode;		   /* a coordinator runs the node rendezvous (cli_multinode) */
+	bool dynamic;		   /* --rdzv-backend c10d: ranks by arrival; else static */
+	int min_nodes, max_nodes;  /* --nnodes MIN:MAX */
+	int node_rank;		   /* static: --node-rank */
+	const char *rdzv_backend;  /* as given: the nodes check they agree */
+	const char *rdzv_endpoint; /* dynamic: the store's HOST[:PORT] */
+	struct rdzv_conf rdzv;	   /* --rdzv-conf over ddprun's defaults */
+	/* The store: static, node 0's at --master-addr (one node: the agent's). */
 	const char *master_addr;
 	int master_port;
 	bool master_port_given; /* --master-port or PET_MASTER_PORT */
-	const char *local_addr;
-	int store_io; /* STORE_IO_* for the stores ddprun hosts */
+	const char *local_addr; /* --local-addr: how the other nodes reach this one */
+	int store_io;		/* STORE_IO_* for the stores ddprun hosts */
 	/* --master-addr came from this SLURM_*NODELIST; NULL: it did not. */
 	const char *slurm_master_var;
 	/* What the job owns. */
