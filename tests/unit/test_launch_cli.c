@@ -1,6 +1,8 @@
 /* Unit tests for launcher/cli.c: torchrun's flags, both spellings, PET_*
  * defaults, Slurm's defaults for the node options, --rdzv-conf, and one
- * clear message for every malformed command line. */
+ * clear message for every malformed command line; and what job_from_opts
+ * (launcher/job.c) resolves from the options for the agent and the
+ * coordinator. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "job.h"
 
 /* A fake environment for getenv_fn. */
 static const char *fake_env[16][2];
@@ -408,6 +411,48 @@ static void test_forward_signals(void **state)
 	expect_error("invalid value '' for --forward-signals", ARGS("--forward-signals=", "p"));
 }
 
+/* The job: what is decided from the options once, not by each reader. */
+static void test_job_resolves_once(void **state)
+{
+	struct cli_opts o;
+	struct job j;
+
+	set_env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]");
+	assert_int_equal(parse(&o, ARGS("--nnodes", "1:3", "--rdzv-backend", "c10d",
+					"--rdzv-endpoint", "h:1", "--local-ranks-filter", "1",
+					"--log-line-prefix-template", "", "p")),
+			 CLI_OK);
+	job_from_opts(&j, &o, fake_getenv);
+	assert_true(j.multinode && j.dynamic);
+	assert_int_equal(j.min_nodes, 1);
+	assert_int_equal(j.max_nodes, 3);
+	assert_string_equal(j.run_id, o.rdzv_id);
+	assert_string_equal(j.log_line_prefix, "[${rank}]"); /* "" counts as not given */
+	assert_false(job_rank_shown(&j, 0));
+	assert_true(job_rank_shown(&j, 1));
+	assert_null(j.slurm_master_var);
+	assert_null(j.shm_nonce);
+	assert_string_equal(j.hostname, "localhost");
+	job_free(&j);
+	cli_free(&o);
+	/* The option wins over the variable; a Slurm master names its source. */
+	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_NNODES", "2");
+	set_env("SLURM_NODEID", "0");
+	set_env("SLURM_JOB_NODELIST", "node[07-08]");
+	assert_int_equal(parse(&o, ARGS("--log-line-prefix-template", "${local_rank}>", "p")),
+			 CLI_OK);
+	job_from_opts(&j, &o, fake_getenv);
+	assert_true(j.multinode);
+	assert_false(j.dynamic);
+	assert_string_equal(j.log_line_prefix, "${local_rank}>");
+	assert_string_equal(j.master_addr, "node07");
+	assert_string_equal(j.slurm_master_var, "SLURM_JOB_NODELIST");
+	assert_true(job_rank_shown(&j, 5));
+	job_free(&j);
+	cli_free(&o);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -425,6 +470,7 @@ int main(void)
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
 		cmocka_unit_test_setup(test_forward_signals, setup),
+		cmocka_unit_test_setup(test_job_resolves_once, setup),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
