@@ -13,8 +13,6 @@
 #include "numa.h"
 #include "workenv.h"
 
-#define EXIT_USAGE 2
-
 /* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here);
  * also the shared-memory nonce (len - 1 hex digits, at most 32). */
 static void random_hex(char *buf, size_t len)
@@ -123,7 +121,7 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 			   sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);
-		return EXIT_USAGE;
+		return JOB_EXIT_USAGE;
 	}
 	cli_torch2_warn(o, j->nproc, stderr);
 	j->cpu_sets = numa_sets(o, j->nproc);

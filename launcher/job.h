@@ -81,6 +81,8 @@ struct job {
 	char nonce_buf[SHMSWEEP_NONCE_LEN + 1];
 };
 
+#define JOB_EXIT_USAGE 2 /* bad usage: ddprun's exit status (ddprun(1)) */
+
 /* Everything main() decides before the loop: --standalone's run id, nproc
  * (and the warnings and checks that need it), NUMA pinning, the program,
  * the host name and the shared-memory nonce. Messages go to stderr. 0, or

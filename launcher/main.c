@@ -22,8 +22,6 @@
 
 extern char **environ;
 
-#define EXIT_USAGE 2
-
 static const char *env_get(const char *name)
 {
 	return getenv(name);
@@ -85,7 +83,7 @@ int main(int argc, char **argv)
 	}
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s (see ddprun --help)\n", err);
-		return EXIT_USAGE;
+		return JOB_EXIT_USAGE;
 	}
 	if (o.slurm_stray != NULL)
 		fprintf(stderr,
@@ -136,7 +134,7 @@ int main(int argc, char **argv)
 		rc = coord_create(&loop, &job, &coord, err, sizeof(err));
 		if (rc != 0) {
 			fprintf(stderr, "ddprun: error: %s\n", err);
-			status = EXIT_USAGE;
+			status = JOB_EXIT_USAGE;
 			uv_loop_close(&loop);
 			goto out;
 		}
