@@ -371,16 +371,17 @@ lint:
 	$(Q)$(foreach p,$(PARTS),$(if $(call files_of,$(p)),\
 		$(CPPCHECK) $(INC_$(p)) $(call files_of,$(p)) &&)) true
 	@echo "lint: clang-format and cppcheck clean"
+format:
+	$(Q)clang-format -i $(C_FILES)
 
 # The compile flags of a part (PART=launcher) or of a source file, which need
 # not exist (FILE=rendezvous/x.c), as the compile rule passes them: for
 # tests/e2e/test_layers.py, which compiles probes with them.
+print_part = $(or $(PART),$(if $(FILE),$(call part_of,$(FILE))))
 print-cflags:
-	$(if $(filter $(or $(PART),$(call part_of,$(FILE))),$(PARTS)),,$(error PART must be one of $(PARTS)))
-	$(info $(ALL_CFLAGS) $(INC_$(or $(PART),$(call part_of,$(FILE)))))
+	$(if $(filter $(print_part),$(PARTS)),,$(error give FILE=path.c or PART=, one of $(PARTS)))
+	$(info $(ALL_CFLAGS) $(INC_$(print_part)))
 	@:
-format:
-	$(Q)clang-format -i $(C_FILES)
 
 # ---- install ---------------------------------------------------------------------
 MANPAGES := $(wildcard man/*.1 man/*.3)
