@@ -15,7 +15,8 @@
 #   rendezvous/cli/*.c    the ddpstore program
 #   launcher/*.c          the ddprun agent; launcher/main.c holds main()
 #   worker-runtime/src/*.c       libddp; worker-runtime/src/cuda/*.c only with CUDA
-#   tests/unit/test_*.c   one cmocka binary per module
+#   tests/unit/test_*.c   one cmocka binary per module, of the part its name says
+#                         (test_launch_*, test_ddp_*, else rendezvous/: see layers)
 #   tests/progs/*.c       small programs the end-to-end tests run under ddprun
 #   bench/*/*.c           one benchmark program per file
 #   tests/fuzz/fuzz_*.c   libFuzzer targets (make fuzz; needs clang)
