@@ -15,7 +15,8 @@
 #   rendezvous/cli/*.c    the ddpstore program
 #   launcher/*.c          the ddprun agent; launcher/main.c holds main()
 #   worker-runtime/src/*.c       libddp; worker-runtime/src/cuda/*.c only with CUDA
-#   tests/unit/test_*.c   one cmocka binary per module
+#   tests/unit/test_*.c   one cmocka binary per module, of the part its name says
+#                         (test_launch_*, test_ddp_*, else rendezvous/: see layers)
 #   tests/progs/*.c       small programs the end-to-end tests run under ddprun
 #   bench/*/*.c           one benchmark program per file
 #   tests/fuzz/fuzz_*.c   libFuzzer targets (make fuzz; needs clang)
@@ -70,8 +71,7 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -luv -lcjson)
 WARN := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS ?= -O2 -g
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -MMD -MP -D_GNU_SOURCE \
-	-DDDP_VERSION=\"$(VERSION)\" \
-	-Irendezvous -Ilauncher -Iworker-runtime/include -Iworker-runtime/src $(PKG_CFLAGS)
+	-DDDP_VERSION=\"$(VERSION)\" $(PKG_CFLAGS)
 ALL_LDFLAGS := $(LDFLAGS)
 SYS_LIBS := $(PKG_LIBS) -lpthread -lm -lrt -ldl
 # Only the programs that contain the store server link liburing (libddp,
@@ -96,8 +96,42 @@ ifeq ($(CUDA_ON),1)
   NVCC := $(CUDA_HOME)/bin/nvcc
 endif
 
-# Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS).
-CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON) URING_ON=$(URING_ON)
+# ---- layers ------------------------------------------------------------------------
+# Each part sees only its own headers and those of the parts below it, and a
+# unit test links only its part's objects and theirs, so an include or a call
+# the wrong way fails the build:
+#   rendezvous/       the bottom: store, rendezvous, worker contract, util
+#   rendezvous/cli/   ddpstore, above rendezvous/
+#   launcher/         ddprun, above rendezvous/
+#   worker-runtime/   libddp (include/ddp.h public, src/ private), above rendezvous/
+#   public            the rest (examples/, tests/progs/, bench/): ddp.h only,
+#                     but for the few that name another part below
+# The launcher and libddp never see each other. Unit tests go by name:
+# test_launch_* and test_slurm are the launcher's, test_ddp_* libddp's, the
+# others rendezvous/'s. tests/e2e/test_layers.py holds the Makefile to this.
+INC_rendezvous := -Irendezvous
+INC_cli := -Irendezvous
+INC_launcher := -Ilauncher -Irendezvous
+INC_worker-runtime := -Iworker-runtime/include -Iworker-runtime/src -Irendezvous
+INC_public := -Iworker-runtime/include
+PARTS := rendezvous cli launcher worker-runtime public
+# The test programs that call libddp's internals (the bucket planner, the
+# store client) rather than only ddp.h.
+PROG_INTERNAL_NAMES := ddp_compat ddp_hello
+# $(call part_of,FILE): the part a source file belongs to.
+part_of = $(firstword \
+	$(if $(filter rendezvous/cli/%,$(1)),cli) \
+	$(if $(filter rendezvous/% tests/fuzz/% bench/store/%,$(1)),rendezvous) \
+	$(if $(filter launcher/% tests/unit/test_launch_% tests/unit/test_slurm.c,$(1)),launcher) \
+	$(if $(filter worker-runtime/% tests/unit/test_ddp_% \
+		$(PROG_INTERNAL_NAMES:%=tests/progs/%.c),$(1)),worker-runtime) \
+	$(if $(filter tests/unit/%,$(1)),rendezvous) \
+	public)
+
+# Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS, the
+# parts' include paths).
+CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON) URING_ON=$(URING_ON) \
+	$(foreach p,$(PARTS),$(p):$(INC_$(p)))
 # The stamp is rewritten only by goals that build (never by lint or install
 # checks), and only when the configuration differs, so its mtime says when
 # the configuration last changed. make.vars records the make variables of that
@@ -136,8 +170,13 @@ RDZV_OBJ := $(call obj,$(RDZV_SRC))
 RDZV_CLIENT_OBJ := $(call obj,$(RDZV_CLIENT_SRC))
 LAUNCHER_LIB_OBJ := $(call obj,$(LAUNCHER_LIB_SRC))
 DDP_OBJ := $(call obj,$(DDP_SRC))
-# Every internal object, for unit tests (each object once).
-INTERNAL_OBJ := $(sort $(RDZV_OBJ) $(LAUNCHER_LIB_OBJ) $(DDP_OBJ))
+# What a unit test of each part links: its part's objects and those below.
+UNIT_OBJ_rendezvous := $(RDZV_OBJ)
+UNIT_OBJ_launcher := $(LAUNCHER_LIB_OBJ) $(RDZV_OBJ)
+UNIT_OBJ_worker-runtime := $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
+UNIT_LIBS_rendezvous := $(URING_LIBS)
+UNIT_LIBS_launcher := $(URING_LIBS)
+UNIT_LIBS_worker-runtime := $(CUDA_LIBS)
 
 BIN_DDPRUN := $(if $(wildcard launcher/main.c),$(B)/bin/ddprun)
 BIN_DDPSTORE := $(if $(DDPSTORE_SRC),$(B)/bin/ddpstore)
@@ -152,7 +191,7 @@ PC_FILE := $(B)/lib/pkgconfig/ddp.pc
 
 TARGETS := $(BIN_DDPRUN) $(BIN_DDPSTORE) $(LIB_A) $(LIB_SO) $(BIN_TRAIN) $(BIN_TRAIN_CUDA) $(if $(LIB_A),$(PC_FILE))
 
-.PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz \
+.PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz print-cflags \
 	install uninstall clean deps deps-test deps-bench
 all: $(TARGETS)
 
@@ -160,7 +199,7 @@ all: $(TARGETS)
 $(B)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
-	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(Q)$(CC) $(ALL_CFLAGS) $(INC_$(call part_of,$<)) -c $< -o $@
 
 # ---- link ---------------------------------------------------------------------
 $(B)/bin/ddprun: $(call obj,launcher/main.c) $(LAUNCHER_LIB_OBJ) $(RDZV_OBJ)
@@ -201,7 +240,7 @@ $(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Make
 # objects instead.
 DDP_LINK_IN = $(B)/lib/libddp.a
 LINK_DDP = $(DDP_LINK_IN) $(CUDA_LIBS) $(SYS_LIBS)
-PROG_INTERNAL := $(addprefix $(B)/tests/progs/,ddp_compat ddp_hello)
+PROG_INTERNAL := $(addprefix $(B)/tests/progs/,$(PROG_INTERNAL_NAMES))
 $(PROG_INTERNAL): DDP_LINK_IN = $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
 $(PROG_INTERNAL): $(DDP_OBJ) $(RDZV_CLIENT_OBJ)
 
@@ -217,10 +256,17 @@ $(B)/bin/train_cuda: examples/train_cuda.cu $(LIB_A) $(CONFIG_STAMP)
 		-Xlinker -rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lnccl -lcudart $(SYS_LIBS) \
 		$(if $(filter 1,$(SAN)),-Xcompiler=-fsanitize=address -Xcompiler=-fsanitize=undefined)
 
-$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o $(INTERNAL_OBJ)
+# A unit test's part: $(call unit_part,BIN).
+unit_part = $(call part_of,tests/unit/$(notdir $(1)).c)
+$(foreach t,$(UNIT_BIN),$(eval $(t): $(UNIT_OBJ_$(call unit_part,$(t)))))
+# test_ddp_join runs the store server its ranks join: all of rendezvous/, not
+# only the client pieces libddp holds.
+$(B)/tests/unit/test_ddp_join: $(RDZV_OBJ)
+$(B)/tests/unit/test_ddp_join: UNIT_LIBS_worker-runtime += $(URING_LIBS)
+$(B)/tests/unit/%: $(B)/obj/tests/unit/%.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(CUDA_LIBS) $(URING_LIBS) $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ -lcmocka $(UNIT_LIBS_$(call unit_part,$@)) $(SYS_LIBS)
 
 $(B)/tests/progs/%: $(B)/obj/tests/progs/%.o $(LIB_A)
 	@mkdir -p $(@D)
@@ -242,10 +288,17 @@ $(B)/bench/allreduce/floor: $(B)/obj/bench/allreduce/floor.o
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $<
 
-$(B)/bench/%: $(B)/obj/bench/%.o $(INTERNAL_OBJ)
+# The store benchmark speaks the wire protocol itself: rendezvous/ only.
+$(B)/bench/store/%: $(B)/obj/bench/store/%.o $(RDZV_OBJ)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CUDA_LIBS) $(URING_LIBS) $(SYS_LIBS)
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $^ $(URING_LIBS) $(SYS_LIBS)
+
+# The others are libddp programs like any: ddp.h and the archive.
+$(B)/bench/%: $(B)/obj/bench/%.o $(LIB_A)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_DDP)
 
 # Regenerated on every build: PREFIX is not part of the configuration stamp.
 $(PC_FILE): worker-runtime/ddp.pc.in FORCE
@@ -297,7 +350,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_RDZV_SRC := $(filter-out $(RING_SRC),$(RDZV_SRC))
 $(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_RDZV_SRC) $(CONFIG_STAMP)
 	@mkdir -p $(@D)
-	$(Q)clang -std=gnu11 -g -O1 -D_GNU_SOURCE -Irendezvous $(PKG_CFLAGS) \
+	$(Q)clang -std=gnu11 -g -O1 -D_GNU_SOURCE $(INC_rendezvous) $(PKG_CFLAGS) \
 		-fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_RDZV_SRC) $(SYS_LIBS)
 fuzz: $(FUZZ_BIN)
 	$(Q)for f in $(FUZZ_BIN); do n=$$(basename $$f); \
@@ -309,15 +362,27 @@ fuzz: $(FUZZ_BIN)
 # ---- lint ----------------------------------------------------------------------
 # Tracked files and new ones not yet added (but not ignored ones).
 C_FILES = $(shell git ls-files --cached --others --exclude-standard '*.c' '*.h' 2>/dev/null)
+# cppcheck reads each part with the include paths its compiler gets.
+files_of = $(foreach f,$(C_FILES),$(if $(filter $(1),$(call part_of,$(f))),$(f)))
+CPPCHECK := cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
+	--inline-suppr --std=c11 -D__GNUC__ -D_GNU_SOURCE -DDDP_VERSION=\"lint\" \
+	--suppress=missingIncludeSystem
 lint:
 	$(Q)clang-format --dry-run -Werror $(C_FILES)
-	$(Q)cppcheck --quiet --error-exitcode=1 --enable=warning,portability,performance \
-		--inline-suppr --std=c11 -D__GNUC__ -D_GNU_SOURCE -DDDP_VERSION=\"lint\" \
-		--suppress=missingIncludeSystem \
-		-Irendezvous -Ilauncher -Iworker-runtime/include -Iworker-runtime/src $(C_FILES)
+	$(Q)$(foreach p,$(PARTS),$(if $(call files_of,$(p)),\
+		$(CPPCHECK) $(INC_$(p)) $(call files_of,$(p)) &&)) true
 	@echo "lint: clang-format and cppcheck clean"
 format:
 	$(Q)clang-format -i $(C_FILES)
+
+# The compile flags of a part (PART=launcher) or of a source file, which need
+# not exist (FILE=rendezvous/x.c), as the compile rule passes them: for
+# tests/e2e/test_layers.py, which compiles probes with them.
+print_part = $(or $(PART),$(if $(FILE),$(call part_of,$(FILE))))
+print-cflags:
+	$(if $(filter $(print_part),$(PARTS)),,$(error give FILE=path.c or PART=, one of $(PARTS)))
+	$(info $(ALL_CFLAGS) $(INC_$(print_part)))
+	@:
 
 # ---- install ---------------------------------------------------------------------
 MANPAGES := $(wildcard man/*.1 man/*.3)

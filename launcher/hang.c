@@ -18,8 +18,7 @@
 #include "agent_int.h"
 #include "proc_info.h"
 #include "workenv.h"
-#define DDP_PROGRESS_LAUNCHER
-#include "progress.h"
+#include "progress_slot.h"
 
 /* Python workers get this long to print their stacks after SIGABRT. */
 #define HANG_ABORT_GRACE_MS 5000

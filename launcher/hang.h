@@ -2,7 +2,7 @@
  *
  * --hang-timeout SEC (PET_HANG_TIMEOUT): the agent samples its running
  * workers (at most once a second) and counts as progress: a libddp rank
- * entering or completing a collective (worker-runtime/src/progress.h: each
+ * entering or completing a collective (rendezvous/progress_slot.h: each
  * rank marks them in a small shared file, no system call per collective),
  * bytes of output, and CPU time, except a libddp rank's CPU time while it is
  * inside a collective (the shm transport spins). When no local rank has made

@@ -17,8 +17,7 @@
 #include "agent_int.h"
 #include "proc_info.h"
 #include "prog.h"
-#define DDP_PROGRESS_LAUNCHER
-#include "progress.h"
+#include "progress_slot.h"
 
 extern char **environ;
 

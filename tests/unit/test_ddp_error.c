@@ -2,7 +2,9 @@
  * an error caused by another rank's failure carries that rank; when a context
  * breaks (or ddp_init fails) that way, libddp writes the error file at once,
  * with message.extraInfo.ddp_caused_by, and every later ddp_record_error or
- * ddp_fatal carries it too; the launcher's parser reads it back. */
+ * ddp_fatal carries it too. The launcher's parser of that file is tested in
+ * test_launch_report.c, the two together end to end in
+ * tests/e2e/test_ddp_ddprun.py (a unit test links only its own part). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +23,6 @@
 #include <cJSON.h>
 
 #include "ddp_internal.h"
-#include "report.h"
 
 static char path[] = "/tmp/ddp-error-XXXXXX";
 
@@ -178,19 +179,6 @@ static void test_ddp_fatal_carries_the_marker(void **state)
 	cJSON_Delete(doc);
 }
 
-static void test_the_launcher_reads_the_marker_back(void **state)
-{
-	struct report_entry e;
-
-	ddpi_caused_by(ddpi_err(DDP_EPEER, "broadcast: rank 0 (pid 7) exited"),
-		       "rank 0 (pid 7) exited");
-	ddpi_note_failure();
-	assert_int_equal(report_entry_init(&e, 1, 1, getpid(), 3 << 8, path, 5), 0);
-	assert_string_equal(e.caused_by, "rank 0 (pid 7) exited");
-	assert_non_null(strstr(e.message, "broadcast: rank 0 (pid 7) exited"));
-	report_entry_free(&e);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -199,7 +187,6 @@ int main(void)
 		cmocka_unit_test_setup(test_an_error_of_its_own_writes_nothing, reset),
 		cmocka_unit_test_setup(test_the_first_peer_lost_stays_the_cause, reset),
 		cmocka_unit_test_setup(test_ddp_fatal_carries_the_marker, reset),
-		cmocka_unit_test_setup(test_the_launcher_reads_the_marker_back, reset),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,63 @@
+/* progress_slot: the collective-progress file both sides of the worker
+ * contract map: libddp writes its rank's slot (worker-runtime/src/progress.c),
+ * the launcher reads every slot for its hang detection (ddprun --hang-timeout,
+ * launcher/hang.c). Here, the layer both use, so that neither includes the
+ * other's headers.
+ *
+ * The launcher gives every worker DDP_PROGRESS_FILE, a small file that holds
+ * one slot of DDPI_PROGRESS_SLOT bytes per local rank (slot LOCAL_RANK is
+ * this rank's). libddp maps it once, at its first collective, and from then
+ * on marks each collective's entry and completion with plain atomic stores
+ * into the mapping: no system call per collective. The launcher reads the
+ * slots whenever it wants (it maps the same file). Collectives are numbered
+ * 1, 2, ... in the order this process issues them (public collectives and
+ * gradient-bucket all-reduces alike; libddp issues them in the same order on
+ * every rank, so equal numbers are the same collective on every rank).
+ * Without the variable, or when the file cannot be mapped, nothing is
+ * recorded and nothing fails. */
+#ifndef DDP_PROGRESS_SLOT_H
+#define DDP_PROGRESS_SLOT_H
+
+#include <stdint.h>
+
+#define DDPI_PROGRESS_ENV   "DDP_PROGRESS_FILE"
+#define DDPI_PROGRESS_MAGIC 0x44445050u /* "DDPP": the slot is in use */
+#define DDPI_PROGRESS_SLOT  64		/* bytes per slot: one cache line */
+
+/* What the latest entered collective is. */
+enum ddpi_progress_op {
+	DDPI_PROG_NONE = 0,
+	DDPI_PROG_ALL_REDUCE,
+	DDPI_PROG_BROADCAST,
+	DDPI_PROG_ALL_GATHER,
+	DDPI_PROG_BARRIER,
+	DDPI_PROG_BUCKET, /* a gradient bucket's all_reduce (reducer) */
+	DDPI_PROG_NOPS
+};
+
+/* One slot. The writer stores op before entered, and completed last; the
+ * reader reads completed, then entered, then op. entered > completed: the
+ * rank is inside collective number entered. */
+struct ddpi_progress_slot {
+	uint32_t magic;
+	int32_t pid;
+	uint32_t op; /* enum ddpi_progress_op of collective number entered */
+	uint32_t reserved;
+	uint64_t entered;   /* number of the latest collective entered (0: none) */
+	uint64_t completed; /* number of the latest collective completed */
+	uint64_t spare[4];
+};
+
+_Static_assert(sizeof(struct ddpi_progress_slot) == DDPI_PROGRESS_SLOT, "one cache line");
+
+/* Names of the ops ("all_reduce", ...; "?" out of range). */
+static inline const char *ddpi_progress_op_name(uint32_t op)
+{
+	static const char *const names[DDPI_PROG_NOPS] = {
+		"none", "all_reduce", "broadcast", "all_gather", "barrier", "all_reduce (bucket)",
+	};
+
+	return op < DDPI_PROG_NOPS ? names[op] : "?";
+}
+
+#endif
