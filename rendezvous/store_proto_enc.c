@@ -145,7 +145,6 @@ int store_put_user_keys(struct store_buf *b, const char *prefix, const char *con
 	return rc;
 }
 
-
 /* ---- requests ------------------------------------------------------------------ */
 
 /* MULTI_SET's pairs: the count, then each key and its value. */

@@ -171,9 +171,9 @@ static void test_every_op_round_trips_through_the_server_parser(void **state)
 				assert_int_equal(rc, 0);
 				assert_int_equal(b.p[0], 0xAA);
 				parser_for(&p, ds[k]);
-				assert_int_equal(parse_back(&p, &msgs[i], prefixes[j], b.p + 1,
-							    b.len - 1),
-						 b.len - 1);
+				assert_int_equal(
+					parse_back(&p, &msgs[i], prefixes[j], b.p + 1, b.len - 1),
+					b.len - 1);
 				store_buf_free(&b);
 				n++;
 			}
@@ -234,8 +234,8 @@ static void test_bytes_are_torchs(void **state)
 	/* torch 2.14: its handshake, list_keys(), barrier("solo", 1), and a
 	 * timed-out wait's CANCEL_WAIT. */
 	static const uint8_t validate[] = {0x00, 0xCE, 0xF7, 0x85, 0x3C};
-	static const uint8_t barrier[] = {0x12, 5,    0, 0, 0, 0, 0, 0, 0, 0x2f, 0x73,
-					  0x6f, 0x6c, 0x6f, 1, 0, 0, 0, 0, 0, 0, 0};
+	static const uint8_t barrier[] = {0x12, 5,    0,    0, 0, 0, 0, 0, 0, 0x2f, 0x73,
+					  0x6f, 0x6c, 0x6f, 1, 0, 0, 0, 0, 0, 0,    0};
 	struct store_msg m = {.op = STORE_OP_SET, .key = "k1", .val = "v1", .val_len = 2};
 
 	assert_encodes_to(STORE_DIALECT_V1, &m, set, sizeof(set));
@@ -306,13 +306,15 @@ static void test_value_limit_at_the_boundary(void **state)
 	const char *k[] = {"k"};
 	const void *vs[] = {v};
 	size_t ls[] = {STORE_MAX_VALUE};
-	struct store_msg set = {.op = STORE_OP_SET, .key = "k", .val = v, .val_len = STORE_MAX_VALUE};
+	struct store_msg set = {
+		.op = STORE_OP_SET, .key = "k", .val = v, .val_len = STORE_MAX_VALUE};
 	struct store_msg cas = {.op = STORE_OP_COMPARE_SET,
 				.key = "k",
 				.val = "",
 				.val2 = v,
 				.val2_len = STORE_MAX_VALUE};
-	struct store_msg mset = {.op = STORE_OP_MULTI_SET, .keys = k, .vals = vs, .lens = ls, .n = 1};
+	struct store_msg mset = {
+		.op = STORE_OP_MULTI_SET, .keys = k, .vals = vs, .lens = ls, .n = 1};
 
 	assert_non_null(v);
 	assert_int_equal(encode_and_parse(&set), 0);
@@ -336,8 +338,11 @@ static void test_key_count_limit_at_the_boundary(void **state)
 	const void **vs = malloc(n * sizeof(*vs));
 	size_t *ls = calloc(n, sizeof(*ls));
 	struct store_msg wait = {.op = STORE_OP_WAIT, .keys = ks, .n = STORE_MAX_MULTI_KEYS};
-	struct store_msg mset = {
-		.op = STORE_OP_MULTI_SET, .keys = ks, .vals = vs, .lens = ls, .n = STORE_MAX_MULTI_KEYS};
+	struct store_msg mset = {.op = STORE_OP_MULTI_SET,
+				 .keys = ks,
+				 .vals = vs,
+				 .lens = ls,
+				 .n = STORE_MAX_MULTI_KEYS};
 
 	assert_true(ks && vs && ls);
 	for (i = 0; i < n; i++) {
