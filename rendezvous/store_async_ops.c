@@ -39,18 +39,16 @@ int store_async_compare_set(struct store_async *a, const char *key, const void *
 			    size_t elen, const void *desired, size_t dlen, store_async_bytes_cb cb,
 			    void *arg)
 {
-	struct store_msg m = {.op = STORE_OP_COMPARE_SET,
-			      .key = key,
-			      .val = expected,
-			      .val_len = elen,
-			      .val2 = desired,
-			      .val2_len = dlen};
+	struct store_msg m = {
+		.op = STORE_OP_COMPARE_SET, .key = key, .val = expected, .val_len = elen};
 	struct aop t = {.reply = STORE_REPLY_BYTES,
 			.kind = K_BYTES,
 			.check = STORE_CHECK_READY,
 			.cb.bytes = cb,
 			.arg = arg};
 
+	m.val2 = desired;
+	m.val2_len = dlen;
 	return store_async_queue(a, &t, &m, 1);
 }
 
@@ -111,17 +109,26 @@ int store_async_on_close_set(struct store_async *a, const char *key, const void 
 	return store_async_queue(a, &t, &m, 1);
 }
 
-int store_async_wait(struct store_async *a, const char *const *keys, size_t n, int64_t timeout_ms,
-		     store_async_done_cb cb, void *arg)
+/* WAIT and BARRIER: one STOP_WAITING reply, the wait cancelled after
+ * timeout_ms (<= 0: never). */
+static int queue_wait(struct store_async *a, const struct store_msg *m, int64_t timeout_ms,
+		      store_async_done_cb cb, void *arg)
 {
-	struct store_msg m = {.op = STORE_OP_WAIT, .keys = keys, .n = n};
 	struct aop t = {.reply = STORE_REPLY_U8,
 			.kind = K_DONE,
 			.timeout_ms = timeout_ms,
 			.cb.done = cb,
 			.arg = arg};
 
-	return store_async_queue(a, &t, &m, 1);
+	return store_async_queue(a, &t, m, 1);
+}
+
+int store_async_wait(struct store_async *a, const char *const *keys, size_t n, int64_t timeout_ms,
+		     store_async_done_cb cb, void *arg)
+{
+	struct store_msg m = {.op = STORE_OP_WAIT, .keys = keys, .n = n};
+
+	return queue_wait(a, &m, timeout_ms, cb, arg);
 }
 
 int store_async_ping(struct store_async *a, store_async_done_cb cb, void *arg)
@@ -143,13 +150,8 @@ int store_async_barrier(struct store_async *a, const char *key, int64_t world_si
 			int64_t timeout_ms, store_async_done_cb cb, void *arg)
 {
 	struct store_msg m = {.op = STORE_OP_BARRIER, .key = key, .num = world_size};
-	struct aop t = {.reply = STORE_REPLY_U8,
-			.kind = K_DONE,
-			.timeout_ms = timeout_ms,
-			.cb.done = cb,
-			.arg = arg};
 
-	return store_async_queue(a, &t, &m, 1);
+	return queue_wait(a, &m, timeout_ms, cb, arg);
 }
 
 int store_async_list_keys(struct store_async *a, store_async_multi_cb cb, void *arg)

@@ -152,14 +152,14 @@ int store_client_compare_set(struct store_client *c, const char *key, const void
 			     size_t elen, const void *desired, size_t dlen, void **cur,
 			     size_t *curlen)
 {
-	struct store_msg m = {.op = STORE_OP_COMPARE_SET,
-			      .key = key,
-			      .val = expected,
-			      .val_len = elen,
-			      .val2 = desired,
-			      .val2_len = dlen};
+	struct store_msg m = {
+		.op = STORE_OP_COMPARE_SET, .key = key, .val = expected, .val_len = elen};
 	int64_t deadline = op_deadline(c);
-	int rc = request(c, &m, deadline);
+	int rc;
+
+	m.val2 = desired;
+	m.val2_len = dlen;
+	rc = request(c, &m, deadline);
 
 	if (rc == 0)
 		rc = store_client_fail(c, store_client_recv_bytes(c, cur, curlen, deadline));

@@ -206,6 +206,10 @@ struct store_buf {
 };
 void store_buf_init(struct store_buf *b);
 void store_buf_free(struct store_buf *b);
+/* Grow the buffer *p of *cap bytes to hold need bytes (doubling, from first
+ * when empty); 0, or -ENOMEM with both unchanged. Also for buffers that are
+ * not a store_buf (the server's input). */
+int store_grow(uint8_t **p, size_t *cap, size_t need, size_t first);
 /* Make room for n more bytes; returns a pointer to them or NULL (-ENOMEM). */
 uint8_t *store_buf_reserve(struct store_buf *b, size_t n);
 void store_buf_put(struct store_buf *b, const void *data, size_t n);

@@ -24,27 +24,32 @@ void store_buf_free(struct store_buf *b)
 	memset(b, 0, sizeof(*b));
 }
 
+int store_grow(uint8_t **p, size_t *cap, size_t need, size_t first)
+{
+	size_t c = *cap ? *cap : first;
+	uint8_t *np;
+
+	if (need <= *cap)
+		return 0;
+	if (need > SIZE_MAX / 2)
+		return -ENOMEM;
+	while (c < need)
+		c *= 2;
+	np = realloc(*p, c);
+	if (np == NULL)
+		return -ENOMEM;
+	*p = np;
+	*cap = c;
+	return 0;
+}
+
 uint8_t *store_buf_reserve(struct store_buf *b, size_t n)
 {
 	if (b->err)
 		return NULL;
-	if (n > SIZE_MAX / 2 - b->len) {
+	if (n > SIZE_MAX / 2 - b->len || store_grow(&b->p, &b->cap, b->len + n, 64) < 0) {
 		b->err = -ENOMEM;
 		return NULL;
-	}
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		uint8_t *np;
-
-		while (cap < b->len + n)
-			cap *= 2;
-		np = realloc(b->p, cap);
-		if (np == NULL) {
-			b->err = -ENOMEM;
-			return NULL;
-		}
-		b->p = np;
-		b->cap = cap;
 	}
 	return b->p + b->len;
 }
