@@ -221,8 +221,6 @@ void store_put_u64(struct store_buf *b, uint64_t v);
 void store_put_bytes(struct store_buf *b, const void *data, size_t n);
 /* The opcode of op in dialect d (must exist). */
 void store_put_op(struct store_buf *b, enum store_dialect d, enum store_op op);
-/* The 2.x handshake: VALIDATE + magic. */
-void store_put_validate(struct store_buf *b);
 /* A client key as torch.distributed.TCPStore sends it: "/" + key, or with a
  * prefix p "/" + p + "/" + key (PrefixStore). -EINVAL for a NULL key,
  * -ENAMETOOLONG past max bytes (nothing written then). */

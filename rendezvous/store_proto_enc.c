@@ -102,12 +102,6 @@ void store_put_op(struct store_buf *b, enum store_dialect d, enum store_op op)
 	store_put_u8(b, (uint8_t)code);
 }
 
-void store_put_validate(struct store_buf *b)
-{
-	store_put_u8(b, STORE_V2_VALIDATE);
-	store_put_u32(b, STORE_V2_MAGIC);
-}
-
 int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max)
 {
 	size_t kl, pl = prefix && *prefix ? strlen(prefix) + 1 : 0;
