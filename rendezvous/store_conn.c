@@ -260,7 +260,7 @@ void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n)
 		process(c, data, n);
 		return;
 	}
-	if (store_grow(&c->in, &c->in_cap, c->in_len + n, 4096) < 0) {
+	if (c->in_len + n > c->in_cap && store_grow(&c->in, &c->in_cap, c->in_len + n, 4096) < 0) {
 		store_conn_close(c, "out of memory");
 		return;
 	}

@@ -47,7 +47,9 @@ uint8_t *store_buf_reserve(struct store_buf *b, size_t n)
 {
 	if (b->err)
 		return NULL;
-	if (n > SIZE_MAX / 2 - b->len || store_grow(&b->p, &b->cap, b->len + n, 64) < 0) {
+	/* The common case, room enough, costs no call. */
+	if (n > SIZE_MAX / 2 - b->len ||
+	    (b->len + n > b->cap && store_grow(&b->p, &b->cap, b->len + n, 64) < 0)) {
 		b->err = -ENOMEM;
 		return NULL;
 	}
