@@ -152,7 +152,7 @@ RDZV_SRC := $(filter-out $(if $(filter 1,$(URING_ON)),,$(RING_SRC)),$(wildcard r
 # and the worker contract (workenv.c, for ddp_spawn).
 RDZV_CLIENT_SRC := $(filter rendezvous/store_proto.c rendezvous/store_client.c \
 	rendezvous/store_client_ops.c rendezvous/store_addr.c rendezvous/util.c \
-	rendezvous/workenv.c,$(RDZV_SRC))
+	rendezvous/workenv.c rendezvous/store_proto_enc.c,$(RDZV_SRC))
 DDPSTORE_SRC := $(wildcard rendezvous/cli/*.c)
 LAUNCHER_SRC := $(wildcard launcher/*.c)
 LAUNCHER_LIB_SRC := $(filter-out launcher/main.c,$(LAUNCHER_SRC))

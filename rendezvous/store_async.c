@@ -195,14 +195,15 @@ static void pump(struct store_async *a)
 static void on_wait_timer(uv_timer_t *t)
 {
 	struct store_async *a = t->data;
+	struct store_msg cancel = {.op = STORE_OP_CANCEL_WAIT};
 	struct store_buf b;
 
 	if (a->cur_wait == NULL || a->cur_wait->cancel_sent || a->state != AS_READY)
 		return;
 	a->cur_wait->cancel_sent = true;
 	store_buf_init(&b);
-	store_put_op(&b, STORE_DIALECT_V2, STORE_OP_CANCEL_WAIT);
-	if (b.err || write_bytes(a, &b, false) < 0) {
+	if (store_encode(&b, STORE_DIALECT_V2, NULL, &cancel) < 0 ||
+	    write_bytes(a, &b, false) < 0) {
 		store_buf_free(&b);
 		lost(a, -ENOMEM);
 	}
@@ -303,6 +304,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 static void on_connected(uv_connect_t *req, int status)
 {
 	struct store_async *a = req->data;
+	struct store_msg hello[] = {{.op = STORE_OP_VALIDATE}, {.op = STORE_OP_PING}};
 	struct aop *ping;
 	int rc;
 
@@ -334,10 +336,11 @@ static void on_connected(uv_connect_t *req, int status)
 	ping->op = STORE_OP_PING;
 	ping->reply = STORE_REPLY_U32;
 	ping->nonce = ++a->nonce;
+	hello[1].num = ping->nonce;
 	store_buf_init(&ping->req);
-	store_put_validate(&ping->req);
-	store_put_op(&ping->req, STORE_DIALECT_V2, STORE_OP_PING);
-	store_put_u32(&ping->req, ping->nonce);
+	/* These can only run out of memory, which req.err keeps for below. */
+	store_encode(&ping->req, STORE_DIALECT_V2, NULL, &hello[0]);
+	store_encode(&ping->req, STORE_DIALECT_V2, NULL, &hello[1]);
 	/* The handshake answer comes before any other reply. */
 	ping->next = a->replyq;
 	a->replyq = ping;
@@ -447,7 +450,7 @@ static void process(struct store_async *a)
 			continue;
 		}
 		l = store_reply_len(op->reply, op->n, a->rbuf + pos, a->rlen - pos,
-				    STORE_ASYNC_MAX_REPLY);
+				    STORE_MAX_REPLY);
 		if (l < 0) {
 			lost(a, -EPROTO);
 			return;
@@ -560,32 +563,24 @@ int store_async_set_prefix(struct store_async *a, const char *prefix)
 	return 0;
 }
 
-struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
-			       enum akind kind, void *arg)
+int store_async_queue(struct store_async *a, const struct aop *t, const struct store_msg *m,
+		      size_t nm)
 {
 	struct aop *o;
+	size_t i;
+	int rc = 0;
 
 	if (a->state == AS_LOST || a->state == AS_CLOSING)
-		return NULL;
-	o = calloc(1, sizeof(*o));
+		return -ENOTCONN;
+	o = malloc(sizeof(*o));
 	if (o == NULL)
-		return NULL;
-	o->op = op;
-	o->reply = reply;
-	o->kind = kind;
-	o->arg = arg;
+		return -ENOMEM;
+	*o = *t;
+	o->next = NULL;
+	o->op = m[nm - 1].op;
 	store_buf_init(&o->req);
-	store_put_op(&o->req, STORE_DIALECT_V2, op);
-	return o;
-}
-
-/* Queue o (or fail with rc and free it). */
-int store_async_submit(struct store_async *a, struct aop *o, int rc)
-{
-	if (o == NULL)
-		return a->state == AS_LOST || a->state == AS_CLOSING ? -ENOTCONN : -ENOMEM;
-	if (rc == 0 && o->req.err)
-		rc = o->req.err;
+	for (i = 0; i < nm && rc == 0; i++)
+		rc = store_encode(&o->req, STORE_DIALECT_V2, a->prefix, &m[i]);
 	if (rc < 0) {
 		store_async_op_free(o);
 		return rc;

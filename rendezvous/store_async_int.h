@@ -11,7 +11,6 @@
 #include "store_async.h"
 #include "store_proto.h"
 
-#define STORE_ASYNC_MAX_REPLY	 ((size_t)1 << 30)
 #define STORE_ASYNC_HANDSHAKE_MS 30000 /* bound when connect_timeout_ms <= 0 */
 
 enum astate { AS_CONNECTING, AS_READY, AS_LOST, AS_CLOSING };
@@ -71,13 +70,13 @@ struct store_async {
 	void *done_arg;
 };
 
-/* A new operation with its opcode written, or NULL (-ENOTCONN after loss or
- * close, else -ENOMEM: see store_async_submit). */
-struct aop *store_async_op_new(struct store_async *a, enum store_op op, enum store_reply_kind reply,
-			       enum akind kind, void *arg);
-/* Queue o and send what may go; with rc < 0 (or o == NULL) free it and
- * return the error instead. */
-int store_async_submit(struct store_async *a, struct aop *o, int rc);
+/* Queue a new operation like t (reply, kind, callback, arg and the fields
+ * its op uses), its request m[0..nm) encoded under a's prefix, and send what
+ * may go. It is the operation of its last message (GET: a CHECK, then the
+ * GET). 0, or -ENOTCONN after loss or close, -ENOMEM, or store_encode's
+ * error. */
+int store_async_queue(struct store_async *a, const struct aop *t, const struct store_msg *m,
+		      size_t nm);
 /* Unlink and return the head of a queue (NULL when empty). */
 struct aop *store_async_pop(struct aop **head, struct aop **tail);
 void store_async_op_free(struct aop *op);

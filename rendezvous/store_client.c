@@ -24,10 +24,6 @@
 #include "store_client_int.h"
 #include "util.h"
 
-/* Replies larger than this are treated as protocol errors (a server sending a
- * garbage length must not make us allocate gigabytes). */
-#define CLIENT_MAX_VALUE ((size_t)1 << 30)
-
 int64_t store_client_deadline(int64_t ms)
 {
 	return ms > 0 ? util_now_ms() + ms : -1;
@@ -119,7 +115,7 @@ int store_client_recv_bytes(struct store_client *c, void **val, size_t *len, int
 
 	if (rc < 0)
 		return rc;
-	if (l > CLIENT_MAX_VALUE)
+	if (l > STORE_MAX_REPLY)
 		return -EPROTO;
 	p = malloc((size_t)l + 1);
 	if (p == NULL)
@@ -168,14 +164,17 @@ static int connect_one(const struct addrinfo *a, int64_t deadline, int *fd_out)
 
 static int handshake(struct store_client *c, int64_t deadline)
 {
+	struct store_msg validate = {.op = STORE_OP_VALIDATE};
+	struct store_msg ping = {.op = STORE_OP_PING, .num = c->nonce};
 	uint32_t echo = 0;
 	int rc;
 
 	c->req.len = 0;
-	store_put_validate(&c->req);
-	store_put_u8(&c->req, STORE_V2_PING);
-	store_put_u32(&c->req, c->nonce);
-	rc = store_client_send(c, c->req.p, c->req.len, deadline);
+	rc = store_encode(&c->req, STORE_DIALECT_V2, NULL, &validate);
+	if (rc == 0)
+		rc = store_encode(&c->req, STORE_DIALECT_V2, NULL, &ping);
+	if (rc == 0)
+		rc = store_client_send(c, c->req.p, c->req.len, deadline);
 	if (rc == 0)
 		rc = store_client_recv(c, &echo, 4, deadline);
 	if (rc == 0 && echo != c->nonce)

@@ -19,26 +19,17 @@ static int recv_i64(struct store_client *c, int64_t *v, int64_t deadline)
 
 /* ---- requests ---------------------------------------------------------------------- */
 
-static int begin(struct store_client *c, enum store_op op)
+/* Encode m into the client's one request buffer and send it. */
+static int request(struct store_client *c, const struct store_msg *m, int64_t deadline)
 {
+	int rc;
+
 	if (c->broken)
 		return -ENOTCONN;
 	c->req.len = 0;
 	c->req.err = 0;
-	store_put_op(&c->req, STORE_DIALECT_V2, op);
-	return 0;
-}
-
-static int put_key(struct store_client *c, const char *key)
-{
-	return store_put_user_key(&c->req, c->prefix, key, STORE_MAX_KEY);
-}
-
-static int send_req(struct store_client *c, int64_t deadline)
-{
-	if (c->req.err)
-		return c->req.err;
-	return store_client_fail(c, store_client_send(c, c->req.p, c->req.len, deadline));
+	rc = store_encode(&c->req, STORE_DIALECT_V2, c->prefix, m);
+	return rc ? rc : store_client_fail(c, store_client_send(c, c->req.p, c->req.len, deadline));
 }
 
 static int64_t op_deadline(struct store_client *c)
@@ -46,17 +37,13 @@ static int64_t op_deadline(struct store_client *c)
 	return store_client_deadline(c->op_timeout_ms);
 }
 
-/* SET and APPEND: a key and a value, no reply. */
+/* SET, APPEND and QUEUE_PUSH: a key and a value, no reply. */
 static int key_value_op(struct store_client *c, enum store_op op, const char *key, const void *val,
 			size_t len)
 {
-	int rc = begin(c, op);
+	struct store_msg m = {.op = op, .key = key, .val = val, .val_len = len};
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = store_put_user_value(&c->req, val, len);
-	return rc ? rc : send_req(c, op_deadline(c));
+	return request(c, &m, op_deadline(c));
 }
 
 int store_client_set(struct store_client *c, const char *key, const void *val, size_t len)
@@ -70,20 +57,16 @@ static int await_stop(struct store_client *c, int64_t deadline);
 
 static int do_wait(struct store_client *c, const char *const *keys, size_t n, int64_t deadline)
 {
-	int rc = begin(c, STORE_OP_WAIT);
+	struct store_msg m = {.op = STORE_OP_WAIT, .keys = keys, .n = n};
+	int rc = request(c, &m, deadline);
 
-	if (rc == 0)
-		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
-	if (rc == 0)
-		rc = send_req(c, deadline);
-	if (rc < 0)
-		return rc;
-	return await_stop(c, deadline);
+	return rc < 0 ? rc : await_stop(c, deadline);
 }
 
 /* STOP_WAITING for the WAIT or BARRIER just sent, with cancel on timeout. */
 static int await_stop(struct store_client *c, int64_t deadline)
 {
+	struct store_msg cancel = {.op = STORE_OP_CANCEL_WAIT};
 	uint8_t r;
 	int rc = recv_u8(c, &r, deadline);
 
@@ -94,8 +77,7 @@ static int await_stop(struct store_client *c, int64_t deadline)
 	/* Cancel; a STOP_WAITING already in flight may come first, and then
 	 * the keys are there after all. */
 	deadline = store_client_deadline(c->op_timeout_ms > 0 ? c->op_timeout_ms : 10000);
-	begin(c, STORE_OP_CANCEL_WAIT);
-	rc = send_req(c, deadline);
+	rc = request(c, &cancel, deadline);
 	if (rc == 0)
 		rc = recv_u8(c, &r, deadline);
 	if (rc == 0 && r == STORE_WAIT_STOP) {
@@ -117,12 +99,9 @@ int store_client_wait(struct store_client *c, const char *const *keys, size_t n,
 static int get_now(struct store_client *c, const char *key, void **val, size_t *len,
 		   int64_t deadline)
 {
-	int rc = begin(c, STORE_OP_GET);
+	struct store_msg m = {.op = STORE_OP_GET, .key = key};
+	int rc = request(c, &m, deadline);
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = send_req(c, deadline);
 	if (rc == 0)
 		rc = store_client_fail(c, store_client_recv_bytes(c, val, len, deadline));
 	return rc;
@@ -148,10 +127,11 @@ int store_client_try_get(struct store_client *c, const char *key, void **val, si
 	return get_now(c, key, val, len, deadline);
 }
 
-static int simple_i64(struct store_client *c, int64_t *out)
+/* A request answered by one int64. */
+static int simple_i64(struct store_client *c, const struct store_msg *m, int64_t *out)
 {
 	int64_t deadline = op_deadline(c);
-	int rc = send_req(c, deadline);
+	int rc = request(c, m, deadline);
 
 	if (rc == 0)
 		rc = store_client_fail(c, recv_i64(c, out, deadline));
@@ -160,15 +140,9 @@ static int simple_i64(struct store_client *c, int64_t *out)
 
 int store_client_add(struct store_client *c, const char *key, int64_t delta, int64_t *result)
 {
+	struct store_msg m = {.op = STORE_OP_ADD, .key = key, .num = delta};
 	int64_t r;
-	int rc = begin(c, STORE_OP_ADD);
-
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc)
-		return rc;
-	store_put_i64(&c->req, delta);
-	rc = simple_i64(c, &r);
+	int rc = simple_i64(c, &m, &r);
 	if (rc == 0 && result)
 		*result = r;
 	return rc;
@@ -178,17 +152,15 @@ int store_client_compare_set(struct store_client *c, const char *key, const void
 			     size_t elen, const void *desired, size_t dlen, void **cur,
 			     size_t *curlen)
 {
+	struct store_msg m = {
+		.op = STORE_OP_COMPARE_SET, .key = key, .val = expected, .val_len = elen};
 	int64_t deadline = op_deadline(c);
-	int rc = begin(c, STORE_OP_COMPARE_SET);
+	int rc;
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = store_put_user_value(&c->req, expected, elen);
-	if (rc == 0)
-		rc = store_put_user_value(&c->req, desired, dlen);
-	if (rc == 0)
-		rc = send_req(c, deadline);
+	m.val2 = desired;
+	m.val2_len = dlen;
+	rc = request(c, &m, deadline);
+
 	if (rc == 0)
 		rc = store_client_fail(c, store_client_recv_bytes(c, cur, curlen, deadline));
 	return rc;
@@ -196,14 +168,11 @@ int store_client_compare_set(struct store_client *c, const char *key, const void
 
 int store_client_check(struct store_client *c, const char *const *keys, size_t n)
 {
+	struct store_msg m = {.op = STORE_OP_CHECK, .keys = keys, .n = n};
 	int64_t deadline = op_deadline(c);
 	uint8_t r;
-	int rc = begin(c, STORE_OP_CHECK);
+	int rc = request(c, &m, deadline);
 
-	if (rc == 0)
-		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
-	if (rc == 0)
-		rc = send_req(c, deadline);
 	if (rc == 0)
 		rc = store_client_fail(c, recv_u8(c, &r, deadline));
 	if (rc < 0)
@@ -215,21 +184,18 @@ int store_client_check(struct store_client *c, const char *const *keys, size_t n
 
 int store_client_delete(struct store_client *c, const char *key)
 {
+	struct store_msg m = {.op = STORE_OP_DELETE, .key = key};
 	int64_t r = 0;
-	int rc = begin(c, STORE_OP_DELETE);
+	int rc = simple_i64(c, &m, &r);
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = simple_i64(c, &r);
 	return rc < 0 ? rc : r == 1;
 }
 
 int store_client_num_keys(struct store_client *c, int64_t *n)
 {
-	int rc = begin(c, STORE_OP_NUMKEYS);
+	struct store_msg m = {.op = STORE_OP_NUMKEYS};
 
-	return rc ? rc : simple_i64(c, n);
+	return simple_i64(c, &m, n);
 }
 
 int store_client_append(struct store_client *c, const char *key, const void *val, size_t len)
@@ -240,16 +206,13 @@ int store_client_append(struct store_client *c, const char *key, const void *val
 int store_client_multi_get(struct store_client *c, const char *const *keys, size_t n, void **vals,
 			   size_t *lens)
 {
+	struct store_msg m = {.op = STORE_OP_MULTI_GET, .keys = keys, .n = n};
 	int64_t deadline = op_deadline(c);
 	size_t i, j;
 	int rc = n ? do_wait(c, keys, n, deadline) : 0;
 
 	if (rc == 0)
-		rc = begin(c, STORE_OP_MULTI_GET);
-	if (rc == 0)
-		rc = store_put_user_keys(&c->req, c->prefix, keys, n);
-	if (rc == 0)
-		rc = send_req(c, deadline);
+		rc = request(c, &m, deadline);
 	for (i = 0; rc == 0 && i < n; i++) {
 		rc = store_client_fail(c, store_client_recv_bytes(c, &vals[i], &lens[i], deadline));
 		if (rc < 0) {
@@ -265,34 +228,20 @@ int store_client_multi_get(struct store_client *c, const char *const *keys, size
 int store_client_multi_set(struct store_client *c, const char *const *keys, const void *const *vals,
 			   const size_t *lens, size_t n)
 {
-	size_t i;
-	int rc = begin(c, STORE_OP_MULTI_SET);
+	struct store_msg m = {
+		.op = STORE_OP_MULTI_SET, .keys = keys, .vals = vals, .lens = lens, .n = n};
 
-	if (n > STORE_MAX_MULTI_KEYS)
-		return -E2BIG;
-	if (rc == 0)
-		store_put_u64(&c->req, n);
-	for (i = 0; rc == 0 && i < n; i++) {
-		rc = put_key(c, keys[i]);
-		if (rc == 0)
-			rc = store_put_user_value(&c->req, vals[i], lens[i]);
-	}
-	return rc ? rc : send_req(c, op_deadline(c));
+	return request(c, &m, op_deadline(c));
 }
 
 int store_client_queue_push(struct store_client *c, const char *key, const void *val, size_t len)
 {
-	int rc = begin(c, STORE_OP_QUEUE_PUSH);
-
-	if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = store_put_user_value(&c->req, val, len);
-	return rc ? rc : send_req(c, op_deadline(c));
+	return key_value_op(c, STORE_OP_QUEUE_PUSH, key, val, len);
 }
 
 int store_client_queue_pop(struct store_client *c, const char *key, void **val, size_t *len)
 {
+	struct store_msg pop = {.op = STORE_OP_QUEUE_POP, .key = key};
 	int64_t deadline = op_deadline(c), n, pause = 1;
 	int rc;
 
@@ -302,11 +251,7 @@ int store_client_queue_pop(struct store_client *c, const char *key, void **val, 
 	for (;;) {
 		rc = do_wait(c, &key, 1, deadline);
 		if (rc == 0)
-			rc = begin(c, STORE_OP_QUEUE_POP);
-		if (rc == 0)
-			rc = put_key(c, key);
-		if (rc == 0)
-			rc = send_req(c, deadline);
+			rc = request(c, &pop, deadline);
 		if (rc == 0)
 			rc = store_client_fail(c, recv_i64(c, &n, deadline));
 		if (rc < 0)
@@ -322,23 +267,18 @@ int store_client_queue_pop(struct store_client *c, const char *key, void **val, 
 
 int store_client_queue_len(struct store_client *c, const char *key, int64_t *n)
 {
-	int rc = begin(c, STORE_OP_QUEUE_LEN);
+	struct store_msg m = {.op = STORE_OP_QUEUE_LEN, .key = key};
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	return rc ? rc : simple_i64(c, n);
+	return simple_i64(c, &m, n);
 }
 
 int store_client_ping(struct store_client *c)
 {
+	struct store_msg m = {.op = STORE_OP_PING, .num = ++c->nonce};
 	int64_t deadline = op_deadline(c);
 	uint32_t echo = 0;
-	int rc = begin(c, STORE_OP_PING);
+	int rc = request(c, &m, deadline);
 
-	c->nonce++;
-	store_put_u32(&c->req, c->nonce);
-	if (rc == 0)
-		rc = send_req(c, deadline);
 	if (rc == 0)
 		rc = store_client_fail(c, store_client_recv(c, &echo, 4, deadline));
 	if (rc == 0 && echo != c->nonce)
@@ -348,19 +288,12 @@ int store_client_ping(struct store_client *c)
 
 int store_client_on_close_set(struct store_client *c, const char *key, const void *val, size_t len)
 {
+	/* NULL or "" clears the registration: store_encode sends the empty key. */
+	struct store_msg m = {.op = STORE_OP_ON_CLOSE_SET, .key = key, .val = val, .val_len = len};
 	int64_t deadline = op_deadline(c);
 	uint8_t ack;
-	int rc = begin(c, STORE_OP_ON_CLOSE_SET);
+	int rc = request(c, &m, deadline);
 
-	/* NULL or "" clears the registration: an empty key on the wire. */
-	if (rc == 0 && (key == NULL || *key == '\0'))
-		store_put_u64(&c->req, 0);
-	else if (rc == 0)
-		rc = put_key(c, key);
-	if (rc == 0)
-		rc = store_put_user_value(&c->req, val, len);
-	if (rc == 0)
-		rc = send_req(c, deadline);
 	if (rc == 0)
 		rc = store_client_fail(c, recv_u8(c, &ack, deadline));
 	return rc;
@@ -369,14 +302,10 @@ int store_client_on_close_set(struct store_client *c, const char *key, const voi
 int store_client_barrier(struct store_client *c, const char *key, int64_t world_size,
 			 int64_t timeout_ms)
 {
+	struct store_msg m = {.op = STORE_OP_BARRIER, .key = key, .num = world_size};
 	int64_t deadline = store_client_deadline(timeout_ms > 0 ? timeout_ms : c->op_timeout_ms);
-	int rc = begin(c, STORE_OP_BARRIER);
+	int rc = request(c, &m, deadline);
 
-	if (rc == 0)
-		rc = put_key(c, key);
-	store_put_i64(&c->req, world_size);
-	if (rc == 0)
-		rc = send_req(c, deadline);
 	return rc < 0 ? rc : await_stop(c, deadline);
 }
 
@@ -413,15 +342,15 @@ static const char *user_part(const struct store_client *c, const char *k, size_t
 
 int store_client_list_keys(struct store_client *c, char ***keys, size_t *n)
 {
+	struct store_msg m = {.op = STORE_OP_LIST_KEYS};
 	int64_t deadline = op_deadline(c), count;
 	char **out = NULL;
 	size_t got = 0;
-	int rc = begin(c, STORE_OP_LIST_KEYS);
+	int rc;
 
 	*keys = NULL;
 	*n = 0;
-	if (rc == 0)
-		rc = send_req(c, deadline);
+	rc = request(c, &m, deadline);
 	if (rc == 0)
 		rc = store_client_fail(c, recv_i64(c, &count, deadline));
 	if (rc < 0)

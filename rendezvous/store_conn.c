@@ -260,19 +260,9 @@ void store_conn_input(struct store_conn *c, const uint8_t *data, size_t n)
 		process(c, data, n);
 		return;
 	}
-	if (c->in_len + n > c->in_cap) {
-		size_t cap = c->in_cap ? c->in_cap : 4096;
-		uint8_t *nb;
-
-		while (cap < c->in_len + n)
-			cap *= 2;
-		nb = realloc(c->in, cap);
-		if (nb == NULL) {
-			store_conn_close(c, "out of memory");
-			return;
-		}
-		c->in = nb;
-		c->in_cap = cap;
+	if (c->in_len + n > c->in_cap && store_grow(&c->in, &c->in_cap, c->in_len + n, 4096) < 0) {
+		store_conn_close(c, "out of memory");
+		return;
 	}
 	memcpy(c->in + c->in_len, data, n);
 	c->in_len += n;

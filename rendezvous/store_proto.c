@@ -1,16 +1,15 @@
-/* store_proto: TCPStore wire codec (see store_proto.h). */
+/* store_proto: the TCPStore wire codec's opcodes, request parser, reply
+ * lengths and error texts (see store_proto.h; store_proto_enc.c encodes). */
 #include "store_proto.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-/* Field shapes of every request, in wire order. */
-enum field { F_END, F_U32, F_I64, F_KEY, F_VAL, F_VAL2, F_KEYLIST, F_KVLIST };
+#include "store_proto_int.h"
 
-static const uint8_t shapes[STORE_OP_COUNT_][4] = {
+const uint8_t store_shapes[STORE_OP_COUNT_][4] = {
 	[STORE_OP_VALIDATE] = {F_U32},
 	[STORE_OP_SET] = {F_KEY, F_VAL},
 	[STORE_OP_COMPARE_SET] = {F_KEY, F_VAL, F_VAL2},
@@ -347,7 +346,7 @@ int store_parse(struct store_parser *p, const uint8_t *buf, size_t len, struct s
 		p->off = 1;
 	}
 	for (;;) {
-		switch (shapes[p->op][p->field]) {
+		switch (store_shapes[p->op][p->field]) {
 		case F_END:
 			memset(req, 0, sizeof(*req));
 			req->op = (enum store_op)p->op;
@@ -416,140 +415,6 @@ void store_list_next(const uint8_t **pos, const uint8_t **item_out, size_t *len)
 	*item_out = *pos + 8;
 	*len = (size_t)l;
 	*pos += 8 + (size_t)l;
-}
-
-/* ---- output buffer ---------------------------------------------------------- */
-
-void store_buf_init(struct store_buf *b)
-{
-	memset(b, 0, sizeof(*b));
-}
-
-void store_buf_free(struct store_buf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
-uint8_t *store_buf_reserve(struct store_buf *b, size_t n)
-{
-	if (b->err)
-		return NULL;
-	if (n > SIZE_MAX / 2 - b->len) {
-		b->err = -ENOMEM;
-		return NULL;
-	}
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 64;
-		uint8_t *np;
-
-		while (cap < b->len + n)
-			cap *= 2;
-		np = realloc(b->p, cap);
-		if (np == NULL) {
-			b->err = -ENOMEM;
-			return NULL;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-	return b->p + b->len;
-}
-
-void store_buf_put(struct store_buf *b, const void *data, size_t n)
-{
-	uint8_t *d = store_buf_reserve(b, n);
-
-	if (d == NULL)
-		return;
-	if (n)
-		memcpy(d, data, n);
-	b->len += n;
-}
-
-void store_put_u8(struct store_buf *b, uint8_t v)
-{
-	store_buf_put(b, &v, 1);
-}
-
-void store_put_u32(struct store_buf *b, uint32_t v)
-{
-	store_buf_put(b, &v, 4);
-}
-
-void store_put_i64(struct store_buf *b, int64_t v)
-{
-	store_buf_put(b, &v, 8);
-}
-
-void store_put_u64(struct store_buf *b, uint64_t v)
-{
-	store_buf_put(b, &v, 8);
-}
-
-void store_put_bytes(struct store_buf *b, const void *data, size_t n)
-{
-	store_put_u64(b, n);
-	store_buf_put(b, data, n);
-}
-
-void store_put_op(struct store_buf *b, enum store_dialect d, enum store_op op)
-{
-	int code = store_opcode(d, op);
-
-	if (code < 0) {
-		b->err = b->err ? b->err : -EINVAL;
-		return;
-	}
-	store_put_u8(b, (uint8_t)code);
-}
-
-void store_put_validate(struct store_buf *b)
-{
-	store_put_u8(b, STORE_V2_VALIDATE);
-	store_put_u32(b, STORE_V2_MAGIC);
-}
-
-int store_put_user_key(struct store_buf *b, const char *prefix, const char *key, size_t max)
-{
-	size_t kl, pl = prefix && *prefix ? strlen(prefix) + 1 : 0;
-
-	if (key == NULL)
-		return -EINVAL;
-	kl = strlen(key);
-	if (1 + pl + kl > max)
-		return -ENAMETOOLONG;
-	store_put_u64(b, 1 + pl + kl);
-	store_buf_put(b, "/", 1);
-	if (pl) {
-		store_buf_put(b, prefix, pl - 1);
-		store_buf_put(b, "/", 1);
-	}
-	store_buf_put(b, key, kl);
-	return 0;
-}
-
-int store_put_user_value(struct store_buf *b, const void *val, size_t len)
-{
-	if (len > STORE_MAX_VALUE)
-		return -EMSGSIZE;
-	if (len && val == NULL)
-		return -EINVAL;
-	store_put_bytes(b, val, len);
-	return 0;
-}
-
-int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n)
-{
-	size_t i;
-	int rc = 0;
-
-	if (n > STORE_MAX_MULTI_KEYS)
-		return -E2BIG;
-	store_put_u64(b, n);
-	for (i = 0; i < n && rc == 0; i++)
-		rc = store_put_user_key(b, prefix, keys[i], STORE_MAX_KEY);
-	return rc;
 }
 
 /* ---- replies ------------------------------------------------------------------ */

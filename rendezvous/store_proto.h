@@ -28,7 +28,9 @@
  * The parser is incremental and bounded: it never allocates, checks every
  * length against the limits before trusting it, resumes where it stopped when
  * more bytes arrive, and tells "need more bytes" (0) from "protocol error"
- * (negative errno, with a reason in p->err). */
+ * (negative errno, with a reason in p->err). Requests are written by one
+ * encoder, store_encode, from the same table of field shapes the parser reads
+ * by (store_proto_int.h); store_proto.c parses, store_proto_enc.c encodes. */
 #ifndef DDP_STORE_PROTO_H
 #define DDP_STORE_PROTO_H
 
@@ -125,6 +127,10 @@ const char *store_op_name(enum store_op op);
 #define STORE_MAX_VALUE	     (8 * 1024 * 1024)
 #define STORE_MAX_MULTI_KEYS (128 * 1024)
 #define STORE_MAX_MSG	     (64 * 1024 * 1024)
+/* The longest value a client takes in a reply: far above any server's
+ * --max-value-len, so that it reads whatever a server holds, yet a bound on a
+ * garbage length. */
+#define STORE_MAX_REPLY ((size_t)1 << 30)
 
 struct store_limits {
 	size_t max_key_len;    /* default STORE_MAX_KEY */
@@ -200,6 +206,10 @@ struct store_buf {
 };
 void store_buf_init(struct store_buf *b);
 void store_buf_free(struct store_buf *b);
+/* Grow the buffer *p of *cap bytes to hold need bytes (doubling, from first
+ * when empty); 0, or -ENOMEM with both unchanged. Also for buffers that are
+ * not a store_buf (the server's input). */
+int store_grow(uint8_t **p, size_t *cap, size_t need, size_t first);
 /* Make room for n more bytes; returns a pointer to them or NULL (-ENOMEM). */
 uint8_t *store_buf_reserve(struct store_buf *b, size_t n);
 void store_buf_put(struct store_buf *b, const void *data, size_t n);
@@ -211,8 +221,6 @@ void store_put_u64(struct store_buf *b, uint64_t v);
 void store_put_bytes(struct store_buf *b, const void *data, size_t n);
 /* The opcode of op in dialect d (must exist). */
 void store_put_op(struct store_buf *b, enum store_dialect d, enum store_op op);
-/* The 2.x handshake: VALIDATE + magic. */
-void store_put_validate(struct store_buf *b);
 /* A client key as torch.distributed.TCPStore sends it: "/" + key, or with a
  * prefix p "/" + p + "/" + key (PrefixStore). -EINVAL for a NULL key,
  * -ENAMETOOLONG past max bytes (nothing written then). */
@@ -223,6 +231,31 @@ int store_put_user_value(struct store_buf *b, const void *val, size_t len);
 /* A client's key list: the count, then each key as store_put_user_key writes
  * it (at most STORE_MAX_KEY bytes); -E2BIG past STORE_MAX_MULTI_KEYS keys. */
 int store_put_user_keys(struct store_buf *b, const char *prefix, const char *const *keys, size_t n);
+
+/* A request, for store_encode: op and the fields its shape has (see the
+ * opcode list above); the others are ignored. Keys are user keys, as
+ * store_put_user_key writes them. */
+struct store_msg {
+	enum store_op op;
+	const char *key;
+	const void *val; /* SET/APPEND/QUEUE_PUSH/ON_CLOSE_SET value, COMPARE_SET expected */
+	size_t val_len;
+	const void *val2; /* COMPARE_SET desired */
+	size_t val2_len;
+	int64_t num;		 /* ADD delta, PING nonce, BARRIER world size */
+	const char *const *keys; /* CHECK/WAIT/MULTI_GET keys, MULTI_SET's keys */
+	const void *const *vals; /* MULTI_SET values, lens[i] bytes each */
+	const size_t *lens;
+	size_t n; /* keys (and vals) */
+};
+
+/* Append m in dialect d to b, its keys under prefix (NULL: none). VALIDATE
+ * gets the magic; ON_CLOSE_SET's NULL or "" key is the empty wire key (it
+ * clears). Returns 0, or with nothing appended: -EINVAL (op not in d, a NULL
+ * key, a NULL value with a length), -ENAMETOOLONG, -EMSGSIZE, -E2BIG (the
+ * client limits above), or b's sticky -ENOMEM. */
+int store_encode(struct store_buf *b, enum store_dialect d, const char *prefix,
+		 const struct store_msg *m);
 
 static inline uint64_t store_get_u64(const uint8_t *p)
 {

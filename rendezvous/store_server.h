@@ -11,9 +11,9 @@
 #include <uv.h>
 
 struct store_server_opts {
-	size_t max_key_len;	/* default 8 KiB */
-	size_t max_value_len;	/* default 8 MiB */
-	size_t max_multi_keys;	/* keys per multi-key op, default 128Ki */
+	size_t max_key_len;	/* default STORE_MAX_KEY (store_proto.h) */
+	size_t max_value_len;	/* default STORE_MAX_VALUE */
+	size_t max_multi_keys;	/* keys per multi-key op, default STORE_MAX_MULTI_KEYS */
 	size_t max_conn_buffer; /* bytes buffered per connection (in + out) */
 	unsigned max_conns;	/* concurrent connections; 0: 16384 */
 	int backlog;		/* listen backlog */

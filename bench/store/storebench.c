@@ -184,23 +184,22 @@ static void ops_reply(struct bconn *c)
 	ops_next(c);
 }
 
+/* The keys are user keys ("/" + key on the wire, as TCPStore's). */
 static void build_ops(struct bconn *c)
 {
-	char key[128], val[VALUE_LEN];
+	char key[128], ctr[128], val[VALUE_LEN];
+	struct store_msg set = {.op = STORE_OP_SET, .key = key, .val = val, .val_len = sizeof(val)};
+	struct store_msg get = {.op = STORE_OP_GET, .key = key};
+	struct store_msg add = {.op = STORE_OP_ADD, .key = ctr, .num = 1};
 
 	memset(val, 'v', sizeof(val));
-	snprintf(key, sizeof(key), "/bench/%s/k%d", tag, c->id);
+	snprintf(key, sizeof(key), "bench/%s/k%d", tag, c->id);
+	snprintf(ctr, sizeof(ctr), "bench/%s/c%d", tag, c->id);
 	store_buf_init(&c->req[0]);
-	store_put_op(&c->req[0], dialect, STORE_OP_SET);
-	store_put_bytes(&c->req[0], key, strlen(key));
-	store_put_bytes(&c->req[0], val, sizeof(val));
-	store_put_op(&c->req[0], dialect, STORE_OP_GET);
-	store_put_bytes(&c->req[0], key, strlen(key));
-	snprintf(key, sizeof(key), "/bench/%s/c%d", tag, c->id);
+	store_encode(&c->req[0], dialect, NULL, &set);
+	store_encode(&c->req[0], dialect, NULL, &get);
 	store_buf_init(&c->req[1]);
-	store_put_op(&c->req[1], dialect, STORE_OP_ADD);
-	store_put_bytes(&c->req[1], key, strlen(key));
-	store_put_i64(&c->req[1], 1);
+	store_encode(&c->req[1], dialect, NULL, &add);
 }
 
 /* ---- rendezvous ---------------------------------------------------------------------- */
@@ -212,18 +211,22 @@ static void build_ops(struct bconn *c)
 static void rdzv_put(struct store_buf *b, enum store_op op)
 {
 	char key[128];
+	const char *keys[] = {key};
+	struct store_msg validate = {.op = STORE_OP_VALIDATE};
+	struct store_msg m = {.op = op, .key = key};
 
+	if (op == STORE_OP_ADD) {
+		m.num = 1;
+	} else if (op == STORE_OP_SET) {
+		m.val = "1";
+		m.val_len = 1;
+	} else {
+		m = (struct store_msg){.op = op, .keys = keys, .n = 1};
+	}
 	if (op == STORE_OP_ADD && dialect == STORE_DIALECT_V2)
-		store_put_validate(b);
-	store_put_op(b, dialect, op);
-	if (op == STORE_OP_WAIT)
-		store_put_u64(b, 1);
-	snprintf(key, sizeof(key), "/rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
-	store_put_bytes(b, key, strlen(key));
-	if (op == STORE_OP_ADD)
-		store_put_i64(b, 1);
-	else if (op == STORE_OP_SET)
-		store_put_bytes(b, "1", 1);
+		store_encode(b, dialect, NULL, &validate);
+	snprintf(key, sizeof(key), "rdzv/%s/%s", tag, op == STORE_OP_ADD ? "count" : "done");
+	store_encode(b, dialect, NULL, &m);
 }
 
 static void rdzv_send(struct bconn *c, enum store_op op)
@@ -553,7 +556,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	store_buf_init(&hello);
-	store_put_validate(&hello);
+	store_encode(&hello, STORE_DIALECT_V2, NULL, &(struct store_msg){.op = STORE_OP_VALIDATE});
 	use_uring = want_uring();
 	raise_nofile();
 	if (pipe(go) < 0 || pipe(ready) < 0)
