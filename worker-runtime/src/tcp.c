@@ -21,6 +21,9 @@
  * calls' gather (all_reduce_small); larger ones take the ring's two passes. */
 #define TCP_SMALL_BYTES (64u << 10)
 #define TCP_RING_TMP	(1u << 20)  /* scratch ring a reduce-scatter receives into */
+#define TCP_SPIN_US	30	    /* spin this long before a poll that sleeps */
+#define TCP_SPIN_FAILS	4	    /* after this many failed spins in a row, */
+#define TCP_SPIN_PAUSE	64	    /* this many waits go without */
 #define TCP_COMBINE_MIN (64u << 10) /* combine received data in runs of this much */
 
 struct hello {
@@ -33,10 +36,11 @@ struct hello {
 struct ddpi_tcp {
 	int nnodes, me, world, restart;
 	int left_fd, right_fd;
-	int *node_of; /* global rank -> node */
-	int **ranks;  /* node -> its global ranks, ascending */
-	int *nranks;  /* node -> count */
-	void *tmp;    /* receive scratch for reductions and packed blocks */
+	int *node_of;		/* global rank -> node */
+	int **ranks;		/* node -> its global ranks, ascending */
+	int *nranks;		/* node -> count */
+	void *tmp;		/* receive scratch for reductions and packed blocks */
+	int spin_fails, nospin; /* spins failed in a row; waits left without one */
 	size_t tmp_len;
 };
 
@@ -107,7 +111,26 @@ static int wait_io(struct ddpi_tcp *t, int want_send, int want_recv, int64_t dea
 		p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
 	if (want_recv)
 		p[np++] = (struct pollfd){.fd = t->left_fd, .events = POLLIN};
-	if (poll(p, np, left > 1000 ? 1000 : (int)left) < 0 && errno != EINTR)
+	/* A short spin first: a neighbour's answer usually comes within a few
+	 * microseconds, and a sleeping poll's wakeup costs that again on a busy
+	 * machine. Where spins keep failing (leaders sharing cores, a slow
+	 * neighbour) they stop for a while: spinning then only starves the peer. */
+	int n = 0;
+	if (t->nospin > 0) {
+		t->nospin--;
+	} else {
+		uint64_t until = util_now_ns() + TCP_SPIN_US * 1000u;
+		while ((n = poll(p, np, 0)) == 0 && util_now_ns() < until)
+			;
+		t->spin_fails = n == 0 ? t->spin_fails + 1 : 0;
+		if (t->spin_fails >= TCP_SPIN_FAILS) {
+			t->nospin = TCP_SPIN_PAUSE;
+			t->spin_fails = 0;
+		}
+	}
+	if (n == 0)
+		n = poll(p, np, left > 1000 ? 1000 : (int)left);
+	if (n < 0 && errno != EINTR)
 		return ddpi_err(-errno, "%s: poll: %s", what, strerror(errno));
 	return 0;
 }
