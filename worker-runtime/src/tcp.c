@@ -24,7 +24,7 @@
 #define TCP_SPIN_US	30	    /* spin this long before a poll that sleeps */
 #define TCP_SPIN_FAILS	4	    /* after this many failed spins in a row, */
 #define TCP_SPIN_PAUSE	64	    /* this many waits go without */
-#define TCP_COMBINE_MIN (64u << 10) /* combine received data in runs of this much */
+#define TCP_COMBINE_MIN (256u << 10) /* combine received data in runs of this much */
 
 struct hello {
 	uint32_t magic;
