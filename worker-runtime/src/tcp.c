@@ -20,10 +20,10 @@
 /* All-reduces of up to this many bytes go around the ring once, with the
  * calls' gather (all_reduce_small); larger ones take the ring's two passes. */
 #define TCP_SMALL_BYTES (64u << 10)
-#define TCP_RING_TMP	(1u << 20)  /* scratch ring a reduce-scatter receives into */
-#define TCP_SPIN_US	30	    /* spin this long before a poll that sleeps */
-#define TCP_SPIN_FAILS	4	    /* after this many failed spins in a row, */
-#define TCP_SPIN_PAUSE	64	    /* this many waits go without */
+#define TCP_RING_TMP	(1u << 20)   /* scratch ring a reduce-scatter receives into */
+#define TCP_SPIN_US	30	     /* spin this long before a poll that sleeps */
+#define TCP_SPIN_FAILS	4	     /* after this many failed spins in a row, */
+#define TCP_SPIN_PAUSE	64	     /* this many waits go without */
 #define TCP_COMBINE_MIN (256u << 10) /* combine received data in runs of this much */
 
 struct hello {
