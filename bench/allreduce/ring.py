@@ -194,6 +194,11 @@ def main():
                                  ("gloo", gloo)):
                     out = fn(hosts, n, sizes, iters)
                     if out is None:
+                        # Open MPI's daemons now and then crash while starting
+                        # (orted, SIGSEGV, before any rank runs): once more.
+                        sys.stderr.write(f"ring.py: {side} x{n} failed, once more\n")
+                        out = fn(hosts, n, sizes, iters)
+                    if out is None:
                         print(f"ring side={side} nodes={n} failed", flush=True)
                         continue
                     for line in out.splitlines():

@@ -42,6 +42,7 @@ mpirun_=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl sel
 
 for ((r = 0; r < repeat; r++)); do
   "$floor" "$sizes" >>"$out"
+  "$floor" "$sizes" 2 >>"$out"
   for n in 2 4; do
     for op in $ops; do
       "$bin" sizes "$n" "$sizes" "$ddp_iters" "$op" >>"$out"
@@ -63,11 +64,15 @@ fi
 "$py" - "$out" "$cores" "$ring" <<'PYEOF'
 import re, statistics, sys
 cores = int(sys.argv[2])
-runs, floors, grads = {}, {}, []
+runs, floors, grads, floors2 = {}, {}, [], {}
 for line in open(sys.argv[1]):
     m = re.match(r"(ddp|gloo|mpi) op=(\w+) ranks=(\d+) bytes=(\d+) mean_us=([\d.]+)", line)
     if m:
         runs.setdefault((m[1], m[2], int(m[3]), int(m[4])), []).append(float(m[5]))
+        continue
+    m = re.match(r"floor procs=2 bytes=(\d+) copy_us=([\d.]+) reduce_us=([\d.]+)", line)
+    if m:
+        floors2.setdefault(int(m[1]), []).append((float(m[2]) + float(m[3])) / 2)
         continue
     m = re.match(r"floor bytes=(\d+) copy_us=([\d.]+) reduce_us=([\d.]+)", line)
     if m:
@@ -129,6 +134,11 @@ print("  all_reduce (n-1)/n * (R + C), all_gather (n-1)/n * C, broadcast C;")
 print(f"  times n/cores when the ranks outnumber the {cores} cores")
 print("behind Open MPI: " + (", ".join(behind) if behind else "none"))
 print("64 MiB beyond 1.3x the floor: " + (", ".join(far) if far else "none"))
+# Two ranks need two cores at once: on a busy machine one process gets a core
+# more easily. The same floor measured in two processes at once (floor.c PROCS):
+print("all_reduce x2 against the floor measured in 2 processes at once: " + ", ".join(
+    f"{human(b)} {med[('ddp', 'all_reduce', 2, b)] / statistics.median(v):.2f}x"
+    for b, v in sorted(floors2.items()) if ("ddp", "all_reduce", 2, b) in med))
 print()
 print("gradient path, one training step (median of steps): backward of a 24-layer model,")
 print("then either one flat all_reduce of every gradient or DDP buckets launched during backward")

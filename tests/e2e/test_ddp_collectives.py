@@ -1,7 +1,8 @@
 """libddp's collectives on the cpu backend, run as real processes: every dtype
 and op of all_reduce, broadcast from every root, all_gather and barrier at
 world sizes 1, 2, 3 and 4 on one node (shared memory), through ddp_spawn, and
-across two or three "nodes" on loopback (shared memory inside, TCP between the
+across two or three "nodes" on loopback (and large all_reduces, exact and
+bit-identical on every rank) (shared memory inside, TCP between the
 node leaders, peers found through a ddpstore server)."""
 import os
 import uuid
@@ -45,6 +46,15 @@ def test_ddp_spawn_gives_a_working_world():
 def test_collectives_across_nodes_over_tcp(reaper, store, nnodes, nproc):
     procs = launch(reaper, [prog("ddp_coll"), "check"], nproc, store, run_id(), nnodes=nnodes)
     assert_all_ok(wait_all(procs, timeout=120), nnodes * nproc)
+
+
+@pytest.mark.parametrize("nnodes,nproc", [(1, 3), (2, 1), (3, 1), (2, 2)])
+def test_large_all_reduce_exact_and_the_same_bits_on_every_rank(reaper, store, nnodes, nproc):
+    """Sizes past the TCP ring's scratch (its blocks wrap it) and odd ones
+    (uneven blocks), float32/16 and bfloat16: sums exact, averages (which
+    round) bit-identical on every rank."""
+    procs = launch(reaper, [prog("ddp_coll"), "same"], nproc, store, run_id(), nnodes=nnodes)
+    assert_all_ok(wait_all(procs, timeout=300), nnodes * nproc)
 
 
 def test_node_leader_dying_fails_the_other_node_fast(reaper, store):

@@ -98,6 +98,23 @@ def test_two_nodes_every_rank_fails_naming_the_nodes(reaper, tmp_path, case):
                    f"node 1 (ranks 2-3) called {odd}" in m for m in failed), out
 
 
+@pytest.mark.parametrize("case", ["skip", "count", "dtype"])
+def test_three_nodes_the_odd_middle_node_is_named_everywhere(reaper, tmp_path, case):
+    """Node 1 of three (one rank each) calls differently. A small all_reduce's
+    data travels with the calls around the ring; the odd node drops what it
+    cannot use and passes the call on without it, and node 2 (whose left is
+    node 1) and node 0 still see every call and fail alike."""
+    agents, rcs = run_nodes(reaper, tmp_path, [1, 1, 1], case, "1")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3, 3], "\n".join(outs)
+    odd, even = CASES[case]
+    for out in outs:
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == 1, out
+        assert f"node 1 (rank 1) called {odd}" in failed[0], out
+        assert re.search(r"nodes (0,2|2,0) called " + re.escape(even), failed[0]), out
+
+
 @pytest.mark.parametrize("odd", ["2,3", "3", "1"], ids=["node1", "rank3", "rank1"])
 def test_two_nodes_broadcast_roots_that_differ_fail_everywhere(reaper, tmp_path, odd):
     """Broadcast from rank 0 against one from rank 3 (a whole node, or one rank

@@ -9,6 +9,11 @@
  *                                       DDP_COLL_UNDUMPABLE=1 every rank first makes itself
  *                                       undumpable (so peers without CAP_SYS_PTRACE cannot
  *                                       read its memory)
+ *   ddp_coll [--spawn N] same           large and small all_reduces (sum of small integers,
+ *                                       exact; avg of fractions, rounded) in float32,
+ *                                       float16 and bfloat16 at odd sizes up to 3 M
+ *                                       elements: sums exact, and every rank's result
+ *                                       bit-identical (all_gathered and compared)
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -470,6 +475,49 @@ static int run_big(struct ddp_ctx *ctx)
 	return bad;
 }
 
+/* FNV-1a of a buffer: what each rank's result is compared by. */
+static uint64_t fnv(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ c[i]) * 1099511628211ull;
+	return h;
+}
+
+static int run_same(struct ddp_ctx *ctx)
+{
+	static const size_t sizes[] = {5, 16385, 262147, 3000005};
+	static const enum ddp_dtype dts[] = {DDP_FLOAT32, DDP_FLOAT16, DDP_BFLOAT16};
+	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
+	uint64_t *all = malloc((size_t)w * sizeof(uint64_t));
+
+	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			size_t n = sizes[k];
+			/* sums of small integers are exact: checked by check_all_reduce */
+			bad |= check_all_reduce(ctx, dts[d], DDP_SUM, n);
+			/* fractions round on the way: only the bits everywhere must agree */
+			char *buf = malloc(n * ddp_dtype_size(dts[d]) + 1);
+			for (size_t i = 0; i < n; i++)
+				put(buf, dts[d], i, (double)((me * 131 + i * 17) % 1000) / 7.0);
+			CHECK(ctx, ddp_all_reduce(ctx, buf, n, dts[d], DDP_AVG));
+			uint64_t h = fnv(buf, n * ddp_dtype_size(dts[d]));
+			CHECK(ctx, ddp_all_gather(ctx, &h, all, sizeof(h)));
+			for (int r = 0; r < w; r++)
+				if (all[r] != h) {
+					fprintf(stderr,
+						"rank %d: avg of %zu x dtype %d differs on rank "
+						"%d\n",
+						me, n, dts[d], r);
+					bad = 1;
+				}
+			free(buf);
+		}
+	free(all);
+	return bad;
+}
+
 static int worker(int rank, void *p)
 {
 	struct args *a = p;
@@ -491,6 +539,8 @@ static int worker(int rank, void *p)
 		rc = run_where(ctx);
 	else if (!strcmp(mode, "big"))
 		rc = run_big(ctx);
+	else if (!strcmp(mode, "same"))
+		rc = run_same(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

@@ -95,8 +95,7 @@ static int all_reduce_steps(void *be, const struct ddpi_call *call, void *buf, s
 	if (c->shm && (rc = ddpi_shm_all_reduce(c->shm, buf, count, dt, partial, 1, deadline)) < 0)
 		return rc;
 	if (c->tcp) {
-		if ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "all_reduce")) < 0 ||
-		    (rc = ddpi_tcp_all_reduce(c->tcp, buf, count, dt, partial, deadline)) < 0)
+		if ((rc = ddpi_tcp_all_reduce(c->tcp, call, buf, count, dt, partial, deadline)) < 0)
 			return leader_fail(c, rc);
 		if (op == DDP_AVG)
 			ddpi_scale_div(dt, buf, count, c->env.world);
@@ -172,8 +171,9 @@ static int barrier_steps(void *be, const struct ddpi_call *call, int64_t deadlin
 		return rc;
 	if (c->env.nnodes == 1)
 		return 0;
-	if (c->tcp && ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "barrier")) < 0 ||
-		       (rc = ddpi_tcp_barrier(c->tcp, deadline)) < 0))
+	/* The calls' gather is a barrier itself: every leader's call reached every
+	 * leader, so every node has entered it. */
+	if (c->tcp && (rc = ddpi_tcp_agree(c->tcp, call, deadline, "barrier")) < 0)
 		return leader_fail(c, rc);
 	return c->shm ? ddpi_shm_barrier(c->shm, deadline) : 0;
 }

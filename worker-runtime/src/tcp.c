@@ -17,7 +17,14 @@
 #include "util.h"
 
 #define HELLO_MAGIC 0x44445054u /* "DDPT" */
-#define SEG_BYTES   (4u << 20)	/* ring steps move at most this much at once */
+/* All-reduces of up to this many bytes go around the ring once, with the
+ * calls' gather (all_reduce_small); larger ones take the ring's two passes. */
+#define TCP_SMALL_BYTES (64u << 10)
+#define TCP_RING_TMP	(1u << 20)   /* scratch ring a reduce-scatter receives into */
+#define TCP_SPIN_US	30	     /* spin this long before a poll that sleeps */
+#define TCP_SPIN_FAILS	4	     /* after this many failed spins in a row, */
+#define TCP_SPIN_PAUSE	64	     /* this many waits go without */
+#define TCP_COMBINE_MIN (256u << 10) /* combine received data in runs of this much */
 
 struct hello {
 	uint32_t magic;
@@ -29,10 +36,11 @@ struct hello {
 struct ddpi_tcp {
 	int nnodes, me, world, restart;
 	int left_fd, right_fd;
-	int *node_of; /* global rank -> node */
-	int **ranks;  /* node -> its global ranks, ascending */
-	int *nranks;  /* node -> count */
-	void *tmp;    /* receive scratch for reductions and packed blocks */
+	int *node_of;		/* global rank -> node */
+	int **ranks;		/* node -> its global ranks, ascending */
+	int *nranks;		/* node -> count */
+	void *tmp;		/* receive scratch for reductions and packed blocks */
+	int spin_fails, nospin; /* spins failed in a row; waits left without one */
 	size_t tmp_len;
 };
 
@@ -85,92 +93,133 @@ static int leader_cause(const struct ddpi_tcp *t, int code, int g, const char *d
 	return ddpi_caused_by(code, "the leader of node %d %s", g, did);
 }
 
+/* Waits (poll) until the right socket can take more (want_send) or the left
+ * one has data (want_recv), or the deadline passes. */
+static int wait_io(struct ddpi_tcp *t, int want_send, int want_recv, int64_t deadline,
+		   const char *what)
+{
+	struct pollfd p[2];
+	nfds_t np = 0;
+	int64_t left = deadline - util_now_ms();
+
+	if (left <= 0)
+		return leader_cause(
+			t,
+			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node", what),
+			want_recv ? left_of(t) : right_of(t), "timed out");
+	if (want_send)
+		p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
+	if (want_recv)
+		p[np++] = (struct pollfd){.fd = t->left_fd, .events = POLLIN};
+	/* A short spin first: a neighbour's answer usually comes within a few
+	 * microseconds, and a sleeping poll's wakeup costs that again on a busy
+	 * machine. Where spins keep failing (leaders sharing cores, a slow
+	 * neighbour) they stop for a while: spinning then only starves the peer. */
+	int n = 0;
+	if (t->nospin > 0) {
+		t->nospin--;
+	} else {
+		uint64_t until = util_now_ns() + TCP_SPIN_US * 1000u;
+		while ((n = poll(p, np, 0)) == 0 && util_now_ns() < until)
+			;
+		t->spin_fails = n == 0 ? t->spin_fails + 1 : 0;
+		if (t->spin_fails >= TCP_SPIN_FAILS) {
+			t->nospin = TCP_SPIN_PAUSE;
+			t->spin_fails = 0;
+		}
+	}
+	if (n == 0)
+		n = poll(p, np, left > 1000 ? 1000 : (int)left);
+	if (n < 0 && errno != EINTR)
+		return ddpi_err(-errno, "%s: poll: %s", what, strerror(errno));
+	return 0;
+}
+
+/* One non-blocking send of up to 16 entries of q: bytes sent, 0 when the
+ * socket is full, or an error naming the next node. */
+static ssize_t send_some(struct ddpi_tcp *t, struct iovec *v, int k, const char *what)
+{
+	struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)k};
+	ssize_t w = sendmsg(t->right_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	if (w >= 0)
+		return w;
+	if (errno == EAGAIN || errno == EINTR)
+		return 0;
+	return leader_cause(t,
+			    ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)", what,
+				     strerror(errno)),
+			    right_of(t), "disconnected");
+}
+
+/* The same for receiving from the previous node (a close is an error). */
+static ssize_t recv_some(struct ddpi_tcp *t, struct iovec *v, int k, const char *what)
+{
+	ssize_t r = readv(t->left_fd, v, k);
+
+	if (r > 0)
+		return r;
+	if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	return leader_cause(t,
+			    ddpi_err(DDP_EPEER, "%s: the previous node's leader is gone (%s)", what,
+				     r == 0 ? "connection closed" : strerror(errno)),
+			    left_of(t), "disconnected");
+}
+
+/* Up to 16 entries of q from its current position, as an iovec list. */
+static int ioq_window(const struct ioq *q, struct iovec *v)
+{
+	int k = 0;
+
+	for (int i = q->i; i < q->n && k < 16; i++, k++)
+		v[k] = q->v[i];
+	if (k) {
+		v[0].iov_base = (char *)v[0].iov_base + q->off;
+		v[0].iov_len -= q->off;
+	}
+	return k;
+}
+
 /* Sends sq on t->right_fd while receiving rq from t->left_fd (either may be
- * NULL), full duplex, until both are done or the deadline passes. */
-static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t deadline,
-		const char *what)
+ * NULL), full duplex, until both are done (or, recv_only, until rq is: the
+ * rest of sq goes on in a later call) or the deadline passes. Both sides are
+ * tried before waiting: poll only when neither moved. */
+static int pump_(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int recv_only,
+		 int64_t deadline, const char *what)
 {
 	if (sq)
 		ioq_advance(sq, 0);
 	if (rq)
 		ioq_advance(rq, 0);
-	while ((sq && !ioq_done(sq)) || (rq && !ioq_done(rq))) {
-		struct pollfd p[2];
-		int np = 0, si = -1, ri = -1;
-		int64_t left = deadline - util_now_ms();
+	for (;;) {
+		int ws = sq && !ioq_done(sq), wr = rq && !ioq_done(rq), moved = 0, rc;
+		struct iovec v[16];
+		ssize_t k;
 
-		if (left <= 0)
-			return leader_cause(
-				t,
-				ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node",
-					 what),
-				rq && !ioq_done(rq) ? left_of(t) : right_of(t), "timed out");
-		if (sq && !ioq_done(sq)) {
-			si = np;
-			p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
+		if (!wr && (recv_only || !ws))
+			return 0;
+		if (ws) {
+			if ((k = send_some(t, v, ioq_window(sq, v), what)) < 0)
+				return (int)k;
+			ioq_advance(sq, (size_t)k);
+			moved |= k > 0;
 		}
-		if (rq && !ioq_done(rq)) {
-			ri = np;
-			p[np++] = (struct pollfd){.fd = t->left_fd, .events = POLLIN};
+		if (wr) {
+			if ((k = recv_some(t, v, ioq_window(rq, v), what)) < 0)
+				return (int)k;
+			ioq_advance(rq, (size_t)k);
+			moved |= k > 0;
 		}
-		int n = poll(p, (nfds_t)np, left > 1000 ? 1000 : (int)left);
-		if (n < 0 && errno != EINTR)
-			return ddpi_err(-errno, "%s: poll: %s", what, strerror(errno));
-		if (n <= 0)
-			continue;
-		if (si >= 0 && p[si].revents) {
-			struct iovec v[16];
-			int k = 0;
-			for (int i = sq->i; i < sq->n && k < 16; i++, k++)
-				v[k] = sq->v[i];
-			if (k == 0)
-				continue; /* cannot happen: the queue is not done */
-			v[0].iov_base = (char *)v[0].iov_base + sq->off;
-			v[0].iov_len -= sq->off;
-			struct msghdr mh = {.msg_iov = v, .msg_iovlen = (size_t)k};
-			ssize_t w = sendmsg(t->right_fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (w < 0 && errno != EAGAIN && errno != EINTR)
-				return leader_cause(
-					t,
-					ddpi_err(DDP_EPEER,
-						 "%s: the next node's leader is gone (%s)", what,
-						 strerror(errno)),
-					right_of(t), "disconnected");
-			if (w > 0)
-				ioq_advance(sq, (size_t)w);
-		}
-		if (ri >= 0 && p[ri].revents) {
-			struct iovec v[16];
-			int k = 0;
-			for (int i = rq->i; i < rq->n && k < 16; i++, k++)
-				v[k] = rq->v[i];
-			if (k == 0)
-				continue; /* cannot happen: the queue is not done */
-			v[0].iov_base = (char *)v[0].iov_base + rq->off;
-			v[0].iov_len -= rq->off;
-			ssize_t r = readv(t->left_fd, v, k);
-			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-				return leader_cause(
-					t,
-					ddpi_err(DDP_EPEER,
-						 "%s: the previous node's leader is gone (%s)",
-						 what,
-						 r == 0 ? "connection closed" : strerror(errno)),
-					left_of(t), "disconnected");
-			if (r > 0)
-				ioq_advance(rq, (size_t)r);
-		}
+		if (!moved && (rc = wait_io(t, ws, wr, deadline, what)) < 0)
+			return rc;
 	}
-	return 0;
 }
 
-static int send_recv(struct ddpi_tcp *t, const void *sbuf, size_t slen, void *rbuf, size_t rlen,
-		     int64_t deadline, const char *what)
+static int pump(struct ddpi_tcp *t, struct ioq *sq, struct ioq *rq, int64_t deadline,
+		const char *what)
 {
-	struct iovec sv = {(void *)sbuf, slen}, rv = {rbuf, rlen};
-	struct ioq sq = {&sv, 1, 0, 0}, rq = {&rv, 1, 0, 0};
-
-	return pump(t, sbuf ? &sq : NULL, rbuf ? &rq : NULL, deadline, what);
+	return pump_(t, sq, rq, 0, deadline, what);
 }
 
 static int need_tmp(struct ddpi_tcp *t, size_t len)
@@ -244,26 +293,74 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 	return ddpi_err(-EINVAL, "%s: mismatched collectives across nodes: %s", what, msg);
 }
 
-int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
-		   const char *what)
+/* A call on the wire: the descriptor, then len bytes of the node's data (a
+ * small all_reduce's buffer; nothing for every other call). */
+struct frame {
+	struct ddpi_call call;
+	uint64_t len;
+};
+
+/* An all-gather of every leader's call around the ring, with its data when
+ * it has some (len bytes at data; slots: nnodes * len bytes, node g's data
+ * lands at slots + g * len): step s passes on node (me - s)'s frame. A frame
+ * is read in two parts, so the data's length comes from its sender: nodes in
+ * different calls (with and without data) still finish the gather, and every
+ * leader compares every call, so that all fail alike (-EINVAL, mismatch())
+ * when any differs. The data of a call other than mine is read and dropped,
+ * and passed on without it (len 0). */
+static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const void *data,
+			size_t len, char *slots, int64_t deadline, const char *what)
 {
-	int m = t->nnodes, me = t->me, rc = 0;
+	int m = t->nnodes, me = t->me, rc = 0, missing = 0;
 	struct ddpi_call *calls = calloc((size_t)m, sizeof(*calls));
+	const void *fwd = data;
+	size_t fwd_len = len;
 
 	if (!calls)
 		return ddpi_err(-ENOMEM, "%s: no memory", what);
 	calls[me] = *mine;
-	/* An all-gather of one descriptor: step s passes on node (me - s)'s. */
 	for (int s = 0; s < m - 1 && rc == 0; s++) {
 		int sg = ((me - s) % m + m) % m, rg = ((me - s - 1) % m + m) % m;
-		rc = send_recv(t, &calls[sg], sizeof(calls[sg]), &calls[rg], sizeof(calls[rg]),
-			       deadline, what);
+		struct frame out = {calls[sg], fwd_len}, in;
+		struct iovec sv[2] = {{&out, sizeof(out)}, {(void *)fwd, fwd_len}};
+		struct iovec rv = {&in, sizeof(in)};
+		struct ioq sq = {sv, 2, 0, 0}, rq = {&rv, 1, 0, 0};
+
+		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0)
+			break;
+		if (in.len > TCP_SMALL_BYTES) {
+			rc = leader_cause(t,
+					  ddpi_err(-EPROTO, "%s: a call with %llu bytes of data",
+						   what, (unsigned long long)in.len),
+					  left_of(t), "sent a bad frame");
+			break;
+		}
+		int keep = in.len == len && !memcmp(&in.call, mine, sizeof(*mine));
+		if (!keep && (rc = need_tmp(t, in.len)) < 0)
+			break;
+		calls[rg] = in.call;
+		missing |= !keep;
+		rv = (struct iovec){keep ? slots + (size_t)rg * len : t->tmp, in.len};
+		rq = (struct ioq){&rv, 1, 0, 0};
+		if ((rc = pump(t, &sq, &rq, deadline, what)) < 0)
+			break;
+		fwd = keep ? rv.iov_base : NULL;
+		fwd_len = keep ? len : 0;
 	}
 	for (int g = 0; g < m && rc == 0; g++)
 		if (memcmp(&calls[g], mine, sizeof(*mine)))
 			rc = mismatch(t, calls, what);
+	/* Every call equal, yet some data was dropped: a sender broke the rules. */
+	if (rc == 0 && missing)
+		rc = ddpi_err(-EPROTO, "%s: a node's data went missing around the ring", what);
 	free(calls);
 	return rc;
+}
+
+int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
+		   const char *what)
+{
+	return gather_calls(t, mine, NULL, 0, NULL, deadline, what);
 }
 
 static void block_bounds(size_t count, int m, int b, size_t *lo, size_t *hi)
@@ -273,69 +370,193 @@ static void block_bounds(size_t count, int m, int b, size_t *lo, size_t *hi)
 	*hi = *lo + per + ((size_t)b < rem);
 }
 
-int ddpi_tcp_all_reduce(struct ddpi_tcp *t, void *buf, size_t count, enum ddp_dtype dt,
-			enum ddp_op op, int64_t deadline)
+/* ---- the streamed ring -------------------------------------------------------------- */
+
+/* One step of a ring: send slen bytes at send while receiving rlen bytes at
+ * recv (combined into what is there when reduce is set). The step's sending
+ * may only run as far as recv step gate has got (received, and reduced when
+ * it reduces); gate < 0: no limit. */
+struct rstep {
+	char *send, *recv;
+	size_t slen, rlen;
+	int gate, reduce;
+};
+
+struct ring_io {
+	struct ddpi_tcp *t;
+	struct rstep *st;
+	int n;
+	enum ddp_dtype dt;
+	enum ddp_op op;
+	size_t es;
+	int ks, kr;	/* current send and receive step */
+	size_t os, or_; /* bytes sent, received in them */
+	size_t red;	/* bytes of recv step kr combined so far */
+};
+
+/* How far recv step k has got, for a send gated on it. */
+static size_t ring_progress(const struct ring_io *r, int k)
+{
+	if (r->kr > k)
+		return r->st[k].rlen;
+	if (r->kr < k)
+		return 0;
+	return r->st[k].reduce ? r->red : r->or_;
+}
+
+/* Combine what has arrived of a reducing step, in whole elements (from the
+ * scratch ring at t->tmp, where element i of the step sits at (i * es) mod
+ * TCP_RING_TMP: a receive never crosses the ring's end, and ring_run
+ * combines whenever one ends there, so a run since red never wraps). */
+static void ring_combine(struct ring_io *r)
+{
+	const struct rstep *st = &r->st[r->kr];
+	size_t upto = r->or_ / r->es * r->es;
+
+	if (upto <= r->red)
+		return;
+	char *dst = st->recv + r->red;
+	const void *src[2] = {(char *)r->t->tmp + r->red % TCP_RING_TMP, dst};
+	ddpi_reduce(r->dt, r->op, dst, src, 2, (upto - r->red) / r->es, 1);
+	r->red = upto;
+}
+
+/* Runs the steps as one stream each way: each byte is sent as soon as the
+ * step it comes from has it, so the link never waits for a step to end, and
+ * a reduction overlaps the transfer of what follows it (NCCL's and gloo's
+ * pipelined rings do the same in slices). */
+static int ring_run(struct ring_io *r, int64_t deadline, const char *what)
+{
+	for (;;) {
+		struct rstep *ss = r->ks < r->n ? &r->st[r->ks] : NULL;
+		struct rstep *rs = r->kr < r->n ? &r->st[r->kr] : NULL;
+		int moved = 0, want_send = 0, rc;
+		ssize_t k;
+
+		if (ss && r->os == ss->slen) {
+			r->ks++;
+			r->os = 0;
+			continue;
+		}
+		if (rs && r->or_ == rs->rlen) {
+			if (rs->reduce)
+				ring_combine(r);
+			r->kr++;
+			r->or_ = r->red = 0;
+			continue;
+		}
+		if (!ss && !rs)
+			return 0;
+		if (ss) {
+			size_t lim = ss->gate < 0 ? ss->slen : ring_progress(r, ss->gate);
+			if (lim > r->os) {
+				struct iovec v = {ss->send + r->os, lim - r->os};
+				if ((k = send_some(r->t, &v, 1, what)) < 0)
+					return (int)k;
+				r->os += (size_t)k;
+				moved |= k > 0;
+				want_send = 1;
+			}
+		}
+		if (rs) {
+			struct iovec v = {rs->recv + r->or_, rs->rlen - r->or_};
+			if (rs->reduce) {
+				size_t at = r->or_ % TCP_RING_TMP, room = TCP_RING_TMP - at;
+				v = (struct iovec){(char *)r->t->tmp + at,
+						   v.iov_len < room ? v.iov_len : room};
+			}
+			if ((k = recv_some(r->t, &v, 1, what)) < 0)
+				return (int)k;
+			r->or_ += (size_t)k;
+			moved |= k > 0;
+			/* Combine in runs long enough for the kernels, before waiting,
+			 * and at the scratch ring's end (a run must not wrap). */
+			if (rs->reduce && (r->or_ - r->red >= TCP_COMBINE_MIN || !k ||
+					   r->or_ % TCP_RING_TMP == 0))
+				ring_combine(r);
+		}
+		if (!moved && (rc = wait_io(r->t, want_send, rs != NULL, deadline, what)) < 0)
+			return rc;
+	}
+}
+
+static int ring_steps(struct ddpi_tcp *t, struct rstep *st, int n, enum ddp_dtype dt,
+		      enum ddp_op op, int64_t deadline, const char *what)
+{
+	struct ring_io r = {.t = t, .st = st, .n = n, .dt = dt, .op = op, .es = ddp_dtype_size(dt)};
+	int rc = 0;
+
+	for (int k = 0; k < n && rc == 0; k++)
+		if (st[k].reduce)
+			rc = need_tmp(t, TCP_RING_TMP);
+	return rc < 0 ? rc : ring_run(&r, deadline, what);
+}
+
+/* Small: the calls' gather carries every node's buffer, and each node
+ * combines them all in node order (the same bits everywhere): one trip
+ * around the ring instead of three. */
+static int all_reduce_small(struct ddpi_tcp *t, const struct ddpi_call *call, void *buf,
+			    size_t count, enum ddp_dtype dt, enum ddp_op op, int64_t deadline)
+{
+	size_t bytes = count * ddp_dtype_size(dt);
+	int m = t->nnodes, rc;
+	const void **src = calloc((size_t)m, sizeof(*src));
+	char *slots = malloc((size_t)m * bytes + 1);
+
+	if (!src || !slots) {
+		rc = ddpi_err(-ENOMEM, "all_reduce: no memory");
+		goto out;
+	}
+	if ((rc = gather_calls(t, call, buf, bytes, slots, deadline, "all_reduce")) < 0)
+		goto out;
+	for (int g = 0; g < m; g++)
+		src[g] = g == t->me ? buf : slots + (size_t)g * bytes;
+	ddpi_reduce(dt, op, buf, src, m, count, 1);
+out:
+	free(src);
+	free(slots);
+	return rc;
+}
+
+int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *buf, size_t count,
+			enum ddp_dtype dt, enum ddp_op op, int64_t deadline)
 {
 	size_t es = ddp_dtype_size(dt);
 	int m = t->nnodes, me = t->me, rc;
 	char *b = buf;
 
-	/* Reduce-scatter: after m-1 steps node r holds block r+1 complete. */
-	for (int s = 0; s < m - 1; s++) {
-		int sb = ((me - s) % m + m) % m, rb = ((me - s - 1) % m + m) % m;
+	if (count * es <= TCP_SMALL_BYTES)
+		return all_reduce_small(t, call, buf, count, dt, op, deadline);
+	if ((rc = ddpi_tcp_agree(t, call, deadline, "all_reduce")) < 0)
+		return rc;
+	struct rstep *st = calloc((size_t)(2 * (m - 1)), sizeof(*st));
+	if (!st)
+		return ddpi_err(-ENOMEM, "all_reduce: no memory");
+	/* Reduce-scatter (after m-1 steps node r holds block r+1 complete), then
+	 * all-gather of the complete blocks: each step sends the block the step
+	 * before received, so each is gated on the one before. */
+	for (int k = 0; k < 2 * (m - 1); k++) {
+		int rsk = k < m - 1, s = rsk ? k : k - (m - 1);
+		int sb = rsk ? me - s : me + 1 - s, rb = rsk ? me - s - 1 : me - s;
 		size_t slo, shi, rlo, rhi;
-		block_bounds(count, m, sb, &slo, &shi);
-		block_bounds(count, m, rb, &rlo, &rhi);
-		for (size_t done = 0; done < (shi - slo) || done < (rhi - rlo);) {
-			size_t seg = SEG_BYTES / es;
-			size_t sn = shi - slo > done ? shi - slo - done : 0;
-			size_t rn = rhi - rlo > done ? rhi - rlo - done : 0;
-			sn = sn < seg ? sn : seg;
-			rn = rn < seg ? rn : seg;
-			if ((rc = need_tmp(t, rn * es)) < 0)
-				return rc;
-			rc = send_recv(t, sn ? b + (slo + done) * es : NULL, sn * es,
-				       rn ? t->tmp : NULL, rn * es, deadline, "all_reduce");
-			if (rc < 0)
-				return rc;
-			if (rn) {
-				const void *src[2] = {t->tmp, b + (rlo + done) * es};
-				ddpi_reduce(dt, op, b + (rlo + done) * es, src, 2, rn, 1);
-			}
-			done += seg;
-		}
+		block_bounds(count, m, (sb % m + m) % m, &slo, &shi);
+		block_bounds(count, m, (rb % m + m) % m, &rlo, &rhi);
+		st[k] = (struct rstep){b + slo * es,	 b + rlo * es, (shi - slo) * es,
+				       (rhi - rlo) * es, k - 1,	       rsk};
 	}
-	/* All-gather the complete blocks around the ring. */
-	for (int s = 0; s < m - 1; s++) {
-		int sb = ((me + 1 - s) % m + m) % m, rb = ((me - s) % m + m) % m;
-		size_t slo, shi, rlo, rhi;
-		block_bounds(count, m, sb, &slo, &shi);
-		block_bounds(count, m, rb, &rlo, &rhi);
-		rc = send_recv(t, b + slo * es, (shi - slo) * es, b + rlo * es, (rhi - rlo) * es,
-			       deadline, "all_reduce");
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	rc = ring_steps(t, st, 2 * (m - 1), dt, op, deadline, "all_reduce");
+	free(st);
+	return rc;
 }
 
 int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	int m = t->nnodes, rn = t->node_of[root];
 	int first = t->me == rn, last = (t->me + 1) % m == rn;
+	/* Down the ring from the root's node, each byte passed on once it is in. */
+	struct rstep st = {buf, buf, last ? 0 : bytes, first ? 0 : bytes, first ? -1 : 0, 0};
 
-	/* Down the ring from the root's node, forwarding segment by segment. */
-	for (size_t off = 0; off < bytes; off += SEG_BYTES) {
-		size_t n = bytes - off < SEG_BYTES ? bytes - off : SEG_BYTES;
-		int rc;
-		if (!first &&
-		    (rc = send_recv(t, NULL, 0, (char *)buf + off, n, deadline, "broadcast")) < 0)
-			return rc;
-		if (!last &&
-		    (rc = send_recv(t, (char *)buf + off, n, NULL, 0, deadline, "broadcast")) < 0)
-			return rc;
-	}
-	return 0;
+	return ring_steps(t, &st, 1, DDP_FLOAT32, DDP_SUM, deadline, "broadcast"); /* no reduce */
 }
 
 /* The pieces of node g's ranks inside recv, as an iovec list. */
@@ -366,12 +587,6 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
 		free(rv);
 	}
 	return rc;
-}
-
-int ddpi_tcp_barrier(struct ddpi_tcp *t, int64_t deadline)
-{
-	int32_t one = 1;
-	return ddpi_tcp_all_reduce(t, &one, 1, DDP_INT32, DDP_SUM, deadline);
 }
 
 /* ---- setup -------------------------------------------------------------------------- */

@@ -6,7 +6,9 @@
  * reach the store, publishes "addr port nranks rank..." for its node, reads
  * every other node's entry, connects to its right neighbour and accepts its
  * left one. Collectives are ring algorithms (all_reduce: reduce-scatter then
- * all-gather, so each leader sends 2(M-1)/M of the buffer). Every socket wait
+ * all-gather, so each leader sends 2(M-1)/M of the buffer), streamed: a byte
+ * goes on as soon as its step has it; a small all_reduce instead travels with
+ * the calls' gather, once around the ring. Every socket wait
  * has the caller's deadline; a neighbour that closes gives DDP_EPEER. */
 #ifndef DDP_TCP_H
 #define DDP_TCP_H
@@ -36,13 +38,13 @@ void ddpi_tcp_close(struct ddpi_tcp *t);
  * when any differs (-EINVAL). */
 int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
 		   const char *what);
-int ddpi_tcp_all_reduce(struct ddpi_tcp *t, void *buf, size_t count, enum ddp_dtype dt,
-			enum ddp_op op, int64_t deadline);
+/* Agrees on call first (as ddpi_tcp_agree; a small one with its data). */
+int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *buf, size_t count,
+			enum ddp_dtype dt, enum ddp_op op, int64_t deadline);
 /* root is a global rank; its node's leader must already hold the data. */
 int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, int64_t deadline);
 /* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
 int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
-int ddpi_tcp_barrier(struct ddpi_tcp *t, int64_t deadline);
 /* This node's communicator failed for good: shut the ring down now, so the
  * neighbouring leaders fail at once (DDP_EPEER) rather than at their deadline
  * while this process lives on. Later ring operations fail. */
