@@ -1,136 +1,76 @@
 /* rdzv_msg: encode and decode the rendezvous values (see rdzv_msg.h). */
 #include "rdzv_msg.h"
 
-#include <cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv_codec.h"
 #include "util.h"
 
-#define RDZV_MSG_MAX (64 * 1024) /* no value of ours is longer */
+/* Each JSON value is a table of its fields, in the order they are written. */
+static const struct rdzv_field node_fields[] = {
+	RDZV_STR(struct rdzv_node, host, 0),
+	RDZV_STR(struct rdzv_node, addr, 0),
+	RDZV_INT(struct rdzv_node, nproc, 1, INT_MAX),
+	RDZV_INT(struct rdzv_node, pid, 0, INT_MAX),
+	RDZV_INT(struct rdzv_node, node_rank, 0, INT_MAX),
+	RDZV_INT(struct rdzv_node, worker_port, 0, 65535),
+};
+static const struct rdzv_msgdef node_msg = RDZV_MSGDEF(NULL, node_fields);
 
-static char *print_free(cJSON *o)
-{
-	char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+static const struct rdzv_field config_fields[] = {
+	RDZV_STR(struct rdzv_config, backend, 0),
+	RDZV_INT_PAIR("nnodes", struct rdzv_config, min_nodes, max_nodes, 1, INT_MAX),
+	RDZV_INT(struct rdzv_config, max_restarts, 0, INT_MAX),
+	RDZV_STR(struct rdzv_config, version, 0),
+	RDZV_INT(struct rdzv_config, node_rank, -1, INT_MAX),
+	RDZV_STR(struct rdzv_config, host, 0),
+};
+static const struct rdzv_msgdef config_msg = RDZV_MSGDEF(NULL, config_fields);
 
-	cJSON_Delete(o);
-	return s;
-}
+struct meta {
+	int restart_count;
+};
+static const struct rdzv_field meta_fields[] = {RDZV_INT(struct meta, restart_count, 0, INT_MAX)};
+static const struct rdzv_msgdef meta_msg = RDZV_MSGDEF(NULL, meta_fields);
 
-static cJSON *parse(const void *v, size_t len)
-{
-	cJSON *o;
-
-	if (v == NULL || len == 0 || len > RDZV_MSG_MAX)
-		return NULL;
-	o = cJSON_ParseWithLength(v, len);
-	if (o != NULL && !cJSON_IsObject(o)) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	return o;
-}
-
-static int get_int(const cJSON *o, const char *name, int min, int *out)
-{
-	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-
-	if (!cJSON_IsNumber(f) || f->valuedouble < min || f->valuedouble > INT_MAX)
-		return -EINVAL;
-	*out = (int)f->valuedouble;
-	return 0;
-}
-
-static int get_str(const cJSON *o, const char *name, char *buf, size_t len)
-{
-	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-
-	if (!cJSON_IsString(f) || strlen(f->valuestring) >= len)
-		return -EINVAL;
-	strcpy(buf, f->valuestring);
-	return 0;
-}
+/* time_us: a double holds integers exactly up to 2^53. */
+#define EXACT_MAX ((int64_t)1 << 53)
+static const struct rdzv_field fail_fields[] = {
+	RDZV_INT(struct rdzv_end, node, 0, INT_MAX),
+	RDZV_STR(struct rdzv_end, host, 0),
+	RDZV_INT(struct rdzv_end, rank, -1, INT_MAX),
+	RDZV_INT(struct rdzv_end, local_rank, -1, INT_MAX),
+	RDZV_INT(struct rdzv_end, pid, 0, INT_MAX),
+	RDZV_INT(struct rdzv_end, status, 1, 255),
+	RDZV_INT(struct rdzv_end, signal, 0, INT_MAX),
+	RDZV_BOOL(struct rdzv_end, final),
+	RDZV_I64(struct rdzv_end, time_us, -EXACT_MAX, EXACT_MAX),
+	RDZV_STR(struct rdzv_end, caused_by, RDZV_F_OPTIONAL),
+};
+static const struct rdzv_msgdef fail_msg = RDZV_MSGDEF("fail", fail_fields);
 
 char *rdzv_node_encode(const struct rdzv_node *n)
 {
-	cJSON *o = cJSON_CreateObject();
-
-	if (o == NULL)
-		return NULL;
-	cJSON_AddStringToObject(o, "host", n->host);
-	cJSON_AddStringToObject(o, "addr", n->addr);
-	cJSON_AddNumberToObject(o, "nproc", n->nproc);
-	cJSON_AddNumberToObject(o, "pid", n->pid);
-	cJSON_AddNumberToObject(o, "node_rank", n->node_rank);
-	cJSON_AddNumberToObject(o, "worker_port", n->worker_port);
-	return print_free(o);
+	return rdzv_codec_encode(&node_msg, n);
 }
 
 int rdzv_node_decode(const void *v, size_t len, struct rdzv_node *n)
 {
-	cJSON *o = parse(v, len);
-	int rc = o ? 0 : -EINVAL;
-
-	if (rc == 0)
-		rc = get_str(o, "host", n->host, sizeof(n->host));
-	if (rc == 0)
-		rc = get_str(o, "addr", n->addr, sizeof(n->addr));
-	if (rc == 0)
-		rc = get_int(o, "nproc", 1, &n->nproc);
-	if (rc == 0)
-		rc = get_int(o, "pid", 0, &n->pid);
-	if (rc == 0)
-		rc = get_int(o, "node_rank", 0, &n->node_rank);
-	if (rc == 0)
-		rc = get_int(o, "worker_port", 0, &n->worker_port);
-	if (rc == 0 && n->worker_port > 65535)
-		rc = -EINVAL;
-	cJSON_Delete(o);
-	return rc;
+	return rdzv_codec_decode(&node_msg, v, len, n);
 }
 
 char *rdzv_config_encode(const struct rdzv_config *c)
 {
-	cJSON *o = cJSON_CreateObject();
-	char nn[32];
-
-	if (o == NULL)
-		return NULL;
-	snprintf(nn, sizeof(nn), "%d:%d", c->min_nodes, c->max_nodes);
-	cJSON_AddStringToObject(o, "backend", c->backend);
-	cJSON_AddStringToObject(o, "nnodes", nn);
-	cJSON_AddNumberToObject(o, "max_restarts", c->max_restarts);
-	cJSON_AddStringToObject(o, "version", c->version);
-	cJSON_AddNumberToObject(o, "node_rank", c->node_rank);
-	cJSON_AddStringToObject(o, "host", c->host);
-	return print_free(o);
+	return rdzv_codec_encode(&config_msg, c);
 }
 
 int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c)
 {
-	cJSON *o = parse(v, len);
-	char nn[32];
-	int rc = o ? 0 : -EINVAL;
-
-	if (rc == 0)
-		rc = get_str(o, "backend", c->backend, sizeof(c->backend));
-	if (rc == 0)
-		rc = get_str(o, "nnodes", nn, sizeof(nn));
-	if (rc == 0 && sscanf(nn, "%d:%d", &c->min_nodes, &c->max_nodes) != 2)
-		rc = -EINVAL;
-	if (rc == 0)
-		rc = get_int(o, "max_restarts", 0, &c->max_restarts);
-	if (rc == 0)
-		rc = get_str(o, "version", c->version, sizeof(c->version));
-	if (rc == 0)
-		rc = get_int(o, "node_rank", -1, &c->node_rank);
-	if (rc == 0)
-		rc = get_str(o, "host", c->host, sizeof(c->host));
-	cJSON_Delete(o);
-	return rc;
+	return rdzv_codec_decode(&config_msg, v, len, c);
 }
 
 /* "node 1 (host a)", or "host a" when ranks come by arrival. */
@@ -301,26 +241,23 @@ char *rdzv_closed_error(int status, const char *msg)
 
 char *rdzv_meta_encode(int restart_count)
 {
-	cJSON *o = cJSON_CreateObject();
+	struct meta m = {restart_count};
 
-	if (o == NULL)
-		return NULL;
-	cJSON_AddNumberToObject(o, "restart_count", restart_count);
-	return print_free(o);
+	return rdzv_codec_encode(&meta_msg, &m);
 }
 
 int rdzv_meta_decode(const void *v, size_t len, int *restart_count)
 {
-	cJSON *o = parse(v, len);
-	int rc = o ? get_int(o, "restart_count", 0, restart_count) : -EINVAL;
+	struct meta m;
+	int rc = rdzv_codec_decode(&meta_msg, v, len, &m);
 
-	cJSON_Delete(o);
+	if (rc == 0)
+		*restart_count = m.restart_count;
 	return rc;
 }
 
 char *rdzv_end_encode(const struct rdzv_end *e)
 {
-	cJSON *o, *f;
 	char *s;
 	size_t n;
 
@@ -338,61 +275,12 @@ char *rdzv_end_encode(const struct rdzv_end *e)
 	case RDZV_END_FAIL:
 		break;
 	}
-	o = cJSON_CreateObject();
-	f = o ? cJSON_AddObjectToObject(o, "fail") : NULL;
-	if (f == NULL) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	cJSON_AddNumberToObject(f, "node", e->node);
-	cJSON_AddStringToObject(f, "host", e->host);
-	cJSON_AddNumberToObject(f, "rank", e->rank);
-	cJSON_AddNumberToObject(f, "local_rank", e->local_rank);
-	cJSON_AddNumberToObject(f, "pid", e->pid);
-	cJSON_AddNumberToObject(f, "status", e->status);
-	cJSON_AddNumberToObject(f, "signal", e->signal);
-	cJSON_AddBoolToObject(f, "final", e->final);
-	cJSON_AddNumberToObject(f, "time_us", (double)e->time_us);
-	if (e->caused_by[0] != '\0')
-		cJSON_AddStringToObject(f, "caused_by", e->caused_by);
-	return print_free(o);
-}
-
-static int decode_fail(const cJSON *f, struct rdzv_end *e)
-{
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(f, "time_us");
-	const cJSON *fin = cJSON_GetObjectItemCaseSensitive(f, "final");
-	int rc = 0;
-
-	if (!cJSON_IsObject(f) || !cJSON_IsNumber(t) || !cJSON_IsBool(fin))
-		return -EINVAL;
-	e->time_us = (int64_t)t->valuedouble;
-	if (cJSON_GetObjectItemCaseSensitive(f, "caused_by") != NULL)
-		rc = get_str(f, "caused_by", e->caused_by, sizeof(e->caused_by));
-	e->final = cJSON_IsTrue(fin);
-	if (rc == 0)
-		rc = get_int(f, "node", 0, &e->node);
-	if (rc == 0)
-		rc = get_str(f, "host", e->host, sizeof(e->host));
-	if (rc == 0)
-		rc = get_int(f, "rank", -1, &e->rank);
-	if (rc == 0)
-		rc = get_int(f, "local_rank", -1, &e->local_rank);
-	if (rc == 0)
-		rc = get_int(f, "pid", 0, &e->pid);
-	if (rc == 0)
-		rc = get_int(f, "status", 1, &e->status);
-	if (rc == 0)
-		rc = get_int(f, "signal", 0, &e->signal);
-	if (rc == 0 && e->status > 255)
-		rc = -EINVAL;
-	return rc;
+	return rdzv_codec_encode(&fail_msg, e);
 }
 
 int rdzv_end_decode(const void *v, size_t len, struct rdzv_end *e)
 {
 	const char *p = v;
-	cJSON *o;
 	int rc;
 
 	memset(e, 0, sizeof(*e));
@@ -422,12 +310,8 @@ int rdzv_end_decode(const void *v, size_t len, struct rdzv_end *e)
 		e->kind = RDZV_END_LOST;
 		return 0;
 	}
-	o = parse(v, len);
-	if (o == NULL)
-		return -EINVAL;
-	rc = decode_fail(cJSON_GetObjectItemCaseSensitive(o, "fail"), e);
+	rc = rdzv_codec_decode(&fail_msg, v, len, e);
 	if (rc == 0)
 		e->kind = RDZV_END_FAIL;
-	cJSON_Delete(o);
 	return rc;
 }

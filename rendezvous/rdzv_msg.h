@@ -9,9 +9,10 @@
  *   meta         {"restart_count": n}
  *   end          "ok" | "rejoin" | "lost:<R>:<why>" | {"fail": {...}}
  *
- * The keys they live under: rdzv_keys.h. Encoders return malloc'd text
- * (NULL on ENOMEM); decoders take bytes as read from the store and return 0
- * or -EINVAL (malformed), never trusting a length or a field. */
+ * The JSON ones are each a table of fields in rdzv_msg.c, which rdzv_codec
+ * encodes and checks. The keys they live under: rdzv_keys.h. Encoders return
+ * malloc'd text (NULL on ENOMEM); decoders take bytes as read from the store
+ * and return 0 or -EINVAL (malformed), never trusting a length or a field. */
 #ifndef DDP_RDZV_MSG_H
 #define DDP_RDZV_MSG_H
 
