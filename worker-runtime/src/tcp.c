@@ -1,9 +1,7 @@
-/* tcp: ring collectives between node leaders (see tcp.h). */
+/* tcp: the ring's collectives between node leaders (see tcp.h): a tiny
+ * iovec stream with deadlines, the calls' gather, the streamed ring; the
+ * ring's setup is tcp_setup.c. */
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +10,9 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "store_client.h"
-#include "tcp.h"
+#include "tcp_int.h"
 #include "util.h"
 
-#define HELLO_MAGIC 0x44445054u /* "DDPT" */
 /* All-reduces of up to this many bytes go around the ring once, with the
  * calls' gather (all_reduce_small); larger ones take the ring's two passes. */
 #define TCP_SMALL_BYTES (64u << 10)
@@ -25,24 +21,6 @@
 #define TCP_SPIN_FAILS	4	     /* after this many failed spins in a row, */
 #define TCP_SPIN_PAUSE	64	     /* this many waits go without */
 #define TCP_COMBINE_MIN (256u << 10) /* combine received data in runs of this much */
-
-struct hello {
-	uint32_t magic;
-	uint32_t node;
-	uint32_t restart;
-	uint32_t world;
-};
-
-struct ddpi_tcp {
-	int nnodes, me, world, restart;
-	int left_fd, right_fd;
-	int *node_of;		/* global rank -> node */
-	int **ranks;		/* node -> its global ranks, ascending */
-	int *nranks;		/* node -> count */
-	void *tmp;		/* receive scratch for reductions and packed blocks */
-	int spin_fails, nospin; /* spins failed in a row; waits left without one */
-	size_t tmp_len;
-};
 
 /* ---- a tiny iovec stream with deadlines ----------------------------------------- */
 
@@ -73,19 +51,9 @@ static void ioq_advance(struct ioq *q, size_t k)
 		q->i++;
 }
 
-static int left_of(const struct ddpi_tcp *t)
-{
-	return (t->me - 1 + t->nnodes) % t->nnodes;
-}
-
-static int right_of(const struct ddpi_tcp *t)
-{
-	return (t->me + 1) % t->nnodes;
-}
-
 /* The current error was caused by node g's leader (it did what): name it,
  * with its global rank once the node entries are read. Returns code. */
-static int leader_cause(const struct ddpi_tcp *t, int code, int g, const char *did)
+int ddpi_tcp_leader_cause(const struct ddpi_tcp *t, int code, int g, const char *did)
 {
 	if (t->ranks && t->ranks[g] && t->nranks[g] > 0)
 		return ddpi_caused_by(code, "rank %d (the leader of node %d) %s", t->ranks[g][0], g,
@@ -103,7 +71,7 @@ static int wait_io(struct ddpi_tcp *t, int want_send, int want_recv, int64_t dea
 	int64_t left = deadline - util_now_ms();
 
 	if (left <= 0)
-		return leader_cause(
+		return ddpi_tcp_leader_cause(
 			t,
 			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node", what),
 			want_recv ? left_of(t) : right_of(t), "timed out");
@@ -146,10 +114,10 @@ static ssize_t send_some(struct ddpi_tcp *t, struct iovec *v, int k, const char 
 		return w;
 	if (errno == EAGAIN || errno == EINTR)
 		return 0;
-	return leader_cause(t,
-			    ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)", what,
-				     strerror(errno)),
-			    right_of(t), "disconnected");
+	return ddpi_tcp_leader_cause(t,
+				     ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)",
+					      what, strerror(errno)),
+				     right_of(t), "disconnected");
 }
 
 /* The same for receiving from the previous node (a close is an error). */
@@ -161,10 +129,11 @@ static ssize_t recv_some(struct ddpi_tcp *t, struct iovec *v, int k, const char 
 		return r;
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
-	return leader_cause(t,
-			    ddpi_err(DDP_EPEER, "%s: the previous node's leader is gone (%s)", what,
-				     r == 0 ? "connection closed" : strerror(errno)),
-			    left_of(t), "disconnected");
+	return ddpi_tcp_leader_cause(t,
+				     ddpi_err(DDP_EPEER,
+					      "%s: the previous node's leader is gone (%s)", what,
+					      r == 0 ? "connection closed" : strerror(errno)),
+				     left_of(t), "disconnected");
 }
 
 /* Up to 16 entries of q from its current position, as an iovec list. */
@@ -329,10 +298,11 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0)
 			break;
 		if (in.len > TCP_SMALL_BYTES) {
-			rc = leader_cause(t,
-					  ddpi_err(-EPROTO, "%s: a call with %llu bytes of data",
-						   what, (unsigned long long)in.len),
-					  left_of(t), "sent a bad frame");
+			rc = ddpi_tcp_leader_cause(t,
+						   ddpi_err(-EPROTO,
+							    "%s: a call with %llu bytes of data",
+							    what, (unsigned long long)in.len),
+						   left_of(t), "sent a bad frame");
 			break;
 		}
 		int keep = in.len == len && !memcmp(&in.call, mine, sizeof(*mine));
@@ -587,288 +557,4 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
 		free(rv);
 	}
 	return rc;
-}
-
-/* ---- setup -------------------------------------------------------------------------- */
-
-static int listen_on(const char *addr, int *fd_out, int *port_out)
-{
-	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE,
-				 .ai_socktype = SOCK_STREAM};
-	struct addrinfo *ai = NULL;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	int fd, rc;
-
-	if ((rc = getaddrinfo(addr, "0", &hints, &ai)) != 0)
-		return ddpi_err(-EINVAL, "tcp: bad local address '%s': %s", addr, gai_strerror(rc));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-		rc = ddpi_err(-errno, "tcp: cannot listen on %s: %s", addr, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return rc;
-	}
-	freeaddrinfo(ai);
-	*port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-						   : ((struct sockaddr_in *)&ss)->sin_port);
-	*fd_out = fd;
-	return 0;
-}
-
-static void tune(int fd)
-{
-	int one = 1;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-static int connect_to(const char *host, int port, int64_t deadline, int *out)
-{
-	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM};
-	struct addrinfo *ai = NULL;
-	char ps[16];
-	int fd = -1, rc;
-
-	snprintf(ps, sizeof(ps), "%d", port);
-	if ((rc = getaddrinfo(host, ps, &hints, &ai)) != 0)
-		return ddpi_err(-EINVAL, "tcp: bad peer address '%s': %s", host, gai_strerror(rc));
-	for (;;) {
-		fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0)
-			break;
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-			break;
-		if (errno == EINPROGRESS) {
-			struct pollfd p = {.fd = fd, .events = POLLOUT};
-			int64_t left = deadline - util_now_ms();
-			int err = 0;
-			socklen_t el = sizeof(err);
-			if (left > 0 && poll(&p, 1, (int)(left > 60000 ? 60000 : left)) == 1 &&
-			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0)
-				break;
-			errno = err ? err : ETIMEDOUT;
-		}
-		rc = errno;
-		close(fd);
-		fd = -1;
-		if (util_now_ms() >= deadline || (rc != ECONNREFUSED && rc != ETIMEDOUT)) {
-			errno = rc;
-			break;
-		}
-		usleep(20000);
-	}
-	freeaddrinfo(ai);
-	if (fd < 0)
-		return ddpi_err(-errno,
-				"tcp: cannot connect to the next node's leader at %s:%d: %s", host,
-				port, strerror(errno));
-	*out = fd;
-	return 0;
-}
-
-static int accept_left(int lfd, const struct ddpi_tcp *t, int64_t deadline, int *out)
-{
-	int want = (t->me - 1 + t->nnodes) % t->nnodes;
-
-	for (;;) {
-		struct pollfd p = {.fd = lfd, .events = POLLIN};
-		int64_t left = deadline - util_now_ms();
-		struct hello h;
-		int fd;
-
-		if (left <= 0)
-			return leader_cause(
-				t,
-				ddpi_err(-ETIMEDOUT,
-					 "tcp: node %d's leader did not connect in time", want),
-				want, "timed out");
-		if (poll(&p, 1, (int)(left > 1000 ? 1000 : left)) <= 0)
-			continue;
-		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		/* A short blocking read of the hello; a stranger gets dropped. */
-		struct timeval tv = {2, 0};
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		if (recv(fd, &h, sizeof(h), MSG_WAITALL) == (ssize_t)sizeof(h) &&
-		    h.magic == HELLO_MAGIC && (int)h.node == want && (int)h.restart == t->restart &&
-		    (int)h.world == t->world) {
-			*out = fd;
-			return 0;
-		}
-		close(fd);
-	}
-}
-
-/* "addr port nranks r0 r1 ..." for node g, into the rank tables. */
-static int parse_entry(struct ddpi_tcp *t, int g, const char *v, char *addr, size_t alen, int *port)
-{
-	char fmt[32];
-	int n, used = 0;
-
-	snprintf(fmt, sizeof(fmt), "%%%zus %%d %%d%%n", alen - 1);
-	if (sscanf(v, fmt, addr, port, &n, &used) != 3 || n < 1 || n > t->world)
-		return ddpi_err(-EPROTO, "tcp: bad leader entry for node %d: '%s'", g, v);
-	t->nranks[g] = n;
-	t->ranks[g] = calloc((size_t)n, sizeof(int));
-	if (!t->ranks[g])
-		return -ENOMEM;
-	v += used;
-	for (int i = 0; i < n; i++) {
-		int r, k = 0;
-		if (sscanf(v, "%d%n", &r, &k) != 1 || r < 0 || r >= t->world || t->node_of[r] != -1)
-			return ddpi_err(-EPROTO, "tcp: bad or duplicate rank in node %d's entry",
-					g);
-		t->ranks[g][i] = r;
-		t->node_of[r] = g;
-		v += k;
-	}
-	return 0;
-}
-
-static int cmp_int(const void *a, const void *b)
-{
-	return *(const int *)a - *(const int *)b;
-}
-
-int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct store_client *sc,
-		  int64_t deadline, struct ddpi_tcp **out)
-{
-	struct ddpi_tcp *t = calloc(1, sizeof(*t));
-	char myaddr[128], key[32], *entry = NULL, rightaddr[128];
-	int lfd = -1, port = 0, right_port = 0, rc = -ENOMEM;
-	size_t elen = 0;
-
-	if (!t)
-		return rc;
-	t->nnodes = env->nnodes;
-	t->me = env->node;
-	t->world = env->world;
-	t->restart = env->restart;
-	t->left_fd = t->right_fd = -1;
-	t->node_of = malloc((size_t)env->world * sizeof(int));
-	t->ranks = calloc((size_t)env->nnodes, sizeof(int *));
-	t->nranks = calloc((size_t)env->nnodes, sizeof(int));
-	entry = malloc(64 + (size_t)env->local_world * 12);
-	if (!t->node_of || !t->ranks || !t->nranks || !entry)
-		goto fail;
-	for (int r = 0; r < env->world; r++)
-		t->node_of[r] = -1;
-
-	/* Listen where this host reaches the store: the other nodes can reach it too. */
-	if ((rc = store_client_local_addr(sc, myaddr, sizeof(myaddr))) < 0) {
-		rc = ddpi_err(rc, "store: %s", store_strerror(rc));
-		goto fail;
-	}
-	if ((rc = listen_on(myaddr, &lfd, &port)) < 0)
-		goto fail;
-
-	/* Publish this node's address and ranks, then read everyone's. */
-	int *sorted = malloc((size_t)env->local_world * sizeof(int));
-	if (!sorted) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	memcpy(sorted, local_ranks, (size_t)env->local_world * sizeof(int));
-	qsort(sorted, (size_t)env->local_world, sizeof(int), cmp_int);
-	elen = (size_t)snprintf(entry, 64, "%s %d %d", myaddr, port, env->local_world);
-	for (int i = 0; i < env->local_world; i++)
-		elen += (size_t)sprintf(entry + elen, " %d", sorted[i]);
-	free(sorted);
-	snprintf(key, sizeof(key), "leader/%d", env->node);
-	store_client_set_timeout(sc, deadline - util_now_ms() > 0 ? deadline - util_now_ms() : 1);
-	if ((rc = store_client_set(sc, key, entry, elen)) < 0) {
-		rc = ddpi_err(rc, "store set %s: %s", key, store_strerror(rc));
-		goto fail;
-	}
-	for (int g = 0; g < env->nnodes; g++) {
-		void *v = NULL;
-		size_t vlen = 0;
-		char a[128];
-		int p;
-		snprintf(key, sizeof(key), "leader/%d", g);
-		store_client_set_timeout(sc, deadline - util_now_ms() > 0 ? deadline - util_now_ms()
-									  : 1);
-		if ((rc = store_client_get(sc, key, &v, &vlen)) < 0) {
-			rc = ddpi_err(rc, "node %d's leader did not show up in the store: %s", g,
-				      store_strerror(rc));
-			if (rc == -ETIMEDOUT)
-				leader_cause(t, rc, g, "timed out");
-			goto fail;
-		}
-		rc = parse_entry(t, g, v, a, sizeof(a), &p);
-		if (rc == 0 && g == (t->me + 1) % t->nnodes) {
-			snprintf(rightaddr, sizeof(rightaddr), "%s", a);
-			right_port = p;
-		}
-		free(v);
-		if (rc < 0)
-			goto fail;
-	}
-	for (int r = 0; r < env->world; r++)
-		if (t->node_of[r] < 0) {
-			rc = ddpi_err(DDP_EENV,
-				      "rank %d belongs to no node (check GROUP_RANK and "
-				      "LOCAL_WORLD_SIZE on every node)",
-				      r);
-			goto fail;
-		}
-	/* Connect right, then accept left: the listen backlog lets both happen. */
-	if ((rc = connect_to(rightaddr, right_port, deadline, &t->right_fd)) < 0) {
-		/* It published its address: it was there, and is no more. */
-		if (rc == -ECONNREFUSED || rc == -ETIMEDOUT)
-			leader_cause(t, rc, right_of(t), "could not be reached");
-		goto fail;
-	}
-	struct hello h = {HELLO_MAGIC, (uint32_t)t->me, (uint32_t)t->restart, (uint32_t)t->world};
-	if (send(t->right_fd, &h, sizeof(h), MSG_NOSIGNAL) != (ssize_t)sizeof(h)) {
-		rc = leader_cause(t,
-				  ddpi_err(DDP_EPEER, "tcp: hello to the next node failed: %s",
-					   strerror(errno)),
-				  right_of(t), "disconnected");
-		goto fail;
-	}
-	if ((rc = accept_left(lfd, t, deadline, &t->left_fd)) < 0)
-		goto fail;
-	tune(t->left_fd);
-	tune(t->right_fd);
-	close(lfd);
-	free(entry);
-	*out = t;
-	return 0;
-fail:
-	if (lfd >= 0)
-		close(lfd);
-	free(entry);
-	ddpi_tcp_close(t);
-	return rc;
-}
-
-void ddpi_tcp_abort(struct ddpi_tcp *t)
-{
-	/* shutdown, not close: the descriptors stay valid until ddpi_tcp_close. */
-	if (t->left_fd >= 0)
-		shutdown(t->left_fd, SHUT_RDWR);
-	if (t->right_fd >= 0)
-		shutdown(t->right_fd, SHUT_RDWR);
-}
-
-void ddpi_tcp_close(struct ddpi_tcp *t)
-{
-	if (!t)
-		return;
-	if (t->left_fd >= 0)
-		close(t->left_fd);
-	if (t->right_fd >= 0)
-		close(t->right_fd);
-	for (int g = 0; t->ranks && g < t->nnodes; g++)
-		free(t->ranks[g]);
-	free(t->ranks);
-	free(t->nranks);
-	free(t->node_of);
-	free(t->tmp);
-	free(t);
 }
