@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,54 +17,13 @@
 #include "proc_info.h"
 #include "prog.h"
 #include "progress_slot.h"
+#include "text.h"
 
 extern char **environ;
 
 /* A stack tool gets this long per process, and this much output is kept. */
 #define STACK_TIMEOUT_MS 15000
 #define STACK_MAX_BYTES	 (64 * 1024)
-
-/* ---- text helpers ---------------------------------------------------------------- */
-
-struct text {
-	char *p;
-	size_t len, cap;
-};
-
-static void add(struct text *t, const char *s, size_t n)
-{
-	if (t->len + n + 1 > t->cap) {
-		size_t cap = t->cap ? t->cap : 1024;
-		char *p;
-
-		while (cap < t->len + n + 1)
-			cap *= 2;
-		p = realloc(t->p, cap);
-		if (p == NULL)
-			return; /* out of memory: the dump is shorter */
-		t->p = p;
-		t->cap = cap;
-	}
-	memcpy(t->p + t->len, s, n);
-	t->len += n;
-	t->p[t->len] = '\0';
-}
-
-static void addf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void addf(struct text *t, const char *fmt, ...)
-{
-	char buf[1024];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(buf) - 1)
-		n = (int)sizeof(buf) - 1;
-	if (n > 0)
-		add(t, buf, (size_t)n);
-}
 
 void hang_rank_list(const int *r, size_t n, char *buf, size_t len)
 {
@@ -122,8 +80,9 @@ static void group_line(struct text *t, const char *indent, const int *ranks, siz
 
 	hang_rank_list(ranks, n, list, sizeof(list));
 	where_text(w, where, sizeof(where));
-	addf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
-	     w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"), where);
+	text_printf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
+		    w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"),
+		    where);
 	(void)waiters;
 }
 
@@ -156,10 +115,10 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		}
 	}
 	if (nlib == 0) {
-		addf(&t,
-		     "%sno rank reports its collectives (none uses libddp): see each rank's "
-		     "stack above\n",
-		     indent);
+		text_printf(&t,
+			    "%sno rank reports its collectives (none uses libddp): see each rank's "
+			    "stack above\n",
+			    indent);
 		goto out;
 	}
 	/* Every group of ranks at the same place, the waiters' group last. */
@@ -183,12 +142,14 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		qsort(ranks, k, sizeof(int), cmp_int);
 		group_line(&t, indent, ranks, k, lead, true);
 		if (*culprits == 0)
-			addf(&t,
-			     "%severy rank is in the same collective: the hang is inside it (a "
-			     "lost peer or message), not in one rank's program\n",
-			     indent);
+			text_printf(
+				&t,
+				"%severy rank is in the same collective: the hang is inside it (a "
+				"lost peer or message), not in one rank's program\n",
+				indent);
 	} else if (*culprits > 0 && nlib > 1) {
-		addf(&t, "%sno rank is inside a collective: each is in its own code\n", indent);
+		text_printf(&t, "%sno rank is inside a collective: each is in its own code\n",
+			    indent);
 		*culprits = 0;
 	}
 	if (nother > 0) {
@@ -200,9 +161,10 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			char list[512];
 
 			hang_rank_list(ranks, k, list, sizeof(list));
-			addf(&t, "%s%s %s %s no collectives (not libddp, or not started yet)\n",
-			     indent, k == 1 ? "rank" : "ranks", list,
-			     k == 1 ? "reports" : "report");
+			text_printf(&t,
+				    "%s%s %s %s no collectives (not libddp, or not started yet)\n",
+				    indent, k == 1 ? "rank" : "ranks", list,
+				    k == 1 ? "reports" : "report");
 		}
 	}
 out:
@@ -278,7 +240,7 @@ static void format_stack(struct text *t, const char *tool, pid_t pid, const stru
 {
 	const char *line;
 
-	addf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
+	text_printf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
 	for (line = raw->p; line != NULL && *line != '\0';) {
 		const char *nl = strchr(line, '\n');
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
@@ -287,9 +249,9 @@ static void format_stack(struct text *t, const char *tool, pid_t pid, const stru
 		if (strcmp(tool, "gdb") != 0 ||
 		    (n > 0 && (line[0] == '#' || !strncmp(line, "Thread", 6) || line[0] == '(' ||
 			       !strncmp(line, "ptrace", 6)))) {
-			add(t, "    ", 4);
-			add(t, line, n);
-			add(t, "\n", 1);
+			text_add(t, "    ", 4);
+			text_add(t, line, n);
+			text_add(t, "\n", 1);
 		}
 		line = nl ? nl + 1 : NULL;
 	}
@@ -371,19 +333,20 @@ static void dump_finish(struct hang_dump *d)
 		struct text t = {0};
 
 		if (r->head.p != NULL)
-			add(&t, r->head.p, r->head.len);
+			text_add(&t, r->head.p, r->head.len);
 		if (r->running && d->tool != NULL)
 			format_stack(&t, d->tool, r->pid, &r->raw);
 		if (r->running && r->py && d->aborted != NULL && wk->running && wk->pid == r->pid) {
 			char msg[600];
 
-			addf(&t,
-			     "  Python stack: SIGABRT to pid %d, faulthandler prints every thread "
-			     "%s\n",
-			     (int)r->pid,
-			     wk->stream[1].open
-				     ? "below"
-				     : "to the rank's stderr (its log file, if redirected)");
+			text_printf(&t,
+				    "  Python stack: SIGABRT to pid %d, faulthandler prints every "
+				    "thread "
+				    "%s\n",
+				    (int)r->pid,
+				    wk->stream[1].open
+					    ? "below"
+					    : "to the rank's stderr (its log file, if redirected)");
 			snprintf(msg, sizeof(msg),
 				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
 				 "Python stack on its stderr",
@@ -439,7 +402,7 @@ static void on_stack_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 	struct dump_rank *r = st->data;
 
 	if (nread > 0 && r->raw.len < STACK_MAX_BYTES)
-		add(&r->raw, buf->base, (size_t)nread);
+		text_add(&r->raw, buf->base, (size_t)nread);
 	else if (nread < 0)
 		rank_stop(r); /* EOF: the tool is done */
 }
@@ -453,7 +416,7 @@ static void on_dump_timeout(uv_timer_t *t)
 	for (i = 0; i < d->n; i++)
 		if (d->r[i].reading) {
 			kill(-d->r[i].tool, SIGKILL);
-			add(&d->r[i].raw, "(the stack tool did not finish in time)\n", 40);
+			text_add(&d->r[i].raw, "(the stack tool did not finish in time)\n", 40);
 			rank_stop(&d->r[i]);
 		}
 	if (d->pending == 0)
@@ -483,7 +446,7 @@ static bool rank_start(struct hang_dump *d, struct dump_rank *r)
 		pid = spawn_tool(d->toolpath, argv, &fd);
 	}
 	if (pid < 0) {
-		addf(&r->raw, "(cannot run %s: %s)\n", d->toolpath, strerror((int)-pid));
+		text_printf(&r->raw, "(cannot run %s: %s)\n", d->toolpath, strerror((int)-pid));
 		return false;
 	}
 	r->tool = pid;
@@ -523,8 +486,8 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 	r->running = wk->running;
 	r->pid = wk->pid;
 	if (!wk->running) {
-		addf(t, "ddprun: rank %d (local rank %d): not running\n", a->world.rank_offset + i,
-		     i);
+		text_printf(t, "ddprun: rank %d (local rank %d): not running\n",
+			    a->world.rank_offset + i, i);
 		return;
 	}
 	if (proc_info_read(wk->pid, &pi) != 0)
@@ -535,16 +498,17 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 		where_text(w, where, sizeof(where));
 	else
 		snprintf(where, sizeof(where), "not reported (not libddp)");
-	addf(t,
-	     "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
-	     "%.2f s, %d thread%s, ",
-	     w->rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state), pi.wchan,
-	     proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads, pi.nthreads == 1 ? "" : "s");
+	text_printf(t,
+		    "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
+		    "%.2f s, %d thread%s, ",
+		    w->rank, i, (int)wk->pid, pi.comm, pi.state, proc_state_name(pi.state),
+		    pi.wchan, proc_ticks_s(proc_tree_ticks(wk->pid, 64)), pi.nthreads,
+		    pi.nthreads == 1 ? "" : "s");
 	if (age < 0)
-		addf(t, "no output seen, ");
+		text_printf(t, "no output seen, ");
 	else
-		addf(t, "last output %.1f s ago, ", age);
-	addf(t, "collective: %s\n", where);
+		text_printf(t, "last output %.1f s ago, ", age);
+	text_printf(t, "collective: %s\n", where);
 }
 
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,

@@ -4,7 +4,6 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +13,7 @@
 #include <unistd.h>
 
 #include "signame.h"
+#include "text.h"
 #include "util.h"
 
 #define NO_TRACEBACK "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
@@ -202,55 +202,6 @@ int64_t report_now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Growable text. */
-struct text {
-	char *p;
-	size_t len, cap;
-	int oom;
-};
-
-static void add(struct text *t, const char *s, size_t n)
-{
-	if (t->oom)
-		return;
-	if (t->len + n + 1 > t->cap) {
-		size_t cap = t->cap ? t->cap : 1024;
-		char *p;
-
-		while (cap < t->len + n + 1)
-			cap *= 2;
-		p = realloc(t->p, cap);
-		if (p == NULL) {
-			t->oom = 1;
-			return;
-		}
-		t->p = p;
-		t->cap = cap;
-	}
-	memcpy(t->p + t->len, s, n);
-	t->len += n;
-	t->p[t->len] = '\0';
-}
-
-static void adds(struct text *t, const char *s)
-{
-	add(t, s, strlen(s));
-}
-
-static void addf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void addf(struct text *t, const char *fmt, ...)
-{
-	char buf[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		add(t, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-}
-
 /* What report_cause.c found: cause, interpreter, the last stderr lines
  * (indented by four spaces) and where the whole of it is. */
 static void format_output(struct text *t, const struct report_entry *e)
@@ -259,32 +210,32 @@ static void format_output(struct text *t, const struct report_entry *e)
 	int n = 0;
 
 	if (e->cause != NULL)
-		addf(t, "  cause     : %s\n", e->cause);
+		text_printf(t, "  cause     : %s\n", e->cause);
 	if (e->interpreter != NULL)
-		addf(t, "  interpreter: %s\n", e->interpreter);
+		text_printf(t, "  interpreter: %s\n", e->interpreter);
 	if (e->tail == NULL) {
 		if (e->log_file != NULL)
-			addf(t, "  stderr    : %s\n", e->log_file);
+			text_printf(t, "  stderr    : %s\n", e->log_file);
 		return;
 	}
 	for (p = e->tail; *p != '\0'; p = nl ? nl + 1 : p + strlen(p), n++)
 		nl = strchr(p, '\n');
-	adds(t, "  stderr    : ");
+	text_puts(t, "  stderr    : ");
 	if (n == 0)
-		adds(t, "<empty>");
+		text_puts(t, "<empty>");
 	else
-		addf(t, "last %d line%s", n, n == 1 ? "" : "s");
+		text_printf(t, "last %d line%s", n, n == 1 ? "" : "s");
 	if (e->log_file != NULL) {
-		adds(t, n == 0 ? " (log: " : " (whole log: ");
-		adds(t, e->log_file);
-		adds(t, ")");
+		text_puts(t, n == 0 ? " (log: " : " (whole log: ");
+		text_puts(t, e->log_file);
+		text_puts(t, ")");
 	}
-	adds(t, n == 0 ? "\n" : ":\n");
+	text_puts(t, n == 0 ? "\n" : ":\n");
 	for (p = e->tail; *p != '\0'; p = nl ? nl + 1 : p + strlen(p)) {
 		nl = strchr(p, '\n');
-		adds(t, "    ");
-		add(t, p, nl ? (size_t)(nl - p) : strlen(p));
-		adds(t, "\n");
+		text_puts(t, "    ");
+		text_add(t, p, nl ? (size_t)(nl - p) : strlen(p));
+		text_puts(t, "\n");
 	}
 }
 
@@ -301,28 +252,28 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 
 	localtime_r(&ts, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%d_%H:%M:%S", &tm);
-	addf(t, "[%zu]:\n", idx);
+	text_printf(t, "[%zu]:\n", idx);
 	/* torchrun's layout shows whole seconds; the microseconds only order
 	 * the failures (report_cause_before). */
-	addf(t, "  time      : %s\n", when);
-	adds(t, "  host      : ");
-	adds(t, e->host ? e->host : host);
-	adds(t, "\n");
-	addf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
-	addf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
-	adds(t, "  error_file: ");
-	adds(t, e->error_file ? e->error_file : "<N/A>");
+	text_printf(t, "  time      : %s\n", when);
+	text_puts(t, "  host      : ");
+	text_puts(t, e->host ? e->host : host);
+	text_puts(t, "\n");
+	text_printf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
+	text_printf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
+	text_puts(t, "  error_file: ");
+	text_puts(t, e->error_file ? e->error_file : "<N/A>");
 	if (e->caused_by != NULL) {
-		adds(t, "\n  caused_by : ");
-		adds(t, e->caused_by);
+		text_puts(t, "\n  caused_by : ");
+		text_puts(t, e->caused_by);
 	}
-	adds(t, "\n  traceback : ");
+	text_puts(t, "\n  traceback : ");
 	for (m = e->message; (nl = strchr(m, '\n')) != NULL; m = nl + 1) {
-		add(t, m, (size_t)(nl - m + 1));
-		adds(t, "  ");
+		text_add(t, m, (size_t)(nl - m + 1));
+		text_puts(t, "  ");
 	}
-	adds(t, m);
-	adds(t, "\n");
+	text_puts(t, m);
+	text_puts(t, "\n");
 	format_output(t, e);
 }
 
@@ -347,7 +298,7 @@ static void rule(struct text *t, char c, size_t width)
 
 	memset(line, c, width);
 	line[width] = '\n';
-	add(t, line, width + 1);
+	text_add(t, line, width + 1);
 }
 
 char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
@@ -369,7 +320,7 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 			format_failure(&others, idx++, host, &e[i]);
 	}
 	if (others.len == 0)
-		adds(&others, "  <NO_OTHER_FAILURES>\n");
+		text_puts(&others, "  <NO_OTHER_FAILURES>\n");
 	width = strlen(entrypoint) + 7;
 	if (root.p != NULL && widest_line(root.p) > width)
 		width = widest_line(root.p);
@@ -378,15 +329,15 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 	if (width > WIDTH_MAX)
 		width = WIDTH_MAX;
 	rule(&out, '=', width);
-	adds(&out, entrypoint);
-	adds(&out, " FAILED\n");
+	text_puts(&out, entrypoint);
+	text_puts(&out, " FAILED\n");
 	rule(&out, '-', width);
-	adds(&out, "Failures:\n");
-	add(&out, others.p, others.len);
+	text_puts(&out, "Failures:\n");
+	text_add(&out, others.p, others.len);
 	rule(&out, '-', width);
-	adds(&out, "Root Cause (first observed failure):\n");
+	text_puts(&out, "Root Cause (first observed failure):\n");
 	if (root.p != NULL)
-		add(&out, root.p, root.len);
+		text_add(&out, root.p, root.len);
 	rule(&out, '=', width);
 	free(root.p);
 	free(others.p);
