@@ -91,7 +91,11 @@ static int get_field(const cJSON *o, const struct rdzv_field *f, void *dst)
 	char *p = at(dst, f->off);
 
 	if (j == NULL && (f->flags & RDZV_F_OPTIONAL)) {
-		p[0] = '\0'; /* only strings are optional */
+		/* Only a string has an "absent" value; a table that marks another
+		 * type optional is refused rather than left half-written. */
+		if (f->type != RDZV_F_STR)
+			return -EINVAL;
+		p[0] = '\0';
 		return 0;
 	}
 	switch (f->type) {

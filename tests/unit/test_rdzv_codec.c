@@ -197,6 +197,23 @@ static void round_trip(enum which w, char *text, const char *want, const void *m
 
 /* Every rendezvous message through rdzv_msg.h: the bytes ddprun writes (the
  * launcher's reports and `ddpstore status` read them) and back. */
+/* Only a string has an "absent" value: a table that marks an int optional
+ * is refused when the field is missing, not left with one byte zeroed. */
+static void test_an_optional_non_string_field_is_refused_when_absent(void **state)
+{
+	static const struct rdzv_field f[] = {
+		RDZV_INT(struct all, i, -1, 100),
+		{"lo", RDZV_F_INT, offsetof(struct all, lo), 0, 0, 0, 9, RDZV_F_OPTIONAL},
+	};
+	static const struct rdzv_msgdef d = RDZV_MSGDEF(NULL, f);
+	struct all out;
+
+	memset(&out, 0x55, sizeof(out));
+	assert_int_equal(decode(&d, "{\"i\":3}", &out), -EINVAL);
+	assert_int_equal(decode(&d, "{\"i\":3,\"lo\":4}", &out), 0);
+	assert_int_equal(out.lo, 4);
+}
+
 static void test_every_message_round_trips(void **state)
 {
 	/* In struct order: host, addr, nproc, pid, node_rank, worker_port. */
@@ -284,6 +301,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_type_round_trips),
 		cmocka_unit_test(test_each_kind_of_malformed_input_is_rejected),
+		cmocka_unit_test(test_an_optional_non_string_field_is_refused_when_absent),
 		cmocka_unit_test(test_every_message_round_trips),
 		cmocka_unit_test(test_message_bounds_hold),
 	};
