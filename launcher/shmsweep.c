@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "procsweep.h"
+#include "workenv.h"
 
 PROCSWEEP_RAW static size_t raw_len(const char *s)
 {
@@ -22,15 +23,22 @@ PROCSWEEP_RAW static size_t raw_len(const char *s)
 	return n;
 }
 
-/* "ddp-" ... "-a<nonce>" exactly: a longer token that merely starts with
- * ours is someone else's. */
+/* WORKENV_SHM_PREFIX ... WORKENV_SHM_NONCE_TAG <nonce> exactly (workenv.h):
+ * a longer token that merely starts with ours is someone else's. */
 PROCSWEEP_RAW static int ours(const char *name, const char *nonce)
 {
+	static const char pre[] = WORKENV_SHM_PREFIX, tag[] = WORKENV_SHM_NONCE_TAG;
+	const size_t p = sizeof(pre) - 1, t = sizeof(tag) - 1;
 	size_t n = raw_len(name), k = raw_len(nonce), i;
 
-	if (k == 0 || n < 4 + 2 + k || name[0] != 'd' || name[1] != 'd' || name[2] != 'p' ||
-	    name[3] != '-' || name[n - k - 2] != '-' || name[n - k - 1] != 'a')
+	if (k == 0 || n < p + t + k)
 		return 0;
+	for (i = 0; i < p; i++)
+		if (name[i] != pre[i])
+			return 0;
+	for (i = 0; i < t; i++)
+		if (name[n - k - t + i] != tag[i])
+			return 0;
 	for (i = 0; i < k; i++)
 		if (name[n - k + i] != nonce[i])
 			return 0;

@@ -194,3 +194,20 @@ int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err
 		 nproc - 1, cvd);
 	return -ERANGE;
 }
+
+void workenv_shm_name(char *buf, size_t len, const char *run_id, int restart, int port, int node,
+		      unsigned uid, const char *nonce)
+{
+	char id[101];
+	size_t i;
+
+	for (i = 0; i < sizeof(id) - 1 && run_id[i]; i++) {
+		char c = run_id[i];
+		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			 (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+		id[i] = ok ? c : '_';
+	}
+	id[i] = '\0';
+	snprintf(buf, len, "/" WORKENV_SHM_PREFIX "%s-r%d-p%d-n%d-u%u%s%s", id, restart, port, node,
+		 uid, nonce[0] ? WORKENV_SHM_NONCE_TAG : "", nonce);
+}

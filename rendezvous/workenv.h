@@ -9,7 +9,7 @@
  * (PyTorch 1.13's name) the same when unset; TORCHELASTIC_SIGNALS_TO_HANDLE
  * (torchrun 2.x); under --virtual-local-rank LOCAL_RANK=0 and
  * CUDA_VISIBLE_DEVICES narrowed to the worker's one GPU; DDP_SHM_NONCE (the
- * launcher's shmsweep.h), DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (its
+ * launcher's shmsweep.h; the segment names are workenv_shm_name's), DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (its
  * hang.h), never inherited;
  * PYTHONFAULTHANDLER=1 when unset (hang.h). Everything else is inherited from ddprun's own
  * environment. */
@@ -68,5 +68,16 @@ int workenv_check(const char *cvd, bool virtual_local_rank, int nproc, char *err
  * TORCHELASTIC_ERROR_FILE. NULL on ENOMEM. */
 char **workenv_build(char *const *parent_env, const struct workenv_job *j, int local_rank,
 		     const char *error_file);
+
+/* libddp's shared-memory segments on a node are named
+ * "/" WORKENV_SHM_PREFIX "<run id>-r<restart>-p<port>-n<node>-u<uid>", then under
+ * ddprun WORKENV_SHM_NONCE_TAG "<DDP_SHM_NONCE>", the nonce last: the agent that
+ * gave the nonce removes exactly those its workers left (launcher/shmsweep.c,
+ * which matches by these two names). The run id's bytes outside [A-Za-z0-9._-]
+ * become '_' and at most 100 are kept. */
+#define WORKENV_SHM_PREFIX    "ddp-"
+#define WORKENV_SHM_NONCE_TAG "-a"
+void workenv_shm_name(char *buf, size_t len, const char *run_id, int restart, int port, int node,
+		      unsigned uid, const char *nonce);
 
 #endif

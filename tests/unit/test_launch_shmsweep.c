@@ -16,6 +16,7 @@
 
 #include "logdir.h"
 #include "shmsweep.h"
+#include "workenv.h"
 
 static char dir[] = "/tmp/shmsweep-XXXXXX";
 
@@ -92,6 +93,26 @@ static void test_only_this_agents_segments_go(void **state)
 	assert_int_equal(shmsweep_remove(dir, "0123abcd", NULL, NULL), 0);
 }
 
+/* The sweep matches what libddp names its segments (workenv_shm_name, one
+ * format for both sides): this agent's nonce, any run id (even one with
+ * bytes a file name cannot hold), and not another agent's. */
+static void test_it_removes_the_names_libddp_makes(void **state)
+{
+	char a[256], b[256], c[256];
+
+	workenv_shm_name(a, sizeof(a), "my job/1", 2, 29500, 3, 1000, "0123abcd");
+	workenv_shm_name(b, sizeof(b), "my job/1", 2, 29500, 3, 1000, "ffff0000");
+	workenv_shm_name(c, sizeof(c), "my job/1", 2, 29500, 3, 1000, "");
+	assert_string_equal(a, "/ddp-my_job_1-r2-p29500-n3-u1000-a0123abcd");
+	touch(a + 1); /* shm_open's names start with '/'; /dev/shm's entries do not */
+	touch(b + 1);
+	touch(c + 1);
+	assert_int_equal(shmsweep_remove(dir, "0123abcd", NULL, NULL), 1);
+	assert_false(exists(a + 1));
+	assert_true(exists(b + 1));
+	assert_true(exists(c + 1));
+}
+
 static void test_an_empty_nonce_matches_nothing(void **state)
 {
 	touch("ddp-none-r0-p1-n0-u0-a");
@@ -115,6 +136,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_only_this_agents_segments_go, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_it_removes_the_names_libddp_makes, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_an_empty_nonce_matches_nothing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_a_missing_directory_is_nothing_to_do, setup,

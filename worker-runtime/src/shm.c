@@ -18,6 +18,7 @@
 
 #include "shm.h"
 #include "util.h"
+#include "workenv.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
 #define SHM_VERSION   4
@@ -110,26 +111,6 @@ static int pid_alive(int pid)
 	fclose(f);
 	rp = strrchr(buf, ')');
 	return !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
-}
-
-/* A name unique to this job attempt and node; run ids may hold any byte.
- * Under ddprun it ends in "-a<DDP_SHM_NONCE>", unique to that ddprun process,
- * which removes what its workers leave (launcher/shmsweep.h): keep the nonce
- * last. */
-static void make_name(const struct ddp_env *env, char *buf, size_t len)
-{
-	char id[101];
-	size_t i;
-
-	for (i = 0; i < sizeof(id) - 1 && env->run_id[i]; i++) {
-		char c = env->run_id[i];
-		int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			 (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
-		id[i] = ok ? c : '_';
-	}
-	id[i] = '\0';
-	snprintf(buf, len, "/ddp-%s-r%d-p%d-n%d-u%d%s%s", id, env->restart, env->master_port,
-		 env->node, (int)getuid(), env->shm_nonce[0] ? "-a" : "", env->shm_nonce);
 }
 
 /* CPUs this process may run on (affinity and cpusets included). */
@@ -303,7 +284,10 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	/* Oversubscribed cores: a spinning waiter steals the time its peer needs;
 	 * yielding hands it over (see spin_until). */
 	s->oversubscribed = usable_cpus() < s->lws;
-	make_name(env, s->name, sizeof(s->name));
+	/* Unique to this job attempt and node; under ddprun it ends in the
+	 * agent's nonce, so the agent removes what its workers leave. */
+	workenv_shm_name(s->name, sizeof(s->name), env->run_id, env->restart, env->master_port,
+			 env->node, (unsigned)getuid(), env->shm_nonce);
 
 	ctl_off = HDR_BYTES;
 	stage_off = ctl_off + ((size_t)s->lws * CTL_BYTES + 4095) / 4096 * 4096;
