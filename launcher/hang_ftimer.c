@@ -28,6 +28,7 @@
 
 #include "agent_int.h"
 #include "signame.h"
+#include "workenv.h"
 
 #define FT_MAX_TIMERS 4096
 #define FT_MAX_LINE   4096 /* requests are at most PIPE_BUF */
@@ -248,7 +249,7 @@ static void on_closed(uv_handle_t *h)
 int hang_ftimer_start(struct agent *a, struct hang_ftimer **out)
 {
 	const char *on = getenv("TORCHELASTIC_ENABLE_FILE_TIMER");
-	const char *path = getenv("TORCHELASTIC_TIMER_FILE");
+	const char *path = getenv(WORKENV_TORCHELASTIC_TIMER_FILE);
 	struct hang_ftimer *f;
 	int fd, rc;
 

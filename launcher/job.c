@@ -39,8 +39,8 @@ static cpu_set_t *numa_sets(const struct cli_opts *o, int nproc)
 	if (o->numa_binding == CLI_NUMA_NONE)
 		return NULL;
 	sets = calloc((size_t)nproc, sizeof(*sets));
-	if (sets == NULL || numa_plan(o->numa_binding, getenv("CUDA_VISIBLE_DEVICES"), nproc, sets,
-				      why, sizeof(why)) != 0) {
+	if (sets == NULL || numa_plan(o->numa_binding, getenv(WORKENV_CUDA_VISIBLE_DEVICES), nproc,
+				      sets, why, sizeof(why)) != 0) {
 		fprintf(stderr,
 			"ddprun: warning: --numa-binding %s: %s; the workers run unpinned\n",
 			cli_numa_mode_name(o->numa_binding), sets ? why : "out of memory");
@@ -117,8 +117,8 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 				"exist "
 				"on this node (%d workers): nothing of it is shown\n",
 				o->ranks_filter[i], j->nproc);
-	rc = workenv_check(getenv("CUDA_VISIBLE_DEVICES"), o->virtual_local_rank, j->nproc, err,
-			   sizeof(err));
+	rc = workenv_check(getenv(WORKENV_CUDA_VISIBLE_DEVICES), o->virtual_local_rank, j->nproc,
+			   err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);
 		return JOB_EXIT_USAGE;

@@ -19,6 +19,7 @@
 #include "output.h"
 #include "store_server.h"
 #include "watchdog.h"
+#include "workenv.h"
 
 extern char **environ;
 
@@ -122,7 +123,7 @@ int main(int argc, char **argv)
 
 	cfg.job = &job;
 	cfg.worker_env = environ;
-	cfg.parent_error_file = getenv("TORCHELASTIC_ERROR_FILE");
+	cfg.parent_error_file = getenv(WORKENV_TORCHELASTIC_ERROR_FILE);
 	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
 	cfg.dfl_sigs = dfl;
 	cfg.ndfl_sigs = ndfl;

@@ -20,7 +20,8 @@
 
 #include <stdint.h>
 
-#define DDPI_PROGRESS_ENV   "DDP_PROGRESS_FILE"
+#include "workenv.h" /* the file's variable: WORKENV_DDP_PROGRESS_FILE */
+
 #define DDPI_PROGRESS_MAGIC 0x44445050u /* "DDPP": the slot is in use */
 #define DDPI_PROGRESS_SLOT  64		/* bytes per slot: one cache line */
 

@@ -8,29 +8,29 @@
 
 /* Variables ddprun sets; a value inherited from the parent is replaced. */
 static const char *const owned[] = {
-	"RANK",
-	"LOCAL_RANK",
-	"WORLD_SIZE",
-	"LOCAL_WORLD_SIZE",
-	"GROUP_RANK",
-	"GROUP_WORLD_SIZE",
-	"ROLE_RANK",
-	"ROLE_WORLD_SIZE",
-	"ROLE_NAME",
-	"MASTER_ADDR",
-	"MASTER_PORT",
-	"TORCHELASTIC_RESTART_COUNT",
-	"TORCHELASTIC_MAX_RESTARTS",
-	"TORCHELASTIC_RUN_ID",
-	"TORCHELASTIC_USE_AGENT_STORE",
-	"TORCHELASTIC_ERROR_FILE",
+	WORKENV_RANK,
+	WORKENV_LOCAL_RANK,
+	WORKENV_WORLD_SIZE,
+	WORKENV_LOCAL_WORLD_SIZE,
+	WORKENV_GROUP_RANK,
+	WORKENV_GROUP_WORLD_SIZE,
+	WORKENV_ROLE_RANK,
+	WORKENV_ROLE_WORLD_SIZE,
+	WORKENV_ROLE_NAME,
+	WORKENV_MASTER_ADDR,
+	WORKENV_MASTER_PORT,
+	WORKENV_TORCHELASTIC_RESTART_COUNT,
+	WORKENV_TORCHELASTIC_MAX_RESTARTS,
+	WORKENV_TORCHELASTIC_RUN_ID,
+	WORKENV_TORCHELASTIC_USE_AGENT_STORE,
+	WORKENV_TORCHELASTIC_ERROR_FILE,
 	/* A nested ddprun's workers must name their segments after it. */
-	"DDP_SHM_NONCE",
+	WORKENV_DDP_SHM_NONCE,
 	/* A nested ddprun's workers report to it (hang.h). */
-	"DDP_PROGRESS_FILE",
-	"TORCHELASTIC_TIMER_FILE",
+	WORKENV_DDP_PROGRESS_FILE,
+	WORKENV_TORCHELASTIC_TIMER_FILE,
 	/* torchrun 2.x's agent puts its --signals-to-handle here. */
-	"TORCHELASTIC_SIGNALS_TO_HANDLE",
+	WORKENV_TORCHELASTIC_SIGNALS_TO_HANDLE,
 };
 
 #define NOWNED (sizeof(owned) / sizeof(owned[0]))
@@ -56,7 +56,7 @@ static bool is_owned(const char *entry, bool virtual_cvd)
 	for (i = 0; i < NOWNED; i++)
 		if (env_is(entry, owned[i]))
 			return true;
-	return virtual_cvd && env_is(entry, "CUDA_VISIBLE_DEVICES");
+	return virtual_cvd && env_is(entry, WORKENV_CUDA_VISIBLE_DEVICES);
 }
 
 struct kv {
@@ -79,62 +79,62 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 
 	for (i = 0; parent_env[i] != NULL; i++) {
 		nparent++;
-		has_omp |= env_is(parent_env[i], "OMP_NUM_THREADS");
-		if (env_is(parent_env[i], "TORCH_NCCL_ASYNC_ERROR_HANDLING")) {
+		has_omp |= env_is(parent_env[i], WORKENV_OMP_NUM_THREADS);
+		if (env_is(parent_env[i], WORKENV_TORCH_NCCL_ASYNC_ERROR_HANDLING)) {
 			has_nccl = true;
 			nccl = parent_env[i] + strlen("TORCH_NCCL_ASYNC_ERROR_HANDLING=");
 		}
-		has_old_nccl |= env_is(parent_env[i], "NCCL_ASYNC_ERROR_HANDLING");
-		if (env_is(parent_env[i], "CUDA_VISIBLE_DEVICES"))
+		has_old_nccl |= env_is(parent_env[i], WORKENV_NCCL_ASYNC_ERROR_HANDLING);
+		if (env_is(parent_env[i], WORKENV_CUDA_VISIBLE_DEVICES))
 			cvd = parent_env[i] + strlen("CUDA_VISIBLE_DEVICES=");
-		has_fault |= env_is(parent_env[i], "PYTHONFAULTHANDLER");
+		has_fault |= env_is(parent_env[i], WORKENV_PYTHONFAULTHANDLER);
 	}
 #define ADD(n, v)  (set[nset].name = (n), set[nset++].val = (v))
 #define ADDI(n, v) (snprintf(num[nnum], sizeof(num[0]), "%d", (v)), ADD(n, num[nnum++]))
-	ADDI("RANK", rank);
+	ADDI(WORKENV_RANK, rank);
 	/* --virtual-local-rank: each worker sees its one GPU as device 0. */
 	if (j->virtual_local_rank) {
 		if (workenv_device(cvd, local_rank, device, sizeof(device)) != 0)
 			return NULL; /* checked before the start (workenv_check) */
-		ADD("CUDA_VISIBLE_DEVICES", device);
+		ADD(WORKENV_CUDA_VISIBLE_DEVICES, device);
 	}
-	ADDI("LOCAL_RANK", j->virtual_local_rank ? 0 : local_rank);
-	ADDI("WORLD_SIZE", j->world.world_size);
-	ADDI("LOCAL_WORLD_SIZE", j->local_world_size);
-	ADDI("GROUP_RANK", j->world.group_rank);
-	ADDI("GROUP_WORLD_SIZE", j->world.group_world_size);
-	ADDI("ROLE_RANK", rank);
-	ADDI("ROLE_WORLD_SIZE", j->world.world_size);
-	ADD("ROLE_NAME", j->role);
+	ADDI(WORKENV_LOCAL_RANK, j->virtual_local_rank ? 0 : local_rank);
+	ADDI(WORKENV_WORLD_SIZE, j->world.world_size);
+	ADDI(WORKENV_LOCAL_WORLD_SIZE, j->local_world_size);
+	ADDI(WORKENV_GROUP_RANK, j->world.group_rank);
+	ADDI(WORKENV_GROUP_WORLD_SIZE, j->world.group_world_size);
+	ADDI(WORKENV_ROLE_RANK, rank);
+	ADDI(WORKENV_ROLE_WORLD_SIZE, j->world.world_size);
+	ADD(WORKENV_ROLE_NAME, j->role);
 	if (j->world.master_addr != NULL) {
-		ADD("MASTER_ADDR", j->world.master_addr);
-		ADDI("MASTER_PORT", j->world.master_port);
+		ADD(WORKENV_MASTER_ADDR, j->world.master_addr);
+		ADDI(WORKENV_MASTER_PORT, j->world.master_port);
 	}
-	ADDI("TORCHELASTIC_RESTART_COUNT", j->world.restart_count);
-	ADDI("TORCHELASTIC_MAX_RESTARTS", j->max_restarts);
-	ADD("TORCHELASTIC_RUN_ID", j->run_id);
-	ADD("TORCHELASTIC_USE_AGENT_STORE", j->world.use_agent_store ? "True" : "False");
+	ADDI(WORKENV_TORCHELASTIC_RESTART_COUNT, j->world.restart_count);
+	ADDI(WORKENV_TORCHELASTIC_MAX_RESTARTS, j->max_restarts);
+	ADD(WORKENV_TORCHELASTIC_RUN_ID, j->run_id);
+	ADD(WORKENV_TORCHELASTIC_USE_AGENT_STORE, j->world.use_agent_store ? "True" : "False");
 	if (error_file != NULL)
-		ADD("TORCHELASTIC_ERROR_FILE", error_file);
+		ADD(WORKENV_TORCHELASTIC_ERROR_FILE, error_file);
 	if (j->shm_nonce != NULL)
-		ADD("DDP_SHM_NONCE", j->shm_nonce);
+		ADD(WORKENV_DDP_SHM_NONCE, j->shm_nonce);
 	/* torchrun: one thread per worker unless the user chose otherwise. */
 	if (!has_omp && j->local_world_size > 1)
-		ADD("OMP_NUM_THREADS", "1");
+		ADD(WORKENV_OMP_NUM_THREADS, "1");
 	if (!has_nccl)
-		ADD("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");
+		ADD(WORKENV_TORCH_NCCL_ASYNC_ERROR_HANDLING, "1");
 	/* PyTorch 1.13 reads only the old name; the same value. */
 	if (!has_old_nccl)
-		ADD("NCCL_ASYNC_ERROR_HANDLING", nccl);
+		ADD(WORKENV_NCCL_ASYNC_ERROR_HANDLING, nccl);
 	if (j->signals_to_handle != NULL)
-		ADD("TORCHELASTIC_SIGNALS_TO_HANDLE", j->signals_to_handle);
+		ADD(WORKENV_TORCHELASTIC_SIGNALS_TO_HANDLE, j->signals_to_handle);
 	if (j->progress_file != NULL)
-		ADD("DDP_PROGRESS_FILE", j->progress_file);
+		ADD(WORKENV_DDP_PROGRESS_FILE, j->progress_file);
 	if (j->timer_file != NULL)
-		ADD("TORCHELASTIC_TIMER_FILE", j->timer_file);
+		ADD(WORKENV_TORCHELASTIC_TIMER_FILE, j->timer_file);
 	/* Python workers print every thread's stack on SIGABRT (hang.h). */
 	if (j->faulthandler && !has_fault)
-		ADD("PYTHONFAULTHANDLER", "1");
+		ADD(WORKENV_PYTHONFAULTHANDLER, "1");
 #undef ADDI
 #undef ADD
 	for (i = 0; i < nset; i++)

@@ -8,6 +8,7 @@
 
 #include "ddp_internal.h"
 #include "util.h"
+#include "workenv.h"
 
 static const char *get(ddpi_getenv_fn fn, void *arg, const char *name)
 {
@@ -49,15 +50,16 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
 	int has_rank, has_world, has_lrank, has_lworld, has_node, has_nnodes, rc;
 
-	if ((rc = get_int(fn, arg, "RANK", 0, INT_MAX, &e->rank, &has_rank)) ||
-	    (rc = get_int(fn, arg, "WORLD_SIZE", 1, INT_MAX, &e->world, &has_world)) ||
-	    (rc = get_int(fn, arg, "LOCAL_RANK", 0, INT_MAX, &e->local_rank, &has_lrank)) ||
-	    (rc = get_int(fn, arg, "LOCAL_WORLD_SIZE", 1, INT_MAX, &e->local_world, &has_lworld)) ||
-	    (rc = get_int(fn, arg, "GROUP_RANK", 0, INT_MAX, &e->node, &has_node)) ||
-	    (rc = get_int(fn, arg, "GROUP_WORLD_SIZE", 1, INT_MAX, &e->nnodes, &has_nnodes)))
+	if ((rc = get_int(fn, arg, WORKENV_RANK, 0, INT_MAX, &e->rank, &has_rank)) ||
+	    (rc = get_int(fn, arg, WORKENV_WORLD_SIZE, 1, INT_MAX, &e->world, &has_world)) ||
+	    (rc = get_int(fn, arg, WORKENV_LOCAL_RANK, 0, INT_MAX, &e->local_rank, &has_lrank)) ||
+	    (rc = get_int(fn, arg, WORKENV_LOCAL_WORLD_SIZE, 1, INT_MAX, &e->local_world,
+			  &has_lworld)) ||
+	    (rc = get_int(fn, arg, WORKENV_GROUP_RANK, 0, INT_MAX, &e->node, &has_node)) ||
+	    (rc = get_int(fn, arg, WORKENV_GROUP_WORLD_SIZE, 1, INT_MAX, &e->nnodes, &has_nnodes)))
 		return rc;
 	e->under_launcher =
-		has_rank || has_world || has_lrank || get(fn, arg, "TORCHELASTIC_RUN_ID");
+		has_rank || has_world || has_lrank || get(fn, arg, WORKENV_TORCHELASTIC_RUN_ID);
 	if (!has_rank && !has_world) {
 		if (has_lworld || has_nnodes)
 			return ddpi_err(DDP_EENV, "LOCAL_WORLD_SIZE/GROUP_WORLD_SIZE set without "
@@ -69,7 +71,8 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	}
 	if (!has_rank || !has_world)
 		return ddpi_err(DDP_EENV, "%s is set but %s is not",
-				has_rank ? "RANK" : "WORLD_SIZE", has_rank ? "WORLD_SIZE" : "RANK");
+				has_rank ? WORKENV_RANK : WORKENV_WORLD_SIZE,
+				has_rank ? WORKENV_WORLD_SIZE : WORKENV_RANK);
 	if (e->rank >= e->world)
 		return ddpi_err(DDP_EENV, "RANK=%d is not below WORLD_SIZE=%d", e->rank, e->world);
 
@@ -130,10 +133,10 @@ static int parse_identity(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
  * (join.c) unless DDP_STORE=0 keeps a single-node job in shared memory. */
 static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
-	const char *addr = get(fn, arg, "MASTER_ADDR"), *v;
+	const char *addr = get(fn, arg, WORKENV_MASTER_ADDR), *v;
 	int has_port, store = 1, rc;
 
-	if ((rc = get_int(fn, arg, "MASTER_PORT", 1, 65535, &e->master_port, &has_port)))
+	if ((rc = get_int(fn, arg, WORKENV_MASTER_PORT, 1, 65535, &e->master_port, &has_port)))
 		return rc;
 	if (!has_port)
 		e->master_port = 0;
@@ -157,7 +160,7 @@ static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 		return ddpi_err(DDP_EENV,
 				"WORLD_SIZE=%d but %s is not set (DDP_STORE=0 runs one node "
 				"without a store)",
-				e->world, !addr ? "MASTER_ADDR" : "MASTER_PORT");
+				e->world, !addr ? WORKENV_MASTER_ADDR : WORKENV_MASTER_PORT);
 	e->use_store = addr && has_port && e->under_launcher;
 	return 0;
 }
@@ -166,7 +169,7 @@ static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
  * ddprun knows the segments of its own workers (launcher/shmsweep.h). */
 static int parse_nonce(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
-	const char *v = get(fn, arg, "DDP_SHM_NONCE");
+	const char *v = get(fn, arg, WORKENV_DDP_SHM_NONCE);
 	size_t i, n;
 
 	e->shm_nonce[0] = '\0';
@@ -189,7 +192,7 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	const char *v;
 	int present, rc;
 
-	if ((v = get(fn, arg, "TORCHELASTIC_RUN_ID"))) {
+	if ((v = get(fn, arg, WORKENV_TORCHELASTIC_RUN_ID))) {
 		if (strlen(v) >= sizeof(e->run_id))
 			return ddpi_err(DDP_EENV, "TORCHELASTIC_RUN_ID is too long (max %zu)",
 					sizeof(e->run_id) - 1);
@@ -197,7 +200,7 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	} else {
 		snprintf(e->run_id, sizeof(e->run_id), "none");
 	}
-	if ((rc = get_int(fn, arg, "TORCHELASTIC_RESTART_COUNT", 0, INT_MAX, &e->restart,
+	if ((rc = get_int(fn, arg, WORKENV_TORCHELASTIC_RESTART_COUNT, 0, INT_MAX, &e->restart,
 			  &present)))
 		return rc;
 	if (!present)

@@ -20,6 +20,7 @@
 
 #include "ddp_internal.h"
 #include "util.h"
+#include "workenv.h"
 
 #define DDPI_CAUSE_MAX 160
 
@@ -165,7 +166,7 @@ __attribute__((noinline)) static char *traceback_text(const char *msg, int skip)
  * Not inlined, like traceback_text: skip counts frames. */
 __attribute__((noinline)) static int write_error_file(const char *msg, const char *cause, int skip)
 {
-	const char *path = getenv("TORCHELASTIC_ERROR_FILE");
+	const char *path = getenv(WORKENV_TORCHELASTIC_ERROR_FILE);
 	cJSON *root = NULL, *m, *extra;
 	char *text = NULL, *stack = NULL, ts[32], tmp[4200];
 	int fd = -1, rc = -ENOMEM;

@@ -1,6 +1,7 @@
 /* progress: the rank's collective counters in the launcher's file (see
  * progress.h). */
 #include "progress.h"
+#include "workenv.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -17,8 +18,8 @@ static uint64_t seq;			/* collectives entered by this process */
  * launcher then treats the rank like any other program). */
 static void map_slot(void)
 {
-	const char *path = getenv(DDPI_PROGRESS_ENV);
-	const char *lr = getenv("LOCAL_RANK");
+	const char *path = getenv(WORKENV_DDP_PROGRESS_FILE);
+	const char *lr = getenv(WORKENV_LOCAL_RANK);
 	long rank;
 	char *end;
 	struct stat st;

@@ -65,12 +65,12 @@ static int child_env(int rank, int nprocs, const char *run_id, int daemon)
 		.local_world_size = nprocs,
 		.role = "default",
 		.run_id = run_id,
-		.shm_nonce = getenv("DDP_SHM_NONCE"),
-		.progress_file = getenv("DDP_PROGRESS_FILE"),
-		.timer_file = getenv("TORCHELASTIC_TIMER_FILE"),
-		.signals_to_handle = getenv("TORCHELASTIC_SIGNALS_TO_HANDLE"),
+		.shm_nonce = getenv(WORKENV_DDP_SHM_NONCE),
+		.progress_file = getenv(WORKENV_DDP_PROGRESS_FILE),
+		.timer_file = getenv(WORKENV_TORCHELASTIC_TIMER_FILE),
+		.signals_to_handle = getenv(WORKENV_TORCHELASTIC_SIGNALS_TO_HANDLE),
 	};
-	char **env = workenv_build(environ, &j, rank, getenv("TORCHELASTIC_ERROR_FILE"));
+	char **env = workenv_build(environ, &j, rank, getenv(WORKENV_TORCHELASTIC_ERROR_FILE));
 
 	if (env == NULL)
 		return -ENOMEM;
