@@ -255,3 +255,52 @@ def test_the_crash_is_the_root_cause_even_when_its_consequence_ends_the_round(re
         assert ("root cause (first observed failure): rank 2 (local rank 0) on node 1"
                 in a.stderr())
     assert segments(rid) == []
+
+
+def sysctl_ipv4(name):
+    with open(f"/proc/sys/net/ipv4/{name}") as f:
+        return f.read().split()
+
+
+def other_allowed_cc():
+    """A congestion control other than reno that this process may choose (the
+    host's default is always allowed); reno when there is none."""
+    host = sysctl_ipv4("tcp_congestion_control")[0]
+    if host != "reno":
+        return host
+    others = [c for c in sysctl_ipv4("tcp_allowed_congestion_control") if c != "reno"]
+    return others[0] if others else "reno"
+
+
+@pytest.mark.parametrize("setting", ["unset", "system", "chosen"])
+def test_the_rings_congestion_control(reaper, tmp_path, setting):
+    """The leaders' ring sockets run reno unless DDP_TCP_CONGESTION says
+    otherwise (tcp_setup.c says why); "system" leaves the host's default."""
+    want = {"unset": "reno", "system": sysctl_ipv4("tcp_congestion_control")[0],
+            "chosen": other_allowed_cc()}[setting]
+    env = {} if setting == "unset" else {"DDP_TCP_CONGESTION": "system" if setting == "system"
+                                         else want}
+    agents, _ = two_nodes(reaper, tmp_path, "static", [2, 1], [prog("ddp_coll"), "where"],
+                          env=env)
+    ccs = {}
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 0, a.stdout() + a.stderr()
+        for line in a.stdout().splitlines():
+            if m := re.match(r"^\[rank(\d+)\] tcpcc (\S+)$", line):
+                ccs.setdefault(int(m[1]), []).append(m[2])
+    # ranks 0 and 2 lead their nodes: each holds its two ring sockets (to
+    # the left and to the right, here the same node), and nothing else
+    assert sorted(ccs) == [0, 2], ccs
+    assert all(v == [want, want] for v in ccs.values()), ccs
+
+
+def test_a_congestion_control_the_kernel_lacks_is_one_clear_error(reaper, tmp_path):
+    agents, rid = two_nodes(reaper, tmp_path, "static", [1, 1], [prog("ddp_coll"), "where"],
+                            env={"DDP_TCP_CONGESTION": "nosuchcc"})
+    has = " ".join(sysctl_ipv4("tcp_available_congestion_control"))
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 1, a.stdout() + a.stderr()
+        assert (f"DDP_TCP_CONGESTION='nosuchcc': this kernel has no such TCP congestion "
+                f"control (it has: {has})") in a.stderr(), a.stderr()
+        assert "tcpcc" not in a.stdout()
+    assert segments(rid) == []

@@ -2,7 +2,8 @@
  *   ddp_coll [--spawn N] check          every dtype x op, broadcast, all_gather, barrier
  *   ddp_coll where                      each rank first prints where it runs (node,
  *                                       launcher pid), every rank's as all_gather brought
- *                                       them, and its established TCP connections; then check
+ *                                       them, its established TCP connections and each TCP
+ *                                       socket's congestion control; then check
  *   ddp_coll [--spawn N] big            large all_gather (also in place) and broadcast from
  *                                       every root, odd sizes around the single-copy
  *                                       threshold and above a staging slot, twice; with
@@ -47,12 +48,14 @@
 #include <dirent.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -240,6 +243,25 @@ static void print_tcp(struct ddp_ctx *ctx)
 	}
 }
 
+/* The congestion control of each TCP socket this process holds, one
+ * "tcpcc NAME" line each (a leader's are its ring's). */
+static void print_tcp_cc(struct ddp_ctx *ctx)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	while (d && (de = readdir(d))) {
+		int fd = atoi(de->d_name);
+		char cc[32] = "";
+		socklen_t len = sizeof(cc) - 1;
+		if (de->d_name[0] != '.' && fd != dirfd(d) &&
+		    getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0)
+			ddp_print_force(ctx, "tcpcc %s\n", cc);
+	}
+	if (d)
+		closedir(d);
+}
+
 /* Where this rank runs and whose data reaches it: if the nodes were separate
  * worlds, no rank would see the other launcher's pid. */
 static int run_where(struct ddp_ctx *ctx)
@@ -259,6 +281,7 @@ static int run_where(struct ddp_ctx *ctx)
 			ddp_node_rank(ctx), ddp_num_nodes(ctx), w, mine[1]);
 	ddp_print_force(ctx, "gathered%s\n", line);
 	print_tcp(ctx);
+	print_tcp_cc(ctx);
 	free(all);
 	free(line);
 	return run_check(ctx);
