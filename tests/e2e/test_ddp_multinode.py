@@ -262,36 +262,53 @@ def sysctl_ipv4(name):
         return f.read().split()
 
 
-def other_allowed_cc():
-    """A congestion control other than reno that this process may choose (the
-    host's default is always allowed); reno when there is none."""
-    host = sysctl_ipv4("tcp_congestion_control")[0]
-    if host != "reno":
-        return host
-    others = [c for c in sysctl_ipv4("tcp_allowed_congestion_control") if c != "reno"]
-    return others[0] if others else "reno"
+def may_use(cc):
+    """Whether this process may choose cc (root: any the kernel has)."""
+    if cc not in sysctl_ipv4("tcp_available_congestion_control"):
+        return False
+    return os.geteuid() == 0 or cc in sysctl_ipv4("tcp_allowed_congestion_control")
 
 
-@pytest.mark.parametrize("setting", ["unset", "system", "chosen"])
+def other_cc():
+    """A congestion control other than reno and bbr (the two auto picks) that
+    this process may choose, else one other than reno, else reno."""
+    have = [c for c in sysctl_ipv4("tcp_available_congestion_control") if may_use(c)]
+    return next((c for c in have if c not in ("reno", "bbr")),
+                next((c for c in have if c != "reno"), "reno"))
+
+
+SMALL, LARGE = 1 << 20, 16 << 20  # below and above the ring's 8 MiB
+
+
+@pytest.mark.parametrize("setting", ["unset", "auto", "system", "chosen"])
 def test_the_rings_congestion_control(reaper, tmp_path, setting):
-    """The leaders' ring sockets run reno unless DDP_TCP_CONGESTION says
-    otherwise (tcp_setup.c says why); "system" leaves the host's default."""
-    want = {"unset": "reno", "system": sysctl_ipv4("tcp_congestion_control")[0],
-            "chosen": other_allowed_cc()}[setting]
-    env = {} if setting == "unset" else {"DDP_TCP_CONGESTION": "system" if setting == "system"
-                                         else want}
-    agents, _ = two_nodes(reaper, tmp_path, "static", [2, 1], [prog("ddp_coll"), "where"],
-                          env=env)
-    ccs = {}
+    """The leaders' ring sockets run reno for calls under 8 MiB and, where the
+    kernel has it and allows it, bbr from 8 MiB (tcp_setup.c says why), and
+    back; DDP_TCP_CONGESTION=NAME runs NAME for every call, system the host's
+    default. The sockets are seen after every call of a sequence."""
+    host = sysctl_ipv4("tcp_congestion_control")[0]
+    large = "bbr" if may_use("bbr") else "reno"
+    named = other_cc()
+    sizes = [4096, SMALL, LARGE, LARGE, SMALL, LARGE]
+    want = {"unset": ["reno", "reno", large, large, "reno", large],
+            "system": [host] * len(sizes), "chosen": [named] * len(sizes)}
+    want["auto"] = want["unset"]
+    env = {"unset": {}, "auto": {"DDP_TCP_CONGESTION": "auto"},
+           "system": {"DDP_TCP_CONGESTION": "system"},
+           "chosen": {"DDP_TCP_CONGESTION": named}}[setting]
+    agents, _ = two_nodes(reaper, tmp_path, "static", [2, 1],
+                          [prog("ddp_coll"), "cc", *map(str, sizes)], env=env)
+    seen = {}
     for a, rc in zip(agents, finish(agents)):
         assert rc == 0, a.stdout() + a.stderr()
         for line in a.stdout().splitlines():
-            if m := re.match(r"^\[rank(\d+)\] tcpcc (\S+)$", line):
-                ccs.setdefault(int(m[1]), []).append(m[2])
+            if m := re.match(r"^\[rank(\d+)\] tcpcc (\d+) (\S+)$", line):
+                seen.setdefault(int(m[1]), []).append((int(m[2]), m[3]))
     # ranks 0 and 2 lead their nodes: each holds its two ring sockets (to
     # the left and to the right, here the same node), and nothing else
-    assert sorted(ccs) == [0, 2], ccs
-    assert all(v == [want, want] for v in ccs.values()), ccs
+    assert sorted(seen) == [0, 2], seen
+    expect = [(b, cc) for b, cc in zip(sizes, want[setting]) for _ in range(2)]
+    assert all(v == expect for v in seen.values()), (seen, expect)
 
 
 def test_a_congestion_control_the_kernel_lacks_is_one_clear_error(reaper, tmp_path):
@@ -302,5 +319,5 @@ def test_a_congestion_control_the_kernel_lacks_is_one_clear_error(reaper, tmp_pa
         assert rc == 1, a.stdout() + a.stderr()
         assert (f"DDP_TCP_CONGESTION='nosuchcc': this kernel has no such TCP congestion "
                 f"control (it has: {has})") in a.stderr(), a.stderr()
-        assert "tcpcc" not in a.stdout()
+        assert "tcpcc" not in a.stdout()  # ddp_init failed
     assert segments(rid) == []

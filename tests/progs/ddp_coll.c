@@ -4,6 +4,8 @@
  *                                       launcher pid), every rank's as all_gather brought
  *                                       them, its established TCP connections and each TCP
  *                                       socket's congestion control; then check
+ *   ddp_coll cc BYTES...                an all_reduce of each size (float32) in turn, each
+ *                                       followed by every TCP socket's congestion control
  *   ddp_coll [--spawn N] big            large all_gather (also in place) and broadcast from
  *                                       every root, odd sizes around the single-copy
  *                                       threshold and above a staging slot, twice; with
@@ -244,8 +246,8 @@ static void print_tcp(struct ddp_ctx *ctx)
 }
 
 /* The congestion control of each TCP socket this process holds, one
- * "tcpcc NAME" line each (a leader's are its ring's). */
-static void print_tcp_cc(struct ddp_ctx *ctx)
+ * "tcpcc LABEL NAME" line each (a leader's are its ring's). */
+static void print_tcp_cc(struct ddp_ctx *ctx, const char *label)
 {
 	DIR *d = opendir("/proc/self/fd");
 	struct dirent *de;
@@ -256,10 +258,26 @@ static void print_tcp_cc(struct ddp_ctx *ctx)
 		socklen_t len = sizeof(cc) - 1;
 		if (de->d_name[0] != '.' && fd != dirfd(d) &&
 		    getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &len) == 0)
-			ddp_print_force(ctx, "tcpcc %s\n", cc);
+			ddp_print_force(ctx, "tcpcc %s %s\n", label, cc);
 	}
 	if (d)
 		closedir(d);
+}
+
+/* An all_reduce of each size in turn (bytes, float32), then each TCP
+ * socket's congestion control ("tcpcc BYTES NAME"). */
+static int run_cc(struct ddp_ctx *ctx, int n, char **sizes)
+{
+	for (int i = 0; i < n; i++) {
+		size_t count = strtoull(sizes[i], NULL, 0) / sizeof(float);
+		float *buf = calloc(count ? count : 1, sizeof(float));
+		if (!buf)
+			return 1;
+		CHECK(ctx, ddp_all_reduce(ctx, buf, count, DDP_FLOAT32, DDP_SUM));
+		free(buf);
+		print_tcp_cc(ctx, sizes[i]);
+	}
+	return 0;
 }
 
 /* Where this rank runs and whose data reaches it: if the nodes were separate
@@ -281,7 +299,7 @@ static int run_where(struct ddp_ctx *ctx)
 			ddp_node_rank(ctx), ddp_num_nodes(ctx), w, mine[1]);
 	ddp_print_force(ctx, "gathered%s\n", line);
 	print_tcp(ctx);
-	print_tcp_cc(ctx);
+	print_tcp_cc(ctx, "where");
 	free(all);
 	free(line);
 	return run_check(ctx);
@@ -562,6 +580,8 @@ static int worker(int rank, void *p)
 		rc = run_where(ctx);
 	else if (!strcmp(mode, "big"))
 		rc = run_big(ctx);
+	else if (!strcmp(mode, "cc"))
+		rc = run_cc(ctx, a->argc - 1, a->argv + 1);
 	else if (!strcmp(mode, "same"))
 		rc = run_same(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)

@@ -48,32 +48,25 @@ static void test_nothing_set_is_a_world_of_one(void **state)
 	assert_int_equal(e.timeout_ms, DDP_DEFAULT_TIMEOUT_MS);
 	assert_int_equal(e.backend, DDP_BACKEND_AUTO);
 	assert_int_equal(e.shm_cma, -1);
-	assert_string_equal(e.tcp_cc, DDP_DEFAULT_TCP_CC);
-	assert_int_equal(e.tcp_cc_set, 0);
+	assert_string_equal(e.tcp_cc, "auto");
 }
 
-/* DDP_TCP_CONGESTION: a name as the kernel spells them, up to its 15
- * characters, or "system" (empty: the ring leaves its sockets alone); set,
- * a refusal at the ring is an error (tests/e2e/test_ddp_multinode.py). */
+/* DDP_TCP_CONGESTION: auto (unset), system, or a name as the kernel spells
+ * them, up to its 15 characters (what the ring does with each:
+ * tests/e2e/test_ddp_multinode.py). */
 static void test_tcp_congestion(void **state)
 {
 	struct ddp_env e;
+	const char *ok[] = {"cubic", "system", "auto", "reno", "a23456789_12345", "x-y"};
 
-	assert_int_equal(parse((const char *[]){"DDP_TCP_CONGESTION=cubic", NULL}, &e), 0);
-	assert_string_equal(e.tcp_cc, "cubic");
-	assert_int_equal(e.tcp_cc_set, 1);
-	assert_int_equal(parse((const char *[]){"DDP_TCP_CONGESTION=system", NULL}, &e), 0);
-	assert_string_equal(e.tcp_cc, "");
-	assert_int_equal(e.tcp_cc_set, 1);
-	assert_int_equal(parse((const char *[]){"DDP_TCP_CONGESTION=reno", NULL}, &e), 0);
-	assert_string_equal(e.tcp_cc, "reno");
-	assert_int_equal(e.tcp_cc_set, 1);
-	assert_int_equal(parse((const char *[]){"DDP_TCP_CONGESTION=a23456789_12345", NULL}, &e),
-			 0);
-	assert_string_equal(e.tcp_cc, "a23456789_12345");
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		char kv[64];
+		snprintf(kv, sizeof(kv), "DDP_TCP_CONGESTION=%s", ok[i]);
+		assert_int_equal(parse((const char *[]){kv, NULL}, &e), 0);
+		assert_string_equal(e.tcp_cc, ok[i]);
+	}
 	assert_int_equal(parse((const char *[]){"DDP_TCP_CONGESTION=", NULL}, &e), 0);
-	assert_string_equal(e.tcp_cc, DDP_DEFAULT_TCP_CC); /* empty is unset, as for every knob */
-	assert_int_equal(e.tcp_cc_set, 0);
+	assert_string_equal(e.tcp_cc, "auto"); /* empty is unset, as for every knob */
 }
 
 static void test_torchrun_environment(void **state)
@@ -220,7 +213,7 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 		    "DDP_SHM_CMA='yes' is not 0, 1 or auto");
 	expect_eenv((const char *[]){"DDP_STORE=no", NULL}, "DDP_STORE='no' is not 0 or 1");
 	expect_eenv((const char *[]){"DDP_TCP_CONGESTION=Reno", NULL},
-		    "DDP_TCP_CONGESTION='Reno' is not system or an algorithm's name");
+		    "DDP_TCP_CONGESTION='Reno' is not auto, system or an algorithm's name");
 	expect_eenv((const char *[]){"DDP_TCP_CONGESTION=re no", NULL}, "DDP_TCP_CONGESTION");
 	expect_eenv((const char *[]){"DDP_TCP_CONGESTION=a23456789_123456", NULL},
 		    "up to 15 of a-z, 0-9, _ and -");

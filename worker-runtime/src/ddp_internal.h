@@ -14,9 +14,6 @@
 #pragma GCC visibility push(hidden)
 
 #define DDP_DEFAULT_TIMEOUT_MS (600 * 1000)
-/* The TCP ring's congestion control unless DDP_TCP_CONGESTION says (why:
- * tcp_setup.c). Reno is built into every Linux kernel and always allowed. */
-#define DDP_DEFAULT_TCP_CC "reno"
 
 /* ---- errors (error.c) ---------------------------------------------------------- */
 
@@ -63,8 +60,7 @@ struct ddp_env {
 	int async;		  /* DDP_ASYNC: buckets on a communication thread (1) */
 	char shm_nonce[33];	  /* DDP_SHM_NONCE ("" unset): the launcher's token */
 	int shm_cma;		  /* DDP_SHM_CMA: -1 auto, 0 never, 1 at any size */
-	char tcp_cc[16];	  /* DDP_TCP_CONGESTION ("" system; the kernel's limit) */
-	int tcp_cc_set;		  /* it was set: a refusal is an error, not ignored */
+	char tcp_cc[16];	  /* DDP_TCP_CONGESTION: auto, system or a name */
 };
 
 typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);

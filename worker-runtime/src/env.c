@@ -187,32 +187,23 @@ static int parse_nonce(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	return 0;
 }
 
-/* DDP_TCP_CONGESTION: "system" (keep the host's) or an algorithm's name,
- * checked for form here; whether the kernel has it, when the ring opens. */
+/* DDP_TCP_CONGESTION: auto (unset), system or an algorithm's name, checked
+ * for form here; whether the kernel has it, when the ring opens (tcp_setup.c). */
 static int parse_tcp_cc(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
 	const char *v = get(fn, arg, "DDP_TCP_CONGESTION");
 	size_t n = v ? strlen(v) : 0;
-
-	e->tcp_cc_set = v != NULL;
-	if (!v) {
-		snprintf(e->tcp_cc, sizeof(e->tcp_cc), "%s", DDP_DEFAULT_TCP_CC);
-		return 0;
-	}
-	if (!strcmp(v, "system")) {
-		e->tcp_cc[0] = '\0';
-		return 0;
-	}
 	int ok = n < sizeof(e->tcp_cc);
+
 	for (size_t i = 0; ok && i < n; i++)
 		ok = (v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9') || v[i] == '_' ||
 		     v[i] == '-';
 	if (!ok)
 		return ddpi_err(DDP_EENV,
-				"DDP_TCP_CONGESTION='%s' is not system or an algorithm's name "
-				"(up to %zu of a-z, 0-9, _ and -, like reno or cubic)",
+				"DDP_TCP_CONGESTION='%s' is not auto, system or an algorithm's "
+				"name (up to %zu of a-z, 0-9, _ and -, like reno or cubic)",
 				v, sizeof(e->tcp_cc) - 1);
-	memcpy(e->tcp_cc, v, n + 1);
+	snprintf(e->tcp_cc, sizeof(e->tcp_cc), "%s", v ? v : "auto");
 	return 0;
 }
 

@@ -499,6 +499,7 @@ int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *
 		return all_reduce_small(t, call, buf, count, dt, op, deadline);
 	if ((rc = ddpi_tcp_agree(t, call, deadline, "all_reduce")) < 0)
 		return rc;
+	ddpi_tcp_cc_for(t, count * es);
 	struct rstep *st = calloc((size_t)(2 * (m - 1)), sizeof(*st));
 	if (!st)
 		return ddpi_err(-ENOMEM, "all_reduce: no memory");
@@ -526,6 +527,8 @@ int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, in
 	/* Down the ring from the root's node, each byte passed on once it is in. */
 	struct rstep st = {buf, buf, last ? 0 : bytes, first ? 0 : bytes, first ? -1 : 0, 0};
 
+	ddpi_tcp_cc_for(t, bytes);
+
 	return ring_steps(t, &st, 1, DDP_FLOAT32, DDP_SUM, deadline, "broadcast"); /* no reduce */
 }
 
@@ -544,6 +547,7 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
 {
 	int m = t->nnodes, me = t->me, rc = 0;
 
+	ddpi_tcp_cc_for(t, bytes * (size_t)t->world);
 	for (int s = 0; s < m - 1 && rc == 0; s++) {
 		int sg = ((me - s) % m + m) % m, rg = ((me - s - 1) % m + m) % m;
 		struct iovec *sv = node_iov(t, sg, recv, bytes), *rv = node_iov(t, rg, recv, bytes);

@@ -20,7 +20,14 @@ struct ddpi_tcp {
 	void *tmp;		/* receive scratch for reductions and packed blocks */
 	int spin_fails, nospin; /* spins failed in a row; waits left without one */
 	size_t tmp_len;
+	char cc[2][16]; /* congestion control for small and large calls */
+	int cc_now;	/* which of them the sockets have (-1: the host's, left alone) */
 };
+
+/* Before a call of this many bytes (an all_reduce's or broadcast's buffer,
+ * an all_gather's whole result): the ring's sockets get the congestion
+ * control for its size (tcp_setup.c says why). */
+void ddpi_tcp_cc_for(struct ddpi_tcp *t, size_t bytes);
 
 static inline int left_of(const struct ddpi_tcp *t)
 {

@@ -69,49 +69,111 @@ static void sysctl_line(const char *name, char *buf, size_t len)
 }
 
 /* The ring's congestion control. A collective is a burst each way between
- * two leaders, then a pause as long as the compute between calls. Measured
- * on veth between network namespaces (bench/allreduce/ring.py, 2 nodes,
- * 1 MiB all_reduce, medians of 3): reno 271 us, bbr (this host's default)
- * 660 us, cubic 945 us; Open MPI, on bbr, 317 us. Reno was also the fastest
- * at 16 and 64 MiB and at 4 nodes. What ss showed: the link reorders, and
- * every run had thousands of spurious retransmits (dsack_dups); cubic's
- * window then sat near 100 packets. DDP_TCP_CONGESTION chooses another
- * ("system": the host's). A default the kernel refuses (a sandbox without
- * TCP_CONGESTION) keeps the host's; a chosen one it refuses is an error
- * naming what the kernel offers. */
-static int set_cc(int fd, const struct ddp_env *env)
+ * two leaders, then a pause as long as the compute between calls; what
+ * suits it depends on the burst's size. Measured on veth between network
+ * namespaces (bench/allreduce/ring.py, 2 nodes, all_reduce, medians of 4,
+ * Open MPI on the host's bbr beside it):
+ *            1 MiB     4 MiB     16 MiB    64 MiB
+ *   reno     289 us    1.22 ms   12.3 ms   98.9 ms (runs 66-104 ms)
+ *   bbr      698 us    2.92 ms   14.2 ms   66.1 ms
+ *   Open MPI 475 us    4.13 ms   16.7 ms   74.8 ms
+ * (cubic, the usual default, was slower than both at every size.) The link
+ * reorders, and every run had thousands of spurious retransmits (ss's
+ * dsack_dups): a burst that fits in reno's window goes out at once, while
+ * bbr paces it; over a long flow each spurious loss halves reno's window,
+ * which bbr ignores. So by default (auto) calls of TCP_CC_LARGE or more run
+ * bbr, where the kernel has it and lets this process use it, and the rest
+ * reno, which every kernel has and allows. DDP_TCP_CONGESTION=NAME runs NAME
+ * for every call, system the host's default. A default the kernel refuses
+ * (a sandbox without TCP_CONGESTION) keeps the host's; a chosen one it
+ * refuses is an error naming what the kernel offers. */
+#define TCP_CC_LARGE (8u << 20)
+
+static int cc_set(int fd, const char *name)
+{
+	return setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) < 0
+		       ? -errno
+		       : 0;
+}
+
+/* The error for a chosen congestion control the kernel refused (errno e). */
+static int cc_refused(const char *name, int e)
 {
 	char list[256];
-	int e;
 
-	if (!env->tcp_cc[0] ||
-	    !setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, env->tcp_cc, strlen(env->tcp_cc)) ||
-	    !env->tcp_cc_set)
-		return 0;
-	e = errno;
 	if (e == ENOENT) {
 		sysctl_line("tcp_available_congestion_control", list, sizeof(list));
 		return ddpi_err(DDP_EENV,
 				"DDP_TCP_CONGESTION='%s': this kernel has no such TCP congestion "
 				"control (it has: %s)",
-				env->tcp_cc, list);
+				name, list);
 	}
 	if (e == EPERM) {
 		sysctl_line("tcp_allowed_congestion_control", list, sizeof(list));
 		return ddpi_err(DDP_EENV,
 				"DDP_TCP_CONGESTION='%s' is not allowed for this process "
 				"(net.ipv4.tcp_allowed_congestion_control: %s)",
-				env->tcp_cc, list);
+				name, list);
 	}
-	return ddpi_err(DDP_EENV, "DDP_TCP_CONGESTION='%s': %s", env->tcp_cc, strerror(e));
+	return ddpi_err(DDP_EENV, "DDP_TCP_CONGESTION='%s': %s", name, strerror(e));
 }
 
-static int tune(int fd, const struct ddp_env *env)
+/* Whether the kernel already has bbr: asking for one it lacks would make
+ * it load a module on root's behalf, a change to the machine. */
+static int have_bbr(void)
+{
+	char list[256];
+
+	sysctl_line("tcp_available_congestion_control", list, sizeof(list));
+	char *save = NULL;
+	for (char *w = strtok_r(list, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
+		if (!strcmp(w, "bbr"))
+			return 1;
+	return 0;
+}
+
+/* The choices for small and large calls from DDP_TCP_CONGESTION (want),
+ * tried on the ring's sockets, which are left with the small calls' one. */
+static int cc_setup(struct ddpi_tcp *t, const char *want)
+{
+	int chosen = strcmp(want, "auto") != 0, fds[2] = {t->left_fd, t->right_fd};
+	const char *small = chosen ? want : "reno";
+
+	t->cc_now = -1;
+	if (!strcmp(want, "system"))
+		return 0;
+	for (int i = 0; i < 2; i++) {
+		int rc = cc_set(fds[i], small);
+		if (rc < 0)
+			return chosen ? cc_refused(want, -rc) : 0; /* a sandbox: the host's */
+	}
+	snprintf(t->cc[0], sizeof(t->cc[0]), "%s", small);
+	snprintf(t->cc[1], sizeof(t->cc[1]), "%s", small);
+	t->cc_now = 0;
+	if (!chosen && have_bbr() && cc_set(t->right_fd, "bbr") == 0) {
+		snprintf(t->cc[1], sizeof(t->cc[1]), "bbr");
+		cc_set(t->right_fd, small);
+	}
+	return 0;
+}
+
+void ddpi_tcp_cc_for(struct ddpi_tcp *t, size_t bytes)
+{
+	int k = bytes >= TCP_CC_LARGE;
+
+	if (t->cc_now < 0 || k == t->cc_now)
+		return;
+	/* A name the sockets took at setup: a refusal now would change nothing. */
+	cc_set(t->left_fd, t->cc[k]);
+	cc_set(t->right_fd, t->cc[k]);
+	t->cc_now = k;
+}
+
+static void tune(int fd)
 {
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-	return set_cc(fd, env);
 }
 
 static int connect_to(const char *host, int port, int64_t deadline, int *out)
@@ -323,7 +385,9 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	}
 	if ((rc = accept_left(lfd, t, deadline, &t->left_fd)) < 0)
 		goto fail;
-	if ((rc = tune(t->left_fd, env)) < 0 || (rc = tune(t->right_fd, env)) < 0)
+	tune(t->left_fd);
+	tune(t->right_fd);
+	if ((rc = cc_setup(t, env->tcp_cc)) < 0)
 		goto fail;
 	close(lfd);
 	free(entry);
