@@ -118,16 +118,19 @@ static int cc_refused(const char *name, int e)
 	return ddpi_err(DDP_EENV, "DDP_TCP_CONGESTION='%s': %s", name, strerror(e));
 }
 
-/* Whether the kernel already has bbr: asking for one it lacks would make
- * it load a module on root's behalf, a change to the machine. */
-static int have_bbr(void)
+/* Whether the kernel already has congestion control name: 1, 0, or -1 when
+ * /proc does not say. Asking for one it lacks would make it try to load a
+ * module on root's behalf, a change to the machine: only listed ones are
+ * asked for. */
+static int cc_listed(const char *name)
 {
-	char list[256];
+	char list[256], *save = NULL;
 
 	sysctl_line("tcp_available_congestion_control", list, sizeof(list));
-	char *save = NULL;
+	if (!strcmp(list, "unreadable"))
+		return -1;
 	for (char *w = strtok_r(list, " \t", &save); w; w = strtok_r(NULL, " \t", &save))
-		if (!strcmp(w, "bbr"))
+		if (!strcmp(w, name))
 			return 1;
 	return 0;
 }
@@ -142,6 +145,8 @@ static int cc_setup(struct ddpi_tcp *t, const char *want)
 	t->cc_now = -1;
 	if (!strcmp(want, "system"))
 		return 0;
+	if (chosen && cc_listed(want) == 0)
+		return cc_refused(want, ENOENT);
 	for (int i = 0; i < 2; i++) {
 		int rc = cc_set(fds[i], small);
 		if (rc < 0)
@@ -150,7 +155,7 @@ static int cc_setup(struct ddpi_tcp *t, const char *want)
 	snprintf(t->cc[0], sizeof(t->cc[0]), "%s", small);
 	snprintf(t->cc[1], sizeof(t->cc[1]), "%s", small);
 	t->cc_now = 0;
-	if (!chosen && have_bbr() && cc_set(t->right_fd, "bbr") == 0) {
+	if (!chosen && cc_listed("bbr") == 1 && cc_set(t->right_fd, "bbr") == 0) {
 		snprintf(t->cc[1], sizeof(t->cc[1]), "bbr");
 		cc_set(t->right_fd, small);
 	}
@@ -163,9 +168,11 @@ void ddpi_tcp_cc_for(struct ddpi_tcp *t, size_t bytes)
 
 	if (t->cc_now < 0 || k == t->cc_now)
 		return;
-	/* A name the sockets took at setup: a refusal now would change nothing. */
-	cc_set(t->left_fd, t->cc[k]);
-	cc_set(t->right_fd, t->cc[k]);
+	/* Names the sockets took at setup: a refusal now would change nothing. */
+	if (strcmp(t->cc[k], t->cc[t->cc_now])) {
+		cc_set(t->left_fd, t->cc[k]);
+		cc_set(t->right_fd, t->cc[k]);
+	}
 	t->cc_now = k;
 }
 
