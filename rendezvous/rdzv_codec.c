@@ -105,6 +105,9 @@ static int get_field(const cJSON *o, const struct rdzv_field *f, void *dst)
 		if (!cJSON_IsNumber(j) || !(j->valuedouble >= (double)f->min) ||
 		    !(j->valuedouble <= (double)f->max))
 			return -EINVAL;
+		/* A count or an id is whole: 1.7 is not quietly 1. */
+		if ((double)(int64_t)j->valuedouble != j->valuedouble)
+			return -EINVAL;
 		if (f->type == RDZV_F_INT)
 			*(int *)p = (int)j->valuedouble;
 		else

@@ -271,21 +271,27 @@ static void test_message_bounds_hold(void **state)
 		const char *text;
 	} good[] = {{NODE_MSG, NODE("0", "65535")},
 		    {CONFIG_MSG, CONFIG("0123456789abcde", "1:2", "-1")},
-		    {END_MSG, FAIL("255", "true", "0")}},
-	  bad[] = {
-		  {NODE_MSG, NODE("0", "65536")},
-		  {NODE_MSG, NODE("-1", "0")},
-		  {CONFIG_MSG, CONFIG("b", "1:2", "-2")},
-		  {CONFIG_MSG, CONFIG("0123456789abcdef", "1:2", "0")},
-		  {END_MSG, FAIL("256", "true", "0")},
-		  {END_MSG, FAIL("0", "true", "0")},
-		  {END_MSG, FAIL("1", "\"yes\"", "0")},
-		  /* Stricter than the hand-written decoders were: a time_us no
+		    {END_MSG, FAIL("255", "true", "0")},
+		    {NODE_MSG, NODE("2.0", "65535")}}, /* whole, however it is written */
+		bad[] = {
+			{NODE_MSG, NODE("0", "65536")},
+			{NODE_MSG, NODE("-1", "0")},
+			{CONFIG_MSG, CONFIG("b", "1:2", "-2")},
+			{CONFIG_MSG, CONFIG("0123456789abcdef", "1:2", "0")},
+			{END_MSG, FAIL("256", "true", "0")},
+			{END_MSG, FAIL("0", "true", "0")},
+			{END_MSG, FAIL("1", "\"yes\"", "0")},
+			/* Stricter than the hand-written decoders were: a time_us no
 		   * int64_t holds (its conversion was undefined), a count pair
 		   * with a tail. */
-		  {END_MSG, FAIL("1", "true", "1e300")},
-		  {CONFIG_MSG, CONFIG("b", "1:2x", "0")},
-	  };
+			{END_MSG, FAIL("1", "true", "1e300")},
+			{CONFIG_MSG, CONFIG("b", "1:2x", "0")},
+			/* a fraction is not truncated into a whole number */
+			{NODE_MSG, NODE("1.7", "0")},
+			{NODE_MSG, NODE("0", "80.5")},
+			{END_MSG, FAIL("1", "true", "0.25")},
+			{CONFIG_MSG, CONFIG("b", "1:2", "-0.5")},
+		};
 	size_t i;
 
 	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
