@@ -72,7 +72,7 @@ for line in open(sys.argv[1]):
         continue
     m = re.match(r"floor procs=2 bytes=(\d+) copy_us=([\d.]+) reduce_us=([\d.]+)", line)
     if m:
-        floors2.setdefault(int(m[1]), []).append((float(m[2]) + float(m[3])) / 2)
+        floors2.setdefault(int(m[1]), []).append((float(m[2]), float(m[3])))
         continue
     m = re.match(r"floor bytes=(\d+) copy_us=([\d.]+) reduce_us=([\d.]+)", line)
     if m:
@@ -86,14 +86,15 @@ for line in open(sys.argv[1]):
 med = {k: statistics.median(v) for k, v in runs.items()}
 spread = {k: (max(v) - min(v)) / statistics.median(v) for k, v in runs.items() if len(v) > 1}
 
-def floor_us(op, n, b):
-    c = statistics.median(x[0] for x in floors[b])
-    r = statistics.median(x[1] for x in floors[b])
+def floor_us(op, n, b, table=None):
+    table = table or floors
+    c = statistics.median(x[0] for x in table[b])
+    r = statistics.median(x[1] for x in table[b])
     over = max(1.0, n / cores)
     if op == "all_reduce":   # each rank sums its 1/n of every peer's buffer, copies the rest
         return (n - 1) / n * (r + c) * over
-    if op == "all_gather":   # each rank copies the n-1 parts it lacks
-        return (n - 1) / n * c * over
+    if op == "all_gather":   # each rank writes the whole result: the n-1 parts it lacks and,
+        return c * over      # the call not being in place, its own part from its send buffer
     return c * max(1.0, (n - 1) / cores)   # every non-root rank copies the whole buffer
 
 def human(b):
@@ -130,15 +131,16 @@ for op in ("all_reduce", "all_gather", "broadcast"):
                 far.append(f"{op} x{n} ({d / f:.2f}x)")
 print("MPI/ddp, gloo/ddp: the anchor's time over libddp's (above 1: libddp is faster)")
 print("floor: one core's copy C and y += x R at the size (floor.c), per rank:")
-print("  all_reduce (n-1)/n * (R + C), all_gather (n-1)/n * C, broadcast C;")
+print("  all_reduce (n-1)/n * (R + C), all_gather C (not in place), broadcast C;")
 print(f"  times n/cores when the ranks outnumber the {cores} cores")
 print("behind Open MPI: " + (", ".join(behind) if behind else "none"))
 print("64 MiB beyond 1.3x the floor: " + (", ".join(far) if far else "none"))
 # Two ranks need two cores at once: on a busy machine one process gets a core
 # more easily. The same floor measured in two processes at once (floor.c PROCS):
-print("all_reduce x2 against the floor measured in 2 processes at once: " + ", ".join(
-    f"{human(b)} {med[('ddp', 'all_reduce', 2, b)] / statistics.median(v):.2f}x"
-    for b, v in sorted(floors2.items()) if ("ddp", "all_reduce", 2, b) in med))
+for op in ("all_reduce", "all_gather", "broadcast"):
+    print(f"{op} x2 against the floor measured in 2 processes at once: " + ", ".join(
+        f"{human(b)} {med[('ddp', op, 2, b)] / floor_us(op, 2, b, floors2):.2f}x"
+        for b in sorted(floors2) if ("ddp", op, 2, b) in med))
 print()
 print("gradient path, one training step (median of steps): backward of a 24-layer model,")
 print("then either one flat all_reduce of every gradient or DDP buckets launched during backward")
