@@ -18,6 +18,7 @@ Every wait is bounded; no timing is asserted."""
 import json
 import os
 import re
+import shutil
 import signal
 import uuid
 
@@ -320,4 +321,25 @@ def test_a_congestion_control_the_kernel_lacks_is_one_clear_error(reaper, tmp_pa
         assert (f"DDP_TCP_CONGESTION='nosuchcc': this kernel has no such TCP congestion "
                 f"control (it has: {has})") in a.stderr(), a.stderr()
         assert "tcpcc" not in a.stdout()  # ddp_init failed
+    assert segments(rid) == []
+
+
+def test_a_congestion_control_the_process_may_not_use_is_one_clear_error(reaper, tmp_path):
+    """An unprivileged rank naming an algorithm the kernel has but does not
+    allow it (EPERM): the error names the allowed list. The ranks drop to
+    nobody (setpriv); without root, or with every algorithm allowed, there is
+    nothing to refuse."""
+    allowed = sysctl_ipv4("tcp_allowed_congestion_control")
+    refused = [c for c in sysctl_ipv4("tcp_available_congestion_control") if c not in allowed]
+    if os.geteuid() != 0 or not refused or not shutil.which("setpriv"):
+        pytest.skip("needs root, setpriv and an algorithm the kernel has but does not allow")
+    drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    agents, rid = two_nodes(reaper, tmp_path, "static", [1, 1],
+                            [*drop, prog("ddp_coll"), "cc", "1048576"],
+                            env={"DDP_TCP_CONGESTION": refused[0]})
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 1, a.stdout() + a.stderr()
+        assert (f"DDP_TCP_CONGESTION='{refused[0]}' is not allowed for this process "
+                f"(net.ipv4.tcp_allowed_congestion_control: {' '.join(allowed)})"
+                ) in a.stderr(), a.stderr()
     assert segments(rid) == []
