@@ -21,6 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_buf.h"
+
 #include "ddp.h"
 
 #define NLAYERS 24
@@ -60,7 +62,7 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 	for (; s && it; s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
 		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
 		int iters = atoi(it);
-		float *buf = malloc(n * 4 + 64), *out = malloc(n * 4 + 64);
+		float *buf = bench_buf(n * 4), *out = bench_buf(n * 4);
 		for (size_t i = 0; i < n; i++)
 			buf[i] = out[i] = 1.0f;
 		if (run_op(ctx, c->op, buf, out, bytes) < 0 || ddp_barrier(ctx) < 0)

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_buf.h"
+
 #define REPS 9
 
 static double now_us(void)
@@ -51,7 +53,7 @@ static void measure(size_t bytes, double *out)
 	size_t n = bytes / 4;
 	/* Small sizes repeat inside one timing so the clock's cost vanishes. */
 	int inner = bytes < (1 << 20) ? (int)((1 << 22) / (bytes ? bytes : 1)) : 1;
-	float *x = malloc(bytes + 64), *y = malloc(bytes + 64);
+	float *x = bench_buf(bytes), *y = bench_buf(bytes);
 	double tc[REPS], tr[REPS];
 
 	for (size_t i = 0; i < n; i++)

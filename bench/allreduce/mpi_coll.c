@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_buf.h"
+
 static int run(const char *op, float *a, float *b, size_t n, int nranks)
 {
 	if (!strcmp(op, "all_reduce"))
@@ -40,7 +42,7 @@ int main(int argc, char **argv)
 	     s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
 		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
 		int iters = atoi(it);
-		float *a = malloc(n * 4 + 64), *b = malloc(n * 4 + 64);
+		float *a = bench_buf(n * 4), *b = bench_buf(n * 4);
 		for (size_t i = 0; i < n; i++)
 			a[i] = b[i] = 1.0f;
 		run(argv[1], a, b, n, nranks);

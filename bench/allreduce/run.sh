@@ -15,6 +15,8 @@
 # between node leaders, one rank per node on 2 and 4 namespaces joined by a
 # bridge, against Open MPI over TCP and gloo, with bus bandwidth as a fraction
 # of what one TCP stream carries over the same link (bench/allreduce/ring.py).
+# RING=0 skips the several-node part; BENCH_HUGEPAGES=1 puts every side's
+# buffers on transparent huge pages (bench/allreduce/bench_buf.h says why).
 # Numbers move with machine load; nothing here is asserted.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,6 +41,8 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 # mpirun refuses root unless told; vader is its shared-memory transport.
 mpirun_=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca btl self,vader)
+# BENCH_HUGEPAGES=1: every side's buffers on transparent huge pages (bench_buf.h).
+[[ -n ${BENCH_HUGEPAGES:-} ]] && mpirun_+=(-x BENCH_HUGEPAGES)
 
 for ((r = 0; r < repeat; r++)); do
   "$floor" "$sizes" >>"$out"
@@ -54,11 +58,11 @@ done
 for n in 2 4; do "$bin" grads "$n" "${GRAD_STEPS:-5}" >>"$out"; done
 ring=$(mktemp)
 trap 'rm -f "$out" "$ring"' EXIT
-if [[ $(id -u) -eq 0 ]] && ip netns list >/dev/null 2>&1; then
+if [[ ${RING:-1} != 0 && $(id -u) -eq 0 ]] && ip netns list >/dev/null 2>&1; then
   B=$B "$py" bench/allreduce/ring.py "${RING_NODES:-2 4}" "${RING_SIZES:-4096,1048576,16777216,67108864}" \
     "${RING_ITERS:-500,50,5,3}" "$repeat" >"$ring" || echo "bench/allreduce: ring.py failed" >&2
 else
-  echo "bench/allreduce: several nodes skipped (needs root and network namespaces)" >&2
+  echo "bench/allreduce: several nodes skipped (RING=0, or not root, or no network namespaces)" >&2
 fi
 
 "$py" - "$out" "$cores" "$ring" <<'PYEOF'
