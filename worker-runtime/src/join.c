@@ -77,15 +77,47 @@ static int older_store(const struct join *j, int rc)
 	return 0;
 }
 
+static int is_older_store(int rc)
+{
+	return rc == -ECONNRESET || rc == -EPIPE || rc == -EPROTO;
+}
+
+/* A store that is not up yet is normal for a moment (workers may start before
+ * their agent's store listens): wait that long in silence. Longer, a worker
+ * that says nothing until the timeout (600 s by default) looks hung: say once
+ * what it waits for. */
+#define QUIET_CONNECT_MS 5000
+/* store_client_connect gives up a backoff step before its timeout, so each
+ * phase is tried again until less than this is left; a shorter try could time
+ * out before even a refusal arrives, hiding the real error. */
+#define MIN_TRY_MS 10
+
 static int connect_store(struct join *j)
 {
 	const struct ddp_env *env = j->env;
+	int64_t quiet_end = util_now_ms() + QUIET_CONNECT_MS, end;
 	char prefix[200];
-	int rc;
+	int rc, told = 0;
 
-	rc = store_client_connect(env->master_addr, env->master_port, left_ms(j->deadline),
-				  left_ms(j->deadline), &j->sc);
-	if (rc == -ECONNRESET || rc == -EPIPE || rc == -EPROTO)
+	for (;;) {
+		end = !told && quiet_end < j->deadline ? quiet_end : j->deadline;
+		rc = store_client_connect(env->master_addr, env->master_port, left_ms(end),
+					  left_ms(j->deadline), &j->sc);
+		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM || is_older_store(rc))
+			break;
+		if (end - util_now_ms() >= MIN_TRY_MS)
+			continue;
+		if (j->deadline - util_now_ms() < MIN_TRY_MS)
+			break;
+		fprintf(stderr,
+			"[rank%d] libddp: the store at %s (MASTER_ADDR:MASTER_PORT) does not "
+			"answer yet: %s; still trying for %g s (DDP_TIMEOUT sets how long; "
+			"DDP_STORE=0 runs one node without a store)\n",
+			env->rank, j->addr, store_strerror(rc),
+			secs((left_ms(j->deadline) + 50) / 100 * 100));
+		told = 1;
+	}
+	if (is_older_store(rc))
 		return older_store(j, rc);
 	if (rc < 0)
 		return ddpi_err(
