@@ -14,7 +14,7 @@
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
- *                     completed, op], ...]
+ *                     completed, op(, wait)], ...] (wait only when known)
  *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
  *                     each sample that saw some, at most once a second and
  *                     4 times per timeout); a node whose own ranks stall
@@ -83,24 +83,27 @@ static void park(struct coord_hang *h);
 
 /* ---- positions as JSON ------------------------------------------------------- */
 
-static char *where_encode(const struct hang_where *w, size_t n)
+char *hang_where_encode(const struct hang_where *w, size_t n)
 {
 	cJSON *a = cJSON_CreateArray();
 	char *s;
 	size_t i;
 
 	for (i = 0; a != NULL && i < n; i++) {
-		double v[6] = {w[i].rank,
+		double v[7] = {w[i].rank,
 			       w[i].libddp,
 			       w[i].in,
 			       (double)w[i].entered,
 			       (double)w[i].completed,
-			       w[i].op};
+			       w[i].op,
+			       w[i].wait};
 		cJSON *r;
 
 		if (w[i].rank < 0)
 			continue;
-		r = cJSON_CreateDoubleArray(v, 6);
+		/* wait only when known: a record of six stays readable to an older
+		 * ddprun on another node. */
+		r = cJSON_CreateDoubleArray(v, w[i].wait ? 7 : 6);
 		if (r == NULL || !cJSON_AddItemToArray(a, r)) {
 			cJSON_Delete(r);
 			cJSON_Delete(a);
@@ -112,8 +115,7 @@ static char *where_encode(const struct hang_where *w, size_t n)
 	return s;
 }
 
-/* Append node's positions from JSON to *w (grown); the count added, or -1. */
-static int where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
+int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
 {
 	cJSON *a = cJSON_ParseWithLength(val, len);
 	const cJSON *r;
@@ -126,11 +128,11 @@ static int where_decode(const void *val, size_t len, struct hang_where **w, size
 	cJSON_ArrayForEach(r, a)
 	{
 		struct hang_where *p;
-		double v[6];
+		double v[7] = {0};
 		int i = 0;
 		const cJSON *x;
 
-		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != 6)
+		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 7)
 			continue;
 		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
 		p = realloc(*w, (*n + 1) * sizeof(**w));
@@ -142,7 +144,8 @@ static int where_decode(const void *val, size_t len, struct hang_where **w, size
 					    .in = v[2] != 0,
 					    .entered = (uint64_t)v[3],
 					    .completed = (uint64_t)v[4],
-					    .op = (uint32_t)v[5]};
+					    .op = (uint32_t)v[5],
+					    .wait = (uint32_t)v[6]};
 		(*n)++;
 		added++;
 	}
@@ -184,7 +187,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	int culprits, nmiss = 0, k = 0;
 
 	for (i = 0; status == 0 && i < n; i++)
-		if (lens[i] == 0 || where_decode(vals[i], lens[i], &w, &nw) < 0) {
+		if (lens[i] == 0 || hang_where_decode(vals[i], lens[i], &w, &nw) < 0) {
 			k += snprintf(missing + k, sizeof(missing) - (size_t)k, "%s%zu",
 				      nmiss ? "," : "", i);
 			nmiss++;
@@ -266,7 +269,7 @@ static void on_local_done(void *arg, const struct hang_where *w, size_t n)
 	struct op *o = arg;
 	struct coord_hang *h = o->h;
 	struct coord *c = h->c;
-	char key[64], *v = where_encode(w, n);
+	char key[64], *v = hang_where_encode(w, n);
 
 	if (v != NULL && c->A != NULL && c->round == o->round) {
 		snprintf(key, sizeof(key), "r%d/hang/where/%d/%d", o->round, o->k, c->rank);

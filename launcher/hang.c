@@ -93,7 +93,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	w->libddp = false;
 	w->in = false;
 	w->entered = w->completed = 0;
-	w->op = 0;
+	w->op = w->wait = 0;
 	if (h->slots == NULL)
 		return false;
 	s = &h->slots[lr];
@@ -104,6 +104,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	w->completed = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
 	w->entered = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
 	w->op = __atomic_load_n(&s->op, __ATOMIC_RELAXED);
+	w->wait = __atomic_load_n(&s->wait, __ATOMIC_RELAXED);
 	w->in = w->entered > w->completed;
 	return true;
 }

@@ -85,6 +85,7 @@ struct hang_where {
 	bool in;     /* inside collective number entered */
 	uint64_t entered, completed;
 	uint32_t op;
+	uint32_t wait; /* enum ddpi_progress_wait, when in */
 };
 
 /* The verdict over w[0..n): one or more lines, each starting with indent, in
@@ -92,6 +93,10 @@ struct hang_where {
  * others were (0: none can be told). */
 void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
 		  int *culprits);
+/* A node's positions as JSON for the store (malloc'd; NULL: no memory), and
+ * back: append the records in val to *w (grown), the count added, or -1. */
+char *hang_where_encode(const struct hang_where *w, size_t n);
+int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n);
 /* "0-3,5" into buf. */
 void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);
 

@@ -53,12 +53,15 @@ static int cmp_int(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-/* "in all_reduce #42" or "in no collective (last completed #41)". */
+/* "all_reduce #42", "all_reduce #42 (<what it waits for>)" or "no
+ * collective (last completed #41)". */
 static void where_text(const struct hang_where *w, char *buf, size_t len)
 {
+	const char *wait = ddpi_progress_wait_text(w->wait);
+
 	if (w->in)
-		snprintf(buf, len, "%s #%llu", ddpi_progress_op_name(w->op),
-			 (unsigned long long)w->entered);
+		snprintf(buf, len, "%s #%llu%s%s%s", ddpi_progress_op_name(w->op),
+			 (unsigned long long)w->entered, *wait ? " (" : "", wait, *wait ? ")" : "");
 	else if (w->completed > 0)
 		snprintf(buf, len, "no collective (last completed #%llu)",
 			 (unsigned long long)w->completed);
@@ -66,10 +69,18 @@ static void where_text(const struct hang_where *w, char *buf, size_t len)
 		snprintf(buf, len, "no collective (none completed yet)");
 }
 
+/* Inside the collective, but it never started there: the rank's own GPU work
+ * before it still runs. Such a rank is not where its peers are. */
+static bool behind_own_work(const struct hang_where *w)
+{
+	return w->in && w->wait == DDPI_WAIT_OWN_GPU_WORK;
+}
+
 static bool same_place(const struct hang_where *a, const struct hang_where *b)
 {
-	return a->in == b->in &&
-	       (a->in ? a->entered == b->entered && a->op == b->op : a->completed == b->completed);
+	return a->in == b->in && (a->in ? a->entered == b->entered && a->op == b->op &&
+						  behind_own_work(a) == behind_own_work(b)
+					: a->completed == b->completed);
 }
 
 /* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". */
@@ -100,7 +111,8 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 	buf[0] = '\0';
 	if (ranks == NULL || done == NULL)
 		goto out;
-	/* The waiters: the ranks inside the furthest collective. */
+	/* The waiters: the ranks inside the furthest collective, those whose
+	 * collective runs rather than those still behind their own GPU work. */
 	for (i = 0; i < n; i++) {
 		if (w[i].rank < 0)
 			continue;
@@ -109,7 +121,9 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			continue;
 		}
 		nlib++;
-		if (w[i].in && w[i].entered > top) {
+		if (w[i].in &&
+		    (w[i].entered > top || (w[i].entered == top && lead != NULL &&
+					    behind_own_work(lead) && !behind_own_work(&w[i])))) {
 			top = w[i].entered;
 			lead = &w[i];
 		}
@@ -141,12 +155,21 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 				ranks[k++] = w[j].rank;
 		qsort(ranks, k, sizeof(int), cmp_int);
 		group_line(&t, indent, ranks, k, lead, true);
-		if (*culprits == 0)
+		if (*culprits == 0 && behind_own_work(lead)) {
+			/* Nobody is ahead: the program's own GPU work is what hangs. */
+			*culprits = (int)k;
+			text_printf(&t,
+				    "%sthe collective never started on %s GPU: the program's own "
+				    "GPU work before it (a kernel or host function) is stuck or "
+				    "slow, not a peer\n",
+				    indent, k == 1 ? "its" : "any rank's");
+		} else if (*culprits == 0) {
 			text_printf(
 				&t,
 				"%severy rank is in the same collective: the hang is inside it (a "
 				"lost peer or message), not in one rank's program\n",
 				indent);
+		}
 	} else if (*culprits > 0 && nlib > 1) {
 		text_printf(&t, "%sno rank is inside a collective: each is in its own code\n",
 			    indent);

@@ -36,14 +36,25 @@ enum ddpi_progress_op {
 	DDPI_PROG_NOPS
 };
 
-/* One slot. The writer stores op before entered, and completed last; the
- * reader reads completed, then entered, then op. entered > completed: the
- * rank is inside collective number entered. */
+/* What a rank inside a collective waits for, where its backend can tell: on
+ * the GPU, a collective waits behind the work the program queued before it,
+ * and only then for its peers (NCCL). 0 until the backend has looked (it
+ * looks only once a wait has lasted a second), and for the cpu backend. */
+enum ddpi_progress_wait {
+	DDPI_WAIT_UNKNOWN = 0,
+	DDPI_WAIT_OWN_GPU_WORK, /* its own GPU work, queued before the collective, runs on */
+	DDPI_WAIT_GPU_PEERS,	/* the collective runs on the GPU: it waits for its peers */
+	DDPI_WAIT_NKINDS
+};
+
+/* One slot. The writer stores op (and wait 0) before entered, and completed
+ * last; the reader reads completed, then entered, then op and wait. entered >
+ * completed: the rank is inside collective number entered. */
 struct ddpi_progress_slot {
 	uint32_t magic;
 	int32_t pid;
-	uint32_t op; /* enum ddpi_progress_op of collective number entered */
-	uint32_t reserved;
+	uint32_t op;	    /* enum ddpi_progress_op of collective number entered */
+	uint32_t wait;	    /* enum ddpi_progress_wait, inside collective number entered */
 	uint64_t entered;   /* number of the latest collective entered (0: none) */
 	uint64_t completed; /* number of the latest collective completed */
 	uint64_t spare[4];
@@ -59,6 +70,18 @@ static inline const char *ddpi_progress_op_name(uint32_t op)
 	};
 
 	return op < DDPI_PROG_NOPS ? names[op] : "?";
+}
+
+/* What a wait means, for a hang report ("" when unknown). */
+static inline const char *ddpi_progress_wait_text(uint32_t wait)
+{
+	static const char *const texts[DDPI_WAIT_NKINDS] = {
+		"",
+		"its own GPU work queued before the collective has not finished",
+		"the collective runs on the GPU, waiting for its peers",
+	};
+
+	return wait < DDPI_WAIT_NKINDS ? texts[wait] : "";
 }
 
 #endif

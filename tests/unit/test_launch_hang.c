@@ -8,10 +8,12 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "coord_int.h"
 #include "hang.h"
+#include "progress_slot.h"
 
 #define IN(r, n, o)                                                                          \
 	{                                                                                    \
@@ -25,6 +27,12 @@
 #define OTHER(r)            \
 	{                   \
 		.rank = (r) \
+	}
+/* Inside collective n of op o, waiting for w (enum ddpi_progress_wait). */
+#define GPU(r, n, o, w)                                                                      \
+	{                                                                                    \
+		.rank = (r), .libddp = true, .in = true, .entered = (n), .completed = (n)-1, \
+		.op = (o), .wait = (w)                                                       \
 	}
 #define GONE               \
 	{                  \
@@ -103,6 +111,74 @@ static void test_rank_lists_use_ranges(void **state)
 	assert_string_equal(buf, "0-2,4,6-7");
 }
 
+/* On the GPU: a rank whose collective never started (its own work before it
+ * still runs) is not where the others are, though it entered the same one. */
+static void test_a_rank_behind_its_own_gpu_work_is_named(void **state)
+{
+	struct hang_where w[] = {GPU(0, 9, 1, DDPI_WAIT_GPU_PEERS),
+				 GPU(1, 9, 1, DDPI_WAIT_OWN_GPU_WORK),
+				 GPU(2, 9, 1, DDPI_WAIT_GPU_PEERS), IN(3, 9, 1)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(w, 4, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 1);
+	assert_string_equal(buf, "rank 1 waits in all_reduce #9 (its own GPU work queued before "
+				 "the collective has not finished)\n"
+				 "ranks 0,2-3 wait in all_reduce #9 (the collective runs on the "
+				 "GPU, waiting for its peers)\n");
+}
+
+/* Seen on an H200: one rank whose own host function held the stream, its
+ * all_reduce queued behind. No peer is to blame, and the verdict says so. */
+static void test_every_rank_behind_its_own_gpu_work_blames_no_peer(void **state)
+{
+	struct hang_where one[] = {GPU(0, 1, 1, DDPI_WAIT_OWN_GPU_WORK)};
+	struct hang_where two[] = {GPU(0, 4, 1, DDPI_WAIT_OWN_GPU_WORK),
+				   GPU(1, 4, 1, DDPI_WAIT_OWN_GPU_WORK)};
+	char buf[1024];
+	int culprits;
+
+	hang_verdict(one, 1, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 1);
+	assert_string_equal(buf, "rank 0 waits in all_reduce #1 (its own GPU work queued before "
+				 "the collective has not finished)\n"
+				 "the collective never started on its GPU: the program's own GPU "
+				 "work before it (a kernel or host function) is stuck or slow, "
+				 "not a peer\n");
+	hang_verdict(two, 2, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 2);
+	assert_non_null(strstr(buf, "never started on any rank's GPU"));
+	assert_null(strstr(buf, "lost peer"));
+}
+
+/* Nodes exchange positions through the store: the wait travels when known,
+ * and a record of six (no wait: the cpu backend, or an older ddprun) reads. */
+static void test_positions_cross_nodes_with_their_wait(void **state)
+{
+	struct hang_where w[] = {GPU(4, 7, 2, DDPI_WAIT_OWN_GPU_WORK), OUT(5, 6), GONE};
+	struct hang_where *back = NULL;
+	size_t n = 0;
+	char *s = hang_where_encode(w, 3);
+	const char *old = "[[8,1,1,3,2,1]]";
+
+	assert_non_null(s);
+	assert_string_equal(s, "[[4,1,1,7,6,2,1],[5,1,0,6,6,0]]");
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 2);
+	assert_int_equal(n, 2);
+	assert_int_equal(back[0].rank, 4);
+	assert_int_equal(back[0].wait, DDPI_WAIT_OWN_GPU_WORK);
+	assert_int_equal(back[1].wait, 0);
+	assert_int_equal(back[1].completed, 6);
+	assert_int_equal(hang_where_decode(old, strlen(old), &back, &n), 1);
+	assert_int_equal(n, 3);
+	assert_int_equal(back[2].rank, 8);
+	assert_int_equal(back[2].entered, 3);
+	assert_int_equal(back[2].wait, 0);
+	free(back);
+	free(s);
+}
+
 /* The hang's end (rank -1, observed when the hang was found) beats the
  * SIGABRT failures it caused, which hang_dump.c marks secondary. */
 static void test_the_hangs_end_decides_124_over_the_aborts_it_caused(void **state)
@@ -146,6 +222,9 @@ int main(void)
 		cmocka_unit_test(test_no_libddp_rank_says_the_stacks_tell),
 		cmocka_unit_test(test_ranks_without_libddp_are_listed_apart),
 		cmocka_unit_test(test_rank_lists_use_ranges),
+		cmocka_unit_test(test_a_rank_behind_its_own_gpu_work_is_named),
+		cmocka_unit_test(test_every_rank_behind_its_own_gpu_work_blames_no_peer),
+		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
 

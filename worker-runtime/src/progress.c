@@ -55,7 +55,14 @@ void ddpi_progress_enter(enum ddpi_progress_op op)
 	if (slot == NULL)
 		return;
 	__atomic_store_n(&slot->op, (uint32_t)op, __ATOMIC_RELAXED);
+	__atomic_store_n(&slot->wait, (uint32_t)DDPI_WAIT_UNKNOWN, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->entered, seq, __ATOMIC_RELEASE);
+}
+
+void ddpi_progress_wait(enum ddpi_progress_wait w)
+{
+	if (slot != NULL)
+		__atomic_store_n(&slot->wait, (uint32_t)w, __ATOMIC_RELAXED);
 }
 
 void ddpi_progress_leave(void)

@@ -11,6 +11,8 @@
  * long as collectives are serialised (the context lock). */
 void ddpi_progress_enter(enum ddpi_progress_op op);
 void ddpi_progress_leave(void);
+/* What the collective now entered waits for (backends that can tell). */
+void ddpi_progress_wait(enum ddpi_progress_wait w);
 #pragma GCC visibility pop
 
 #endif
