@@ -94,6 +94,11 @@ ifeq ($(CUDA_ON),1)
   # toolkit is installed; neither library needs a GPU or driver to load.
   CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
   NVCC := $(CUDA_HOME)/bin/nvcc
+  # Machine code for Turing, Ampere and Hopper, and Hopper's PTX, which the
+  # driver compiles at load on anything newer (nvcc's default, Turing's alone,
+  # left every newer GPU to that).
+  NVCC_ARCH ?= -gencode arch=compute_75,code=sm_75 -gencode arch=compute_80,code=sm_80 \
+	-gencode arch=compute_90,code=[sm_90,compute_90]
 endif
 
 # ---- layers ------------------------------------------------------------------------
@@ -130,7 +135,7 @@ part_of = $(firstword \
 
 # Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS, the
 # parts' include paths).
-CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON) URING_ON=$(URING_ON) \
+CONFIG := $(CC) $(ALL_CFLAGS) $(ALL_LDFLAGS) CUDA_ON=$(CUDA_ON) URING_ON=$(URING_ON) $(NVCC_ARCH) \
 	$(foreach p,$(PARTS),$(p):$(INC_$(p)))
 # The stamp is rewritten only by goals that build (never by lint or install
 # checks), and only when the configuration differs, so its mtime says when
@@ -252,7 +257,7 @@ $(B)/bin/train: $(call obj,examples/train.c) $(LIB_A)
 $(B)/bin/train_cuda: examples/train_cuda.cu $(LIB_A) $(CONFIG_STAMP)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $@")
-	$(Q)$(NVCC) -O2 -std=c++17 -Iworker-runtime/include -o $@ $< $(B)/lib/libddp.a \
+	$(Q)$(NVCC) -O2 -std=c++17 $(NVCC_ARCH) -Iworker-runtime/include -o $@ $< $(B)/lib/libddp.a \
 		-Xlinker -rpath,$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib64 -lnccl -lcudart $(SYS_LIBS) \
 		$(if $(filter 1,$(SAN)),-Xcompiler=-fsanitize=address -Xcompiler=-fsanitize=undefined)
 

@@ -1,9 +1,21 @@
 /* ddp_gpu_check: the NCCL backend on one GPU (world size 1), run by
  * tests/gpu/run.sh. Each check prints "CHECK|<name>|ok|" or "CHECK|<name>|FAIL|<why>"; exit 0 only
- * if all pass. Built everywhere; without CUDA it says so and exits 77. */
+ * if all pass. Built everywhere; without CUDA it says so and exits 77.
+ *   ddp_gpu_check          the collectives, the reducer, print control
+ *   ddp_gpu_check stuck    the program's own work never ends on the GPU (a
+ *                          host function holds the default stream), and an
+ *                          all_reduce waits behind it: libddp's watchdog must
+ *                          end the wait at DDP_TIMEOUT with a timeout that says
+ *                          so, and the context is unusable after; the process
+ *                          then _exits (the stream stays held: nothing tears
+ *                          down work queued behind it). */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ddp.h"
 
@@ -15,6 +27,11 @@ int main(void)
 }
 #else
 #include <cuda_runtime_api.h>
+/* nccl.h declares a few functions as f() (not f(void)). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
 
 static int failures;
 
@@ -23,6 +40,26 @@ static void report(const char *name, int ok, const char *why)
 	printf("CHECK|%s|%s|%s\n", name, ok ? "ok" : "FAIL", ok ? "" : why);
 	fflush(stdout);
 	failures += !ok;
+}
+
+/* What this run used: the GPU, the driver's CUDA, the runtime's and NCCL's
+ * versions as loaded (not as built: a machine may carry others). */
+static void print_versions(void)
+{
+	struct cudaDeviceProp prop;
+	int drv = 0, rt = 0, nccl = 0, dev = 0;
+
+	cudaDriverGetVersion(&drv);
+	cudaRuntimeGetVersion(&rt);
+	ncclGetVersion(&nccl);
+	cudaGetDevice(&dev);
+	if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+		snprintf(prop.name, sizeof(prop.name), "?");
+	printf("INFO|%s sm_%d%d|driver CUDA %d.%d, runtime %d.%d, NCCL %d.%d.%d (built %d.%d.%d)\n",
+	       prop.name, prop.major, prop.minor, drv / 1000, drv % 1000 / 10, rt / 1000,
+	       rt % 1000 / 10, nccl / 10000, nccl / 100 % 100, nccl % 100, NCCL_MAJOR, NCCL_MINOR,
+	       NCCL_PATCH);
+	fflush(stdout);
 }
 
 static int dev_equal(const void *dev, const void *host, size_t bytes)
@@ -141,10 +178,41 @@ static void check_reducer(struct ddp_ctx *ctx)
 	free(host);
 }
 
-int main(void)
+static atomic_int released;
+
+/* Holds the stream it was queued on until released (at most 120 s). */
+static void CUDART_CB hold_stream(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 12000 && !atomic_load(&released); i++)
+		usleep(10000);
+}
+
+static void check_stuck(struct ddp_ctx *ctx)
+{
+	struct timespec t0, t1;
+	float *d;
+	int rc;
+
+	cudaMalloc((void **)&d, 4096);
+	cudaLaunchHostFunc(0, hold_stream, NULL); /* the legacy default stream */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("stuck: all_reduce returned %d after %.1f s: %s\n", rc,
+	       (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9, ddp_errmsg());
+	report("a stuck stream times out, blamed on own work",
+	       rc == -ETIMEDOUT && strstr(ddp_errmsg(), "own GPU work"), ddp_errmsg());
+	rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
+	report("then the context is broken", rc == DDP_EBROKEN, ddp_errmsg());
+	atomic_store(&released, 1);
+}
+
+int main(int argc, char **argv)
 {
 	struct ddp_options o;
 	struct ddp_ctx *ctx;
+	int stuck = argc > 1 && !strcmp(argv[1], "stuck");
 
 	ddp_options_init(&o);
 	o.backend = DDP_BACKEND_NCCL;
@@ -153,6 +221,12 @@ int main(void)
 		return 1;
 	}
 	report("ddp_init nccl", 1, "");
+	if (stuck) {
+		check_stuck(ctx);
+		fflush(stdout);
+		_exit(failures ? 1 : 0);
+	}
+	print_versions();
 	check_binding(ctx);
 	check_collectives(ctx);
 	check_reducer(ctx);

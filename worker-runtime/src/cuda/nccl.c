@@ -3,14 +3,21 @@
  * non-blocking so init and every wait can be abandoned at the deadline, and all
  * work goes to one stream per communicator. A watchdog loop polls the stream
  * and ncclCommGetAsyncError; on an error or the deadline it aborts the
- * communicator (ncclCommAbort) instead of hanging.
+ * communicator (ncclCommAbort) instead of hanging. ncclCommAbort can itself
+ * block while the stream holds work that never ends (seen on an H200: a
+ * collective queued behind the program's own stuck work), so it runs on a
+ * thread of its own, waited for a bounded time; a stream that is still busy
+ * after that is left as it is ("stranded"): nothing that would synchronise
+ * with it (cudaFree, cudaStreamDestroy) is called again.
  *
  * Buffers: device (or managed) pointers are used in place; host pointers are
  * staged through a device scratch buffer, so host code works too. Work the
  * program queued on the legacy default stream before a call is waited for
  * (an event), so kernels that wrote gradients finish before they are reduced. */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,7 @@
 #pragma GCC diagnostic pop
 
 #include "ddp_internal.h"
+#include "progress.h"
 #include "util.h"
 
 struct nccl_be {
@@ -34,7 +42,11 @@ struct nccl_be {
 	void *scratch;
 	size_t scratch_len;
 	int aborted;
+	int stranded; /* the stream may never drain: free nothing that waits on it */
 };
+
+/* How long an abort, and the stream's draining after it, are waited for. */
+#define NCCL_ABORT_GRACE_MS 5000
 
 static int cuda_err(cudaError_t e, const char *what)
 {
@@ -86,13 +98,67 @@ static ncclRedOp_t nccl_op(enum ddp_op op)
 	return ncclSum;
 }
 
-static void abort_comm(struct nccl_be *b)
+/* One ncclCommAbort on its own thread; whichever of the thread and the
+ * waiter lets go last frees it. */
+struct nccl_abort {
+	ncclComm_t comm;
+	atomic_int done, refs;
+};
+
+static void abort_put(struct nccl_abort *a)
 {
-	if (b->comm && !b->aborted) {
-		ncclCommAbort(b->comm);
-		b->aborted = 1;
-		b->comm = NULL;
+	if (atomic_fetch_sub(&a->refs, 1) == 1)
+		free(a);
+}
+
+static void *abort_main(void *arg)
+{
+	struct nccl_abort *a = arg;
+
+	ncclCommAbort(a->comm);
+	atomic_store(&a->done, 1);
+	abort_put(a);
+	return NULL;
+}
+
+/* Abort the communicator and wait (bounded) for it and for the stream to be
+ * done. Returns 1 when the stream was left busy (stranded), else 0. */
+static int abort_comm(struct nccl_be *b)
+{
+	struct timespec nap = {0, 1000000};
+	struct nccl_abort *a;
+	pthread_t t;
+	int64_t until = util_now_ms() + NCCL_ABORT_GRACE_MS;
+	int done;
+
+	if (!b->comm || b->aborted)
+		return b->stranded;
+	b->aborted = 1;
+	a = calloc(1, sizeof(*a));
+	if (a) {
+		a->comm = b->comm;
+		atomic_init(&a->refs, 2);
 	}
+	if (!a || pthread_create(&t, NULL, abort_main, a) != 0) {
+		free(a);
+		ncclCommAbort(b->comm); /* no thread to spare: abort here */
+		b->comm = NULL;
+	} else {
+		pthread_detach(t);
+		b->comm = NULL;
+		while (!(done = atomic_load(&a->done)) && util_now_ms() < until)
+			nanosleep(&nap, NULL);
+		abort_put(a);
+		if (!done)
+			return b->stranded = 1;
+	}
+	while (cudaStreamQuery(b->stream) == cudaErrorNotReady)
+		if (util_now_ms() >= until)
+			return b->stranded = 1;
+		else
+			nanosleep(&nap, NULL);
+	cudaGetLastError(); /* an aborted collective's error is not the next call's */
+	return 0;
 }
 
 /* Non-blocking communicator: wait until the last call has been taken in. */
@@ -121,10 +187,77 @@ static int settle(struct nccl_be *b, int64_t deadline, const char *what)
 	}
 }
 
+/* A small collective ends on the GPU within microseconds: the wait spins on
+ * the stream this long before it naps (as CUDA's own synchronisation spins
+ * first), so such a call does not pay a whole nap. The naps then grow with
+ * the wait (an eighth of it, from 50 us to 2 ms): a wait ends at most about
+ * 12% late, and a long one costs little CPU (fixed 50 us naps took 45% of a
+ * core on an H200 machine). */
+#define NCCL_SPIN_NS	(500 * 1000)
+#define NCCL_NAP_MIN_NS (50 * 1000)
+#define NCCL_NAP_MAX_NS (2 * 1000 * 1000)
+
+static void nap_for(uint64_t waited_ns)
+{
+	uint64_t ns = waited_ns / 8;
+	struct timespec ts;
+
+	ns = ns < NCCL_NAP_MIN_NS ? NCCL_NAP_MIN_NS : ns > NCCL_NAP_MAX_NS ? NCCL_NAP_MAX_NS : ns;
+	ts.tv_sec = 0;
+	ts.tv_nsec = (long)ns;
+	nanosleep(&ts, NULL);
+}
+
+/* The deadline passed with the stream busy. The program's own GPU work,
+ * queued before the collective (b->user_done), tells whose the wait was: if
+ * it has not finished, NCCL never started, and no peer is to blame. */
+static int stream_timed_out(struct nccl_be *b, const char *what)
+{
+	int own = cudaEventQuery(b->user_done) == cudaErrorNotReady, rc;
+
+	cudaGetLastError();
+	if (own)
+		rc = ddpi_caused_by(
+			ddpi_err(-ETIMEDOUT,
+				 "%s: timed out: this rank's own GPU work, queued before the "
+				 "collective, did not finish (a kernel or host function of the "
+				 "program's is stuck or still running); NCCL communicator aborted",
+				 what),
+			"this rank's own GPU work did not finish");
+	else
+		rc = ddpi_caused_by(
+			ddpi_err(-ETIMEDOUT,
+				 "%s: timed out waiting for the GPU (a peer rank is gone "
+				 "or stuck); NCCL communicator aborted",
+				 what),
+			"a peer rank timed out");
+	if (abort_comm(b))
+		fprintf(stderr,
+			"[rank%d] libddp: the NCCL stream is still busy %d s after the abort: "
+			"its memory stays allocated\n",
+			ddpi_log_rank(), NCCL_ABORT_GRACE_MS / 1000);
+	return rc;
+}
+
+/* A wait this long is worth explaining in the hang report (ddprun
+ * --hang-timeout reads the progress slot): whether the program's own GPU
+ * work before the collective still runs, or the collective itself. Looked at
+ * again every NCCL_LOOK_NS, not at every poll (a CUDA call each). */
+#define NCCL_LOOK_AFTER_NS (1000ull * 1000 * 1000)
+#define NCCL_LOOK_NS	   (250ull * 1000 * 1000)
+
+static void say_what_it_waits_for(struct nccl_be *b)
+{
+	cudaError_t e = cudaEventQuery(b->user_done);
+
+	cudaGetLastError();
+	ddpi_progress_wait(e == cudaErrorNotReady ? DDPI_WAIT_OWN_GPU_WORK : DDPI_WAIT_GPU_PEERS);
+}
+
 /* The watchdog: wait for the stream, watching for NCCL errors and the deadline. */
 static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 {
-	struct timespec nap = {0, 50000};
+	uint64_t start = util_now_ns(), now, look = start + NCCL_LOOK_AFTER_NS;
 
 	for (;;) {
 		cudaError_t e = cudaStreamQuery(b->stream);
@@ -139,16 +272,15 @@ static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 			abort_comm(b);
 			return rc;
 		}
-		if (util_now_ms() >= deadline) {
-			abort_comm(b);
-			return ddpi_caused_by(
-				ddpi_err(-ETIMEDOUT,
-					 "%s: timed out waiting for the GPU (a peer rank is gone "
-					 "or stuck); NCCL communicator aborted",
-					 what),
-				"a peer rank timed out");
+		if (util_now_ms() >= deadline)
+			return stream_timed_out(b, what);
+		now = util_now_ns();
+		if (now >= look) {
+			say_what_it_waits_for(b);
+			look = now + NCCL_LOOK_NS;
 		}
-		nanosleep(&nap, NULL);
+		if (now - start >= NCCL_SPIN_NS)
+			nap_for(now - start);
 	}
 }
 
@@ -324,7 +456,10 @@ static int nccl_mem_alloc(void *be, size_t bytes, void **p)
 
 static void nccl_mem_free(void *be, void *p)
 {
-	cudaFree(p);
+	struct nccl_be *b = be;
+
+	if (!b->stranded) /* cudaFree waits for the device: it would never return */
+		cudaFree(p);
 }
 
 static int nccl_mem_zero(void *be, void *p, size_t bytes)
@@ -347,6 +482,10 @@ static void nccl_destroy(void *be)
 			ncclCommDestroy(b->comm);
 		else
 			abort_comm(b);
+	}
+	if (b->stranded) { /* its stream may never drain: leave what it uses */
+		free(b);
+		return;
 	}
 	if (b->scratch)
 		cudaFree(b->scratch);
