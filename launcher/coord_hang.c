@@ -101,9 +101,9 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 
 		if (w[i].rank < 0)
 			continue;
-		/* wait only when known: a record of six stays readable to an older
-		 * ddprun on another node. */
-		r = cJSON_CreateDoubleArray(v, w[i].wait ? 7 : 6);
+		/* The wait only where it means something (inside a collective,
+		 * and known); the reader takes six or seven. */
+		r = cJSON_CreateDoubleArray(v, w[i].in && w[i].wait ? 7 : 6);
 		if (r == NULL || !cJSON_AddItemToArray(a, r)) {
 			cJSON_Delete(r);
 			cJSON_Delete(a);

@@ -83,14 +83,18 @@ static bool same_place(const struct hang_where *a, const struct hang_where *b)
 					: a->completed == b->completed);
 }
 
-/* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". */
+/* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". What they
+ * wait for is said only when every rank of the group said the same. */
 static void group_line(struct text *t, const char *indent, const int *ranks, size_t n,
-		       const struct hang_where *w, bool waiters)
+		       const struct hang_where *w, bool waiters, bool same_wait)
 {
-	char list[512], where[128];
+	char list[512], where[256];
+	struct hang_where g = *w;
 
+	if (!same_wait)
+		g.wait = DDPI_WAIT_UNKNOWN;
 	hang_rank_list(ranks, n, list, sizeof(list));
-	where_text(w, where, sizeof(where));
+	where_text(&g, where, sizeof(where));
 	text_printf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
 		    w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"),
 		    where);
@@ -105,6 +109,7 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 	bool *done = calloc(n + 1, sizeof(bool));
 	uint64_t top = 0;
 	size_t i, j, k, nlib = 0, nother = 0;
+	bool same;
 	const struct hang_where *lead = NULL;
 
 	*culprits = 0;
@@ -140,29 +145,34 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		if (w[i].rank < 0 || !w[i].libddp || done[i] ||
 		    (lead != NULL && same_place(&w[i], lead)))
 			continue;
+		same = true;
 		for (j = i, k = 0; j < n; j++)
 			if (w[j].rank >= 0 && w[j].libddp && !done[j] && same_place(&w[j], &w[i])) {
 				ranks[k++] = w[j].rank;
+				same = same && w[j].wait == w[i].wait;
 				done[j] = true;
 			}
 		qsort(ranks, k, sizeof(int), cmp_int);
 		*culprits += (int)k;
-		group_line(&t, indent, ranks, k, &w[i], false);
+		group_line(&t, indent, ranks, k, &w[i], false, same);
 	}
 	if (lead != NULL) {
+		same = true;
 		for (j = 0, k = 0; j < n; j++)
-			if (w[j].rank >= 0 && w[j].libddp && same_place(&w[j], lead))
+			if (w[j].rank >= 0 && w[j].libddp && same_place(&w[j], lead)) {
 				ranks[k++] = w[j].rank;
+				same = same && w[j].wait == lead->wait;
+			}
 		qsort(ranks, k, sizeof(int), cmp_int);
-		group_line(&t, indent, ranks, k, lead, true);
+		group_line(&t, indent, ranks, k, lead, true, same);
 		if (*culprits == 0 && behind_own_work(lead)) {
 			/* Nobody is ahead: the program's own GPU work is what hangs. */
 			*culprits = (int)k;
 			text_printf(&t,
-				    "%sthe collective never started on %s GPU: the program's own "
+				    "%sthe collective never started on %s: the program's own "
 				    "GPU work before it (a kernel or host function) is stuck or "
 				    "slow, not a peer\n",
-				    indent, k == 1 ? "its" : "any rank's");
+				    indent, k == 1 ? "its GPU" : "their GPUs");
 		} else if (*culprits == 0) {
 			text_printf(
 				&t,

@@ -54,7 +54,7 @@ if [[ $prebuilt -eq 1 ]]; then
     ldd "$B/tests/progs/ddp_gpu_check" 2>/dev/null | grep -q "lib$lib.so.* => not found" || continue
     dir=$(python3 -c "import nvidia, glob, os; print(*[os.path.dirname(p) for d in nvidia.__path__
       for p in glob.glob(os.path.join(d, '*', 'lib', 'lib$lib.so*'))][:1])" 2>/dev/null)
-    [[ -n $dir ]] && export LD_LIBRARY_PATH=$dir:$LD_LIBRARY_PATH
+    [[ -n $dir ]] && export LD_LIBRARY_PATH=$dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   done
   if missing=$(ldd "$B/tests/progs/ddp_gpu_check" "$B/bin/ddprun" 2>&1 | grep 'not found'); then
     row "prebuilt $B (tests/gpu/pack.sh)" FAIL "$(echo $missing)"
@@ -72,7 +72,6 @@ else
   printf '%s\n' "${rows[@]}"
   exit 1
 fi
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 
 check_timeout=120
 run_check() { # name expected-rc command...
@@ -101,6 +100,9 @@ check_rows() { # the CHECK and INFO lines of the last output, a row each
 }
 run_check "nccl checks (world size 1)" 0 "${one_rank[@]}" "$B/tests/progs/ddp_gpu_check"
 check_rows
+# The GPUs this process may use (CUDA_VISIBLE_DEVICES honoured), else nvidia-smi's.
+ngpu=$(sed -n 's/^GPUS|//p' <<<"$last_out")
+[[ $ngpu =~ ^[1-9][0-9]*$ ]] || ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 
 # 3. Print control: with DDP_PRINT_RANKS=none plain stdout disappears, the
 #    forced line stays.
@@ -172,8 +174,13 @@ fi
 #    The job must fail at once with NCCL's reason, on every rank, not hang.
 run_check "ddprun: $((ngpu + 1)) ranks on $ngpu GPU(s) -> error" 1 env DDP_BACKEND=nccl \
   "$B/bin/ddprun" --nproc-per-node=$((ngpu + 1)) "$B/tests/progs/ddp_coll" check
-why=$(grep -m1 'ncclCommInitRank' <<<"$last_out")
-[[ -n $why ]] && row "  NCCL's reason reported" PASS "${why:0:110}" || row "  NCCL's reason reported" FAIL "see $log"
+# Each of the two ranks on the shared GPU says so (and the report quotes one).
+why=$(grep -m1 'Duplicate GPU detected' <<<"$last_out")
+if [[ $(grep -c 'Duplicate GPU detected' <<<"$last_out") -ge 2 ]]; then
+  row "  NCCL's reason, from both ranks" PASS "${why:0:110}"
+else
+  row "  NCCL's reason, from both ranks" FAIL "see $log"
+fi
 
 # 10. A stuck GPU: the program's own work never ends and a collective waits
 #     behind it. libddp's watchdog ends the wait at DDP_TIMEOUT and aborts
@@ -181,18 +188,20 @@ why=$(grep -m1 'ncclCommInitRank' <<<"$last_out")
 #     rank stuck in its all_reduce first, behind its own GPU work (libddp
 #     says so in its progress slot), blames no peer, and ends the job (124).
 check_timeout=45
-run_check "stuck stream: watchdog (DDP_TIMEOUT=3)" 0 env DDP_TIMEOUT=3 "${one_rank[@]}" \
-  "$B/tests/progs/ddp_gpu_check" stuck
-check_rows
-l=$(grep -m1 '^stuck: ' <<<"$last_out") && row "  what it said" PASS "${l:7:110}"
-run_check "stuck stream: ddprun --hang-timeout 3" 124 env DDP_TIMEOUT=120 \
-  "$B/bin/ddprun" --nproc-per-node=1 --hang-timeout 3 "$B/tests/progs/ddp_gpu_check" stuck
-l=$(grep -m1 'collective: all_reduce #1 (its own GPU work' <<<"$last_out")
-[[ -n $l ]] && row "  the dump: in all_reduce, behind own work" PASS "${l:0:110}" ||
-  row "  the dump: in all_reduce, behind own work" FAIL "see $log"
-l=$(grep -m1 'never started on its GPU' <<<"$last_out")
-[[ -n $l ]] && row "  the verdict blames no peer" PASS "${l:2:110}" ||
-  row "  the verdict blames no peer" FAIL "see $log"
+for mode in stuck stuck-buckets; do
+  run_check "$mode: watchdog (DDP_TIMEOUT=3)" 0 env DDP_TIMEOUT=3 "${one_rank[@]}" \
+    "$B/tests/progs/ddp_gpu_check" "$mode"
+  check_rows
+  l=$(grep -m1 '^stuck: ' <<<"$last_out") && row "  what it said" PASS "${l:7:110}"
+  run_check "$mode: ddprun --hang-timeout 3" 124 env DDP_TIMEOUT=120 \
+    "$B/bin/ddprun" --nproc-per-node=1 --hang-timeout 3 "$B/tests/progs/ddp_gpu_check" "$mode"
+  l=$(grep -m1 -E 'collective: all_reduce( \(bucket\))? #[0-9]+ \(its own GPU work' <<<"$last_out")
+  [[ -n $l ]] && row "  the dump: behind its own GPU work" PASS "${l:0:110}" ||
+    row "  the dump: behind its own GPU work" FAIL "see $log"
+  l=$(grep -m1 'never started on its GPU' <<<"$last_out")
+  [[ -n $l ]] && row "  the verdict blames no peer" PASS "${l:2:110}" ||
+    row "  the verdict blames no peer" FAIL "see $log"
+done
 check_timeout=120
 
 # 11. Memory errors on the GPU in libddp's NCCL path (staging, buckets,

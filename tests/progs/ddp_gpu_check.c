@@ -6,9 +6,13 @@
  *                          host function holds the default stream), and an
  *                          all_reduce waits behind it: libddp's watchdog must
  *                          end the wait at DDP_TIMEOUT with a timeout that says
- *                          so, and the context is unusable after; the process
- *                          then _exits (the stream stays held: nothing tears
- *                          down work queued behind it). */
+ *                          so, the context is unusable after, and
+ *                          ddp_finalize returns (nothing waits for the held
+ *                          stream); the process then _exits, the stream still
+ *                          held
+ *   ddp_gpu_check stuck-buckets   the same for DDP gradient buckets: finish
+ *                          times out, the context is broken, and the reducer's
+ *                          destroy and ddp_finalize return */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -47,7 +51,7 @@ static void report(const char *name, int ok, const char *why)
 static void print_versions(void)
 {
 	struct cudaDeviceProp prop;
-	int drv = 0, rt = 0, nccl = 0, dev = 0;
+	int drv = 0, rt = 0, nccl = 0, dev = 0, n = 0;
 
 	cudaDriverGetVersion(&drv);
 	cudaRuntimeGetVersion(&rt);
@@ -59,6 +63,9 @@ static void print_versions(void)
 	       prop.name, prop.major, prop.minor, drv / 1000, drv % 1000 / 10, rt / 1000,
 	       rt % 1000 / 10, nccl / 10000, nccl / 100 % 100, nccl % 100, NCCL_MAJOR, NCCL_MINOR,
 	       NCCL_PATCH);
+	/* As CUDA_VISIBLE_DEVICES leaves them (nvidia-smi counts every GPU). */
+	cudaGetDeviceCount(&n);
+	printf("GPUS|%d\n", n);
 	fflush(stdout);
 }
 
@@ -188,23 +195,56 @@ static void CUDART_CB hold_stream(void *arg)
 		usleep(10000);
 }
 
-static void check_stuck(struct ddp_ctx *ctx)
+static double since(const struct timespec *t0)
 {
-	struct timespec t0, t1;
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) + (t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* After the timeout: the context refuses work, and tearing down returns. */
+static void check_after_stuck(struct ddp_ctx *ctx, float *d, struct ddp_reducer *red)
+{
+	struct timespec t0;
+	int rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
+
+	report("then the context is broken", rc == DDP_EBROKEN, ddp_errmsg());
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ddp_reducer_destroy(red);
+	rc = ddp_finalize(ctx);
+	printf("stuck: destroy and finalize returned %d after %.1f s\n", rc, since(&t0));
+	/* A hang here fails the row (tests/gpu/run.sh's time limit). */
+	report("destroy and finalize return", 1, "");
+}
+
+static void check_stuck(struct ddp_ctx *ctx, int buckets)
+{
+	struct ddp_param p = {"w", NULL, 1024, DDP_FLOAT32};
+	struct ddp_reducer *red = NULL;
+	struct timespec t0;
 	float *d;
 	int rc;
 
 	cudaMalloc((void **)&d, 4096);
+	if (buckets) {
+		cudaMalloc(&p.data, 4096);
+		if (ddp_reducer_create(ctx, &p, 1, NULL, &red) < 0) {
+			report("reducer create", 0, ddp_errmsg());
+			return;
+		}
+	}
 	cudaLaunchHostFunc(0, hold_stream, NULL); /* the legacy default stream */
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("stuck: all_reduce returned %d after %.1f s: %s\n", rc,
-	       (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9, ddp_errmsg());
+	if (buckets)
+		rc = ddp_reducer_mark_ready(red, 0) < 0 ? -1 : ddp_reducer_finish(red);
+	else
+		rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
+	printf("stuck: %s returned %d after %.1f s: %s\n", buckets ? "buckets" : "all_reduce", rc,
+	       since(&t0), ddp_errmsg());
 	report("a stuck stream times out, blamed on own work",
 	       rc == -ETIMEDOUT && strstr(ddp_errmsg(), "own GPU work"), ddp_errmsg());
-	rc = ddp_all_reduce(ctx, d, 1024, DDP_FLOAT32, DDP_SUM);
-	report("then the context is broken", rc == DDP_EBROKEN, ddp_errmsg());
+	check_after_stuck(ctx, d, red);
 	atomic_store(&released, 1);
 }
 
@@ -213,6 +253,7 @@ int main(int argc, char **argv)
 	struct ddp_options o;
 	struct ddp_ctx *ctx;
 	int stuck = argc > 1 && !strcmp(argv[1], "stuck");
+	int stuck_buckets = argc > 1 && !strcmp(argv[1], "stuck-buckets");
 
 	ddp_options_init(&o);
 	o.backend = DDP_BACKEND_NCCL;
@@ -221,8 +262,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	report("ddp_init nccl", 1, "");
-	if (stuck) {
-		check_stuck(ctx);
+	if (stuck || stuck_buckets) {
+		check_stuck(ctx, stuck_buckets);
 		fflush(stdout);
 		_exit(failures ? 1 : 0);
 	}

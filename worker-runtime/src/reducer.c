@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "ddp_internal.h"
+#include "progress.h"
 
 #define DEFAULT_FIRST_BUCKET (1u << 20)
 #define DEFAULT_BUCKET	     (25u << 20)
@@ -219,12 +220,24 @@ fail:
 	return rc;
 }
 
+/* On a stream backend (nccl) the launched buckets are one collective in
+ * flight until this wait: the rank stays inside it in the progress slot
+ * (launch entered it), and a failure breaks the context, as the cpu
+ * backend's communication thread does (async.c). */
 static int wait_launched(struct ddp_reducer *r)
 {
 	struct ddp_ctx *ctx = r->ctx;
+	int rc;
 
-	if (ctx->ops->wait_async)
-		return ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
+	if (ctx->ops->wait_async) {
+		pthread_mutex_lock(&ctx->lock);
+		rc = ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
+		if (rc < 0)
+			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+		ddpi_progress_leave();
+		pthread_mutex_unlock(&ctx->lock);
+		return rc;
+	}
 	if (ctx->async)
 		return ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
 	return 0;
@@ -275,8 +288,17 @@ static int launch(struct ddp_reducer *r, struct bucket *bk)
 	if (ctx->broken)
 		return ddpi_err(DDP_EBROKEN, "reducer: the communicator failed earlier: %s",
 				ctx->broken_msg);
-	if (ctx->ops->all_reduce_async)
-		return ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
+	if (ctx->ops->all_reduce_async) {
+		int rc;
+
+		pthread_mutex_lock(&ctx->lock);
+		ddpi_progress_enter(DDPI_PROG_BUCKET);
+		rc = ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
+		if (rc < 0)
+			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+		pthread_mutex_unlock(&ctx->lock);
+		return rc;
+	}
 	if (ddp_world_size(ctx) == 1)
 		return 0; /* the average over one rank */
 	return ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG);

@@ -7,13 +7,18 @@
  * block while the stream holds work that never ends (seen on an H200: a
  * collective queued behind the program's own stuck work), so it runs on a
  * thread of its own, waited for a bounded time; a stream that is still busy
- * after that is left as it is ("stranded"): nothing that would synchronise
- * with it (cudaFree, cudaStreamDestroy) is called again.
+ * after that is left as it is ("stranded"): every later call fails at once,
+ * and nothing that would wait for the device (cudaFree) is called again.
  *
  * Buffers: device (or managed) pointers are used in place; host pointers are
  * staged through a device scratch buffer, so host code works too. Work the
  * program queued on the legacy default stream before a call is waited for
- * (an event), so kernels that wrote gradients finish before they are reduced. */
+ * (an event), so kernels that wrote gradients finish before they are reduced.
+ * No call blocks on the stream outside the watchdog: a host buffer is copied
+ * in before the stream waits for the program's work, and copied back only
+ * once the watchdog saw the collective done (a copy to or from pageable
+ * memory may wait for the stream), and a scratch buffer that grows is freed
+ * only at the end (cudaFree waits for the whole device). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -41,6 +46,8 @@ struct nccl_be {
 	cudaEvent_t user_done; /* recorded on the legacy default stream */
 	void *scratch;
 	size_t scratch_len;
+	void *retired[64]; /* outgrown scratch buffers (sizes double): freed at the end */
+	int nretired;
 	int aborted;
 	int stranded; /* the stream may never drain: free nothing that waits on it */
 };
@@ -140,9 +147,11 @@ static int abort_comm(struct nccl_be *b)
 		atomic_init(&a->refs, 2);
 	}
 	if (!a || pthread_create(&t, NULL, abort_main, a) != 0) {
+		/* No thread to spare, and an abort here could block for good:
+		 * leave the communicator as it is. */
 		free(a);
-		ncclCommAbort(b->comm); /* no thread to spare: abort here */
 		b->comm = NULL;
+		return b->stranded = 1;
 	} else {
 		pthread_detach(t);
 		b->comm = NULL;
@@ -254,11 +263,23 @@ static void say_what_it_waits_for(struct nccl_be *b)
 	ddpi_progress_wait(e == cudaErrorNotReady ? DDPI_WAIT_OWN_GPU_WORK : DDPI_WAIT_GPU_PEERS);
 }
 
+/* Every call first: after an abort there is nothing to wait for, and a
+ * stranded stream must not be waited on (until the deadline) again. */
+static int check_comm(struct nccl_be *b, const char *what)
+{
+	if (!b->comm || b->stranded)
+		return ddpi_err(DDP_EBROKEN, "%s: the NCCL communicator was aborted", what);
+	return 0;
+}
+
 /* The watchdog: wait for the stream, watching for NCCL errors and the deadline. */
 static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 {
 	uint64_t start = util_now_ns(), now, look = start + NCCL_LOOK_AFTER_NS;
+	int rc;
 
+	if ((rc = check_comm(b, what)) < 0)
+		return rc;
 	for (;;) {
 		cudaError_t e = cudaStreamQuery(b->stream);
 		if (e == cudaSuccess)
@@ -268,7 +289,7 @@ static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 		ncclResult_t st = ncclSuccess;
 		if (b->comm && ncclCommGetAsyncError(b->comm, &st) == ncclSuccess &&
 		    st != ncclSuccess && st != ncclInProgress) {
-			int rc = nccl_err(b, st, what);
+			rc = nccl_err(b, st, what);
 			abort_comm(b);
 			return rc;
 		}
@@ -303,51 +324,50 @@ static int on_device(const void *p)
 	return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
+/* At least len bytes of device scratch. An outgrown buffer is kept until the
+ * end, not freed: cudaFree would wait for the whole device, the program's
+ * own (perhaps stuck) work too, outside the watchdog. */
 static int need_scratch(struct nccl_be *b, size_t len)
 {
+	size_t want = len > 2 * b->scratch_len ? len : 2 * b->scratch_len;
+	void *p = NULL;
 	cudaError_t e;
 
 	if (b->scratch_len >= len)
 		return 0;
-	if (b->scratch) {
-		cudaStreamSynchronize(b->stream);
-		cudaFree(b->scratch);
-		b->scratch = NULL;
-		b->scratch_len = 0;
-	}
-	if ((e = cudaMalloc(&b->scratch, len)) != cudaSuccess)
+	if (b->scratch && b->nretired == (int)(sizeof(b->retired) / sizeof(b->retired[0])))
+		return ddpi_err(-ENOMEM, "staging host buffers: too many scratch buffers");
+	if ((e = cudaMalloc(&p, want)) != cudaSuccess)
 		return cuda_err(e, "cudaMalloc (staging host buffers)");
-	b->scratch_len = len;
+	if (b->scratch)
+		b->retired[b->nretired++] = b->scratch;
+	b->scratch = p;
+	b->scratch_len = want;
 	return 0;
 }
 
-static int check_comm(struct nccl_be *b, const char *what)
-{
-	if (!b->comm)
-		return ddpi_err(DDP_EBROKEN, "%s: the NCCL communicator was aborted", what);
-	return 0;
-}
-
-/* An in-place operation on buf: its device address (buf, or the scratch
- * after copying a host buffer in), once the program's queued work is done. */
+/* An in-place operation on buf: its device address (buf, or the scratch with
+ * a host buffer copied in), ordered after the program's queued work. */
 static int begin_op(struct nccl_be *b, void *buf, size_t bytes, void **dev, const char *what)
 {
 	int rc;
 
 	*dev = buf;
-	if ((rc = check_comm(b, what)) < 0 || (rc = after_user_work(b)) < 0)
+	if ((rc = check_comm(b, what)) < 0)
 		return rc;
-	if (on_device(buf))
-		return 0;
-	if ((rc = need_scratch(b, bytes)) < 0)
-		return rc;
-	*dev = b->scratch;
-	cudaMemcpyAsync(*dev, buf, bytes, cudaMemcpyHostToDevice, b->stream);
-	return 0;
+	if (!on_device(buf)) {
+		if ((rc = need_scratch(b, bytes)) < 0)
+			return rc;
+		*dev = b->scratch;
+		/* Before the stream waits for the program's work: a pageable copy
+		 * may wait for the stream. */
+		cudaMemcpyAsync(*dev, buf, bytes, cudaMemcpyHostToDevice, b->stream);
+	}
+	return after_user_work(b);
 }
 
-/* After the NCCL call that returned r: settle, copy a staged result back, and
- * wait under the watchdog. */
+/* After the NCCL call that returned r: settle, wait under the watchdog, and
+ * copy a staged result back (the stream idle by then). */
 static int end_op(struct nccl_be *b, ncclResult_t r, void *buf, void *dev, size_t bytes,
 		  int64_t deadline, const char *what)
 {
@@ -355,10 +375,11 @@ static int end_op(struct nccl_be *b, ncclResult_t r, void *buf, void *dev, size_
 
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_err(b, r, what);
-	if ((rc = settle(b, deadline, what)) < 0)
+	if ((rc = settle(b, deadline, what)) < 0 || (rc = wait_stream(b, deadline, what)) < 0)
 		return rc;
-	if (dev != buf)
-		cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, b->stream);
+	if (dev == buf)
+		return 0;
+	cudaMemcpyAsync(buf, dev, bytes, cudaMemcpyDeviceToHost, b->stream);
 	return wait_stream(b, deadline, what);
 }
 
@@ -413,26 +434,33 @@ static int nccl_all_gather(void *be, const void *send, void *recv, size_t bytes,
 {
 	struct nccl_be *b = be;
 	size_t total = bytes * (size_t)b->ctx->env.world;
-	int host = !on_device(recv) || !on_device(send), rc;
+	int send_host = !on_device(send), host = send_host || !on_device(recv), rc;
 	const void *s = send;
 	void *d = recv;
 
-	if ((rc = check_comm(b, "all_gather")) < 0 || (rc = after_user_work(b)) < 0)
+	if ((rc = check_comm(b, "all_gather")) < 0)
 		return rc;
 	if (host) {
 		if ((rc = need_scratch(b, total + bytes)) < 0)
 			return rc;
 		d = b->scratch;
 		s = (char *)b->scratch + total;
-		cudaMemcpyAsync((void *)s, send, bytes, cudaMemcpyDefault, b->stream);
+		/* A host source before the stream waits for the program's work
+		 * (begin_op says why); a device one after it. */
+		if (send_host)
+			cudaMemcpyAsync((void *)s, send, bytes, cudaMemcpyHostToDevice, b->stream);
 	}
+	if ((rc = after_user_work(b)) < 0)
+		return rc;
+	if (host && !send_host)
+		cudaMemcpyAsync((void *)s, send, bytes, cudaMemcpyDeviceToDevice, b->stream);
 	ncclResult_t r = ncclAllGather(s, d, bytes, ncclInt8, b->comm, b->stream);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_err(b, r, "ncclAllGather");
-	if ((rc = settle(b, deadline, "all_gather")) < 0)
+	if ((rc = settle(b, deadline, "all_gather")) < 0 ||
+	    (rc = wait_stream(b, deadline, "all_gather")) < 0 || !host)
 		return rc;
-	if (host)
-		cudaMemcpyAsync(recv, d, total, cudaMemcpyDefault, b->stream);
+	cudaMemcpyAsync(recv, d, total, cudaMemcpyDefault, b->stream);
 	return wait_stream(b, deadline, "all_gather");
 }
 
@@ -442,7 +470,7 @@ static int nccl_barrier(void *be, int64_t deadline)
 	int rc;
 
 	/* Like torch's NCCL barrier: a one-element all-reduce, waited for. */
-	if ((rc = need_scratch(b, 64)) < 0)
+	if ((rc = check_comm(b, "barrier")) < 0 || (rc = need_scratch(b, 64)) < 0)
 		return rc;
 	cudaMemsetAsync(b->scratch, 0, 4, b->stream);
 	return nccl_all_reduce(be, b->scratch, 1, DDP_FLOAT32, DDP_SUM, deadline);
@@ -462,13 +490,19 @@ static void nccl_mem_free(void *be, void *p)
 		cudaFree(p);
 }
 
+/* Zeroed after the program's queued work (its optimizer may still read the
+ * gradients), waited for under the watchdog. */
 static int nccl_mem_zero(void *be, void *p, size_t bytes)
 {
 	struct nccl_be *b = be;
-	cudaError_t e = cudaMemsetAsync(p, 0, bytes, b->stream);
-	if (e == cudaSuccess)
-		e = cudaStreamSynchronize(b->stream);
-	return e == cudaSuccess ? 0 : cuda_err(e, "cudaMemset");
+	cudaError_t e;
+	int rc;
+
+	if ((rc = check_comm(b, "zero")) < 0 || (rc = after_user_work(b)) < 0)
+		return rc;
+	if ((e = cudaMemsetAsync(p, 0, bytes, b->stream)) != cudaSuccess)
+		return cuda_err(e, "cudaMemset");
+	return wait_stream(b, ddpi_deadline(b->ctx), "zero");
 }
 
 static void nccl_destroy(void *be)
@@ -489,6 +523,8 @@ static void nccl_destroy(void *be)
 	}
 	if (b->scratch)
 		cudaFree(b->scratch);
+	while (b->nretired > 0)
+		cudaFree(b->retired[--b->nretired]);
 	if (b->user_done)
 		cudaEventDestroy(b->user_done);
 	if (b->stream)
