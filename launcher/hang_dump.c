@@ -101,6 +101,27 @@ static void group_line(struct text *t, const char *indent, const int *ranks, siz
 	(void)waiters;
 }
 
+/* The libddp ranks at ref's place from w[from] on, into ranks (those in
+ * done skipped and marked, when done is given); *same: all said the same
+ * wait. Returns how many. */
+static size_t gather(const struct hang_where *w, size_t n, size_t from,
+		     const struct hang_where *ref, bool *done, int *ranks, bool *same)
+{
+	size_t j, k = 0;
+
+	*same = true;
+	for (j = from; j < n; j++) {
+		if (w[j].rank < 0 || !w[j].libddp || (done && done[j]) || !same_place(&w[j], ref))
+			continue;
+		ranks[k++] = w[j].rank;
+		*same = *same && w[j].wait == ref->wait;
+		if (done)
+			done[j] = true;
+	}
+	qsort(ranks, k, sizeof(int), cmp_int);
+	return k;
+}
+
 void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
 		  int *culprits)
 {
@@ -145,25 +166,12 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		if (w[i].rank < 0 || !w[i].libddp || done[i] ||
 		    (lead != NULL && same_place(&w[i], lead)))
 			continue;
-		same = true;
-		for (j = i, k = 0; j < n; j++)
-			if (w[j].rank >= 0 && w[j].libddp && !done[j] && same_place(&w[j], &w[i])) {
-				ranks[k++] = w[j].rank;
-				same = same && w[j].wait == w[i].wait;
-				done[j] = true;
-			}
-		qsort(ranks, k, sizeof(int), cmp_int);
+		k = gather(w, n, i, &w[i], done, ranks, &same);
 		*culprits += (int)k;
 		group_line(&t, indent, ranks, k, &w[i], false, same);
 	}
 	if (lead != NULL) {
-		same = true;
-		for (j = 0, k = 0; j < n; j++)
-			if (w[j].rank >= 0 && w[j].libddp && same_place(&w[j], lead)) {
-				ranks[k++] = w[j].rank;
-				same = same && w[j].wait == lead->wait;
-			}
-		qsort(ranks, k, sizeof(int), cmp_int);
+		k = gather(w, n, 0, lead, NULL, ranks, &same);
 		group_line(&t, indent, ranks, k, lead, true, same);
 		if (*culprits == 0 && behind_own_work(lead)) {
 			/* Nobody is ahead: the program's own GPU work is what hangs. */

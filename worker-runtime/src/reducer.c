@@ -220,10 +220,10 @@ fail:
 	return rc;
 }
 
-/* On a stream backend (nccl) the launched buckets are one collective in
- * flight until this wait: the rank stays inside it in the progress slot
- * (launch entered it), and a failure breaks the context, as the cpu
- * backend's communication thread does (async.c). */
+/* On a stream backend (nccl) each bucket enters its collective at launch
+ * and all are in flight until this wait: the rank stays inside the last one
+ * in the progress slot until they are done, and a failure breaks the
+ * context, as the cpu backend's communication thread does (async.c). */
 static int wait_launched(struct ddp_reducer *r)
 {
 	struct ddp_ctx *ctx = r->ctx;

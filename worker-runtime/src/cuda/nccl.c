@@ -146,21 +146,19 @@ static int abort_comm(struct nccl_be *b)
 		a->comm = b->comm;
 		atomic_init(&a->refs, 2);
 	}
+	b->comm = NULL;
 	if (!a || pthread_create(&t, NULL, abort_main, a) != 0) {
 		/* No thread to spare, and an abort here could block for good:
 		 * leave the communicator as it is. */
 		free(a);
-		b->comm = NULL;
 		return b->stranded = 1;
-	} else {
-		pthread_detach(t);
-		b->comm = NULL;
-		while (!(done = atomic_load(&a->done)) && util_now_ms() < until)
-			nanosleep(&nap, NULL);
-		abort_put(a);
-		if (!done)
-			return b->stranded = 1;
 	}
+	pthread_detach(t);
+	while (!(done = atomic_load(&a->done)) && util_now_ms() < until)
+		nanosleep(&nap, NULL);
+	abort_put(a);
+	if (!done)
+		return b->stranded = 1;
 	while (cudaStreamQuery(b->stream) == cudaErrorNotReady)
 		if (util_now_ms() >= until)
 			return b->stranded = 1;
@@ -217,15 +215,23 @@ static void nap_for(uint64_t waited_ns)
 	nanosleep(&ts, NULL);
 }
 
-/* The deadline passed with the stream busy. The program's own GPU work,
- * queued before the collective (b->user_done), tells whose the wait was: if
- * it has not finished, NCCL never started, and no peer is to blame. */
-static int stream_timed_out(struct nccl_be *b, const char *what)
+/* Whose work a busy stream waits for: the program's own, queued before the
+ * collective (b->user_done not yet reached: NCCL never started, no peer is to
+ * blame), or the collective's. */
+static int own_work_pending(struct nccl_be *b)
 {
-	int own = cudaEventQuery(b->user_done) == cudaErrorNotReady, rc;
+	int own = cudaEventQuery(b->user_done) == cudaErrorNotReady;
 
 	cudaGetLastError();
-	if (own)
+	return own;
+}
+
+/* The deadline passed with the stream busy: say whose work it was, abort. */
+static int stream_timed_out(struct nccl_be *b, const char *what)
+{
+	int rc;
+
+	if (own_work_pending(b))
 		rc = ddpi_caused_by(
 			ddpi_err(-ETIMEDOUT,
 				 "%s: timed out: this rank's own GPU work, queued before the "
@@ -257,10 +263,7 @@ static int stream_timed_out(struct nccl_be *b, const char *what)
 
 static void say_what_it_waits_for(struct nccl_be *b)
 {
-	cudaError_t e = cudaEventQuery(b->user_done);
-
-	cudaGetLastError();
-	ddpi_progress_wait(e == cudaErrorNotReady ? DDPI_WAIT_OWN_GPU_WORK : DDPI_WAIT_GPU_PEERS);
+	ddpi_progress_wait(own_work_pending(b) ? DDPI_WAIT_OWN_GPU_WORK : DDPI_WAIT_GPU_PEERS);
 }
 
 /* Every call first: after an abort there is nothing to wait for, and a
@@ -287,8 +290,8 @@ static int wait_stream(struct nccl_be *b, int64_t deadline, const char *what)
 		if (e != cudaErrorNotReady)
 			return cuda_err(e, what);
 		ncclResult_t st = ncclSuccess;
-		if (b->comm && ncclCommGetAsyncError(b->comm, &st) == ncclSuccess &&
-		    st != ncclSuccess && st != ncclInProgress) {
+		if (ncclCommGetAsyncError(b->comm, &st) == ncclSuccess && st != ncclSuccess &&
+		    st != ncclInProgress) {
 			rc = nccl_err(b, st, what);
 			abort_comm(b);
 			return rc;
