@@ -2,10 +2,13 @@
  * on this machine in the same run as the collectives (bench/allreduce).
  *
  *   floor BYTES[,BYTES...]
- *       per size, one core: the median time of a copy (memcpy of BYTES) and
- *       of a reduce kernel (y += x over BYTES of float32), each over buffers
- *       already faulted in. One line per size:
- *       "floor bytes=B copy_us=C reduce_us=R".
+ *       per size, one core: the median time of a copy of BYTES and of a
+ *       reduce kernel (y += x over BYTES of float32), each over buffers
+ *       already faulted in. The copy is the faster of memcpy and a copy with
+ *       non-temporal stores (which write whole lines without reading them
+ *       first; glibc's memcpy uses them only past most of the L3): a floor
+ *       is the best this core does. One line per size:
+ *       "floor bytes=B copy_us=C reduce_us=R memcpy_us=M stream_us=S".
  *   floor BYTES[,BYTES...] PROCS
  *       the same in PROCS processes at once, as the ranks of one node run a
  *       collective (on a busy machine one process gets a core more easily
@@ -22,6 +25,10 @@
 #include <unistd.h>
 
 #include "bench_buf.h"
+
+#ifdef __x86_64__
+#include <emmintrin.h>
+#endif
 
 #define REPS 9
 
@@ -47,14 +54,38 @@ add(float *restrict y, const float *restrict x, size_t n)
 		y[i] += x[i];
 }
 
-/* One process's medians (copy, reduce) at bytes, into out. */
-static void measure(size_t bytes, double *out)
+/* A copy with non-temporal stores, 64-byte lines (the buffers are malloc'ed:
+ * 16-byte aligned), the rest by memcpy. */
+__attribute__((noinline)) static void stream_copy(char *y, const char *x, size_t bytes)
+{
+#ifdef __x86_64__
+	size_t body = bytes & ~(size_t)63;
+
+	for (size_t i = 0; i < body; i += 64)
+		for (size_t k = 0; k < 64; k += 16)
+			_mm_stream_si128((__m128i *)(y + i + k),
+					 _mm_loadu_si128((const __m128i *)(x + i + k)));
+	_mm_sfence();
+	memcpy(y + body, x + body, bytes - body);
+#else
+	memcpy(y, x, bytes);
+#endif
+}
+
+static double median(double *v)
+{
+	qsort(v, REPS, sizeof(double), cmp);
+	return v[REPS / 2];
+}
+
+/* One process's medians (memcpy, reduce, streamed copy) at bytes, into out. */
+static void measure(size_t bytes, double out[3])
 {
 	size_t n = bytes / 4;
 	/* Small sizes repeat inside one timing so the clock's cost vanishes. */
 	int inner = bytes < (1 << 20) ? (int)((1 << 22) / (bytes ? bytes : 1)) : 1;
 	float *x = bench_buf(bytes), *y = bench_buf(bytes);
-	double tc[REPS], tr[REPS];
+	double tc[REPS], tr[REPS], ts[REPS];
 
 	for (size_t i = 0; i < n; i++)
 		x[i] = y[i] = 1.0f;
@@ -70,15 +101,20 @@ static void measure(size_t bytes, double *out)
 			__asm__ volatile("" ::"r"(y) : "memory");
 		}
 		double t2 = now_us();
+		for (int k = 0; k < inner; k++) {
+			stream_copy((char *)y, (const char *)x, bytes);
+			__asm__ volatile("" ::"r"(y) : "memory");
+		}
+		double t3 = now_us();
 		if (r >= 0) {
 			tc[r] = (t1 - t0) / inner;
 			tr[r] = (t2 - t1) / inner;
+			ts[r] = (t3 - t2) / inner;
 		}
 	}
-	qsort(tc, REPS, sizeof(double), cmp);
-	qsort(tr, REPS, sizeof(double), cmp);
-	out[0] = tc[REPS / 2];
-	out[1] = tr[REPS / 2];
+	out[0] = median(tc);
+	out[1] = median(tr);
+	out[2] = median(ts);
 	free(x);
 	free(y);
 }
@@ -92,33 +128,38 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: floor BYTES[,BYTES...] [PROCS]\n");
 		return 2;
 	}
-	/* Each process's two medians, where the parent reads them. */
-	double *res = mmap(NULL, 2 * 64 * sizeof(double), PROT_READ | PROT_WRITE,
+	/* Each process's three medians, where the parent reads them. */
+	double *res = mmap(NULL, 3 * 64 * sizeof(double), PROT_READ | PROT_WRITE,
 			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (res == MAP_FAILED)
 		return 1;
 	for (char *s = strtok_r(argv[1], ",", &sp); s; s = strtok_r(NULL, ",", &sp)) {
 		size_t bytes = strtoull(s, NULL, 10);
-		double c = 0, r = 0;
+		double c = 0, r = 0, m = 0, st = 0; /* the slowest process's */
 
 		fflush(stdout);
 		for (int p = 1; p < procs; p++)
 			if (fork() == 0) {
-				measure(bytes, res + 2 * p);
+				measure(bytes, res + 3 * p);
 				_exit(0);
 			}
 		measure(bytes, res);
 		while (wait(NULL) > 0)
 			;
 		for (int p = 0; p < procs; p++) {
-			c = res[2 * p] > c ? res[2 * p] : c;
-			r = res[2 * p + 1] > r ? res[2 * p + 1] : r;
+			const double *v = res + 3 * p;
+			double best = v[0] < v[2] ? v[0] : v[2];
+			c = best > c ? best : c;
+			r = v[1] > r ? v[1] : r;
+			m = v[0] > m ? v[0] : m;
+			st = v[2] > st ? v[2] : st;
 		}
 		if (procs > 1)
-			printf("floor procs=%d bytes=%zu copy_us=%.2f reduce_us=%.2f\n", procs,
-			       bytes, c, r);
+			printf("floor procs=%d ", procs);
 		else
-			printf("floor bytes=%zu copy_us=%.2f reduce_us=%.2f\n", bytes, c, r);
+			printf("floor ");
+		printf("bytes=%zu copy_us=%.2f reduce_us=%.2f memcpy_us=%.2f stream_us=%.2f\n", bytes,
+		       c, r, m, st);
 		fflush(stdout);
 	}
 	return 0;

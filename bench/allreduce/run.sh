@@ -8,7 +8,8 @@
 # is timed alike: warm-up, barrier, N calls, the slowest rank's mean; each
 # cell is the median of REPEAT runs (default 3) and the spread of those runs
 # is printed. Beside them, the memory-bandwidth floor measured in the same
-# run (bench/allreduce/floor.c: one core's copy and y += x at each size) and
+# run (bench/allreduce/floor.c: one core's copy, the faster of memcpy and
+# non-temporal stores, and y += x at each size) and
 # each result as a multiple of it. Then the gradient path of one training
 # step (DDP buckets during backward vs one flat all_reduce after it).
 # Several nodes (as root, where network namespaces can be made): the TCP ring
@@ -134,7 +135,8 @@ for op in ("all_reduce", "all_gather", "broadcast"):
             if b == 64 << 20 and d / f > 1.3:
                 far.append(f"{op} x{n} ({d / f:.2f}x)")
 print("MPI/ddp, gloo/ddp: the anchor's time over libddp's (above 1: libddp is faster)")
-print("floor: one core's copy C and y += x R at the size (floor.c), per rank:")
+print("floor: one core's copy C (the faster of memcpy and a copy with non-temporal stores)")
+print("  and y += x R at the size (floor.c), per rank:")
 print("  all_reduce (n-1)/n * (R + C), all_gather C (not in place), broadcast C;")
 print(f"  times n/cores when the ranks outnumber the {cores} cores")
 print("behind Open MPI: " + (", ".join(behind) if behind else "none"))

@@ -108,6 +108,14 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 /* buf[i] /= div (AVG after partial sums). */
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
 
+/* memcpy of n bytes (no overlap); stream: with non-temporal stores, for the
+ * result of a collective too big to stay in cache (copy.c says why). */
+#define DDPI_STREAM_MIN_BYTES (32u << 20) /* results from this size are streamed */
+void ddpi_copy(void *dst, const void *src, size_t n, int stream);
+/* src to dst as memcpy does and, in the same pass, to sdst streamed; either
+ * destination may be NULL; none may overlap src. */
+void ddpi_copy2(void *dst, void *sdst, const void *src, size_t n);
+
 /* ---- communicators ----------------------------------------------------------------------- */
 
 /* A backend: collectives over all ranks, with absolute deadlines (util_now_ms()

@@ -220,7 +220,8 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 		if (s->me != root) {
 			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
 				break;
-			memcpy((char *)buf + off, ddpi_shm_slot(s, root, slot), m);
+			ddpi_copy((char *)buf + off, ddpi_shm_slot(s, root, slot), m,
+				  bytes >= DDPI_STREAM_MIN_BYTES);
 		}
 		ddpi_shm_release_slot(s, slot);
 	}
@@ -250,9 +251,11 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	return rc;
 }
 
-/* Staged: every rank's part through its slots (not my own). */
+/* Staged: every rank's part through its slots. own: where my own part goes,
+ * streamed as it is copied in (only with stream), or NULL: the caller copies
+ * it. stream: the parts are streamed into recv (copy.c). */
 static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
-			     const int *pos, int64_t deadline)
+			     const int *pos, char *own, int stream, int64_t deadline)
 {
 	int rc = 0;
 
@@ -265,15 +268,17 @@ static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, s
 
 		if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_gather", &slot)) < 0)
 			break;
-		memcpy(ddpi_shm_slot(s, s->me, slot), (const char *)send + off, m);
+		/* My own part in the same pass: send is read once. */
+		ddpi_copy2(ddpi_shm_slot(s, s->me, slot), own ? own + off : NULL,
+			   (const char *)send + off, m);
 		in = ddpi_shm_publish(s);
 		for (int k = 1; k < s->lws && rc == 0; k++) {
 			int q = (s->me + k) % s->lws;
 			if ((rc = ddpi_shm_wait(s, q, in, deadline, "all_gather")) < 0 ||
 			    (off == 0 && (rc = ddpi_shm_check(s, q, "all_gather")) < 0))
 				break;
-			memcpy((char *)recv + (size_t)pos[q] * bytes + off,
-			       ddpi_shm_slot(s, q, slot), m);
+			ddpi_copy((char *)recv + (size_t)pos[q] * bytes + off,
+				  ddpi_shm_slot(s, q, slot), m, stream);
 		}
 		if (rc == 0)
 			ddpi_shm_release_slot(s, slot);
@@ -286,6 +291,16 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 {
 	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
 	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
+	size_t total = (size_t)s->lws * bytes;
+	/* A result too big for the caches goes through the slots, streamed,
+	 * unless DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every
+	 * size: on 4 KiB pages the slots beat one copy through the kernel, which
+	 * pins every page of the peer's buffer (2 ranks, 64 MiB: 9-10 ms against
+	 * 13-15). My own part goes in the same pass, unless send overlaps recv. */
+	int stream = total >= DDPI_STREAM_MIN_BYTES;
+	int apart = (const char *)send + bytes <= (char *)recv ||
+		    (char *)recv + total <= (const char *)send;
+	char *own = stream && apart ? my_dst : NULL;
 	int rc = 1;
 
 	if (s->lws == 1) {
@@ -294,12 +309,12 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 		return 0;
 	}
 	ddpi_shm_begin(s, &d);
-	if (single_copy(s, bytes))
+	if (single_copy(s, bytes) && (!stream || s->cma_min == 1))
 		rc = ddpi_shm_cma_all_gather(s, send, recv, bytes, pos, deadline);
 	if (rc == 1) {
-		rc = all_gather_staged(s, send, recv, bytes, pos, deadline);
+		rc = all_gather_staged(s, send, recv, bytes, pos, own, stream, deadline);
 		/* send may alias my slot in recv: copy it last. */
-		if (rc == 0 && my_dst != send)
+		if (rc == 0 && !own && my_dst != send)
 			memmove(my_dst, send, bytes);
 	}
 	ddpi_shm_end(s);

@@ -1,0 +1,114 @@
+/* Unit tests for libddp's bulk copies (copy.c): ddpi_copy and ddpi_copy2 give
+ * memcpy's bytes at every alignment of source and destinations and every
+ * length around the streamed path's cache lines (head, whole lines, tail),
+ * with either destination absent, and write nothing outside them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp_internal.h"
+
+#define GUARD 80
+#define MAXN  (3 * 4096 + 200)
+
+static unsigned char src_buf[MAXN + 2 * GUARD], a_buf[MAXN + 2 * GUARD], b_buf[MAXN + 2 * GUARD];
+
+static void fill(unsigned char *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)((i * 2654435761u >> 7) + seed);
+}
+
+/* dst (len n at off) holds src's bytes; every other byte of its buffer is
+ * still 0xA5. */
+static void expect_copied(const unsigned char *buf, size_t off, const unsigned char *src, size_t n)
+{
+	for (size_t i = 0; i < off; i++)
+		assert_int_equal(buf[i], 0xA5);
+	assert_memory_equal(buf + off, src, n);
+	for (size_t i = off + n; i < sizeof(a_buf); i++)
+		assert_int_equal(buf[i], 0xA5);
+}
+
+static const size_t lens[] = {0, 1, 15, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257,
+			      4095, 4096, 4097, MAXN};
+
+static void test_copy_streamed_and_not_match_memcpy(void **state)
+{
+	(void)state;
+	fill(src_buf, sizeof(src_buf), 7);
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+		for (size_t so = 0; so < 64; so += 7)
+			for (size_t dof = 0; dof < 64; dof += 5)
+				for (int stream = 0; stream < 2; stream++) {
+					size_t n = lens[l];
+					memset(a_buf, 0xA5, sizeof(a_buf));
+					ddpi_copy(a_buf + GUARD + dof, src_buf + GUARD + so, n,
+						  stream);
+					expect_copied(a_buf, GUARD + dof, src_buf + GUARD + so, n);
+				}
+}
+
+static void test_copy2_writes_both_destinations_in_one_pass(void **state)
+{
+	(void)state;
+	fill(src_buf, sizeof(src_buf), 3);
+	for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+		for (size_t so = 0; so < 64; so += 11)
+			for (size_t ao = 0; ao < 64; ao += 13)
+				for (size_t bo = 0; bo < 64; bo += 3)
+					for (int which = 0; which < 3; which++) {
+						/* both, only the streamed one, only the ordinary one */
+						size_t n = lens[l];
+						unsigned char *a = which == 1 ? NULL : a_buf + GUARD + ao;
+						unsigned char *b = which == 2 ? NULL : b_buf + GUARD + bo;
+						memset(a_buf, 0xA5, sizeof(a_buf));
+						memset(b_buf, 0xA5, sizeof(b_buf));
+						ddpi_copy2(a, b, src_buf + GUARD + so, n);
+						if (a)
+							expect_copied(a_buf, GUARD + ao, src_buf + GUARD + so, n);
+						else
+							expect_copied(a_buf, 0, NULL, 0);
+						if (b)
+							expect_copied(b_buf, GUARD + bo, src_buf + GUARD + so, n);
+						else
+							expect_copied(b_buf, 0, NULL, 0);
+					}
+}
+
+/* A result the size the collectives stream (32 MiB and more). */
+static void test_copy_of_a_streamed_size(void **state)
+{
+	size_t n = DDPI_STREAM_MIN_BYTES + 4099;
+	unsigned char *s = malloc(n + 1), *d = malloc(n + 64), *o = malloc(n + 1);
+
+	(void)state;
+	assert_non_null(s);
+	assert_non_null(d);
+	assert_non_null(o);
+	fill(s + 1, n, 9);
+	memset(d, 0, n + 64);
+	ddpi_copy2(o + 1, d + 17, s + 1, n);
+	assert_memory_equal(d + 17, s + 1, n);
+	assert_memory_equal(o + 1, s + 1, n);
+	assert_int_equal(d[16], 0);
+	assert_int_equal(d[17 + n], 0);
+	free(s);
+	free(d);
+	free(o);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_copy_streamed_and_not_match_memcpy),
+		cmocka_unit_test(test_copy2_writes_both_destinations_in_one_pass),
+		cmocka_unit_test(test_copy_of_a_streamed_size),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
