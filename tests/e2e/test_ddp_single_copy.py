@@ -2,8 +2,8 @@
 memory (process_vm_readv) where the kernel allows it, and stage through the
 shared segment otherwise (issue 15): both paths give exact results (odd
 sizes, around the threshold, above a staging slot and above 32 MiB, where
-an all_gather's result and a broadcast are streamed into place, in-place
-all_gather, every broadcast root), and when the single copy is refused, at init or
+an all_gather's results (and a staged broadcast's at 4 ranks) are streamed
+into place, in-place all_gather, every broadcast root), and when the single copy is refused, at init or
 mid-way, every rank falls back together and the results stay exact.
 
 The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single

@@ -480,8 +480,8 @@ static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me
 
 static int run_big(struct ddp_ctx *ctx)
 {
-	/* The last is 32 MiB and more: a result streamed (copy.c), on any
-	 * world size, by all_gather and by broadcast. */
+	/* The last is 32 MiB and more: results streamed (copy.c) by all_gather
+	 * on any world size, by a staged broadcast from 4 ranks. */
 	static const size_t sizes[] = {262143, 262147, 1048583, 3000005, 33554467};
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
 

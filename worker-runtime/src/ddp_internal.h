@@ -110,7 +110,7 @@ void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
 
 /* memcpy of n bytes (no overlap); stream: with non-temporal stores, for the
  * result of a collective too big to stay in cache (copy.c says why). */
-#define DDPI_STREAM_MIN_BYTES (32u << 20) /* results from this size are streamed */
+#define DDPI_STREAM_MIN_BYTES (64u << 20) /* results the node's ranks write, together */
 void ddpi_copy(void *dst, const void *src, size_t n, int stream);
 /* src to dst as memcpy does and, in the same pass, to sdst streamed; either
  * destination may be NULL; none may overlap src. */
