@@ -16,6 +16,7 @@
  *       "floor procs=P bytes=B copy_us=C reduce_us=R".
  * run.sh turns these into a floor for each collective (the model is printed
  * with the table). A bare C program: nothing of the project is linked. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,13 +55,21 @@ add(float *restrict y, const float *restrict x, size_t n)
 		y[i] += x[i];
 }
 
-/* A copy with non-temporal stores, 64-byte lines (the buffers are malloc'ed:
- * 16-byte aligned), the rest by memcpy. */
+/* A copy with non-temporal stores: up to y's next cache line by memcpy, then
+ * whole lines (a line split between two stores' groups would be written in
+ * part), then the rest by memcpy. */
 __attribute__((noinline)) static void stream_copy(char *y, const char *x, size_t bytes)
 {
 #ifdef __x86_64__
-	size_t body = bytes & ~(size_t)63;
+	size_t head = (64 - ((uintptr_t)y & 63)) & 63, body;
 
+	if (bytes < head + 64) {
+		memcpy(y, x, bytes);
+		return;
+	}
+	memcpy(y, x, head);
+	y += head, x += head, bytes -= head;
+	body = bytes & ~(size_t)63;
 	for (size_t i = 0; i < body; i += 64)
 		for (size_t k = 0; k < 64; k += 16)
 			_mm_stream_si128((__m128i *)(y + i + k),
@@ -87,6 +96,10 @@ static void measure(size_t bytes, double out[3])
 	float *x = bench_buf(bytes), *y = bench_buf(bytes);
 	double tc[REPS], tr[REPS], ts[REPS];
 
+	if (!x || !y) {
+		fprintf(stderr, "floor: no memory for 2 x %zu bytes\n", bytes);
+		exit(1);
+	}
 	for (size_t i = 0; i < n; i++)
 		x[i] = y[i] = 1.0f;
 	for (int r = -1; r < REPS; r++) { /* r = -1 warms caches and pages */

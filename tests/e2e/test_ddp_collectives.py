@@ -57,6 +57,15 @@ def test_large_all_reduce_exact_and_the_same_bits_on_every_rank(reaper, store, n
     assert_all_ok(wait_all(procs, timeout=300), nnodes * nproc)
 
 
+def test_large_all_gather_and_broadcast_across_nodes(reaper, store):
+    """ddp_coll big on 2 nodes of 2 ranks: each node's part of a large
+    all_gather (the single copy or, above 32 MiB, staged and streamed), also
+    in place, where a rank's part lies past its node's in recv, and
+    broadcasts from every root, exact on every rank."""
+    procs = launch(reaper, [prog("ddp_coll"), "big"], 2, store, run_id(), nnodes=2)
+    assert_all_ok(wait_all(procs, timeout=300), 4)
+
+
 def test_node_leader_dying_fails_the_other_node_fast(reaper, store):
     """Rank 2 (leader of node 1) exits mid-run: node 0 sees the TCP connection
     close, and every rank fails with an error instead of hanging."""

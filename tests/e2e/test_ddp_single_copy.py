@@ -1,10 +1,11 @@
 """Large all_gather and broadcast on one node read straight from the peers'
 memory (process_vm_readv) where the kernel allows it, and stage through the
 shared segment otherwise (issue 15): both paths give exact results (odd
-sizes, around the threshold, above a staging slot and above 32 MiB, where
-an all_gather's results (and a staged broadcast's at 4 ranks) are streamed
-into place, in-place all_gather, every broadcast root), and when the single copy is refused, at init or
-mid-way, every rank falls back together and the results stay exact.
+sizes, around the threshold, above a staging slot, and above 32 MiB, where
+all_gather's results and a staged broadcast's from 3 ranks are streamed into
+place; in-place all_gather; every broadcast root), and when the single copy
+is refused, at init or mid-way, every rank falls back together and the
+results stay exact.
 
 The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never

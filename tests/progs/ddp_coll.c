@@ -481,7 +481,7 @@ static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me
 static int run_big(struct ddp_ctx *ctx)
 {
 	/* The last is 32 MiB and more: results streamed (copy.c) by all_gather
-	 * on any world size, by a staged broadcast from 4 ranks. */
+	 * on any world size, by a staged broadcast from 3 ranks. */
 	static const size_t sizes[] = {262143, 262147, 1048583, 3000005, 33554467};
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
 

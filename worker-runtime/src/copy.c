@@ -10,11 +10,13 @@
  * reports, most of which its neighbours use): measured here (bench/allreduce),
  * a 2-rank 64 MiB all_gather through the slots took 11 ms with them and 15 ms
  * without. Small results stay ordinary: the caller reads them soon, from cache.
- * Where the line falls (DDPI_STREAM_MIN_BYTES) counts what all of a node's
- * ranks write at once, since they share the L3: at 4 ranks on 2 cores, a
- * 16 MiB all_gather (64 MiB written) was 10% faster streamed, a 16 MiB
- * broadcast (48 MiB) 7% slower; at 2 ranks a 32 MiB all_gather (64 MiB)
- * took 4.6 ms streamed against 6.1 ms through the kernel's single copy.
+ * Where the line falls counts what all of a node's ranks write at once
+ * (DDPI_STREAM_MIN_BYTES), since they share the L3, and what each writes
+ * (DDPI_STREAM_MIN_EACH: past its L2, with room for the next call's): at 4
+ * ranks on 2 cores, a 16 MiB all_gather (64 MiB written) was 10% faster
+ * streamed, a 16 MiB broadcast (48 MiB) 7% slower; at 2 ranks a 32 MiB
+ * all_gather (64 MiB) took 4.6 ms streamed against 6.1 ms through the
+ * kernel's single copy.
  *
  * SSE2 stores are part of x86-64 itself, so no CPU check: one 16-byte store
  * per instruction is enough, the copy waits on memory, not on the core.
@@ -22,18 +24,17 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef __x86_64__
-#include <emmintrin.h>
-#define HAVE_STREAM 1
-#endif
-
 #include "ddp_internal.h"
+
+#if DDPI_HAVE_STREAM
+#include <emmintrin.h>
+#endif
 
 /* Whole 64-byte lines of src to dst (ordinary stores) and to sdst (streamed),
  * either may be NULL; sdst is 16-byte aligned. */
 static void lines(char *dst, char *sdst, const char *src, size_t n)
 {
-#ifdef HAVE_STREAM
+#if DDPI_HAVE_STREAM
 	for (size_t i = 0; i < n; i += 64)
 		for (size_t k = 0; k < 64; k += 16) {
 			__m128i v = _mm_loadu_si128((const __m128i *)(src + i + k));
@@ -42,8 +43,9 @@ static void lines(char *dst, char *sdst, const char *src, size_t n)
 			if (sdst)
 				_mm_stream_si128((__m128i *)(sdst + i + k), v);
 		}
-	/* The streamed stores are weakly ordered: done before what follows
-	 * (a publish) becomes visible. */
+	/* The streamed stores are weakly ordered: done before the copy returns,
+	 * so that whoever the caller tells next (the user's thread, from the
+	 * communication thread) sees them. */
 	_mm_sfence();
 #endif
 }
@@ -54,7 +56,7 @@ void ddpi_copy2(void *dst, void *sdst, const void *src, size_t n)
 	const char *s = src;
 	size_t head = sd ? (64 - ((uintptr_t)sd & 63)) & 63 : 0, body;
 
-#ifndef HAVE_STREAM
+#if !DDPI_HAVE_STREAM
 	sd = NULL;
 #endif
 	if (!sd || n < 2 * 64 + head) {

@@ -109,8 +109,15 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
 
 /* memcpy of n bytes (no overlap); stream: with non-temporal stores, for the
- * result of a collective too big to stay in cache (copy.c says why). */
+ * result of a collective too big to stay in cache (copy.c says why and when).
+ * Without them (DDPI_HAVE_STREAM 0) it is memcpy. */
+#ifdef __x86_64__
+#define DDPI_HAVE_STREAM 1
+#else
+#define DDPI_HAVE_STREAM 0
+#endif
 #define DDPI_STREAM_MIN_BYTES (64u << 20) /* results the node's ranks write, together */
+#define DDPI_STREAM_MIN_EACH  (16u << 20) /* and each rank's */
 void ddpi_copy(void *dst, const void *src, size_t n, int stream);
 /* src to dst as memcpy does and, in the same pass, to sdst streamed; either
  * destination may be NULL; none may overlap src. */

@@ -24,6 +24,15 @@
 #define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
 #define BCAST_SPLIT 4  /* broadcast chunks per slot */
 
+/* Whether results of each bytes per rank, written by writers ranks at once,
+ * are streamed (copy.c): they share the L3, so all of them count, but a
+ * rank's own result must outgrow its L2 too (the caller reads it next). */
+static int streamed(size_t each, int writers)
+{
+	return DDPI_HAVE_STREAM && each >= DDPI_STREAM_MIN_EACH &&
+	       each >= DDPI_STREAM_MIN_BYTES / (size_t)writers;
+}
+
 static void slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *hi)
 {
 	size_t align = SLICE_ALIGN / es;
@@ -201,9 +210,7 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 	/* Quarter slots: the root copies chunk k+1 in while the others copy
 	 * chunk k out, so even a one-slot broadcast is a pipeline. */
 	size_t step = s->slot_bytes / BCAST_SPLIT;
-	/* What the readers write together (copy.c); measured at 4 ranks, 16 MiB
-	 * (48 MiB) is still faster through the cache. */
-	int stream = (size_t)(s->lws - 1) * bytes >= DDPI_STREAM_MIN_BYTES;
+	int stream = streamed(bytes, s->lws - 1);
 	for (size_t off = 0; off < bytes && rc == 0; off += step) {
 		size_t m = bytes - off < step ? bytes - off : step;
 		uint32_t in;
@@ -292,17 +299,16 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 			const int *pos, int64_t deadline)
 {
 	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
-	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
-	size_t total = (size_t)s->lws * bytes;
-	/* Results too big for the caches (the node's ranks write theirs at
-	 * once, so all of them count) go through the slots, streamed,
-	 * unless DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every
-	 * size: on 4 KiB pages the slots beat one copy through the kernel, which
-	 * pins every page of the peer's buffer (2 ranks, 64 MiB: 9-10 ms against
-	 * 13-15). My own part goes in the same pass, unless send overlaps recv. */
-	int stream = (size_t)s->lws * total >= DDPI_STREAM_MIN_BYTES;
-	int apart = (const char *)send + bytes <= (char *)recv ||
-		    (char *)recv + total <= (const char *)send;
+	char *my_dst = bytes ? (char *)recv + (size_t)pos[s->me] * bytes : recv;
+	uintptr_t from = (uintptr_t)send, to = (uintptr_t)my_dst;
+	/* Results too big for the caches go through the slots, streamed, unless
+	 * DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every size: on
+	 * 4 KiB pages the slots beat one copy through the kernel, which pins
+	 * every page of the peer's buffer (2 ranks, 64 MiB: 9-10 ms against
+	 * 13-15). My own part goes in the same pass, unless send overlaps it
+	 * (in place; any other overlap breaks ddp_all_gather's contract). */
+	int stream = streamed((size_t)s->lws * bytes, s->lws);
+	int apart = from + bytes <= to || to + bytes <= from;
 	char *own = stream && apart ? my_dst : NULL;
 	int rc = 1;
 
