@@ -59,7 +59,7 @@ struct ddpi_cma_ctl {
 	 * whether this rank's reads failed (written after them). */
 	uint64_t addr, len;
 	int32_t failed;
-	uint32_t pad;
+	int32_t huge; /* init: anonymous memory goes on huge pages here (THP "always") */
 };
 
 struct ddpi_shm {
@@ -83,6 +83,7 @@ struct ddpi_shm {
 	const struct ddpi_call *outer; /* the call this step belongs to (cpu.c), or NULL */
 	size_t cma_min;		       /* single copy from this many bytes; 0: never (agreed) */
 	uint64_t cma_probe;	       /* the word the peers read at init */
+	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
 	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
 	int cma_test_fail;	       /* test hook: fail the probe (1) or the next read (2) */
 };

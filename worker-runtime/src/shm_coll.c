@@ -23,6 +23,7 @@
 #define SMALL_BYTES (32 * 1024)
 #define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
 #define BCAST_SPLIT 4  /* broadcast chunks per slot */
+#define HUGE_STREAM_BYTES (64u << 20) /* results streamed on huge pages, each */
 
 /* Whether results of each bytes per rank, written by writers ranks at once,
  * are streamed (copy.c): they share the L3, so all of them count, but a
@@ -302,12 +303,17 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 	char *my_dst = bytes ? (char *)recv + (size_t)pos[s->me] * bytes : recv;
 	uintptr_t from = (uintptr_t)send, to = (uintptr_t)my_dst;
 	/* Results too big for the caches go through the slots, streamed, unless
-	 * DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every size: on
-	 * 4 KiB pages the slots beat one copy through the kernel, which pins
-	 * every page of the peer's buffer (2 ranks, 64 MiB: 9-10 ms against
-	 * 13-15). My own part goes in the same pass, unless send overlaps it
-	 * (in place; any other overlap breaks ddp_all_gather's contract). */
-	int stream = streamed((size_t)s->lws * bytes, s->lws);
+	 * DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every size: the
+	 * slots beat one copy through the kernel, which pins every page of the
+	 * peer's buffer, on 4 KiB pages from 32 MiB of result at 2 ranks (64
+	 * MiB: 9-10 ms against 13-15); on huge pages only from 64 MiB (32 MiB:
+	 * 3.7 ms streamed, 3.1 ms the single copy; 64 MiB: 7.8 and 10.1 ms).
+	 * My own part goes in the same pass, unless send overlaps it (in place;
+	 * any other overlap breaks ddp_all_gather's contract). */
+	size_t total = (size_t)s->lws * bytes;
+	int stream = streamed(total, s->lws);
+	int cma = single_copy(s, bytes) &&
+		  (!stream || s->cma_min == 1 || (s->cma_huge && total < HUGE_STREAM_BYTES));
 	int apart = from + bytes <= to || to + bytes <= from;
 	char *own = stream && apart ? my_dst : NULL;
 	int rc = 1;
@@ -318,7 +324,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 		return 0;
 	}
 	ddpi_shm_begin(s, &d);
-	if (single_copy(s, bytes) && (!stream || s->cma_min == 1))
+	if (cma)
 		rc = ddpi_shm_cma_all_gather(s, send, recv, bytes, pos, deadline);
 	if (rc == 1) {
 		rc = all_gather_staged(s, send, recv, bytes, pos, own, stream, deadline);
