@@ -176,8 +176,8 @@ int main(int argc, char **argv)
 			printf("floor procs=%d ", procs);
 		else
 			printf("floor ");
-		printf("bytes=%zu copy_us=%.2f reduce_us=%.2f memcpy_us=%.2f stream_us=%.2f\n", bytes,
-		       c, r, m, st);
+		printf("bytes=%zu copy_us=%.2f reduce_us=%.2f memcpy_us=%.2f stream_us=%.2f\n",
+		       bytes, c, r, m, st);
 		fflush(stdout);
 	}
 	return 0;

@@ -36,8 +36,8 @@ static void expect_copied(const unsigned char *buf, size_t off, const unsigned c
 	assert_memory_equal(buf, want, sizeof(want));
 }
 
-static const size_t lens[] = {0, 1, 15, 63, 64, 65, 127, 128, 129, 191, 192, 255, 256, 257,
-			      4095, 4096, 4097, MAXN};
+static const size_t lens[] = {0,   1,	15,  63,  64,  65,   127,  128,	 129,
+			      191, 192, 255, 256, 257, 4095, 4096, 4097, MAXN};
 
 static void test_copy_streamed_and_not_match_memcpy(void **state)
 {
@@ -55,6 +55,20 @@ static void test_copy_streamed_and_not_match_memcpy(void **state)
 				}
 }
 
+/* which: 0 both destinations, 1 only the streamed one, 2 only the ordinary one. */
+static void check_copy2(size_t n, size_t so, size_t ao, size_t bo, int which)
+{
+	unsigned char *a = which == 1 ? NULL : a_buf + GUARD + ao;
+	unsigned char *b = which == 2 ? NULL : b_buf + GUARD + bo;
+	const unsigned char *src = src_buf + GUARD + so;
+
+	memset(a_buf, 0xA5, sizeof(a_buf));
+	memset(b_buf, 0xA5, sizeof(b_buf));
+	ddpi_copy2(a, b, src, n);
+	expect_copied(a_buf, GUARD + ao, src, a ? n : 0);
+	expect_copied(b_buf, GUARD + bo, src, b ? n : 0);
+}
+
 static void test_copy2_writes_both_destinations_in_one_pass(void **state)
 {
 	(void)state;
@@ -63,23 +77,8 @@ static void test_copy2_writes_both_destinations_in_one_pass(void **state)
 		for (size_t so = 0; so < 64; so += 11)
 			for (size_t ao = 0; ao < 64; ao += 13)
 				for (size_t bo = 0; bo < 64; bo += 3)
-					for (int which = 0; which < 3; which++) {
-						/* both, only the streamed one, only the ordinary one */
-						size_t n = lens[l];
-						unsigned char *a = which == 1 ? NULL : a_buf + GUARD + ao;
-						unsigned char *b = which == 2 ? NULL : b_buf + GUARD + bo;
-						memset(a_buf, 0xA5, sizeof(a_buf));
-						memset(b_buf, 0xA5, sizeof(b_buf));
-						ddpi_copy2(a, b, src_buf + GUARD + so, n);
-						if (a)
-							expect_copied(a_buf, GUARD + ao, src_buf + GUARD + so, n);
-						else
-							expect_copied(a_buf, 0, NULL, 0);
-						if (b)
-							expect_copied(b_buf, GUARD + bo, src_buf + GUARD + so, n);
-						else
-							expect_copied(b_buf, 0, NULL, 0);
-					}
+					for (int which = 0; which < 3; which++)
+						check_copy2(lens[l], so, ao, bo, which);
 }
 
 int main(void)

@@ -20,9 +20,9 @@
 
 #include "shm.h"
 
-#define SMALL_BYTES (32 * 1024)
-#define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
-#define BCAST_SPLIT 4  /* broadcast chunks per slot */
+#define SMALL_BYTES	  (32 * 1024)
+#define SLICE_ALIGN	  64	      /* bytes: slices start on cache lines */
+#define BCAST_SPLIT	  4	      /* broadcast chunks per slot */
 #define HUGE_STREAM_BYTES (64u << 20) /* results streamed on huge pages, each */
 
 /* Whether results of each bytes per rank, written by writers ranks at once,
