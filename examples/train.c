@@ -292,11 +292,11 @@ int main(int argc, char **argv)
 	if (o.bucket_kb)
 		ropt.first_bucket_bytes = ropt.bucket_bytes = (size_t)o.bucket_kb * 1024;
 	if ((rc = ddp_reducer_create(ctx, params, NPARAMS, &ropt, &red)) < 0)
-		ddp_fatal(ctx, "reducer: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	for (int p = 0; p < NPARAMS; p++)
 		m.g[p] = ddp_reducer_grad(red, (size_t)p);
 	if ((rc = ddp_sampler_init_ctx(&smp, ctx, (uint64_t)o.samples, 1, o.seed, 0)) < 0)
-		ddp_fatal(ctx, "sampler: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	printf("train: %d rank(s), global batch %ld (%ld per rank), %ld steps, %zu bucket(s)\n", w,
 	       o.batch, local, o.steps, ddp_reducer_num_buckets(red));
 
@@ -314,7 +314,7 @@ int main(int argc, char **argv)
 			epoch = e;
 			ddp_sampler_set_epoch(&smp, (uint64_t)e);
 			if (ddp_sampler_indices(&smp, idx) < 0)
-				ddp_fatal(ctx, "sampler: %s", ddp_errmsg());
+				ddp_fatal(ctx, "%s", ddp_errmsg());
 		}
 		for (long s = 0; s < local; s++) {
 			sample(o.seed, idx[j * local + s], xs + s * IN);

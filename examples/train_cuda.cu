@@ -140,7 +140,7 @@ int main(int argc, char **argv)
 				      {"linear.bias", b, OUT, DDP_FLOAT32}};
 	struct ddp_reducer *red;
 	if (ddp_reducer_create(ctx, params, 2, NULL, &red) < 0)
-		ddp_fatal(ctx, "reducer: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	float *gW = (float *)ddp_reducer_grad(red, 0), *gb = (float *)ddp_reducer_grad(red, 1);
 
 	struct ddp_sampler smp;

@@ -42,6 +42,7 @@ def errors(results):
         assert rc == 1, f"rank {rank}: rc={rc}\n{so}\n{se}"
         lines = [l for l in se.splitlines() if "ddp_init" in l]
         assert len(lines) == 1, se
+        assert lines[0].count("ddp_init:") == 1, lines[0]  # said once, by libddp
         out.append(lines[0])
     return out
 

@@ -20,12 +20,12 @@ int main(void)
 	double x;
 
 	if (ddp_init(NULL, &ctx) < 0) {
-		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		fprintf(stderr, "%s\n", ddp_errmsg());
 		return 1;
 	}
 	x = 20.5 + ddp_rank(ctx) + ddp_world_size(ctx);
 	if (ddp_all_reduce(ctx, &x, 1, DDP_FLOAT64, DDP_SUM) < 0) {
-		fprintf(stderr, "all_reduce: %s\n", ddp_errmsg());
+		fprintf(stderr, "%s\n", ddp_errmsg());
 		return 1;
 	}
 	printf("x=%g backend=%s\n", x, ddp_backend_name(ddp_backend(ctx)));
@@ -141,11 +141,11 @@ int main(void)
 	double x = 1.5;
 
 	if (ddp_init(NULL, &ctx) < 0) {
-		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		fprintf(stderr, "%s\n", ddp_errmsg());
 		return 1;
 	}
 	if (ddp_all_reduce(ctx, &x, 1, DDP_FLOAT64, DDP_SUM) < 0) {
-		fprintf(stderr, "all_reduce: %s\n", ddp_errmsg());
+		fprintf(stderr, "%s\n", ddp_errmsg());
 		return 1;
 	}
 	printf("x=%g own=%d,%g,%d\n", x, store_set("abc"), util_now_ms(3), store_parse());

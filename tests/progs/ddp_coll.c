@@ -573,7 +573,7 @@ static int worker(int rank, void *p)
 	rc = ddp_init(NULL, &ctx);
 
 	if (rc < 0) {
-		fprintf(stderr, "ddp_init: %s\n", ddp_errmsg());
+		fprintf(stderr, "%s\n", ddp_errmsg()); /* "ddp_init: ..." */
 		return 1;
 	}
 	if (!strcmp(mode, "check"))
