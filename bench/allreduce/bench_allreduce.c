@@ -2,8 +2,10 @@
  * gloo (one warm-up, a barrier, ITERS calls, the slowest rank's mean).
  *
  *   bench_allreduce sizes NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
- *       OP: all_reduce (float32 sum, the default), all_gather (BYTES is the
- *       whole gathered buffer, as nccl-tests count it) or broadcast (root 0).
+ *       OP: all_reduce (float32 sum, the default), all_reduce_bf16 and
+ *       all_reduce_f16 (the same bytes of bfloat16 or float16, summed in
+ *       float32), all_gather (BYTES is the whole gathered buffer, as
+ *       nccl-tests count it) or broadcast (root 0).
  *       One line per size: "ddp op=OP ranks=N bytes=B mean_us=T"
  *   bench_allreduce launched BYTES[,BYTES...] ITERS[,ITERS...] [OP]
  *       the same, as one rank started by a launcher (ddprun): the world
@@ -51,6 +53,10 @@ static int run_op(struct ddp_ctx *ctx, const char *op, float *a, float *b, size_
 		return ddp_all_gather(ctx, a, b, bytes / (size_t)ddp_world_size(ctx));
 	if (!strcmp(op, "broadcast"))
 		return ddp_broadcast(ctx, a, bytes, 0);
+	if (!strcmp(op, "all_reduce_bf16"))
+		return ddp_all_reduce(ctx, a, bytes / 2, DDP_BFLOAT16, DDP_SUM);
+	if (!strcmp(op, "all_reduce_f16"))
+		return ddp_all_reduce(ctx, a, bytes / 2, DDP_FLOAT16, DDP_SUM);
 	return ddp_all_reduce(ctx, a, bytes / 4, DDP_FLOAT32, DDP_SUM);
 }
 
@@ -204,10 +210,12 @@ int main(int argc, char **argv)
 		c.sizes = argv[3 - launched];
 		c.iters = argv[4 - launched];
 		c.op = argc == 6 - launched ? argv[5 - launched] : "all_reduce";
-		if (strcmp(c.op, "all_reduce") && strcmp(c.op, "all_gather") &&
+		if (strcmp(c.op, "all_reduce") && strcmp(c.op, "all_reduce_bf16") &&
+		    strcmp(c.op, "all_reduce_f16") && strcmp(c.op, "all_gather") &&
 		    strcmp(c.op, "broadcast")) {
 			fprintf(stderr,
-				"bench_allreduce: unknown OP '%s' (all_reduce, all_gather, "
+				"bench_allreduce: unknown OP '%s' (all_reduce, all_reduce_bf16, "
+				"all_reduce_f16, all_gather, "
 				"broadcast)\n",
 				c.op);
 			return 2;

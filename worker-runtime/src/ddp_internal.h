@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "ddp.h"
 
@@ -84,8 +85,25 @@ void ddpi_print_restore(struct ddp_ctx *ctx);
 
 uint16_t ddpi_f32_to_f16(float f);
 float ddpi_f16_to_f32(uint16_t h);
-uint16_t ddpi_f32_to_bf16(float f);
-float ddpi_bf16_to_f32(uint16_t h);
+/* bfloat16 is the top half of a float32, rounded to nearest even; a NaN stays
+ * a NaN (quiet). Inline: the vectorized loops of dtype.c and reduce.c are
+ * made of them. */
+static inline float ddpi_bf16_to_f32(uint16_t h)
+{
+	uint32_t v = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &v, 4);
+	return f;
+}
+
+static inline uint16_t ddpi_f32_to_bf16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t r = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
+	uint32_t q = (x >> 16) | 0x40;
+	return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? q : r);
+}
 /* Bulk conversions (vectorized where the CPU allows). */
 void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void ddpi_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);
@@ -107,6 +125,17 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 		  int nsrc, size_t n, int avg_div);
 /* buf[i] /= div (AVG after partial sums). */
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
+
+/* A hot loop the compiler is to vectorize (GCC's -O2 cost model refuses loops
+ * of unknown length), compiled for AVX-512 and AVX2 too and picked at load
+ * time (target_clones; not under clang or AddressSanitizer). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+	!defined(__SANITIZE_ADDRESS__)
+#define DDPI_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DDPI_CLONES
+#endif
+#define DDPI_VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 
 /* memcpy of n bytes (no overlap); stream: with non-temporal stores, for the
  * result of a collective too big to stay in cache (copy.c says why and when).

@@ -8,20 +8,12 @@
  * widened to float32 for the block and rounded once at the end.
  *
  * The loops are simple so the compiler vectorizes them; the hot ones are
- * compiled for AVX2 and AVX-512 too and picked at load time (target_clones). */
+ * compiled for AVX2 and AVX-512 too and picked at load time (DDPI_CLONES). */
 #include <string.h>
 
 #include "ddp_internal.h"
 
 #define BLK 1024 /* elements per block: 8 KiB accumulators at most */
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
-	!defined(__SANITIZE_ADDRESS__)
-#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define CLONES
-#endif
-#define VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
 
 /* out = a op b for n elements, and out2 = the same when out2 is not NULL
  * (one pass writes a result to both places it goes). out and out2 may be a
@@ -29,19 +21,19 @@
  * compiler checks overlap at run time, and vectorizes an exact alias too.
  * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
  * a stays because every comparison with it fails. */
-#define DEFINE_KERNEL(T, NAME, EXPR)                                                   \
-	CLONES VEC static void NAME(T *out, T *out2, const T *a, const T *b, size_t n) \
-	{                                                                              \
-		if (!out2) {                                                           \
-			for (size_t i = 0; i < n; i++)                                 \
-				out[i] = (EXPR);                                       \
-			return;                                                        \
-		}                                                                      \
-		for (size_t i = 0; i < n; i++) {                                       \
-			T v = (EXPR);                                                  \
-			out[i] = v;                                                    \
-			out2[i] = v;                                                   \
-		}                                                                      \
+#define DEFINE_KERNEL(T, NAME, EXPR)                                                             \
+	DDPI_CLONES DDPI_VEC static void NAME(T *out, T *out2, const T *a, const T *b, size_t n) \
+	{                                                                                        \
+		if (!out2) {                                                                     \
+			for (size_t i = 0; i < n; i++)                                           \
+				out[i] = (EXPR);                                                 \
+			return;                                                                  \
+		}                                                                                \
+		for (size_t i = 0; i < n; i++) {                                                 \
+			T v = (EXPR);                                                            \
+			out[i] = v;                                                              \
+			out2[i] = v;                                                             \
+		}                                                                                \
 	}
 
 #define DEFINE_COMBINE(T, NAME)                                                             \
@@ -49,7 +41,7 @@
 	DEFINE_KERNEL(T, NAME##_min, (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i])           \
 	DEFINE_KERNEL(T, NAME##_max, (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i])           \
 	/* acc /= d, and out2 = acc when out2 is not NULL */                                \
-	CLONES VEC static void NAME##_div(T *acc, T *out2, T d, size_t n)                   \
+	DDPI_CLONES DDPI_VEC static void NAME##_div(T *acc, T *out2, T d, size_t n)         \
 	{                                                                                   \
 		for (size_t i = 0; i < n; i++)                                              \
 			acc[i] /= d;                                                        \
@@ -97,11 +89,36 @@ DEFINE_COMBINE(int64_t, i64)
 			memcpy(d2, d, m * sizeof(T));                           \
 	} while (0)
 
+/* The commonest half-precision block, two bfloat16 sources summed (two
+ * ranks of a node, each step of the ring), in one pass in registers: the
+ * same float32 sum and rounding as half_block's, without its trips through
+ * L1. out and out2 may be a or b, as in DEFINE_KERNEL. */
+DDPI_CLONES DDPI_VEC static void bf16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a,
+					   const uint16_t *b, size_t n)
+{
+	if (!out2) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = ddpi_f32_to_bf16(ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = ddpi_f32_to_bf16(ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]));
+		out[i] = v;
+		out2[i] = v;
+	}
+}
+
 static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 		       const void *const *src, int nsrc, size_t off, size_t m, int avg_div)
 {
 	float acc[BLK], tmp[BLK];
 	int bf = dt == DDP_BFLOAT16;
+
+	if (bf && nsrc == 2 && op == DDP_SUM) {
+		bf16_sum2((uint16_t *)dst + off, dst2 ? (uint16_t *)dst2 + off : NULL,
+			  (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
+		return;
+	}
 
 	if (bf)
 		ddpi_bf16_to_f32_n(acc, (const uint16_t *)src[0] + off, m);
