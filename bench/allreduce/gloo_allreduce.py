@@ -1,7 +1,8 @@
 """gloo all-reduce timing, the anchor for bench/allreduce (Debian torch 1.13).
 Usage: gloo_allreduce.py NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
-OP: all_reduce (float32 sum, the default), all_gather (BYTES is the whole
-gathered buffer, as nccl-tests count it) or broadcast (root 0).
+OP: all_reduce (float32 sum, the default), all_reduce_bf16 and
+all_reduce_f16 (the same bytes of bfloat16 or float16), all_gather (BYTES is
+the whole gathered buffer, as nccl-tests count it) or broadcast (root 0).
 Starts NRANKS processes (torch.multiprocessing, fork), each joining a gloo
 process group over a TCPStore on 127.0.0.1; times dist.all_reduce(float32)
 like the C side: one warm-up, a barrier, ITERS timed calls, and the slowest
@@ -15,6 +16,9 @@ import time
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+
+HALF = {"all_reduce_bf16": torch.bfloat16, "all_reduce_f16": torch.float16}
 
 
 def run(op, t, parts):
@@ -33,8 +37,10 @@ def worker(rank, n, port, sizes, iters, op, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=n)
     for size, it in zip(sizes, iters):
-        count = size // 4 // n if op == "all_gather" else size // 4
-        t = torch.ones(count, dtype=torch.float32)
+        dtype = HALF.get(op, torch.float32)
+        es = torch.tensor([], dtype=dtype).element_size()
+        count = size // es // n if op == "all_gather" else size // es
+        t = torch.ones(count, dtype=dtype)
         parts = [torch.empty_like(t) for _ in range(n)] if op == "all_gather" else None
         run(op, t, parts)
         dist.barrier()

@@ -16,6 +16,8 @@
 # between node leaders, one rank per node on 2 and 4 namespaces joined by a
 # bridge, against Open MPI over TCP and gloo, with bus bandwidth as a fraction
 # of what one TCP stream carries over the same link (bench/allreduce/ring.py).
+# Half precision (bfloat16, float16) all_reduce: libddp against its own float32
+# of the same bytes and gloo's float16 (HALF=0 skips it).
 # RING=0 skips the several-node part; BENCH_HUGEPAGES=1 puts every side's
 # buffers on transparent huge pages (bench/allreduce/bench_buf.h says why).
 # Numbers move with machine load; nothing here is asserted.
@@ -54,6 +56,13 @@ for ((r = 0; r < repeat; r++)); do
       "${mpirun_[@]}" -np "$n" "$mpi" "$op" "$sizes" "$mpi_iters" >>"$out"
       "$py" bench/allreduce/gloo_allreduce.py "$n" "$sizes" "$gloo_iters" "$op" >>"$out"
     done
+    # Half precision: no MPI type for bfloat16, and torch 1.13's gloo sums
+    # float16 but refuses bfloat16.
+    if [[ ${HALF:-1} != 0 ]]; then
+      "$bin" sizes "$n" "$sizes" "$ddp_iters" all_reduce_bf16 >>"$out"
+      "$bin" sizes "$n" "$sizes" "$ddp_iters" all_reduce_f16 >>"$out"
+      "$py" bench/allreduce/gloo_allreduce.py "$n" "$sizes" "$gloo_iters" all_reduce_f16 >>"$out"
+    fi
   done
 done
 for n in 2 4; do "$bin" grads "$n" "${GRAD_STEPS:-5}" >>"$out"; done
@@ -147,6 +156,24 @@ for op in ("all_reduce", "all_gather", "broadcast"):
     print(f"{op} x2 against the floor measured in 2 processes at once: " + ", ".join(
         f"{human(b)} {med[('ddp', op, 2, b)] / floor_us(op, 2, b, floors2):.2f}x"
         for b in sorted(floors2) if ("ddp", op, 2, b) in med))
+if any(k[1] == "all_reduce_bf16" for k in med):
+    print()
+    print("half precision all_reduce (sum, the same bytes; float32 accumulation): libddp")
+    print("bfloat16 and float16 against its float32, and gloo's float16 (it has no bfloat16)")
+    h4 = (f"{'ranks':>5} {'size':>7} | {'f32':>9} {'bf16':>9} {'x f32':>6} {'f16':>9} {'x f32':>6} | "
+          f"{'gloo f16':>9} {'gloo/ddp':>8}")
+    print(h4)
+    print("-" * len(h4))
+    for n in (2, 4):
+        for b in sorted(floors):
+            f, bf, hf = (med.get(("ddp", o, n, b)) for o in ("all_reduce", "all_reduce_bf16",
+                                                               "all_reduce_f16"))
+            g = med.get(("gloo", "all_reduce_f16", n, b))
+            if not (f and bf and hf):
+                continue
+            print(f"{n:>5} {human(b):>7} | {t(f):>9} {t(bf):>9} {bf / f:>5.2f}x {t(hf):>9} "
+                  f"{hf / f:>5.2f}x | {(t(g) if g else '-'):>9} "
+                  f"{(f'{g / hf:.1f}x' if g else '-'):>8}")
 print()
 print("gradient path, one training step (median of steps): backward of a 24-layer model,")
 print("then either one flat all_reduce of every gradient or DDP buckets launched during backward")

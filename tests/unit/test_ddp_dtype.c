@@ -226,41 +226,49 @@ static int bf16_is_nan(uint16_t h)
 	return (h & 0x7fff) > 0x7f80;
 }
 
-/* Two bfloat16 sources summed (reduce.c's one-pass kernel): every element is
- * the float32 sum rounded once, over any bits (NaN, infinities, zeros of both
- * signs, subnormals), into dst alone, into dst aliasing a source, and into a
- * second destination. */
-static void test_bf16_pair_sum_is_the_float32_sum_rounded(void **state)
+/* bfloat16 sources summed (reduce.c's kernels in registers, 2 to 4 sources):
+ * every element is the float32 sum, in source order, rounded once, over any
+ * bits (NaN, infinities, zeros of both signs, subnormals), into dst alone,
+ * into dst aliasing a source, and into a second destination. */
+static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 {
 	enum { N = 65536 + 37 };
-	uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *want = malloc(N * 2);
-	uint16_t *out = malloc(N * 2), *out2 = malloc(N * 2);
+	uint16_t *s[4], *want = malloc(N * 2), *out = malloc(N * 2), *out2 = malloc(N * 2);
 
-	assert_non_null(a && b && want && out && out2);
-	for (int i = 0; i < N; i++) {
-		a[i] = (uint16_t)i; /* every bit pattern */
-		b[i] = (uint16_t)next();
-		want[i] = ddpi_f32_to_bf16(ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]));
-	}
-	const void *s[] = {a, b};
-	for (int round = 0; round < 3; round++) {
-		uint16_t *d = round == 2 ? b : out; /* round 2: dst is the second source */
-		memset(out2, 0, N * 2);
-		if (round == 0)
-			ddpi_reduce(DDP_BFLOAT16, DDP_SUM, d, s, 2, N, 2);
-		else
-			ddpi_reduce2(DDP_BFLOAT16, DDP_SUM, d, out2, s, 2, N, 2);
-		for (int i = 0; i < N; i++) {
-			uint16_t got = d[i];
-			if (bf16_is_nan(want[i]))
-				assert_true(bf16_is_nan(got));
+	assert_non_null(want && out && out2);
+	for (int k = 0; k < 4; k++)
+		assert_non_null(s[k] = malloc(N * 2));
+	for (int nsrc = 2; nsrc <= 4; nsrc++)
+		for (int round = 0; round < 3; round++) {
+			for (int i = 0; i < N; i++) {
+				s[0][i] = (uint16_t)i; /* every bit pattern */
+				for (int k = 1; k < nsrc; k++)
+					s[k][i] = (uint16_t)next();
+				float acc = ddpi_bf16_to_f32(s[0][i]);
+				for (int k = 1; k < nsrc; k++)
+					acc += ddpi_bf16_to_f32(s[k][i]);
+				want[i] = ddpi_f32_to_bf16(acc);
+			}
+			const void *cs[] = {s[0], s[1], s[2], s[3]};
+			/* round 2: dst is the second source */
+			uint16_t *d = round == 2 ? s[1] : out;
+			memset(out2, 0, N * 2);
+			if (round == 0)
+				ddpi_reduce(DDP_BFLOAT16, DDP_SUM, d, cs, nsrc, N, nsrc);
 			else
-				assert_int_equal(got, want[i]);
-			if (round > 0)
-				assert_int_equal(out2[i], got);
+				ddpi_reduce2(DDP_BFLOAT16, DDP_SUM, d, out2, cs, nsrc, N, nsrc);
+			for (int i = 0; i < N; i++) {
+				if (bf16_is_nan(want[i]))
+					assert_true(bf16_is_nan(d[i]));
+				else
+					assert_int_equal(d[i], want[i]);
+				if (round > 0)
+					assert_int_equal(out2[i], d[i]);
+			}
 		}
-	}
-	free(a), free(b), free(want), free(out), free(out2);
+	for (int k = 0; k < 4; k++)
+		free(s[k]);
+	free(want), free(out), free(out2);
 }
 
 static void test_native_reductions_and_aliasing(void **state)
@@ -313,7 +321,7 @@ int main(void)
 		cmocka_unit_test(test_f16_rounding_matches_float64_reference),
 		cmocka_unit_test(test_bf16_rounding_matches_float64_reference),
 		cmocka_unit_test(test_half_reductions_round_like_float64),
-		cmocka_unit_test(test_bf16_pair_sum_is_the_float32_sum_rounded),
+		cmocka_unit_test(test_bf16_sums_are_the_float32_sums_rounded),
 		cmocka_unit_test(test_native_reductions_and_aliasing),
 		cmocka_unit_test(test_min_max_propagate_nan),
 	};

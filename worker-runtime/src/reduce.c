@@ -89,10 +89,12 @@ DEFINE_COMBINE(int64_t, i64)
 			memcpy(d2, d, m * sizeof(T));                           \
 	} while (0)
 
-/* The commonest half-precision block, two bfloat16 sources summed (two
- * ranks of a node, each step of the ring), in one pass in registers: the
- * same float32 sum and rounding as half_block's, without its trips through
- * L1. out and out2 may be a or b, as in DEFINE_KERNEL. */
+/* The commonest half-precision blocks, bfloat16 sources summed, in registers:
+ * the same float32 sums in the same order and the same rounding as
+ * half_block's, without its conversions through L1. Two sources (two ranks
+ * of a node, each step of the ring) in one pass; more through a float32
+ * accumulator: acc = s0 + s1, acc += sk, out = round(acc + last). out and
+ * out2 may be a source, as in DEFINE_KERNEL. */
 DDPI_CLONES DDPI_VEC static void bf16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a,
 					   const uint16_t *b, size_t n)
 {
@@ -108,15 +110,61 @@ DDPI_CLONES DDPI_VEC static void bf16_sum2(uint16_t *out, uint16_t *out2, const 
 	}
 }
 
+DDPI_CLONES DDPI_VEC static void bf16_add2(float *restrict acc, const uint16_t *a,
+					   const uint16_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		acc[i] = ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]);
+}
+
+DDPI_CLONES DDPI_VEC static void bf16_add(float *restrict acc, const uint16_t *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		acc[i] += ddpi_bf16_to_f32(b[i]);
+}
+
+DDPI_CLONES DDPI_VEC static void bf16_round_add(uint16_t *out, uint16_t *out2,
+						const float *restrict acc, const uint16_t *b,
+						size_t n)
+{
+	if (!out2) {
+		for (size_t i = 0; i < n; i++)
+			out[i] = ddpi_f32_to_bf16(acc[i] + ddpi_bf16_to_f32(b[i]));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		uint16_t v = ddpi_f32_to_bf16(acc[i] + ddpi_bf16_to_f32(b[i]));
+		out[i] = v;
+		out2[i] = v;
+	}
+}
+
+static void bf16_sum_block(uint16_t *dst, uint16_t *dst2, const void *const *src, int nsrc,
+			   size_t off, size_t m)
+{
+	float acc[BLK];
+	const uint16_t *last = (const uint16_t *)src[nsrc - 1] + off;
+
+	dst += off;
+	dst2 = dst2 ? dst2 + off : NULL;
+	if (nsrc == 2) {
+		bf16_sum2(dst, dst2, (const uint16_t *)src[0] + off, last, m);
+		return;
+	}
+	bf16_add2(acc, (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
+	for (int k = 2; k < nsrc - 1; k++)
+		bf16_add(acc, (const uint16_t *)src[k] + off, m);
+	bf16_round_add(dst, dst2, acc, last, m);
+}
+
 static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 		       const void *const *src, int nsrc, size_t off, size_t m, int avg_div)
 {
 	float acc[BLK], tmp[BLK];
 	int bf = dt == DDP_BFLOAT16;
 
-	if (bf && nsrc == 2 && op == DDP_SUM) {
-		bf16_sum2((uint16_t *)dst + off, dst2 ? (uint16_t *)dst2 + off : NULL,
-			  (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
+	if (bf && nsrc >= 2 && op == DDP_SUM) {
+		bf16_sum_block(dst, dst2, src, nsrc, off, m);
 		return;
 	}
 
