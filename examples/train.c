@@ -143,13 +143,13 @@ static double step_grads(struct ddp_ctx *ctx, struct ddp_reducer *red, struct mo
 		for (int c = 0; c < OUT; c++)
 			m->g[B2][c] += dzs[s * OUT + c];
 	if ((rc = ddp_reducer_mark_ready(red, B2)) < 0)
-		ddp_fatal(ctx, "mark_ready: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	for (long s = 0; s < nb; s++)
 		for (int c = 0; c < OUT; c++)
 			for (int j = 0; j < HIDDEN; j++)
 				m->g[W2][c * HIDDEN + j] += dzs[s * OUT + c] * hs[s * HIDDEN + j];
 	if ((rc = ddp_reducer_mark_ready(red, W2)) < 0)
-		ddp_fatal(ctx, "mark_ready: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	for (long s = 0; s < nb; s++) {
 		for (int j = 0; j < HIDDEN; j++) {
 			double a = 0;
@@ -166,7 +166,7 @@ static double step_grads(struct ddp_ctx *ctx, struct ddp_reducer *red, struct mo
 	}
 	if ((rc = ddp_reducer_mark_ready(red, B1)) < 0 ||
 	    (rc = ddp_reducer_mark_ready(red, W1)) < 0)
-		ddp_fatal(ctx, "mark_ready: %s", ddp_errmsg());
+		ddp_fatal(ctx, "%s", ddp_errmsg());
 	free(dzs);
 	free(hs);
 	return loss;
@@ -323,24 +323,24 @@ int main(int argc, char **argv)
 		/* Gradient accumulation: K-1 local steps without communication. */
 		int sync = !o.no_sync_every || (step + 1) % o.no_sync_every == 0;
 		if (ddp_reducer_set_sync(red, sync) < 0)
-			ddp_fatal(ctx, "set_sync: %s", ddp_errmsg());
+			ddp_fatal(ctx, "%s", ddp_errmsg());
 		epoch_loss += step_grads(ctx, red, &m, xs, ys, local) / (double)local;
 		in_epoch++;
 		if ((rc = ddp_reducer_finish(red)) < 0)
-			ddp_fatal(ctx, "finish: %s", ddp_errmsg());
+			ddp_fatal(ctx, "%s", ddp_errmsg());
 		if (sync) {
 			for (int p = 0; p < NPARAMS; p++)
 				for (size_t i = 0; i < param_count[p]; i++)
 					m.p[p][i] -= o.lr * m.g[p][i];
 			if (ddp_reducer_zero_grad(red) < 0)
-				ddp_fatal(ctx, "zero_grad: %s", ddp_errmsg());
+				ddp_fatal(ctx, "%s", ddp_errmsg());
 		}
 		if (o.check_sync)
 			check_sync(ctx, &m, step);
 		if (j == steps_per_epoch - 1 || step == o.steps - 1) {
 			double l = epoch_loss / (double)in_epoch;
 			if (ddp_all_reduce(ctx, &l, 1, DDP_FLOAT64, DDP_AVG) < 0)
-				ddp_fatal(ctx, "loss all_reduce: %s", ddp_errmsg());
+				ddp_fatal(ctx, "%s", ddp_errmsg());
 			printf("epoch %ld: loss %.4f (%ld steps)\n", e + 1, l, in_epoch);
 			epoch_loss = 0;
 			in_epoch = 0;

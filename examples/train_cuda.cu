@@ -177,16 +177,16 @@ int main(int argc, char **argv)
 		forward<<<local, OUT>>>(W, b, dx, dy, derr, dsq, (int)local);
 		grad_b<<<1, OUT>>>(derr, gb, (int)local);
 		if (ddp_reducer_mark_ready(red, 1) < 0)
-			ddp_fatal(ctx, "mark_ready: %s", ddp_errmsg());
+			ddp_fatal(ctx, "%s", ddp_errmsg());
 		grad_w<<<(OUT * IN + 255) / 256, 256>>>(derr, dx, gW, (int)local);
 		if (ddp_reducer_mark_ready(red, 0) < 0 || ddp_reducer_finish(red) < 0)
-			ddp_fatal(ctx, "reduce: %s", ddp_errmsg());
+			ddp_fatal(ctx, "%s", ddp_errmsg());
 		sgd<<<(OUT * IN + 255) / 256, 256>>>(W, gW, (float)lr, OUT * IN);
 		sgd<<<1, OUT>>>(b, gb, (float)lr, OUT);
 		float sq;
 		CUDA_CHECK(ctx, cudaMemcpy(&sq, dsq, sizeof(float), cudaMemcpyDeviceToHost));
 		if (ddp_reducer_zero_grad(red) < 0)
-			ddp_fatal(ctx, "zero_grad: %s", ddp_errmsg());
+			ddp_fatal(ctx, "%s", ddp_errmsg());
 		eloss += 0.5 * sq / (double)(local * OUT);
 		in_epoch++;
 		if (j == per_epoch - 1 || step == steps - 1) {

@@ -1,11 +1,11 @@
 """gloo all-reduce timing, the anchor for bench/allreduce (Debian torch 1.13).
 Usage: gloo_allreduce.py NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
-OP: all_reduce (float32 sum, the default), all_reduce_bf16 and
-all_reduce_f16 (the same bytes of bfloat16 or float16), all_gather (BYTES is
-the whole gathered buffer, as nccl-tests count it) or broadcast (root 0).
+OP: all_reduce (float32 sum, the default), all_reduce_f16 (the same bytes
+of float16; all_reduce_bf16 too, where gloo has it: torch 1.13's has not),
+all_gather (BYTES is the whole gathered buffer, as nccl-tests count it) or
+broadcast (root 0).
 Starts NRANKS processes (torch.multiprocessing, fork), each joining a gloo
-process group over a TCPStore on 127.0.0.1; times dist.all_reduce(float32)
-like the C side: one warm-up, a barrier, ITERS timed calls, and the slowest
+process group over a TCPStore on 127.0.0.1; times the calls like the C side: one warm-up, a barrier, ITERS timed calls, and the slowest
 rank's mean. Prints one line per size: "gloo op=OP ranks=N bytes=B mean_us=T"."""
 import os
 import queue
@@ -40,7 +40,8 @@ def worker(rank, n, port, sizes, iters, op, out):
         dtype = HALF.get(op, torch.float32)
         es = torch.tensor([], dtype=dtype).element_size()
         count = size // es // n if op == "all_gather" else size // es
-        t = torch.ones(count, dtype=dtype)
+        # zeros for half precision, as bench_allreduce: sums of ones overflow
+        t = (torch.zeros if op in HALF else torch.ones)(count, dtype=dtype)
         parts = [torch.empty_like(t) for _ in range(n)] if op == "all_gather" else None
         run(op, t, parts)
         dist.barrier()

@@ -156,7 +156,10 @@ for op in ("all_reduce", "all_gather", "broadcast"):
     print(f"{op} x2 against the floor measured in 2 processes at once: " + ", ".join(
         f"{human(b)} {med[('ddp', op, 2, b)] / floor_us(op, 2, b, floors2):.2f}x"
         for b in sorted(floors2) if ("ddp", op, 2, b) in med))
-if any(k[1] == "all_reduce_bf16" for k in med):
+if any(k[1] == "all_reduce_bf16" for k in med) and not any(k[1] == "all_reduce" for k in med):
+    print()
+    print("half precision all_reduce: not shown, its float32 column needs all_reduce in OPS")
+if any(k[1] == "all_reduce_bf16" for k in med) and any(k[1] == "all_reduce" for k in med):
     print()
     print("half precision all_reduce (sum, the same bytes; float32 accumulation): libddp")
     print("bfloat16 and float16 against its float32, and gloo's float16 (it has no bfloat16)")

@@ -46,7 +46,7 @@ def test_children_meet_without_a_store_even_inside_a_launched_job():
 def test_failure_is_reported_and_the_others_stopped():
     r = run([prog("ddp_spawn_prog"), "3", "exit", "1", "5"], timeout=30, env=env())
     assert r.returncode == 1
-    assert "spawn failed: process 1 terminated with exit code 5" in r.stdout
+    assert "spawn failed: ddp_spawn: process 1 terminated with exit code 5" in r.stdout
     assert "failure rank=1 code=5 signal=0" in r.stdout
     # the others slept 30 s: the test's own timeout proves they were stopped
 

@@ -623,7 +623,7 @@ int main(int argc, char **argv)
 		a.argv += 2;
 		int rc = ddp_spawn(worker, &a, n, NULL, NULL);
 		if (rc < 0) {
-			fprintf(stderr, "ddp_spawn: %s\n", ddp_errmsg());
+			fprintf(stderr, "%s\n", ddp_errmsg()); /* "ddp_spawn: ..." */
 			return 1;
 		}
 		return 0;

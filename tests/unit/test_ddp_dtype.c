@@ -221,6 +221,30 @@ static void test_half_reductions_round_like_float64(void **state)
 			}
 }
 
+/* The rounding rule on its edges, written out: NaNs of both signs stay NaN
+ * and quiet, the largest finite float32 rounds up to infinity, ties go to
+ * even. */
+static void test_bf16_rounding_edges(void **state)
+{
+	static const struct {
+		uint32_t f;
+		uint16_t h;
+	} cases[] = {
+		{0x7f800001, 0x7fc0}, {0xff800001, 0xffc0}, {0x7fffffff, 0x7fff},
+		{0xffffffff, 0xffff}, {0x7fc00000, 0x7fc0}, {0x7f7fffff, 0x7f80},
+		{0xff7fffff, 0xff80}, {0x3f808000, 0x3f80}, {0x3f818000, 0x3f82},
+		{0x3f808001, 0x3f81}, {0x80000000, 0x8000}, {0x00000001, 0x0000},
+	};
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		float f;
+		uint16_t bulk;
+		memcpy(&f, &cases[k].f, 4);
+		assert_int_equal(ddpi_f32_to_bf16(f), cases[k].h);
+		ddpi_f32_to_bf16_n(&bulk, &f, 1);
+		assert_int_equal(bulk, cases[k].h);
+	}
+}
+
 static int bf16_is_nan(uint16_t h)
 {
 	return (h & 0x7fff) > 0x7f80;
@@ -239,7 +263,7 @@ static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 	for (int k = 0; k < 4; k++)
 		assert_non_null(s[k] = malloc(N * 2));
 	for (int nsrc = 2; nsrc <= 4; nsrc++)
-		for (int round = 0; round < 3; round++) {
+		for (int round = 0; round < 4; round++) {
 			for (int i = 0; i < N; i++) {
 				s[0][i] = (uint16_t)i; /* every bit pattern */
 				for (int k = 1; k < nsrc; k++)
@@ -250,20 +274,23 @@ static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 				want[i] = ddpi_f32_to_bf16(acc);
 			}
 			const void *cs[] = {s[0], s[1], s[2], s[3]};
-			/* round 2: dst is the second source */
-			uint16_t *d = round == 2 ? s[1] : out;
+			/* round 1: a second destination; 2: dst is the second source;
+			 * 3: dst is the last source and the second destination the
+			 * first (a rank's slice in shm_coll.c's reduce_slice) */
+			uint16_t *d = round == 2 ? s[1] : round == 3 ? s[nsrc - 1] : out;
+			uint16_t *d2 = round == 3 ? s[0] : out2;
 			memset(out2, 0, N * 2);
 			if (round == 0)
 				ddpi_reduce(DDP_BFLOAT16, DDP_SUM, d, cs, nsrc, N, nsrc);
 			else
-				ddpi_reduce2(DDP_BFLOAT16, DDP_SUM, d, out2, cs, nsrc, N, nsrc);
+				ddpi_reduce2(DDP_BFLOAT16, DDP_SUM, d, d2, cs, nsrc, N, nsrc);
 			for (int i = 0; i < N; i++) {
 				if (bf16_is_nan(want[i]))
 					assert_true(bf16_is_nan(d[i]));
 				else
 					assert_int_equal(d[i], want[i]);
 				if (round > 0)
-					assert_int_equal(out2[i], d[i]);
+					assert_int_equal(d2[i], d[i]);
 			}
 		}
 	for (int k = 0; k < 4; k++)
@@ -321,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_f16_rounding_matches_float64_reference),
 		cmocka_unit_test(test_bf16_rounding_matches_float64_reference),
 		cmocka_unit_test(test_half_reductions_round_like_float64),
+		cmocka_unit_test(test_bf16_rounding_edges),
 		cmocka_unit_test(test_bf16_sums_are_the_float32_sums_rounded),
 		cmocka_unit_test(test_native_reductions_and_aliasing),
 		cmocka_unit_test(test_min_max_propagate_nan),

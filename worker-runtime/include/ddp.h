@@ -339,7 +339,7 @@ struct ddp_spawn_ctx;
  * alone. A child exits with fn's return value
  * (0..255; a negative value becomes 1). With join, returns 0 when every child
  * succeeded, or DDP_ECHILD after stopping the others when one failed
- * (ddp_errmsg: "process 2 terminated with exit code 3" / "... with signal
+ * (ddp_errmsg: "ddp_spawn: process 2 terminated with exit code 3" / "... with signal
  * SIGKILL"); *out may then be NULL. Without join, *out receives the context to
  * pass to ddp_spawn_join(). */
 int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,

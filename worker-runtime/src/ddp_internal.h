@@ -127,15 +127,20 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
 
 /* A hot loop the compiler is to vectorize (GCC's -O2 cost model refuses loops
- * of unknown length), compiled for AVX-512 and AVX2 too and picked at load
- * time (target_clones; not under clang or AddressSanitizer). */
+ * of unknown length; clang has no such attribute and vectorizes at -O2),
+ * compiled for AVX-512 and AVX2 too and picked at load time (target_clones;
+ * not under clang or AddressSanitizer). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
 	!defined(__SANITIZE_ADDRESS__)
 #define DDPI_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DDPI_CLONES
 #endif
+#if defined(__GNUC__) && !defined(__clang__)
 #define DDPI_VEC __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define DDPI_VEC
+#endif
 
 /* memcpy of n bytes (no overlap); stream: with non-temporal stores, for the
  * result of a collective too big to stay in cache (copy.c says why and when).

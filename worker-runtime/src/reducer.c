@@ -271,7 +271,7 @@ int ddp_reducer_zero_grad(struct ddp_reducer *r)
 	int rc;
 
 	if (!r)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
 	/* Never zero a bucket the communication thread may still be reading. */
 	if ((rc = wait_launched(r)) < 0)
 		return rc;
@@ -348,7 +348,7 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 	int rc;
 
 	if (!r)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
 	if (!r->sync) {
 		reset_iteration(r);
 		return 0;
@@ -373,7 +373,7 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
 {
 	if (!r)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
 	if (r->next_bucket > 0)
 		return ddpi_err(-EBUSY,
 				"reducer: cannot change sync in the middle of an iteration");

@@ -205,11 +205,11 @@ static int failure_error(const struct ddp_spawn_ctx *sc)
 {
 	if (sc->signo) {
 		const char *abbrev = sigabbrev_np(sc->signo);
-		return ddpi_err(DDP_ECHILD, "process %d terminated with signal SIG%s",
+		return ddpi_err(DDP_ECHILD, "ddp_spawn: process %d terminated with signal SIG%s",
 				sc->failed_rank, abbrev ? abbrev : "?");
 	}
-	return ddpi_err(DDP_ECHILD, "process %d terminated with exit code %d", sc->failed_rank,
-			sc->exit_code);
+	return ddpi_err(DDP_ECHILD, "ddp_spawn: process %d terminated with exit code %d",
+			sc->failed_rank, sc->exit_code);
 }
 
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms)
