@@ -298,6 +298,38 @@ static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 	free(want), free(out), free(out2);
 }
 
+/* Two float16 sources summed (reduce.c's F16C kernel where the CPU has it):
+ * every element is the float32 sum rounded once, as dtype.c's scalar code
+ * rounds it, over every bit pattern, with dst aliasing a source and a second
+ * destination. */
+static void test_f16_pair_sums_are_the_float32_sums_rounded(void **state)
+{
+	enum { N = 65536 + 13 };
+	uint16_t *a = malloc(N * 2), *b = malloc(N * 2), *want = malloc(N * 2);
+	uint16_t *out2 = malloc(N * 2);
+
+	assert_non_null(a && b && want && out2);
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < N; i++) {
+			a[i] = (uint16_t)i;
+			b[i] = (uint16_t)next();
+			want[i] = ddpi_f32_to_f16(ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i]));
+		}
+		const void *cs[] = {a, b};
+		uint16_t *d = round ? b : a; /* into the first source, then the second */
+		ddpi_reduce2(DDP_FLOAT16, DDP_SUM, d, round ? out2 : NULL, cs, 2, N, 2);
+		for (int i = 0; i < N; i++) {
+			if ((want[i] & 0x7fff) > 0x7c00)
+				assert_true((d[i] & 0x7fff) > 0x7c00);
+			else
+				assert_int_equal(d[i], want[i]);
+			if (round)
+				assert_int_equal(out2[i], d[i]);
+		}
+	}
+	free(a), free(b), free(want), free(out2);
+}
+
 static void test_native_reductions_and_aliasing(void **state)
 {
 	enum { N = 3001 };
@@ -350,6 +382,7 @@ int main(void)
 		cmocka_unit_test(test_half_reductions_round_like_float64),
 		cmocka_unit_test(test_bf16_rounding_edges),
 		cmocka_unit_test(test_bf16_sums_are_the_float32_sums_rounded),
+		cmocka_unit_test(test_f16_pair_sums_are_the_float32_sums_rounded),
 		cmocka_unit_test(test_native_reductions_and_aliasing),
 		cmocka_unit_test(test_min_max_propagate_nan),
 	};

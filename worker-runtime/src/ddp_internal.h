@@ -104,6 +104,8 @@ static inline uint16_t ddpi_f32_to_bf16(float f)
 	uint32_t q = (x >> 16) | 0x40;
 	return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? q : r);
 }
+/* Whether this CPU converts float16 in hardware (F16C and AVX; x86-64). */
+int ddpi_cpu_f16c(void);
 /* Bulk conversions (vectorized where the CPU allows). */
 void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);
 void ddpi_f32_to_f16_n(uint16_t *dst, const float *src, size_t n);

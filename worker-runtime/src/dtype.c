@@ -96,14 +96,19 @@ float ddpi_f16_to_f32(uint16_t h)
 	return sign ? -v : v;
 }
 
-#ifdef HAVE_X86
-static int cpu_f16c(void)
+int ddpi_cpu_f16c(void)
 {
+#ifndef HAVE_X86
+	return 0;
+#else
 	static int cached = -1;
 	if (cached < 0)
 		cached = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
 	return cached;
+#endif
 }
+
+#ifdef HAVE_X86
 
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
 								size_t n)
@@ -134,7 +139,7 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
 void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 {
 #ifdef HAVE_X86
-	if (cpu_f16c()) {
+	if (ddpi_cpu_f16c()) {
 		f16_to_f32_f16c(dst, src, n);
 		return;
 	}
@@ -146,7 +151,7 @@ void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 void ddpi_f32_to_f16_n(uint16_t *dst, const float *src, size_t n)
 {
 #ifdef HAVE_X86
-	if (cpu_f16c()) {
+	if (ddpi_cpu_f16c()) {
 		f32_to_f16_f16c(dst, src, n);
 		return;
 	}
