@@ -97,12 +97,14 @@ static int connect_store(struct join *j)
 	const struct ddp_env *env = j->env;
 	int64_t quiet_end = util_now_ms() + QUIET_CONNECT_MS, end;
 	char prefix[200];
-	int rc, told = 0;
+	int rc, told = 0, why = 0;
 
 	for (;;) {
 		end = !told && quiet_end < j->deadline ? quiet_end : j->deadline;
 		rc = store_client_connect(env->master_addr, env->master_port, left_ms(end),
 					  left_ms(j->deadline), &j->sc);
+		if (rc < 0 && rc != -ETIMEDOUT)
+			why = rc;
 		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM || is_older_store(rc))
 			break;
 		if (end - util_now_ms() >= MIN_TRY_MS)
@@ -117,6 +119,10 @@ static int connect_store(struct join *j)
 			secs((left_ms(j->deadline) + 50) / 100 * 100));
 		told = 1;
 	}
+	/* The last try may run out of time before its answer comes (a loaded
+	 * machine): the store's answer until then is the reason, not that. */
+	if (rc == -ETIMEDOUT && why < 0)
+		rc = why;
 	if (is_older_store(rc))
 		return older_store(j, rc);
 	if (rc < 0)
