@@ -39,6 +39,15 @@
 		.rank = -1 \
 	}
 
+/* The verdict over n positions, into buf (1024 bytes), naming want culprits. */
+static void verdict(const struct hang_where *w, int n, int want, char *buf)
+{
+	int culprits;
+
+	hang_verdict(w, n, "", buf, 1024, &culprits);
+	assert_int_equal(culprits, want);
+}
+
 static void test_the_sleeping_rank_is_named_and_the_waiters_grouped(void **state)
 {
 	struct hang_where w[] = {IN(0, 42, 1), OUT(1, 41), IN(2, 42, 1), IN(3, 42, 1)};
@@ -56,10 +65,8 @@ static void test_a_rank_in_an_earlier_collective_is_named_too(void **state)
 	struct hang_where w[] = {IN(0, 7, 4), IN(1, 6, 2), IN(2, 7, 4),
 				 OUT(3, 5),   IN(4, 6, 2), GONE};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(w, 6, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 3);
+	verdict(w, 6, 3, buf);
 	assert_string_equal(buf, "ranks 1,4 wait in broadcast #6\n"
 				 "rank 3 is in no collective (last completed #5)\n"
 				 "ranks 0,2 wait in barrier #7\n");
@@ -69,10 +76,8 @@ static void test_every_rank_in_the_same_collective_names_nobody(void **state)
 {
 	struct hang_where w[] = {IN(0, 3, 1), IN(1, 3, 1)};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(w, 2, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 0);
+	verdict(w, 2, 0, buf);
 	assert_non_null(strstr(buf, "ranks 0-1 wait in all_reduce #3\n"));
 	assert_non_null(strstr(buf, "every rank is in the same collective"));
 }
@@ -81,10 +86,8 @@ static void test_no_libddp_rank_says_the_stacks_tell(void **state)
 {
 	struct hang_where w[] = {OTHER(0), OTHER(1)};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(w, 2, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 0);
+	verdict(w, 2, 0, buf);
 	assert_non_null(strstr(buf, "no rank reports its collectives"));
 }
 
@@ -92,10 +95,8 @@ static void test_ranks_without_libddp_are_listed_apart(void **state)
 {
 	struct hang_where w[] = {IN(0, 2, 1), OUT(1, 1), OTHER(2)};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(w, 3, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 1);
+	verdict(w, 3, 1, buf);
 	assert_string_equal(buf,
 			    "rank 1 is in no collective (last completed #1)\n"
 			    "rank 0 waits in all_reduce #2\n"
@@ -119,18 +120,15 @@ static void test_a_rank_behind_its_own_gpu_work_is_named(void **state)
 				 GPU(1, 9, 1, DDPI_WAIT_OWN_GPU_WORK),
 				 GPU(2, 9, 1, DDPI_WAIT_GPU_PEERS), IN(3, 9, 1)};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(w, 3, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 1);
+	verdict(w, 3, 1, buf);
 	assert_string_equal(buf, "rank 1 waits in all_reduce #9 (its own GPU work queued before "
 				 "the collective has not finished)\n"
 				 "ranks 0,2 wait in all_reduce #9 (the collective runs on the "
 				 "GPU, waiting for its peers)\n");
 	/* Rank 3 has not said what it waits for: the group's line says nothing
 	 * it cannot say of every rank in it. */
-	hang_verdict(w, 4, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 1);
+	verdict(w, 4, 1, buf);
 	assert_non_null(strstr(buf, "\nranks 0,2-3 wait in all_reduce #9\n"));
 }
 
@@ -142,17 +140,14 @@ static void test_every_rank_behind_its_own_gpu_work_blames_no_peer(void **state)
 	struct hang_where two[] = {GPU(0, 4, 1, DDPI_WAIT_OWN_GPU_WORK),
 				   GPU(1, 4, 1, DDPI_WAIT_OWN_GPU_WORK)};
 	char buf[1024];
-	int culprits;
 
-	hang_verdict(one, 1, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 1);
+	verdict(one, 1, 1, buf);
 	assert_string_equal(buf, "rank 0 waits in all_reduce #1 (its own GPU work queued before "
 				 "the collective has not finished)\n"
 				 "the collective never started on its GPU: the program's own GPU "
 				 "work before it (a kernel or host function) is stuck or slow, "
 				 "not a peer\n");
-	hang_verdict(two, 2, "", buf, sizeof(buf), &culprits);
-	assert_int_equal(culprits, 2);
+	verdict(two, 2, 2, buf);
 	assert_non_null(strstr(buf, "never started on their GPUs"));
 	assert_null(strstr(buf, "lost peer"));
 }

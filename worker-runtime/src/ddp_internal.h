@@ -88,18 +88,28 @@ float ddpi_f16_to_f32(uint16_t h);
 /* bfloat16 is the top half of a float32, rounded to nearest even; a NaN stays
  * a NaN (quiet). Inline: the vectorized loops of dtype.c and reduce.c are
  * made of them. */
+static inline uint32_t ddpi_f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+static inline float ddpi_bits_f32(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 static inline float ddpi_bf16_to_f32(uint16_t h)
 {
-	uint32_t v = (uint32_t)h << 16;
-	float f;
-	memcpy(&f, &v, 4);
-	return f;
+	return ddpi_bits_f32((uint32_t)h << 16);
 }
 
 static inline uint16_t ddpi_f32_to_bf16(float f)
 {
-	uint32_t x;
-	memcpy(&x, &f, 4);
+	uint32_t x = ddpi_f32_bits(f);
 	uint32_t r = (x + 0x7fff + ((x >> 16) & 1)) >> 16;
 	uint32_t q = (x >> 16) | 0x40;
 	return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? q : r);

@@ -11,20 +11,6 @@
 #define HAVE_X86 1
 #endif
 
-static inline uint32_t f32_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
 size_t ddp_dtype_size(enum ddp_dtype dt)
 {
 	switch (dt) {
@@ -60,7 +46,7 @@ const char *ddpi_dtype_name(enum ddp_dtype dt)
 
 uint16_t ddpi_f32_to_f16(float f)
 {
-	uint32_t x = f32_bits(f);
+	uint32_t x = ddpi_f32_bits(f);
 	uint32_t sign = (x >> 16) & 0x8000, a = x & 0x7fffffff;
 
 	if (a > 0x7f800000) /* NaN: quiet, top payload bits kept */
@@ -88,9 +74,9 @@ float ddpi_f16_to_f32(uint16_t h)
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
 
 	if (e == 0x1f)
-		return bits_f32(sign | 0x7f800000 | (m << 13));
+		return ddpi_bits_f32(sign | 0x7f800000 | (m << 13));
 	if (e)
-		return bits_f32(sign | ((e + 112) << 23) | (m << 13));
+		return ddpi_bits_f32(sign | ((e + 112) << 23) | (m << 13));
 	/* Zero or subnormal: m * 2^-24 is exact in float. */
 	float v = (float)m * 0x1p-24f;
 	return sign ? -v : v;
