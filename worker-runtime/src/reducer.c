@@ -294,8 +294,10 @@ static int launch(struct ddp_reducer *r, struct bucket *bk)
 		pthread_mutex_lock(&ctx->lock);
 		ddpi_progress_enter(DDPI_PROG_BUCKET);
 		rc = ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
-		if (rc < 0)
+		if (rc < 0) { /* nothing runs: a hang report must not find it inside */
 			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+			ddpi_progress_leave();
+		}
 		pthread_mutex_unlock(&ctx->lock);
 		return rc;
 	}

@@ -128,9 +128,9 @@ static void *abort_main(void *arg)
 	return NULL;
 }
 
-/* Abort the communicator and wait (bounded) for it and for the stream to be
- * done. Returns 1 when the stream was left busy (stranded), else 0. */
-static int abort_comm(struct nccl_be *b)
+/* abort_comm's work: 1 when the abort or the stream did not finish in time
+ * (or no thread could run the abort), else 0. */
+static int abort_wait(struct nccl_be *b)
 {
 	struct timespec nap = {0, 1000000};
 	struct nccl_abort *a;
@@ -138,9 +138,6 @@ static int abort_comm(struct nccl_be *b)
 	int64_t until = util_now_ms() + NCCL_ABORT_GRACE_MS;
 	int done;
 
-	if (!b->comm || b->aborted)
-		return b->stranded;
-	b->aborted = 1;
 	a = calloc(1, sizeof(*a));
 	if (a) {
 		a->comm = b->comm;
@@ -151,21 +148,39 @@ static int abort_comm(struct nccl_be *b)
 		/* No thread to spare, and an abort here could block for good:
 		 * leave the communicator as it is. */
 		free(a);
-		return b->stranded = 1;
+		return 1;
 	}
 	pthread_detach(t);
 	while (!(done = atomic_load(&a->done)) && util_now_ms() < until)
 		nanosleep(&nap, NULL);
 	abort_put(a);
 	if (!done)
-		return b->stranded = 1;
+		return 1;
 	while (cudaStreamQuery(b->stream) == cudaErrorNotReady)
 		if (util_now_ms() >= until)
-			return b->stranded = 1;
+			return 1;
 		else
 			nanosleep(&nap, NULL);
 	cudaGetLastError(); /* an aborted collective's error is not the next call's */
 	return 0;
+}
+
+/* Abort the communicator and wait (bounded) for it and for the stream to be
+ * done. Returns 1 when the stream was left busy (stranded), said once on
+ * stderr, else 0. */
+static int abort_comm(struct nccl_be *b)
+{
+	if (!b->comm || b->aborted)
+		return b->stranded;
+	b->aborted = 1;
+	if (abort_wait(b)) {
+		b->stranded = 1;
+		fprintf(stderr,
+			"[rank%d] libddp: the NCCL communicator's abort or its stream did not "
+			"finish within %d s: its memory stays allocated\n",
+			ddpi_log_rank(), NCCL_ABORT_GRACE_MS / 1000);
+	}
+	return b->stranded;
 }
 
 /* Non-blocking communicator: wait until the last call has been taken in. */
@@ -246,11 +261,7 @@ static int stream_timed_out(struct nccl_be *b, const char *what)
 				 "or stuck); NCCL communicator aborted",
 				 what),
 			"a peer rank timed out");
-	if (abort_comm(b))
-		fprintf(stderr,
-			"[rank%d] libddp: the NCCL stream is still busy %d s after the abort: "
-			"its memory stays allocated\n",
-			ddpi_log_rank(), NCCL_ABORT_GRACE_MS / 1000);
+	abort_comm(b);
 	return rc;
 }
 
