@@ -5,7 +5,8 @@
  * Static: node 0 listens on every interface at --master-port. Dynamic: the
  * agent whose address is the endpoint's (or is_host=1) listens on every
  * interface at the endpoint's port; if that port is taken, another agent on
- * this machine hosts it and this one is a client (is_host=0: always). */
+ * this machine hosts it and this one is a client (is_host=0: always), one
+ * that tries to host again while nothing answers there. */
 #include "coord_int.h"
 
 #include <errno.h>
@@ -69,18 +70,25 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 		return 0;
 	if (c->job->dynamic && c->conf->is_host == 0)
 		return 0;
-	if (c->job->dynamic && !forced && !is_local(c->store_host))
+	/* A try again (host_deferred) knows the host is this one; the first
+	 * look may block on a name lookup, so it is done once. */
+	if (c->job->dynamic && !forced && !c->host_deferred && !is_local(c->store_host))
 		return 0;
 	store_server_opts_init(&so);
 	so.io = c->job->store_io;
 	so.conn_closed = coord_host_conn_closed;
 	so.conn_closed_arg = c;
 	rc = store_server_start(c->loop, &so, NULL, c->store_port, &c->server);
+	c->host_deferred = false;
 	if (rc == 0)
 		return 0;
 	c->server = NULL;
-	if (c->job->dynamic && !forced && (rc == -EADDRINUSE || rc == UV_EADDRINUSE))
-		return 0; /* another agent here hosts it */
+	if (c->job->dynamic && !forced && (rc == -EADDRINUSE || rc == UV_EADDRINUSE)) {
+		/* Another agent here hosts it, or something else holds the
+		 * port: coord_start.c tries again while nothing answers. */
+		c->host_deferred = true;
+		return 0;
+	}
 	if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
 		snprintf(err, errlen,
 			 "cannot listen on port %d for the rendezvous store: the port is in use "

@@ -24,6 +24,9 @@
 #define PROBE_MS 3000
 /* The first "nothing answers" line; then every COORD_WATCH_MS. */
 #define CONNECT_SAY_MS 3000
+/* A dynamic agent whose endpoint port was taken here: how often it tries to
+ * host while nothing answers there (the holder is no store). */
+#define HOST_RETRY_MS 1000
 
 struct resolve_work {
 	uv_work_t req;
@@ -219,10 +222,43 @@ static void on_connect_wait(uv_timer_t *t)
 		uv_timer_stop(t);
 		return;
 	}
-	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet; "
+	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "
 		  "retrying for up to %.0f s more (join_timeout)",
 		  c->store_host, c->store_port, host_source(c),
+		  c->host_deferred ? ", and the port is taken on this host by something that is "
+				     "not a rendezvous store (this agent tries to host it again)"
+				   : "",
 		  left > 0 ? (double)left / 1000.0 : 0.0);
+}
+
+/* A dynamic agent that found the endpoint's port taken here became a client
+ * of whoever holds it. While nothing answers there, the holder is no store
+ * (an unrelated socket, or a connection that took the port as its own and
+ * lingers in TIME_WAIT): were nobody to try again, no agent would host and
+ * every one would wait out join_timeout. */
+static void on_host_retry(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	char err[512];
+	int rc;
+
+	if (c->phase != CP_START || c->a_up || !c->host_deferred) {
+		/* Connected: the join may start this timer with its own
+		 * callback, so a call here is this one's. */
+		uv_timer_stop(t);
+		return;
+	}
+	rc = coord_host_start(c, err, sizeof(err));
+	if (rc != 0) {
+		coord_fail(c, 1, "%s", err);
+		return;
+	}
+	if (c->server != NULL) {
+		uv_timer_stop(t);
+		agent_say("the rendezvous store's port %d is free here now (what held it was no "
+			  "store): this agent hosts the store",
+			  c->store_port);
+	}
 }
 
 static void host_and_connect(struct coord *c, unsigned fams)
@@ -269,6 +305,8 @@ static void host_and_connect(struct coord *c, unsigned fams)
 		c->connect_deadline_ms = util_now_ms() + c->connect_timeout_ms;
 		uv_timer_start(&c->watch_timer, on_connect_wait, CONNECT_SAY_MS, COORD_WATCH_MS);
 	}
+	if (c->host_deferred)
+		uv_timer_start(&c->timer, on_host_retry, HOST_RETRY_MS, HOST_RETRY_MS);
 }
 
 static void after_resolve(uv_work_t *req, int status)

@@ -111,6 +111,32 @@ def test_kill_9_of_the_store_host_stops_the_others(reaper, tmp_path):
     assert_all_dead(worker_pids(out))
 
 
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
+def test_an_endpoint_port_held_by_no_store_is_hosted_once_it_is_free(reaper, tmp_path, family):
+    # Both agents found the port taken (CI: a connection had taken it as its
+    # own), took it for the other's store and waited out join_timeout, each
+    # a client of nobody. Held by a bound socket that does not listen, in
+    # either family (the store listens on both).
+    if family == socket.AF_INET6 and not ipv6_loopback():
+        pytest.skip("no IPv6 here")
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    holder = socket.socket(family)
+    holder.bind(("127.0.0.1" if family == socket.AF_INET else "::", port))
+    try:
+        agents = [dyn_agent(reaper, tmp_path, f"a{i}", f"127.0.0.1:{port}", "2", 1, REC,
+                            env=env) for i in (0, 1)]
+        wait_for(lambda: all("not a rendezvous store" in a.stderr() for a in agents),
+                 what="both agents saying the port is held by no store")
+        assert not read_envs(out)
+    finally:
+        holder.close()
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    assert sum("this agent hosts the store" in a.stderr() for a in agents) == 1
+    assert sorted(read_envs(out)) == [(2, 0, 0), (2, 1, 0)]
+
+
 def test_jobs_with_different_ids_share_a_store_without_meeting(reaper, tmp_path):
     store_port = free_port()
     reaper.popen([binary("ddpstore"), "serve", "--host", "127.0.0.1", "--port",
