@@ -17,6 +17,7 @@
 
 #include "store_async.h"
 #include "store_proto.h"
+#include "store_server.h"
 #include "util.h"
 
 #define RESOLVE_RETRY_MS 1000
@@ -222,12 +223,18 @@ static void on_connect_wait(uv_timer_t *t)
 		uv_timer_stop(t);
 		return;
 	}
+	char why[200] = "";
+
+	if (c->host_deferred)
+		snprintf(why, sizeof(why),
+			 ", and the port is taken on this host by something that "
+			 "is not a rendezvous store (this agent tries to host it again)");
+	else if (c->server != NULL) /* should not be: say what would tell why */
+		snprintf(why, sizeof(why), ", though this agent hosts it (over %s)",
+			 store_server_io(c->server));
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "
 		  "retrying for up to %.0f s more (join_timeout)",
-		  c->store_host, c->store_port, host_source(c),
-		  c->host_deferred ? ", and the port is taken on this host by something that is "
-				     "not a rendezvous store (this agent tries to host it again)"
-				   : "",
+		  c->store_host, c->store_port, host_source(c), why,
 		  left > 0 ? (double)left / 1000.0 : 0.0);
 }
 

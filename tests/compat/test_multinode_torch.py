@@ -76,6 +76,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def ends(text, head=1500, tail=2500):
+    """Both ends of a long output: how an agent started (who hosts the
+    store) and where it stood."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+
+
 def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=None, extra=(), ns=None,
               envs=({}, {})):
     """Start both agents (in namespaces ns when given), wait for both
@@ -99,8 +107,9 @@ def two_nodes(pt, tmp_path, script, node_args, nprocs=(2, 1), timeout=None, extr
         # What each agent had said: a hang must show where it stood.
         said = [p.communicate() for p in procs]
         raise AssertionError(f"no end in {timeout} s:\n" + "\n".join(
-            f"--- node {i} stdout:\n{o[-2000:]}\n--- node {i} stderr:\n{e[-4000:]}"
+            f"--- node {i} stdout:\n{o[-2000:]}\n--- node {i} stderr:\n{ends(e)}"
             for i, (o, e) in enumerate(said))) from None
+
     finally:
         for p in procs:
             if p.poll() is None:
