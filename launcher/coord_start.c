@@ -216,6 +216,7 @@ static void on_connect_wait(uv_timer_t *t)
 {
 	struct coord *c = t->data;
 	int64_t left = c->connect_deadline_ms - util_now_ms();
+	char why[200] = "";
 
 	if (c->phase != CP_START || c->a_up) {
 		/* Connected: the join's lines, if any, restart this timer
@@ -223,13 +224,11 @@ static void on_connect_wait(uv_timer_t *t)
 		uv_timer_stop(t);
 		return;
 	}
-	char why[200] = "";
-
 	if (c->host_deferred)
 		snprintf(why, sizeof(why),
-			 ", and the port is taken on this host by something that "
-			 "is not a rendezvous store (this agent tries to host it again)");
-	else if (c->server != NULL) /* should not be: say what would tell why */
+			 ", and the port is taken on this host by something that does not "
+			 "answer (this agent tries to host the store again)");
+	else if (c->server != NULL) /* its own store silent for seconds: say over what */
 		snprintf(why, sizeof(why), ", though this agent hosts it (over %s)",
 			 store_server_io(c->server));
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "
@@ -262,8 +261,8 @@ static void on_host_retry(uv_timer_t *t)
 	}
 	if (c->server != NULL) {
 		uv_timer_stop(t);
-		agent_say("the rendezvous store's port %d is free here now (what held it was no "
-			  "store): this agent hosts the store",
+		agent_say("the rendezvous store's port %d is free here now: this agent hosts the "
+			  "store",
 			  c->store_port);
 	}
 }

@@ -122,12 +122,15 @@ def test_an_endpoint_port_held_by_no_store_is_hosted_once_it_is_free(reaper, tmp
     out, env = setup_out(tmp_path)
     port = free_port()
     holder = socket.socket(family)
+    if family == socket.AF_INET6:  # IPv6 alone: the store's IPv4 listener binds
+        holder.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     holder.bind(("127.0.0.1" if family == socket.AF_INET else "::", port))
     try:
         agents = [dyn_agent(reaper, tmp_path, f"a{i}", f"127.0.0.1:{port}", "2", 1, REC,
                             env=env) for i in (0, 1)]
-        wait_for(lambda: all("not a rendezvous store" in a.stderr() for a in agents),
-                 what="both agents saying the port is held by no store")
+        wait_for(lambda: all("taken on this host by something that does not answer" in
+                             a.stderr() for a in agents),
+                 what="both agents saying the port is held by something silent")
         assert not read_envs(out)
     finally:
         holder.close()
@@ -135,6 +138,23 @@ def test_an_endpoint_port_held_by_no_store_is_hosted_once_it_is_free(reaper, tmp
         assert a.wait() == 0, a.stderr()
     assert sum("this agent hosts the store" in a.stderr() for a in agents) == 1
     assert sorted(read_envs(out)) == [(2, 0, 0), (2, 1, 0)]
+
+
+def test_an_endpoint_port_held_to_the_end_names_the_holder_in_the_error(reaper, tmp_path):
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        a = dyn_agent(reaper, tmp_path, "a", f"127.0.0.1:{port}", "2", 1, REC,
+                      conf=FAST.replace("join_timeout=30", "join_timeout=3"), env=env)
+        assert a.wait() == 1, a.stderr()
+    err = a.stderr()
+    assert f"cannot reach the rendezvous store at 127.0.0.1:{port} within 3 s: connection " \
+           "refused" in err
+    assert err.rstrip().endswith("; yet the port is taken on this host, by something that "
+                                 "does not answer as a store"), err
+    assert err.count("cannot reach") == 1, err
+    assert not read_envs(out)
 
 
 def test_jobs_with_different_ids_share_a_store_without_meeting(reaper, tmp_path):
