@@ -38,7 +38,7 @@ ddp_iters=${DDP_ITERS:-2000,200,20,8}
 mpi_iters=${MPI_ITERS:-2000,200,20,8}
 gloo_iters=${GLOO_ITERS:-300,50,10,5}
 repeat=${REPEAT:-3}
-ops=${OPS:-all_reduce all_gather broadcast}
+ops=${OPS:-all_reduce all_reduce_shared all_gather broadcast}
 cores=$(nproc)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -53,6 +53,9 @@ for ((r = 0; r < repeat; r++)); do
   for n in 2 4; do
     for op in $ops; do
       "$bin" sizes "$n" "$sizes" "$ddp_iters" "$op" >>"$out"
+      # all_reduce_shared: libddp's buffer is a DDP bucket; the anchors' rows
+      # are all_reduce's (theirs are private buffers either way).
+      [[ $op == all_reduce_shared ]] && continue
       "${mpirun_[@]}" -np "$n" "$mpi" "$op" "$sizes" "$mpi_iters" >>"$out"
       "$py" bench/allreduce/gloo_allreduce.py "$n" "$sizes" "$gloo_iters" "$op" >>"$out"
     done
@@ -119,23 +122,26 @@ def t(us):
 
 print(f"one node, float32, {cores} cores; median of {max(len(v) for v in runs.values())} runs "
       "(spread = (max - min) / median of libddp's runs)")
-hdr = (f"{'op':>10} {'ranks':>5} {'size':>7} | {'floor':>9} | {'libddp':>9} {'x floor':>7} {'spread':>6} | "
+hdr = (f"{'op':>17} {'ranks':>5} {'size':>7} | {'floor':>9} | {'libddp':>9} {'x floor':>7} {'spread':>6} | "
        f"{'Open MPI':>9} {'gloo':>9} | {'MPI/ddp':>7} {'gloo/ddp':>8}")
 print(hdr)
 print("-" * len(hdr))
 behind = []
 far = []
-for op in ("all_reduce", "all_gather", "broadcast"):
+OPS = ("all_reduce", "all_reduce_shared", "all_gather", "broadcast")
+def base(op):  # the anchors and the floor of all_reduce_shared are all_reduce's
+    return "all_reduce" if op == "all_reduce_shared" else op
+for op in OPS:
     for n in (2, 4):
         for b in sorted(floors):
             d = med.get(("ddp", op, n, b))
-            m = med.get(("mpi", op, n, b))
-            g = med.get(("gloo", op, n, b))
+            m = med.get(("mpi", base(op), n, b))
+            g = med.get(("gloo", base(op), n, b))
             if d is None:
                 continue
-            f = floor_us(op, n, b)
+            f = floor_us(base(op), n, b)
             sp = spread.get(("ddp", op, n, b))
-            print(f"{op:>10} {n:>5} {human(b):>7} | {t(f):>9} | {t(d):>9} {d / f:>6.2f}x "
+            print(f"{op:>17} {n:>5} {human(b):>7} | {t(f):>9} | {t(d):>9} {d / f:>6.2f}x "
                   f"{(f'{sp * 100:.0f}%' if sp is not None else '-'):>6} | "
                   f"{(t(m) if m else '-'):>9} {(t(g) if g else '-'):>9} | "
                   f"{(f'{m / d:.2f}x' if m else '-'):>7} {(f'{g / d:.1f}x' if g else '-'):>8}")
@@ -144,6 +150,8 @@ for op in ("all_reduce", "all_gather", "broadcast"):
             if b == 64 << 20 and d / f > 1.3:
                 far.append(f"{op} x{n} ({d / f:.2f}x)")
 print("MPI/ddp, gloo/ddp: the anchor's time over libddp's (above 1: libddp is faster)")
+print("all_reduce_shared: libddp's buffer is a DDP bucket, which the node's ranks read directly;")
+print("  the anchors' columns are their all_reduce (private buffers)")
 print("floor: one core's copy C (the faster of memcpy and a copy with non-temporal stores)")
 print("  and y += x R at the size (floor.c), per rank:")
 print("  all_reduce (n-1)/n * (R + C), all_gather C (not in place), broadcast C;")
@@ -152,9 +160,9 @@ print("behind Open MPI: " + (", ".join(behind) if behind else "none"))
 print("64 MiB beyond 1.3x the floor: " + (", ".join(far) if far else "none"))
 # Two ranks need two cores at once: on a busy machine one process gets a core
 # more easily. The same floor measured in two processes at once (floor.c PROCS):
-for op in ("all_reduce", "all_gather", "broadcast"):
+for op in OPS:
     print(f"{op} x2 against the floor measured in 2 processes at once: " + ", ".join(
-        f"{human(b)} {med[('ddp', op, 2, b)] / floor_us(op, 2, b, floors2):.2f}x"
+        f"{human(b)} {med[('ddp', op, 2, b)] / floor_us(base(op), 2, b, floors2):.2f}x"
         for b in sorted(floors2) if ("ddp", op, 2, b) in med))
 if any(k[1] == "all_reduce_bf16" for k in med) and not any(k[1] == "all_reduce" for k in med):
     print()

@@ -5,6 +5,7 @@ across two or three "nodes" on loopback (and large all_reduces, exact and
 bit-identical on every rank) (shared memory inside, TCP between the
 node leaders, peers found through a ddpstore server)."""
 import os
+import shutil
 import uuid
 
 import pytest
@@ -55,6 +56,66 @@ def test_large_all_reduce_exact_and_the_same_bits_on_every_rank(reaper, store, n
     round) bit-identical on every rank."""
     procs = launch(reaper, [prog("ddp_coll"), "same"], nproc, store, run_id(), nnodes=nnodes)
     assert_all_ok(wait_all(procs, timeout=300), nnodes * nproc)
+
+
+def shared_results(results, world):
+    """Every rank ok; {rank: the libddp memfd mappings it had}."""
+    maps = {}
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"[rank{rank}] ok rank {rank}" in out.splitlines(), f"{out}\n{err}"
+        maps[rank] = [int(l.split()[-1]) for l in out.splitlines()
+                      if l.startswith(f"[rank{rank}] shared maps ")]
+        assert len(maps[rank]) == 1, out
+        maps[rank] = maps[rank][0]
+    assert sorted(maps) == list(range(world))
+    return maps
+
+
+@pytest.mark.parametrize("nnodes,nproc", [(1, 2), (1, 3), (2, 2)])
+def test_all_reduce_of_shared_buckets_reads_the_peers_directly(reaper, store, nnodes, nproc):
+    """A reducer's buckets are memory the node's ranks share (cpu backend):
+    an all_reduce of gradients inside them, at odd sizes, float32/16 and
+    bfloat16, sum, max and avg, reads every peer's bucket directly: exact,
+    and the same bits on every rank. Each rank then has its own buckets
+    and those of each peer of its node mapped."""
+    procs = launch(reaper, [prog("ddp_coll"), "shared"], nproc, store, run_id(), nnodes=nnodes)
+    maps = shared_results(wait_all(procs, timeout=300), nnodes * nproc)
+    own = maps[0] // nproc
+    assert own > 0 and all(m == own * nproc for m in maps.values()), maps
+
+
+def test_shared_buckets_through_ddp_spawn():
+    r = run([prog("ddp_coll"), "--spawn", "4", "shared"], timeout=300,
+            env=dict(os.environ, DDP_QUIET="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    maps = shared_results([(0, r.stdout, r.stderr)] * 4, 4)
+    assert maps[0] > 0 and len(set(maps.values())) == 1, maps
+
+
+def test_with_the_direct_path_off_the_buckets_are_private_and_staged(reaper, store):
+    procs = launch(reaper, [prog("ddp_coll"), "shared"], 2, store, run_id(),
+                   extra={"DDP_SHM_DIRECT": "0"})
+    assert shared_results(wait_all(procs, timeout=300), 2) == {0: 0, 1: 0}
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
+def test_a_bucket_the_peers_cannot_map_makes_every_rank_stage(reaper, store):
+    """Undumpable ranks' descriptors (/proc/<pid>/fd) are closed to peers
+    without CAP_SYS_PTRACE (dropped here when root): the first all_reduce
+    of shared buckets says why and is staged, like every later one, with
+    the same exact results; nobody mapped a peer's bucket."""
+    wrap = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
+    procs = launch(reaper, [*(wrap if os.geteuid() == 0 else []), prog("ddp_coll"), "shared"],
+                   2, store, run_id(), extra={"DDP_COLL_UNDUMPABLE": "1", "DDP_QUIET": "0"})
+    results = wait_all(procs, timeout=300)
+    maps = shared_results(results, 2)
+    assert maps[0] == maps[1] > 0, maps  # its own buckets only
+    errs = [err for _, _, err in results]
+    said = [e for e in errs if "cannot map the shared buffer of rank" in e]
+    assert said, errs
+    assert all(e.count("cannot map") == 1 and "staging through shared memory from now on" in e
+               for e in said), errs
 
 
 def test_large_all_gather_and_broadcast_across_nodes(reaper, store):

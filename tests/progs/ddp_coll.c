@@ -17,6 +17,11 @@
  *                                       float16 and bfloat16 at odd sizes up to 3 M
  *                                       elements: sums exact, and every rank's result
  *                                       bit-identical (all_gathered and compared)
+ *   ddp_coll [--spawn N] shared         the same, on buffers inside a reducer's buckets
+ *                                       (shared with the node's peers on the cpu backend:
+ *                                       all_reduce reads them directly), plus float32 max
+ *                                       and avg; then prints "[rankR] shared maps N", the
+ *                                       memfd mappings of libddp's shared memory it has
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -91,11 +96,10 @@ static double val(int r, size_t i)
 static void put(void *buf, enum ddp_dtype dt, size_t i, double v);
 static double get(const void *buf, enum ddp_dtype dt, size_t i);
 
-static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op op, size_t n)
+static int check_all_reduce_in(struct ddp_ctx *ctx, char *buf, enum ddp_dtype dt, enum ddp_op op,
+			       size_t n)
 {
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx);
-	size_t es = ddp_dtype_size(dt);
-	char *buf = malloc(n * es + 1);
 
 	for (size_t i = 0; i < n; i++)
 		put(buf, dt, i, val(me, i));
@@ -126,12 +130,19 @@ static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op 
 			fprintf(stderr,
 				"rank %d: all_reduce dtype %d op %d n %zu: [%zu] = %g, want %g\n",
 				me, dt, op, n, i, got, want);
-			free(buf);
 			return 1;
 		}
 	}
-	free(buf);
 	return 0;
+}
+
+static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op op, size_t n)
+{
+	char *buf = malloc(n * ddp_dtype_size(dt) + 1);
+	int bad = check_all_reduce_in(ctx, buf, dt, op, n);
+
+	free(buf);
+	return bad;
 }
 
 static int run_check(struct ddp_ctx *ctx)
@@ -528,36 +539,86 @@ static uint64_t fnv(const void *p, size_t n)
 	return h;
 }
 
-static int run_same(struct ddp_ctx *ctx)
+static const size_t same_sizes[] = {5, 16385, 262147, 3000005};
+static const enum ddp_dtype same_dts[] = {DDP_FLOAT32, DDP_FLOAT16, DDP_BFLOAT16};
+#define NSAME	 (sizeof(same_sizes) / sizeof(same_sizes[0]))
+#define NSAME_DT (sizeof(same_dts) / sizeof(same_dts[0]))
+
+/* The buffers of "same": malloc'd, or (shared) the gradients of a reducer
+ * with one parameter per dtype and size, which live in its buckets (on the
+ * cpu backend, memory the node's ranks share). */
+static int run_same(struct ddp_ctx *ctx, struct ddp_reducer *r)
 {
-	static const size_t sizes[] = {5, 16385, 262147, 3000005};
-	static const enum ddp_dtype dts[] = {DDP_FLOAT32, DDP_FLOAT16, DDP_BFLOAT16};
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
 	uint64_t *all = malloc((size_t)w * sizeof(uint64_t));
 
-	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
-		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-			size_t n = sizes[k];
-			/* sums of small integers are exact: checked by check_all_reduce */
-			bad |= check_all_reduce(ctx, dts[d], DDP_SUM, n);
+	for (size_t d = 0; d < NSAME_DT; d++)
+		for (size_t k = 0; k < NSAME; k++) {
+			const enum ddp_dtype dts[1] = {same_dts[d]};
+			size_t n = same_sizes[k];
+			char *buf = r ? ddp_reducer_grad(r, d * NSAME + k)
+				      : malloc(n * ddp_dtype_size(dts[0]) + 1);
+			/* sums of small integers are exact */
+			bad |= check_all_reduce_in(ctx, buf, dts[0], DDP_SUM, n);
+			if (r && dts[0] == DDP_FLOAT32)
+				bad |= check_all_reduce_in(ctx, buf, dts[0], DDP_MAX, n) |
+				       check_all_reduce_in(ctx, buf, dts[0], DDP_AVG, n);
 			/* fractions round on the way: only the bits everywhere must agree */
-			char *buf = malloc(n * ddp_dtype_size(dts[d]) + 1);
 			for (size_t i = 0; i < n; i++)
-				put(buf, dts[d], i, (double)((me * 131 + i * 17) % 1000) / 7.0);
-			CHECK(ctx, ddp_all_reduce(ctx, buf, n, dts[d], DDP_AVG));
-			uint64_t h = fnv(buf, n * ddp_dtype_size(dts[d]));
+				put(buf, dts[0], i, (double)((me * 131 + i * 17) % 1000) / 7.0);
+			CHECK(ctx, ddp_all_reduce(ctx, buf, n, dts[0], DDP_AVG));
+			uint64_t h = fnv(buf, n * ddp_dtype_size(dts[0]));
 			CHECK(ctx, ddp_all_gather(ctx, &h, all, sizeof(h)));
-			for (int r = 0; r < w; r++)
-				if (all[r] != h) {
+			for (int q = 0; q < w; q++)
+				if (all[q] != h) {
 					fprintf(stderr,
 						"rank %d: avg of %zu x dtype %d differs on rank "
 						"%d\n",
-						me, n, dts[d], r);
+						me, n, dts[0], q);
 					bad = 1;
 				}
-			free(buf);
+			if (!r)
+				free(buf);
 		}
 	free(all);
+	return bad;
+}
+
+/* How many memfd mappings of libddp's shared memory this process has (its
+ * own buckets, and the peers' it mapped to read them directly). */
+static int shared_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	int n = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:libddp-shared") != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+static int run_shared(struct ddp_ctx *ctx)
+{
+	struct ddp_param params[NSAME_DT * NSAME];
+	struct ddp_reducer_options o;
+	struct ddp_reducer *r;
+	float *data = calloc(same_sizes[NSAME - 1], sizeof(double));
+	int bad;
+
+	for (size_t d = 0; d < NSAME_DT; d++)
+		for (size_t k = 0; k < NSAME; k++)
+			params[d * NSAME + k] =
+				(struct ddp_param){NULL, data, same_sizes[k], same_dts[d]};
+	ddp_reducer_options_init(&o);
+	o.broadcast_params = 0;
+	CHECK(ctx, ddp_reducer_create(ctx, params, NSAME_DT * NSAME, &o, &r));
+	bad = run_same(ctx, r);
+	ddp_print_force(ctx, "shared maps %d\n", shared_maps());
+	ddp_reducer_destroy(r);
+	/* Its buckets are gone; the peers' stay mapped until evicted or the end. */
+	free(data);
 	return bad;
 }
 
@@ -585,7 +646,9 @@ static int worker(int rank, void *p)
 	else if (!strcmp(mode, "cc"))
 		rc = run_cc(ctx, a->argc - 1, a->argv + 1);
 	else if (!strcmp(mode, "same"))
-		rc = run_same(ctx);
+		rc = run_same(ctx, NULL);
+	else if (!strcmp(mode, "shared"))
+		rc = run_shared(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

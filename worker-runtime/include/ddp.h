@@ -234,7 +234,9 @@ struct ddp_reducer;
 /* Groups the parameters into buckets like PyTorch's Reducer: by dtype, in
  * registration order, a bucket closing once it reaches its cap; buckets are
  * then reduced in reverse order (the last layers' gradients are ready first).
- * Gradients live inside the bucket buffers (gradient_as_bucket_view), zeroed.
+ * Gradients live inside the bucket buffers (gradient_as_bucket_view), zeroed;
+ * on the cpu backend the buckets are memory the node's ranks share, so that
+ * their all_reduce reads the peers' buckets directly (DDP_SHM_DIRECT).
  * Collective: every rank must register the same parameters in the same order
  * (checked: -EINVAL otherwise). A reducer is driven by one thread. o may be
  * NULL. */

@@ -254,8 +254,15 @@ static int cpu_barrier(void *be, int64_t deadline)
 
 static int cpu_mem_alloc(void *be, size_t bytes, void **p)
 {
-	/* Cache-line aligned so the reduction loops vectorize cleanly. */
+	struct ddpi_cpu *c = be;
 	void *m = NULL;
+
+	/* The reducer's buckets: shared with the node's other ranks, so that
+	 * their all_reduce reads the peers' buckets directly (shm_mem.c);
+	 * where that cannot be, private. Page-aligned either way, or cache-line
+	 * aligned, so the reduction loops vectorize cleanly. */
+	if (c->shm && ddpi_shm_mem_alloc(c->shm, bytes, p) == 0)
+		return 0;
 	if (posix_memalign(&m, 64, bytes ? bytes : 64))
 		return -ENOMEM;
 	*p = m;
@@ -264,7 +271,10 @@ static int cpu_mem_alloc(void *be, size_t bytes, void **p)
 
 static void cpu_mem_free(void *be, void *p)
 {
-	free(p);
+	struct ddpi_cpu *c = be;
+
+	if (!c->shm || ddpi_shm_mem_free(c->shm, p) != 0)
+		free(p);
 }
 
 static int cpu_mem_zero(void *be, void *p, size_t bytes)

@@ -54,6 +54,7 @@ struct shm_ctl {
 	_Atomic uint32_t waiters;
 	struct ddpi_coll_desc desc[DDPI_DESC_SLOTS];
 	struct ddpi_cma_ctl cma;
+	struct ddpi_zc_ctl zc;
 };
 
 _Static_assert(sizeof(struct shm_ctl) <= CTL_BYTES, "shm control line too large");
@@ -131,6 +132,14 @@ static size_t slot_bytes_from_env(void)
 	if (v && util_parse_int(v, 4, 1 << 20, &kb) == 0)
 		return (size_t)kb * 1024;
 	return 1 << 20;
+}
+
+/* DDP_SHM_DIRECT=0: no shared regions (every all_reduce staged). */
+static int direct_off(void)
+{
+	const char *v = getenv("DDP_SHM_DIRECT");
+
+	return v && strcmp(v, "0") == 0;
 }
 
 static int create_segment(struct ddpi_shm *s, const struct ddp_env *env, size_t total)
@@ -309,7 +318,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	s->ctl = (struct shm_ctl *)((char *)s->map + ctl_off);
 	s->stage = calloc((size_t)s->lws, sizeof(char *));
 	s->slot_done = calloc((size_t)s->nslots, sizeof(uint32_t));
-	if (!s->stage || !s->slot_done) {
+	if (!s->stage || !s->slot_done || ddpi_shm_mem_init(s) < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -329,6 +338,9 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	if ((rc = check_pid_namespace(s, deadline)) < 0 ||
 	    (rc = ddpi_shm_cma_init(s, env, deadline)) < 0)
 		goto fail;
+	/* Shared regions are found by pid (/proc/<pid>/fd): ours only. A rank
+	 * that turns them off is enough to stage every all_reduce. */
+	s->zc_off = !s->liveness || direct_off();
 	*out = s;
 	return 0;
 fail:
@@ -340,6 +352,7 @@ void ddpi_shm_close(struct ddpi_shm *s)
 {
 	if (!s)
 		return;
+	ddpi_shm_mem_close(s);
 	if (!s->unlinked && s->map)
 		shm_unlink(s->name);
 	if (s->map)
@@ -352,6 +365,11 @@ void ddpi_shm_close(struct ddpi_shm *s)
 int ddpi_shm_rank_of(const struct ddpi_shm *s, int q)
 {
 	return s->hdr->ranks[q];
+}
+
+struct ddpi_zc_ctl *ddpi_shm_zc_ctl(const struct ddpi_shm *s, int q)
+{
+	return &ctl_of(s, q)->zc;
 }
 
 int ddpi_shm_pid_of(const struct ddpi_shm *s, int q)

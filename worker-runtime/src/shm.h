@@ -62,6 +62,19 @@ struct ddpi_cma_ctl {
 	int32_t huge; /* init: anonymous memory goes on huge pages here (THP "always") */
 };
 
+/* A rank's part of the direct all_reduce (shm_mem.c), in its control line:
+ * the region holding its buffer (id 0: none), and whether it mapped every
+ * peer's. */
+struct ddpi_zc_ctl {
+	uint64_t id, len, off;
+	int32_t fd, ok;
+};
+
+#define DDPI_ZC_CACHE 8 /* peer regions kept mapped, per peer */
+
+struct ddpi_shm_region;
+struct ddpi_shm_pmap;
+
 struct ddpi_shm {
 	int lws, me;
 	void *map;
@@ -86,6 +99,12 @@ struct ddpi_shm {
 	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
 	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
 	int cma_test_fail;	       /* test hook: fail the probe (1) or the next read (2) */
+	/* shm_mem.c */
+	struct ddpi_shm_region *regions; /* mine, shared */
+	uint64_t region_ids;
+	struct ddpi_shm_pmap *pmaps; /* lws * DDPI_ZC_CACHE: the peers' I mapped */
+	unsigned *pmap_next;
+	int zc_off; /* DDP_SHM_DIRECT=0, or a mapping failed (agreed): no direct path */
 };
 
 /* Creates (local rank 0) or opens the node's segment and waits until every local
@@ -136,6 +155,20 @@ void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
 /* A rank's single-copy control (in its control line), and its pid. */
 struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q);
 int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
+
+/* Shared regions (shm_mem.c): memory the local peers map, so that an
+ * all_reduce of it reads their buffers directly. mem_alloc: 0, or -ENOTSUP
+ * (turned off) or another negative errno: the caller uses private memory.
+ * mem_free: -ENOENT when p is not a region's. zc_begin (every rank, in an
+ * all_reduce): 1 with peer[q] = rank q's buffer, 0: stage instead, < 0
+ * error. */
+int ddpi_shm_mem_init(struct ddpi_shm *s);
+void ddpi_shm_mem_close(struct ddpi_shm *s);
+int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p);
+int ddpi_shm_mem_free(struct ddpi_shm *s, void *p);
+struct ddpi_zc_ctl *ddpi_shm_zc_ctl(const struct ddpi_shm *s, int q);
+int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadline,
+		      const char *what, char **peer);
 
 /* Single copy (shm_cma.c): at init, whether every local rank can read every
  * other's memory with process_vm_readv (Linux CMA), agreed through the

@@ -21,9 +21,10 @@
 #include "shm.h"
 
 #define SMALL_BYTES	  (32 * 1024)
-#define SLICE_ALIGN	  64	      /* bytes: slices start on cache lines */
-#define BCAST_SPLIT	  4	      /* broadcast chunks per slot */
-#define HUGE_STREAM_BYTES (64u << 20) /* results streamed on huge pages, each */
+#define DIRECT_MIN_BYTES  (256 * 1024) /* all_reduce_direct from (see its agreement) */
+#define SLICE_ALIGN	  64	       /* bytes: slices start on cache lines */
+#define BCAST_SPLIT	  4	       /* broadcast chunks per slot */
+#define HUGE_STREAM_BYTES (64u << 20)  /* results streamed on huge pages, each */
 
 /* Whether results of each bytes per rank, written by writers ranks at once,
  * are streamed (copy.c): they share the L3, so all of them count, but a
@@ -167,6 +168,51 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	return 0;
 }
 
+/* Direct (every rank's buffer in a shared region, shm_mem.c): my slice of
+ * each chunk straight from every rank's buffer into mine, then the others'
+ * slices out of their owners' buffers. Chunk j's slice q is read by its
+ * owner q only, and then overwritten by the others only once q has said it
+ * reduced chunk j (its counter: base + j + 1); nobody leaves before every
+ * rank has copied out (the last step), so a buffer changes only once its
+ * owner's call has returned. No copy in: about half the time of staging at
+ * 16-64 MiB here. zc_begin's second step was the start (every rank in). */
+static int all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count, enum ddp_dtype dt,
+			     enum ddp_op op, int avg_div, int64_t deadline)
+{
+	size_t es = ddp_dtype_size(dt), per = s->slot_bytes / es;
+	size_t nchunks = (count + per - 1) / per;
+	const void *src[DDPI_SHM_MAX_LOCAL];
+	uint32_t base = s->seq;
+	int rc;
+
+	for (size_t j = 0; j <= nchunks; j++) {
+		if (j < nchunks) {
+			size_t off = j * per, m = count - off < per ? count - off : per, lo, hi;
+			slice_bounds(m, s->lws, s->me, es, &lo, &hi);
+			for (int q = 0; q < s->lws; q++)
+				src[q] = peer[q] + (off + lo) * es;
+			ddpi_reduce(dt, op, peer[s->me] + (off + lo) * es, src, s->lws, hi - lo,
+				    avg_div);
+			ddpi_shm_publish(s);
+		}
+		if (j == 0)
+			continue;
+		/* The chunk before, whose slices its owners have had a step for. */
+		size_t off = (j - 1) * per, m = count - off < per ? count - off : per;
+		for (int k = 1; k < s->lws; k++) {
+			int q = (s->me + k) % s->lws; /* spread the readers over the owners */
+			size_t lo, hi;
+			if ((rc = ddpi_shm_wait(s, q, base + (uint32_t)j, deadline, "all_reduce")) <
+			    0)
+				return rc;
+			slice_bounds(m, s->lws, q, es, &lo, &hi);
+			memcpy(peer[s->me] + (off + lo) * es, peer[q] + (off + lo) * es,
+			       (hi - lo) * es);
+		}
+	}
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_reduce");
+}
+
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			enum ddp_op op, int avg_div, int64_t deadline)
 {
@@ -188,7 +234,18 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 	if (bytes <= SMALL_BYTES && bytes <= s->slot_bytes) {
 		rc = all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
 	} else {
-		rc = all_reduce_large(s, buf, count, dt, op, avg_div, deadline);
+		char *peer[DDPI_SHM_MAX_LOCAL];
+
+		/* One step more to agree whether every buffer is shared (none
+		 * is, the usual case: about a microsecond of a call that takes
+		 * 30 or more). */
+		rc = bytes >= DIRECT_MIN_BYTES
+			     ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer)
+			     : 0;
+		if (rc == 1)
+			rc = all_reduce_direct(s, peer, count, dt, op, avg_div, deadline);
+		else if (rc == 0)
+			rc = all_reduce_large(s, buf, count, dt, op, avg_div, deadline);
 	}
 	ddpi_shm_end(s);
 	return rc;

@@ -1,0 +1,242 @@
+/* shm_mem: memory the ranks of a node read from one another directly, so that
+ * an all_reduce of it needs no staging copy (shm_coll.c: all_reduce_direct).
+ *
+ * Why: a staged all_reduce copies each rank's buffer into the slots before
+ * summing it; measured here (bench/allreduce, 2 ranks, float32) the direct
+ * one took 6.0-6.4 ms at 64 MiB against 9.9-10.2 ms staged, 1.2-1.4 ms at
+ * 16 MiB against 2.3-2.5. The cpu backend hands out such memory for the
+ * reducer's buckets (cpu.c mem_alloc), where DDP's gradients live.
+ *
+ * A region is a memfd of its own, mapped shared. No name: nothing is left in
+ * /dev/shm when a rank dies, and the memory goes with the last mapping. A
+ * peer maps it through /proc/<pid>/fd/<fd>, which takes the same permission
+ * as reading the owner's memory (PTRACE_MODE_READ, which Yama leaves alone),
+ * the first time a collective names it, and keeps the mapping in a small
+ * cache (DDPI_ZC_CACHE per peer, oldest out first).
+ *
+ * Agreement, per all_reduce (ddpi_shm_zc_begin): every rank says which of
+ * its regions holds its buffer (or none); after a step together each knows
+ * every rank's; if all are in regions each maps what it lacks and says
+ * whether it could; after a second step the path is the same on every rank.
+ * A mapping that fails turns the direct path off on every rank (said once by
+ * the rank that failed). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "shm.h"
+
+struct ddpi_shm_region {
+	struct ddpi_shm_region *next;
+	char *base;
+	size_t len;
+	int fd;
+	uint64_t id;
+};
+
+/* A peer's region as this rank maps it. */
+struct ddpi_shm_pmap {
+	uint64_t id; /* 0: free entry */
+	char *base;
+	size_t len;
+};
+
+/* The regions list is read by the communication thread (a bucket's
+ * all_reduce) while the user's thread may allocate or free. */
+static pthread_mutex_t regions_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t page_round(size_t bytes)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+
+	return ((bytes ? bytes : 1) + pg - 1) & ~(pg - 1);
+}
+
+int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p)
+{
+	struct ddpi_shm_region *r;
+	size_t len;
+	int fd;
+
+	if (s->zc_off || bytes > SIZE_MAX / 2)
+		return -ENOTSUP;
+	len = page_round(bytes);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	fd = memfd_create("libddp-shared", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+		int err = -errno;
+		if (fd >= 0)
+			close(fd);
+		free(r);
+		return err;
+	}
+	r->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (r->base == MAP_FAILED) {
+		int err = -errno;
+		close(fd);
+		free(r);
+		return err;
+	}
+	r->len = len;
+	r->fd = fd;
+	pthread_mutex_lock(&regions_lock);
+	r->id = ++s->region_ids;
+	r->next = s->regions;
+	s->regions = r;
+	pthread_mutex_unlock(&regions_lock);
+	*p = r->base;
+	return 0;
+}
+
+static void region_free(struct ddpi_shm_region *r)
+{
+	munmap(r->base, r->len);
+	close(r->fd);
+	free(r);
+}
+
+int ddpi_shm_mem_free(struct ddpi_shm *s, void *p)
+{
+	struct ddpi_shm_region **pp, *r = NULL;
+
+	pthread_mutex_lock(&regions_lock);
+	for (pp = &s->regions; *pp; pp = &(*pp)->next)
+		if ((*pp)->base == p) {
+			r = *pp;
+			*pp = r->next;
+			break;
+		}
+	pthread_mutex_unlock(&regions_lock);
+	if (!r)
+		return -ENOENT;
+	region_free(r);
+	return 0;
+}
+
+/* Says which region holds [buf, buf + bytes) into my control line. */
+static void declare(struct ddpi_shm *s, const void *buf, size_t bytes)
+{
+	struct ddpi_zc_ctl *my = ddpi_shm_zc_ctl(s, s->me);
+	uintptr_t b = (uintptr_t)buf;
+
+	my->id = 0;
+	my->ok = 0;
+	if (s->zc_off)
+		return;
+	pthread_mutex_lock(&regions_lock);
+	for (struct ddpi_shm_region *r = s->regions; r; r = r->next) {
+		uintptr_t lo = (uintptr_t)r->base;
+		if (b >= lo && b - lo <= r->len && bytes <= r->len - (b - lo)) {
+			my->id = r->id;
+			my->fd = r->fd;
+			my->len = r->len;
+			my->off = b - lo;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&regions_lock);
+}
+
+/* Peer q's declared region, mapped here (from the cache or now); NULL with
+ * *err set when it cannot be. */
+static char *peer_base(struct ddpi_shm *s, int q, int *err)
+{
+	const struct ddpi_zc_ctl *z = ddpi_shm_zc_ctl(s, q);
+	struct ddpi_shm_pmap *pm = s->pmaps + (size_t)q * DDPI_ZC_CACHE;
+	char path[64];
+	void *m;
+	int fd, i;
+
+	for (i = 0; i < DDPI_ZC_CACHE; i++)
+		if (pm[i].id == z->id && pm[i].len == z->len)
+			return pm[i].base;
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", ddpi_shm_pid_of(s, q), (int)z->fd);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		*err = -errno;
+		return NULL;
+	}
+	m = mmap(NULL, z->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	*err = m == MAP_FAILED ? -errno : 0;
+	close(fd);
+	if (m == MAP_FAILED)
+		return NULL;
+	/* The oldest entry makes room (a freed region's memory goes with it). */
+	i = s->pmap_next[q]++ % DDPI_ZC_CACHE;
+	if (pm[i].id)
+		munmap(pm[i].base, pm[i].len);
+	pm[i].id = z->id;
+	pm[i].base = m;
+	pm[i].len = z->len;
+	return m;
+}
+
+int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadline,
+		      const char *what, char **peer)
+{
+	struct ddpi_zc_ctl *my = ddpi_shm_zc_ctl(s, s->me);
+	int rc, err = 0, q;
+
+	declare(s, buf, bytes);
+	if ((rc = ddpi_shm_sync_all(s, deadline, what)) < 0)
+		return rc;
+	for (q = 0; q < s->lws; q++)
+		if (ddpi_shm_zc_ctl(s, q)->id == 0)
+			return 0; /* the same answer on every rank: no second step */
+	my->ok = 1;
+	for (q = 0; q < s->lws && my->ok; q++) {
+		const struct ddpi_zc_ctl *z = ddpi_shm_zc_ctl(s, q);
+		char *base = q == s->me ? (char *)buf - z->off : peer_base(s, q, &err);
+		if (base == NULL) {
+			my->ok = 0;
+			fprintf(stderr,
+				"[rank%d] libddp: %s: cannot map the shared buffer of rank %d "
+				"(%s): "
+				"staging through shared memory from now on\n",
+				ddpi_shm_rank_of(s, s->me), what, ddpi_shm_rank_of(s, q),
+				strerror(-err));
+			break;
+		}
+		peer[q] = base + z->off;
+	}
+	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what)) < 0)
+		return rc;
+	for (q = 0; q < s->lws; q++)
+		if (!ddpi_shm_zc_ctl(s, q)->ok) {
+			s->zc_off = 1; /* every rank saw the same flags */
+			return 0;
+		}
+	return 1;
+}
+
+int ddpi_shm_mem_init(struct ddpi_shm *s)
+{
+	s->pmaps = calloc((size_t)s->lws * DDPI_ZC_CACHE, sizeof(*s->pmaps));
+	s->pmap_next = calloc((size_t)s->lws, sizeof(*s->pmap_next));
+	return s->pmaps && s->pmap_next ? 0 : -ENOMEM;
+}
+
+void ddpi_shm_mem_close(struct ddpi_shm *s)
+{
+	struct ddpi_shm_region *r, *next;
+
+	for (r = s->regions; r; r = next) {
+		next = r->next;
+		region_free(r);
+	}
+	s->regions = NULL;
+	for (size_t i = 0; s->pmaps && i < (size_t)s->lws * DDPI_ZC_CACHE; i++)
+		if (s->pmaps[i].id)
+			munmap(s->pmaps[i].base, s->pmaps[i].len);
+	free(s->pmaps);
+	free(s->pmap_next);
+	s->pmaps = NULL;
+	s->pmap_next = NULL;
+}
