@@ -4,8 +4,8 @@
  *   bench_allreduce sizes NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
  *       OP: all_reduce (float32 sum, the default), all_reduce_bf16 and
  *       all_reduce_f16 (the same bytes of bfloat16 or float16, summed in
- *       float32), all_reduce_shared (float32, the buffer a DDP bucket:
- *       shared with the node's ranks, which read it directly), all_gather
+ *       float32), all_reduce_shared (float32, the buffer from ddp_alloc, as
+ *       a DDP bucket's: shared with the node's ranks, read directly), all_gather
  *       (BYTES is the whole gathered buffer, as
  *       nccl-tests count it) or broadcast (root 0).
  *       One line per size: "ddp op=OP ranks=N bytes=B mean_us=T"
@@ -70,18 +70,12 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 	for (; s && it; s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
 		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
 		int iters = atoi(it);
-		float *buf = bench_buf(n * 4), *out = bench_buf(n * 4), *own = buf;
-		struct ddp_reducer *red = NULL;
-		if (!strcmp(c->op, "all_reduce_shared")) {
-			/* A DDP bucket: memory the node's ranks share (cpu backend) */
-			struct ddp_param p = {NULL, buf, n, DDP_FLOAT32};
-			struct ddp_reducer_options o;
-			ddp_reducer_options_init(&o);
-			o.broadcast_params = 0;
-			if (ddp_reducer_create(ctx, &p, 1, &o, &red) < 0)
-				die(ctx, "reducer");
-			buf = ddp_reducer_grad(red, 0);
-		}
+		int shared = !strcmp(c->op, "all_reduce_shared");
+		/* shared: memory the node's ranks share, as a DDP bucket is */
+		float *buf = shared ? ddp_alloc(ctx, n * 4) : bench_buf(n * 4);
+		float *out = bench_buf(n * 4);
+		if (!buf)
+			die(ctx, "ddp_alloc");
 		/* float32 ones; half-precision sums of ones would reach infinity
 		 * within 16 calls (float16), so those start from zeros */
 		float one = strncmp(c->op, "all_reduce_", 11) ? 1.0f : 0.0f;
@@ -100,8 +94,10 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 			printf("ddp op=%s ranks=%d bytes=%zu mean_us=%.1f\n", c->op,
 			       ddp_world_size(ctx), bytes, mean * 1e3);
 		fflush(stdout);
-		ddp_reducer_destroy(red);
-		free(own);
+		if (shared)
+			ddp_free(ctx, buf);
+		else
+			free(buf);
 		free(out);
 	}
 	return 0;

@@ -77,8 +77,9 @@ def test_all_reduce_of_shared_buckets_reads_the_peers_directly(reaper, store, nn
     """A reducer's buckets are memory the node's ranks share (cpu backend):
     an all_reduce of gradients inside them, at odd sizes, float32/16 and
     bfloat16, sum, max and avg, reads every peer's bucket directly: exact,
-    and the same bits on every rank. Each rank then has its own buckets
-    and those of each peer of its node mapped."""
+    and the same bits on every rank; so does one of memory from ddp_alloc,
+    and of a range inside it. Each rank then has its own buckets and
+    buffer, and those of each peer of its node, mapped."""
     procs = launch(reaper, [prog("ddp_coll"), "shared"], nproc, store, run_id(), nnodes=nnodes)
     maps = shared_results(wait_all(procs, timeout=300), nnodes * nproc)
     own = maps[0] // nproc

@@ -20,7 +20,8 @@
  *   ddp_coll [--spawn N] shared         the same, on buffers inside a reducer's buckets
  *                                       (shared with the node's peers on the cpu backend:
  *                                       all_reduce reads them directly), plus float32 max
- *                                       and avg; then prints "[rankR] shared maps N", the
+ *                                       and avg, and on memory from ddp_alloc; then prints
+ *                                       "[rankR] shared maps N", the
  *                                       memfd mappings of libddp's shared memory it has
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
@@ -615,7 +616,17 @@ static int run_shared(struct ddp_ctx *ctx)
 	o.broadcast_params = 0;
 	CHECK(ctx, ddp_reducer_create(ctx, params, NSAME_DT * NSAME, &o, &r));
 	bad = run_same(ctx, r);
+	/* And memory from ddp_alloc, which is the same kind. */
+	size_t n = same_sizes[NSAME - 1];
+	char *b = ddp_alloc(ctx, n * sizeof(float));
+	if (!b) {
+		fprintf(stderr, "ddp_alloc: %s\n", ddp_errmsg());
+		return 1;
+	}
+	bad |= check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_SUM, n) |
+	       check_all_reduce_in(ctx, b + 4096, DDP_FLOAT32, DDP_MIN, n - 4096);
 	ddp_print_force(ctx, "shared maps %d\n", shared_maps());
+	ddp_free(ctx, b);
 	ddp_reducer_destroy(r);
 	/* Its buckets are gone; the peers' stay mapped until evicted or the end. */
 	free(data);
