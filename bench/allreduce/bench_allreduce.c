@@ -4,10 +4,11 @@
  *   bench_allreduce sizes NRANKS BYTES[,BYTES...] ITERS[,ITERS...] [OP]
  *       OP: all_reduce (float32 sum, the default), all_reduce_bf16 and
  *       all_reduce_f16 (the same bytes of bfloat16 or float16, summed in
- *       float32), all_reduce_shared (float32, the buffer from ddp_alloc, as
- *       a DDP bucket's: shared with the node's ranks, read directly), all_gather
- *       (BYTES is the whole gathered buffer, as
- *       nccl-tests count it) or broadcast (root 0).
+ *       float32), all_gather (BYTES is the whole gathered buffer, as
+ *       nccl-tests count it) or broadcast (root 0); all_reduce_shared,
+ *       all_gather_shared and broadcast_shared: the same on buffers from
+ *       ddp_alloc, as a DDP bucket's: shared with the node's ranks, which
+ *       read one another's directly.
  *       One line per size: "ddp op=OP ranks=N bytes=B mean_us=T"
  *   bench_allreduce launched BYTES[,BYTES...] ITERS[,ITERS...] [OP]
  *       the same, as one rank started by a launcher (ddprun): the world
@@ -70,22 +71,26 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 	for (; s && it; s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
 		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
 		int iters = atoi(it);
-		int shared = !strcmp(c->op, "all_reduce_shared");
-		/* shared: memory the node's ranks share, as a DDP bucket is */
+		/* OP_shared: OP on memory the node's ranks share, as a DDP
+		 * bucket is (ddp_alloc) */
+		size_t oplen = strlen(c->op);
+		int shared = oplen > 7 && !strcmp(c->op + oplen - 7, "_shared");
+		char op[32];
+		snprintf(op, sizeof(op), "%.*s", (int)(shared ? oplen - 7 : oplen), c->op);
 		float *buf = shared ? ddp_alloc(ctx, n * 4) : bench_buf(n * 4);
-		float *out = bench_buf(n * 4);
-		if (!buf)
+		float *out = shared ? ddp_alloc(ctx, n * 4) : bench_buf(n * 4);
+		if (!buf || !out)
 			die(ctx, "ddp_alloc");
 		/* float32 ones; half-precision sums of ones would reach infinity
 		 * within 16 calls (float16), so those start from zeros */
-		float one = strncmp(c->op, "all_reduce_", 11) ? 1.0f : 0.0f;
+		float one = strncmp(op, "all_reduce_", 11) ? 1.0f : 0.0f;
 		for (size_t i = 0; i < n; i++)
 			buf[i] = out[i] = one;
-		if (run_op(ctx, c->op, buf, out, bytes) < 0 || ddp_barrier(ctx) < 0)
+		if (run_op(ctx, op, buf, out, bytes) < 0 || ddp_barrier(ctx) < 0)
 			die(ctx, "warm-up");
 		double t0 = now_ms();
 		for (int k = 0; k < iters; k++)
-			if (run_op(ctx, c->op, buf, out, bytes) < 0)
+			if (run_op(ctx, op, buf, out, bytes) < 0)
 				die(ctx, c->op);
 		double mean = (now_ms() - t0) / iters;
 		if (ddp_all_reduce(ctx, &mean, 1, DDP_FLOAT64, DDP_MAX) < 0)
@@ -94,11 +99,13 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 			printf("ddp op=%s ranks=%d bytes=%zu mean_us=%.1f\n", c->op,
 			       ddp_world_size(ctx), bytes, mean * 1e3);
 		fflush(stdout);
-		if (shared)
+		if (shared) {
 			ddp_free(ctx, buf);
-		else
+			ddp_free(ctx, out);
+		} else {
 			free(buf);
-		free(out);
+			free(out);
+		}
 	}
 	return 0;
 }
@@ -223,12 +230,17 @@ int main(int argc, char **argv)
 		c.sizes = argv[3 - launched];
 		c.iters = argv[4 - launched];
 		c.op = argc == 6 - launched ? argv[5 - launched] : "all_reduce";
-		if (strcmp(c.op, "all_reduce") && strcmp(c.op, "all_reduce_bf16") &&
-		    strcmp(c.op, "all_reduce_f16") && strcmp(c.op, "all_reduce_shared") &&
-		    strcmp(c.op, "all_gather") && strcmp(c.op, "broadcast")) {
+		static const char *const ops[] = {
+			"all_reduce", "all_reduce_bf16",   "all_reduce_f16", "all_reduce_shared",
+			"all_gather", "all_gather_shared", "broadcast",	     "broadcast_shared"};
+		size_t k = 0;
+		while (k < sizeof(ops) / sizeof(ops[0]) && strcmp(c.op, ops[k]))
+			k++;
+		if (k == sizeof(ops) / sizeof(ops[0])) {
 			fprintf(stderr,
 				"bench_allreduce: unknown OP '%s' (all_reduce, all_reduce_bf16, "
-				"all_reduce_f16, all_reduce_shared, all_gather, broadcast)\n",
+				"all_reduce_f16, all_gather, broadcast; all_reduce, all_gather "
+				"and broadcast also with _shared)\n",
 				c.op);
 			return 2;
 		}

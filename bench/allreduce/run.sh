@@ -38,7 +38,7 @@ ddp_iters=${DDP_ITERS:-2000,200,20,8}
 mpi_iters=${MPI_ITERS:-2000,200,20,8}
 gloo_iters=${GLOO_ITERS:-300,50,10,5}
 repeat=${REPEAT:-3}
-ops=${OPS:-all_reduce all_reduce_shared all_gather broadcast}
+ops=${OPS:-all_reduce all_reduce_shared all_gather all_gather_shared broadcast broadcast_shared}
 cores=$(nproc)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
@@ -53,9 +53,9 @@ for ((r = 0; r < repeat; r++)); do
   for n in 2 4; do
     for op in $ops; do
       "$bin" sizes "$n" "$sizes" "$ddp_iters" "$op" >>"$out"
-      # all_reduce_shared: libddp's buffer is a DDP bucket; the anchors' rows
-      # are all_reduce's (theirs are private buffers either way).
-      [[ $op == all_reduce_shared ]] && continue
+      # OP_shared: libddp's buffers are as a DDP bucket's; the anchors' rows
+      # are OP's (theirs are private buffers either way).
+      [[ $op == *_shared ]] && continue
       "${mpirun_[@]}" -np "$n" "$mpi" "$op" "$sizes" "$mpi_iters" >>"$out"
       "$py" bench/allreduce/gloo_allreduce.py "$n" "$sizes" "$gloo_iters" "$op" >>"$out"
     done
@@ -128,9 +128,10 @@ print(hdr)
 print("-" * len(hdr))
 behind = []
 far = []
-OPS = ("all_reduce", "all_reduce_shared", "all_gather", "broadcast")
-def base(op):  # the anchors and the floor of all_reduce_shared are all_reduce's
-    return "all_reduce" if op == "all_reduce_shared" else op
+OPS = ("all_reduce", "all_reduce_shared", "all_gather", "all_gather_shared", "broadcast",
+       "broadcast_shared")
+def base(op):  # the anchors and the floor of OP_shared are OP's
+    return op[:-len("_shared")] if op.endswith("_shared") else op
 for op in OPS:
     for n in (2, 4):
         for b in sorted(floors):
@@ -150,8 +151,8 @@ for op in OPS:
             if b == 64 << 20 and d / f > 1.3:
                 far.append(f"{op} x{n} ({d / f:.2f}x)")
 print("MPI/ddp, gloo/ddp: the anchor's time over libddp's (above 1: libddp is faster)")
-print("all_reduce_shared: libddp's buffer is a DDP bucket, which the node's ranks read directly;")
-print("  the anchors' columns are their all_reduce (private buffers)")
+print("OP_shared: libddp's buffers from ddp_alloc, as a DDP bucket's, which the node's ranks")
+print("  read directly; the anchors' columns are their OP (private buffers)")
 print("floor: one core's copy C (the faster of memcpy and a copy with non-temporal stores)")
 print("  and y += x R at the size (floor.c), per rank:")
 print("  all_reduce (n-1)/n * (R + C), all_gather C (not in place), broadcast C;")

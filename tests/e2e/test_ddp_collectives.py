@@ -79,7 +79,9 @@ def test_all_reduce_of_shared_buckets_reads_the_peers_directly(reaper, store, nn
     bfloat16, sum, max and avg, reads every peer's bucket directly: exact,
     and the same bits on every rank; so does one of memory from ddp_alloc,
     and of a range inside it. Each rank then has its own buckets and
-    buffer, and those of each peer of its node, mapped."""
+    buffer, and those of each peer of its node, mapped. Then all_gathers
+    (also in place) and broadcasts from every root of ddp_alloc memory,
+    which read the peers' buffers in place too, exact."""
     procs = launch(reaper, [prog("ddp_coll"), "shared"], nproc, store, run_id(), nnodes=nnodes)
     maps = shared_results(wait_all(procs, timeout=300), nnodes * nproc)
     own = maps[0] // nproc

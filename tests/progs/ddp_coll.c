@@ -20,9 +20,10 @@
  *   ddp_coll [--spawn N] shared         the same, on buffers inside a reducer's buckets
  *                                       (shared with the node's peers on the cpu backend:
  *                                       all_reduce reads them directly), plus float32 max
- *                                       and avg, and on memory from ddp_alloc; then prints
+ *                                       and avg, and on memory from ddp_alloc; prints
  *                                       "[rankR] shared maps N", the
- *                                       memfd mappings of libddp's shared memory it has
+ *                                       memfd mappings of libddp's shared memory it has;
+ *                                       then big, its buffers from ddp_alloc
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -490,7 +491,21 @@ static int check_gathered(const unsigned char *recv, size_t bytes, int w, int me
 	return 0;
 }
 
-static int run_big(struct ddp_ctx *ctx)
+static void *big_alloc(struct ddp_ctx *ctx, int shared, size_t n)
+{
+	return shared ? ddp_alloc(ctx, n) : malloc(n);
+}
+
+static void big_free(struct ddp_ctx *ctx, int shared, void *p)
+{
+	if (shared)
+		ddp_free(ctx, p);
+	else
+		free(p);
+}
+
+/* shared: the buffers come from ddp_alloc (the direct paths, shm_direct.c). */
+static int run_big(struct ddp_ctx *ctx, int shared)
 {
 	/* The last is 32 MiB and more: results streamed (copy.c) by all_gather
 	 * on any world size, by a staged broadcast from 3 ranks. */
@@ -500,7 +515,12 @@ static int run_big(struct ddp_ctx *ctx)
 	for (int round = 0; round < 2; round++)
 		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]) && !bad; k++) {
 			size_t n = sizes[k];
-			unsigned char *send = malloc(n), *recv = malloc(n * (size_t)w);
+			unsigned char *send = big_alloc(ctx, shared, n);
+			unsigned char *recv = big_alloc(ctx, shared, n * (size_t)w);
+			if (!send || !recv) {
+				fprintf(stderr, "rank %d: out of memory\n", me);
+				return 1;
+			}
 			for (size_t i = 0; i < n; i++)
 				send[i] = pattern(me, i);
 			memset(recv, 0, n * (size_t)w);
@@ -523,8 +543,8 @@ static int run_big(struct ddp_ctx *ctx)
 						bad = 1;
 					}
 			}
-			free(send);
-			free(recv);
+			big_free(ctx, shared, send);
+			big_free(ctx, shared, recv);
 		}
 	CHECK(ctx, ddp_barrier(ctx));
 	return bad;
@@ -627,6 +647,7 @@ static int run_shared(struct ddp_ctx *ctx)
 	       check_all_reduce_in(ctx, b + 4096, DDP_FLOAT32, DDP_MIN, n - 4096);
 	ddp_print_force(ctx, "shared maps %d\n", shared_maps());
 	ddp_free(ctx, b);
+	bad |= run_big(ctx, 1);
 	ddp_reducer_destroy(r);
 	/* Its buckets are gone; the peers' stay mapped until evicted or the end. */
 	free(data);
@@ -653,7 +674,7 @@ static int worker(int rank, void *p)
 	else if (!strcmp(mode, "where"))
 		rc = run_where(ctx);
 	else if (!strcmp(mode, "big"))
-		rc = run_big(ctx);
+		rc = run_big(ctx, 0);
 	else if (!strcmp(mode, "cc"))
 		rc = run_cc(ctx, a->argc - 1, a->argv + 1);
 	else if (!strcmp(mode, "same"))

@@ -209,9 +209,9 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 int ddp_barrier(struct ddp_ctx *ctx);
 
 /* Memory for the backend's collectives, like a reducer's buckets: on the cpu
- * backend host memory shared with the node's ranks (page-aligned; an
- * all_reduce of it on every rank of the node reads the peers' buffers
- * directly, with no staging copy: DDP_SHM_DIRECT in libddp(3)), or private
+ * backend host memory shared with the node's ranks (page-aligned;
+ * collectives of it on every rank of the node read the peers' buffers in
+ * place, an all_reduce with no staging copy: DDP_SHM_DIRECT in libddp(3)), or private
  * memory where that cannot be; on nccl device memory. Not zeroed. NULL on
  * failure (ddp_errmsg). Free it with ddp_free before ddp_finalize. */
 void *ddp_alloc(struct ddp_ctx *ctx, size_t bytes);

@@ -159,8 +159,8 @@ int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
 /* Shared regions (shm_mem.c): memory the local peers map, so that an
  * all_reduce of it reads their buffers directly. mem_alloc: 0, or -ENOTSUP
  * (turned off) or another negative errno: the caller uses private memory.
- * mem_free: -ENOENT when p is not a region's. zc_begin (every rank, in an
- * all_reduce): 1 with peer[q] = rank q's buffer, 0: stage instead, < 0
+ * mem_free: -ENOENT when p is not a region's. zc_begin (every rank, in a
+ * collective): 1 with peer[q] = rank q's buffer, 0: another path, < 0
  * error. */
 int ddpi_shm_mem_init(struct ddpi_shm *s);
 void ddpi_shm_mem_close(struct ddpi_shm *s);
@@ -170,6 +170,21 @@ struct ddpi_zc_ctl *ddpi_shm_zc_ctl(const struct ddpi_shm *s, int q);
 int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadline,
 		      const char *what, char **peer);
 
+/* Direct collectives (shm_direct.c), once zc_begin returned 1 (peer[q]: rank
+ * q's buffer, mapped here; send for all_gather). */
+int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count,
+			       enum ddp_dtype dt, enum ddp_op op, int avg_div, int64_t deadline);
+int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv, size_t bytes,
+			       const int *pos, int64_t deadline);
+int ddpi_shm_broadcast_direct(struct ddpi_shm *s, char *const *peer, size_t bytes, int root,
+			      int stream, int64_t deadline);
+/* Rank q's slice [lo, hi) of a chunk of m elements (es bytes each) split over
+ * n ranks, in whole cache lines (shm_coll.c). */
+void ddpi_shm_slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t *hi);
+/* A broadcast's slice k of n (whole pages) that the root writes into the
+ * reader k ranks after it (shm_cma.c). */
+void ddpi_shm_bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi);
+
 /* Single copy (shm_cma.c): at init, whether every local rank can read every
  * other's memory with process_vm_readv (Linux CMA), agreed through the
  * segment; then all_gather (my own part included) and broadcast of at least
@@ -177,9 +192,13 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
  * some rank (every rank then returns 1, and the single copy is off from now
  * on): the caller moves the data the staged way. */
 int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t deadline);
-int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline);
+/* declared: ddpi_shm_cma_declare was called and a step taken since (the
+ * direct paths' agreement), so the peers know the buffer already. */
+void ddpi_shm_cma_declare(struct ddpi_shm *s, const void *buf, size_t bytes);
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int declared,
+			   int64_t deadline);
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
-			    const int *pos, int64_t deadline);
+			    const int *pos, int declared, int64_t deadline);
 
 /* Collectives among the node's ranks (shm_coll.c). */
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,

@@ -221,20 +221,27 @@ static int peer_copy(struct ddpi_shm *s, int q, int write, char *local, size_t l
 	return 1;
 }
 
-static int declare(struct ddpi_shm *s, const void *buf, size_t bytes, int64_t deadline,
-		   const char *what)
+void ddpi_shm_cma_declare(struct ddpi_shm *s, const void *buf, size_t bytes)
 {
 	struct ddpi_cma_ctl *my = ddpi_shm_cma_ctl(s, s->me);
 
 	my->addr = (uintptr_t)buf;
 	my->len = bytes;
+}
+
+static int declare(struct ddpi_shm *s, const void *buf, size_t bytes, int declared,
+		   int64_t deadline, const char *what)
+{
+	if (declared)
+		return 0;
+	ddpi_shm_cma_declare(s, buf, bytes);
 	return ddpi_shm_sync_all(s, deadline, what);
 }
 
 /* A broadcast's slice k of n (whole pages): the root writes slice k into the
  * reader k ranks after it, which reads the rest, so that the root's core
  * copies too: every rank copies (n - 1) / n of the message. */
-static void bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi)
+void ddpi_shm_bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi)
 {
 	size_t per = (bytes / (size_t)n + 4095) & ~(size_t)4095;
 
@@ -242,20 +249,21 @@ static void bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi)
 	*hi = (size_t)(k + 1) * per < bytes ? (size_t)(k + 1) * per : bytes;
 }
 
-int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
+int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int declared,
+			   int64_t deadline)
 {
 	int rc, failed = 0, n = s->lws;
 	size_t lo, hi;
 
-	if ((rc = declare(s, buf, bytes, deadline, "broadcast")) < 0)
+	if ((rc = declare(s, buf, bytes, declared, deadline, "broadcast")) < 0)
 		return rc;
 	if (s->me == root) {
 		for (int k = 1; k < n && !failed; k++) {
-			bcast_slice(bytes, n, k, &lo, &hi);
+			ddpi_shm_bcast_slice(bytes, n, k, &lo, &hi);
 			failed = peer_copy(s, (root + k) % n, 1, buf, lo, hi, bytes, "broadcast");
 		}
 	} else {
-		bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
+		ddpi_shm_bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
 		failed = peer_copy(s, root, 0, buf, 0, lo, bytes, "broadcast") ||
 			 peer_copy(s, root, 0, buf, hi, bytes, bytes, "broadcast");
 	}
@@ -263,12 +271,12 @@ int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root
 }
 
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
-			    const int *pos, int64_t deadline)
+			    const int *pos, int declared, int64_t deadline)
 {
 	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
 	int rc, failed = 0;
 
-	if ((rc = declare(s, send, bytes, deadline, "all_gather")) < 0)
+	if ((rc = declare(s, send, bytes, declared, deadline, "all_gather")) < 0)
 		return rc;
 	/* Start at the next rank: the peers' reads spread over the owners. */
 	for (int k = 1; k < s->lws && !failed; k++) {

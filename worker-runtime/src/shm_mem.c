@@ -1,5 +1,5 @@
 /* shm_mem: memory the ranks of a node read from one another directly, so that
- * an all_reduce of it needs no staging copy (shm_coll.c: all_reduce_direct).
+ * a collective of it needs no staging copy (shm_direct.c).
  *
  * Why: a staged all_reduce copies each rank's buffer into the slots before
  * summing it; measured here (bench/allreduce, 2 ranks, float32) the direct
@@ -14,7 +14,7 @@
  * the first time a collective names it, and keeps the mapping in a small
  * cache (DDPI_ZC_CACHE per peer, oldest out first).
  *
- * Agreement, per all_reduce (ddpi_shm_zc_begin): every rank says which of
+ * Agreement, per collective (ddpi_shm_zc_begin): every rank says which of
  * its regions holds its buffer (or none); after a step together each knows
  * every rank's; if all are in regions each maps what it lacks and says
  * whether it could; after a second step the path is the same on every rank.

@@ -1,0 +1,95 @@
+/* shm_direct: the collectives whose buffers are, on every rank of the node,
+ * in memory the ranks share (shm_mem.c: the reducer's buckets, ddp_alloc):
+ * each rank reads its peers' buffers where they are, with no copy into the
+ * staging slots and none through the kernel. ddpi_shm_zc_begin, which agreed
+ * on it, was the start: every rank is in the call, its buffer ready. The
+ * last step of each keeps every rank in until no peer reads its buffer any
+ * more: a buffer changes only once its owner's call has returned. */
+#include <string.h>
+
+#include "shm.h"
+
+/* all_reduce: my slice of
+ * each chunk straight from every rank's buffer into mine, then the others'
+ * slices out of their owners' buffers. Chunk j's slice q is read by its
+ * owner q only, and then overwritten by the others only once q has said it
+ * reduced chunk j (its counter: base + j + 1); nobody leaves before every
+ * rank has copied out (the last step), so a buffer changes only once its
+ * owner's call has returned. No copy in: about half the time of staging at
+ * 16-64 MiB here. zc_begin's second step was the start (every rank in). */
+int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count,
+			       enum ddp_dtype dt, enum ddp_op op, int avg_div, int64_t deadline)
+{
+	size_t es = ddp_dtype_size(dt), per = s->slot_bytes / es;
+	size_t nchunks = (count + per - 1) / per;
+	const void *src[DDPI_SHM_MAX_LOCAL];
+	uint32_t base = s->seq;
+	int rc;
+
+	for (size_t j = 0; j <= nchunks; j++) {
+		if (j < nchunks) {
+			size_t off = j * per, m = count - off < per ? count - off : per, lo, hi;
+			ddpi_shm_slice_bounds(m, s->lws, s->me, es, &lo, &hi);
+			for (int q = 0; q < s->lws; q++)
+				src[q] = peer[q] + (off + lo) * es;
+			ddpi_reduce(dt, op, peer[s->me] + (off + lo) * es, src, s->lws, hi - lo,
+				    avg_div);
+			ddpi_shm_publish(s);
+		}
+		if (j == 0)
+			continue;
+		/* The chunk before, whose slices its owners have had a step for. */
+		size_t off = (j - 1) * per, m = count - off < per ? count - off : per;
+		for (int k = 1; k < s->lws; k++) {
+			int q = (s->me + k) % s->lws; /* spread the readers over the owners */
+			size_t lo, hi;
+			if ((rc = ddpi_shm_wait(s, q, base + (uint32_t)j, deadline, "all_reduce")) <
+			    0)
+				return rc;
+			ddpi_shm_slice_bounds(m, s->lws, q, es, &lo, &hi);
+			memcpy(peer[s->me] + (off + lo) * es, peer[q] + (off + lo) * es,
+			       (hi - lo) * es);
+		}
+	}
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_reduce");
+}
+
+/* all_gather (results that stay in the caches: shm_coll.c says why): every
+ * peer's part straight from its send buffer into recv, my own from mine
+ * (send may be my part of recv: then nothing to do). */
+int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv, size_t bytes,
+			       const int *pos, int64_t deadline)
+{
+	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
+
+	for (int k = 1; k < s->lws; k++) {
+		int q = (s->me + k) % s->lws; /* spread the readers over the owners */
+		memcpy((char *)recv + (size_t)pos[q] * bytes, peer[q], bytes);
+	}
+	if (my_dst != peer[s->me])
+		memmove(my_dst, peer[s->me], bytes);
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_gather");
+}
+
+/* broadcast: each reader copies the root's buffer, but for one slice that
+ * the root writes into it meanwhile (the reader k ranks after it gets slice
+ * k of n), so that the root's core copies too: every rank copies (n - 1) / n
+ * of the message (as the single copy does, shm_cma.c). */
+int ddpi_shm_broadcast_direct(struct ddpi_shm *s, char *const *peer, size_t bytes, int root,
+			      int stream, int64_t deadline)
+{
+	int n = s->lws;
+	size_t lo, hi;
+
+	if (s->me == root) {
+		for (int k = 1; k < n; k++) {
+			ddpi_shm_bcast_slice(bytes, n, k, &lo, &hi);
+			ddpi_copy(peer[(root + k) % n] + lo, peer[root] + lo, hi - lo, stream);
+		}
+	} else {
+		ddpi_shm_bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
+		ddpi_copy(peer[s->me], peer[root], lo, stream);
+		ddpi_copy(peer[s->me] + hi, peer[root] + hi, bytes - hi, stream);
+	}
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "broadcast");
+}
