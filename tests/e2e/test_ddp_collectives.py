@@ -58,16 +58,26 @@ def test_large_all_reduce_exact_and_the_same_bits_on_every_rank(reaper, store, n
     assert_all_ok(wait_all(procs, timeout=300), nnodes * nproc)
 
 
-def shared_results(results, world):
-    """Every rank ok; {rank: the libddp memfd mappings it had}."""
+def shared_results(results, world, nproc, direct=True):
+    """Every rank ok; {rank: the libddp memfd mappings it had}. direct: the
+    direct paths were on all along (else off from the first call: what came
+    later was private)."""
     maps = {}
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
         assert f"[rank{rank}] ok rank {rank}" in out.splitlines(), f"{out}\n{err}"
         maps[rank] = [int(l.split()[-1]) for l in out.splitlines()
                       if l.startswith(f"[rank{rank}] shared maps ")]
-        assert len(maps[rank]) == 1, out
-        maps[rank] = maps[rank][0]
+        assert len(maps[rank]) == 2, out
+        # Then its ddp_alloc buffer and big's are freed: once a direct call
+        # (of one bucket) followed, no rank maps them any more; it keeps its
+        # own live buckets, and of each peer's the one that call read (nproc:
+        # the ranks whose buckets it mapped, itself included).
+        before, after = maps[rank]
+        maps[rank] = before
+        own = before // nproc
+        want = own - 1 + (nproc - 1) if own and direct else before
+        assert after == want, (rank, before, after)
     assert sorted(maps) == list(range(world))
     return maps
 
@@ -83,7 +93,7 @@ def test_all_reduce_of_shared_buckets_reads_the_peers_directly(reaper, store, nn
     (also in place) and broadcasts from every root of ddp_alloc memory,
     which read the peers' buffers in place too, exact."""
     procs = launch(reaper, [prog("ddp_coll"), "shared"], nproc, store, run_id(), nnodes=nnodes)
-    maps = shared_results(wait_all(procs, timeout=300), nnodes * nproc)
+    maps = shared_results(wait_all(procs, timeout=300), nnodes * nproc, nproc)
     own = maps[0] // nproc
     assert own > 0 and all(m == own * nproc for m in maps.values()), maps
 
@@ -92,14 +102,14 @@ def test_shared_buckets_through_ddp_spawn():
     r = run([prog("ddp_coll"), "--spawn", "4", "shared"], timeout=300,
             env=dict(os.environ, DDP_QUIET="1"))
     assert r.returncode == 0, r.stdout + r.stderr
-    maps = shared_results([(0, r.stdout, r.stderr)] * 4, 4)
+    maps = shared_results([(0, r.stdout, r.stderr)] * 4, 4, 4)
     assert maps[0] > 0 and len(set(maps.values())) == 1, maps
 
 
 def test_with_the_direct_path_off_the_buckets_are_private_and_staged(reaper, store):
     procs = launch(reaper, [prog("ddp_coll"), "shared"], 2, store, run_id(),
                    extra={"DDP_SHM_DIRECT": "0"})
-    assert shared_results(wait_all(procs, timeout=300), 2) == {0: 0, 1: 0}
+    assert shared_results(wait_all(procs, timeout=300), 2, 2) == {0: 0, 1: 0}
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
@@ -112,8 +122,8 @@ def test_a_bucket_the_peers_cannot_map_makes_every_rank_stage(reaper, store):
     procs = launch(reaper, [*(wrap if os.geteuid() == 0 else []), prog("ddp_coll"), "shared"],
                    2, store, run_id(), extra={"DDP_COLL_UNDUMPABLE": "1", "DDP_QUIET": "0"})
     results = wait_all(procs, timeout=300)
-    maps = shared_results(results, 2)
-    assert maps[0] == maps[1] > 0, maps  # its own buckets only
+    maps = shared_results(results, 2, 1, direct=False)  # its own buckets only
+    assert maps[0] == maps[1] > 0, maps
     errs = [err for _, _, err in results]
     said = [e for e in errs if "cannot map the shared buffer of rank" in e]
     assert said, errs

@@ -23,7 +23,8 @@
  *                                       and avg, and on memory from ddp_alloc; prints
  *                                       "[rankR] shared maps N", the
  *                                       memfd mappings of libddp's shared memory it has;
- *                                       then big, its buffers from ddp_alloc
+ *                                       then big, its buffers from ddp_alloc, and one more
+ *                                       all_reduce of a bucket: "[rankR] shared maps after N"
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -648,6 +649,11 @@ static int run_shared(struct ddp_ctx *ctx)
 	ddp_print_force(ctx, "shared maps %d\n", shared_maps());
 	ddp_free(ctx, b);
 	bad |= run_big(ctx, 1);
+	/* Freed regions (b, big's): the next direct call makes the peers let
+	 * go of them, keeping the live buckets. */
+	bad |= check_all_reduce_in(ctx, ddp_reducer_grad(r, NSAME - 1), DDP_FLOAT32, DDP_SUM,
+				   same_sizes[NSAME - 1]);
+	ddp_print_force(ctx, "shared maps after %d\n", shared_maps());
 	ddp_reducer_destroy(r);
 	/* Its buckets are gone; the peers' stay mapped until evicted or the end. */
 	free(data);

@@ -67,10 +67,13 @@ struct ddpi_cma_ctl {
  * peer's. */
 struct ddpi_zc_ctl {
 	uint64_t id, len, off;
+	uint64_t ino;		/* of the region's memfd: the peer checks what it opened */
+	_Atomic uint64_t freed; /* regions this rank has freed: peers drop their mappings */
 	int32_t fd, ok;
 };
 
-#define DDPI_ZC_CACHE 8 /* peer regions kept mapped, per peer */
+#define DDPI_ZC_CACHE	  64	       /* peer regions kept mapped, per peer (a model's buckets) */
+#define DDPI_ZC_MIN_BYTES (256 * 1024) /* the direct paths from (shm_direct.c) */
 
 struct ddpi_shm_region;
 struct ddpi_shm_pmap;
@@ -103,7 +106,8 @@ struct ddpi_shm {
 	struct ddpi_shm_region *regions; /* mine, shared */
 	uint64_t region_ids;
 	struct ddpi_shm_pmap *pmaps; /* lws * DDPI_ZC_CACHE: the peers' I mapped */
-	unsigned *pmap_next;
+	uint64_t *pmap_freed;	     /* each peer's freed count when its mappings were checked */
+	uint64_t pmap_clock;	     /* for the least recently used mapping */
 	int zc_off; /* DDP_SHM_DIRECT=0, or a mapping failed (agreed): no direct path */
 };
 

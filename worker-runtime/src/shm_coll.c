@@ -21,10 +21,9 @@
 #include "shm.h"
 
 #define SMALL_BYTES	  (32 * 1024)
-#define DIRECT_MIN_BYTES  (256 * 1024) /* the direct paths from (shm_direct.c) */
-#define SLICE_ALIGN	  64	       /* bytes: slices start on cache lines */
-#define BCAST_SPLIT	  4	       /* broadcast chunks per slot */
-#define HUGE_STREAM_BYTES (64u << 20)  /* results streamed on huge pages, each */
+#define SLICE_ALIGN	  64	      /* bytes: slices start on cache lines */
+#define BCAST_SPLIT	  4	      /* broadcast chunks per slot */
+#define HUGE_STREAM_BYTES (64u << 20) /* results streamed on huge pages, each */
 
 /* Whether results of each bytes per rank, written by writers ranks at once,
  * are streamed (copy.c): they share the L3, so all of them count, but a
@@ -194,7 +193,7 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 		/* One step more to agree whether every buffer is shared (none
 		 * is, the usual case: about a microsecond of a call that takes
 		 * 30 or more). */
-		rc = bytes >= DIRECT_MIN_BYTES
+		rc = bytes >= DDPI_ZC_MIN_BYTES
 			     ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer)
 			     : 0;
 		if (rc == 1)
@@ -265,7 +264,7 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	if (s->lws == 1)
 		return 0;
 	ddpi_shm_begin(s, &d);
-	if (bytes >= DIRECT_MIN_BYTES) {
+	if (bytes >= DDPI_ZC_MIN_BYTES) {
 		char *peer[DDPI_SHM_MAX_LOCAL];
 
 		/* The single copy's declaration goes in the same step. */
@@ -356,7 +355,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 	 * the slots each is read from memory once, by its owner, and passed on
 	 * from its cache (2 ranks, 64 MiB: 8.7-9.8 ms direct against 8.2-8.9;
 	 * 16 MiB: 1.3-1.6 against 1.8-2.0). */
-	if (bytes >= DIRECT_MIN_BYTES && !stream) {
+	if (bytes >= DDPI_ZC_MIN_BYTES && !stream) {
 		char *peer[DDPI_SHM_MAX_LOCAL];
 
 		/* The single copy's declaration goes in the same step. */

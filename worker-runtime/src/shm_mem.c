@@ -11,8 +11,11 @@
  * /dev/shm when a rank dies, and the memory goes with the last mapping. A
  * peer maps it through /proc/<pid>/fd/<fd>, which takes the same permission
  * as reading the owner's memory (PTRACE_MODE_READ, which Yama leaves alone),
- * the first time a collective names it, and keeps the mapping in a small
- * cache (DDPI_ZC_CACHE per peer, oldest out first).
+ * the first time a collective names it (checking the file by its inode),
+ * and keeps the mapping (DDPI_ZC_CACHE per peer, least recently used out
+ * first; all of a peer's once it has freed one, so that the memory it freed
+ * goes). Allocations under DDPI_ZC_MIN_BYTES, which no direct path takes,
+ * stay private.
  *
  * Agreement, per collective (ddpi_shm_zc_begin): every rank says which of
  * its regions holds its buffer (or none); after a step together each knows
@@ -26,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -36,7 +41,7 @@ struct ddpi_shm_region {
 	char *base;
 	size_t len;
 	int fd;
-	uint64_t id;
+	uint64_t id, ino;
 };
 
 /* A peer's region as this rank maps it. */
@@ -44,6 +49,7 @@ struct ddpi_shm_pmap {
 	uint64_t id; /* 0: free entry */
 	char *base;
 	size_t len;
+	uint64_t used; /* pmap_clock when last used */
 };
 
 /* The regions list is read by the communication thread (a bucket's
@@ -63,14 +69,18 @@ int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p)
 	size_t len;
 	int fd;
 
-	if (s->zc_off || bytes > SIZE_MAX / 2)
+	struct stat st;
+
+	/* Below the direct paths' threshold sharing buys nothing, and would
+	 * cost a descriptor and a page each. */
+	if (s->zc_off || bytes < DDPI_ZC_MIN_BYTES || bytes > SIZE_MAX / 2)
 		return -ENOTSUP;
 	len = page_round(bytes);
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	fd = memfd_create("libddp-shared", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)len) < 0) {
+	if (fd < 0 || ftruncate(fd, (off_t)len) < 0 || fstat(fd, &st) < 0) {
 		int err = -errno;
 		if (fd >= 0)
 			close(fd);
@@ -86,6 +96,7 @@ int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p)
 	}
 	r->len = len;
 	r->fd = fd;
+	r->ino = (uint64_t)st.st_ino;
 	pthread_mutex_lock(&regions_lock);
 	r->id = ++s->region_ids;
 	r->next = s->regions;
@@ -117,6 +128,9 @@ int ddpi_shm_mem_free(struct ddpi_shm *s, void *p)
 	if (!r)
 		return -ENOENT;
 	region_free(r);
+	/* The peers' mappings would keep its memory: they drop theirs at
+	 * their next direct collective. */
+	atomic_fetch_add(&ddpi_shm_zc_ctl(s, s->me)->freed, 1);
 	return 0;
 }
 
@@ -135,6 +149,7 @@ static void declare(struct ddpi_shm *s, const void *buf, size_t bytes)
 		uintptr_t lo = (uintptr_t)r->base;
 		if (b >= lo && b - lo <= r->len && bytes <= r->len - (b - lo)) {
 			my->id = r->id;
+			my->ino = r->ino;
 			my->fd = r->fd;
 			my->len = r->len;
 			my->off = b - lo;
@@ -144,23 +159,51 @@ static void declare(struct ddpi_shm *s, const void *buf, size_t bytes)
 	pthread_mutex_unlock(&regions_lock);
 }
 
+static void pmap_drop(struct ddpi_shm_pmap *pm)
+{
+	if (pm->id)
+		munmap(pm->base, pm->len);
+	memset(pm, 0, sizeof(*pm));
+}
+
 /* Peer q's declared region, mapped here (from the cache or now); NULL with
  * *err set when it cannot be. */
 static char *peer_base(struct ddpi_shm *s, int q, int *err)
 {
 	const struct ddpi_zc_ctl *z = ddpi_shm_zc_ctl(s, q);
 	struct ddpi_shm_pmap *pm = s->pmaps + (size_t)q * DDPI_ZC_CACHE;
+	uint64_t freed = atomic_load(&z->freed);
 	char path[64];
+	struct stat st;
 	void *m;
-	int fd, i;
+	int fd, i, lru = 0;
 
-	for (i = 0; i < DDPI_ZC_CACHE; i++)
-		if (pm[i].id == z->id && pm[i].len == z->len)
+	/* q freed a region since: which one is not said, so all go (the live
+	 * ones are mapped again as they come; frees are rare). */
+	if (freed != s->pmap_freed[q]) {
+		for (i = 0; i < DDPI_ZC_CACHE; i++)
+			pmap_drop(&pm[i]);
+		s->pmap_freed[q] = freed;
+	}
+	for (i = 0; i < DDPI_ZC_CACHE; i++) {
+		if (pm[i].id == z->id && pm[i].len == z->len) {
+			pm[i].used = ++s->pmap_clock;
 			return pm[i].base;
+		}
+		if (pm[i].used < pm[lru].used)
+			lru = i;
+	}
 	snprintf(path, sizeof(path), "/proc/%d/fd/%d", ddpi_shm_pid_of(s, q), (int)z->fd);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0) {
 		*err = -errno;
+		return NULL;
+	}
+	/* The descriptor is the region q means (not one reused meanwhile, nor
+	 * one of another pid namespace's process mounted as /proc). */
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_ino != z->ino || (uint64_t)st.st_size < z->len) {
+		close(fd);
+		*err = -ESTALE;
 		return NULL;
 	}
 	m = mmap(NULL, z->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -168,13 +211,12 @@ static char *peer_base(struct ddpi_shm *s, int q, int *err)
 	close(fd);
 	if (m == MAP_FAILED)
 		return NULL;
-	/* The oldest entry makes room (a freed region's memory goes with it). */
-	i = s->pmap_next[q]++ % DDPI_ZC_CACHE;
-	if (pm[i].id)
-		munmap(pm[i].base, pm[i].len);
-	pm[i].id = z->id;
-	pm[i].base = m;
-	pm[i].len = z->len;
+	/* The least recently used entry makes room. */
+	pmap_drop(&pm[lru]);
+	pm[lru].id = z->id;
+	pm[lru].base = m;
+	pm[lru].len = z->len;
+	pm[lru].used = ++s->pmap_clock;
 	return m;
 }
 
@@ -219,8 +261,8 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 int ddpi_shm_mem_init(struct ddpi_shm *s)
 {
 	s->pmaps = calloc((size_t)s->lws * DDPI_ZC_CACHE, sizeof(*s->pmaps));
-	s->pmap_next = calloc((size_t)s->lws, sizeof(*s->pmap_next));
-	return s->pmaps && s->pmap_next ? 0 : -ENOMEM;
+	s->pmap_freed = calloc((size_t)s->lws, sizeof(*s->pmap_freed));
+	return s->pmaps && s->pmap_freed ? 0 : -ENOMEM;
 }
 
 void ddpi_shm_mem_close(struct ddpi_shm *s)
@@ -236,7 +278,7 @@ void ddpi_shm_mem_close(struct ddpi_shm *s)
 		if (s->pmaps[i].id)
 			munmap(s->pmaps[i].base, s->pmaps[i].len);
 	free(s->pmaps);
-	free(s->pmap_next);
+	free(s->pmap_freed);
 	s->pmaps = NULL;
-	s->pmap_next = NULL;
+	s->pmap_freed = NULL;
 }
