@@ -198,14 +198,16 @@ def wait_for_text(path, text, timeout):
     return read(path)
 
 
-# Each node: ddprun in the background, its exit status in $OUT/rc.<node>.
+# Each node: ddprun in the background, its exit status in $OUT/rc.<node>,
+# whole (written aside, then renamed: a test that saw the file appear read it
+# empty once, between the shell's creating it and echo's writing).
 # The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
 # signals every process of the step, ddprun and its workers alike.
 NODE_SH = """#!/bin/sh
 ddprun "$@" & p=$!
 trap : TERM USR1
 while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
-echo $rc > "$OUT/rc.$SLURM_NODEID"
+echo $rc > "$OUT/.rc.$SLURM_NODEID" && mv "$OUT/.rc.$SLURM_NODEID" "$OUT/rc.$SLURM_NODEID"
 exit $rc
 """
 
