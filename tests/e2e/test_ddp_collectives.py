@@ -127,8 +127,25 @@ def test_a_bucket_the_peers_cannot_map_makes_every_rank_stage(reaper, store):
     errs = [err for _, _, err in results]
     said = [e for e in errs if "cannot map the shared buffer of rank" in e]
     assert said, errs
-    assert all(e.count("cannot map") == 1 and "staging through shared memory from now on" in e
+    assert all(e.count("cannot map") == 1 and
+               "no collective reads the peers' buffers in place from now on" in e
                for e in said), errs
+
+
+@pytest.mark.parametrize("cma", ["0", "auto"])
+def test_a_rank_late_to_read_the_agreement_changes_nothing(reaper, store, cma):
+    """Rank 1 pauses after the agreement's first step, before reading what
+    the others declared, in broadcasts whose root's buffer is private (so
+    not read in place: staged, or the single copy) and then shared: the
+    others wait for it, the data is exact, and the direct path stays on
+    (a last all_reduce of ddp_alloc memory maps every peer's buffer)."""
+    procs = launch(reaper, [prog("ddp_coll"), "zcrace"], 3, store, run_id(),
+                   extra={"DDP_SHM_CMA": cma, "DDP_TEST_ZC_PAUSE": "1:300", "DDP_TIMEOUT": "30"})
+    results = wait_all(procs, timeout=120)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"[rank{rank}] ok rank {rank}" in out, out
+        assert f"[rank{rank}] zc maps 3" in out, out
 
 
 def test_large_all_gather_and_broadcast_across_nodes(reaper, store):

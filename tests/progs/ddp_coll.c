@@ -25,6 +25,11 @@
  *                                       memfd mappings of libddp's shared memory it has;
  *                                       then big, its buffers from ddp_alloc, and one more
  *                                       all_reduce of a bucket: "[rankR] shared maps after N"
+ *   ddp_coll [--spawn N] zcrace         broadcasts from rank 0 whose buffer is private
+ *                                       while the others' are from ddp_alloc, then all from
+ *                                       ddp_alloc (with DDP_TEST_ZC_PAUSE, a reader looks
+ *                                       late at what the others declared); then an
+ *                                       all_reduce of ddp_alloc memory: "[rankR] zc maps N"
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
@@ -660,6 +665,43 @@ static int run_shared(struct ddp_ctx *ctx)
 	return bad;
 }
 
+/* Broadcasts of 300000 bytes from rank 0: first its buffer private and the
+ * others' from ddp_alloc (not the direct path; staged, the root does not
+ * wait for its readers), then every buffer from ddp_alloc, twice. */
+static int run_zc_race(struct ddp_ctx *ctx)
+{
+	const size_t n = 300000;
+	int me = ddp_rank(ctx), bad = 0;
+
+	for (int round = 0; round < 3 && !bad; round++) {
+		int shared = round > 0 || me != 0;
+		unsigned char *b = big_alloc(ctx, shared, n);
+		if (!b)
+			return 1;
+		for (size_t i = 0; i < n; i++)
+			b[i] = me == 0 ? pattern(round, i) : 0;
+		CHECK(ctx, ddp_broadcast(ctx, b, n, 0));
+		for (size_t i = 0; i < n && !bad; i++)
+			if (b[i] != pattern(round, i)) {
+				fprintf(stderr, "rank %d: broadcast %d wrong at %zu\n", me, round,
+					i);
+				bad = 1;
+			}
+		big_free(ctx, shared, b);
+	}
+	/* Then an all_reduce of fresh ddp_alloc memory, which every rank must
+	 * still read in place: each then maps its own buffer and each peer's
+	 * (the peers' freed ones let go), world size in all. */
+	float *f = ddp_alloc(ctx, n * sizeof(float));
+	if (!f)
+		return 1;
+	bad |= check_all_reduce_in(ctx, (char *)f, DDP_FLOAT32, DDP_SUM, n);
+	ddp_print_force(ctx, "zc maps %d\n", shared_maps());
+	ddp_free(ctx, f);
+	CHECK(ctx, ddp_barrier(ctx));
+	return bad;
+}
+
 static int worker(int rank, void *p)
 {
 	struct args *a = p;
@@ -687,6 +729,8 @@ static int worker(int rank, void *p)
 		rc = run_same(ctx, NULL);
 	else if (!strcmp(mode, "shared"))
 		rc = run_shared(ctx);
+	else if (!strcmp(mode, "zcrace"))
+		rc = run_zc_race(ctx);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

@@ -318,7 +318,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	s->ctl = (struct shm_ctl *)((char *)s->map + ctl_off);
 	s->stage = calloc((size_t)s->lws, sizeof(char *));
 	s->slot_done = calloc((size_t)s->nslots, sizeof(uint32_t));
-	if (!s->stage || !s->slot_done || ddpi_shm_mem_init(s) < 0) {
+	if (!s->stage || !s->slot_done || ddpi_shm_mem_init(s, env->rank) < 0) {
 		rc = -ENOMEM;
 		goto fail;
 	}

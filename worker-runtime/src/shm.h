@@ -108,7 +108,8 @@ struct ddpi_shm {
 	struct ddpi_shm_pmap *pmaps; /* lws * DDPI_ZC_CACHE: the peers' I mapped */
 	uint64_t *pmap_freed;	     /* each peer's freed count when its mappings were checked */
 	uint64_t pmap_clock;	     /* for the least recently used mapping */
-	int zc_off; /* DDP_SHM_DIRECT=0, or a mapping failed (agreed): no direct path */
+	int zc_off;	      /* DDP_SHM_DIRECT=0, or a mapping failed (agreed): no direct path */
+	int zc_test_pause_ms; /* test hook (shm_mem.c) */
 };
 
 /* Creates (local rank 0) or opens the node's segment and waits until every local
@@ -166,7 +167,7 @@ int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
  * mem_free: -ENOENT when p is not a region's. zc_begin (every rank, in a
  * collective): 1 with peer[q] = rank q's buffer, 0: another path, < 0
  * error. */
-int ddpi_shm_mem_init(struct ddpi_shm *s);
+int ddpi_shm_mem_init(struct ddpi_shm *s, int rank);
 void ddpi_shm_mem_close(struct ddpi_shm *s);
 int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p);
 int ddpi_shm_mem_free(struct ddpi_shm *s, void *p);

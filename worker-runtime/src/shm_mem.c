@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "shm.h"
@@ -226,9 +227,18 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 	struct ddpi_zc_ctl *my = ddpi_shm_zc_ctl(s, s->me);
 	int rc, err = 0, q;
 
+	/* What the peers declared stays put while it is read: a rank's next
+	 * declaration comes in its next call, and every path after each step
+	 * below waits for every rank first (a staged broadcast's root too, at
+	 * its first chunk), so no rank leaves this call before the others have
+	 * read (DDP_TEST_ZC_PAUSE makes one late, ddp_coll zcrace). */
 	declare(s, buf, bytes);
 	if ((rc = ddpi_shm_sync_all(s, deadline, what)) < 0)
 		return rc;
+	if (s->zc_test_pause_ms > 0) /* test hook: a reader that is slow to look */
+		nanosleep(&(struct timespec){s->zc_test_pause_ms / 1000,
+					     s->zc_test_pause_ms % 1000 * 1000000L},
+			  NULL);
 	for (q = 0; q < s->lws; q++)
 		if (ddpi_shm_zc_ctl(s, q)->id == 0)
 			return 0; /* the same answer on every rank: no second step */
@@ -240,8 +250,8 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 			my->ok = 0;
 			fprintf(stderr,
 				"[rank%d] libddp: %s: cannot map the shared buffer of rank %d "
-				"(%s): "
-				"staging through shared memory from now on\n",
+				"(%s): no collective reads the peers' buffers in place from "
+				"now on\n",
 				ddpi_shm_rank_of(s, s->me), what, ddpi_shm_rank_of(s, q),
 				strerror(-err));
 			break;
@@ -258,8 +268,14 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 	return 1;
 }
 
-int ddpi_shm_mem_init(struct ddpi_shm *s)
+int ddpi_shm_mem_init(struct ddpi_shm *s, int rank)
 {
+	/* Test hook: DDP_TEST_ZC_PAUSE=<rank>:<ms>, that rank pauses after the
+	 * agreement's first step, before it reads what the others declared. */
+	const char *v = getenv("DDP_TEST_ZC_PAUSE");
+
+	if (v && strchr(v, ':') && atoi(v) == rank)
+		s->zc_test_pause_ms = atoi(strchr(v, ':') + 1);
 	s->pmaps = calloc((size_t)s->lws * DDPI_ZC_CACHE, sizeof(*s->pmaps));
 	s->pmap_freed = calloc((size_t)s->lws, sizeof(*s->pmap_freed));
 	return s->pmaps && s->pmap_freed ? 0 : -ENOMEM;
