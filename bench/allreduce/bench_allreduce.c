@@ -69,7 +69,8 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 	char *s = strtok_r(c->sizes, ",", &sp), *it = strtok_r(c->iters, ",", &ip);
 
 	for (; s && it; s = strtok_r(NULL, ",", &sp), it = strtok_r(NULL, ",", &ip)) {
-		size_t bytes = strtoull(s, NULL, 10), n = bytes / 4;
+		/* whole float32 elements: every op's count fits the buffers */
+		size_t bytes = strtoull(s, NULL, 10) / 4 * 4, n = bytes / 4;
 		int iters = atoi(it);
 		/* OP_shared: OP on memory the node's ranks share, as a DDP
 		 * bucket is (ddp_alloc) */
@@ -80,7 +81,7 @@ static int run_sizes(struct ddp_ctx *ctx, struct cfg *c)
 		float *buf = shared ? ddp_alloc(ctx, n * 4) : bench_buf(n * 4);
 		float *out = shared ? ddp_alloc(ctx, n * 4) : bench_buf(n * 4);
 		if (!buf || !out)
-			die(ctx, "ddp_alloc");
+			ddp_fatal(ctx, "cannot allocate 2 x %zu bytes", bytes);
 		/* float32 ones; half-precision sums of ones would reach infinity
 		 * within 16 calls (float16), so those start from zeros */
 		float one = strncmp(op, "all_reduce_", 11) ? 1.0f : 0.0f;

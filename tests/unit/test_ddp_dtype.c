@@ -235,14 +235,22 @@ static void test_bf16_rounding_edges(void **state)
 		{0xff7fffff, 0xff80}, {0x3f808000, 0x3f80}, {0x3f818000, 0x3f82},
 		{0x3f808001, 0x3f81}, {0x80000000, 0x8000}, {0x00000001, 0x0000},
 	};
-	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+	enum { NC = sizeof(cases) / sizeof(cases[0]), N = 9 * NC + 5 };
+	float in[N];
+	uint16_t bulk[N];
+
+	for (size_t k = 0; k < NC; k++) {
 		float f;
-		uint16_t bulk;
 		memcpy(&f, &cases[k].f, 4);
 		assert_int_equal(ddpi_f32_to_bf16(f), cases[k].h);
-		ddpi_f32_to_bf16_n(&bulk, &f, 1);
-		assert_int_equal(bulk, cases[k].h);
 	}
+	/* The bulk conversion's vector loop too (one element alone would only
+	 * reach its scalar tail): every case at every lane, in one call. */
+	for (size_t i = 0; i < N; i++)
+		memcpy(&in[i], &cases[i % NC].f, 4);
+	ddpi_f32_to_bf16_n(bulk, in, N);
+	for (size_t i = 0; i < N; i++)
+		assert_int_equal(bulk[i], cases[i % NC].h);
 }
 
 static int bf16_is_nan(uint16_t h)

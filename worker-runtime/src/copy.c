@@ -31,7 +31,7 @@
 #endif
 
 /* Whole 64-byte lines of src to dst (ordinary stores) and to sdst (streamed),
- * either may be NULL; sdst is 16-byte aligned. */
+ * either may be NULL; sdst is 64-byte aligned. */
 static void lines(char *dst, char *sdst, const char *src, size_t n)
 {
 #if DDPI_HAVE_STREAM

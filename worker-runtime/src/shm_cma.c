@@ -148,7 +148,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	 * staged pipeline wins (measured: 4 ranks on 2 cores, 64 MiB, 0.7x):
 	 * its copies go through slots in cache, not from the peers' DRAM. */
 	my->min_bytes = env->shm_cma == 1 ? 1 : s->oversubscribed ? 0 : CMA_MIN_BYTES;
-	my->huge = thp_always();
+	my->huge = s->me == 0 && thp_always(); /* local rank 0's counts */
 	if ((rc = sync_init(s, deadline)) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
