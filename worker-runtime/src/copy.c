@@ -31,18 +31,28 @@
 #endif
 
 /* Whole 64-byte lines of src to dst (ordinary stores) and to sdst (streamed),
- * either may be NULL; sdst is 64-byte aligned. */
+ * either may be NULL; sdst is 64-byte aligned. A whole line per iteration:
+ * with a test per 16-byte store the loop was bound by its instructions, not
+ * by memory (two processes streaming 64 MiB each took 5.5-6.5 ms against
+ * 3.5-4.2 ms for this one). */
 static void lines(char *dst, char *sdst, const char *src, size_t n)
 {
 #if DDPI_HAVE_STREAM
-	for (size_t i = 0; i < n; i += 64)
-		for (size_t k = 0; k < 64; k += 16) {
-			__m128i v = _mm_loadu_si128((const __m128i *)(src + i + k));
-			if (dst)
-				_mm_storeu_si128((__m128i *)(dst + i + k), v);
-			if (sdst)
-				_mm_stream_si128((__m128i *)(sdst + i + k), v);
+	for (size_t i = 0; i < n; i += 64) {
+		const __m128i *s = (const __m128i *)(src + i);
+		__m128i a = _mm_loadu_si128(s), b = _mm_loadu_si128(s + 1);
+		__m128i c = _mm_loadu_si128(s + 2), d = _mm_loadu_si128(s + 3);
+		if (dst) {
+			__m128i *o = (__m128i *)(dst + i);
+			_mm_storeu_si128(o, a), _mm_storeu_si128(o + 1, b);
+			_mm_storeu_si128(o + 2, c), _mm_storeu_si128(o + 3, d);
 		}
+		if (sdst) {
+			__m128i *o = (__m128i *)(sdst + i);
+			_mm_stream_si128(o, a), _mm_stream_si128(o + 1, b);
+			_mm_stream_si128(o + 2, c), _mm_stream_si128(o + 3, d);
+		}
+	}
 	/* The streamed stores are weakly ordered: done before the copy returns,
 	 * so that whoever the caller tells next (the user's thread, from the
 	 * communication thread) sees them. */
