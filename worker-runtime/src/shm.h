@@ -180,7 +180,7 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count,
 			       enum ddp_dtype dt, enum ddp_op op, int avg_div, int64_t deadline);
 int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv, size_t bytes,
-			       const int *pos, int64_t deadline);
+			       const int *pos, int stream, int64_t deadline);
 int ddpi_shm_broadcast_direct(struct ddpi_shm *s, char *const *peer, size_t bytes, int root,
 			      int stream, int64_t deadline);
 /* Rank q's slice [lo, hi) of a chunk of m elements (es bytes each) split over

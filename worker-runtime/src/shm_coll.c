@@ -328,7 +328,8 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 	struct ddpi_coll_desc d = {.kind = DDPI_ALL_GATHER, .root = -1, .count = bytes};
 	char *my_dst = bytes ? (char *)recv + (size_t)pos[s->me] * bytes : recv;
 	uintptr_t from = (uintptr_t)send, to = (uintptr_t)my_dst;
-	/* Results too big for the caches go through the slots, streamed, unless
+	/* Results too big for the caches, of buffers the ranks do not share, go
+	 * through the slots, streamed, unless
 	 * DDP_SHM_CMA=1 (cma_min 1) asks for the single copy at every size: the
 	 * slots beat one copy through the kernel, which pins every page of the
 	 * peer's buffer, on 4 KiB pages from 32 MiB of result at 2 ranks (64
@@ -350,12 +351,8 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 		return 0;
 	}
 	ddpi_shm_begin(s, &d);
-	/* Direct only while the results stay in the caches: past that (stream)
-	 * every rank would read every send buffer from memory, where through
-	 * the slots each is read from memory once, by its owner, and passed on
-	 * from its cache (2 ranks, 64 MiB: 8.7-9.8 ms direct against 8.2-8.9;
-	 * 16 MiB: 1.3-1.6 against 1.8-2.0). */
-	if (bytes >= DDPI_ZC_MIN_BYTES && !stream) {
+	/* Buffers the ranks share are read where they are (shm_direct.c). */
+	if (bytes >= DDPI_ZC_MIN_BYTES) {
 		char *peer[DDPI_SHM_MAX_LOCAL];
 
 		/* The single copy's declaration goes in the same step. */
@@ -363,7 +360,8 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 			ddpi_shm_cma_declare(s, send, bytes);
 		rc = ddpi_shm_zc_begin(s, (void *)send, bytes, deadline, "all_gather", peer);
 		if (rc == 1)
-			rc = ddpi_shm_all_gather_direct(s, peer, recv, bytes, pos, deadline);
+			rc = ddpi_shm_all_gather_direct(s, peer, recv, bytes, pos, stream,
+							deadline);
 		else if (rc == 0 && cma)
 			rc = ddpi_shm_cma_all_gather(s, send, recv, bytes, pos, 1, deadline);
 		else if (rc == 0)
