@@ -258,10 +258,12 @@ static int bf16_is_nan(uint16_t h)
 	return (h & 0x7fff) > 0x7f80;
 }
 
-/* bfloat16 sources summed (reduce.c's kernels in registers, 2 to 4 sources):
- * every element is the float32 sum, in source order, rounded once, over any
- * bits (NaN, infinities, zeros of both signs, subnormals), into dst alone,
- * into dst aliasing a source, and into a second destination. */
+/* bfloat16 sources summed and averaged (reduce.c's kernels in registers, 2
+ * to 4 sources): every element is the float32 sum, in source order (divided
+ * by the divisor, in float32, for an average), rounded once, over any bits
+ * (NaN, infinities, zeros of both signs, subnormals), into dst alone, into dst
+ * aliasing a source, and into a second destination. The divisor differs
+ * from the number of sources (an average over nodes divides by the world). */
 static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 {
 	enum { N = 65536 + 37 };
@@ -270,46 +272,50 @@ static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 	assert_non_null(want && out && out2);
 	for (int k = 0; k < 4; k++)
 		assert_non_null(s[k] = malloc(N * 2));
-	for (int nsrc = 2; nsrc <= 4; nsrc++)
-		for (int round = 0; round < 4; round++) {
-			for (int i = 0; i < N; i++) {
-				s[0][i] = (uint16_t)i; /* every bit pattern */
-				for (int k = 1; k < nsrc; k++)
-					s[k][i] = (uint16_t)next();
-				float acc = ddpi_bf16_to_f32(s[0][i]);
-				for (int k = 1; k < nsrc; k++)
-					acc += ddpi_bf16_to_f32(s[k][i]);
-				want[i] = ddpi_f32_to_bf16(acc);
-			}
-			const void *cs[] = {s[0], s[1], s[2], s[3]};
-			/* round 1: a second destination; 2: dst is the second source;
+	for (int op = DDP_SUM; op <= DDP_AVG; op++) /* adjacent */
+		for (int nsrc = 2; nsrc <= 4; nsrc++)
+			for (int round = 0; round < 4; round++) {
+				int div = op == DDP_AVG ? nsrc + round : nsrc;
+				for (int i = 0; i < N; i++) {
+					s[0][i] = (uint16_t)i; /* every bit pattern */
+					for (int k = 1; k < nsrc; k++)
+						s[k][i] = (uint16_t)next();
+					float acc = ddpi_bf16_to_f32(s[0][i]);
+					for (int k = 1; k < nsrc; k++)
+						acc += ddpi_bf16_to_f32(s[k][i]);
+					if (op == DDP_AVG)
+						acc /= (float)div;
+					want[i] = ddpi_f32_to_bf16(acc);
+				}
+				const void *cs[] = {s[0], s[1], s[2], s[3]};
+				/* round 1: a second destination; 2: dst is the second source;
 			 * 3: dst is the last source and the second destination the
 			 * first (a rank's slice in shm_coll.c's reduce_slice) */
-			uint16_t *d = round == 2 ? s[1] : round == 3 ? s[nsrc - 1] : out;
-			uint16_t *d2 = round == 3 ? s[0] : out2;
-			memset(out2, 0, N * 2);
-			if (round == 0)
-				ddpi_reduce(DDP_BFLOAT16, DDP_SUM, d, cs, nsrc, N, nsrc);
-			else
-				ddpi_reduce2(DDP_BFLOAT16, DDP_SUM, d, d2, cs, nsrc, N, nsrc);
-			for (int i = 0; i < N; i++) {
-				if (bf16_is_nan(want[i]))
-					assert_true(bf16_is_nan(d[i]));
+				uint16_t *d = round == 2 ? s[1] : round == 3 ? s[nsrc - 1] : out;
+				uint16_t *d2 = round == 3 ? s[0] : out2;
+				memset(out2, 0, N * 2);
+				if (round == 0)
+					ddpi_reduce(DDP_BFLOAT16, op, d, cs, nsrc, N, div);
 				else
-					assert_int_equal(d[i], want[i]);
-				if (round > 0)
-					assert_int_equal(d2[i], d[i]);
+					ddpi_reduce2(DDP_BFLOAT16, op, d, d2, cs, nsrc, N, div);
+				for (int i = 0; i < N; i++) {
+					if (bf16_is_nan(want[i]))
+						assert_true(bf16_is_nan(d[i]));
+					else
+						assert_int_equal(d[i], want[i]);
+					if (round > 0)
+						assert_int_equal(d2[i], d[i]);
+				}
 			}
-		}
 	for (int k = 0; k < 4; k++)
 		free(s[k]);
 	free(want), free(out), free(out2);
 }
 
-/* Two float16 sources summed (reduce.c's F16C kernel where the CPU has it):
- * every element is the float32 sum rounded once, as dtype.c's scalar code
- * rounds it, over every bit pattern, with dst aliasing a source and a second
- * destination. */
+/* Two float16 sources summed and averaged (reduce.c's F16C kernel where the
+ * CPU has it): every element is the float32 sum (divided, for an average)
+ * rounded once, as dtype.c's scalar code rounds it, over every bit pattern,
+ * with dst aliasing a source and a second destination. */
 static void test_f16_pair_sums_are_the_float32_sums_rounded(void **state)
 {
 	enum { N = 65536 + 13 };
@@ -317,21 +323,23 @@ static void test_f16_pair_sums_are_the_float32_sums_rounded(void **state)
 	uint16_t *out2 = malloc(N * 2);
 
 	assert_non_null(a && b && want && out2);
-	for (int round = 0; round < 2; round++) {
+	for (int round = 0; round < 4; round++) {
+		int op = round < 2 ? DDP_SUM : DDP_AVG, div = round == 3 ? 5 : 2;
 		for (int i = 0; i < N; i++) {
 			a[i] = (uint16_t)i;
 			b[i] = (uint16_t)next();
-			want[i] = ddpi_f32_to_f16(ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i]));
+			float acc = ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i]);
+			want[i] = ddpi_f32_to_f16(op == DDP_AVG ? acc / (float)div : acc);
 		}
 		const void *cs[] = {a, b};
-		uint16_t *d = round ? b : a; /* into the first source, then the second */
-		ddpi_reduce2(DDP_FLOAT16, DDP_SUM, d, round ? out2 : NULL, cs, 2, N, 2);
+		uint16_t *d = round % 2 ? b : a; /* into the first source, then the second */
+		ddpi_reduce2(DDP_FLOAT16, op, d, round % 2 ? out2 : NULL, cs, 2, N, div);
 		for (int i = 0; i < N; i++) {
 			if ((want[i] & 0x7fff) > 0x7c00)
 				assert_true((d[i] & 0x7fff) > 0x7c00);
 			else
 				assert_int_equal(d[i], want[i]);
-			if (round)
+			if (round % 2)
 				assert_int_equal(out2[i], d[i]);
 		}
 	}

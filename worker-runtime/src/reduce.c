@@ -26,20 +26,24 @@
  * compiler checks overlap at run time, and vectorizes an exact alias too.
  * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
  * a stays because every comparison with it fails. */
-#define DEFINE_KERNEL(T, NAME, EXPR)                                                             \
-	DDPI_CLONES DDPI_VEC static void NAME(T *out, T *out2, const T *a, const T *b, size_t n) \
-	{                                                                                        \
-		if (!out2) {                                                                     \
-			for (size_t i = 0; i < n; i++)                                           \
-				out[i] = (EXPR);                                                 \
-			return;                                                                  \
-		}                                                                                \
-		for (size_t i = 0; i < n; i++) {                                                 \
-			T v = (EXPR);                                                            \
-			out[i] = v;                                                              \
-			out2[i] = v;                                                             \
-		}                                                                                \
+#define DEFINE_KERNEL_WITH(T, NAME, EXTRA, EXPR)                                       \
+	DDPI_CLONES DDPI_VEC static void NAME(T *out, T *out2, const T *a, const T *b, \
+					      size_t n EXTRA)                          \
+	{                                                                              \
+		if (!out2) {                                                           \
+			for (size_t i = 0; i < n; i++)                                 \
+				out[i] = (EXPR);                                       \
+			return;                                                        \
+		}                                                                      \
+		for (size_t i = 0; i < n; i++) {                                       \
+			T v = (EXPR);                                                  \
+			out[i] = v;                                                    \
+			out2[i] = v;                                                   \
+		}                                                                      \
 	}
+#define DEFINE_KERNEL(T, NAME, EXPR) DEFINE_KERNEL_WITH(T, NAME, , EXPR)
+/* A kernel's extra parameter: the divisor of an average. */
+#define WITH_DIVISOR , float d
 
 #define DEFINE_COMBINE(T, NAME)                                                             \
 	DEFINE_KERNEL(T, NAME##_sum, a[i] + b[i])                                           \
@@ -94,47 +98,44 @@ DEFINE_COMBINE(int64_t, i64)
 			memcpy(d2, d, m * sizeof(T));                           \
 	} while (0)
 
-/* The commonest half-precision blocks, bfloat16 sources summed, in registers:
- * the same float32 sums in the same order and the same rounding as
- * half_block's, without its conversions through L1. Two sources (two ranks
- * of a node, each step of the ring) in one pass; more through a float32
- * accumulator: acc = s0 + s1, acc += sk, out = round(acc + last). out and
- * out2 may be a source, as in DEFINE_KERNEL. */
-DDPI_CLONES DDPI_VEC static void bf16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a,
-					   const uint16_t *b, size_t n)
-{
-	if (!out2) {
-		for (size_t i = 0; i < n; i++)
-			out[i] = ddpi_f32_to_bf16(ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]));
-		return;
-	}
-	for (size_t i = 0; i < n; i++) {
-		uint16_t v = ddpi_f32_to_bf16(ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i]));
-		out[i] = v;
-		out2[i] = v;
-	}
-}
+/* The commonest half-precision blocks, bfloat16 sources summed or averaged
+ * (the reducer's buckets), in registers: the same float32 sums in the same
+ * order, the same division and the same rounding as half_block's, without
+ * its conversions through L1. Two sources (two ranks of a node, each step of
+ * the ring) in one pass; more through a float32 accumulator: acc = s0 + s1,
+ * acc += sk, out = round(acc + last) (an average divides acc before it
+ * rounds). out and out2 may be a source, as in DEFINE_KERNEL. The average
+ * has kernels of its own: a division in the sum's loop would cost more than
+ * its memory (2 ranks, 64 MiB of bfloat16: 21 ms averaged through
+ * half_block's conversions, against 14 ms summed). */
+#define BF16_PAIR_SUM ddpi_bf16_to_f32(a[i]) + ddpi_bf16_to_f32(b[i])
+DEFINE_KERNEL(uint16_t, bf16_sum2, ddpi_f32_to_bf16(BF16_PAIR_SUM))
+DEFINE_KERNEL_WITH(uint16_t, bf16_avg2, WITH_DIVISOR, ddpi_f32_to_bf16((BF16_PAIR_SUM) / d))
 
 #ifdef HAVE_F16C_KERNEL
-/* Two float16 sources summed in registers with F16C (ddpi_cpu_f16c()): the
- * conversions and rounding of dtype.c's bulk path, eight at a time; the tail
- * element by element, the same bits. out and out2 may be a or b: each group
+/* Two float16 sources summed in registers with F16C (ddpi_cpu_f16c()), and
+ * divided by d (1: a sum): the conversions and rounding of dtype.c's bulk
+ * path, eight at a time; the tail element by element, the same bits. out and out2 may be a or b: each group
  * is loaded before it is stored. */
 __attribute__((target("avx,f16c"))) static void
-f16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a, const uint16_t *b, size_t n)
+f16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a, const uint16_t *b, size_t n, float d)
 {
+	__m256 dv = _mm256_set1_ps(d);
 	size_t i = 0;
 
 	for (; i + 8 <= n; i += 8) {
 		__m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a + i)));
 		__m256 y = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(b + i)));
-		__m128i h = _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT);
+		__m256 v = _mm256_add_ps(x, y);
+		if (d != 1.0f) /* an average: x / 1 is x, but the division costs */
+			v = _mm256_div_ps(v, dv);
+		__m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
 		_mm_storeu_si128((__m128i *)(out + i), h);
 		if (out2)
 			_mm_storeu_si128((__m128i *)(out2 + i), h);
 	}
 	for (; i < n; i++) {
-		uint16_t v = ddpi_f32_to_f16(ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i]));
+		uint16_t v = ddpi_f32_to_f16((ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i])) / d);
 		out[i] = v;
 		if (out2)
 			out2[i] = v;
@@ -171,8 +172,9 @@ DDPI_CLONES DDPI_VEC static void bf16_round_add(uint16_t *out, uint16_t *out2,
 	}
 }
 
+/* d: 1 for a sum, the divisor of an average. */
 static void bf16_sum_block(uint16_t *dst, uint16_t *dst2, const void *const *src, int nsrc,
-			   size_t off, size_t m)
+			   size_t off, size_t m, float d)
 {
 	float acc[BLK];
 	const uint16_t *last = (const uint16_t *)src[nsrc - 1] + off;
@@ -180,13 +182,25 @@ static void bf16_sum_block(uint16_t *dst, uint16_t *dst2, const void *const *src
 	dst += off;
 	dst2 = dst2 ? dst2 + off : NULL;
 	if (nsrc == 2) {
-		bf16_sum2(dst, dst2, (const uint16_t *)src[0] + off, last, m);
+		if (d == 1.0f)
+			bf16_sum2(dst, dst2, (const uint16_t *)src[0] + off, last, m);
+		else
+			bf16_avg2(dst, dst2, (const uint16_t *)src[0] + off, last, m, d);
 		return;
 	}
 	bf16_add2(acc, (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
 	for (int k = 2; k < nsrc - 1; k++)
 		bf16_add(acc, (const uint16_t *)src[k] + off, m);
-	bf16_round_add(dst, dst2, acc, last, m);
+	if (d == 1.0f) {
+		bf16_round_add(dst, dst2, acc, last, m);
+		return;
+	}
+	/* Every source is read before dst, which may be one, is written. */
+	bf16_add(acc, last, m);
+	f32_div(acc, NULL, d, m);
+	ddpi_f32_to_bf16_n(dst, acc, m);
+	if (dst2)
+		memcpy(dst2, dst, m * 2);
 }
 
 static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
@@ -194,15 +208,17 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 {
 	float acc[BLK], tmp[BLK];
 	int bf = dt == DDP_BFLOAT16;
+	int sum = op == DDP_SUM || op == DDP_AVG;
+	float d = op == DDP_AVG && avg_div > 1 ? (float)avg_div : 1.0f;
 
-	if (bf && nsrc >= 2 && op == DDP_SUM) {
-		bf16_sum_block(dst, dst2, src, nsrc, off, m);
+	if (bf && nsrc >= 2 && sum) {
+		bf16_sum_block(dst, dst2, src, nsrc, off, m, d);
 		return;
 	}
 #ifdef HAVE_F16C_KERNEL
-	if (!bf && nsrc == 2 && op == DDP_SUM && ddpi_cpu_f16c()) {
+	if (!bf && nsrc == 2 && sum && ddpi_cpu_f16c()) {
 		f16_sum2((uint16_t *)dst + off, dst2 ? (uint16_t *)dst2 + off : NULL,
-			 (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
+			 (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m, d);
 		return;
 	}
 #endif
