@@ -114,7 +114,14 @@ static inline uint16_t ddpi_f32_to_bf16(float f)
 	uint32_t q = (x >> 16) | 0x40;
 	return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? q : r);
 }
-/* Whether this CPU converts float16 in hardware (F16C and AVX; x86-64). */
+/* Whether the float16 kernels for F16C are compiled (x86-64, GCC or clang:
+ * dtype.c's bulk conversions, reduce.c's pair sum), and whether this CPU runs
+ * them (F16C and AVX). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DDPI_HAVE_F16C 1
+#else
+#define DDPI_HAVE_F16C 0
+#endif
 int ddpi_cpu_f16c(void);
 /* Bulk conversions (vectorized where the CPU allows). */
 void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n);

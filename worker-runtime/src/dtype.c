@@ -6,9 +6,8 @@
 
 #include "ddp_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if DDPI_HAVE_F16C
 #include <immintrin.h>
-#define HAVE_X86 1
 #endif
 
 size_t ddp_dtype_size(enum ddp_dtype dt)
@@ -84,7 +83,7 @@ float ddpi_f16_to_f32(uint16_t h)
 
 int ddpi_cpu_f16c(void)
 {
-#ifndef HAVE_X86
+#if !DDPI_HAVE_F16C
 	return 0;
 #else
 	static int cached = -1;
@@ -94,7 +93,7 @@ int ddpi_cpu_f16c(void)
 #endif
 }
 
-#ifdef HAVE_X86
+#if DDPI_HAVE_F16C
 
 __attribute__((target("avx,f16c"))) static void f16_to_f32_f16c(float *dst, const uint16_t *src,
 								size_t n)
@@ -124,7 +123,7 @@ __attribute__((target("avx,f16c"))) static void f32_to_f16_f16c(uint16_t *dst, c
 
 void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 {
-#ifdef HAVE_X86
+#if DDPI_HAVE_F16C
 	if (ddpi_cpu_f16c()) {
 		f16_to_f32_f16c(dst, src, n);
 		return;
@@ -136,7 +135,7 @@ void ddpi_f16_to_f32_n(float *dst, const uint16_t *src, size_t n)
 
 void ddpi_f32_to_f16_n(uint16_t *dst, const float *src, size_t n)
 {
-#ifdef HAVE_X86
+#if DDPI_HAVE_F16C
 	if (ddpi_cpu_f16c()) {
 		f32_to_f16_f16c(dst, src, n);
 		return;

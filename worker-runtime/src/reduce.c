@@ -13,9 +13,8 @@
 
 #include "ddp_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if DDPI_HAVE_F16C
 #include <immintrin.h>
-#define HAVE_F16C_KERNEL 1
 #endif
 
 #define BLK 1024 /* elements per block: 8 KiB accumulators at most */
@@ -112,7 +111,7 @@ DEFINE_COMBINE(int64_t, i64)
 DEFINE_KERNEL(uint16_t, bf16_sum2, ddpi_f32_to_bf16(BF16_PAIR_SUM))
 DEFINE_KERNEL_WITH(uint16_t, bf16_avg2, WITH_DIVISOR, ddpi_f32_to_bf16((BF16_PAIR_SUM) / d))
 
-#ifdef HAVE_F16C_KERNEL
+#if DDPI_HAVE_F16C
 /* Two float16 sources summed in registers with F16C (ddpi_cpu_f16c()), and
  * divided by d (1: a sum): the conversions and rounding of dtype.c's bulk
  * path, eight at a time; the tail element by element, the same bits. out and out2 may be a or b: each group
@@ -215,7 +214,7 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 		bf16_sum_block(dst, dst2, src, nsrc, off, m, d);
 		return;
 	}
-#ifdef HAVE_F16C_KERNEL
+#if DDPI_HAVE_F16C
 	if (!bf && nsrc == 2 && sum && ddpi_cpu_f16c()) {
 		f16_sum2((uint16_t *)dst + off, dst2 ? (uint16_t *)dst2 + off : NULL,
 			 (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m, d);
