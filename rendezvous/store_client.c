@@ -187,7 +187,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 {
 	struct store_client *c;
 	int64_t deadline = store_client_deadline(connect_timeout_ms), backoff = 10;
-	int rc = -ECONNREFUSED, one = 1;
+	int rc = -ECONNREFUSED, one = 1, answer = 0;
 
 	if (host == NULL || port <= 0 || port > 65535)
 		return -EINVAL;
@@ -203,16 +203,24 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 
 		rc = store_addr_resolve(host, port, false, &ai, NULL);
 		for (a = ai; rc == 0 && a; a = a->ai_next) {
+			int64_t t0 = util_now_ms();
 			rc = connect_one(a, deadline, &c->fd);
 			if (rc == 0)
 				break;
+			if (rc != -ETIMEDOUT)
+				answer = rc;
+			else if (util_now_ms() - t0 >= STORE_CLIENT_ANSWER_MS)
+				answer = 0; /* silence since: what it said before is stale */
 		}
 		if (ai)
 			freeaddrinfo(ai);
 		if (rc == 0)
 			break;
-		if (deadline < 0 || util_now_ms() + backoff >= deadline)
+		if (deadline < 0 || util_now_ms() + backoff >= deadline) {
+			if (rc == -ETIMEDOUT && answer < 0)
+				rc = answer;
 			goto fail;
+		}
 		util_sleep_ms(backoff);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}

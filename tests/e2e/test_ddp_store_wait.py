@@ -6,6 +6,7 @@ comes up late, before or after that notice, is joined as usual. No assertion
 here is on a duration: the store is started either well within the quiet 5 s
 or once the notice was seen."""
 import re
+import socket
 import subprocess
 import threading
 import time
@@ -91,3 +92,31 @@ def test_a_store_up_after_the_notice_is_joined(reaper):
     assert rc == 0, err
     assert len(notices(err)) == 1, err
     assert "cannot reach the store" not in err
+
+
+def test_a_store_that_refused_then_stops_answering_is_reported_as_not_answering(reaper):
+    """The failure names what the address did last: refused (nothing listened)
+    until the notice, then silence (a listener whose queue is full, where the
+    kernel drops new connections), for the rest of the timeout. Until
+    2026-12-04 the old refusal was reported."""
+    port = free_port()
+    p, lines, reader = start_rank(reaper, port, 14)
+    deadline = time.monotonic() + 30
+    while not notices("".join(lines)) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [m.group(2) for m in notices("".join(lines))] == [
+        "connection refused (nothing listens at that address)"], "".join(lines)
+    full = socket.socket()
+    full.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    full.bind(("127.0.0.1", port))
+    full.listen(0)  # one connection waits to be accepted; the next gets no answer
+    filler = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        rc, out, err = finish(p, reader, lines)
+    finally:
+        filler.close()
+        full.close()
+    assert rc == 1, err
+    assert (f"ddp_init: cannot reach the store at 127.0.0.1:{port} (MASTER_ADDR:MASTER_PORT) "
+            "within 14 s: no answer (the host is down, a firewall drops the connection, "
+            "or the server there does not answer)") in err, err

@@ -92,6 +92,15 @@ static int is_older_store(int rc)
  * out before even a refusal arrives, hiding the real error. */
 #define MIN_TRY_MS 10
 
+/* Why a connection failed, for the notice and the error. */
+static const char *connect_strerror(int rc)
+{
+	if (rc == -ETIMEDOUT)
+		return "no answer (the host is down, a firewall drops the connection, or the "
+		       "server there does not answer)";
+	return store_strerror(rc);
+}
+
 static int connect_store(struct join *j)
 {
 	const struct ddp_env *env = j->env;
@@ -100,11 +109,16 @@ static int connect_store(struct join *j)
 	int rc, told = 0, why = 0;
 
 	for (;;) {
+		int64_t t0 = util_now_ms();
 		end = !told && quiet_end < j->deadline ? quiet_end : j->deadline;
 		rc = store_client_connect(env->master_addr, env->master_port, left_ms(end),
 					  left_ms(j->deadline), &j->sc);
+		/* What the address last said counts, unless a try had time for
+		 * an answer since and got none (store_client_connect's rule). */
 		if (rc < 0 && rc != -ETIMEDOUT)
 			why = rc;
+		else if (rc == -ETIMEDOUT && util_now_ms() - t0 >= STORE_CLIENT_ANSWER_MS)
+			why = 0;
 		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM || is_older_store(rc))
 			break;
 		if (end - util_now_ms() >= MIN_TRY_MS)
@@ -115,7 +129,7 @@ static int connect_store(struct join *j)
 			"[rank%d] libddp: the store at %s (MASTER_ADDR:MASTER_PORT) does not "
 			"answer yet: %s; still trying for %g s (DDP_TIMEOUT sets how long; "
 			"DDP_STORE=0 runs one node without a store)\n",
-			env->rank, j->addr, store_strerror(rc),
+			env->rank, j->addr, connect_strerror(rc),
 			secs((left_ms(j->deadline) + 50) / 100 * 100));
 		told = 1;
 	}
@@ -129,7 +143,7 @@ static int connect_store(struct join *j)
 		return ddpi_err(
 			rc,
 			"cannot reach the store at %s (MASTER_ADDR:MASTER_PORT) within %g s: %s",
-			j->addr, secs(j->timeout_ms), store_strerror(rc));
+			j->addr, secs(j->timeout_ms), connect_strerror(rc));
 	snprintf(prefix, sizeof(prefix), "ddp/%s/r%d", env->run_id, env->restart);
 	if ((rc = store_client_set_prefix(j->sc, prefix)) < 0)
 		return ddpi_err(rc, "store: %s", store_strerror(rc));
