@@ -128,8 +128,8 @@ static void *abort_main(void *arg)
 	return NULL;
 }
 
-/* abort_comm's work: 1 when the abort or the stream did not finish in time
- * (or no thread could run the abort), else 0. */
+/* abort_comm's work: 0 when the abort and the stream finished, 1 when
+ * either did not in time, -1 when no thread could run the abort. */
 static int abort_wait(struct nccl_be *b)
 {
 	struct timespec nap = {0, 1000000};
@@ -148,7 +148,7 @@ static int abort_wait(struct nccl_be *b)
 		/* No thread to spare, and an abort here could block for good:
 		 * leave the communicator as it is. */
 		free(a);
-		return 1;
+		return -1;
 	}
 	pthread_detach(t);
 	while (!(done = atomic_load(&a->done)) && util_now_ms() < until)
@@ -173,13 +173,19 @@ static int abort_comm(struct nccl_be *b)
 	if (!b->comm || b->aborted)
 		return b->stranded;
 	b->aborted = 1;
-	if (abort_wait(b)) {
-		b->stranded = 1;
+	int rc = abort_wait(b);
+	if (rc < 0)
+		fprintf(stderr,
+			"[rank%d] libddp: no thread could be started to abort the NCCL "
+			"communicator (out of memory or threads): it is left as it is, its "
+			"memory allocated\n",
+			ddpi_log_rank());
+	else if (rc > 0)
 		fprintf(stderr,
 			"[rank%d] libddp: the NCCL communicator's abort or its stream did not "
 			"finish within %d s: its memory stays allocated\n",
 			ddpi_log_rank(), NCCL_ABORT_GRACE_MS / 1000);
-	}
+	b->stranded = rc != 0;
 	return b->stranded;
 }
 
