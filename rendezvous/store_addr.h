@@ -10,6 +10,15 @@
 
 struct addrinfo;
 
+/* How long a connection attempt waits for an answer before its silence is
+ * the answer: a refusal comes far sooner, even from a loaded host across a
+ * network. What an address said before such a silence no longer holds. */
+#define STORE_ANSWER_MS 1000
+/* How long an address that does not answer holds up the next one of the same
+ * name (a dual-stack name's IPv6 and IPv4 addresses), so that one that drops
+ * connections does not take the whole connect timeout. */
+#define STORE_ADDR_TRY_MS 2000
+
 /* Numeric text of sa: "1.2.3.4" / "::1", with ":port" ("[::1]:port") when
  * with_port. 0 or a negative errno. */
 int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len);

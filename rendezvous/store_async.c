@@ -253,12 +253,31 @@ static void attempt_failed(struct store_async *a, int err)
 static void on_deadline(uv_timer_t *t)
 {
 	struct store_async *a = t->data;
+	int err = a->last_err ? a->last_err : -ETIMEDOUT;
 
 	if (a->state != AS_CONNECTING)
 		return;
 	if (a->gai_busy)
 		uv_cancel((uv_req_t *)&a->gai);
-	connect_failed(a, a->last_err ? a->last_err : -ETIMEDOUT);
+	/* An attempt that has waited STORE_ANSWER_MS got no answer: what an
+	 * earlier one said (a refusal) no longer holds. */
+	if (a->tcp && util_now_ms() - a->attempt_ms >= STORE_ANSWER_MS)
+		err = -ETIMEDOUT;
+	connect_failed(a, err);
+}
+
+/* The address being tried has not answered for STORE_ADDR_TRY_MS and another
+ * of the name follows: go on to it. */
+static void on_addr_silent(uv_timer_t *t)
+{
+	struct store_async *a = t->data;
+
+	if (a->state != AS_CONNECTING || !a->tcp || !a->ai_cur)
+		return;
+	a->last_err = -ETIMEDOUT;
+	close_tcp(a);
+	a->ai_cur = a->ai_cur->ai_next;
+	try_next_addr(a);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -309,7 +328,8 @@ static void on_connected(uv_connect_t *req, int status)
 	int rc;
 
 	if (a->state != AS_CONNECTING || req->handle != (uv_stream_t *)a->tcp)
-		return; /* closed meanwhile */
+		return;			/* closed meanwhile */
+	uv_timer_stop(&a->retry_timer); /* on_addr_silent's */
 	if (status < 0) {
 		a->last_err = status;
 		close_tcp(a);
@@ -376,7 +396,12 @@ static void try_next_addr(struct store_async *a)
 		close_tcp(a);
 		a->ai_cur = a->ai_cur->ai_next;
 		try_next_addr(a);
+		return;
 	}
+	a->attempt_ms = util_now_ms();
+	/* The retry timer is idle while an attempt runs. */
+	if (a->ai_cur->ai_next)
+		uv_timer_start(&a->retry_timer, on_addr_silent, STORE_ADDR_TRY_MS, 0);
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)

@@ -51,6 +51,7 @@ struct store_async {
 	int port;
 	enum astate state;
 	int64_t deadline, backoff;
+	int64_t attempt_ms; /* when the current address's attempt began */
 	int last_err;
 	uv_getaddrinfo_t gai;
 	bool gai_busy;

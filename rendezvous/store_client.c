@@ -202,14 +202,16 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 		struct addrinfo *ai = NULL, *a;
 
 		rc = store_addr_resolve(host, port, false, &ai, NULL);
-		for (a = ai; rc == 0 && a; a = a->ai_next) {
-			int64_t t0 = util_now_ms();
-			rc = connect_one(a, deadline, &c->fd);
+		for (a = rc == 0 ? ai : NULL; a; a = a->ai_next) {
+			int64_t t0 = util_now_ms(), until = deadline;
+			if (a->ai_next && (deadline < 0 || deadline - t0 > STORE_ADDR_TRY_MS))
+				until = t0 + STORE_ADDR_TRY_MS; /* the next may answer */
+			rc = connect_one(a, until, &c->fd);
 			if (rc == 0)
 				break;
 			if (rc != -ETIMEDOUT)
 				answer = rc;
-			else if (util_now_ms() - t0 >= STORE_CLIENT_ANSWER_MS)
+			else if (util_now_ms() - t0 >= STORE_ANSWER_MS)
 				answer = 0; /* silence since: what it said before is stale */
 		}
 		if (ai)

@@ -33,13 +33,12 @@ struct store_client;
 /* Connect to host:port (IPv4, IPv6 or a name), retrying with backoff until
  * connect_timeout_ms passes (the server may start later). The default operation
  * timeout is set to op_timeout_ms (<= 0: wait forever). *out is owned by the
- * caller and released with store_client_close(). On failure the answer the
- * address gave (-ECONNREFUSED, ...), unless an attempt had
- * STORE_CLIENT_ANSWER_MS for one and got none (-ETIMEDOUT): a last attempt cut
- * short by the timeout says nothing of the address. */
-/* How long a connection attempt waits for an answer before silence is one: a
- * refusal comes far sooner, even from a loaded host across a network. */
-#define STORE_CLIENT_ANSWER_MS 1000
+ * caller and released with store_client_close(). Every address of the name
+ * is tried in turn (one that does not answer for STORE_ADDR_TRY_MS, when
+ * another follows, is left for it). On failure the answer the address gave
+ * (-ECONNREFUSED, ...), unless an attempt waited STORE_ANSWER_MS for one since
+ * and got none (-ETIMEDOUT): a last attempt cut short by the timeout says
+ * nothing of the address (store_addr.h). */
 int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 			 int64_t op_timeout_ms, struct store_client **out);
 void store_client_close(struct store_client *c);

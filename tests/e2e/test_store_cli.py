@@ -2,6 +2,7 @@
 output and its documented exit status, waiters across clients, stdin values,
 the MASTER_ADDR/MASTER_PORT default, the port file, IPv4 and IPv6."""
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -246,3 +247,44 @@ def test_barrier_on_a_non_counter_fails(srv):
     cli(srv.addr, "set", "word2", "abc")
     r = cli(srv.addr, "barrier", "word2", "2", text=True)
     assert r.returncode == CONN and "not an integer" in r.stderr
+
+
+def with_hosts(tmp_path, text, cmd):
+    """cmd run where /etc/hosts reads text: in a mount namespace of its own,
+    so the machine's file is never touched."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text(text)
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *cmd]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1): a mount namespace with its own /etc/hosts")
+@pytest.mark.parametrize("serving,silent", [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
+def test_a_name_with_two_addresses_reaches_the_one_that_serves(tmp_path, serving, silent):
+    """A dual-stack name (an IPv6 and an IPv4 address) whose store listens on
+    one of them, the other's port held by a listener whose queue is full (the
+    kernel drops connections to it: no answer). Every address is tried, a
+    silent one for a bounded while, whichever the resolver puts first. Until
+    2026-12-05 the client tried only the first address, to the end of its
+    connect timeout."""
+    s = Server(host=serving)
+    fam = socket.AF_INET6 if ":" in silent else socket.AF_INET
+    held = socket.socket(fam, socket.SOCK_STREAM)
+    filler = None
+    try:
+        if fam == socket.AF_INET6:
+            held.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        held.bind((silent, s.port))
+        held.listen(0)
+        filler = socket.create_connection((silent, s.port), timeout=5)  # the queue's one place
+        r = subprocess.run(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
+                                      [DDPSTORE, "--addr", f"dual:{s.port}",
+                                       "--connect-timeout", "30", "ping"]),
+                           capture_output=True, text=True, timeout=90)
+    finally:
+        if filler:
+            filler.close()
+        held.close()
+        assert s.close() == 0
+    assert r.returncode == OK, r.stderr

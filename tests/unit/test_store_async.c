@@ -435,6 +435,58 @@ static void test_connect_failure_fails_queued_ops(void **state)
 	close_and_wait(e, a, "a");
 }
 
+/* A listener on the port whose queue is full (one connection it never
+ * accepts): the kernel drops new connections to it, which get no answer. */
+struct silent {
+	int lfd, cfd;
+	int port;
+};
+
+static void start_silent_later(uv_timer_t *t)
+{
+	struct silent *q = t->data;
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)q->port)};
+	int one = 1;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	q->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(q->lfd >= 0);
+	setsockopt(q->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(q->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(q->lfd, 0), 0);
+	/* The client's attempts run on this loop, which waits for this
+	 * callback: the connection below takes the only place in the queue. */
+	q->cfd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(connect(q->cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ev("silent");
+}
+
+/* Refused at first (nothing listens), then no answer for the rest of the
+ * timeout: the failure is the silence, not the old refusal (the launcher
+ * said "connection refused" of a store that had stopped answering). */
+static void test_connect_failure_after_silence_is_a_timeout(void **state)
+{
+	struct env *e = *state;
+	struct silent q = {.lfd = -1, .cfd = -1, .port = e->port};
+	struct store_async *a;
+	uv_timer_t t;
+
+	store_server_close(e->srv, on_srv_closed, NULL);
+	e->srv = NULL;
+	run_until(e, 1);
+	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 3000, &cbs, &a), 0);
+	uv_timer_init(&e->loop, &t);
+	t.data = &q;
+	uv_timer_start(&t, start_silent_later, 200, 0);
+	run_until(e, 3);
+	assert_string_equal(events[1], "silent");
+	assert_string_equal(events[2], "connect -110"); /* -ETIMEDOUT */
+	uv_close((uv_handle_t *)&t, NULL);
+	close_and_wait(e, a, "a");
+	close(q.cfd);
+	close(q.lfd);
+}
+
 static void test_connection_loss_fails_pending_and_reports(void **state)
 {
 	struct env *e = *state;
@@ -623,6 +675,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_connect_failure_fails_queued_ops, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_connect_failure_after_silence_is_a_timeout,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connection_loss_fails_pending_and_reports,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(

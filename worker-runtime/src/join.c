@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "join.h"
+#include "store_addr.h"
 #include "store_client.h"
 #include "util.h"
 
@@ -114,10 +115,12 @@ static int connect_store(struct join *j)
 		rc = store_client_connect(env->master_addr, env->master_port, left_ms(end),
 					  left_ms(j->deadline), &j->sc);
 		/* What the address last said counts, unless a try had time for
-		 * an answer since and got none (store_client_connect's rule). */
+		 * an answer since and got none (store_client_connect's rule; a
+		 * try's time includes the name's lookup, which a slow resolver
+		 * could make count for silence). */
 		if (rc < 0 && rc != -ETIMEDOUT)
 			why = rc;
-		else if (rc == -ETIMEDOUT && util_now_ms() - t0 >= STORE_CLIENT_ANSWER_MS)
+		else if (rc == -ETIMEDOUT && util_now_ms() - t0 >= STORE_ANSWER_MS)
 			why = 0;
 		if (rc == 0 || rc == -EINVAL || rc == -ENOMEM || is_older_store(rc))
 			break;
