@@ -66,6 +66,7 @@
 #include <netinet/tcp.h>
 #include <signal.h>
 #include <stdint.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -536,6 +537,14 @@ static int run_big(struct ddp_ctx *ctx, int shared)
 			memcpy(recv + (size_t)me * n, send, n);
 			CHECK(ctx, ddp_all_gather(ctx, recv + (size_t)me * n, recv, n));
 			bad |= check_gathered(recv, n, w, me, "in-place all_gather");
+			/* send anywhere else in recv: refused on each rank before it
+			 * talks to any other, so the next call goes on as usual */
+			if (ddp_all_gather(ctx, recv + (size_t)me * n + 1, recv, n) != -EINVAL ||
+			    !strstr(ddp_errmsg(), "send overlaps recv")) {
+				fprintf(stderr, "rank %d: overlapping all_gather: %s\n", me,
+					ddp_errmsg());
+				bad = 1;
+			}
 			for (int root = 0; root < w && !bad; root++) {
 				for (size_t i = 0; i < n; i++)
 					send[i] = me == root ? pattern(root, i) : 0;

@@ -203,7 +203,8 @@ int ddp_all_reduce(struct ddp_ctx *ctx, void *buf, size_t count, enum ddp_dtype 
 /* bytes of root's buf are copied into every rank's buf. */
 int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root);
 /* recv (world_size * bytes) receives every rank's send (bytes) in rank order.
- * send may point at this rank's slot in recv. */
+ * send may point at this rank's slot in recv, and overlap it nowhere else
+ * (-EINVAL). */
 int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t bytes);
 /* Returns once every rank has called it. */
 int ddp_barrier(struct ddp_ctx *ctx);

@@ -72,6 +72,16 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 		return ddpi_err(-EINVAL, "all_gather: send or recv is NULL");
 	if (ctx && bytes > SIZE_MAX / (size_t)ctx->env.world)
 		return ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large", bytes);
+	/* send may be this rank's part of recv (in place), nowhere else in it:
+	 * the peers read it while this rank writes the other parts. */
+	if (ctx && bytes) {
+		uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
+		uintptr_t mine = r + (uintptr_t)ctx->env.rank * bytes;
+		if (s != mine && s < r + (uintptr_t)ctx->env.world * bytes && r < s + bytes)
+			return ddpi_err(-EINVAL,
+					"all_gather: send overlaps recv elsewhere than at this "
+					"rank's part (recv + rank * bytes, the in-place call)");
+	}
 	if ((rc = begin(ctx, "all_gather", DDPI_PROG_ALL_GATHER)) < 0)
 		return rc;
 	rc = ctx->ops->all_gather(ctx->be, send, recv, bytes, ddpi_deadline(ctx));

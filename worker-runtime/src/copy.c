@@ -18,8 +18,8 @@
  * all_gather (64 MiB) took 4.6 ms streamed against 6.1 ms through the
  * kernel's single copy.
  *
- * SSE2 stores are part of x86-64 itself, so no CPU check: one 16-byte store
- * per instruction is enough, the copy waits on memory, not on the core.
+ * SSE2 stores are part of x86-64 itself, so no CPU check; 16-byte stores are
+ * enough if the loop around them is lean (lines() says what that took).
  * Elsewhere everything is memcpy. */
 #include <stdint.h>
 #include <string.h>

@@ -114,7 +114,7 @@ static inline uint16_t ddpi_f32_to_bf16(float f)
 	uint32_t q = (x >> 16) | 0x40;
 	return (uint16_t)((x & 0x7fffffff) > 0x7f800000 ? q : r);
 }
-/* Whether the float16 kernels for F16C are compiled (x86-64, GCC or clang:
+/* Whether the float16 kernels for F16C are compiled (x86-64 and GCC's dialect:
  * dtype.c's bulk conversions, reduce.c's pair sum), and whether this CPU runs
  * them (F16C and AVX). */
 #if defined(__x86_64__) && defined(__GNUC__)

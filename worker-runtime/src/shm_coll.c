@@ -15,7 +15,10 @@
  * three is what makes 4 KiB fast.
  *
  * all_gather and broadcast: through the slots, or, large and where the kernel
- * lets the ranks read each other's memory, in one copy (shm_cma.c). */
+ * lets the ranks read each other's memory, in one copy (shm_cma.c).
+ *
+ * Every collective of 256 KiB or more whose buffers are memory the ranks
+ * share (shm_mem.c) reads the peers' buffers in place instead (shm_direct.c). */
 #include <string.h>
 
 #include "shm.h"
