@@ -326,8 +326,10 @@ static void on_connected(uv_connect_t *req, int status)
 	struct store_msg hello[] = {{.op = STORE_OP_VALIDATE}, {.op = STORE_OP_PING}};
 	struct aop *ping;
 	int rc;
+	bool stale = a->state != AS_CONNECTING || req->handle != (uv_stream_t *)a->tcp;
 
-	if (a->state != AS_CONNECTING || req->handle != (uv_stream_t *)a->tcp)
+	free(req);
+	if (stale)
 		return;			/* closed meanwhile */
 	uv_timer_stop(&a->retry_timer); /* on_addr_silent's */
 	if (status < 0) {
@@ -375,6 +377,8 @@ static void on_connected(uv_connect_t *req, int status)
 
 static void try_next_addr(struct store_async *a)
 {
+	uv_connect_t *creq;
+
 	while (a->ai_cur && a->ai_cur->ai_family != AF_INET && a->ai_cur->ai_family != AF_INET6)
 		a->ai_cur = a->ai_cur->ai_next;
 	if (a->ai_cur == NULL) {
@@ -391,8 +395,13 @@ static void try_next_addr(struct store_async *a)
 	}
 	uv_tcp_init(a->loop, a->tcp);
 	a->tcp->data = a;
-	a->creq.data = a;
-	if (uv_tcp_connect(&a->creq, a->tcp, a->ai_cur->ai_addr, on_connected) < 0) {
+	/* A request of its own per attempt: one given up on (on_addr_silent)
+	 * is still in flight while the next starts, until its callback. */
+	creq = malloc(sizeof(*creq));
+	if (creq)
+		creq->data = a;
+	if (!creq || uv_tcp_connect(creq, a->tcp, a->ai_cur->ai_addr, on_connected) < 0) {
+		free(creq);
 		close_tcp(a);
 		a->ai_cur = a->ai_cur->ai_next;
 		try_next_addr(a);

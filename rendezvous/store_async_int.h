@@ -57,7 +57,6 @@ struct store_async {
 	bool gai_busy;
 	struct addrinfo *ai, *ai_cur;
 	uv_tcp_t *tcp; /* current attempt or connection; malloc'd */
-	uv_connect_t creq;
 	uv_timer_t retry_timer, deadline_timer, wait_timer;
 	unsigned nclosing;
 	struct aop *sendq, *sendq_tail, *replyq, *replyq_tail;

@@ -1,6 +1,7 @@
 """ddpstore, the CLI, against a running `ddpstore serve`: every command, its
 output and its documented exit status, waiters across clients, stdin values,
 the MASTER_ADDR/MASTER_PORT default, the port file, IPv4 and IPv6."""
+import contextlib
 import os
 import shutil
 import socket
@@ -9,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import binary
 from storeutil import (CAS_FAILED, CONN, DDPSTORE, NOT_FOUND, OK, TIMEOUT, USAGE, Server,
                        cli)
 
@@ -258,6 +260,21 @@ def with_hosts(tmp_path, text, cmd):
             'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts), *cmd]
 
 
+@contextlib.contextmanager
+def silent_port(addr, port):
+    """A listener at addr:port whose queue is full (one connection it never
+    accepts): the kernel drops further connections to it, which get no
+    answer."""
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as held:
+        if fam == socket.AF_INET6:
+            held.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        held.bind((addr, port))
+        held.listen(0)
+        with socket.create_connection((addr, port), timeout=5):  # the queue's one place
+            yield
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare(1): a mount namespace with its own /etc/hosts")
 @pytest.mark.parametrize("serving,silent", [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
@@ -269,22 +286,47 @@ def test_a_name_with_two_addresses_reaches_the_one_that_serves(tmp_path, serving
     2026-12-05 the client tried only the first address, to the end of its
     connect timeout."""
     s = Server(host=serving)
-    fam = socket.AF_INET6 if ":" in silent else socket.AF_INET
-    held = socket.socket(fam, socket.SOCK_STREAM)
-    filler = None
     try:
-        if fam == socket.AF_INET6:
-            held.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        held.bind((silent, s.port))
-        held.listen(0)
-        filler = socket.create_connection((silent, s.port), timeout=5)  # the queue's one place
-        r = subprocess.run(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
-                                      [DDPSTORE, "--addr", f"dual:{s.port}",
-                                       "--connect-timeout", "30", "ping"]),
-                           capture_output=True, text=True, timeout=90)
+        with silent_port(silent, s.port):
+            r = subprocess.run(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
+                                          [DDPSTORE, "--addr", f"dual:{s.port}",
+                                           "--connect-timeout", "30", "ping"]),
+                               capture_output=True, text=True, timeout=90)
     finally:
-        if filler:
-            filler.close()
-        held.close()
         assert s.close() == 0
     assert r.returncode == OK, r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="needs root and unshare(1): a mount namespace with its own /etc/hosts")
+@pytest.mark.parametrize("serving,silent", [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
+def test_the_launcher_reaches_a_store_at_a_name_with_two_addresses(tmp_path, serving, silent):
+    """The same for ddprun's own client (libuv): node 1 of a static
+    rendezvous whose --master-addr is the dual-stack name, a silent address
+    first or second. It has reached the store once it counts the nodes there
+    ("1 of 2 joined"); node 0 never comes, and ddprun is stopped by pid."""
+    s = Server(host=serving)
+    p = None
+    err = b""
+    try:
+        with silent_port(silent, s.port):
+            p = subprocess.Popen(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
+                                            [binary("ddprun"), "--nnodes", "2",
+                                             "--node-rank", "1", "--master-addr", "dual",
+                                             "--master-port", str(s.port),
+                                             "--nproc-per-node", "1", "/bin/true"]),
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            os.set_blocking(p.stderr.fileno(), False)
+            deadline = time.monotonic() + 60
+            while (b"1 of 2 joined" not in err and p.poll() is None
+                   and time.monotonic() < deadline):
+                time.sleep(0.1)
+                err += p.stderr.read() or b""
+    finally:
+        if p:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=30)
+            err += p.stderr.read() or b""
+        assert s.close() == 0
+    assert b"ddprun: waiting for nodes: 1 of 2 joined" in err, err.decode(errors="replace")
