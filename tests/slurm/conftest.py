@@ -202,11 +202,14 @@ def wait_for_text(path, text, timeout):
 # whole (written aside, then renamed: a test that saw the file appear read it
 # empty once, between the shell's creating it and echo's writing).
 # The wrapper itself outlives the SIGTERM (or USR1) that scancel sends it: Slurm
-# signals every process of the step, ddprun and its workers alike.
+# signals every process of the step, ddprun and its workers alike, and may
+# still be at it when ddprun has exited; so mv starts with both ignored (a
+# SIGTERM'd mv left .rc.<node> unrenamed: three slurm tests failed now and then).
 NODE_SH = """#!/bin/sh
 ddprun "$@" & p=$!
 trap : TERM USR1
 while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
+trap '' TERM USR1
 echo $rc > "$OUT/.rc.$SLURM_NODEID" && mv "$OUT/.rc.$SLURM_NODEID" "$OUT/rc.$SLURM_NODEID"
 exit $rc
 """
