@@ -400,6 +400,8 @@ static void try_next_addr(struct store_async *a)
 	creq = malloc(sizeof(*creq));
 	if (creq)
 		creq->data = a;
+	else
+		a->last_err = -ENOMEM;
 	if (!creq || uv_tcp_connect(creq, a->tcp, a->ai_cur->ai_addr, on_connected) < 0) {
 		free(creq);
 		close_tcp(a);
