@@ -326,8 +326,9 @@ static void on_timeout_survey(struct coord *c)
 		wait_closed(c);
 		return;
 	}
-	snprintf(tail, sizeof(tail), c->job->dynamic ? ", needs at least %d" : "",
-		 c->job->min_nodes);
+	tail[0] = '\0';
+	if (c->job->dynamic)
+		snprintf(tail, sizeof(tail), ", needs at least %d", c->job->min_nodes);
 	coord_survey_text(c, tail, text, sizeof(text));
 	if (c->job->dynamic)
 		snprintf(msg, sizeof(msg), "the rendezvous timed out after %g s: %s",
