@@ -183,10 +183,11 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
 {
 	struct report_entry *e = &a->failures[a->nfailures];
+	int64_t t = report_failure_time_us(w->error_file, w->started_us, report_now_us());
 
-	/* Observed now: the root-cause rule orders failures by this time. */
+	/* The root-cause rule orders failures by this time. */
 	if (report_entry_init(e, a->world.rank_offset + w->local_rank, w->local_rank, w->pid,
-			      wstatus, w->error_file, report_now_us()) != 0) {
+			      wstatus, w->error_file, t) != 0) {
 		report_entry_free(e);
 		return; /* out of memory: the exit status still tells */
 	}

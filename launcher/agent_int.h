@@ -39,7 +39,8 @@ struct agent_worker {
 	bool running;	 /* started and not yet reaped */
 	bool group_live; /* the process group may still have members */
 	char *error_file;
-	char *prefix[2]; /* console line prefix for stdout, stderr */
+	int64_t started_us; /* report_now_us() at its start */
+	char *prefix[2];    /* console line prefix for stdout, stderr */
 	struct output_stream stream[2];
 };
 

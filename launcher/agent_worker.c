@@ -176,6 +176,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 	}
 	w->pid = pid;
 	w->running = true;
+	w->started_us = report_now_us();
 	w->group_live = true;
 	a->nrunning++;
 	for (s = 0; s < 2; s++) {

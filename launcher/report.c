@@ -202,6 +202,17 @@ int64_t report_now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t report_failure_time_us(const char *error_file, int64_t started_us, int64_t now_us)
+{
+	struct stat st;
+	int64_t wrote;
+
+	if (error_file == NULL || stat(error_file, &st) != 0)
+		return now_us;
+	wrote = (int64_t)st.st_mtim.tv_sec * 1000000 + st.st_mtim.tv_nsec / 1000;
+	return wrote >= started_us && wrote < now_us ? wrote : now_us;
+}
+
 /* What report_cause.c found: cause, interpreter, the last stderr lines
  * (indented by four spaces) and where the whole of it is. */
 static void format_output(struct text *t, const struct report_entry *e)

@@ -101,6 +101,13 @@ bool report_cause_before(const struct report_entry *a, const struct report_entry
 size_t report_root_cause(const struct report_entry *e, size_t n);
 /* The current time as report entries record it (CLOCK_REALTIME, epoch us). */
 int64_t report_now_us(void);
+/* When a worker started at started_us (report_now_us) and observed to have
+ * failed at now_us failed, for the root-cause rule: when it wrote its error
+ * file (path, may be NULL) if that is in between, else now_us. An agent slow
+ * to reap, on a busy node, must not make a consequence on another node come
+ * first (a compat run showed rank 0's "peer closed" ahead of rank 2's own
+ * error); a file from before the start is a stale one. */
+int64_t report_failure_time_us(const char *error_file, int64_t started_us, int64_t now_us);
 
 /* Parse an error file's text: *message (malloc'd) and *caused_by (malloc'd
  * libddp marker, at most REPORT_CAUSE_MAX bytes; NULL when absent or empty).

@@ -5,11 +5,12 @@ worker, no PyTorch advice for a worker that is not Python, and all of it in
 node 0's report for a failure on another node."""
 import os
 import shutil
+import signal
 import subprocess
 
 import pytest
 
-from conftest import binary, run
+from conftest import binary, run, wait_for
 from mnutil import RECORD, all_recorded, static_job
 
 URL = "https://pytorch.org/docs/stable/elastic/errors.html"
@@ -173,3 +174,32 @@ def test_a_failure_on_node_1_shows_its_stderr_in_node_0s_report(reaper, tmp_path
     root = root_cause(agents[0].stderr())
     assert "rank      : 3 (local_rank: 1)" in root
     assert "  stderr    : last 1 line:\n    fatal: node 1 cannot open /data/shard-3\n" in root
+
+
+def test_a_failure_dates_from_its_error_file_not_from_a_late_reaping(reaper, tmp_path):
+    """Rank 1 (node 1) writes its error file first; its agent, stopped as a
+    busy one might be, reaps it late, after rank 0 (node 0) has failed on its
+    own. Rank 1 exited before any stop signal, so it is a failure; and it
+    failed first, by its error file: the root cause (by the time its agent
+    saw it, rank 0 took the blame, as in a compat run)."""
+    err = ('printf \'{"message": {"message": "RuntimeError: %s", "extraInfo": '
+           '{"py_callstack": "Traceback:\\\\nRuntimeError: %s", "timestamp": "1"}}}\' '
+           '"$1" "$1" > "$TORCHELASTIC_ERROR_FILE"')
+    go = 'while [ ! -e "$OUT/go" ]; do sleep 0.02; done; '
+    script = (RECORD + all_recorded(2) +
+              f'if [ "$RANK" = 1 ]; then set -- "rank 1 gave up"; {err}; touch "$OUT/wrote"; '
+              f'{go}exit 1; else {go}sleep 0.5; set -- "peer closed"; {err}; exit 1; fi')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
+    wait_for(lambda: (out / "wrote").exists(), timeout=30, what="rank 1's error file")
+    agents[1].signal(signal.SIGSTOP)
+    try:
+        (out / "go").touch()
+        wait_for(lambda: "failed with exit status 1" in agents[0].stderr(), timeout=30,
+                 what="node 0 to see rank 0 fail")
+    finally:
+        agents[1].signal(signal.SIGCONT)
+    for a in agents:
+        assert a.wait() == 1, a.stderr()
+    root = root_cause(agents[0].stderr())
+    assert "rank      : 1 (local_rank: 0)" in root, agents[0].stderr()
+    assert "RuntimeError: rank 1 gave up" in root, agents[0].stderr()

@@ -9,10 +9,12 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -150,6 +152,28 @@ static void test_entry_without_error_file(void **state)
 	assert_string_equal(e.message, "Signal 11 (SIGSEGV) received by PID 77");
 	assert_int_equal(report_exit_status(&e), 139);
 	report_entry_free(&e);
+}
+
+/* A failure dates from the worker's error file when the file was written
+ * between the worker's start and the failure's observation (an agent slow to
+ * reap must not put a consequence elsewhere first), else from the
+ * observation: no file, a stale file from before the start, a file written
+ * after (clock steps). */
+static void test_failure_time_is_the_error_files_when_in_between(void **state)
+{
+	char *path = write_tmp("{\"message\": \"x\"}");
+	struct timespec at[2] = {{.tv_sec = 1000, .tv_nsec = 250000000}};
+	const int64_t wrote = 1000250000;
+
+	at[1] = at[0];
+	assert_int_equal(utimensat(AT_FDCWD, path, at, 0), 0);
+	assert_int_equal(report_failure_time_us(path, 999000000, 1002000000), wrote);
+	assert_int_equal(report_failure_time_us(path, wrote, 1002000000), wrote);
+	assert_int_equal(report_failure_time_us(path, 1001000000, 1002000000), 1002000000);
+	assert_int_equal(report_failure_time_us(path, 999000000, 1000000000), 1000000000);
+	assert_int_equal(report_failure_time_us(NULL, 999000000, 1002000000), 1002000000);
+	unlink(path);
+	assert_int_equal(report_failure_time_us(path, 999000000, 1002000000), 1002000000);
 }
 
 static void test_entry_with_error_file(void **state)
@@ -452,6 +476,7 @@ int main(void)
 		cmocka_unit_test(test_parse_secondary_marker),
 		cmocka_unit_test(test_entry_without_error_file),
 		cmocka_unit_test(test_entry_with_error_file),
+		cmocka_unit_test(test_failure_time_is_the_error_files_when_in_between),
 		cmocka_unit_test(test_root_cause_is_the_earliest_observed),
 		cmocka_unit_test(test_root_cause_ties_go_to_the_lower_global_rank),
 		cmocka_unit_test(test_root_cause_primary_before_secondary),
