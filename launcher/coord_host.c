@@ -166,6 +166,8 @@ void coord_host_conn_closed(void *arg)
 
 	if (c->closing_store && c->server != NULL && store_server_num_conns(c->server) == 0)
 		close_now(c);
+	else
+		coord_leave_recount(c);
 }
 
 void coord_host_close(struct coord *c)

@@ -121,7 +121,8 @@ struct coord {
 	int open;	 /* handles and connections closing */
 	int leave_stage; /* see coord.c: leave_advance */
 	bool closing_store;
-	bool hurry; /* a further signal: leave without waiting for anyone */
+	bool hurry;		/* a further signal: leave without waiting for anyone */
+	bool awaiting_all_left; /* the store's host waits for r<round>/all_left */
 	/* coord_start.c */
 	int64_t resolve_deadline_ms;
 	int64_t connect_deadline_ms; /* for the line while nothing answers */
@@ -145,6 +146,10 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 void coord_leave(struct coord *c);
 /* A further signal while leaving: stop waiting for the other nodes. */
 void coord_hurry(struct coord *c);
+/* The store's host, waiting for all_left, saw a connection close: count the
+ * nodes that left again (one that counted itself last may have closed, in a
+ * hurry, before it could say that all had). */
+void coord_leave_recount(struct coord *c);
 /* The round closed with this node taking part: start the workers. */
 void coord_round_start(struct coord *c);
 /* The round's end value arrived (W's wait on r<round>/end). */

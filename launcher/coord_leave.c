@@ -5,7 +5,11 @@
  * closes its connections and the workers' store. The rendezvous store's host
  * first waits, bounded, for all_left (the others still read the end, publish
  * failures, report), then for the last connections; then the timers close
- * and the agent ends with the job's status. */
+ * and the agent ends with the job's status. A node whose signal hurries it
+ * out closes without waiting for its count: should it have been the last,
+ * the host, told of the closed connection, counts again and sets all_left
+ * itself (it waited out --shutdown-timeout otherwise, seen under scancel of a
+ * step, where every node gets SIGTERM as it leaves). */
 #include "coord_int.h"
 
 #include <stdarg.h>
@@ -104,7 +108,16 @@ static void clear_and_close(struct coord *c)
 
 static void on_all_left(int status, void *arg)
 {
-	clear_and_close(arg);
+	struct coord *c = arg;
+
+	c->awaiting_all_left = false;
+	clear_and_close(c);
+}
+
+/* How many nodes must have left before all have. */
+static int left_expected(const struct coord *c)
+{
+	return c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0);
 }
 
 /* This node is done with the store. Its host waits (bounded) until every
@@ -116,8 +129,31 @@ static void after_left(struct coord *c)
 	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
 
 	if (c->server == NULL || !c->w_up || !c->in_round ||
-	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0)
+	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0) {
 		clear_and_close(c);
+		return;
+	}
+	c->awaiting_all_left = true;
+}
+
+static void on_recount(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+	char key[64];
+
+	/* Setting it ends this host's own wait (on_all_left). */
+	if (status == 0 && c->awaiting_all_left && c->A != NULL && n >= left_expected(c))
+		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1, NULL,
+				NULL);
+}
+
+void coord_leave_recount(struct coord *c)
+{
+	char key[64];
+
+	if (c->phase != CP_LEAVE || !c->awaiting_all_left || c->A == NULL || !c->a_up)
+		return;
+	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 0, on_recount, c);
 }
 
 static void on_all_left_set(int status, void *arg)
@@ -129,9 +165,8 @@ static void on_left(int status, int64_t n, void *arg)
 {
 	struct coord *c = arg;
 	char key[64];
-	int expected = c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0);
 
-	if (status == 0 && n >= expected &&
+	if (status == 0 && n >= left_expected(c) &&
 	    store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1,
 			    on_all_left_set, c) == 0)
 		return;
