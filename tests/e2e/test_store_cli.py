@@ -326,7 +326,11 @@ def test_the_launcher_reaches_a_store_at_a_name_with_two_addresses(tmp_path, ser
         if p:
             if p.poll() is None:
                 p.terminate()
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()  # never left behind
+                p.wait(timeout=10)
             err += p.stderr.read() or b""
         assert s.close() == 0
     assert b"ddprun: waiting for nodes: 1 of 2 joined" in err, err.decode(errors="replace")

@@ -396,16 +396,22 @@ static void start_server_later(uv_timer_t *t)
 	ev("server up");
 }
 
+/* Close the test's server: nothing listens on e->port any more. */
+static void free_the_port(struct env *e)
+{
+	store_server_close(e->srv, on_srv_closed, NULL);
+	e->srv = NULL;
+	run_until(e, 1);
+}
+
 static void test_connect_retries_until_the_server_starts(void **state)
 {
 	struct env *e = *state;
 	struct store_async *a;
 	uv_timer_t t;
 
-	/* Free the port, and bring the server back 300 ms after connecting. */
-	store_server_close(e->srv, on_srv_closed, NULL);
-	e->srv = NULL;
-	run_until(e, 1);
+	/* Bring the server back 300 ms after connecting. */
+	free_the_port(e);
 	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 10000, &cbs, &a), 0);
 	store_async_ping(a, done_cb, "ping");
 	uv_timer_init(&e->loop, &t);
@@ -424,9 +430,7 @@ static void test_connect_failure_fails_queued_ops(void **state)
 	struct env *e = *state;
 	struct store_async *a;
 
-	store_server_close(e->srv, on_srv_closed, NULL);
-	e->srv = NULL;
-	run_until(e, 1);
+	free_the_port(e);
 	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 200, &cbs, &a), 0);
 	store_async_ping(a, done_cb, "ping");
 	run_until(e, 3);
@@ -471,9 +475,7 @@ static void test_connect_failure_after_silence_is_a_timeout(void **state)
 	struct store_async *a;
 	uv_timer_t t;
 
-	store_server_close(e->srv, on_srv_closed, NULL);
-	e->srv = NULL;
-	run_until(e, 1);
+	free_the_port(e);
 	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 3000, &cbs, &a), 0);
 	uv_timer_init(&e->loop, &t);
 	t.data = &q;
