@@ -123,6 +123,7 @@ struct coord {
 	bool closing_store;
 	bool hurry;		/* a further signal: leave without waiting for anyone */
 	bool awaiting_all_left; /* the store's host waits for r<round>/all_left */
+	int64_t left_at_ms;	/* since when (util_now_ms) */
 	/* coord_start.c */
 	int64_t resolve_deadline_ms;
 	int64_t connect_deadline_ms; /* for the line while nothing answers */

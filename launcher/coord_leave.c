@@ -12,12 +12,14 @@
  * step, where every node gets SIGTERM as it leaves). */
 #include "coord_int.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "store_async.h"
+#include "util.h"
 
 static void on_timer_closed(uv_handle_t *h)
 {
@@ -110,6 +112,11 @@ static void on_all_left(int status, void *arg)
 {
 	struct coord *c = arg;
 
+	/* Said, because it is why this node ended so late. */
+	if (status == -ETIMEDOUT)
+		agent_say("waited %.0f s for every node to leave the rendezvous store; closing it "
+			  "without the rest",
+			  (double)(util_now_ms() - c->left_at_ms) / 1000.0);
 	c->awaiting_all_left = false;
 	clear_and_close(c);
 }
@@ -134,6 +141,7 @@ static void after_left(struct coord *c)
 		return;
 	}
 	c->awaiting_all_left = true;
+	c->left_at_ms = util_now_ms();
 }
 
 static void on_recount(int status, int64_t n, void *arg)
@@ -200,6 +208,18 @@ void coord_leave(struct coord *c)
 		uv_timer_stop(&c->watch_timer);
 	}
 	if (c->A == NULL || !c->a_up || c->hurry) {
+		/* Hurried (a second signal): no waiting, but what the others
+		 * wait for goes out before the close (written at once; the store
+		 * reads it before the end of the stream): this node's failures
+		 * (every node's report waits for them) and its count among those
+		 * who left (the store's host recounts when the connection closes).
+		 * Otherwise each waited its bound for this node. */
+		if (c->hurry && c->A != NULL && c->a_up && c->in_round) {
+			if (c->agent != NULL)
+				coord_publish_failures(c);
+			store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 1, NULL,
+					NULL);
+		}
 		close_conns(c);
 		return;
 	}

@@ -266,12 +266,26 @@ static void on_collected(int status, size_t n, const void *const *vals, const si
 		coord_report_local(c);
 		return;
 	}
+	char who[128] = "";
+	size_t at = 0;
+
 	for (i = 0; i < n; i++) {
-		if ((int)i == c->rank)
+		if ((int)i == c->rank) {
 			add_mine(c, &e, &ne);
-		else if (!lost_node(c, i) && add_entries(vals[i], lens[i], &e, &ne) != 0)
+		} else if (!lost_node(c, i) && add_entries(vals[i], lens[i], &e, &ne) != 0) {
 			missing = true; /* it never told (or not in time) */
+			if (at < sizeof(who) - 16)
+				at += (size_t)snprintf(who + at, sizeof(who) - at, "%s%zu",
+						       at ? ", " : "", i);
+			else if (at < sizeof(who) - 4)
+				at += (size_t)snprintf(who + at, sizeof(who) - at, "...");
+		}
 	}
+	/* Said, because the wait for them is why this node ended so late. */
+	if (missing)
+		agent_say("no readable failure list from node %s within %.0f s: the report goes on "
+			  "without it",
+			  who, (double)(c->job->shutdown_timeout_ms + REPORT_SLACK_MS) / 1000.0);
 	conclude(c, e, ne, missing);
 	free_entries(e, ne);
 }

@@ -4,6 +4,7 @@ on this machine on loopback: ranks in node-rank order with each node's own
 the node; a failure anywhere stops (or, with restarts left, restarts) every
 node, whose workers find the last attempt's keys gone from the store; a lost
 agent or store stops the others; the exit barrier."""
+import os
 import signal
 import socket
 
@@ -167,6 +168,43 @@ def test_a_signal_to_one_node_ends_every_node_with_its_status(reaper, tmp_path):
     for a in agents:
         assert a.wait() == 143, a.stderr()
     assert "node 1 (host" in agents[0].stderr() and "received SIGTERM" in agents[0].stderr()
+    assert_all_dead(worker_pids(out))
+
+
+def children(pid):
+    """The pids of pid's children (those it has not reaped; ddprun's own
+    watchdog among them)."""
+    kids = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def test_a_node_hurried_by_a_second_signal_still_tells_what_the_others_wait_for(reaper,
+                                                                              tmp_path):
+    # Node 0, the store's host, is stopped while node 1 takes SIGTERM: node 1
+    # stops its worker and waits for the store to take its end when a second
+    # SIGTERM hurries it out. On the way it must still publish its failures
+    # and count itself as left: node 0 otherwise waited out its bounds for
+    # them (--shutdown-timeout + 5 s for the list, then 10 s + the timeout
+    # for the count) and said so.
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
+    wait_workers(out, 2)
+    try:
+        agents[0].signal(signal.SIGSTOP)
+        agents[1].signal(signal.SIGTERM)
+        worker = int((out / "pid.1.0").read_text())
+        wait_for(lambda: worker not in children(agents[1].p.pid), timeout=30,
+                 what="node 1's worker reaped")
+        agents[1].signal(signal.SIGTERM)
+        assert agents[1].wait() == 143, agents[1].stderr()
+    finally:
+        agents[0].signal(signal.SIGCONT)
+    assert agents[0].wait() == 143, agents[0].stderr()
+    err = agents[0].stderr()
+    assert "node 1 (host" in err and "received SIGTERM" in err, err
+    assert "no readable failure list" not in err and "waited" not in err, err
     assert_all_dead(worker_pids(out))
 
 
