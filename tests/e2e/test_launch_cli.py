@@ -161,6 +161,10 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert "no-such-program-xyz: command not found" in one_error_line(r)
     r = ddprun(str(tmp_path / "missing.py"))
     assert r.returncode == 127
+    # An empty name is not found either (it once ran python3 on stdin, exit 0).
+    r = ddprun("--nproc-per-node", "2", "", "-c", f"open({str(marker)!r}, 'w')")
+    assert r.returncode == 127
+    assert "'': command not found" in one_error_line(r)
     assert not marker.exists()
 
 
