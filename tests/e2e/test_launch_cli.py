@@ -87,6 +87,32 @@ def test_bad_pet_variable_names_the_variable():
     assert "PET_NPROC_PER_NODE" in one_error_line(r)
 
 
+# A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
+PET_REFUSED = {
+    "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
+    "RDZV_CONF": "x", "STANDALONE": "x", "MAX_RESTARTS": "x", "MONITOR_INTERVAL": "x",
+    "START_METHOD": "x", "ROLE": "", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
+    "LOG_DIR": "", "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
+    "NODE_RANK": "x", "MASTER_ADDR": "", "MASTER_PORT": "x", "SIGNALS_TO_HANDLE": "x",
+    "FORWARD_SIGNALS": "x", "SHUTDOWN_TIMEOUT": "x", "TAG_OUTPUT": "x",
+    "HANG_TIMEOUT": "x", "EVENT_LOG_HANDLER": "x", "VIRTUAL_LOCAL_RANK": "x",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PET_REFUSED))
+def test_every_option_reads_its_pet_variable(name):
+    r = ddprun(TRUE, env={"PET_" + name: PET_REFUSED[name]})
+    assert r.returncode == 2, r
+    assert "PET_" + name in one_error_line(r)
+
+
+@pytest.mark.parametrize("name", ["NUMA_BINDING", "LOGS_SPECS", "PRINT_COMPLETION"])
+def test_the_documented_exceptions_have_no_pet_variable(name):
+    """As in torchrun, which gives these three no env action."""
+    r = ddprun(TRUE, env={"PET_" + name: "x"})
+    assert r.returncode == 0 and r.stderr == "", r
+
+
 def test_bad_store_io_choice_is_a_usage_error():
     r = ddprun(TRUE, env={"DDP_STORE_IO": "epoll"})
     assert r.returncode == 2
