@@ -526,6 +526,22 @@ static int parse_torch2(struct parse *p, struct cli_opts *o)
 	return 0;
 }
 
+/* A host (an IPv6 address bare or in brackets), as torchrun takes it: its
+ * port is --master-port's, so "host:port" would have been passed over. */
+static int check_master_addr(struct parse *p)
+{
+	char host[256];
+	int port;
+
+	if (util_parse_hostport(p->raw[O_MASTER_ADDR].val, host, sizeof(host), -1, &port) != 0 ||
+	    host[0] == '\0')
+		return bad_value(p, O_MASTER_ADDR, "a host name or address");
+	if (port != -1)
+		return bad_value(p, O_MASTER_ADDR,
+				 "a host without a port (--master-port gives the port)");
+	return 0;
+}
+
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
@@ -538,8 +554,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
 		return bad_value(p, O_NODE_RANK, "a non-negative integer");
 	o->master_addr = r[O_MASTER_ADDR].val;
-	if (o->master_addr[0] == '\0')
-		return bad_value(p, O_MASTER_ADDR, "a host name or address");
+	if ((rc = check_master_addr(p)) != 0)
+		return rc;
 	if (util_parse_int(r[O_MASTER_PORT].val, 0, 65535, &o->master_port) != 0)
 		return bad_value(p, O_MASTER_PORT, "a port number from 0 to 65535");
 	o->master_port_given = r[O_MASTER_PORT].src != NULL;

@@ -72,6 +72,11 @@ def test_help_and_version():
         (["--numa-binding", "gpu", TRUE], "--numa-binding"),
         (["--print-completion", "bash"], "no shell completion script"),
         (["--rdzv-conf", "use_libuv=1,join_timeout=x", TRUE], "join_timeout=x"),
+        # Malformed on one node as on several (it was 1 there); a port in it
+        # was passed over, the store taking another.
+        (["--master-addr", "[::1", TRUE], "--master-addr"),
+        (["--master-addr", "127.0.0.1:5000", TRUE], "without a port"),
+        (["--nnodes", "2", "--master-addr", "[::1]:5000", TRUE], "without a port"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, says):
