@@ -61,6 +61,7 @@ def test_help_and_version():
         (["--signals-to-handle", "SIGNOPE", TRUE], "unknown signal 'SIGNOPE'"),
         (["--signals-to-handle", "SIGKILL", TRUE], "cannot be handled"),
         (["--shutdown-timeout", "-1", TRUE], "--shutdown-timeout"),
+        (["--shutdown-timeout", "0x10", TRUE], "--shutdown-timeout"),  # float() refuses it
         (["--max-restarts", "many", TRUE], "--max-restarts"),
         (["--rdzv-backend", "etcd", TRUE], "--rdzv-backend"),
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
