@@ -542,6 +542,30 @@ static int check_master_addr(struct parse *p)
 	return 0;
 }
 
+/* torchrun's get_rdzv_endpoint: a static job given --rdzv-endpoint HOST:PORT
+ * meets there, in place of --master-addr and --master-port. */
+static int static_endpoint(struct parse *p, struct cli_opts *o)
+{
+	struct raw *r = p->raw;
+	int port;
+
+	if (strcmp(o->rdzv_backend, "static") != 0 || o->rdzv_endpoint[0] == '\0' || o->standalone)
+		return 0;
+	if (util_parse_hostport(o->rdzv_endpoint, o->endpoint_host, sizeof(o->endpoint_host), -1,
+				&port) != 0 ||
+	    o->endpoint_host[0] == '\0')
+		return bad_value(p, O_RDZV_ENDPOINT, "HOST:PORT");
+	if (port == -1)
+		return bad_value(p, O_RDZV_ENDPOINT,
+				 "HOST:PORT (a static rendezvous needs the port, as torchrun's)");
+	o->master_addr = r[O_MASTER_ADDR].val = o->endpoint_host;
+	r[O_MASTER_ADDR].src = src_of(p, O_RDZV_ENDPOINT);
+	o->master_port = port;
+	r[O_MASTER_PORT].src = src_of(p, O_RDZV_ENDPOINT);
+	o->master_port_given = true;
+	return 0;
+}
+
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
@@ -563,6 +587,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (strcmp(o->rdzv_backend, "static") != 0 && strcmp(o->rdzv_backend, "c10d") != 0)
 		return bad_value(p, O_RDZV_BACKEND, "static or c10d");
 	o->rdzv_endpoint = r[O_RDZV_ENDPOINT].val;
+	if ((rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0 ||
+	    (rc = static_endpoint(p, o)) != 0)
+		return rc;
 	o->rdzv_id = r[O_RDZV_ID].val;
 	if (o->rdzv_id[0] == '\0')
 		return bad_value(p, O_RDZV_ID, "a non-empty id");

@@ -76,6 +76,7 @@ def test_help_and_version():
         # Malformed on one node as on several (it was 1 there); a port in it
         # was passed over, the store taking another.
         (["--master-addr", "[::1", TRUE], "--master-addr"),
+        (["--rdzv-endpoint", "localhost", TRUE], "needs the port"),  # static, as torchrun
         (["--master-addr", "127.0.0.1:5000", TRUE], "without a port"),
         (["--nnodes", "2", "--master-addr", "[::1]:5000", TRUE], "without a port"),
     ],
