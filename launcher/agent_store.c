@@ -15,7 +15,7 @@
 int agent_store_open(struct agent *a, char *err, size_t errlen)
 {
 	struct store_server_opts so;
-	char host[256];
+	char host[256], numeric[64];
 	int port, rc;
 
 	rc = util_parse_hostport(a->job->master_addr, host, sizeof(host), a->job->master_port,
@@ -24,9 +24,6 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 		snprintf(err, errlen, "invalid --master-addr '%.200s'", a->job->master_addr);
 		return rc;
 	}
-	a->store_host = strdup(host);
-	if (a->store_host == NULL)
-		return -ENOMEM;
 	/* One node and no port asked for: any free port, never a collision on
 	 * torchrun's 29500. Several nodes must agree on it: keep it. */
 	port = a->job->master_port;
@@ -48,7 +45,14 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 		return rc;
 	}
 	a->store_port = store_server_port(a->store);
-	return 0;
+	/* The workers get the numeric address the name came to (ddprun(1),
+	 * --master-addr), never a name of --master-addr or Slurm's node list
+	 * that they would resolve again. */
+	if (store_server_addr(a->store, numeric, sizeof(numeric)) == 0)
+		a->store_host = strdup(numeric);
+	else
+		a->store_host = strdup(host);
+	return a->store_host != NULL ? 0 : -ENOMEM;
 }
 
 void agent_store_world(struct agent *a, struct workenv_world *w)

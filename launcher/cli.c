@@ -526,6 +526,46 @@ static int parse_torch2(struct parse *p, struct cli_opts *o)
 	return 0;
 }
 
+/* A host (an IPv6 address bare or in brackets), as torchrun takes it: its
+ * port is --master-port's, so "host:port" would have been passed over. */
+static int check_master_addr(struct parse *p)
+{
+	char host[256];
+	int port;
+
+	if (util_parse_hostport(p->raw[O_MASTER_ADDR].val, host, sizeof(host), -1, &port) != 0 ||
+	    host[0] == '\0')
+		return bad_value(p, O_MASTER_ADDR, "a host name or address");
+	if (port != -1)
+		return bad_value(p, O_MASTER_ADDR,
+				 "a host without a port (--master-port gives the port)");
+	return 0;
+}
+
+/* torchrun's get_rdzv_endpoint: a static job given --rdzv-endpoint HOST:PORT
+ * meets there, in place of --master-addr and --master-port. */
+static int static_endpoint(struct parse *p, struct cli_opts *o)
+{
+	struct raw *r = p->raw;
+	int port;
+
+	if (strcmp(o->rdzv_backend, "static") != 0 || o->rdzv_endpoint[0] == '\0' || o->standalone)
+		return 0;
+	if (util_parse_hostport(o->rdzv_endpoint, o->endpoint_host, sizeof(o->endpoint_host), -1,
+				&port) != 0 ||
+	    o->endpoint_host[0] == '\0')
+		return bad_value(p, O_RDZV_ENDPOINT, "HOST:PORT");
+	if (port == -1)
+		return bad_value(p, O_RDZV_ENDPOINT,
+				 "HOST:PORT (a static rendezvous needs the port, as torchrun's)");
+	o->master_addr = r[O_MASTER_ADDR].val = o->endpoint_host;
+	r[O_MASTER_ADDR].src = src_of(p, O_RDZV_ENDPOINT);
+	o->master_port = port;
+	r[O_MASTER_PORT].src = src_of(p, O_RDZV_ENDPOINT);
+	o->master_port_given = true;
+	return 0;
+}
+
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
@@ -538,8 +578,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
 		return bad_value(p, O_NODE_RANK, "a non-negative integer");
 	o->master_addr = r[O_MASTER_ADDR].val;
-	if (o->master_addr[0] == '\0')
-		return bad_value(p, O_MASTER_ADDR, "a host name or address");
+	if ((rc = check_master_addr(p)) != 0)
+		return rc;
 	if (util_parse_int(r[O_MASTER_PORT].val, 0, 65535, &o->master_port) != 0)
 		return bad_value(p, O_MASTER_PORT, "a port number from 0 to 65535");
 	o->master_port_given = r[O_MASTER_PORT].src != NULL;
@@ -547,6 +587,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (strcmp(o->rdzv_backend, "static") != 0 && strcmp(o->rdzv_backend, "c10d") != 0)
 		return bad_value(p, O_RDZV_BACKEND, "static or c10d");
 	o->rdzv_endpoint = r[O_RDZV_ENDPOINT].val;
+	if ((rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0 ||
+	    (rc = static_endpoint(p, o)) != 0)
+		return rc;
 	o->rdzv_id = r[O_RDZV_ID].val;
 	if (o->rdzv_id[0] == '\0')
 		return bad_value(p, O_RDZV_ID, "a non-empty id");

@@ -94,6 +94,7 @@ struct cli_opts {
 	bool virtual_local_rank;
 	struct cli_filters dup_filters[2]; /* [0] stdout, [1] stderr */
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
+	char endpoint_host[256]; /* static --rdzv-endpoint's host: master_addr then */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr;
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */

@@ -13,15 +13,17 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		       const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
 {
 	struct slurm_info si;
+	unsigned need = (g->nnodes ? 0 : SLURM_NEED_NNODES) |
+			(g->node_rank ? 0 : SLURM_NEED_NODE_RANK) |
+			(g->master_addr ? 0 : SLURM_NEED_MASTER);
 	char why[300];
 	int rc;
 
-	if (g->nnodes && g->node_rank && g->master_addr)
+	if (need == 0)
 		return 0;
-	rc = slurm_info_read(getenv_fn, &si, why, sizeof(why));
+	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {
-		snprintf(err, errlen,
-			 "%s (set --nnodes, --node-rank and --master-addr to override)", why);
+		snprintf(err, errlen, "%s", why);
 		return -EINVAL;
 	}
 	o->slurm_stray = si.stray;

@@ -197,9 +197,15 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 		python = false;
 	else
 		python = o->module || ends_with(script, ".py");
+	/* execvp("") fails with ENOENT, as the shell's '' is "command not found";
+	 * only an unset or empty PYTHON_EXEC means python3. */
+	if (script[0] == '\0' && !o->module) {
+		snprintf(err, errlen, "'': command not found (the program's name is empty)");
+		return -ENOENT;
+	}
 	exe = python ? getenv_fn("PYTHON_EXEC") : script;
 	p->exe_from_env = python && exe != NULL && exe[0] != '\0';
-	if (exe == NULL || exe[0] == '\0')
+	if (python && (exe == NULL || exe[0] == '\0'))
 		exe = "python3";
 	p->python = python;
 	p->exe_name = exe;

@@ -261,6 +261,18 @@ int slurm_hostlist_first(const char *list, char *buf, size_t len)
 	return rc;
 }
 
+/* The flag that overrides a variable, for the error message. */
+static const char *flag_of(const char *name)
+{
+	if (strcmp(name, "SLURM_NODEID") == 0)
+		return "--node-rank";
+	if (strcmp(name, "SLURM_NNODES") == 0 || strcmp(name, "SLURM_JOB_NUM_NODES") == 0)
+		return "--nnodes";
+	if (strstr(name, "NODELIST") != NULL)
+		return "--master-addr";
+	return "--nnodes, --node-rank and --master-addr together";
+}
+
 static int read_int(const char *(*getenv_fn)(const char *), const char *name, int min, int *out,
 		    char *err, size_t errlen)
 {
@@ -270,7 +282,8 @@ static int read_int(const char *(*getenv_fn)(const char *), const char *name, in
 	if (v == NULL)
 		return 0;
 	if (util_parse_int(v, min, 1 << 24, out) != 0) {
-		snprintf(err, errlen, "%s='%s' is not a valid number", name, v);
+		snprintf(err, errlen, "%s='%.100s' is not a valid number (set %s instead)", name, v,
+			 flag_of(name));
 		*out = -1;
 		return -EINVAL;
 	}
@@ -299,8 +312,8 @@ static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char 
 	return 0;
 }
 
-int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
-		    size_t errlen)
+int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
+		    struct slurm_info *info, char *err, size_t errlen)
 {
 	const char *v, *name;
 	int rc;
@@ -322,14 +335,19 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
 
-	rc = read_int(getenv_fn, getenv_fn("SLURM_NNODES") ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES",
-		      1, &info->nnodes, err, errlen);
-	if (rc == 0)
+	rc = 0;
+	if (need & SLURM_NEED_NNODES)
+		rc = read_int(getenv_fn,
+			      getenv_fn("SLURM_NNODES") ? "SLURM_NNODES" : "SLURM_JOB_NUM_NODES", 1,
+			      &info->nnodes, err, errlen);
+	if (rc == 0 && (need & SLURM_NEED_NODE_RANK))
 		rc = read_int(getenv_fn, "SLURM_NODEID", 0, &info->node_rank, err, errlen);
 	if (rc != 0)
 		return rc;
 	if (info->nnodes > 0 && info->node_rank >= info->nnodes) {
-		snprintf(err, errlen, "SLURM_NODEID=%d is not below SLURM_NNODES=%d",
+		snprintf(err, errlen,
+			 "SLURM_NODEID=%d is not below SLURM_NNODES=%d (--node-rank and --nnodes "
+			 "override them)",
 			 info->node_rank, info->nnodes);
 		return -EINVAL;
 	}
@@ -338,6 +356,8 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 		return rc;
 	/* A step may run on fewer nodes than the job has (srun -N1): its own
 	 * list comes first. */
+	if (!(need & SLURM_NEED_MASTER))
+		return 0;
 	name = "SLURM_STEP_NODELIST";
 	v = getenv_fn(name);
 	if (v == NULL)
@@ -347,7 +367,9 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_inf
 	if (v != NULL) {
 		rc = slurm_hostlist_first(v, info->master, sizeof(info->master));
 		if (rc != 0) {
-			snprintf(err, errlen, "%s='%.200s' is not a valid hostlist", name, v);
+			snprintf(err, errlen,
+				 "%s='%.200s' is not a valid hostlist (set %s instead)", name, v,
+				 flag_of(name));
 			info->master[0] = '\0';
 			return -EINVAL;
 		}

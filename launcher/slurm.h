@@ -38,14 +38,22 @@ struct slurm_info {
 	const char *stray;
 };
 
-/* Read the variables through getenv_fn (getenv in production, a table in
- * tests). The master is the first host of SLURM_STEP_NODELIST (the nodes
- * srun started this step on), else SLURM_JOB_NODELIST or SLURM_NODELIST.
- * -EINVAL with the reason in err (size errlen): a variable present but
- * malformed (named), or a step with more tasks than nodes
- * (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per node). */
-int slurm_info_read(const char *(*getenv_fn)(const char *name), struct slurm_info *info, char *err,
-		    size_t errlen);
+/* What the caller needs of slurm_info (the others stay -1 / "", unread). */
+#define SLURM_NEED_NNODES    1u
+#define SLURM_NEED_NODE_RANK 2u
+#define SLURM_NEED_MASTER    4u
+#define SLURM_NEED_ALL	     7u
+
+/* Read the variables of need through getenv_fn (getenv in production, a
+ * table in tests). The master is the first host of SLURM_STEP_NODELIST (the
+ * nodes srun started this step on), else SLURM_JOB_NODELIST or
+ * SLURM_NODELIST. -EINVAL with the reason in err (size errlen): a needed
+ * variable present but malformed (named), or a step with more tasks than
+ * nodes (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per
+ * node). A variable not needed is not read, so a flag overrides a malformed
+ * one. */
+int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
+		    struct slurm_info *info, char *err, size_t errlen);
 
 /* The last "key=value" of a slurm.conf at path (key in any case) into buf:
  * 0, or -ENOENT (no such file or key). */

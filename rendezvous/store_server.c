@@ -409,6 +409,19 @@ int store_server_port(const struct store_server *s)
 	return s->port;
 }
 
+int store_server_addr(const struct store_server *s, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	int n = sizeof(ss), rc;
+
+	if (s->nlisteners == 0)
+		return -ENOTCONN;
+	rc = uv_tcp_getsockname(s->listeners[0], (struct sockaddr *)&ss, &n);
+	if (rc < 0)
+		return rc;
+	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+}
+
 void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg)
 {
 	struct store_conn *c, *next;

@@ -53,6 +53,9 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		       int port, struct store_server **out);
 /* The bound port (useful after port 0). */
 int store_server_port(const struct store_server *s);
+/* The numeric text of the first address bound ("127.0.0.1", "::1"): what a
+ * host name given to store_server_start came to. 0 or a negative errno. */
+int store_server_addr(const struct store_server *s, char *buf, size_t len);
 /* Stop accepting, close every connection (parked waiters are dropped), free the
  * server, then call done(arg) (may be NULL) from the loop. */
 void store_server_close(struct store_server *s, void (*done)(void *arg), void *arg);

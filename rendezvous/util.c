@@ -60,7 +60,10 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms)
 	char *end;
 	double v;
 
-	if (s == NULL || *s == '\0' || *s == ' ' || *s == '-' || *s == '+')
+	/* strtod also reads hexadecimal ("0x10" is 16 s), which Python's
+	 * float(), and so torchrun, refuses. */
+	if (s == NULL || *s == '\0' || *s == ' ' || *s == '-' || *s == '+' ||
+	    strpbrk(s, "xX") != NULL)
 		return -EINVAL;
 	errno = 0;
 	v = strtod(s, &end);

@@ -47,6 +47,17 @@ def test_main_job_same_checksum_at_any_world_size(train_one, nproc):
     assert f"parameters identical on all {nproc} rank(s) after every step" in r.stdout
 
 
+def test_main_job_needs_a_world_size_that_divides_its_batch():
+    """README: 3 workers do not divide the default global batch of 64 (one
+    clear error); --batch 60 --samples 3840 runs them."""
+    r = ddprun(3, [binary("train"), "--steps", "8"])
+    assert r.returncode == 1
+    assert "the global batch (64) must be a multiple of the world size (3)" in r.stderr
+    r = ddprun(3, [binary("train"), "--steps", "8", "--batch", "60", "--samples", "3840"])
+    assert r.returncode == 0, r.stderr
+    assert "train: 3 rank(s), global batch 60 (20 per rank)" in r.stdout
+
+
 def test_every_collective_under_ddprun():
     r = ddprun(4, [prog("ddp_coll"), "check"])
     assert r.returncode == 0, r.stdout + r.stderr

@@ -61,6 +61,7 @@ def test_help_and_version():
         (["--signals-to-handle", "SIGNOPE", TRUE], "unknown signal 'SIGNOPE'"),
         (["--signals-to-handle", "SIGKILL", TRUE], "cannot be handled"),
         (["--shutdown-timeout", "-1", TRUE], "--shutdown-timeout"),
+        (["--shutdown-timeout", "0x10", TRUE], "--shutdown-timeout"),  # float() refuses it
         (["--max-restarts", "many", TRUE], "--max-restarts"),
         (["--rdzv-backend", "etcd", TRUE], "--rdzv-backend"),
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
@@ -72,6 +73,12 @@ def test_help_and_version():
         (["--numa-binding", "gpu", TRUE], "--numa-binding"),
         (["--print-completion", "bash"], "no shell completion script"),
         (["--rdzv-conf", "use_libuv=1,join_timeout=x", TRUE], "join_timeout=x"),
+        # Malformed on one node as on several (it was 1 there); a port in it
+        # was passed over, the store taking another.
+        (["--master-addr", "[::1", TRUE], "--master-addr"),
+        (["--rdzv-endpoint", "localhost", TRUE], "needs the port"),  # static, as torchrun
+        (["--master-addr", "127.0.0.1:5000", TRUE], "without a port"),
+        (["--nnodes", "2", "--master-addr", "[::1]:5000", TRUE], "without a port"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, says):
@@ -85,6 +92,32 @@ def test_bad_pet_variable_names_the_variable():
     r = ddprun(TRUE, env={"PET_NPROC_PER_NODE": "lots"})
     assert r.returncode == 2
     assert "PET_NPROC_PER_NODE" in one_error_line(r)
+
+
+# A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
+PET_REFUSED = {
+    "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
+    "RDZV_CONF": "x", "STANDALONE": "x", "MAX_RESTARTS": "x", "MONITOR_INTERVAL": "x",
+    "START_METHOD": "x", "ROLE": "", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
+    "LOG_DIR": "", "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
+    "NODE_RANK": "x", "MASTER_ADDR": "", "MASTER_PORT": "x", "SIGNALS_TO_HANDLE": "x",
+    "FORWARD_SIGNALS": "x", "SHUTDOWN_TIMEOUT": "x", "TAG_OUTPUT": "x",
+    "HANG_TIMEOUT": "x", "EVENT_LOG_HANDLER": "x", "VIRTUAL_LOCAL_RANK": "x",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PET_REFUSED))
+def test_every_option_reads_its_pet_variable(name):
+    r = ddprun(TRUE, env={"PET_" + name: PET_REFUSED[name]})
+    assert r.returncode == 2, r
+    assert "PET_" + name in one_error_line(r)
+
+
+@pytest.mark.parametrize("name", ["NUMA_BINDING", "LOGS_SPECS", "PRINT_COMPLETION"])
+def test_the_documented_exceptions_have_no_pet_variable(name):
+    """As in torchrun, which gives these three no env action."""
+    r = ddprun(TRUE, env={"PET_" + name: "x"})
+    assert r.returncode == 0 and r.stderr == "", r
 
 
 def test_bad_store_io_choice_is_a_usage_error():
@@ -161,6 +194,10 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert "no-such-program-xyz: command not found" in one_error_line(r)
     r = ddprun(str(tmp_path / "missing.py"))
     assert r.returncode == 127
+    # An empty name is not found either (it once ran python3 on stdin, exit 0).
+    r = ddprun("--nproc-per-node", "2", "", "-c", f"open({str(marker)!r}, 'w')")
+    assert r.returncode == 127
+    assert "'': command not found" in one_error_line(r)
     assert not marker.exists()
 
 

@@ -140,12 +140,18 @@ def test_one_worker_does_not_force_omp_threads(tmp_path):
 
 
 def test_explicit_master_addr_and_port_are_exported(tmp_path):
+    """A name is exported as the numeric address the store listens on (ddprun(1),
+    --master-addr: never a name the workers would resolve again)."""
+    import socket
     from conftest import free_port
     port = free_port()
     envs = worker_envs(tmp_path, ["--nproc-per-node", "2", "--master-addr", "localhost",
                                   "--master-port", str(port)], base_env())
+    numeric = {a[4][0] for a in socket.getaddrinfo("localhost", port, type=socket.SOCK_STREAM)}
     for e in envs.values():
-        assert e["MASTER_ADDR"] == "localhost" and e["MASTER_PORT"] == str(port)
+        assert e["MASTER_ADDR"] in numeric and e["MASTER_PORT"] == str(port)
+    envs = worker_envs(tmp_path, ["--standalone", "--master-addr", "localhost"], base_env())
+    assert envs[0]["MASTER_ADDR"] in numeric
 
 
 def test_local_rank_macro_is_replaced_in_arguments():

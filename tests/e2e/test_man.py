@@ -1,10 +1,11 @@
 """The man pages render without warnings (mandoc lint and groff -ww)."""
 import glob
 import os
+import re
 
 import pytest
 
-from conftest import REPO, run
+from conftest import REPO, binary, run
 
 PAGES = sorted(glob.glob(os.path.join(REPO, "man", "*.[13]")))
 
@@ -24,3 +25,26 @@ def test_mandoc_lint_clean(page):
 def test_groff_no_warnings(page):
     r = run(["groff", "-man", "-ww", "-z", page])
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def rendered(page):
+    """The page as a terminal shows it, one paragraph line per output line."""
+    r = run(["mandoc", "-Tascii", "-O", "width=400", os.path.join(REPO, "man", page)])
+    assert r.returncode == 0, r.stderr
+    return re.sub(".\b", "", r.stdout)
+
+
+def test_every_ddpstore_command_of_help_is_a_heading_of_the_man_page():
+    """Each command as --help writes it ("status [--rdzv-id ID]") starts a line of
+    COMMANDS: a tag that the page breaks ("status [--rdzv-id" and then "ID]")
+    fails here."""
+    helptext = run([binary("ddpstore"), "--help"]).stdout
+    listed = helptext.split("commands:", 1)[1].split("\nA VALUE", 1)[0]
+    commands = [re.sub(r"\s*\(.*\)$", "", c.strip()) for c in re.split(r"\||\n", listed)]
+    commands = [c for c in commands if c]
+    text = rendered("ddpstore.1")
+    section = text.split("\nCOMMANDS\n", 1)[1].split("\nCLIENT OPTIONS\n", 1)[0]
+    lines = [l.strip() for l in section.splitlines()]
+    assert len(commands) >= 13
+    for c in commands:
+        assert any(l == c or l.startswith(c + "  ") for l in lines), c

@@ -52,6 +52,27 @@ def test_flags_win_over_slurm(reaper, tmp_path):
     assert "Slurm" not in a.stderr()
 
 
+@pytest.mark.parametrize("bad, flag", [
+    ({"SLURM_NNODES": "x"}, ["--nnodes", "1"]),
+    ({"SLURM_NODEID": "-1"}, ["--node-rank", "0"]),
+    ({"SLURM_JOB_NODELIST": "n[1-"}, ["--master-addr", "127.0.0.1"]),
+])
+def test_a_malformed_variable_is_an_error_only_when_needed(reaper, tmp_path, bad, flag):
+    """ddprun(1), SLURM: a malformed variable that is needed is a usage error
+    naming it (and its flag); the flag it stands for makes it not needed."""
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="1", SLURM_NODEID="0",
+                    SLURM_JOB_NODELIST="localhost")
+    env.update(bad)
+    (var, val), = bad.items()
+    a = Agent(reaper, tmp_path, "needed", ["sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 2, a.stderr()
+    assert a.stdout() == ""
+    assert f"{var}='{val}'" in a.stderr() and f"set {flag[0]} instead" in a.stderr()
+    a = Agent(reaper, tmp_path, "given", [*flag, "sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout() == "ran\n"
+
+
 def test_slurm_variables_without_a_job_id_warn(reaper, tmp_path):
     """SLURM_NNODES copied by hand without SLURM_JOB_ID is no allocation:
     ddprun runs a job of its own, but says so instead of keeping silent."""

@@ -51,6 +51,24 @@ def test_two_nodes_with_different_worker_counts(reaper, tmp_path):
     check_world(read_envs(out), [2, 3], port)
 
 
+def test_rdzv_endpoint_is_the_store_of_a_static_job(reaper, tmp_path):
+    """torchrun's get_rdzv_endpoint: with the static backend, --rdzv-endpoint
+    HOST:PORT replaces --master-addr and --master-port (it was passed over:
+    each node looked for node 0 at 127.0.0.1:29500)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    env = clean_env(OUT=str(out))
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    ["--nnodes", "2", "--node-rank", str(r), "--rdzv-endpoint",
+                     f"localhost:{port}", "--nproc-per-node", str(n), "sh", "-c", RECORD],
+                    env=env)
+              for r, n in enumerate([1, 2])]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    check_world(read_envs(out), [1, 2], port)
+
+
 def test_four_nodes_started_in_any_order(reaper, tmp_path):
     nprocs = [1, 3, 2, 1]
     agents, out, port = static_job(reaper, tmp_path, nprocs, RECORD, order=[3, 1, 0, 2])

@@ -79,6 +79,11 @@ static const char *python_env(const char *name)
 	return getenv(name);
 }
 
+static const char *getenv_ptr(const char *name)
+{
+	return getenv(name);
+}
+
 static void resolve(const char *const *words, int n, bool module, struct prog *p)
 {
 	struct cli_opts o = {.module = module, .prog_argv = (char **)words, .prog_argc = n};
@@ -138,6 +143,23 @@ static void test_resolve_errors(void **state)
 	assert_int_equal(prog_resolve(&o, python_env, &p, err, sizeof(err)), -EACCES);
 	prog_free(&p);
 	unlink(plain);
+}
+
+/* ddprun '' is "command not found" (execvp("") is ENOENT), not python3 run
+ * with an empty argv[0], which read its script from stdin and exited 0. */
+static void test_resolve_empty_name(void **state)
+{
+	const char *empty[] = {"", "a.py"};
+	struct cli_opts o = {.prog_argv = (char **)empty, .prog_argc = 2};
+	struct prog p;
+	char err[256];
+
+	assert_int_equal(prog_resolve(&o, getenv_ptr, &p, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "'': command not found"));
+	prog_free(&p);
+	o.run_path = true;
+	assert_int_equal(prog_resolve(&o, getenv_ptr, &p, err, sizeof(err)), -ENOENT);
+	prog_free(&p);
 }
 
 static const char *env_get(char **env, const char *name)
@@ -271,6 +293,7 @@ int main(void)
 		cmocka_unit_test(test_lookup_like_execvp),
 		cmocka_unit_test(test_resolve_python_script_and_module),
 		cmocka_unit_test(test_resolve_errors),
+		cmocka_unit_test(test_resolve_empty_name),
 		cmocka_unit_test(test_workenv),
 		cmocka_unit_test(test_workenv_torchrun2),
 	};

@@ -132,7 +132,7 @@ static void test_info_outside_allocation(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_int_equal(info.in_allocation, 0);
 	assert_int_equal(info.nnodes, -1);
 	assert_string_equal(info.stray, "SLURM_NNODES");
@@ -145,7 +145,7 @@ static void test_info_nothing_stray(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_null(info.stray);
 }
 
@@ -160,7 +160,7 @@ static void test_info_step_nodelist_first(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_string_equal(info.master, "n2");
 	assert_int_equal(info.nnodes, 1);
 }
@@ -178,7 +178,8 @@ static void test_info_two_tasks_per_node(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, "srun started 6 tasks on 3 nodes"));
 	assert_non_null(strstr(err, "--ntasks-per-node=1"));
 }
@@ -191,7 +192,7 @@ static void test_info_allocation(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_int_equal(info.in_allocation, 1);
 	assert_int_equal(info.nnodes, 5);
 	assert_int_equal(info.node_rank, 2);
@@ -207,10 +208,33 @@ static void test_info_alternate_names(void **state)
 	char err[256] = "";
 
 	fake_env = env;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), 0);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_int_equal(info.nnodes, 2);
 	assert_int_equal(info.node_rank, 1);
 	assert_string_equal(info.master, "x1");
+}
+
+/* A variable the caller does not need is not read: its flag was given. */
+static void test_info_reads_only_what_is_needed(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=9", "SLURM_NNODES=many", "SLURM_NODEID=x",
+					  "SLURM_JOB_NODELIST=n[1-", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_int_equal(info.nnodes, -1);
+	assert_int_equal(info.node_rank, -1);
+	assert_string_equal(info.master, "");
+	assert_int_equal(
+		slurm_info_read(fake_getenv, SLURM_NEED_NODE_RANK, &info, err, sizeof(err)),
+		-EINVAL);
+	assert_non_null(strstr(err, "SLURM_NODEID='x'"));
+	assert_non_null(strstr(err, "set --node-rank instead"));
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_MASTER, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "set --master-addr instead"));
 }
 
 /* A slurm.conf in a temporary file; its path in path (size 64). */
@@ -260,13 +284,16 @@ static void test_info_malformed(void **state)
 	char err[256];
 
 	fake_env = bad_nodes;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, "SLURM_NNODES='two'"));
 	fake_env = bad_rank;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, "SLURM_NODEID=2"));
 	fake_env = bad_list;
-	assert_int_equal(slurm_info_read(fake_getenv, &info, err, sizeof(err)), -EINVAL);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
 	assert_non_null(strstr(err, "SLURM_JOB_NODELIST"));
 }
 
@@ -285,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
 		cmocka_unit_test(test_info_alternate_names),
+		cmocka_unit_test(test_info_reads_only_what_is_needed),
 		cmocka_unit_test(test_info_malformed),
 		cmocka_unit_test(test_conf_value_last_line_wins_any_case),
 	};

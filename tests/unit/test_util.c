@@ -38,6 +38,8 @@ static void test_parse_seconds(void **state)
 	assert_int_equal(util_parse_seconds_ms("-1", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("abc", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("nan", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("0x10", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("0X1p3", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("1e12", &ms), -ERANGE);
 }
 
