@@ -155,13 +155,31 @@ static void on_kill_timer(uv_timer_t *t)
 
 /* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
  * SIGKILL after the shutdown timeout. Repeated stops only forward sig. */
+/* A worker whose error file is there (the run directory and the attempt are
+ * new: it wrote it) is failing on its own, though not dead yet: however it
+ * ends after the stop signals, it failed (all ranks hit the same error, and
+ * one was first to exit). */
+static void note_failing(struct agent *a)
+{
+	int i;
+
+	for (i = 0; i < a->job->nproc; i++) {
+		struct agent_worker *w = &a->w[i];
+
+		w->failing =
+			w->running && w->error_file != NULL && access(w->error_file, F_OK) == 0;
+	}
+}
+
 static void begin_stop(struct agent *a, int sig, enum agent_after after)
 {
 	/* A worker that exited before the stop signals failed on its own, even
 	 * if this loop has not heard of it yet (a stopped ddprun, the other
 	 * nodes' end arriving first): it may be the root cause. */
-	if (a->state == AS_RUNNING)
+	if (a->state == AS_RUNNING) {
 		reap(a);
+		note_failing(a);
+	}
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
 		kill_all(a, sig);
 		if (sig == SIGKILL)
@@ -180,7 +198,8 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	}
 }
 
-static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
+/* stopped: it was still running when the stop began (note_failing). */
+static void record_failure(struct agent *a, struct agent_worker *w, int wstatus, bool stopped)
 {
 	struct report_entry *e = &a->failures[a->nfailures];
 	int64_t t = report_failure_time_us(w->error_file, w->started_us, report_now_us());
@@ -191,6 +210,7 @@ static void record_failure(struct agent *a, struct agent_worker *w, int wstatus)
 		report_entry_free(e);
 		return; /* out of memory: the exit status still tells */
 	}
+	e->stopped = stopped;
 	agent_worker_failure_output(a, w, e);
 	a->nfailures++;
 }
@@ -224,9 +244,9 @@ static int update_groups(struct agent *a)
 	return live;
 }
 
-/* Reap every exited child; true when a worker failed on its own. Failures
- * are recorded while the workers run: after the stop signals, exits are
- * ours to cause. */
+/* Reap every exited child; true when a worker failed on its own while they
+ * ran. Failures are recorded while the workers run: after the stop signals,
+ * exits are ours to cause, but for those already failing (note_failing). */
 static bool reap(struct agent *a)
 {
 	bool failed = false;
@@ -250,13 +270,15 @@ static bool reap(struct agent *a)
 		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 			continue;
 		if (a->state == AS_RUNNING) {
-			record_failure(a, w, wstatus);
+			record_failure(a, w, wstatus, false);
 			failed = true;
+		} else if (w->failing) {
+			record_failure(a, w, wstatus, true);
 		}
 	}
 	/* The attempt's first failures: tell the other nodes the root cause
 	 * among them at once. */
-	if (before == 0 && a->nfailures > 0 && a->has_coord && a->coord.failed != NULL &&
+	if (before == 0 && failed && a->has_coord && a->coord.failed != NULL &&
 	    !hang_declared(a)) { /* after a hang, coord_hang.c tells the nodes */
 		const struct report_entry *e =
 			&a->failures[report_root_cause(a->failures, a->nfailures)];

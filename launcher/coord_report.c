@@ -40,6 +40,8 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 		cJSON_AddNumberToObject(o, "time_us", (double)e[i].time_us);
 		if (e[i].caused_by != NULL)
 			cJSON_AddStringToObject(o, "caused_by", e[i].caused_by);
+		if (e[i].stopped)
+			cJSON_AddTrueToObject(o, "stopped");
 		if (e[i].error_file != NULL)
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
@@ -110,6 +112,7 @@ static int add_entries(const void *v, size_t len, struct report_entry **e, size_
 		x->exitcode = num(o, "exitcode");
 		x->time_us = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
 		x->caused_by = dup_str(o, "caused_by", REPORT_CAUSE_MAX);
+		x->stopped = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "stopped"));
 		x->error_file = dup_str(o, "error_file", 4096);
 		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
 		x->host = dup_str(o, "host", RDZV_HOST_MAX);

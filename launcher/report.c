@@ -179,6 +179,11 @@ bool report_cause_before(const struct report_entry *a, const struct report_entry
 
 	if (a2 != b2)
 		return !a2; /* a primary failure caused what followed it */
+	/* One that ended on its own before the stop comes first: one still
+	 * running then may have written its error file before its agent saw
+	 * the first exit only because that agent was slow. */
+	if (a->stopped != b->stopped)
+		return !a->stopped;
 	if (a->time_us != b->time_us)
 		return a->time_us < b->time_us;
 	return a->global_rank < b->global_rank;

@@ -33,6 +33,7 @@ struct report_entry {
 	int exitcode;	  /* exit code, or -signal (torchrun's convention) */
 	int64_t time_us;  /* observed by the agent: epoch microseconds */
 	char *caused_by;  /* secondary: the rank whose failure caused it; NULL: primary */
+	bool stopped;	  /* failing (its error file written) but running when stopped */
 	char *error_file; /* path of the error file the worker wrote; NULL: none */
 	char *message;	  /* what the traceback line shows */
 	char *error_json; /* the error file as read, for the parent's error file */

@@ -92,6 +92,30 @@ def test_an_error_files_traceback_replaces_the_stderr_lines():
     assert "noise on stderr" not in root and "  stderr    :" not in root
 
 
+def test_ranks_failing_when_the_others_are_stopped_are_failures_too(tmp_path):
+    """Ranks 0 and 1 have written their error files (as every rank does that
+    hits the same error) but are still running when rank 3's exit stops the
+    workers: they are listed as failures, rank 3 stays the root cause. Rank
+    2, which wrote none, was only stopped."""
+    err = ('printf \'{"message": {"message": "RuntimeError: rank %s", "extraInfo": '
+           '{"py_callstack": "Traceback:\\\\nRuntimeError: rank %s", "timestamp": "1"}}}\' '
+           '"$RANK" "$RANK" > "$TORCHELASTIC_ERROR_FILE"')
+    script = (f'cd {tmp_path}; trap "exit 1" TERM; '
+              f'if [ "$RANK" = 3 ]; then '
+              'while [ ! -e ready.0 ] || [ ! -e ready.1 ] || [ ! -e ready.2 ]; do sleep 0.01; '
+              'done; exit 3; fi; '
+              f'[ "$RANK" = 2 ] || {err}; touch ready.$RANK; sleep 60 & wait')
+    r = ddprun("--nproc-per-node", "4", "sh", "-c", script)
+    assert r.returncode == 3, r.stderr
+    root = root_cause(r.stderr)
+    assert "rank      : 3 (local_rank: 3)" in root, r.stderr
+    others = r.stderr.split("Failures:", 1)[1].split("Root Cause", 1)[0]
+    for rank in (0, 1):
+        assert f"rank      : {rank} (local_rank: {rank})" in others, r.stderr
+        assert f"RuntimeError: rank {rank}" in others, r.stderr
+    assert "rank      : 2" not in r.stderr, r.stderr
+
+
 def test_exit_127_from_a_missing_shared_library_names_it(tmp_path):
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -203,3 +227,24 @@ def test_a_failure_dates_from_its_error_file_not_from_a_late_reaping(reaper, tmp
     root = root_cause(agents[0].stderr())
     assert "rank      : 1 (local_rank: 0)" in root, agents[0].stderr()
     assert "RuntimeError: rank 1 gave up" in root, agents[0].stderr()
+
+
+def test_a_rank_failing_on_node_1_when_stopped_is_listed_not_the_root_cause(reaper, tmp_path):
+    """Rank 1 (node 1) has written its error file but is still running when
+    rank 0 (node 0) exits and the job stops: node 0's report lists it among
+    the failures, though its error file is older, and rank 0 is the root
+    cause on both nodes (node 1's list says it was still running)."""
+    err = ('printf \'{"message": {"message": "RuntimeError: rank 1", "extraInfo": '
+           '{"py_callstack": "Traceback:\\\\nRuntimeError: rank 1", "timestamp": "1"}}}\' '
+           '> "$TORCHELASTIC_ERROR_FILE"')
+    script = (RECORD + all_recorded(2) + 'trap "exit 1" TERM; '
+              f'if [ "$RANK" = 1 ]; then {err}; touch "$OUT/wrote"; sleep 60 & wait; fi; '
+              'while [ ! -e "$OUT/wrote" ]; do sleep 0.01; done; exit 3')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
+    for a in agents:
+        assert a.wait() == 3, a.stderr()
+    root = root_cause(agents[0].stderr())
+    assert "rank      : 0 (local_rank: 0)" in root, agents[0].stderr()
+    others = agents[0].stderr().split("Failures:", 1)[1].split("Root Cause", 1)[0]
+    assert "rank      : 1 (local_rank: 0)" in others and "RuntimeError: rank 1" in others, \
+        agents[0].stderr()

@@ -235,6 +235,24 @@ static void test_root_cause_ties_go_to_the_lower_global_rank(void **state)
 	assert_false(report_cause_before(&e[0], &e[0]));
 }
 
+static void test_root_cause_an_exit_before_the_stop_before_one_still_running(void **state)
+{
+	/* Ranks 0 and 1 had written their error files (first) but were still
+	 * running when rank 2's exit stopped them: rank 2 is the root cause,
+	 * unless it was itself caused by another's failure. */
+	struct report_entry e[3] = {{.global_rank = 0, .time_us = 10, .stopped = true},
+				    {.global_rank = 1, .time_us = 11, .stopped = true},
+				    {.global_rank = 2, .time_us = 50}};
+
+	assert_int_equal(report_root_cause(e, 3), 2);
+	assert_true(report_cause_before(&e[2], &e[0]));
+	assert_false(report_cause_before(&e[0], &e[2]));
+	/* Among the stopped alone: the earliest. */
+	assert_int_equal(report_root_cause(e, 2), 0);
+	e[2].caused_by = SECONDARY;
+	assert_int_equal(report_root_cause(e, 3), 0);
+}
+
 static void test_root_cause_primary_before_secondary(void **state)
 {
 	/* Ranks 0, 1 and 3 failed because rank 2 exited, and were seen first. */
@@ -479,6 +497,7 @@ int main(void)
 		cmocka_unit_test(test_failure_time_is_the_error_files_when_in_between),
 		cmocka_unit_test(test_root_cause_is_the_earliest_observed),
 		cmocka_unit_test(test_root_cause_ties_go_to_the_lower_global_rank),
+		cmocka_unit_test(test_root_cause_an_exit_before_the_stop_before_one_still_running),
 		cmocka_unit_test(test_root_cause_primary_before_secondary),
 		cmocka_unit_test(test_format_matches_torchrun),
 		cmocka_unit_test(test_format_narrow_and_alone),
