@@ -228,6 +228,61 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 		    "DDP_STORE=0 but GROUP_WORLD_SIZE=2: nodes can only meet through the store");
 }
 
+/* The knobs shm.c and init.c act on are parsed with the others: a value
+ * that is not one of theirs fails ddp_init instead of falling back unseen. */
+static void test_shm_and_process_knobs(void **state)
+{
+	struct ddp_env e;
+	struct ddp_ctx *ctx = NULL;
+
+	assert_int_equal(parse((const char *[]){NULL}, &e), 0);
+	assert_int_equal(e.pdeathsig, 1);
+	assert_int_equal(e.shm_direct, 1);
+	assert_int_equal(e.shm_slot_bytes, 1024 * 1024);
+	assert_int_equal(parse((const char *[]){"DDP_PDEATHSIG=0", "DDP_SHM_DIRECT=0",
+						"DDP_SHM_CHUNK_KB=4", NULL},
+			       &e),
+			 0);
+	assert_int_equal(e.pdeathsig, 0);
+	assert_int_equal(e.shm_direct, 0);
+	assert_int_equal(e.shm_slot_bytes, 4096);
+	assert_int_equal(parse((const char *[]){"DDP_PDEATHSIG=1", "DDP_SHM_DIRECT=1",
+						"DDP_SHM_CHUNK_KB=1048576", NULL},
+			       &e),
+			 0);
+	assert_int_equal(e.pdeathsig, 1);
+	assert_int_equal(e.shm_direct, 1);
+	assert_int_equal(e.shm_slot_bytes, (size_t)1 << 30);
+	assert_int_equal(parse((const char *[]){"DDP_SHM_CHUNK_KB=", NULL}, &e), 0);
+	assert_int_equal(e.shm_slot_bytes, 1024 * 1024); /* empty is unset */
+
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=0", NULL},
+		    "DDP_SHM_CHUNK_KB='0' is not a number of KiB in [4, 1048576]");
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=-1", NULL}, "DDP_SHM_CHUNK_KB='-1'");
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=x", NULL}, "DDP_SHM_CHUNK_KB='x'");
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=3", NULL}, "DDP_SHM_CHUNK_KB='3'");
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=1048577", NULL},
+		    "DDP_SHM_CHUNK_KB='1048577'");
+	expect_eenv((const char *[]){"DDP_SHM_CHUNK_KB=64k", NULL}, "DDP_SHM_CHUNK_KB='64k'");
+	expect_eenv((const char *[]){"DDP_PDEATHSIG=x", NULL}, "DDP_PDEATHSIG='x' is not 0 or 1");
+	expect_eenv((const char *[]){"DDP_PDEATHSIG=2", NULL}, "DDP_PDEATHSIG='2'");
+	expect_eenv((const char *[]){"DDP_SHM_DIRECT=off", NULL},
+		    "DDP_SHM_DIRECT='off' is not 0 or 1");
+
+	/* and ddp_init says so */
+	unsetenv("RANK");
+	unsetenv("WORLD_SIZE");
+	setenv("DDP_SHM_CHUNK_KB", "0", 1);
+	assert_int_equal(ddp_init(NULL, &ctx), DDP_EENV);
+	assert_null(ctx);
+	assert_non_null(strstr(ddp_errmsg(), "DDP_SHM_CHUNK_KB='0'"));
+	unsetenv("DDP_SHM_CHUNK_KB");
+	setenv("DDP_PDEATHSIG", "x", 1);
+	assert_int_equal(ddp_init(NULL, &ctx), DDP_EENV);
+	assert_non_null(strstr(ddp_errmsg(), "DDP_PDEATHSIG='x'"));
+	unsetenv("DDP_PDEATHSIG");
+}
+
 static void test_print_rank_specs(void **state)
 {
 	int m = -1;
@@ -336,6 +391,7 @@ int main(void)
 		cmocka_unit_test(test_tcp_congestion),
 		cmocka_unit_test(test_shm_nonce_from_the_launcher),
 		cmocka_unit_test(test_inconsistent_values_are_clear_errors),
+		cmocka_unit_test(test_shm_and_process_knobs),
 		cmocka_unit_test(test_print_rank_specs),
 		cmocka_unit_test(test_error_texts),
 		cmocka_unit_test(test_error_file_is_torchelastic_format),

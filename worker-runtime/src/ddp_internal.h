@@ -44,6 +44,11 @@ int ddpi_log_rank(void);
 
 /* ---- environment (env.c) --------------------------------------------------------- */
 
+/* DDP_SHM_CHUNK_KB: a staging slot per rank, 4 KiB to 1 GiB (three per rank). */
+#define DDPI_SHM_CHUNK_KB_DEFAULT 1024
+#define DDPI_SHM_CHUNK_KB_MIN	  4
+#define DDPI_SHM_CHUNK_KB_MAX	  (1 << 20)
+
 struct ddp_env {
 	int rank, world;
 	int local_rank, local_world;
@@ -62,6 +67,9 @@ struct ddp_env {
 	char shm_nonce[33];	  /* DDP_SHM_NONCE ("" unset): the launcher's token */
 	int shm_cma;		  /* DDP_SHM_CMA: -1 auto, 0 never, 1 at any size */
 	char tcp_cc[16];	  /* DDP_TCP_CONGESTION: auto, system or a name */
+	int pdeathsig;		  /* DDP_PDEATHSIG: 0 opts out of PR_SET_PDEATHSIG */
+	size_t shm_slot_bytes;	  /* DDP_SHM_CHUNK_KB, in bytes */
+	int shm_direct;		  /* DDP_SHM_DIRECT: 0 stages every collective */
 };
 
 typedef const char *(*ddpi_getenv_fn)(const char *name, void *arg);

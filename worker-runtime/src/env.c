@@ -207,6 +207,28 @@ static int parse_tcp_cc(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	return 0;
 }
 
+/* The shared-memory and process knobs that shm.c and init.c act on; read
+ * here so a malformed value fails ddp_init like every other DDP_*. */
+static int parse_shm_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
+{
+	const char *v;
+	int kb = DDPI_SHM_CHUNK_KB_DEFAULT;
+
+	e->pdeathsig = 1;
+	if ((v = get(fn, arg, "DDP_PDEATHSIG")) && util_parse_int(v, 0, 1, &e->pdeathsig) < 0)
+		return ddpi_err(DDP_EENV, "DDP_PDEATHSIG='%s' is not 0 or 1", v);
+	e->shm_direct = 1;
+	if ((v = get(fn, arg, "DDP_SHM_DIRECT")) && util_parse_int(v, 0, 1, &e->shm_direct) < 0)
+		return ddpi_err(DDP_EENV, "DDP_SHM_DIRECT='%s' is not 0 or 1", v);
+	if ((v = get(fn, arg, "DDP_SHM_CHUNK_KB")) &&
+	    util_parse_int(v, DDPI_SHM_CHUNK_KB_MIN, DDPI_SHM_CHUNK_KB_MAX, &kb) < 0)
+		return ddpi_err(DDP_EENV,
+				"DDP_SHM_CHUNK_KB='%s' is not a number of KiB in [%d, %d]", v,
+				DDPI_SHM_CHUNK_KB_MIN, DDPI_SHM_CHUNK_KB_MAX);
+	e->shm_slot_bytes = (size_t)kb * 1024;
+	return 0;
+}
+
 static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 {
 	const char *v;
@@ -259,7 +281,7 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	if ((v = get(fn, arg, "DDP_SHM_CMA")) && strcmp(v, "auto") &&
 	    util_parse_int(v, 0, 1, &e->shm_cma) < 0)
 		return ddpi_err(DDP_EENV, "DDP_SHM_CMA='%s' is not 0, 1 or auto", v);
-	if ((rc = parse_tcp_cc(fn, arg, e)))
+	if ((rc = parse_tcp_cc(fn, arg, e)) || (rc = parse_shm_knobs(fn, arg, e)))
 		return rc;
 	return parse_nonce(fn, arg, e);
 }

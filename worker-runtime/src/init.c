@@ -50,12 +50,11 @@ int ddpi_ctx_fail(struct ddp_ctx *ctx, int code)
  * library cannot rely on that (torchrun does not), so set it again and check
  * that the parent did not die before it took effect. DDP_PDEATHSIG=0 opts out
  * (ddp_spawn's non-daemon children). */
-static void watch_parent(void)
+static void watch_parent(const struct ddp_env *env)
 {
-	const char *v = getenv("DDP_PDEATHSIG");
 	pid_t before = getppid();
 
-	if (v && !strcmp(v, "0"))
+	if (!env->pdeathsig)
 		return;
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		return;
@@ -115,7 +114,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		goto fail;
 	ddpi_set_log_rank(ctx->env.rank);
 	if (ctx->env.under_launcher)
-		watch_parent();
+		watch_parent(&ctx->env);
 	ctx->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : ctx->env.timeout_ms;
 	if (o->quiet)
 		ctx->env.quiet = 1;

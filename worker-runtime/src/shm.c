@@ -124,24 +124,6 @@ static int usable_cpus(void)
 	return (int)sysconf(_SC_NPROCESSORS_ONLN);
 }
 
-static size_t slot_bytes_from_env(void)
-{
-	const char *v = getenv("DDP_SHM_CHUNK_KB");
-	int kb;
-
-	if (v && util_parse_int(v, 4, 1 << 20, &kb) == 0)
-		return (size_t)kb * 1024;
-	return 1 << 20;
-}
-
-/* DDP_SHM_DIRECT=0: no shared regions (every all_reduce staged). */
-static int direct_off(void)
-{
-	const char *v = getenv("DDP_SHM_DIRECT");
-
-	return v && strcmp(v, "0") == 0;
-}
-
 static int create_segment(struct ddpi_shm *s, const struct ddp_env *env, size_t total)
 {
 	int fd = -1, tries;
@@ -289,7 +271,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	s->lws = env->local_world;
 	s->me = env->local_rank;
 	s->nslots = 3; /* the large all_reduce's pipeline (shm_coll.c) */
-	s->slot_bytes = slot_bytes_from_env();
+	s->slot_bytes = env->shm_slot_bytes;
 	/* Oversubscribed cores: a spinning waiter steals the time its peer needs;
 	 * yielding hands it over (see spin_until). */
 	s->oversubscribed = usable_cpus() < s->lws;
@@ -340,7 +322,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 		goto fail;
 	/* Shared regions are found by pid (/proc/<pid>/fd): ours only. A rank
 	 * that turns them off is enough to stage every all_reduce. */
-	s->zc_off = !s->liveness || direct_off();
+	s->zc_off = !s->liveness || !env->shm_direct;
 	*out = s;
 	return 0;
 fail:
