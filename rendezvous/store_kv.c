@@ -316,9 +316,7 @@ int store_kv_set(struct store_kv *kv, const uint8_t *key, size_t klen, const uin
 	return 0;
 }
 
-/* std::stoll's rules, which PyTorch's server applies to the stored text:
- * leading white space, a sign, at least one digit; the rest is ignored. */
-static int parse_ll(const uint8_t *s, size_t n, int64_t *out)
+int store_kv_parse_counter(const uint8_t *s, size_t n, int64_t *out)
 {
 	size_t i = 0;
 	bool neg = false, any = false;
@@ -353,7 +351,7 @@ int store_kv_add(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t d
 	if (e == NULL)
 		return -ENOMEM;
 	if (e->present) {
-		rc = parse_ll(e->val, e->val_len, &cur);
+		rc = store_kv_parse_counter(e->val, e->val_len, &cur);
 		if (rc < 0)
 			return rc;
 	}

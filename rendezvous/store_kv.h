@@ -55,6 +55,10 @@ void store_kv_free(struct store_kv *kv);
 const uint8_t *store_kv_get(struct store_kv *kv, const uint8_t *key, size_t klen, size_t *vlen);
 int store_kv_set(struct store_kv *kv, const uint8_t *key, size_t klen, const uint8_t *val,
 		 size_t vlen);
+/* A counter's value as ADD reads it, by std::stoll's rules (PyTorch's server):
+ * leading white space, a sign, at least one digit; the rest is ignored.
+ * -EINVAL without a digit, -ERANGE beyond int64. */
+int store_kv_parse_counter(const uint8_t *s, size_t n, int64_t *out);
 /* -EINVAL if the current value is not a decimal integer, -ERANGE on overflow. */
 int store_kv_add(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t delta,
 		 int64_t *result);

@@ -7,6 +7,7 @@
 #include "ddpstore.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "store_client.h"
+#include "store_kv.h"
 #include "store_proto.h"
 #include "util.h"
 
@@ -58,6 +60,40 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
+/* The client's connection to --addr (or $MASTER_ADDR:$MASTER_PORT), with
+ * --prefix; an exit status other than EXIT_OK after saying why on stderr. */
+static int client_open(const struct ddpstore_opts *o, struct store_client **out)
+{
+	char host[256], addrbuf[300];
+	const char *addr = o->addr;
+	int port = 0, rc;
+	int64_t op_ms;
+
+	if (addr == NULL) {
+		const char *h = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
+
+		if (h == NULL || *h == '\0' || p == NULL || *p == '\0')
+			return usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
+		snprintf(addrbuf, sizeof(addrbuf), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+		addr = addrbuf;
+	}
+	if (util_parse_hostport(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
+		return usage_error("bad address '%s' (want HOST:PORT)", addr);
+	/* --timeout bounds waiting commands; every other request gets the same
+	 * bound, or the default, so a dead server never hangs a script. */
+	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
+	rc = store_client_connect(host, port, o->connect_timeout_ms, op_ms, out);
+	if (rc < 0) {
+		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
+			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"
+					       : "");
+		return EXIT_CONN;
+	}
+	if (o->prefix)
+		store_client_set_prefix(*out, o->prefix);
+	return EXIT_OK;
+}
+
 /* ---- option parsing ------------------------------------------------------------ */
 
 enum optkind { O_STR, O_SECONDS, O_PORT, O_COUNT, O_FLAG };
@@ -67,25 +103,27 @@ struct optdef {
 	enum optkind kind;
 	size_t off;
 	bool serve_only, client_only;
+	int64_t min, max; /* O_COUNT: its bounds (ddpstore(1)) */
 };
 
 #define OFF(f) offsetof(struct ddpstore_opts, f)
 static const struct optdef optdefs[] = {
-	{"addr", O_STR, OFF(addr), false, true},
-	{"prefix", O_STR, OFF(prefix), false, true},
-	{"timeout", O_SECONDS, OFF(timeout_ms), false, true},
-	{"connect-timeout", O_SECONDS, OFF(connect_timeout_ms), false, true},
-	{"wait", O_FLAG, OFF(wait), false, true},
-	{"rdzv-id", O_STR, OFF(rdzv_id), false, true},
-	{"host", O_STR, OFF(host), true, false},
-	{"port", O_PORT, OFF(port), true, false},
-	{"port-file", O_STR, OFF(port_file), true, false},
-	{"max-conns", O_COUNT, OFF(max_conns), true, false},
-	{"max-key-len", O_COUNT, OFF(max_key_len), true, false},
-	{"max-value-len", O_COUNT, OFF(max_value_len), true, false},
-	{"max-multi-keys", O_COUNT, OFF(max_multi_keys), true, false},
-	{"max-conn-buffer", O_COUNT, OFF(max_conn_buffer), true, false},
-	{"quiet", O_FLAG, OFF(quiet), true, false},
+	{"addr", O_STR, OFF(addr), false, true, 0, 0},
+	{"prefix", O_STR, OFF(prefix), false, true, 0, 0},
+	{"timeout", O_SECONDS, OFF(timeout_ms), false, true, 0, 0},
+	{"connect-timeout", O_SECONDS, OFF(connect_timeout_ms), false, true, 0, 0},
+	{"wait", O_FLAG, OFF(wait), false, true, 0, 0},
+	{"rdzv-id", O_STR, OFF(rdzv_id), false, true, 0, 0},
+	{"host", O_STR, OFF(host), true, false, 0, 0},
+	{"port", O_PORT, OFF(port), true, false, 0, 0},
+	{"port-file", O_STR, OFF(port_file), true, false, 0, 0},
+	{"max-conns", O_COUNT, OFF(max_conns), true, false, 1, SERVE_MAX_CONNS},
+	{"max-key-len", O_COUNT, OFF(max_key_len), true, false, 1, SERVE_MAX_LEN},
+	{"max-value-len", O_COUNT, OFF(max_value_len), true, false, SERVE_MIN_VALUE_LEN,
+	 SERVE_MAX_LEN},
+	{"max-multi-keys", O_COUNT, OFF(max_multi_keys), true, false, 1, INT64_MAX / 4},
+	{"max-conn-buffer", O_COUNT, OFF(max_conn_buffer), true, false, 1, SERVE_MAX_CONN_BUFFER},
+	{"quiet", O_FLAG, OFF(quiet), true, false, 0, 0},
 };
 
 static int set_opt(struct ddpstore_opts *o, const struct optdef *d, const char *val)
@@ -101,7 +139,7 @@ static int set_opt(struct ddpstore_opts *o, const struct optdef *d, const char *
 	case O_PORT:
 		return util_parse_int(val, 0, 65535, (int *)base);
 	case O_COUNT:
-		return util_parse_i64(val, 1, INT64_MAX / 4, (int64_t *)base);
+		return util_parse_i64(val, d->min, d->max, (int64_t *)base);
 	case O_FLAG:
 		*(bool *)base = true;
 		return 0;
@@ -163,6 +201,11 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 			return usage_error("option --%s needs a value", d->name);
 		}
 		rc = set_opt(o, d, val);
+		if (rc < 0 && d->kind == O_COUNT)
+			return usage_error(
+				"bad value '%s' for --%s (%s from %" PRId64 " to %" PRId64 ")", val,
+				d->name, rc == -ERANGE ? "out of range:" : "a number", d->min,
+				d->max);
 		if (rc < 0)
 			return usage_error("bad value '%s' for --%s", val, d->name);
 		seen[nseen++ % (int)(sizeof(seen) / sizeof(seen[0]))] = d;
@@ -334,24 +377,62 @@ static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char *
 	return rc;
 }
 
+/* ADD has no error reply: the server closes the connection when the value is
+ * not a counter or the sum leaves int64. A second connection reads the value
+ * to say which (unless it changed in between). */
+static void explain_add_reset(const struct ddpstore_opts *o, const char *key, int64_t delta)
+{
+	struct store_client *c;
+	void *v = NULL;
+	size_t len;
+	int64_t cur, sum;
+	int rc;
+
+	if (client_open(o, &c) != EXIT_OK)
+		return;
+	rc = store_client_try_get(c, key, &v, &len);
+	store_client_close(c);
+	if (rc < 0) {
+		ddpstore_err("add: the server closed the connection");
+		return;
+	}
+	rc = store_kv_parse_counter(v, len, &cur);
+	if (rc == -EINVAL)
+		ddpstore_err("add: the server closed the connection: the value of '%s' is not "
+			     "an integer",
+			     key);
+	else if (rc == -ERANGE)
+		ddpstore_err("add: the server closed the connection: the value of '%s' is out "
+			     "of the int64 range",
+			     key);
+	else if (__builtin_add_overflow(cur, delta, &sum))
+		ddpstore_err("add: the server closed the connection: the value of '%s', %" PRId64
+			     ", plus %" PRId64 " is out of the int64 range",
+			     key, cur, delta);
+	else
+		ddpstore_err("add: the server closed the connection");
+	free(v);
+}
+
 static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
 {
 	int64_t delta, r;
-	int rc;
+	int rc = util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta);
 
-	if (util_parse_i64(a[1], INT64_MIN, INT64_MAX, &delta) < 0)
+	if (rc == -ERANGE)
+		return usage_error("add: '%s' is out of range (N is an int64, from %" PRId64
+				   " to %" PRId64 ")",
+				   a[1], INT64_MIN, INT64_MAX);
+	if (rc < 0)
 		return usage_error("add: '%s' is not an integer", a[1]);
 	rc = store_client_add(c, a[0], delta, &r);
-	if (rc == -ECONNRESET) {
-		/* The server drops a connection that ADDs to a non-number. */
-		ddpstore_err("add: the server closed the connection (is the value of '%s' not "
-			     "an integer?)",
-			     a[0]);
+	if (rc == -ECONNRESET || rc == -EPIPE) {
+		explain_add_reset(o, a[0], delta);
 		return EXIT_CONN;
 	}
 	if (rc < 0)
 		return fail_op("add", rc);
-	printf("%lld\n", (long long)r);
+	printf("%" PRId64 "\n", r);
 	return EXIT_OK;
 }
 
@@ -447,34 +528,11 @@ static const struct cmd more_cmds[] = {
 
 static int run_client(const struct cmd *cmd, struct ddpstore_opts *o, char **args, int nargs)
 {
-	char host[256], addrbuf[300];
-	const char *addr = o->addr;
-	int port = 0, rc;
 	struct store_client *c;
-	int64_t op_ms;
+	int rc = client_open(o, &c);
 
-	if (addr == NULL) {
-		const char *h = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
-
-		if (h == NULL || *h == '\0' || p == NULL || *p == '\0')
-			return usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
-		snprintf(addrbuf, sizeof(addrbuf), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-		addr = addrbuf;
-	}
-	if (util_parse_hostport(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
-		return usage_error("bad address '%s' (want HOST:PORT)", addr);
-	/* --timeout bounds waiting commands; every other request gets the same
-	 * bound, or the default, so a dead server never hangs a script. */
-	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
-	rc = store_client_connect(host, port, o->connect_timeout_ms, op_ms, &c);
-	if (rc < 0) {
-		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
-			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"
-					       : "");
-		return EXIT_CONN;
-	}
-	if (o->prefix)
-		store_client_set_prefix(c, o->prefix);
+	if (rc != EXIT_OK)
+		return rc;
 	rc = cmd->run(c, o, args, nargs);
 	store_client_close(c);
 	return rc;

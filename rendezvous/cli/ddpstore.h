@@ -6,6 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rdzv_codec.h"
+#include "store_proto.h"
+
 /* Exit statuses (documented in ddpstore(1)). */
 enum {
 	EXIT_OK = 0,
@@ -16,6 +19,15 @@ enum {
 	EXIT_CONN = 5,	     /* could not connect, or the connection was lost */
 	EXIT_CAS_FAILED = 6, /* cas: the value was not the expected one */
 };
+
+/* serve's bounds (ddpstore(1)). A value of at least ddprun's longest
+ * (RDZV_MSG_MAX), at most what a client takes in a reply (STORE_MAX_REPLY);
+ * a connection buffer that holds a SET of the longest of both. */
+#define SERVE_MAX_CONNS	      1000000
+#define SERVE_MIN_VALUE_LEN   ((int64_t)RDZV_MSG_MAX)
+#define SERVE_MAX_LEN	      ((int64_t)STORE_MAX_REPLY)
+#define SERVE_MAX_CONN_BUFFER ((int64_t)4 << 30)
+#define SERVE_SET_FRAMING     17 /* a SET's opcode and its two u64 lengths */
 
 struct ddpstore_opts {
 	const char *addr;   /* --addr HOST:PORT */

@@ -1,6 +1,7 @@
 /* ddpstore serve: a standalone store server on the default loop, until
  * SIGINT or SIGTERM (then a clean shutdown, exit 0). */
 #include <errno.h>
+#include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <uv.h>
 
 #include "ddpstore.h"
+#include "store_addr.h"
 #include "store_server.h"
 
 /* Descriptors kept aside from connections (stdio, loop, listeners, logs). */
@@ -70,6 +72,29 @@ static int write_port_file(const char *path, int port)
 	return rc;
 }
 
+/* store_server_start's -EHOSTUNREACH: a name of --host did not resolve
+ * (binding never gives it). Say which, with the resolver's reason. */
+static void say_unresolved(const char *hosts, int port)
+{
+	char *list = strdup(hosts), *part, *save = NULL;
+	struct addrinfo *ai;
+	int gai;
+
+	for (part = list ? strtok_r(list, ",", &save) : NULL; part;
+	     part = strtok_r(NULL, ",", &save)) {
+		if (store_addr_resolve(part, port, true, &ai, &gai) == 0) {
+			freeaddrinfo(ai);
+			continue;
+		}
+		ddpstore_err("cannot listen on %s: the name '%s' does not resolve (%s)", hosts,
+			     part, gai_strerror(gai));
+		free(list);
+		return;
+	}
+	free(list);
+	ddpstore_err("cannot listen on %s: a name in it does not resolve", hosts);
+}
+
 int ddpstore_serve(const struct ddpstore_opts *o)
 {
 	struct store_server_opts so;
@@ -86,7 +111,7 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 	}
 	so.log_prefix = o->quiet ? NULL : "ddpstore";
 	if (o->max_conns)
-		so.max_conns = o->max_conns > 1000000 ? 1000000 : (unsigned)o->max_conns;
+		so.max_conns = (unsigned)o->max_conns;
 	if (o->max_key_len)
 		so.max_key_len = (size_t)o->max_key_len;
 	if (o->max_value_len)
@@ -95,6 +120,17 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 		so.max_multi_keys = (size_t)o->max_multi_keys;
 	if (o->max_conn_buffer)
 		so.max_conn_buffer = (size_t)o->max_conn_buffer;
+	/* A request is held whole while it is read (but MULTI_SET's pairs): one
+	 * that carries the longest key and value must fit. */
+	if (so.max_conn_buffer < so.max_key_len + so.max_value_len + SERVE_SET_FRAMING) {
+		ddpstore_err("--max-conn-buffer %zu cannot hold a SET of the longest key and value "
+			     "(%zu + %zu bytes, and %d of framing): give at least %zu, or lower "
+			     "--max-value-len or --max-key-len (see ddpstore --help)",
+			     so.max_conn_buffer, so.max_key_len, so.max_value_len,
+			     SERVE_SET_FRAMING,
+			     so.max_key_len + so.max_value_len + SERVE_SET_FRAMING);
+		return EXIT_USAGE;
+	}
 	if (port < 0) {
 		env = getenv("MASTER_PORT");
 		port = 29500;
@@ -115,7 +151,9 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 	sv.loop = uv_default_loop();
 	rc = store_server_start(sv.loop, &so, o->host, port, &sv.srv);
 	if (rc < 0) {
-		if (so.io == STORE_IO_URING)
+		if (rc == -EHOSTUNREACH && o->host)
+			say_unresolved(o->host, port);
+		else if (so.io == STORE_IO_URING)
 			ddpstore_err(
 				"cannot serve on %s port %d with io_uring (DDP_STORE_IO=uring): %s",
 				o->host ? o->host : "*", port, uv_strerror(rc));

@@ -58,6 +58,29 @@ def test_add_to_non_integer_value_fails(srv):
     assert cli(srv.addr, "get", "word").stdout == b"abc"
 
 
+def test_add_says_why_it_failed(srv):
+    """An N beyond int64 is out of range (it read "not an integer"); a sum
+    beyond int64 closes the connection, as a value that is not a number
+    does, and add reads the value again to say which (it asked "is the value
+    not an integer?" for both)."""
+    r = cli(srv.addr, "add", "ovf", "9223372036854775808", text=True)
+    assert r.returncode == USAGE and r.stderr.count("\n") == 1
+    assert "'9223372036854775808' is out of range" in r.stderr
+    r = cli(srv.addr, "add", "ovf", "-99999999999999999999", text=True)
+    assert r.returncode == USAGE and "out of range" in r.stderr
+    assert cli(srv.addr, "add", "ovf", "9223372036854775807", text=True).stdout == \
+        "9223372036854775807\n"
+    r = cli(srv.addr, "add", "ovf", "1", text=True)
+    assert r.returncode == CONN and r.stderr.count("\n") == 1
+    assert ("the value of 'ovf', 9223372036854775807, plus 1 is out of the int64 range"
+            in r.stderr)
+    assert "not an integer" not in r.stderr
+    assert cli(srv.addr, "get", "ovf").stdout == b"9223372036854775807"
+    cli(srv.addr, "set", "huge", "99999999999999999999")
+    r = cli(srv.addr, "add", "huge", "1", text=True)
+    assert r.returncode == CONN and "the value of 'huge' is out of the int64 range" in r.stderr
+
+
 def test_cas_swaps_only_on_expected_value(srv):
     r = cli(srv.addr, "cas", "leader", "", "node-a")
     assert r.returncode == OK and r.stdout == b"node-a"
@@ -191,6 +214,59 @@ def test_serve_exits_0_on_sigterm():
     s = Server()
     assert cli(s.addr, "ping").returncode == OK
     assert s.stop() == 0
+
+
+def test_serve_host_that_does_not_resolve_is_named():
+    """A --host name that does not resolve says so, naming it (it read "host
+    is unreachable"). The names are ones the resolver refuses without a query
+    (an empty label, a leading hyphen), looked up, where this machine can, in
+    a network namespace with no route out, so nothing leaves the machine."""
+    wrap = (["unshare", "-n"] if os.geteuid() == 0 and shutil.which("unshare") else [])
+    for host, bad in (("bad..name", "bad..name"), ("127.0.0.1,-bad", "-bad")):
+        r = subprocess.run(wrap + [DDPSTORE, "serve", "--host", host, "--port", "0"],
+                           stderr=subprocess.PIPE, timeout=30, text=True)
+        assert r.returncode == 1, r.stderr
+        assert f"the name '{bad}' does not resolve" in r.stderr, r.stderr
+        assert "unreachable" not in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--max-value-len", "1"], "bad value '1' for --max-value-len (out of range: from 65536 "
+                               "to 1073741824)"),
+    (["--max-value-len", "65535"], "out of range"),
+    (["--max-value-len", "1073741825"], "out of range"),
+    (["--max-value-len", "99999999999999"], "out of range"),
+    (["--max-value-len", "8M"], "bad value '8M' for --max-value-len (a number"),
+    (["--max-conn-buffer", "99999999999999"], "bad value '99999999999999' for "
+                                              "--max-conn-buffer (out of range"),
+    (["--max-conn-buffer", "0"], "out of range"),
+    # a request that carries the longest key and value must fit
+    (["--max-conn-buffer", "1"], "--max-conn-buffer 1 cannot hold a SET of the longest "
+                                 "key and value (8192 + 8388608 bytes, and 17 of framing): "
+                                 "give at least 8396817"),
+    (["--max-conn-buffer", "8396816"], "give at least 8396817"),
+    (["--max-value-len", "65536", "--max-key-len", "100", "--max-conn-buffer", "65652"],
+     "give at least 65653"),
+    (["--max-conns", "1000001"], "--max-conns (out of range: from 1 to 1000000)"),
+])
+def test_serve_limits_have_bounds(args, needle):
+    r = subprocess.run([DDPSTORE, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+                       stderr=subprocess.PIPE, timeout=30, text=True)
+    assert r.returncode == USAGE, r.stderr
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_serve_limits_at_their_bounds_serve():
+    for args in (["--max-value-len", "65536", "--max-key-len", "100", "--max-conn-buffer",
+                  "65653"],
+                 ["--max-conn-buffer", "8396817"],
+                 ["--max-value-len", "1073741824", "--max-conn-buffer", "4294967296",
+                  "--max-conns", "1000000"]):
+        s = Server(*args)
+        try:
+            assert cli(s.addr, "ping").returncode == OK
+        finally:
+            assert s.close() == 0
 
 
 def test_serve_port_in_use_is_a_clear_error():

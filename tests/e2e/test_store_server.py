@@ -261,7 +261,7 @@ def test_a_stalled_client_does_not_slow_the_others(srv):
 
 
 def test_a_client_that_never_reads_is_paused_not_buffered():
-    sv = Server("--max-conn-buffer", str(1 << 20))
+    sv = Server("--max-conn-buffer", str(1 << 20), "--max-value-len", str(256 << 10))
     try:
         c = connect(sv.port, rcvbuf=65536)
         c.sendall(bytes([V2["SET"]]) + s("/big") + s(b"z" * (256 << 10)))
@@ -308,7 +308,7 @@ def test_watch_key_pushes_changes_in_the_1x_format(srv):
 
 
 def test_a_watcher_that_never_reads_is_closed():
-    sv = Server("--max-conn-buffer", str(1 << 20))
+    sv = Server("--max-conn-buffer", str(1 << 20), "--max-value-len", str(256 << 10))
     try:
         w = connect(sv.port, v2=False, rcvbuf=4096)
         w.sendall(bytes([V1["WATCH_KEY"]]) + s("/watched"))
@@ -655,18 +655,18 @@ def test_multi_get_reply_over_the_buffer_limit_closes_that_connection():
 
 
 def test_append_cannot_grow_a_value_past_the_value_limit():
-    sv = Server("--max-value-len", "1000")
+    sv = Server("--max-value-len", "65536")  # the least it takes
     try:
         c = connect(sv.port)
-        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"x" * 600))
-        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"y" * 400))  # exactly 1000
-        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"z"))  # 1001: refused
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"x" * 60000))
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"y" * 5536))  # exactly 65536
+        c.sendall(bytes([V2["APPEND"]]) + s("/ap") + s(b"z"))  # 65537: refused
         assert closed_by_peer(c)
         c.close()
-        assert sv.wait_log("APPEND would grow the value past the limit 1000")
+        assert sv.wait_log("APPEND would grow the value past the limit 65536")
         d = connect(sv.port)
         d.sendall(bytes([V2["GET"]]) + s("/ap"))
-        assert recv_bytes(d) == b"x" * 600 + b"y" * 400
+        assert recv_bytes(d) == b"x" * 60000 + b"y" * 5536
         d.close()
     finally:
         assert sv.close() == 0
