@@ -219,7 +219,7 @@ static void load_env(struct parse *p, const char *(*getenv_fn)(const char *))
  * errno (-EINVAL), or argc + 1 / argc + 2 for --help / --version. */
 static int scan_argv(struct parse *p, int argc, char **argv)
 {
-	int a;
+	int a, took = -1; /* the option whose value was the last word */
 
 	for (a = 1; a < argc; a++) {
 		const char *s = argv[a];
@@ -260,6 +260,8 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			if (a + 1 >= argc || looks_like_option(argv[a + 1]))
 				return fail(p, "option --%s expects a value", opts[i].name);
 			val = argv[++a];
+			if (a == argc - 1)
+				took = i;
 		}
 		/* torchrun prints a script (with the optional shtab) and exits. */
 		if (i == O_PRINT_COMPLETION)
@@ -269,6 +271,11 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 		snprintf(p->raw[i].envname, sizeof(p->raw[i].envname), "--%s", opts[i].name);
 		p->raw[i].src = p->raw[i].envname;
 	}
+	/* `ddprun -r /bin/true`: the program went to the option. */
+	if (took >= 0)
+		return fail(p, "missing the program to run (%s took '%.200s' as its value)",
+			    argv[argc - 2][1] == '-' ? p->raw[took].src : argv[argc - 2],
+			    argv[argc - 1]);
 	return fail(p, "missing the program to run");
 }
 
@@ -627,7 +634,11 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	    (rc = parse_signals(p, O_FORWARD_SIGNALS, o->fwd_signals, &o->nfwd_signals)) != 0)
 		return rc;
 	cli_fwd_wins(o);
+	/* Empty is unset, as torchrun's `if local_addr` (the address of the
+	 * connection to the store), not an empty address for the others. */
 	o->local_addr = r[O_LOCAL_ADDR].val;
+	if (o->local_addr != NULL && o->local_addr[0] == '\0')
+		o->local_addr = NULL;
 	if (store_server_io_parse(getenv_fn("DDP_STORE_IO"), &o->store_io) < 0)
 		return fail(p, "bad DDP_STORE_IO '%s' (auto, uring or uv)",
 			    getenv_fn("DDP_STORE_IO"));

@@ -71,9 +71,13 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 	j->tee = o->tee;
 	j->ranks_filter = o->ranks_filter;
 	j->nranks_filter = o->nranks_filter;
+	/* Empty is unset, the option's and the variable's, as torchrun's `if
+	 * template`: the default prefix (ddprun(1), --log-line-prefix-template). */
 	j->log_line_prefix = o->log_line_prefix != NULL && o->log_line_prefix[0] != '\0'
 				     ? o->log_line_prefix
 				     : getenv_fn("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+	if (j->log_line_prefix != NULL && j->log_line_prefix[0] == '\0')
+		j->log_line_prefix = NULL;
 	j->tag_output = o->tag_output;
 	j->dup_filters[0] = o->dup_filters[0];
 	j->dup_filters[1] = o->dup_filters[1];

@@ -50,6 +50,8 @@ def test_help_and_version():
         (["--nproc-per-node", "0", TRUE], "--nproc-per-node"),
         (["--nproc-per-node"], "expects a value"),
         (["--nproc_per_node", "2"], "missing the program"),
+        (["-r", TRUE], f"missing the program to run (-r took '{TRUE}' as its value)"),
+        (["--tee", "3", "--log-dir", TRUE], f"(--log-dir took '{TRUE}' as its value)"),
         ([], "missing the program"),
         (["--m", "1", TRUE], "ambiguous option"),
         (["--nnodes", "3:2", TRUE], "--nnodes"),

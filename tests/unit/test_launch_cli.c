@@ -224,9 +224,44 @@ static void test_torchrun2_flags(void **state)
 	cli_free(&o);
 }
 
+/* An empty --local-addr or template is unset, as torchrun's truth tests:
+ * the address of the connection to the store, the default prefix (an empty
+ * --local-addr was the address other nodes were given). */
+static void test_empty_is_unset(void **state)
+{
+	struct cli_opts o;
+	struct job j;
+
+	assert_int_equal(parse(&o, ARGS("--local-addr", "", "p")), CLI_OK);
+	assert_null(o.local_addr);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--local-addr=", "p")), CLI_OK);
+	assert_null(o.local_addr);
+	cli_free(&o);
+	set_env("PET_LOCAL_ADDR", "");
+	set_env("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "");
+	assert_int_equal(parse(&o, ARGS("--log-line-prefix-template=", "p")), CLI_OK);
+	assert_null(o.local_addr);
+	job_from_opts(&j, &o, fake_getenv);
+	assert_null(j.local_addr);
+	assert_null(j.log_line_prefix); /* the default, [<role><local_rank>]: */
+	job_free(&j);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--local-addr", "10.0.0.1", "p")), CLI_OK);
+	assert_string_equal(o.local_addr, "10.0.0.1");
+	cli_free(&o);
+}
+
 static void test_errors(void **state)
 {
 	expect_error("missing the program", NO_ARGS);
+	/* the program taken as an option's value: say which took it */
+	expect_error("missing the program to run (-r took '/bin/true' as its value)",
+		     ARGS("-r", "/bin/true"));
+	expect_error("missing the program to run (--redirects took '/bin/true' as its value)",
+		     ARGS("--redir", "/bin/true"));
+	expect_error("missing the program to run (--log-dir took 'train' as its value)",
+		     ARGS("--nnodes", "1", "--log-dir", "train"));
 	expect_error("unrecognized option '--frob'", ARGS("--frob", "p"));
 	expect_error("unrecognized option '-x'", ARGS("-x", "p"));
 	expect_error("ambiguous option '--n'", ARGS("--n", "1", "p"));
@@ -428,6 +463,7 @@ static void test_job_resolves_once(void **state)
 	assert_int_equal(j.max_nodes, 3);
 	assert_string_equal(j.run_id, o.rdzv_id);
 	assert_string_equal(j.log_line_prefix, "[${rank}]"); /* "" counts as not given */
+	assert_null(o.local_addr);			     /* not given */
 	assert_false(job_rank_shown(&j, 0));
 	assert_true(job_rank_shown(&j, 1));
 	assert_null(j.slurm_master_var);
@@ -462,6 +498,7 @@ int main(void)
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
 		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_empty_is_unset, setup),
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
 		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
 		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,
