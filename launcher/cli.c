@@ -133,6 +133,12 @@ static const char *src_of(struct parse *p, int i)
 	return p->raw[i].src ? p->raw[i].src : "the default";
 }
 
+/* Whether option i's value came from its PET_ variable. */
+static bool from_env(struct parse *p, int i)
+{
+	return p->raw[i].src != NULL && strncmp(p->raw[i].src, "PET_", 4) == 0;
+}
+
 static int bad_value(struct parse *p, int i, const char *expect)
 {
 	return fail(p, "invalid value '%.200s' for %s: expected %s", p->raw[i].val, src_of(p, i),
@@ -570,6 +576,7 @@ static int static_endpoint(struct parse *p, struct cli_opts *o)
 	o->master_port = port;
 	r[O_MASTER_PORT].src = src_of(p, O_RDZV_ENDPOINT);
 	o->master_port_given = true;
+	o->master_port_src = from_env(p, O_RDZV_ENDPOINT) ? "PET_RDZV_ENDPOINT" : "--rdzv-endpoint";
 	return 0;
 }
 
@@ -590,6 +597,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (util_parse_int(r[O_MASTER_PORT].val, 0, 65535, &o->master_port) != 0)
 		return bad_value(p, O_MASTER_PORT, "a port number from 0 to 65535");
 	o->master_port_given = r[O_MASTER_PORT].src != NULL;
+	o->master_port_src = from_env(p, O_MASTER_PORT) ? "PET_MASTER_PORT" : "--master-port";
 	o->rdzv_backend = r[O_RDZV_BACKEND].val;
 	if (strcmp(o->rdzv_backend, "static") != 0 && strcmp(o->rdzv_backend, "c10d") != 0)
 		return bad_value(p, O_RDZV_BACKEND, "static or c10d");

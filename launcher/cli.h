@@ -61,6 +61,9 @@ struct cli_opts {
 	const char *master_addr;
 	int master_port;
 	bool master_port_given; /* --master-port or PET_MASTER_PORT */
+	/* Where master_port came from, for messages: --master-port,
+	 * PET_MASTER_PORT, --rdzv-endpoint or PET_RDZV_ENDPOINT (static). */
+	const char *master_port_src;
 	const char *rdzv_backend;
 	const char *rdzv_endpoint;
 	const char *rdzv_id;

@@ -579,7 +579,7 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	}
 	if (c->store_port == 0) {
 		snprintf(err, errlen, "%s: several nodes need a fixed port, not 0",
-			 job->dynamic ? "--rdzv-endpoint" : "--master-port");
+			 job->dynamic ? "--rdzv-endpoint" : job->master_port_src);
 		free(c);
 		return -EINVAL;
 	}

@@ -92,8 +92,9 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 	if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
 		snprintf(err, errlen,
 			 "cannot listen on port %d for the rendezvous store: the port is in use "
-			 "(pick another %s)",
-			 c->store_port, c->job->dynamic ? "--rdzv-endpoint port" : "--master-port");
+			 "(pick another port in %s)",
+			 c->store_port,
+			 c->job->dynamic ? "--rdzv-endpoint" : c->job->master_port_src);
 	else
 		snprintf(err, errlen, "cannot listen on port %d for the rendezvous store: %s",
 			 c->store_port, store_strerror(rc));

@@ -138,9 +138,9 @@ static void port_in_use(struct coord *c, const char *why)
 	c->probing = false;
 	coord_fail(c, 1,
 		   "error: cannot listen on port %d for the rendezvous store: the port is in "
-		   "use%s%s (pick another %s)",
+		   "use%s%s (pick another port in %s)",
 		   c->store_port, c->probe_why, why,
-		   c->job->dynamic ? "--rdzv-endpoint port" : "--master-port");
+		   c->job->dynamic ? "--rdzv-endpoint" : c->job->master_port_src);
 }
 
 static void on_probe_timeout(uv_timer_t *t)

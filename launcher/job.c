@@ -92,6 +92,7 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 	j->master_addr = o->master_addr;
 	j->master_port = o->master_port;
 	j->master_port_given = o->master_port_given;
+	j->master_port_src = o->master_port_src ? o->master_port_src : "--master-port";
 	j->local_addr = o->local_addr;
 	j->store_io = o->store_io;
 	if (o->slurm_master_addr)

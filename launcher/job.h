@@ -71,9 +71,10 @@ struct job {
 	/* The store: static, node 0's at --master-addr (one node: the agent's). */
 	const char *master_addr;
 	int master_port;
-	bool master_port_given; /* --master-port or PET_MASTER_PORT */
-	const char *local_addr; /* --local-addr: how the other nodes reach this one */
-	int store_io;		/* STORE_IO_* for the stores ddprun hosts */
+	bool master_port_given;	     /* --master-port or PET_MASTER_PORT */
+	const char *master_port_src; /* the flag or variable that gave it (cli.h) */
+	const char *local_addr;	     /* --local-addr: how the other nodes reach this one */
+	int store_io;		     /* STORE_IO_* for the stores ddprun hosts */
 	/* --master-addr came from this SLURM_*NODELIST; NULL: it did not. */
 	const char *slurm_master_var;
 	/* What the job owns. */

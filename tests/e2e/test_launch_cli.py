@@ -81,6 +81,11 @@ def test_help_and_version():
         (["--rdzv-endpoint", "localhost", TRUE], "needs the port"),  # static, as torchrun
         (["--master-addr", "127.0.0.1:5000", TRUE], "without a port"),
         (["--nnodes", "2", "--master-addr", "[::1]:5000", TRUE], "without a port"),
+        # a static store's port 0: the flag that gave it is named
+        (["--nnodes", "2", "--rdzv-endpoint", "127.0.0.1:0", TRUE],
+         "--rdzv-endpoint: several nodes need a fixed port, not 0"),
+        (["--nnodes", "2", "--master-port", "0", TRUE],
+         "--master-port: several nodes need a fixed port, not 0"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, says):
@@ -94,6 +99,9 @@ def test_bad_pet_variable_names_the_variable():
     r = ddprun(TRUE, env={"PET_NPROC_PER_NODE": "lots"})
     assert r.returncode == 2
     assert "PET_NPROC_PER_NODE" in one_error_line(r)
+    r = ddprun("--nnodes", "2", TRUE, env={"PET_RDZV_ENDPOINT": "127.0.0.1:0"})
+    assert r.returncode == 2
+    assert "PET_RDZV_ENDPOINT: several nodes need a fixed port" in one_error_line(r)
 
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
