@@ -92,7 +92,7 @@ struct coord {
 	int k;			 /* dynamic: arrival number in the round */
 	int nnodes;		 /* participants of the round */
 	int *arrivals;		 /* dynamic: their arrival numbers, by rank */
-	int64_t last_call_ms;	 /* dynamic: when this node's last call ends */
+	int64_t last_call_ms;	 /* dynamic: when this node's last call ends (0: none this round) */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
 	bool end_known;

@@ -659,6 +659,7 @@ void coord_join(struct coord *c)
 	c->at_barrier = false;
 	c->pub_must_fail = false;
 	c->k = 0;
+	c->last_call_ms = 0; /* a new round's: none yet (coord_watch.c says so) */
 	c->rank = c->job->dynamic ? -1 : c->job->node_rank;
 	c->nnodes = c->job->dynamic ? 0 : c->job->max_nodes;
 	coord_live_start(c);

@@ -322,9 +322,19 @@ static void say_waiting(struct coord *c)
 		snprintf(tail, sizeof(tail),
 			 ": the round closes at %d nodes, or when the last call ends in %.0f s",
 			 c->job->max_nodes, (double)(c->last_call_ms - now) / 1000.0);
-	else if (c->job->dynamic)
-		snprintf(tail, sizeof(tail), ": the round closes at %d nodes, or at the last call",
+	else if (c->job->dynamic && c->last_call_ms == 0)
+		/* This node came before the MIN-th, which runs the last call. */
+		snprintf(tail, sizeof(tail),
+			 ": the round closes at %d nodes, or when another node's last call ends",
 			 c->job->max_nodes);
+	else if (c->job->dynamic)
+		/* Ours ended and the round is still open: the nodes that stayed
+		 * were too few (some left), so a later arrival's last call, or MAX
+		 * nodes, closes it. */
+		snprintf(tail, sizeof(tail),
+			 ": the round closes at %d nodes, or at a later node's last call (this "
+			 "node's ended %.0f s ago)",
+			 c->job->max_nodes, (double)(now - c->last_call_ms) / 1000.0);
 	coord_survey_text(c, tail, text, sizeof(text));
 	agent_say("waiting for nodes: %s", text);
 }

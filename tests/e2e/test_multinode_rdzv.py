@@ -158,6 +158,26 @@ def test_a_lone_dynamic_node_says_it_waits_for_the_last_call(reaper, tmp_path):
     assert sorted(read_envs(out)) == [(1, 0, 0)]
 
 
+def test_a_node_before_the_min_th_says_another_node_runs_the_last_call(reaper, tmp_path):
+    """--nnodes 2:3: the first node has no last call of its own (the second
+    arrival runs it), so its waiting line cannot count one down; it read "or
+    at the last call", as if the call were past. A third node closes the
+    round at MAX."""
+    out, env = out_env(tmp_path, "out")
+    ep = f"127.0.0.1:{free_port()}"
+    conf = FAST + ",last_call_timeout=300"
+    a = dyn_agent(reaper, tmp_path, "a", ep, "2:3", 1, REC, conf=conf, env=env)
+    wait_stderr(a, "1 more needed")
+    b = dyn_agent(reaper, tmp_path, "b", ep, "2:3", 1, REC, conf=conf, env=env)
+    wait_stderr(a, ": the round closes at 3 nodes, or when another node's last call ends")
+    wait_stderr(b, ": the round closes at 3 nodes, or when the last call ends in")
+    c = dyn_agent(reaper, tmp_path, "c", ep, "2:3", 1, REC, conf=conf, env=env)
+    for n in (a, b, c):
+        assert n.wait() == 0, n.stderr()
+    assert "at the last call" not in a.stderr() + b.stderr()
+    assert sorted(read_envs(out)) == [(3, 0, 0), (3, 1, 0), (3, 2, 0)]
+
+
 def test_a_dynamic_timeout_names_who_joined(reaper, tmp_path):
     host = os.uname().nodename
     a = dyn_agent(reaper, tmp_path, "a", f"127.0.0.1:{free_port()}", "2:3", 1, "exit 0",
