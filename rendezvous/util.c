@@ -1,6 +1,7 @@
 /* util: strict number/address parsing and a monotonic clock (see util.h). */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -33,7 +34,8 @@ int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 	char *end;
 	long long v;
 
-	if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t')
+	/* strtoll would skip any leading white space ("\n5", "\r7"). */
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
 		return -EINVAL;
 	errno = 0;
 	v = strtoll(s, &end, 10);
@@ -60,7 +62,7 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms)
 	char *end;
 	double v;
 
-	if (s == NULL || *s == '\0' || *s == ' ' || *s == '-' || *s == '+')
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *s == '-' || *s == '+')
 		return -EINVAL;
 	errno = 0;
 	v = strtod(s, &end);
