@@ -101,7 +101,7 @@ static void note_unknown(struct rdzv_conf *c, const char *k)
 	size_t n = strlen(c->unknown);
 
 	if (n + strlen(k) + 3 >= sizeof(c->unknown)) {
-		if (n + 4 < sizeof(c->unknown) && strstr(c->unknown, "...") == NULL)
+		if (n + strlen(", ...") < sizeof(c->unknown) && strstr(c->unknown, "...") == NULL)
 			strcat(c->unknown, ", ...");
 		return;
 	}
