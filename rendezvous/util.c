@@ -128,6 +128,13 @@ int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_p
 	return rc;
 }
 
+void util_one_line(char *s)
+{
+	for (; *s != '\0'; s++)
+		if ((unsigned char)*s < ' ' || *s == 0x7f)
+			*s = '?';
+}
+
 int util_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

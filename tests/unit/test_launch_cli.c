@@ -265,6 +265,25 @@ static void test_errors(void **state)
 	expect_error("PET_MODULE", ARGS("p"));
 }
 
+/* cli.h: an error is one line, also when it quotes a value or an option
+ * holding a newline or an escape sequence (fuzz_launch_cli: "--local-ran\n").
+ * Control characters show as '?'. */
+static void test_an_error_is_one_line_whatever_it_quotes(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("--local-ran\n", "p")), -EINVAL);
+	assert_string_equal(err, "unrecognized option '--local-ran?'");
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "2\n\033[2J", "p")), -EINVAL);
+	assert_non_null(strstr(err, "invalid value '2??[2J' for --nproc-per-node"));
+	assert_int_equal(parse(&o, ARGS("--rdzv-conf", "join_timeout=\r1", "p")), -EINVAL);
+	assert_null(strchr(err, '\r'));
+	set_env("SLURM_JOB_ID", "1");
+	set_env("SLURM_NNODES", "2\n");
+	assert_int_equal(parse(&o, ARGS("p")), -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES='2?'"));
+}
+
 static void test_node_options_and_rendezvous_settings(void **state)
 {
 	struct cli_opts o;
@@ -462,6 +481,7 @@ int main(void)
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
 		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_an_error_is_one_line_whatever_it_quotes, setup),
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
 		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
 		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,

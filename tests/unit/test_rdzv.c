@@ -116,6 +116,9 @@ static void test_conf_unknown_keys_are_cut_within_bounds(void **state)
 
 static void test_conf_errors_name_the_key(void **state)
 {
+	/* One line, whatever the item holds (fuzz_rdzv_conf: "kee\n ="). */
+	expect_conf_error("kee\n =", "'kee? =' is not KEY=VALUE");
+	expect_conf_error("join_timeout=\0335", "join_timeout=?5: expected");
 	expect_conf_error("join_timeout", "not KEY=VALUE");
 	expect_conf_error("join_timeout=", "not KEY=VALUE");
 	expect_conf_error("=3", "not KEY=VALUE");
