@@ -325,7 +325,8 @@ static int on_copy(int (*check)(struct ddpi_join_rec *, size_t, char *, size_t),
 
 	if (!v)
 		return -ENOMEM;
-	memcpy(v, recs, n * sizeof(*v));
+	if (n > 0) /* recs may be NULL then (join/members held no line) */
+		memcpy(v, recs, n * sizeof(*v));
 	rc = check(v, n, msg, len);
 	free(v);
 	return rc;
