@@ -108,6 +108,12 @@ static void test_malformed_members_are_a_protocol_error(void **state)
 		"x 4 0 4 0 1 cpu 0.1.0 1 h\n",
 		"-1 4 0 4 0 1 cpu 0.1.0 1 h\n",
 		"0 0 0 4 0 1 cpu 0.1.0 1 h\n",
+		/* numbers past an int, which sscanf's %d read as something else
+		 * ("4294967296" as rank 0), and words past their buffers */
+		"4294967296 4 0 4 0 1 cpu 0.1.0 1 h\n",
+		"0 4294967300 0 4 0 1 cpu 0.1.0 1 h\n",
+		"0 4 0 4 0 1 cpu 0.1.0 99999999999 h\n",
+		"0 4 0 4 0 1 cpu_and_more 0.1.0 1 h\n",
 	};
 	struct ddpi_join_rec *v = NULL;
 	size_t n;
