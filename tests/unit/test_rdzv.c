@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -232,6 +233,17 @@ static void test_closed_names_its_participants(void **state)
 	assert_int_equal(rdzv_closed_members("2:3,1", 5, got, 2), -EINVAL);
 	assert_int_equal(rdzv_closed_members("2:1,", 4, got, 2), -EINVAL);
 	assert_int_equal(rdzv_closed_members("2:2-1", 5, got, 2), -EINVAL);
+	/* Up to the largest int, without stepping past it (fuzz_rdzv_msg:
+	 * "1:2147483647" overflowed the next arrival, undefined). */
+	assert_int_equal(rdzv_closed_members("1:2147483647", 12, got, 1), 0);
+	assert_int_equal(got[0], INT_MAX);
+	assert_int_equal(rdzv_closed_members("3:5,2147483646-2147483647", 25, got, 3), 0);
+	assert_int_equal(got[0], 5);
+	assert_int_equal(got[1], INT_MAX - 1);
+	assert_int_equal(got[2], INT_MAX);
+	assert_int_equal(rdzv_closed_members("2:2147483647,5", 14, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:2147483647,2147483648", 23, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:1-2147483647", 14, got, 2), -EINVAL);
 }
 
 static void test_meta_round_trips(void **state)
