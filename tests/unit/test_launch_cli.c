@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,36 @@ static void test_torchrun2_flags(void **state)
 	assert_int_equal(o.numa_binding, CLI_NUMA_NONE);
 	assert_string_equal(o.event_log_handler, "null");
 	cli_free(&o);
+}
+
+/* Each duplicate filter takes memory by its own length: the whole list's
+ * for every item made "a,a,a,..." of 60 KB take 1.8 GB (fuzz_launch_cli). */
+static void test_duplicate_filters_take_memory_by_their_length(void **state)
+{
+	struct cli_filters f;
+	char s[4001];
+	int i;
+
+	for (i = 0; i < 4000; i += 2)
+		memcpy(s + i, "a,", 2);
+	s[4000] = '\0';
+	assert_int_equal(cli_filters_parse(s, &f), 0);
+	assert_int_equal(f.n, 2001);
+	for (i = 0; i < f.n; i++) {
+		assert_string_equal(f.s[i], i < 2000 ? "a" : "");
+		assert_true(malloc_usable_size(f.s[i]) < 64);
+	}
+	cli_filters_free(&f);
+	assert_int_equal(cli_filters_parse(",,,", &f), 0);
+	assert_int_equal(f.n, 2);
+	assert_string_equal(f.s[0], ",");
+	assert_string_equal(f.s[1], "");
+	cli_filters_free(&f);
+	assert_int_equal(cli_filters_parse("x,,,,y,", &f), 0);
+	assert_int_equal(f.n, 2);
+	assert_string_equal(f.s[0], "x,,y");
+	assert_string_equal(f.s[1], "");
+	cli_filters_free(&f);
 }
 
 static void test_errors(void **state)
@@ -480,6 +511,7 @@ int main(void)
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
+		cmocka_unit_test_setup(test_duplicate_filters_take_memory_by_their_length, setup),
 		cmocka_unit_test_setup(test_errors, setup),
 		cmocka_unit_test_setup(test_an_error_is_one_line_whatever_it_quotes, setup),
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
