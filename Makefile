@@ -113,7 +113,8 @@ endif
 #                     but for the few that name another part below
 # The launcher and libddp never see each other. Unit tests go by name:
 # test_launch_* and test_slurm are the launcher's, test_ddp_* libddp's, the
-# others rendezvous/'s. tests/e2e/test_layers.py holds the Makefile to this.
+# others rendezvous/'s; fuzz targets likewise (fuzz_launch_*, fuzz_ddp_*,
+# the others rendezvous/'s). tests/e2e/test_layers.py holds the Makefile to this.
 INC_rendezvous := -Irendezvous
 INC_cli := -Irendezvous
 INC_launcher := -Ilauncher -Irendezvous
@@ -126,11 +127,12 @@ PROG_INTERNAL_NAMES := ddp_compat ddp_hello
 # $(call part_of,FILE): the part a source file belongs to.
 part_of = $(firstword \
 	$(if $(filter rendezvous/cli/%,$(1)),cli) \
-	$(if $(filter rendezvous/% tests/fuzz/% bench/store/%,$(1)),rendezvous) \
-	$(if $(filter launcher/% tests/unit/test_launch_% tests/unit/test_slurm.c,$(1)),launcher) \
-	$(if $(filter worker-runtime/% tests/unit/test_ddp_% \
+	$(if $(filter rendezvous/% bench/store/%,$(1)),rendezvous) \
+	$(if $(filter launcher/% tests/unit/test_launch_% tests/unit/test_slurm.c \
+		tests/fuzz/fuzz_launch_%,$(1)),launcher) \
+	$(if $(filter worker-runtime/% tests/unit/test_ddp_% tests/fuzz/fuzz_ddp_% \
 		$(PROG_INTERNAL_NAMES:%=tests/progs/%.c),$(1)),worker-runtime) \
-	$(if $(filter tests/unit/%,$(1)),rendezvous) \
+	$(if $(filter tests/unit/% tests/fuzz/%,$(1)),rendezvous) \
 	public)
 
 # Rebuild everything when the configuration changes (SAN, CUDA, CFLAGS, the
@@ -348,15 +350,33 @@ bench: deps-bench
 	done
 
 # ---- fuzzing (clang libFuzzer) ----------------------------------------------------
+# A target links the sources of its part and those below, by its name as the
+# unit tests do (fuzz_launch_*: the launcher's, fuzz_ddp_*: libddp's, the
+# others rendezvous/'s only). Every source is compiled once with clang and the
+# sanitizers under $(B)/fuzz/obj (the project's own objects may be gcc's and
+# are not instrumented); undefined behaviour stops the run like a crash.
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(B)/fuzz/%,$(FUZZ_SRC))
 FUZZ_SECONDS ?= 60
-# Without liburing: the codec and the libuv transport are what is fuzzed.
+# Without liburing and CUDA: the codecs, parsers and the libuv transport are
+# what is fuzzed.
 FUZZ_RDZV_SRC := $(filter-out $(RING_SRC),$(RDZV_SRC))
-$(B)/fuzz/%: tests/fuzz/%.c $(FUZZ_RDZV_SRC) $(CONFIG_STAMP)
+FUZZ_SRC_rendezvous := $(FUZZ_RDZV_SRC)
+FUZZ_SRC_launcher := $(LAUNCHER_LIB_SRC) $(FUZZ_RDZV_SRC)
+FUZZ_SRC_worker-runtime := $(wildcard worker-runtime/src/*.c) $(RDZV_CLIENT_SRC)
+FUZZ_CFLAGS := -std=gnu11 -g -O1 -D_GNU_SOURCE -DDDP_VERSION=\"$(VERSION)\" $(PKG_CFLAGS) \
+	-MMD -MP -fsanitize=address,undefined -fno-sanitize-recover=undefined
+fuzz_obj = $(patsubst %.c,$(B)/fuzz/obj/%.o,$(1))
+fuzz_part = $(call part_of,tests/fuzz/$(notdir $(1)).c)
+$(B)/fuzz/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(@D)
-	$(Q)clang -std=gnu11 -g -O1 -D_GNU_SOURCE $(INC_rendezvous) $(PKG_CFLAGS) \
-		-fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_RDZV_SRC) $(SYS_LIBS)
+	@$(if $(Q),echo "  FUZZCC  $<")
+	$(Q)clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(INC_$(call part_of,$<)) -c $< -o $@
+$(foreach t,$(FUZZ_BIN),$(eval $(t): $(call fuzz_obj,$(FUZZ_SRC_$(call fuzz_part,$(t))))))
+$(B)/fuzz/%: $(B)/fuzz/obj/tests/fuzz/%.o
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)clang -fsanitize=fuzzer,address,undefined -o $@ $^ $(SYS_LIBS)
 fuzz: $(FUZZ_BIN)
 	$(Q)for f in $(FUZZ_BIN); do n=$$(basename $$f); \
 	  mkdir -p $(B)/fuzz/corpus-$$n; \
@@ -414,4 +434,4 @@ uninstall:
 clean:
 	rm -rf $(B)
 
--include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/obj $(B)/fuzz/obj -name '*.d' 2>/dev/null)

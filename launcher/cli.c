@@ -683,17 +683,21 @@ int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name),
 		err[0] = '\0';
 	load_env(&p, getenv_fn);
 	prog = scan_argv(&p, argc, argv);
-	if (prog < 0)
-		return prog;
 	if (prog == argc + 1)
 		return CLI_HELP;
 	if (prog == argc + 2)
 		return CLI_VERSION;
-	if (prog >= argc)
-		return fail(&p, "missing the program to run");
-	rc = parse_values(&p, o, getenv_fn);
+	if (prog < 0)
+		rc = prog;
+	else if (prog >= argc)
+		rc = fail(&p, "missing the program to run");
+	else
+		rc = parse_values(&p, o, getenv_fn);
 	if (rc != 0) {
 		cli_free(o);
+		/* One line, though it quotes what was given ("--x\n"). */
+		if (errlen > 0)
+			util_one_line(err);
 		return rc;
 	}
 	o->prog_argv = argv + prog;

@@ -38,7 +38,7 @@ const char *cli_numa_mode_name(enum cli_numa m)
 
 int cli_filters_parse(const char *s, struct cli_filters *f)
 {
-	size_t len = strlen(s), i, k = 0;
+	size_t len = strlen(s), i;
 	int n = 1;
 
 	f->s = NULL;
@@ -53,21 +53,27 @@ int cli_filters_parse(const char *s, struct cli_filters *f)
 	f->s = calloc((size_t)n, sizeof(char *));
 	if (f->s == NULL)
 		return -ENOMEM;
-	for (i = 0; i <= len; i++) {
-		if (k == 0 && (f->s[f->n] = calloc(1, len + 1)) == NULL) {
+	/* Each item in a buffer of its own length (one of the whole list's
+	 * length each made "a,a,a,..." take memory by its length squared). */
+	for (i = 0; f->n < n; i++) { /* i: where the item starts */
+		size_t end, l = 0, k = 0;
+		char *item;
+
+		for (end = i; s[end] != '\0' && !(s[end] == ',' && s[end + 1] != ','); end++, l++)
+			if (s[end] == ',')
+				end++; /* ",," is one comma */
+		item = malloc(l + 1);
+		if (item == NULL) {
 			cli_filters_free(f);
 			return -ENOMEM;
 		}
-		k = 1; /* this item is made */
-		if (s[i] == ',' && s[i + 1] == ',') {
-			strcat(f->s[f->n], ",");
-			i++;
-		} else if (s[i] == ',' || s[i] == '\0') {
-			f->n++;
-			k = 0;
-		} else {
-			strncat(f->s[f->n], &s[i], 1);
+		for (; i < end; i++, k++) {
+			item[k] = s[i];
+			if (s[i] == ',')
+				i++;
 		}
+		item[k] = '\0';
+		f->s[f->n++] = item;
 	}
 	return 0;
 }

@@ -23,6 +23,8 @@
 #include "coord_int.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +117,17 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 	return s;
 }
 
+/* Each value of a record [rank, libddp, in, entered, completed, op, wait]
+ * within what its field holds, or the record is skipped: converting a
+ * double out of range (1e300 to an int) is undefined. Counters are exact in a
+ * double up to 2^53; the largest rank leaves room for a range's next one
+ * (hang_rank_list adds 1). */
+#define WHERE_EXACT 9007199254740992.0
+static const double where_range[7][2] = {
+	{-1, INT_MAX - 1}, {-DBL_MAX, DBL_MAX}, {-DBL_MAX, DBL_MAX}, {0, WHERE_EXACT},
+	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},
+};
+
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
 {
 	cJSON *a = cJSON_ParseWithLength(val, len);
@@ -135,6 +148,10 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 7)
 			continue;
 		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
+		for (i = 0; i < 7 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
+			;
+		if (i < 7)
+			continue;
 		p = realloc(*w, (*n + 1) * sizeof(**w));
 		if (p == NULL)
 			break;

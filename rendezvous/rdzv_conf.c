@@ -101,7 +101,7 @@ static void note_unknown(struct rdzv_conf *c, const char *k)
 	size_t n = strlen(c->unknown);
 
 	if (n + strlen(k) + 3 >= sizeof(c->unknown)) {
-		if (n + 4 < sizeof(c->unknown) && strstr(c->unknown, "...") == NULL)
+		if (n + strlen(", ...") < sizeof(c->unknown) && strstr(c->unknown, "...") == NULL)
 			strcat(c->unknown, ", ...");
 		return;
 	}
@@ -119,7 +119,7 @@ static void trim(char *s)
 	memmove(s, s + i, n - i + 1);
 }
 
-int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen)
+static int parse_items(const char *s, struct rdzv_conf *c, char *err, size_t errlen)
 {
 	char item[256];
 
@@ -155,4 +155,14 @@ int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen
 		s = comma ? comma + 1 : s + len;
 	}
 	return 0;
+}
+
+int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen)
+{
+	int rc = parse_items(s, c, err, errlen);
+
+	/* The message quotes the item: one line, whatever the item holds. */
+	if (rc < 0 && errlen > 0)
+		util_one_line(err);
+	return rc;
 }

@@ -183,11 +183,24 @@ char *rdzv_closed_encode(const int *arrivals, int n)
 	return s;
 }
 
+/* One number of a range, the text p[0..l), in [lo, INT_MAX]. */
+static int arrival(const char *p, size_t l, int64_t lo, int64_t *out)
+{
+	char buf[24];
+
+	if (l == 0 || l >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, p, l);
+	buf[l] = '\0';
+	return util_parse_i64(buf, lo, INT_MAX, out) == 0 ? 0 : -EINVAL;
+}
+
 int rdzv_closed_members(const void *v, size_t len, int *arrivals, int n)
 {
 	const char *p = v, *end = p + len, *colon;
-	int i = 0, a, b, last = 0;
-	char buf[24];
+	int i = 0;
+	/* 64 bits: the next arrival after INT_MAX must not wrap. */
+	int64_t a, b, last = 0;
 
 	colon = v != NULL && len <= RDZV_MSG_MAX ? memchr(p, ':', len) : NULL;
 	if (colon == NULL) { /* "<N>": arrivals 1..N */
@@ -197,32 +210,19 @@ int rdzv_closed_members(const void *v, size_t len, int *arrivals, int n)
 	}
 	for (p = colon + 1; p < end && i <= n;) {
 		const char *q = p, *dash;
-		size_t l;
 
 		while (q < end && *q != ',')
 			q++;
 		dash = memchr(p, '-', (size_t)(q - p));
-		l = (size_t)((dash ? dash : q) - p);
-		if (l == 0 || l >= sizeof(buf))
-			return -EINVAL;
-		memcpy(buf, p, l);
-		buf[l] = '\0';
-		if (util_parse_int(buf, last + 1, INT_MAX, &a) != 0)
+		if (arrival(p, (size_t)((dash ? dash : q) - p), last + 1, &a) != 0)
 			return -EINVAL;
 		b = a;
-		if (dash != NULL) {
-			l = (size_t)(q - dash - 1);
-			if (l == 0 || l >= sizeof(buf))
-				return -EINVAL;
-			memcpy(buf, dash + 1, l);
-			buf[l] = '\0';
-			if (util_parse_int(buf, a, INT_MAX, &b) != 0)
-				return -EINVAL;
-		}
-		for (; a <= b && i < n; a++)
-			arrivals[i++] = a;
-		if (a <= b)
+		if (dash != NULL && arrival(dash + 1, (size_t)(q - dash - 1), a, &b) != 0)
+			return -EINVAL;
+		if (b - a >= (int64_t)n - i)
 			return -EINVAL; /* more arrivals than N */
+		for (; a <= b; a++)
+			arrivals[i++] = (int)a;
 		last = b;
 		p = q < end ? q + 1 : q;
 	}

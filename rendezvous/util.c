@@ -1,6 +1,7 @@
 /* util: strict number/address parsing and a monotonic clock (see util.h). */
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -33,7 +34,8 @@ int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 	char *end;
 	long long v;
 
-	if (s == NULL || *s == '\0' || *s == ' ' || *s == '\t')
+	/* strtoll would skip any leading white space ("\n5", "\r7"). */
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s))
 		return -EINVAL;
 	errno = 0;
 	v = strtoll(s, &end, 10);
@@ -62,7 +64,7 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms)
 
 	/* strtod also reads hexadecimal ("0x10" is 16 s), which Python's
 	 * float(), and so torchrun, refuses. */
-	if (s == NULL || *s == '\0' || *s == ' ' || *s == '-' || *s == '+' ||
+	if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *s == '-' || *s == '+' ||
 	    strpbrk(s, "xX") != NULL)
 		return -EINVAL;
 	errno = 0;
@@ -127,6 +129,13 @@ int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_p
 	if (rc == 0)
 		*port = p;
 	return rc;
+}
+
+void util_one_line(char *s)
+{
+	for (; *s != '\0'; s++)
+		if ((unsigned char)*s < ' ' || *s == 0x7f)
+			*s = '?';
 }
 
 int util_write_all(int fd, const void *buf, size_t len)

@@ -26,6 +26,10 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms);
  * -EINVAL on malformed input, -ENAMETOOLONG when the host does not fit. */
 int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_port, int *port);
 
+/* Keep a message that quotes user input on one line: every control
+ * character in s (newline, escape, ...) becomes '?'. */
+void util_one_line(char *s);
+
 /* Write all of buf to fd, retrying on EINTR and short writes. 0 or -errno. */
 int util_write_all(int fd, const void *buf, size_t len);
 

@@ -52,6 +52,9 @@ WRONG_WAY = [
     ("tests/unit/test_launch_x.c", "ddp_internal.h"),
     ("tests/unit/test_store_x.c", "agent.h"),
     ("tests/unit/test_x.c", "ddp_internal.h"),      # any other name: rendezvous/'s
+    ("tests/fuzz/fuzz_launch_x.c", "ddp_internal.h"),  # fuzz targets go by name too
+    ("tests/fuzz/fuzz_ddp_x.c", "agent.h"),
+    ("tests/fuzz/fuzz_x.c", "agent.h"),
     ("examples/x.c", "ddp_internal.h"),             # a libddp program, of its internals
     ("tests/progs/x.c", "store_client.h"),
     ("bench/allreduce/x.c", "util.h"),
@@ -70,6 +73,9 @@ RIGHT_WAY = [
     ("tests/unit/test_launch_x.c", "agent.h"),
     ("tests/unit/test_slurm.c", "slurm.h"),
     ("tests/unit/test_store_x.c", "store_proto.h"),
+    ("tests/fuzz/fuzz_launch_x.c", "slurm.h"),
+    ("tests/fuzz/fuzz_ddp_x.c", "join.h"),
+    ("tests/fuzz/fuzz_x.c", "rdzv_msg.h"),
     ("tests/progs/ddp_hello.c", "store_client.h"),  # PROG_INTERNAL: libddp's view
     ("examples/x.c", "ddp.h"),
 ]

@@ -105,8 +105,15 @@ static void test_malformed_members_are_a_protocol_error(void **state)
 	static const char *const bad[] = {
 		"0 4 0 4 0 1 cpu 0.1.0 1\n",	     /* a field short */
 		"0 4 0 4 0 1 cpu 0.1.0 1 h extra\n", /* one too many */
-		"x 4 0 4 0 1 cpu 0.1.0 1 h\n",	     "-1 4 0 4 0 1 cpu 0.1.0 1 h\n",
+		"x 4 0 4 0 1 cpu 0.1.0 1 h\n",
+		"-1 4 0 4 0 1 cpu 0.1.0 1 h\n",
 		"0 0 0 4 0 1 cpu 0.1.0 1 h\n",
+		/* numbers past an int, which sscanf's %d read as something else
+		 * ("4294967296" as rank 0), and words past their buffers */
+		"4294967296 4 0 4 0 1 cpu 0.1.0 1 h\n",
+		"0 4294967300 0 4 0 1 cpu 0.1.0 1 h\n",
+		"0 4 0 4 0 1 cpu 0.1.0 99999999999 h\n",
+		"0 4 0 4 0 1 cpu_and_more 0.1.0 1 h\n",
 	};
 	struct ddpi_join_rec *v = NULL;
 	size_t n;
@@ -118,6 +125,22 @@ static void test_malformed_members_are_a_protocol_error(void **state)
 	assert_int_equal(ddpi_join_parse("", 0, &v, &n), 0);
 	assert_int_equal(n, 0);
 	free(v);
+}
+
+/* join/members with no line parses to no records (NULL): the checks take
+ * that too (fuzz_ddp_join: memcpy from NULL, undefined, under SAN=1). */
+static void test_no_records_pass_the_checks(void **state)
+{
+	struct ddpi_join_rec *v = (struct ddpi_join_rec *)1;
+	char msg[128];
+	size_t n = 7;
+
+	assert_int_equal(ddpi_join_parse("\n\n", 2, &v, &n), 0);
+	assert_int_equal(n, 0);
+	assert_null(v);
+	assert_int_equal(ddpi_join_duplicates(v, n, msg, sizeof(msg)), 0);
+	assert_string_equal(msg, "");
+	assert_int_equal(ddpi_join_check(v, n, 1, msg, sizeof(msg)), 0);
 }
 
 static void test_digest_covers_the_shared_beliefs_only(void **state)
@@ -534,6 +557,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_record_round_trip),
 		cmocka_unit_test(test_malformed_members_are_a_protocol_error),
+		cmocka_unit_test(test_no_records_pass_the_checks),
 		cmocka_unit_test(test_digest_covers_the_shared_beliefs_only),
 		cmocka_unit_test(test_rank_lists_read_like_prose),
 		cmocka_unit_test(test_missing_ranks_are_named),

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,36 @@ static void test_empty_is_unset(void **state)
 	cli_free(&o);
 }
 
+/* Each duplicate filter takes memory by its own length: the whole list's
+ * for every item made "a,a,a,..." of 60 KB take 1.8 GB (fuzz_launch_cli). */
+static void test_duplicate_filters_take_memory_by_their_length(void **state)
+{
+	struct cli_filters f;
+	char s[4001];
+	int i;
+
+	for (i = 0; i < 4000; i += 2)
+		memcpy(s + i, "a,", 2);
+	s[4000] = '\0';
+	assert_int_equal(cli_filters_parse(s, &f), 0);
+	assert_int_equal(f.n, 2001);
+	for (i = 0; i < f.n; i++) {
+		assert_string_equal(f.s[i], i < 2000 ? "a" : "");
+		assert_true(malloc_usable_size(f.s[i]) < 64);
+	}
+	cli_filters_free(&f);
+	assert_int_equal(cli_filters_parse(",,,", &f), 0);
+	assert_int_equal(f.n, 2);
+	assert_string_equal(f.s[0], ",");
+	assert_string_equal(f.s[1], "");
+	cli_filters_free(&f);
+	assert_int_equal(cli_filters_parse("x,,,,y,", &f), 0);
+	assert_int_equal(f.n, 2);
+	assert_string_equal(f.s[0], "x,,y");
+	assert_string_equal(f.s[1], "");
+	cli_filters_free(&f);
+}
+
 static void test_errors(void **state)
 {
 	expect_error("missing the program", NO_ARGS);
@@ -298,6 +329,25 @@ static void test_errors(void **state)
 	memset(fake_env, 0, sizeof(fake_env));
 	set_env("PET_MODULE", "yes");
 	expect_error("PET_MODULE", ARGS("p"));
+}
+
+/* cli.h: an error is one line, also when it quotes a value or an option
+ * holding a newline or an escape sequence (fuzz_launch_cli: "--local-ran\n").
+ * Control characters show as '?'. */
+static void test_an_error_is_one_line_whatever_it_quotes(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("--local-ran\n", "p")), -EINVAL);
+	assert_string_equal(err, "unrecognized option '--local-ran?'");
+	assert_int_equal(parse(&o, ARGS("--nproc-per-node", "2\n\033[2J", "p")), -EINVAL);
+	assert_non_null(strstr(err, "invalid value '2??[2J' for --nproc-per-node"));
+	assert_int_equal(parse(&o, ARGS("--rdzv-conf", "join_timeout=\r1", "p")), -EINVAL);
+	assert_null(strchr(err, '\r'));
+	set_env("SLURM_JOB_ID", "1");
+	set_env("SLURM_NNODES", "2\n");
+	assert_int_equal(parse(&o, ARGS("p")), -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES='2?'"));
 }
 
 static void test_node_options_and_rendezvous_settings(void **state)
@@ -497,8 +547,10 @@ int main(void)
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
+		cmocka_unit_test_setup(test_duplicate_filters_take_memory_by_their_length, setup),
 		cmocka_unit_test_setup(test_errors, setup),
 		cmocka_unit_test_setup(test_empty_is_unset, setup),
+		cmocka_unit_test_setup(test_an_error_is_one_line_whatever_it_quotes, setup),
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
 		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
 		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,

@@ -185,6 +185,23 @@ static void test_positions_cross_nodes_with_their_wait(void **state)
 	free(s);
 }
 
+/* A record with a value its field cannot hold is skipped, not converted
+ * (undefined for a double out of range; fuzz_launch_hang found 8.9e21). */
+static void test_positions_out_of_range_are_skipped(void **state)
+{
+	const char *in = "[[1e300,1,1,7,6,2],[3,1,1,7,6,2],[2,0,0,0,8888888888888888888880,0],"
+			 "[4,1,1,-5,0,0],[5,1,1,7,6,4294967296],[2147483647,1,0,0,0,0],"
+			 "[-2,0,0,0,0,0],[6,1,1,7,6,1,1e20]]";
+	struct hang_where *w = NULL;
+	size_t n = 0;
+
+	assert_int_equal(hang_where_decode(in, strlen(in), &w, &n), 1);
+	assert_int_equal(n, 1);
+	assert_int_equal(w[0].rank, 3);
+	assert_int_equal(w[0].entered, 7);
+	free(w);
+}
+
 /* The hang's end (rank -1, observed when the hang was found) beats the
  * SIGABRT failures it caused, which hang_dump.c marks secondary. */
 static void test_the_hangs_end_decides_124_over_the_aborts_it_caused(void **state)
@@ -231,6 +248,7 @@ int main(void)
 		cmocka_unit_test(test_a_rank_behind_its_own_gpu_work_is_named),
 		cmocka_unit_test(test_every_rank_behind_its_own_gpu_work_blames_no_peer),
 		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
+		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
 

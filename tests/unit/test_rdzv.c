@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,8 +86,40 @@ static void test_conf_passes_unknown_keys_over(void **state)
 	expect_conf_error("use_libuv=1,join_timeout=x", "join_timeout=x");
 }
 
+/* A long list of unknown keys is cut with ", ..." inside the buffer: one
+ * key of 251 characters left room for 4 more, not the 5 of ", ..." and its
+ * NUL (fuzz_rdzv_conf). */
+static void test_conf_unknown_keys_are_cut_within_bounds(void **state)
+{
+	char s[300], err[512] = "";
+	struct rdzv_conf c;
+	size_t k;
+
+	(void)state;
+	for (k = 246; k <= 252; k++) {
+		memset(s, 'k', k);
+		strcpy(s + k, "=1,ab=2,cd=3");
+		rdzv_conf_default(&c);
+		assert_int_equal(rdzv_conf_parse(s, &c, err, sizeof(err)), 0);
+		assert_true(strlen(c.unknown) < sizeof(c.unknown));
+		assert_int_equal(strncmp(c.unknown, s, k), 0);
+		if (k <= 250) /* ", ab" fits */
+			assert_int_equal(strncmp(c.unknown + k, ", ab", 4), 0);
+		else /* nothing more does */
+			assert_int_equal(strlen(c.unknown), k);
+	}
+	memset(s, 'k', 240);
+	strcpy(s + 240, "=1,xxxxxxxxxxxxxxxxxxxx=2");
+	rdzv_conf_default(&c);
+	assert_int_equal(rdzv_conf_parse(s, &c, err, sizeof(err)), 0);
+	assert_string_equal(c.unknown + 240, ", ...");
+}
+
 static void test_conf_errors_name_the_key(void **state)
 {
+	/* One line, whatever the item holds (fuzz_rdzv_conf: "kee\n ="). */
+	expect_conf_error("kee\n =", "'kee? =' is not KEY=VALUE");
+	expect_conf_error("join_timeout=\0335", "join_timeout=?5: expected");
 	expect_conf_error("join_timeout", "not KEY=VALUE");
 	expect_conf_error("join_timeout=", "not KEY=VALUE");
 	expect_conf_error("=3", "not KEY=VALUE");
@@ -200,6 +233,17 @@ static void test_closed_names_its_participants(void **state)
 	assert_int_equal(rdzv_closed_members("2:3,1", 5, got, 2), -EINVAL);
 	assert_int_equal(rdzv_closed_members("2:1,", 4, got, 2), -EINVAL);
 	assert_int_equal(rdzv_closed_members("2:2-1", 5, got, 2), -EINVAL);
+	/* Up to the largest int, without stepping past it (fuzz_rdzv_msg:
+	 * "1:2147483647" overflowed the next arrival, undefined). */
+	assert_int_equal(rdzv_closed_members("1:2147483647", 12, got, 1), 0);
+	assert_int_equal(got[0], INT_MAX);
+	assert_int_equal(rdzv_closed_members("3:5,2147483646-2147483647", 25, got, 3), 0);
+	assert_int_equal(got[0], 5);
+	assert_int_equal(got[1], INT_MAX - 1);
+	assert_int_equal(got[2], INT_MAX);
+	assert_int_equal(rdzv_closed_members("2:2147483647,5", 14, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:2147483647,2147483648", 23, got, 2), -EINVAL);
+	assert_int_equal(rdzv_closed_members("2:1-2147483647", 14, got, 2), -EINVAL);
 }
 
 static void test_meta_round_trips(void **state)
@@ -273,6 +317,7 @@ int main(void)
 		cmocka_unit_test(test_conf_accepts_torchruns_keys),
 		cmocka_unit_test(test_conf_errors_name_the_key),
 		cmocka_unit_test(test_conf_passes_unknown_keys_over),
+		cmocka_unit_test(test_conf_unknown_keys_are_cut_within_bounds),
 		cmocka_unit_test(test_node_descriptor_round_trips),
 		cmocka_unit_test(test_config_diff_names_both_nodes),
 		cmocka_unit_test(test_closed_is_a_count_or_an_error),

@@ -98,6 +98,9 @@ static void test_malformed(void **state)
 	expect_error("node[,1]", -EINVAL);
 	expect_error("node[1--2]", -EINVAL);
 	expect_error("node[ 1]", -EINVAL);
+	/* White space strtoll would skip is no digit either (fuzz_launch_slurm). */
+	expect_error("node[\n1]", -EINVAL);
+	expect_error("node[1-\r2]", -EINVAL);
 	expect_error("a,,b", -EINVAL);
 	expect_error("a,", -EINVAL);
 	expect_error(",a", -EINVAL);

@@ -21,6 +21,10 @@ static void test_parse_i64(void **state)
 	assert_int_equal(util_parse_i64("", 0, 100, &v), -EINVAL);
 	assert_int_equal(util_parse_i64(" 1", 0, 100, &v), -EINVAL);
 	assert_int_equal(util_parse_i64("1 ", 0, 100, &v), -EINVAL);
+	/* Any leading white space, not only ' ' and '\t' (fuzz_util: "\r7"). */
+	assert_int_equal(util_parse_i64("\r7", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64("\n7", 0, 100, &v), -EINVAL);
+	assert_int_equal(util_parse_i64("\v7", 0, 100, &v), -EINVAL);
 	assert_int_equal(util_parse_i64("1x", 0, 100, &v), -EINVAL);
 	assert_int_equal(util_parse_i64("101", 0, 100, &v), -ERANGE);
 	assert_int_equal(util_parse_i64("99999999999999999999", 0, INT64_MAX, &v), -ERANGE);
@@ -41,6 +45,8 @@ static void test_parse_seconds(void **state)
 	assert_int_equal(util_parse_seconds_ms("0x10", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("0X1p3", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("1e12", &ms), -ERANGE);
+	assert_int_equal(util_parse_seconds_ms("\t5", &ms), -EINVAL);
+	assert_int_equal(util_parse_seconds_ms("\n5", &ms), -EINVAL);
 }
 
 static void test_parse_hostport(void **state)

@@ -2,12 +2,14 @@
  * rank publishes, and the checks that turn a set of records into either
  * "consistent" or one sentence naming the ranks that disagree. */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "join.h"
+#include "util.h"
 
 #ifndef DDP_VERSION
 #define DDP_VERSION "unknown"
@@ -45,19 +47,34 @@ int ddpi_join_rec_format(const struct ddpi_join_rec *r, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
 }
 
-static int parse_line(const char *line, struct ddpi_join_rec *r)
+/* The fields split at white space, each checked: the numbers through
+ * util_parse_int (sscanf's %d is undefined past INT_MAX, and glibc read
+ * "4294967296" as rank 0), the words against their buffers. */
+static int parse_line(char *line, struct ddpi_join_rec *r)
 {
-	int used = 0;
+	static const int lo[6] = {0, 1, 0, 1, 0, 1};
+	int *const num[6] = {&r->rank,	      &r->world, &r->local_rank,
+			     &r->local_world, &r->node,	 &r->nnodes};
+	char *tok[10], *save = NULL, *t;
+	int k = 0;
 
 	memset(r, 0, sizeof(*r));
-	if (sscanf(line, "%d %d %d %d %d %d %7s %23s %d %63s%n", &r->rank, &r->world,
-		   &r->local_rank, &r->local_world, &r->node, &r->nnodes, r->backend, r->version,
-		   &r->pid, r->host, &used) != 10 ||
-	    line[used] != '\0')
+	for (t = strtok_r(line, " \t\r\v\f", &save); t != NULL;
+	     t = strtok_r(NULL, " \t\r\v\f", &save))
+		if (k++ < 10)
+			tok[k - 1] = t;
+	if (k != 10)
 		return -1;
-	if (r->rank < 0 || r->world < 1 || r->local_rank < 0 || r->local_world < 1 || r->node < 0 ||
-	    r->nnodes < 1)
+	for (int i = 0; i < 6; i++)
+		if (util_parse_int(tok[i], lo[i], INT_MAX, num[i]) != 0)
+			return -1;
+	if (util_parse_int(tok[8], INT_MIN, INT_MAX, &r->pid) != 0 ||
+	    strlen(tok[6]) >= sizeof(r->backend) || strlen(tok[7]) >= sizeof(r->version) ||
+	    strlen(tok[9]) >= sizeof(r->host))
 		return -1;
+	strcpy(r->backend, tok[6]);
+	strcpy(r->version, tok[7]);
+	strcpy(r->host, tok[9]);
 	return 0;
 }
 
@@ -325,7 +342,8 @@ static int on_copy(int (*check)(struct ddpi_join_rec *, size_t, char *, size_t),
 
 	if (!v)
 		return -ENOMEM;
-	memcpy(v, recs, n * sizeof(*v));
+	if (n > 0) /* recs may be NULL then (join/members held no line) */
+		memcpy(v, recs, n * sizeof(*v));
 	rc = check(v, n, msg, len);
 	free(v);
 	return rc;

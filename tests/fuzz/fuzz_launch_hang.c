@@ -1,0 +1,50 @@
+/* libFuzzer target for a node's hang positions as read from the store
+ * (launcher/hang.h: hang_where_decode), then judged as the requester does
+ * (hang_verdict) and encoded back. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hang.h"
+
+#define CHECK(x)                          \
+	do {                              \
+		if (!(x))                 \
+			__builtin_trap(); \
+	} while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct hang_where *w = NULL, *w2 = NULL;
+	size_t n = 0, n2 = 0, i, k;
+	char verdict[8192];
+	char *s;
+	int rc, culprits;
+
+	rc = hang_where_decode(data, size, &w, &n);
+	CHECK(rc >= -1);
+	CHECK(rc < 0 ? n == 0 : (size_t)rc == n);
+	CHECK((n == 0) == (w == NULL));
+	hang_verdict(w, n, "  ", verdict, sizeof(verdict), &culprits);
+	CHECK(culprits >= 0 && (size_t)culprits <= n);
+	CHECK(memchr(verdict, '\0', sizeof(verdict)) != NULL);
+	/* Encoded again (rank -1 records are left out), the same records. */
+	s = hang_where_encode(w, n);
+	CHECK(s != NULL);
+	CHECK(hang_where_decode(s, strlen(s), &w2, &n2) >= 0);
+	for (i = 0, k = 0; i < n; i++) {
+		if (w[i].rank < 0)
+			continue;
+		CHECK(k < n2);
+		CHECK(w2[k].rank == w[i].rank && w2[k].libddp == w[i].libddp &&
+		      w2[k].in == w[i].in && w2[k].op == w[i].op);
+		CHECK(!w[i].in || w2[k].wait == w[i].wait);
+		k++;
+	}
+	CHECK(k == n2);
+	free(s);
+	free(w);
+	free(w2);
+	return 0;
+}
