@@ -171,6 +171,15 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 			   c->round, n, c->nnodes);
 		return;
 	}
+	/* The value is the store's, which anyone who reaches it can write: a
+	 * count outside --nnodes MIN:MAX would size what follows. */
+	if (c->job->dynamic && (n < c->job->min_nodes || n > c->job->max_nodes)) {
+		coord_fail(c, 1,
+			   "error: round %d closed with %d nodes, outside --nnodes %d:%d: the "
+			   "store's value is not this job's",
+			   c->round, n, c->job->min_nodes, c->job->max_nodes);
+		return;
+	}
 	c->nnodes = n;
 	if (c->job->dynamic) {
 		int *arr = realloc(c->arrivals, (size_t)n * sizeof(*arr)), i;
