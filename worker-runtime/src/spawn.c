@@ -327,6 +327,9 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 		pid_t pid = fork();
 		if (pid < 0) {
 			rc = ddpi_err(-errno, "ddp_spawn: fork: %s", strerror(errno));
+			/* Only the children forked so far: an unforked one's pid 0
+			 * would make kill() signal this whole process group. */
+			sc->nprocs = r;
 			stop_all(sc);
 			goto out_err;
 		}
