@@ -102,7 +102,8 @@ struct ddp_options {
 	 * NULL: $DDP_PRINT_RANKS, else "0". */
 	const char *print_ranks;
 	/* Default deadline of every blocking call in ms; 0: $DDP_TIMEOUT (seconds),
-	 * else 600 s. */
+	 * else 600 s. Above 10^12 ms (DDP_TIMEOUT's limit, 10^9 s): that limit, so
+	 * INT64_MAX serves as "forever". */
 	int64_t timeout_ms;
 	/* 1: do not print the one line on rank 0 saying which backend is used
 	 * (also $DDP_QUIET=1). */
@@ -165,7 +166,8 @@ int ddp_num_nodes(const struct ddp_ctx *ctx); /* GROUP_WORLD_SIZE */
 enum ddp_backend ddp_backend(const struct ddp_ctx *ctx);
 /* The CUDA device bound by ddp_init (nccl backend), -1 for cpu. */
 int ddp_device(const struct ddp_ctx *ctx);
-/* Change the default deadline (ms, > 0) of later blocking calls. */
+/* Change the default deadline (ms, > 0; above 10^12, 10^12) of later
+ * blocking calls. */
 int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms);
 
 /* ---- print control ------------------------------------------------------------------ */
@@ -358,7 +360,7 @@ struct ddp_spawn_ctx;
 int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	      const struct ddp_spawn_options *o, struct ddp_spawn_ctx **out);
 
-/* Waits up to timeout_ms (< 0: forever) for the children. 1: all exited with
+/* Waits up to timeout_ms (< 0, or above 10^12: forever) for the children. 1: all exited with
  * 0; 0: some still run; DDP_ECHILD: one failed and the others were stopped. */
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms);
 /* After DDP_ECHILD: which rank failed first, its exit code (or -1) and the

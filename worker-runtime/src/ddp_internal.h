@@ -15,6 +15,10 @@
 #pragma GCC visibility push(hidden)
 
 #define DDP_DEFAULT_TIMEOUT_MS (600 * 1000)
+/* The longest deadline a call takes: DDP_TIMEOUT's own limit, 10^9 s. A
+ * longer one (INT64_MAX meaning "forever") counts as that: added to the clock
+ * it would overflow into the past and time out at once. */
+#define DDPI_TIMEOUT_MAX_MS ((int64_t)1000 * 1000 * 1000 * 1000)
 
 /* ---- errors (error.c) ---------------------------------------------------------- */
 

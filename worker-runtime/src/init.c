@@ -116,6 +116,8 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	if (ctx->env.under_launcher)
 		watch_parent(&ctx->env);
 	ctx->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : ctx->env.timeout_ms;
+	if (ctx->timeout_ms > DDPI_TIMEOUT_MAX_MS)
+		ctx->timeout_ms = DDPI_TIMEOUT_MAX_MS;
 	if (o->quiet)
 		ctx->env.quiet = 1;
 
@@ -227,6 +229,6 @@ int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms)
 {
 	if (!ctx || timeout_ms <= 0)
 		return ddpi_err(-EINVAL, "ddp_set_timeout: the timeout must be positive");
-	ctx->timeout_ms = timeout_ms;
+	ctx->timeout_ms = timeout_ms < DDPI_TIMEOUT_MAX_MS ? timeout_ms : DDPI_TIMEOUT_MAX_MS;
 	return 0;
 }
