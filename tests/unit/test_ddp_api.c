@@ -65,10 +65,67 @@ static void test_a_huge_timeout_means_a_far_deadline(void **state)
 	assert_int_equal(ddp_finalize(ctx), 0);
 }
 
+/* A reducer still alive at ddp_finalize: the context's memory goes, the
+ * reducer's later calls fail with a message, destroy frees it. They read the
+ * freed context (heap-use-after-free). */
+static void test_a_reducer_outliving_its_context_is_only_destroyed(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[1000];
+	struct ddp_param p[] = {{"w", w, 1000, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_non_null(ddp_reducer_grad(r, 0));
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_finalize(ctx), 0);
+	assert_null(ddp_reducer_grad(r, 0));
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "context was finalized"));
+	assert_int_equal(ddp_reducer_finish(r), -EINVAL);
+	assert_int_equal(ddp_reducer_zero_grad(r), -EINVAL);
+	assert_int_equal(ddp_reducer_set_sync(r, 0), -EINVAL);
+	assert_int_equal(ddp_reducer_num_buckets(r), 1);
+	ddp_reducer_destroy(r);
+	/* and a new context does not know the old reducer */
+	ctx = world_of_one(NULL);
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	ddp_reducer_destroy(r);
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
+/* ddp_free of a pointer ddp_alloc did not give, or gave and took back: left
+ * alone with a message. It went to free() (glibc: "double free detected",
+ * abort) or to free() of an unmapped shared region. */
+static void test_ddp_free_refuses_what_is_not_its_block(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	char *p = ddp_alloc(ctx, 100), *q = ddp_alloc(ctx, 0), *big = ddp_alloc(ctx, 1 << 20);
+	int local;
+
+	assert_non_null(p);
+	assert_non_null(q);
+	assert_non_null(big);
+	memset(p, 1, 100);
+	ddp_free(ctx, p);
+	ddp_free(ctx, p); /* twice */
+	assert_non_null(strstr(ddp_errmsg(), "ddp_free"));
+	assert_non_null(strstr(ddp_errmsg(), "freed already"));
+	ddp_free(ctx, &local);	 /* never allocated */
+	ddp_free(ctx, big + 64); /* inside a block, not its start */
+	ddp_free(ctx, NULL);
+	ddp_free(NULL, q);
+	ddp_free(ctx, q);
+	/* big is left for ddp_finalize (LeakSanitizer would say otherwise) */
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_huge_timeout_means_a_far_deadline),
+		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
+		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
 	};
 	return cmocka_run_group_tests_name("ddp_api", tests, NULL, NULL);
 }

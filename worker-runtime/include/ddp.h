@@ -154,7 +154,10 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
- * if ranks must leave together. Returns the first error met while draining. */
+ * if ranks must leave together. Returns the first error met while draining.
+ * A reducer still alive loses its buckets: its calls then fail with -EINVAL
+ * (ddp_reducer_grad: NULL) and ddp_reducer_destroy frees it. ddp_alloc blocks
+ * not given back are freed. */
 int ddp_finalize(struct ddp_ctx *ctx);
 
 int ddp_rank(const struct ddp_ctx *ctx);
@@ -216,9 +219,12 @@ int ddp_barrier(struct ddp_ctx *ctx);
  * collectives of it on every rank of the node read the peers' buffers in
  * place, an all_reduce with no staging copy: DDP_SHM_DIRECT in libddp(3)), or private
  * memory where that cannot be; on nccl device memory. Not zeroed. NULL on
- * failure (ddp_errmsg). Free it with ddp_free before ddp_finalize. */
+ * failure (ddp_errmsg). Free it with ddp_free before ddp_finalize (which frees
+ * what is left). */
 void *ddp_alloc(struct ddp_ctx *ctx, size_t bytes);
-/* p from ddp_alloc of this ctx, or NULL (a no-op). */
+/* p from ddp_alloc of this ctx, or NULL (a no-op). Any other pointer (one freed
+ * already, one from malloc) is left alone, with one line on stderr and
+ * ddp_errmsg saying so. */
 void ddp_free(struct ddp_ctx *ctx, void *p);
 
 /* ---- DDP gradients ---------------------------------------------------------------------------- */

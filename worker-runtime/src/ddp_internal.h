@@ -228,7 +228,19 @@ struct ddp_ctx {
 	/* print control */
 	int print_enabled;
 	int saved_stdout; /* -1 when stdout was not redirected */
+	/* What lives on the backend's memory: the reducers (reducer.c), which
+	 * ddp_finalize detaches, and ddp_alloc's blocks (mem.c), so that ddp_free
+	 * tells a foreign or freed pointer from its own. */
+	struct ddp_reducer *reducers;
+	struct ddpi_block *blocks;
+	pthread_mutex_t mem_lock; /* blocks */
 };
+
+/* ddp_finalize: every reducer still alive waits for its buckets and gives
+ * them back; its later calls fail (destroy still frees it). First error. */
+int ddpi_reducers_detach(struct ddp_ctx *ctx);
+/* ddp_finalize: frees what ddp_alloc gave and ddp_free did not take back. */
+void ddpi_blocks_free(struct ddp_ctx *ctx);
 
 /* Marks the context broken after a failed collective; returns code. */
 int ddpi_ctx_fail(struct ddp_ctx *ctx, int code);

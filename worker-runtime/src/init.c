@@ -110,6 +110,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	ctx->saved_stdout = -1;
 	ctx->print_enabled = 1;
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->mem_lock, NULL);
 	if ((rc = ddpi_env_parse(real_getenv, NULL, &ctx->env)) < 0)
 		goto fail;
 	ddpi_set_log_rank(ctx->env.rank);
@@ -160,6 +161,7 @@ fail:
 	ddpi_print_restore(ctx);
 	ddpi_cpu_close(ctx->cpu);
 	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->mem_lock);
 	free(ctx);
 	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
@@ -167,19 +169,27 @@ fail:
 
 int ddp_finalize(struct ddp_ctx *ctx)
 {
-	int rc = 0;
+	int rc = 0, rc2;
 
 	if (!ctx)
 		return 0;
 	if (ctx->async) {
 		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
 		ddpi_async_stop(ctx->async);
+		ctx->async = NULL;
 	}
+	/* Reducers and blocks the program did not release: their memory is the
+	 * backend's, which goes now. */
+	rc2 = ddpi_reducers_detach(ctx);
+	if (rc == 0)
+		rc = rc2;
+	ddpi_blocks_free(ctx);
 	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
 		ctx->ops->destroy(ctx->be);
 	ddpi_cpu_close(ctx->cpu);
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->mem_lock);
 	free(ctx);
 	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
