@@ -125,7 +125,8 @@ void ddp_options_init(struct ddp_options *o);
  * DDP_STORE=0), every rank connects to it, retrying until the timeout, and
  * publishes what it believes (WORLD_SIZE, LOCAL_RANK/LOCAL_WORLD_SIZE,
  * GROUP_RANK/GROUP_WORLD_SIZE, backend, libddp version) under
- * "ddp/<run id>/r<restart count>/". The ranks agree, or every one fails at
+ * "ddp/<run id>/r<restart count>/" (a process's K-th later context, after
+ * ddp_finalize: ".../c<K>/"). The ranks agree, or every one fails at
  * once with DDP_EENV and a message naming the culprit ("rank 3 says
  * WORLD_SIZE=8, ranks 0-2 say 4", "rank 1 was started twice (...)"); ranks
  * that never come are named at the timeout (-ETIMEDOUT, "ranks 2, 5 did not

@@ -60,6 +60,7 @@ struct ddp_env {
 	char master_addr[256];
 	int master_port; /* 0: unset */
 	int use_store;	 /* join at MASTER_ADDR:MASTER_PORT (join.h) */
+	int join_gen;	 /* how many joins this process began before (init.c) */
 	char run_id[128];
 	int restart;
 	int under_launcher;	  /* some launcher variable was set */

@@ -19,6 +19,10 @@
 
 /* One context per process: a second one would share the node's segment name. */
 static _Atomic int live_contexts;
+/* Joins at the store this process began: a later context (ddp_init after
+ * ddp_finalize, on every rank) joins in a key space of its own, where the
+ * earlier one's records cannot make it look started twice. */
+static int joins_begun;
 
 static const char *real_getenv(const char *name, void *arg)
 {
@@ -135,6 +139,8 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	announce(ctx, why);
 
 	int64_t deadline = ddpi_deadline(ctx);
+	if (ctx->env.use_store)
+		ctx->env.join_gen = joins_begun++;
 	if (ctx->env.use_store &&
 	    (rc = ddpi_join(&ctx->env, ctx->backend, ctx->timeout_ms, deadline, &sc)) < 0)
 		goto fail;
