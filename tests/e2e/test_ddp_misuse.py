@@ -25,6 +25,16 @@ def test_a_second_context_after_finalize_joins_again():
     assert r.stderr.count("ok\n") == 2, r.stderr
 
 
+def test_zero_sized_collectives_take_null_buffers():
+    """0 elements with NULL buffers is valid: memcpy(NULL, ..., 0) inside was
+    undefined behaviour (UBSan stopped a SAN=1 build)."""
+    for n in (1, 2):
+        r = ddprun(n, ["zero"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stderr.count("ok\n") == n, r.stderr
+        assert "runtime error" not in r.stderr
+
+
 def test_freeing_a_shared_block_twice_is_refused():
     """The second ddp_free of a block the node's ranks share went to free() of
     unmapped memory (SIGSEGV or glibc's abort)."""
