@@ -313,7 +313,8 @@ struct ddp_sampler {
 };
 
 /* Same arguments and defaults meaning as PyTorch's (seed 0, shuffle 1,
- * drop_last 0 there). -EINVAL if num_replicas < 1 or rank is out of range. */
+ * drop_last 0 there). -EINVAL if num_replicas < 1 or rank is out of range;
+ * -EOVERFLOW if the padded epoch (total_size) does not fit in 64 bits. */
 int ddp_sampler_init(struct ddp_sampler *s, uint64_t dataset_len, int num_replicas, int rank,
 		     int shuffle, uint64_t seed, int drop_last);
 /* num_replicas and rank from the context (its world size and rank). */
