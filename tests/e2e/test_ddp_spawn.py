@@ -51,6 +51,30 @@ def test_failure_is_reported_and_the_others_stopped():
     # the others slept 30 s: the test's own timeout proves they were stopped
 
 
+def test_a_failed_fork_stops_only_the_children_forked_so_far():
+    """fork failing for the third child (RLIMIT_NPROC): ddp_spawn returns the
+    error and stops the two it forked. It signalled "pid 0" for the others,
+    the caller's whole process group, itself included (killed by SIGTERM)."""
+    p = subprocess.Popen([prog("ddp_spawn_prog"), "--forks", "2", "3", "sleep"], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 1, (p.returncode, out, err)
+    assert "spawn failed: ddp_spawn: fork: Resource temporarily unavailable" in out
+
+    def group_gone():
+        try:
+            os.killpg(p.pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    wait_for(group_gone, timeout=10, what="the forked children to be gone")
+
+
 def test_a_signal_is_reported_by_name():
     r = run([prog("ddp_spawn_prog"), "2", "signal", "0"], timeout=30, env=env())
     assert r.returncode == 1

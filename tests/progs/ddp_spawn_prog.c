@@ -1,5 +1,7 @@
 /* ddp_spawn_prog: ddp_spawn driven from the command line, for tests.
- *   ddp_spawn_prog [--spawn-method] [--daemon] [--no-join] N MODE [ARG]
+ *   ddp_spawn_prog [--spawn-method] [--daemon] [--no-join] [--forks K] N MODE [ARG]
+ * --forks K: fork() fails with EAGAIN after K successful calls (this program's
+ * fork replaces libc's for libddp too), as at RLIMIT_NPROC.
  * Modes (fn(rank)):
  *   ok           every rank calls ddp_init, all_reduces its rank, prints the sum
  *                and (stdout of rank 0) the MASTER_ADDR and DDP_STORE it was given
@@ -8,6 +10,8 @@
  *   sleep        every rank prints its pid and sleeps 30 s (daemon tests)
  *   env          every rank writes its environment to $ENV_DUMP_DIR/env.RANK
  * Prints "spawn ok" or "spawn failed: <ddp_errmsg>" and the failure triple. */
+#include <dlfcn.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +19,23 @@
 #include <unistd.h>
 
 #include "ddp.h"
+
+static int forks_left = -1; /* --forks: successful forks left (-1: no limit) */
+
+pid_t fork(void)
+{
+	static pid_t (*real_fork)(void);
+
+	if (forks_left == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	if (!real_fork)
+		*(void **)&real_fork = dlsym(RTLD_NEXT, "fork");
+	if (forks_left > 0)
+		forks_left--;
+	return real_fork();
+}
 
 struct args {
 	const char *mode;
@@ -88,6 +109,8 @@ int main(int argc, char **argv)
 			o.daemon = 1;
 		else if (!strcmp(argv[i], "--no-join"))
 			o.join = 0;
+		else if (!strcmp(argv[i], "--forks") && i + 1 < argc)
+			forks_left = atoi(argv[++i]);
 	}
 	if (argc - i < 2)
 		return 2;

@@ -155,6 +155,35 @@ static void test_epochs_reshuffle(void **state)
 	assert_memory_equal(a, b, sizeof(a));
 }
 
+/* A dataset so large that padding it to a multiple of the ranks does not fit
+ * in 64 bits: -EOVERFLOW. len + n - 1 wrapped around and num_samples came out
+ * 0, an empty epoch with no error. NULL arguments fail with a message. */
+static void test_sampler_refuses_what_does_not_fit(void **state)
+{
+	struct ddp_sampler s;
+	uint64_t out[2];
+
+	assert_int_equal(ddp_sampler_init(&s, UINT64_MAX, 2, 0, 0, 0, 0), -EOVERFLOW);
+	assert_non_null(strstr(ddp_errmsg(), "64 bits"));
+	/* divisible: no padding, it fits */
+	assert_int_equal(ddp_sampler_init(&s, UINT64_MAX, 3, 1, 0, 0, 0), 0);
+	assert_true(s.num_samples == UINT64_MAX / 3 && s.total_size == UINT64_MAX);
+	assert_int_equal(ddp_sampler_init(&s, UINT64_MAX - 1, 2, 0, 0, 0, 0), 0);
+	assert_true(s.num_samples == UINT64_MAX / 2);
+	/* drop_last truncates: it fits */
+	assert_int_equal(ddp_sampler_init(&s, UINT64_MAX, 2, 1, 0, 0, 1), 0);
+	assert_true(s.num_samples == UINT64_MAX / 2);
+	assert_int_equal(ddp_sampler_init(&s, UINT64_MAX, 1, 0, 1, 0, 0), 0);
+	assert_int_equal(ddp_sampler_indices(&s, out), -ENOMEM);
+	assert_non_null(strstr(ddp_errmsg(), "permutation"));
+	assert_int_equal(ddp_sampler_init(NULL, 10, 1, 0, 0, 0, 0), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "NULL"));
+	assert_int_equal(ddp_sampler_indices(NULL, out), -EINVAL);
+	ddp_sampler_set_epoch(NULL, 1);
+	assert_int_equal(ddp_sampler_init(&s, 10, 2, 0, 0, 0, 0), 0);
+	assert_int_equal(ddp_sampler_indices(&s, NULL), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -165,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_sampler_indices_match_torch),
 		cmocka_unit_test(test_ranks_partition_the_padded_epoch),
 		cmocka_unit_test(test_epochs_reshuffle),
+		cmocka_unit_test(test_sampler_refuses_what_does_not_fit),
 	};
 	return cmocka_run_group_tests_name("ddp_sampler", tests, NULL, NULL);
 }

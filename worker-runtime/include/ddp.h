@@ -102,7 +102,8 @@ struct ddp_options {
 	 * NULL: $DDP_PRINT_RANKS, else "0". */
 	const char *print_ranks;
 	/* Default deadline of every blocking call in ms; 0: $DDP_TIMEOUT (seconds),
-	 * else 600 s. */
+	 * else 600 s. Above 10^12 ms (DDP_TIMEOUT's limit, 10^9 s): that limit, so
+	 * INT64_MAX serves as "forever". */
 	int64_t timeout_ms;
 	/* 1: do not print the one line on rank 0 saying which backend is used
 	 * (also $DDP_QUIET=1). */
@@ -124,7 +125,8 @@ void ddp_options_init(struct ddp_options *o);
  * DDP_STORE=0), every rank connects to it, retrying until the timeout, and
  * publishes what it believes (WORLD_SIZE, LOCAL_RANK/LOCAL_WORLD_SIZE,
  * GROUP_RANK/GROUP_WORLD_SIZE, backend, libddp version) under
- * "ddp/<run id>/r<restart count>/". The ranks agree, or every one fails at
+ * "ddp/<run id>/r<restart count>/" (a process's K-th later context, after
+ * ddp_finalize: ".../c<K>/"). The ranks agree, or every one fails at
  * once with DDP_EENV and a message naming the culprit ("rank 3 says
  * WORLD_SIZE=8, ranks 0-2 say 4", "rank 1 was started twice (...)"); ranks
  * that never come are named at the timeout (-ETIMEDOUT, "ranks 2, 5 did not
@@ -153,7 +155,10 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
- * if ranks must leave together. Returns the first error met while draining. */
+ * if ranks must leave together. Returns the first error met while draining.
+ * A reducer still alive loses its buckets: its calls then fail with -EINVAL
+ * (ddp_reducer_grad: NULL) and ddp_reducer_destroy frees it. ddp_alloc blocks
+ * not given back are freed. */
 int ddp_finalize(struct ddp_ctx *ctx);
 
 int ddp_rank(const struct ddp_ctx *ctx);
@@ -165,7 +170,8 @@ int ddp_num_nodes(const struct ddp_ctx *ctx); /* GROUP_WORLD_SIZE */
 enum ddp_backend ddp_backend(const struct ddp_ctx *ctx);
 /* The CUDA device bound by ddp_init (nccl backend), -1 for cpu. */
 int ddp_device(const struct ddp_ctx *ctx);
-/* Change the default deadline (ms, > 0) of later blocking calls. */
+/* Change the default deadline (ms, > 0; above 10^12, 10^12) of later
+ * blocking calls. */
 int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms);
 
 /* ---- print control ------------------------------------------------------------------ */
@@ -214,9 +220,12 @@ int ddp_barrier(struct ddp_ctx *ctx);
  * collectives of it on every rank of the node read the peers' buffers in
  * place, an all_reduce with no staging copy: DDP_SHM_DIRECT in libddp(3)), or private
  * memory where that cannot be; on nccl device memory. Not zeroed. NULL on
- * failure (ddp_errmsg). Free it with ddp_free before ddp_finalize. */
+ * failure (ddp_errmsg). Free it with ddp_free before ddp_finalize (which frees
+ * what is left). */
 void *ddp_alloc(struct ddp_ctx *ctx, size_t bytes);
-/* p from ddp_alloc of this ctx, or NULL (a no-op). */
+/* p from ddp_alloc of this ctx, or NULL (a no-op). Any other pointer (one freed
+ * already, one from malloc) is left alone, with one line on stderr and
+ * ddp_errmsg saying so. */
 void ddp_free(struct ddp_ctx *ctx, void *p);
 
 /* ---- DDP gradients ---------------------------------------------------------------------------- */
@@ -304,7 +313,8 @@ struct ddp_sampler {
 };
 
 /* Same arguments and defaults meaning as PyTorch's (seed 0, shuffle 1,
- * drop_last 0 there). -EINVAL if num_replicas < 1 or rank is out of range. */
+ * drop_last 0 there). -EINVAL if num_replicas < 1 or rank is out of range;
+ * -EOVERFLOW if the padded epoch (total_size) does not fit in 64 bits. */
 int ddp_sampler_init(struct ddp_sampler *s, uint64_t dataset_len, int num_replicas, int rank,
 		     int shuffle, uint64_t seed, int drop_last);
 /* num_replicas and rank from the context (its world size and rank). */
@@ -358,7 +368,7 @@ struct ddp_spawn_ctx;
 int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	      const struct ddp_spawn_options *o, struct ddp_spawn_ctx **out);
 
-/* Waits up to timeout_ms (< 0: forever) for the children. 1: all exited with
+/* Waits up to timeout_ms (< 0, or above 10^12: forever) for the children. 1: all exited with
  * 0; 0: some still run; DDP_ECHILD: one failed and the others were stopped. */
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms);
 /* After DDP_ECHILD: which rank failed first, its exit code (or -1) and the

@@ -10,6 +10,11 @@
 #include "ddp_internal.h"
 #include "progress.h"
 
+/* A call of no bytes still takes part (the ranks agree on every call), but
+ * its NULL buffers must not reach memcpy, where NULL is undefined even for
+ * 0 bytes: they become this (never read or written). */
+static char no_bytes[1];
+
 static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op)
 {
 	int rc;
@@ -45,6 +50,8 @@ int ddp_all_reduce(struct ddp_ctx *ctx, void *buf, size_t count, enum ddp_dtype 
 		return ddpi_err(-EINVAL, "all_reduce: bad buffer or count");
 	if ((rc = begin(ctx, "all_reduce", DDPI_PROG_ALL_REDUCE)) < 0)
 		return rc;
+	if (!count)
+		buf = no_bytes;
 	rc = ctx->ops->all_reduce(ctx->be, buf, count, dt, op, ddpi_deadline(ctx));
 	return end(ctx, rc);
 }
@@ -60,6 +67,8 @@ int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root)
 				ctx->env.world);
 	if ((rc = begin(ctx, "broadcast", DDPI_PROG_BROADCAST)) < 0)
 		return rc;
+	if (!bytes)
+		buf = no_bytes;
 	rc = ctx->ops->broadcast(ctx->be, buf, bytes, root, ddpi_deadline(ctx));
 	return end(ctx, rc);
 }
@@ -84,6 +93,8 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 	}
 	if ((rc = begin(ctx, "all_gather", DDPI_PROG_ALL_GATHER)) < 0)
 		return rc;
+	if (!bytes)
+		send = recv = no_bytes;
 	rc = ctx->ops->all_gather(ctx->be, send, recv, bytes, ddpi_deadline(ctx));
 	return end(ctx, rc);
 }

@@ -15,6 +15,10 @@
 #pragma GCC visibility push(hidden)
 
 #define DDP_DEFAULT_TIMEOUT_MS (600 * 1000)
+/* The longest deadline a call takes: DDP_TIMEOUT's own limit, 10^9 s. A
+ * longer one (INT64_MAX meaning "forever") counts as that: added to the clock
+ * it would overflow into the past and time out at once. */
+#define DDPI_TIMEOUT_MAX_MS ((int64_t)1000 * 1000 * 1000 * 1000)
 
 /* ---- errors (error.c) ---------------------------------------------------------- */
 
@@ -56,6 +60,7 @@ struct ddp_env {
 	char master_addr[256];
 	int master_port; /* 0: unset */
 	int use_store;	 /* join at MASTER_ADDR:MASTER_PORT (join.h) */
+	int join_gen;	 /* how many joins this process began before (init.c) */
 	char run_id[128];
 	int restart;
 	int under_launcher;	  /* some launcher variable was set */
@@ -224,7 +229,19 @@ struct ddp_ctx {
 	/* print control */
 	int print_enabled;
 	int saved_stdout; /* -1 when stdout was not redirected */
+	/* What lives on the backend's memory: the reducers (reducer.c), which
+	 * ddp_finalize detaches, and ddp_alloc's blocks (mem.c), so that ddp_free
+	 * tells a foreign or freed pointer from its own. */
+	struct ddp_reducer *reducers;
+	struct ddpi_block *blocks;
+	pthread_mutex_t mem_lock; /* blocks */
 };
+
+/* ddp_finalize: every reducer still alive waits for its buckets and gives
+ * them back; its later calls fail (destroy still frees it). First error. */
+int ddpi_reducers_detach(struct ddp_ctx *ctx);
+/* ddp_finalize: frees what ddp_alloc gave and ddp_free did not take back. */
+void ddpi_blocks_free(struct ddp_ctx *ctx);
 
 /* Marks the context broken after a failed collective; returns code. */
 int ddpi_ctx_fail(struct ddp_ctx *ctx, int code);

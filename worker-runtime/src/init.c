@@ -19,6 +19,10 @@
 
 /* One context per process: a second one would share the node's segment name. */
 static _Atomic int live_contexts;
+/* Joins at the store this process began: a later context (ddp_init after
+ * ddp_finalize, on every rank) joins in a key space of its own, where the
+ * earlier one's records cannot make it look started twice. */
+static int joins_begun;
 
 static const char *real_getenv(const char *name, void *arg)
 {
@@ -110,12 +114,15 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	ctx->saved_stdout = -1;
 	ctx->print_enabled = 1;
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->mem_lock, NULL);
 	if ((rc = ddpi_env_parse(real_getenv, NULL, &ctx->env)) < 0)
 		goto fail;
 	ddpi_set_log_rank(ctx->env.rank);
 	if (ctx->env.under_launcher)
 		watch_parent(&ctx->env);
 	ctx->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : ctx->env.timeout_ms;
+	if (ctx->timeout_ms > DDPI_TIMEOUT_MAX_MS)
+		ctx->timeout_ms = DDPI_TIMEOUT_MAX_MS;
 	if (o->quiet)
 		ctx->env.quiet = 1;
 
@@ -132,6 +139,8 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	announce(ctx, why);
 
 	int64_t deadline = ddpi_deadline(ctx);
+	if (ctx->env.use_store)
+		ctx->env.join_gen = joins_begun++;
 	if (ctx->env.use_store &&
 	    (rc = ddpi_join(&ctx->env, ctx->backend, ctx->timeout_ms, deadline, &sc)) < 0)
 		goto fail;
@@ -158,6 +167,7 @@ fail:
 	ddpi_print_restore(ctx);
 	ddpi_cpu_close(ctx->cpu);
 	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->mem_lock);
 	free(ctx);
 	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
@@ -165,19 +175,27 @@ fail:
 
 int ddp_finalize(struct ddp_ctx *ctx)
 {
-	int rc = 0;
+	int rc = 0, rc2;
 
 	if (!ctx)
 		return 0;
 	if (ctx->async) {
 		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
 		ddpi_async_stop(ctx->async);
+		ctx->async = NULL;
 	}
+	/* Reducers and blocks the program did not release: their memory is the
+	 * backend's, which goes now. */
+	rc2 = ddpi_reducers_detach(ctx);
+	if (rc == 0)
+		rc = rc2;
+	ddpi_blocks_free(ctx);
 	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
 		ctx->ops->destroy(ctx->be);
 	ddpi_cpu_close(ctx->cpu);
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);
+	pthread_mutex_destroy(&ctx->mem_lock);
 	free(ctx);
 	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
@@ -227,6 +245,6 @@ int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms)
 {
 	if (!ctx || timeout_ms <= 0)
 		return ddpi_err(-EINVAL, "ddp_set_timeout: the timeout must be positive");
-	ctx->timeout_ms = timeout_ms;
+	ctx->timeout_ms = timeout_ms < DDPI_TIMEOUT_MAX_MS ? timeout_ms : DDPI_TIMEOUT_MAX_MS;
 	return 0;
 }

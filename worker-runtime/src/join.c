@@ -147,7 +147,11 @@ static int connect_store(struct join *j)
 			rc,
 			"cannot reach the store at %s (MASTER_ADDR:MASTER_PORT) within %g s: %s",
 			j->addr, secs(j->timeout_ms), connect_strerror(rc));
-	snprintf(prefix, sizeof(prefix), "ddp/%s/r%d", env->run_id, env->restart);
+	if (env->join_gen == 0)
+		snprintf(prefix, sizeof(prefix), "ddp/%s/r%d", env->run_id, env->restart);
+	else
+		snprintf(prefix, sizeof(prefix), "ddp/%s/r%d/c%d", env->run_id, env->restart,
+			 env->join_gen);
 	if ((rc = store_client_set_prefix(j->sc, prefix)) < 0)
 		return ddpi_err(rc, "store: %s", store_strerror(rc));
 	return 0;

@@ -27,7 +27,8 @@ struct bucket {
 };
 
 struct ddp_reducer {
-	struct ddp_ctx *ctx;
+	struct ddp_ctx *ctx;	  /* NULL once ddp_finalize detached it */
+	struct ddp_reducer *next; /* the context's reducers */
 	size_t nparams, nbuckets, next_bucket;
 	struct ddp_param *params; /* names copied */
 	size_t *bucket_of;
@@ -210,6 +211,8 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 		rc = ddpi_err_prefix(rc, "reducer: initial broadcast of the parameters");
 		goto fail;
 	}
+	r->next = ctx->reducers;
+	ctx->reducers = r;
 	*out = r;
 	return 0;
 nomem:
@@ -243,14 +246,59 @@ static int wait_launched(struct ddp_reducer *r)
 	return 0;
 }
 
+/* Waits for r's buckets and gives their memory back; the first error. */
+static int release_buckets(struct ddp_reducer *r)
+{
+	int rc = wait_launched(r);
+
+	for (size_t b = 0; r->b && b < r->nbuckets; b++)
+		if (r->b[b].buf) {
+			r->ctx->ops->mem_free(r->ctx->be, r->b[b].buf);
+			r->b[b].buf = NULL;
+		}
+	for (size_t i = 0; r->grad && i < r->nparams; i++)
+		r->grad[i] = NULL;
+	return rc;
+}
+
+int ddpi_reducers_detach(struct ddp_ctx *ctx)
+{
+	int rc = 0, rc2;
+
+	while (ctx->reducers) {
+		struct ddp_reducer *r = ctx->reducers;
+		ctx->reducers = r->next;
+		if ((rc2 = release_buckets(r)) < 0 && rc == 0)
+			rc = rc2;
+		r->ctx = NULL;
+		r->next = NULL;
+	}
+	return rc;
+}
+
+/* A reducer outlives its context only to be destroyed. */
+static int detached(const struct ddp_reducer *r)
+{
+	if (!r)
+		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
+	if (!r->ctx)
+		return ddpi_err(-EINVAL, "reducer: its context was finalized (ddp_reducer_destroy "
+					 "is all that is left to call)");
+	return 0;
+}
+
 void ddp_reducer_destroy(struct ddp_reducer *r)
 {
 	if (!r)
 		return;
-	wait_launched(r);
-	for (size_t b = 0; r->b && b < r->nbuckets; b++)
-		if (r->b[b].buf)
-			r->ctx->ops->mem_free(r->ctx->be, r->b[b].buf);
+	if (r->ctx) {
+		struct ddp_reducer **pp = &r->ctx->reducers;
+		while (*pp && *pp != r)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = r->next;
+		release_buckets(r);
+	}
 	for (size_t i = 0; r->params && i < r->nparams; i++)
 		free((char *)r->params[i].name);
 	free(r->params);
@@ -263,15 +311,15 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 
 void *ddp_reducer_grad(struct ddp_reducer *r, size_t i)
 {
-	return r && i < r->nparams ? r->grad[i] : NULL;
+	return r && r->ctx && i < r->nparams ? r->grad[i] : NULL;
 }
 
 int ddp_reducer_zero_grad(struct ddp_reducer *r)
 {
 	int rc;
 
-	if (!r)
-		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
+	if ((rc = detached(r)) < 0)
+		return rc;
 	/* Never zero a bucket the communication thread may still be reading. */
 	if ((rc = wait_launched(r)) < 0)
 		return rc;
@@ -311,7 +359,9 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 	struct bucket *bk;
 	int rc;
 
-	if (!r || i >= r->nparams)
+	if ((rc = detached(r)) < 0)
+		return rc;
+	if (i >= r->nparams)
 		return ddpi_err(-EINVAL, "reducer: parameter index %zu out of range", i);
 	if (r->ready[i]) {
 		char nb[32];
@@ -349,8 +399,8 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 {
 	int rc;
 
-	if (!r)
-		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
+	if ((rc = detached(r)) < 0)
+		return rc;
 	if (!r->sync) {
 		reset_iteration(r);
 		return 0;
@@ -374,8 +424,10 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
 {
-	if (!r)
-		return ddpi_err(-EINVAL, "reducer: no reducer (NULL)");
+	int rc;
+
+	if ((rc = detached(r)) < 0)
+		return rc;
 	if (r->next_bucket > 0)
 		return ddpi_err(-EBUSY,
 				"reducer: cannot change sync in the middle of an iteration");

@@ -91,7 +91,9 @@ int ddp_sampler_init(struct ddp_sampler *s, uint64_t dataset_len, int num_replic
 {
 	uint64_t n;
 
-	if (!s || num_replicas < 1 || rank < 0 || rank >= num_replicas)
+	if (!s)
+		return ddpi_err(-EINVAL, "sampler: no sampler (NULL)");
+	if (num_replicas < 1 || rank < 0 || rank >= num_replicas)
 		return ddpi_err(-EINVAL, "sampler: rank %d is not in [0, %d)", rank, num_replicas);
 	n = (uint64_t)num_replicas;
 	memset(s, 0, sizeof(*s));
@@ -104,8 +106,14 @@ int ddp_sampler_init(struct ddp_sampler *s, uint64_t dataset_len, int num_replic
 	if (drop_last && dataset_len % n != 0)
 		/* ceil((len - n) / n) with Python's math.ceil: 0 when len < n. */
 		s->num_samples = dataset_len > n ? (dataset_len - n + n - 1) / n : 0;
-	else
-		s->num_samples = (dataset_len + n - 1) / n;
+	else /* ceil(len / n), without len + n - 1 wrapping around */
+		s->num_samples = dataset_len / n + (dataset_len % n != 0);
+	if (s->num_samples > UINT64_MAX / n) {
+		memset(s, 0, sizeof(*s));
+		return ddpi_err(-EOVERFLOW,
+				"sampler: %llu samples padded for %d ranks do not fit in 64 bits",
+				(unsigned long long)dataset_len, num_replicas);
+	}
 	s->total_size = s->num_samples * n;
 	return 0;
 }
@@ -121,22 +129,27 @@ int ddp_sampler_init_ctx(struct ddp_sampler *s, const struct ddp_ctx *ctx, uint6
 
 void ddp_sampler_set_epoch(struct ddp_sampler *s, uint64_t epoch)
 {
-	s->epoch = epoch;
+	if (s)
+		s->epoch = epoch;
 }
 
 int ddp_sampler_indices(const struct ddp_sampler *s, uint64_t *out)
 {
-	uint64_t len = s->dataset_len, *perm = NULL;
-	uint64_t n = (uint64_t)s->num_replicas;
+	uint64_t len, *perm = NULL, n;
 
+	if (!s)
+		return ddpi_err(-EINVAL, "sampler: no sampler (NULL)");
+	len = s->dataset_len;
+	n = (uint64_t)s->num_replicas;
 	if (s->num_samples == 0)
 		return 0;
 	if (!out)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "sampler: out is NULL");
 	if (s->shuffle) {
 		int rc;
 		if (len > SIZE_MAX / sizeof(uint64_t))
-			return -ENOMEM;
+			return ddpi_err(-ENOMEM, "sampler: no memory for a permutation of %llu",
+					(unsigned long long)len);
 		perm = malloc(len * sizeof(uint64_t));
 		if (!perm)
 			return ddpi_err(-ENOMEM, "sampler: no memory for a permutation of %llu",

@@ -214,7 +214,9 @@ static int failure_error(const struct ddp_spawn_ctx *sc)
 
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms)
 {
-	int64_t end = timeout_ms < 0 ? INT64_MAX : util_now_ms() + timeout_ms;
+	int64_t end = timeout_ms < 0 || timeout_ms > DDPI_TIMEOUT_MAX_MS
+			      ? INT64_MAX
+			      : util_now_ms() + timeout_ms;
 
 	if (!sc)
 		return ddpi_err(-EINVAL, "ddp_spawn_join: no context");
@@ -316,7 +318,9 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	}
 	sc->nprocs = nprocs;
 	sc->failed_rank = -1;
-	sc->grace_ms = o->grace_ms > 0 ? o->grace_ms : 5000;
+	sc->grace_ms = o->grace_ms <= 0			   ? 5000
+		       : o->grace_ms > DDPI_TIMEOUT_MAX_MS ? DDPI_TIMEOUT_MAX_MS
+							   : o->grace_ms;
 	for (int i = 0; i < nprocs; i++)
 		sc->pidfds[i] = -1;
 	snprintf(run_id, sizeof(run_id), "spawn-%d-%d", (int)getpid(), spawn_counter++);
@@ -327,6 +331,9 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 		pid_t pid = fork();
 		if (pid < 0) {
 			rc = ddpi_err(-errno, "ddp_spawn: fork: %s", strerror(errno));
+			/* Only the children forked so far: an unforked one's pid 0
+			 * would make kill() signal this whole process group. */
+			sc->nprocs = r;
 			stop_all(sc);
 			goto out_err;
 		}

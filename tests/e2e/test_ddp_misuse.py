@@ -1,0 +1,44 @@
+"""libddp's API used in ways its contract allows, under ddprun with several
+ranks (tests/progs/ddp_misuse.c; the world-of-one cases are unit tests in
+tests/unit/test_ddp_api.c): each call gets its documented result, never a
+crash, a sanitizer report or a misleading error. Every wait is bounded; no
+timing is asserted."""
+import os
+
+from conftest import binary, prog, run
+
+
+def ddprun(nproc, args, timeout=90):
+    return run([binary("ddprun"), f"--nproc-per-node={nproc}", prog("ddp_misuse")] + args,
+               timeout=timeout, env=dict(os.environ, DDP_QUIET="1", DDP_BACKEND="cpu",
+                                         DDP_TIMEOUT="30"))
+
+
+def test_a_second_context_after_finalize_joins_again():
+    """ddp_init after ddp_finalize, on every rank: the second join found the
+    first one's records at the store and failed with DDP_EENV, "rank 1 was
+    started twice (pid P on h, pid P on h)", the same pid twice."""
+    r = ddprun(2, ["reinit", "3"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for i in range(3):
+        assert r.stderr.count(f"round {i} sum 1\n") == 2, r.stderr
+    assert r.stderr.count("ok\n") == 2, r.stderr
+
+
+def test_zero_sized_collectives_take_null_buffers():
+    """0 elements with NULL buffers is valid: memcpy(NULL, ..., 0) inside was
+    undefined behaviour (UBSan stopped a SAN=1 build)."""
+    for n in (1, 2):
+        r = ddprun(n, ["zero"])
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stderr.count("ok\n") == n, r.stderr
+        assert "runtime error" not in r.stderr
+
+
+def test_freeing_a_shared_block_twice_is_refused():
+    """The second ddp_free of a block the node's ranks share went to free() of
+    unmapped memory (SIGSEGV or glibc's abort)."""
+    r = ddprun(2, ["dfree"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stderr.count("ok\n") == 2, r.stderr
+    assert r.stderr.count("is not a block of this context's ddp_alloc") == 2, r.stderr

@@ -1,0 +1,96 @@
+/* ddp_misuse: libddp's API used in ways its contract allows but that went
+ * wrong with several ranks, for tests/e2e/test_ddp_misuse.py (run under ddprun).
+ *   ddp_misuse reinit N   N contexts one after the other (init, all_reduce of the
+ *                         rank, finalize); prints "round I sum S" on every rank
+ *   ddp_misuse zero       every collective with 0 elements and NULL buffers
+ *   ddp_misuse dfree      ddp_free of a shared block twice, then a collective
+ * Every rank prints "ok" (or "failed: <ddp_errmsg>") on stderr at the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp.h"
+
+static int fail(int rc)
+{
+	fprintf(stderr, "failed: %s (%s)\n", ddp_errmsg(), ddp_strerror(rc));
+	return 1;
+}
+
+static int reinit(int rounds)
+{
+	for (int i = 0; i < rounds; i++) {
+		struct ddp_ctx *ctx;
+		int rc = ddp_init(NULL, &ctx), sum;
+
+		if (rc < 0)
+			return fail(rc);
+		sum = ddp_rank(ctx);
+		if ((rc = ddp_all_reduce(ctx, &sum, 1, DDP_INT32, DDP_SUM)) < 0)
+			return fail(rc);
+		fprintf(stderr, "round %d sum %d\n", i, sum);
+		if ((rc = ddp_finalize(ctx)) < 0)
+			return fail(rc);
+	}
+	return 0;
+}
+
+static int zero(struct ddp_ctx *ctx)
+{
+	char b[8];
+	int rc;
+
+	if ((rc = ddp_all_reduce(ctx, NULL, 0, DDP_FLOAT32, DDP_SUM)) < 0 ||
+	    (rc = ddp_broadcast(ctx, NULL, 0, 0)) < 0 ||
+	    (rc = ddp_all_gather(ctx, NULL, NULL, 0)) < 0 ||
+	    (rc = ddp_all_gather(ctx, b, NULL, 0)) < 0 ||
+	    (rc = ddp_all_gather(ctx, NULL, b, 0)) < 0 || (rc = ddp_barrier(ctx)) < 0)
+		return fail(rc);
+	return 0;
+}
+
+static int dfree(struct ddp_ctx *ctx)
+{
+	size_t n = 1 << 18; /* 1 MiB of float32: a shared block */
+	float *p = ddp_alloc(ctx, n * sizeof(float));
+	int rc;
+
+	if (!p)
+		return fail(-1);
+	for (size_t i = 0; i < n; i++)
+		p[i] = 1;
+	if ((rc = ddp_all_reduce(ctx, p, n, DDP_FLOAT32, DDP_SUM)) < 0)
+		return fail(rc);
+	ddp_free(ctx, p);
+	ddp_free(ctx, p);
+	float x = 1;
+	if ((rc = ddp_all_reduce(ctx, &x, 1, DDP_FLOAT32, DDP_SUM)) < 0)
+		return fail(rc);
+	return x == ddp_world_size(ctx) ? 0 : fail(-1);
+}
+
+int main(int argc, char **argv)
+{
+	struct ddp_ctx *ctx;
+	int rc;
+
+	if (argc < 2)
+		return 2;
+	if (!strcmp(argv[1], "reinit"))
+		rc = reinit(argc > 2 ? atoi(argv[2]) : 2);
+	else {
+		if ((rc = ddp_init(NULL, &ctx)) < 0)
+			return fail(rc);
+		if (!strcmp(argv[1], "zero"))
+			rc = zero(ctx);
+		else if (!strcmp(argv[1], "dfree"))
+			rc = dfree(ctx);
+		else
+			rc = 2;
+		if (ddp_finalize(ctx) < 0 && rc == 0)
+			rc = fail(-1);
+	}
+	if (rc == 0)
+		fprintf(stderr, "ok\n");
+	return rc;
+}

@@ -1,0 +1,131 @@
+/* Unit tests for libddp's public API used wrongly, in a world of one (no
+ * launcher): each misuse gets its documented error and a clear message, never
+ * a crash, a hang or a silent wrong result. What needs several ranks is in
+ * tests/e2e/test_ddp_misuse.py. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddp_internal.h"
+#include "util.h"
+
+static struct ddp_ctx *world_of_one(const struct ddp_options *o)
+{
+	static const char *const launcher[] = {
+		"RANK",
+		"WORLD_SIZE",
+		"LOCAL_RANK",
+		"LOCAL_WORLD_SIZE",
+		"GROUP_RANK",
+		"MASTER_ADDR",
+		"MASTER_PORT",
+		"TORCHELASTIC_RUN_ID",
+		"DDP_TIMEOUT",
+		"DDP_STORE",
+		"TORCHELASTIC_RESTART_COUNT",
+	};
+	struct ddp_options d;
+	struct ddp_ctx *ctx = NULL;
+
+	for (size_t i = 0; i < sizeof(launcher) / sizeof(launcher[0]); i++)
+		unsetenv(launcher[i]);
+	if (o)
+		d = *o;
+	else
+		ddp_options_init(&d);
+	d.backend = DDP_BACKEND_CPU;
+	d.quiet = 1;
+	assert_int_equal(ddp_init(&d, &ctx), 0);
+	return ctx;
+}
+
+/* "Forever" as INT64_MAX: now + timeout overflowed into the past, and every
+ * collective that had to wait for a peer failed at once with -ETIMEDOUT. */
+static void test_a_huge_timeout_means_a_far_deadline(void **state)
+{
+	struct ddp_options o;
+	struct ddp_ctx *ctx;
+
+	ddp_options_init(&o);
+	o.timeout_ms = INT64_MAX;
+	ctx = world_of_one(&o);
+	assert_true(ddpi_deadline(ctx) > util_now_ms() + 1000LL * 1000 * 1000);
+	assert_int_equal(ddp_set_timeout(ctx, INT64_MAX), 0);
+	assert_true(ddpi_deadline(ctx) > util_now_ms() + 1000LL * 1000 * 1000);
+	assert_int_equal(ddp_set_timeout(ctx, INT64_MAX - 1), 0);
+	assert_true(ddpi_deadline(ctx) > util_now_ms());
+	assert_int_equal(ddp_set_timeout(ctx, 0), -EINVAL);
+	assert_int_equal(ddp_barrier(ctx), 0);
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
+/* A reducer still alive at ddp_finalize: the context's memory goes, the
+ * reducer's later calls fail with a message, destroy frees it. They read the
+ * freed context (heap-use-after-free). */
+static void test_a_reducer_outliving_its_context_is_only_destroyed(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[1000];
+	struct ddp_param p[] = {{"w", w, 1000, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_non_null(ddp_reducer_grad(r, 0));
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_finalize(ctx), 0);
+	assert_null(ddp_reducer_grad(r, 0));
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "context was finalized"));
+	assert_int_equal(ddp_reducer_finish(r), -EINVAL);
+	assert_int_equal(ddp_reducer_zero_grad(r), -EINVAL);
+	assert_int_equal(ddp_reducer_set_sync(r, 0), -EINVAL);
+	assert_int_equal(ddp_reducer_num_buckets(r), 1);
+	ddp_reducer_destroy(r);
+	/* and a new context does not know the old reducer */
+	ctx = world_of_one(NULL);
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	ddp_reducer_destroy(r);
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
+/* ddp_free of a pointer ddp_alloc did not give, or gave and took back: left
+ * alone with a message. It went to free() (glibc: "double free detected",
+ * abort) or to free() of an unmapped shared region. */
+static void test_ddp_free_refuses_what_is_not_its_block(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	char *p = ddp_alloc(ctx, 100), *q = ddp_alloc(ctx, 0), *big = ddp_alloc(ctx, 1 << 20);
+	int local;
+
+	assert_non_null(p);
+	assert_non_null(q);
+	assert_non_null(big);
+	memset(p, 1, 100);
+	ddp_free(ctx, p);
+	ddp_free(ctx, p); /* twice */
+	assert_non_null(strstr(ddp_errmsg(), "ddp_free"));
+	assert_non_null(strstr(ddp_errmsg(), "freed already"));
+	ddp_free(ctx, &local);	 /* never allocated */
+	ddp_free(ctx, big + 64); /* inside a block, not its start */
+	ddp_free(ctx, NULL);
+	ddp_free(NULL, q);
+	ddp_free(ctx, q);
+	/* big is left for ddp_finalize (LeakSanitizer would say otherwise) */
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_a_huge_timeout_means_a_far_deadline),
+		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
+		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
+	};
+	return cmocka_run_group_tests_name("ddp_api", tests, NULL, NULL);
+}
