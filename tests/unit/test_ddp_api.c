@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ddp_internal.h"
 #include "util.h"
@@ -120,12 +122,31 @@ static void test_ddp_free_refuses_what_is_not_its_block(void **state)
 	assert_int_equal(ddp_finalize(ctx), 0);
 }
 
+/* A spawned child's first ddp_spawn runs fn: a DDP_SPAWN_RANK set by hand
+ * with a NULL fn is one clear error (exit 1), not a call through NULL. */
+static void test_a_spawned_child_with_no_fn_exits_1(void **state)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		setenv("DDP_SPAWN_RANK", "0", 1);
+		ddp_spawn(NULL, NULL, 1, NULL, NULL);
+		_exit(2);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_huge_timeout_means_a_far_deadline),
 		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
+		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
 	};
 	return cmocka_run_group_tests_name("ddp_api", tests, NULL, NULL);
 }

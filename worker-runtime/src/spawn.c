@@ -278,6 +278,11 @@ static int run_spawned_child(int (*fn)(int, void *), void *arg, const char *v)
 		fprintf(stderr, "ddp_spawn: bad %s='%s'\n", SPAWN_RANK_ENV, v);
 		exit(1);
 	}
+	if (!fn) { /* the parent refused it; a hand-set variable must not crash */
+		fprintf(stderr, "ddp_spawn: %s is set (a spawned child) but fn is NULL\n",
+			SPAWN_RANK_ENV);
+		exit(1);
+	}
 	unsetenv(SPAWN_RANK_ENV);
 	exit(exit_code_of(fn(rank, arg)));
 }
