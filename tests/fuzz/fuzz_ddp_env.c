@@ -7,13 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "ddp_internal.h"
-
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
 
 #define MAX_VARS 256
 
@@ -34,7 +29,6 @@ static const char *fuzz_getenv(const char *name, void *arg)
 	return NULL;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *buf = malloc(size + 1), *p;

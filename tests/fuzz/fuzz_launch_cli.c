@@ -10,13 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "cli.h"
-
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
 
 #define MAX_ARGS 256
 
@@ -63,7 +58,6 @@ static void check_ok(const struct cli_opts *o)
 			CHECK(o->dup_filters[i].s[k] != NULL);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *buf = malloc(size + 1), *argv[MAX_ARGS + 2], err[512], *p, *end;

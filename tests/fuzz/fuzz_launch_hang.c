@@ -5,15 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "hang.h"
 
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct hang_where *w = NULL, *w2 = NULL;

@@ -7,13 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "slurm.h"
-
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
 
 /* Names re-parsed per input: the first ones and the last. */
 #define REPARSE_MAX 64
@@ -28,7 +23,6 @@ static void reparses_to_itself(const char *name)
 	slurm_hosts_free(h, n);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char *list = malloc(size + 1), first[SLURM_MAX_HOSTNAME + 1];

@@ -7,14 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "rdzv_codec.h"
 #include "rdzv_msg.h"
-
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
 
 /* A closed value's participants are checked up to this many nodes. */
 #define MEMBERS_MAX 4096
@@ -141,7 +136,6 @@ static void end(const uint8_t *v, size_t len)
 	free(s);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static void (*const dec[])(const uint8_t *, size_t) = {node, config, closed, meta, end};

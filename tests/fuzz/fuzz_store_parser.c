@@ -9,14 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "store_kv.h"
 #include "store_proto.h"
-
-#define CHECK(x)                          \
-	do {                              \
-		if (!(x))                 \
-			__builtin_trap(); \
-	} while (0)
 
 #define MAX_WAITERS 64
 
@@ -123,7 +118,6 @@ static void apply(struct store_kv *kv, struct owner *o, const struct store_req *
 	}
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct store_limits lim = {.max_key_len = 256,
