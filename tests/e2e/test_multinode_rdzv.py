@@ -178,6 +178,39 @@ def test_a_node_before_the_min_th_says_another_node_runs_the_last_call(reaper, t
     assert sorted(read_envs(out)) == [(3, 0, 0), (3, 1, 0), (3, 2, 0)]
 
 
+def test_a_node_whose_last_call_ended_short_says_a_later_one_closes(reaper, tmp_path):
+    """--nnodes 2:3: b arrives second but a has left, so b's last call ends
+    with one node and the round stays open. When c comes (its own last call
+    far off), b cannot count down a call of its own: it says that a later
+    node's last call, or MAX nodes, closes the round, and how long ago its own
+    ended. d makes three: the round closes with b, c and d."""
+    out, env = out_env(tmp_path, "out")
+    port = serve_store(reaper)
+    ep = f"127.0.0.1:{port}"
+
+    def node(name, last_call):
+        return dyn_agent(reaper, tmp_path, name, ep, "2:3", 1, REC, env=env,
+                         conf=FAST + f",is_host=0,last_call_timeout={last_call}")
+
+    a = node("a", 300)
+    wait_stderr(a, "1 more needed")
+    a.signal(signal.SIGTERM)
+    assert a.wait() == 128 + signal.SIGTERM, a.stderr()
+    # b is the second arrival: its last call (0.5 s) runs, and ends before
+    # its first waiting line (1 s, the same event loop), with b alone.
+    b = node("b", 0.5)
+    wait_stderr(b, "waiting for nodes: round 0, 1 joined")
+    c = node("c", 300)
+    wait_stderr(c, ": the round closes at 3 nodes, or when the last call ends in")
+    wait_stderr(b, ": the round closes at 3 nodes, or at a later node's last call (this "
+                   "node's ended ")
+    d = node("d", 300)
+    for n in (b, c, d):
+        assert n.wait() == 0, n.stderr()
+    assert sorted(read_envs(out)) == [(3, 0, 0), (3, 1, 0), (3, 2, 0)]
+    assert "round 0, 2 joined" in b.stderr()
+
+
 def test_a_dynamic_timeout_names_who_joined(reaper, tmp_path):
     host = os.uname().nodename
     a = dyn_agent(reaper, tmp_path, "a", f"127.0.0.1:{free_port()}", "2:3", 1, "exit 0",
