@@ -17,6 +17,11 @@
  *   - Every blocking call has a deadline (DDP_TIMEOUT, default 600 s) and fails
  *     with -ETIMEDOUT instead of hanging. After a collective fails, the context
  *     is broken: every later collective fails with DDP_EBROKEN at once.
+ *     The failure itself (DDP_EPEER, -ETIMEDOUT, ...) is returned once, by the
+ *     call that failed or, for a gradient bucket reduced in the background,
+ *     by the next collective or reducer call; every later one returns
+ *     DDP_EBROKEN, its ddp_errmsg() naming the original failure ("barrier:
+ *     broken by an earlier failure: ... rank 1 (pid 4711) exited").
  *   - Collectives are issued by one thread at a time, in the same order on
  *     every rank (like MPI and torch.distributed).
  *   - Buffers live in the memory of the context's device: host memory for the
@@ -155,7 +160,8 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
- * if ranks must leave together. Returns the first error met while draining.
+ * if ranks must leave together. Returns the first error met while draining
+ * (a failure some call returned already is not returned again: 0).
  * A reducer still alive loses its buckets: its calls then fail with -EINVAL
  * (ddp_reducer_grad: NULL) and ddp_reducer_destroy frees it. ddp_alloc blocks
  * not given back are freed. */
@@ -270,7 +276,9 @@ void ddp_reducer_destroy(struct ddp_reducer *r);
  * out of range. */
 void *ddp_reducer_grad(struct ddp_reducer *r, size_t i);
 
-/* Sets every gradient to zero (call before each backward pass, after finish). */
+/* Sets every gradient to zero (call before each backward pass, after finish).
+ * zero_grad, mark_ready and finish fail at once on a broken context (see
+ * the conventions above: the failure once, then DDP_EBROKEN). */
 int ddp_reducer_zero_grad(struct ddp_reducer *r);
 
 /* Gradient i is complete for this iteration. When every gradient of a bucket

@@ -36,7 +36,6 @@ struct ddp_reducer {
 	unsigned char *ready;
 	struct bucket *b;
 	int sync;
-	int failed; /* a launch failed this iteration */
 };
 
 void ddp_reducer_options_init(struct ddp_reducer_options *o)
@@ -226,24 +225,26 @@ fail:
 /* On a stream backend (nccl) each bucket enters its collective at launch
  * and all are in flight until this wait: the rank stays inside the last one
  * in the progress slot until they are done, and a failure breaks the
- * context, as the cpu backend's communication thread does (async.c). */
+ * context, as the cpu backend's communication thread does (async.c). A
+ * broken context has nothing in flight on a stream (its communicator was
+ * aborted), while the communication thread is drained either way. Then 0,
+ * or the context's failure (ddpi_ctx_check). */
 static int wait_launched(struct ddp_reducer *r)
 {
 	struct ddp_ctx *ctx = r->ctx;
-	int rc;
+	int rc = 0;
 
-	if (ctx->ops->wait_async) {
+	if (ctx->ops->wait_async && !ctx->broken) {
 		pthread_mutex_lock(&ctx->lock);
 		rc = ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
 		if (rc < 0)
 			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
 		ddpi_progress_leave();
 		pthread_mutex_unlock(&ctx->lock);
-		return rc;
+	} else if (ctx->async) {
+		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), "reducer");
 	}
-	if (ctx->async)
-		return ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
-	return 0;
+	return rc < 0 ? rc : ddpi_ctx_check(ctx, "reducer");
 }
 
 /* Waits for r's buckets and gives their memory back; the first error. */
@@ -332,13 +333,12 @@ int ddp_reducer_zero_grad(struct ddp_reducer *r)
 static int launch(struct ddp_reducer *r, struct bucket *bk)
 {
 	struct ddp_ctx *ctx = r->ctx;
+	int rc;
 
-	if (ctx->broken)
-		return ddpi_err(DDP_EBROKEN, "reducer: the communicator failed earlier: %s",
-				ctx->broken_msg);
+	/* A bucket of an earlier iteration may have failed since. */
+	if ((rc = ddpi_ctx_check(ctx, "reducer")) < 0)
+		return rc;
 	if (ctx->ops->all_reduce_async) {
-		int rc;
-
 		pthread_mutex_lock(&ctx->lock);
 		ddpi_progress_enter(DDPI_PROG_BUCKET);
 		rc = ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
@@ -351,7 +351,13 @@ static int launch(struct ddp_reducer *r, struct bucket *bk)
 	}
 	if (ddp_world_size(ctx) == 1)
 		return 0; /* the average over one rank */
-	return ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG);
+	if ((rc = ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG)) < 0) {
+		/* The peers wait for this bucket in vain: the context is broken. */
+		pthread_mutex_lock(&ctx->lock);
+		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "reducer"));
+		pthread_mutex_unlock(&ctx->lock);
+	}
+	return rc;
 }
 
 int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
@@ -359,7 +365,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 	struct bucket *bk;
 	int rc;
 
-	if ((rc = detached(r)) < 0)
+	if ((rc = detached(r)) < 0 || (rc = ddpi_ctx_check(r->ctx, "reducer")) < 0)
 		return rc;
 	if (i >= r->nparams)
 		return ddpi_err(-EINVAL, "reducer: parameter index %zu out of range", i);
@@ -373,14 +379,12 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 	r->ready[i] = 1;
 	bk = &r->b[r->bucket_of[i]];
 	bk->pending--;
-	if (!r->sync || bk->pending || r->failed)
+	if (!r->sync || bk->pending)
 		return 0;
 	/* Launch this bucket and any ready ones after it, never out of order. */
 	while (r->next_bucket < r->nbuckets && r->b[r->next_bucket].pending == 0) {
-		if ((rc = launch(r, &r->b[r->next_bucket])) < 0) {
-			r->failed = 1;
-			return rc;
-		}
+		if ((rc = launch(r, &r->b[r->next_bucket])) < 0)
+			return rc; /* the context is broken: nothing more launches */
 		r->next_bucket++;
 	}
 	return 0;
@@ -392,7 +396,6 @@ static void reset_iteration(struct ddp_reducer *r)
 	for (size_t b = 0; b < r->nbuckets; b++)
 		r->b[b].pending = r->b[b].nparams;
 	r->next_bucket = 0;
-	r->failed = 0;
 }
 
 int ddp_reducer_finish(struct ddp_reducer *r)
@@ -403,12 +406,10 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 		return rc;
 	if (!r->sync) {
 		reset_iteration(r);
-		return 0;
+		return ddpi_ctx_check(r->ctx, "reducer");
 	}
+	/* A failed launch broke the context: wait_launched says so. */
 	rc = wait_launched(r);
-	if (rc == 0 && r->failed)
-		rc = ddpi_err(DDP_EBROKEN, "reducer: a bucket could not be launched: %s",
-			      r->ctx->broken ? r->ctx->broken_msg : "unknown error");
 	for (size_t i = 0; rc == 0 && i < r->nparams; i++)
 		if (!r->ready[i]) {
 			char nb[32];
