@@ -264,8 +264,10 @@ struct ddp_reducer;
  * on the cpu backend the buckets are memory the node's ranks share, so that
  * their all_reduce reads the peers' buckets directly (DDP_SHM_DIRECT).
  * Collective: every rank must register the same parameters in the same order
- * (checked: -EINVAL otherwise). A reducer is driven by one thread. o may be
- * NULL. */
+ * (checked: -EINVAL otherwise). A reducer is driven by one thread; reducers
+ * may come and go on different threads, beside ddp_alloc and ddp_free (with
+ * more than one rank, creating one is a collective: one thread at a time). o
+ * may be NULL. */
 int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size_t nparams,
 		       const struct ddp_reducer_options *o, struct ddp_reducer **out);
 /* Waits for pending reductions and frees r (NULL is a no-op). */

@@ -239,7 +239,7 @@ struct ddp_ctx {
 	 * tells a foreign or freed pointer from its own. */
 	struct ddp_reducer *reducers;
 	struct ddpi_block *blocks;
-	pthread_mutex_t mem_lock; /* blocks */
+	pthread_mutex_t mem_lock; /* reducers and blocks: any thread may add or take one */
 };
 
 /* ddp_finalize: every reducer still alive waits for its buckets and gives

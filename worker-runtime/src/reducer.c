@@ -210,8 +210,10 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 		rc = ddpi_err_prefix(rc, "reducer: initial broadcast of the parameters");
 		goto fail;
 	}
+	pthread_mutex_lock(&ctx->mem_lock);
 	r->next = ctx->reducers;
 	ctx->reducers = r;
+	pthread_mutex_unlock(&ctx->mem_lock);
 	*out = r;
 	return 0;
 nomem:
@@ -266,15 +268,19 @@ int ddpi_reducers_detach(struct ddp_ctx *ctx)
 {
 	int rc = 0, rc2;
 
-	while (ctx->reducers) {
+	for (;;) {
+		pthread_mutex_lock(&ctx->mem_lock);
 		struct ddp_reducer *r = ctx->reducers;
-		ctx->reducers = r->next;
+		if (r)
+			ctx->reducers = r->next;
+		pthread_mutex_unlock(&ctx->mem_lock);
+		if (!r)
+			return rc;
 		if ((rc2 = release_buckets(r)) < 0 && rc == 0)
 			rc = rc2;
 		r->ctx = NULL;
 		r->next = NULL;
 	}
-	return rc;
 }
 
 /* A reducer outlives its context only to be destroyed. */
@@ -294,10 +300,12 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 		return;
 	if (r->ctx) {
 		struct ddp_reducer **pp = &r->ctx->reducers;
+		pthread_mutex_lock(&r->ctx->mem_lock);
 		while (*pp && *pp != r)
 			pp = &(*pp)->next;
 		if (*pp)
 			*pp = r->next;
+		pthread_mutex_unlock(&r->ctx->mem_lock);
 		release_buckets(r);
 	}
 	for (size_t i = 0; r->params && i < r->nparams; i++)
