@@ -142,6 +142,79 @@ static void test_a_spawned_child_with_no_fn_exits_1(void **state)
 	assert_int_equal(WEXITSTATUS(status), 1);
 }
 
+/* ddp_errmsg of an earlier failure, which the next failing call must replace. */
+static void stale_message(void)
+{
+	assert_int_equal(ddp_set_timeout(NULL, 0), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "ddp_set_timeout"));
+}
+
+#define assert_fails_saying(call, code, text)                  \
+	do {                                                   \
+		stale_message();                               \
+		assert_int_equal((call), (code));              \
+		assert_non_null(strstr(ddp_errmsg(), (text))); \
+	} while (0)
+
+static int return_0(int rank, void *arg)
+{
+	return 0;
+}
+
+/* A failing call leaves a message naming it in ddp_errmsg, not the one of
+ * an earlier failure: these returned a bare code. */
+static void test_every_failing_call_says_why(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[10];
+	struct ddp_param p[] = {{"w", w, 10, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+	struct ddp_spawn_options so;
+	struct ddp_spawn_ctx *sc;
+	int status;
+	pid_t pid;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_fails_saying(ddp_reducer_bucket_info(r, 1, NULL, NULL), -EINVAL,
+			    "ddp_reducer_bucket_info: bucket 1 of 1");
+	assert_fails_saying(ddp_reducer_bucket_info(NULL, 0, NULL, NULL), -EINVAL,
+			    "ddp_reducer_bucket_info");
+	ddp_reducer_destroy(r);
+	assert_int_equal(ddp_finalize(ctx), 0);
+
+	assert_fails_saying(ddp_randperm(3, 0, NULL), -EINVAL, "ddp_randperm");
+
+	assert_fails_saying(ddp_spawn_failure(NULL, NULL, NULL, NULL), -ENOENT,
+			    "ddp_spawn_failure");
+	ddp_spawn_options_init(&so);
+	so.join = 0;
+	assert_int_equal(ddp_spawn(return_0, NULL, 1, &so, &sc), 0);
+	assert_int_equal(ddp_spawn_join(sc, -1), 1);
+	assert_fails_saying(ddp_spawn_failure(sc, NULL, NULL, NULL), -ENOENT,
+			    "ddp_spawn_failure: no process failed");
+	ddp_spawn_free(sc);
+
+	setenv("TORCHELASTIC_ERROR_FILE", "/nonexistent-ddp-dir/error.json", 1);
+	assert_fails_saying(ddp_record_error("x"), -ENOENT,
+			    "ddp_record_error: cannot write TORCHELASTIC_ERROR_FILE="
+			    "/nonexistent-ddp-dir/error.json");
+	unsetenv("TORCHELASTIC_ERROR_FILE");
+
+	pid = fork(); /* with no stdout */
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(STDOUT_FILENO);
+		stale_message();
+		_exit(ddp_print_force(NULL, "x\n") == -EBADF &&
+				      strstr(ddp_errmsg(), "ddp_print_force: cannot write")
+			      ? 0
+			      : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 #define CHURN_THREADS 4
 #define CHURN_ROUNDS  20000
 #define CHURN_KEEP    300 /* reducers each thread keeps: a longer list to walk */
@@ -218,6 +291,7 @@ int main(void)
 		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
+		cmocka_unit_test(test_every_failing_call_says_why),
 		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),
 	};
 	return cmocka_run_group_tests_name("ddp_api", tests, NULL, NULL);

@@ -302,7 +302,8 @@ int ddp_reducer_finish(struct ddp_reducer *r);
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync);
 
 /* Introspection: number of buckets; bucket b's size in bytes and parameter
- * count (in reduction order: bucket 0 is reduced first). */
+ * count (in reduction order: bucket 0 is reduced first; -EINVAL past the
+ * last). */
 size_t ddp_reducer_num_buckets(const struct ddp_reducer *r);
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams);
 
@@ -382,7 +383,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
  * 0; 0: some still run; DDP_ECHILD: one failed and the others were stopped. */
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms);
 /* After DDP_ECHILD: which rank failed first, its exit code (or -1) and the
- * signal that killed it (or 0). */
+ * signal that killed it (or 0). -ENOENT when none failed (or sc is NULL). */
 int ddp_spawn_failure(const struct ddp_spawn_ctx *sc, int *rank, int *exit_code, int *signo);
 /* Process ids of the children (nprocs entries). */
 const int *ddp_spawn_pids(const struct ddp_spawn_ctx *sc);

@@ -95,14 +95,14 @@ int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out)
 	int rc;
 
 	if (!a)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "out of memory for the communication thread");
 	a->ctx = ctx;
 	a->cap = 64;
 	a->threaded = threaded;
 	a->q = calloc(a->cap, sizeof(*a->q));
 	if (!a->q) {
 		free(a);
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "out of memory for the communication thread");
 	}
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);

@@ -68,7 +68,7 @@ static int verify_same_params(struct ddp_ctx *ctx, const struct ddp_param *p, si
 		return 0;
 	all = malloc(sizeof(mine) * (size_t)w);
 	if (!all)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "reducer: out of memory");
 	rc = ddp_all_gather(ctx, mine, all, sizeof(mine));
 	for (int r = 0; rc == 0 && r < w; r++)
 		if (all[2 * r] != mine[0] || all[2 * r + 1] != mine[1])
@@ -108,7 +108,7 @@ static int broadcast_params(struct ddp_ctx *ctx, const struct ddp_param *p, size
 		}
 		char *np = realloc(pack, len);
 		if (!np) {
-			rc = -ENOMEM;
+			rc = ddpi_err(-ENOMEM, "out of memory for %zu bytes", len);
 			break;
 		}
 		pack = np;
@@ -451,8 +451,11 @@ size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
 
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams)
 {
-	if (!r || b >= r->nbuckets)
-		return -EINVAL;
+	if (!r)
+		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: no reducer (NULL)");
+	if (b >= r->nbuckets)
+		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: bucket %zu of %zu", b,
+				r->nbuckets);
 	if (bytes)
 		*bytes = r->b[b].bytes;
 	if (nparams)
