@@ -40,7 +40,7 @@
 		EXPECT_CAUSE();                                               \
 	} while (0)
 
-enum first_report { BY_FINISH, BY_COLLECTIVE, BY_MARK_READY };
+enum first_report { BY_FINISH, BY_COLLECTIVE, BY_MARK_READY, BY_FINALIZE };
 
 #define N 1024
 static float w0[N], w1[N];
@@ -70,6 +70,13 @@ static int rank0(struct ddp_ctx *ctx, struct ddp_reducer *r, enum first_report h
 	float x = 1;
 
 	EXPECT(ddp_reducer_mark_ready(r, 1) == 0); /* bucket 0 leaves for rank 1 */
+	if (how == BY_FINALIZE) {
+		EXPECT(wait_broken(ctx) == DDP_EPEER);
+		ddp_reducer_destroy(r); /* returns nothing: must not take the report */
+		EXPECT(ddp_finalize(ctx) == DDP_EPEER);
+		EXPECT_CAUSE();
+		return 0;
+	}
 	switch (how) {
 	case BY_FINISH:
 		EXPECT(ddp_reducer_finish(r) == DDP_EPEER);
@@ -85,6 +92,8 @@ static int rank0(struct ddp_ctx *ctx, struct ddp_reducer *r, enum first_report h
 		EXPECT(ddp_reducer_mark_ready(r, 0) == DDP_EPEER);
 		EXPECT_CAUSE();
 		EXPECT_BROKEN(ddp_reducer_finish(r));
+		break;
+	case BY_FINALIZE:
 		break;
 	}
 	EXPECT_CAUSE();
@@ -149,12 +158,20 @@ static void test_mark_ready_reports_a_failed_bucket_first(void **state)
 	run(BY_MARK_READY);
 }
 
+/* A program that destroys its reducer and finalizes after a bucket failed
+ * unseen: ddp_reducer_destroy took the report, and ddp_finalize said 0. */
+static void test_finalize_reports_a_failure_no_call_returned(void **state)
+{
+	run(BY_FINALIZE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_finish_reports_the_failure_once_then_ebroken),
 		cmocka_unit_test(test_a_collective_reports_a_failed_bucket_first),
 		cmocka_unit_test(test_mark_ready_reports_a_failed_bucket_first),
+		cmocka_unit_test(test_finalize_reports_a_failure_no_call_returned),
 	};
 	return cmocka_run_group_tests_name("ddp_broken", tests, NULL, NULL);
 }

@@ -156,7 +156,7 @@ int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what)
 		if (left <= 0) {
 			pthread_mutex_unlock(&a->mu);
 			return ddpi_err(-ETIMEDOUT, "%s: timed out waiting for gradient buckets",
-					what);
+					what ? what : "reducer");
 		}
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
@@ -164,7 +164,9 @@ int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what)
 	}
 	failed = a->err < 0;
 	pthread_mutex_unlock(&a->mu);
-	return failed ? ddpi_ctx_check(a->ctx, what) : 0;
+	if (!failed)
+		return 0;
+	return what ? ddpi_ctx_check(a->ctx, what) : DDP_EBROKEN;
 }
 
 void ddpi_async_stop(struct ddpi_async *a)

@@ -282,7 +282,8 @@ extern __thread int ddpi_in_background;
 int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
 		      enum ddp_op op);
 /* Waits for every submitted reduction: 0, -ETIMEDOUT, or after a failed one
- * what ddpi_ctx_check(ctx, what) says. */
+ * what ddpi_ctx_check(ctx, what) says. what NULL: for a caller that returns
+ * nothing (DDP_EBROKEN), so that the next call still reports the failure. */
 int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what);
 void ddpi_async_stop(struct ddpi_async *a);
 

@@ -230,8 +230,9 @@ fail:
  * context, as the cpu backend's communication thread does (async.c). A
  * broken context has nothing in flight on a stream (its communicator was
  * aborted), while the communication thread is drained either way. Then 0,
- * or the context's failure (ddpi_ctx_check). */
-static int wait_launched(struct ddp_reducer *r)
+ * or the context's failure (ddpi_ctx_check(ctx, what)). what NULL: the
+ * caller returns nothing, so the failure is left for the next call. */
+static int wait_launched(struct ddp_reducer *r, const char *what)
 {
 	struct ddp_ctx *ctx = r->ctx;
 	int rc = 0;
@@ -239,20 +240,22 @@ static int wait_launched(struct ddp_reducer *r)
 	if (ctx->ops->wait_async && !ctx->broken) {
 		pthread_mutex_lock(&ctx->lock);
 		rc = ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
-		if (rc < 0)
+		if (rc < 0 && what)
 			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+		else if (rc < 0)
+			ddpi_ctx_fail_later(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
 		ddpi_progress_leave();
 		pthread_mutex_unlock(&ctx->lock);
 	} else if (ctx->async) {
-		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), "reducer");
+		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), what);
 	}
-	return rc < 0 ? rc : ddpi_ctx_check(ctx, "reducer");
+	return rc < 0 || !what ? rc : ddpi_ctx_check(ctx, what);
 }
 
 /* Waits for r's buckets and gives their memory back; the first error. */
-static int release_buckets(struct ddp_reducer *r)
+static int release_buckets(struct ddp_reducer *r, const char *what)
 {
-	int rc = wait_launched(r);
+	int rc = wait_launched(r, what);
 
 	for (size_t b = 0; r->b && b < r->nbuckets; b++)
 		if (r->b[b].buf) {
@@ -276,7 +279,7 @@ int ddpi_reducers_detach(struct ddp_ctx *ctx)
 		pthread_mutex_unlock(&ctx->mem_lock);
 		if (!r)
 			return rc;
-		if ((rc2 = release_buckets(r)) < 0 && rc == 0)
+		if ((rc2 = release_buckets(r, "ddp_finalize")) < 0 && rc == 0)
 			rc = rc2;
 		r->ctx = NULL;
 		r->next = NULL;
@@ -306,7 +309,7 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 		if (*pp)
 			*pp = r->next;
 		pthread_mutex_unlock(&r->ctx->mem_lock);
-		release_buckets(r);
+		release_buckets(r, NULL); /* returns nothing: the next call reports */
 	}
 	for (size_t i = 0; r->params && i < r->nparams; i++)
 		free((char *)r->params[i].name);
@@ -330,7 +333,7 @@ int ddp_reducer_zero_grad(struct ddp_reducer *r)
 	if ((rc = detached(r)) < 0)
 		return rc;
 	/* Never zero a bucket the communication thread may still be reading. */
-	if ((rc = wait_launched(r)) < 0)
+	if ((rc = wait_launched(r, "reducer")) < 0)
 		return rc;
 	for (size_t b = 0; b < r->nbuckets; b++)
 		if ((rc = r->ctx->ops->mem_zero(r->ctx->be, r->b[b].buf, r->b[b].bytes)) < 0)
@@ -417,7 +420,7 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 		return ddpi_ctx_check(r->ctx, "reducer");
 	}
 	/* A failed launch broke the context: wait_launched says so. */
-	rc = wait_launched(r);
+	rc = wait_launched(r, "reducer");
 	for (size_t i = 0; rc == 0 && i < r->nparams; i++)
 		if (!r->ready[i]) {
 			char nb[32];
