@@ -131,9 +131,11 @@ int main(int argc, char **argv)
 	}
 	if (rc < 0) {
 		int fr = -1, code = -1, sig = 0;
+		/* ddp_errmsg is valid until the next libddp call: ddp_spawn_failure
+		 * fails too (-ENOENT) when no child did (fork failed). */
+		printf("spawn failed: %s\n", ddp_errmsg());
 		ddp_spawn_failure(sc, &fr, &code, &sig);
-		printf("spawn failed: %s\nfailure rank=%d code=%d signal=%d\n", ddp_errmsg(), fr,
-		       code, sig);
+		printf("failure rank=%d code=%d signal=%d\n", fr, code, sig);
 		ddp_spawn_free(sc);
 		return 1;
 	}

@@ -1,7 +1,8 @@
-/* Unit tests for libddp's public API used wrongly, in a world of one (no
- * launcher): each misuse gets its documented error and a clear message, never
- * a crash, a hang or a silent wrong result. What needs several ranks is in
- * tests/e2e/test_ddp_misuse.py. */
+/* Unit tests for libddp's public API used wrongly, or from several threads at
+ * once, in a world of one (no launcher): each misuse gets its documented error
+ * and a clear message, never a crash, a hang or a silent wrong result. What
+ * needs several ranks is in tests/e2e/test_ddp_misuse.py and
+ * test_ddp_broken.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -140,6 +142,148 @@ static void test_a_spawned_child_with_no_fn_exits_1(void **state)
 	assert_int_equal(WEXITSTATUS(status), 1);
 }
 
+/* ddp_errmsg of an earlier failure, which the next failing call must replace. */
+static void stale_message(void)
+{
+	assert_int_equal(ddp_set_timeout(NULL, 0), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "ddp_set_timeout"));
+}
+
+#define assert_fails_saying(call, code, text)                  \
+	do {                                                   \
+		stale_message();                               \
+		assert_int_equal((call), (code));              \
+		assert_non_null(strstr(ddp_errmsg(), (text))); \
+	} while (0)
+
+static int return_0(int rank, void *arg)
+{
+	return 0;
+}
+
+/* A failing call leaves a message naming it in ddp_errmsg, not the one of
+ * an earlier failure: these returned a bare code. */
+static void test_every_failing_call_says_why(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[10];
+	struct ddp_param p[] = {{"w", w, 10, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+	struct ddp_spawn_options so;
+	struct ddp_spawn_ctx *sc;
+	int status;
+	pid_t pid;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_fails_saying(ddp_reducer_bucket_info(r, 1, NULL, NULL), -EINVAL,
+			    "ddp_reducer_bucket_info: bucket 1 of 1");
+	assert_fails_saying(ddp_reducer_bucket_info(NULL, 0, NULL, NULL), -EINVAL,
+			    "ddp_reducer_bucket_info");
+	ddp_reducer_destroy(r);
+	assert_int_equal(ddp_finalize(ctx), 0);
+
+	assert_fails_saying(ddp_randperm(3, 0, NULL), -EINVAL, "ddp_randperm");
+
+	assert_fails_saying(ddp_spawn_failure(NULL, NULL, NULL, NULL), -ENOENT,
+			    "ddp_spawn_failure");
+	ddp_spawn_options_init(&so);
+	so.join = 0;
+	assert_int_equal(ddp_spawn(return_0, NULL, 1, &so, &sc), 0);
+	assert_int_equal(ddp_spawn_join(sc, -1), 1);
+	assert_fails_saying(ddp_spawn_failure(sc, NULL, NULL, NULL), -ENOENT,
+			    "ddp_spawn_failure: no process failed");
+	ddp_spawn_free(sc);
+
+	setenv("TORCHELASTIC_ERROR_FILE", "/nonexistent-ddp-dir/error.json", 1);
+	assert_fails_saying(ddp_record_error("x"), -ENOENT,
+			    "ddp_record_error: cannot write TORCHELASTIC_ERROR_FILE="
+			    "/nonexistent-ddp-dir/error.json");
+	unsetenv("TORCHELASTIC_ERROR_FILE");
+
+	pid = fork(); /* with no stdout */
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(STDOUT_FILENO);
+		stale_message();
+		_exit(ddp_print_force(NULL, "x\n") == -EBADF &&
+				      strstr(ddp_errmsg(), "ddp_print_force: cannot write")
+			      ? 0
+			      : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+#define CHURN_THREADS 4
+#define CHURN_ROUNDS  20000
+#define CHURN_KEEP    300 /* reducers each thread keeps: a longer list to walk */
+
+static pthread_barrier_t churn_start;
+
+struct churn {
+	struct ddp_ctx *ctx;
+	int allocator; /* 1: ddp_alloc/ddp_free instead of reducers */
+	struct ddp_reducer *kept[CHURN_KEEP];
+	int failed;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+	static float w[64];
+	struct ddp_param p[] = {{"w", w, 64, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+	int nkept = 0;
+
+	pthread_barrier_wait(&churn_start); /* all at once */
+	for (int i = 0; i < CHURN_ROUNDS && !c->failed; i++) {
+		if (c->allocator) {
+			void *m = ddp_alloc(c->ctx, 256);
+			c->failed = !m;
+			ddp_free(c->ctx, m);
+		} else if (ddp_reducer_create(c->ctx, p, 1, NULL, &r) < 0) {
+			c->failed = 1;
+		} else if (i % 8 == 0 && nkept < CHURN_KEEP) {
+			c->kept[nkept++] = r;
+		} else {
+			ddp_reducer_destroy(r);
+		}
+	}
+	return NULL;
+}
+
+/* Reducers made and destroyed on several threads at once, beside ddp_alloc
+ * and ddp_free: the context's list of reducers changed without a lock and
+ * lost some (ddp_finalize left them attached, their later calls read the
+ * freed context) or kept destroyed ones (read after free). */
+static void test_reducers_come_and_go_on_several_threads(void **state)
+{
+	static struct churn c[CHURN_THREADS + 1];
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	pthread_t t[CHURN_THREADS + 1];
+
+	memset(c, 0, sizeof(c));
+	assert_int_equal(pthread_barrier_init(&churn_start, NULL, CHURN_THREADS + 1), 0);
+	for (int i = 0; i <= CHURN_THREADS; i++) {
+		c[i].ctx = ctx;
+		c[i].allocator = i == CHURN_THREADS;
+		assert_int_equal(pthread_create(&t[i], NULL, churn_main, &c[i]), 0);
+	}
+	for (int i = 0; i <= CHURN_THREADS; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		assert_false(c[i].failed);
+	}
+	pthread_barrier_destroy(&churn_start);
+	assert_int_equal(ddp_finalize(ctx), 0);
+	/* Every reducer still alive was detached: its gradients went with ctx. */
+	for (int i = 0; i < CHURN_THREADS; i++)
+		for (int k = 0; k < CHURN_KEEP && c[i].kept[k]; k++) {
+			assert_null(ddp_reducer_grad(c[i].kept[k], 0));
+			ddp_reducer_destroy(c[i].kept[k]);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -147,6 +291,8 @@ int main(void)
 		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
+		cmocka_unit_test(test_every_failing_call_says_why),
+		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),
 	};
 	return cmocka_run_group_tests_name("ddp_api", tests, NULL, NULL);
 }

@@ -17,6 +17,11 @@
  *   - Every blocking call has a deadline (DDP_TIMEOUT, default 600 s) and fails
  *     with -ETIMEDOUT instead of hanging. After a collective fails, the context
  *     is broken: every later collective fails with DDP_EBROKEN at once.
+ *     The failure itself (DDP_EPEER, -ETIMEDOUT, ...) is returned once, by the
+ *     call that failed or, for a gradient bucket reduced in the background,
+ *     by the next collective or reducer call; every later one returns
+ *     DDP_EBROKEN, its ddp_errmsg() naming the original failure ("barrier:
+ *     broken by an earlier failure: ... rank 1 (pid 4711) exited").
  *   - Collectives are issued by one thread at a time, in the same order on
  *     every rank (like MPI and torch.distributed).
  *   - Buffers live in the memory of the context's device: host memory for the
@@ -155,7 +160,8 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
- * if ranks must leave together. Returns the first error met while draining.
+ * if ranks must leave together. Returns the first error met while draining
+ * (a failure some call returned already is not returned again: 0).
  * A reducer still alive loses its buckets: its calls then fail with -EINVAL
  * (ddp_reducer_grad: NULL) and ddp_reducer_destroy frees it. ddp_alloc blocks
  * not given back are freed. */
@@ -258,8 +264,10 @@ struct ddp_reducer;
  * on the cpu backend the buckets are memory the node's ranks share, so that
  * their all_reduce reads the peers' buckets directly (DDP_SHM_DIRECT).
  * Collective: every rank must register the same parameters in the same order
- * (checked: -EINVAL otherwise). A reducer is driven by one thread. o may be
- * NULL. */
+ * (checked: -EINVAL otherwise). A reducer is driven by one thread; reducers
+ * may come and go on different threads, beside ddp_alloc and ddp_free (with
+ * more than one rank, creating one is a collective: one thread at a time). o
+ * may be NULL. */
 int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size_t nparams,
 		       const struct ddp_reducer_options *o, struct ddp_reducer **out);
 /* Waits for pending reductions and frees r (NULL is a no-op). */
@@ -270,7 +278,9 @@ void ddp_reducer_destroy(struct ddp_reducer *r);
  * out of range. */
 void *ddp_reducer_grad(struct ddp_reducer *r, size_t i);
 
-/* Sets every gradient to zero (call before each backward pass, after finish). */
+/* Sets every gradient to zero (call before each backward pass, after finish).
+ * zero_grad, mark_ready and finish fail at once on a broken context (see
+ * the conventions above: the failure once, then DDP_EBROKEN). */
 int ddp_reducer_zero_grad(struct ddp_reducer *r);
 
 /* Gradient i is complete for this iteration. When every gradient of a bucket
@@ -292,7 +302,8 @@ int ddp_reducer_finish(struct ddp_reducer *r);
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync);
 
 /* Introspection: number of buckets; bucket b's size in bytes and parameter
- * count (in reduction order: bucket 0 is reduced first). */
+ * count (in reduction order: bucket 0 is reduced first; -EINVAL past the
+ * last). */
 size_t ddp_reducer_num_buckets(const struct ddp_reducer *r);
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams);
 
@@ -372,7 +383,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
  * 0; 0: some still run; DDP_ECHILD: one failed and the others were stopped. */
 int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms);
 /* After DDP_ECHILD: which rank failed first, its exit code (or -1) and the
- * signal that killed it (or 0). */
+ * signal that killed it (or 0). -ENOENT when none failed (or sc is NULL). */
 int ddp_spawn_failure(const struct ddp_spawn_ctx *sc, int *rank, int *exit_code, int *signo);
 /* Process ids of the children (nprocs entries). */
 const int *ddp_spawn_pids(const struct ddp_spawn_ctx *sc);

@@ -1,8 +1,9 @@
 /* async: the communication thread that reduces gradient buckets in the
  * background for backends without streams (cpu). Buckets run strictly in
  * submission order, which the reducer makes the same on every rank. After the
- * first failure the remaining queue is dropped and the error is kept for
- * ddpi_async_wait (and the context is marked broken). */
+ * first failure the remaining queue is dropped and the context is marked
+ * broken; the program's next call that looks returns the error
+ * (ddpi_ctx_check). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -29,8 +30,7 @@ struct ddpi_async {
 	struct job *q;
 	size_t cap, head, tail; /* ring buffer of jobs */
 	size_t running;		/* jobs submitted and not finished */
-	int err;
-	char errmsg[512];
+	int err;		/* a job failed: the context is broken, the rest is dropped */
 	int stop;
 	int threaded; /* 0: no thread, the queue runs in ddpi_async_wait */
 };
@@ -45,11 +45,11 @@ static int run_job(struct ddpi_async *a, const struct job *j)
 
 	pthread_mutex_lock(&ctx->lock);
 	ddpi_progress_enter(DDPI_PROG_BUCKET);
-	rc = ctx->broken ? ddpi_err(DDP_EBROKEN, "%s", ctx->broken_msg)
+	rc = ctx->broken ? DDP_EBROKEN
 			 : ctx->ops->all_reduce(ctx->be, j->buf, j->count, j->dt, j->op,
 						ddpi_deadline(ctx));
-	if (rc < 0 && !ctx->broken)
-		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+	if (rc < 0)
+		ddpi_ctx_fail_later(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
 	ddpi_progress_leave();
 	pthread_mutex_unlock(&ctx->lock);
 	return rc;
@@ -65,10 +65,8 @@ static void run_head(struct ddpi_async *a)
 	if (!skip)
 		rc = run_job(a, &j);
 	pthread_mutex_lock(&a->mu);
-	if (rc < 0 && !a->err) {
+	if (rc < 0 && !a->err)
 		a->err = rc;
-		snprintf(a->errmsg, sizeof(a->errmsg), "%s", ddp_errmsg());
-	}
 	a->head++;
 	a->running--;
 	pthread_cond_broadcast(&a->cv);
@@ -97,14 +95,14 @@ int ddpi_async_start(struct ddp_ctx *ctx, int threaded, struct ddpi_async **out)
 	int rc;
 
 	if (!a)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "out of memory for the communication thread");
 	a->ctx = ctx;
 	a->cap = 64;
 	a->threaded = threaded;
 	a->q = calloc(a->cap, sizeof(*a->q));
 	if (!a->q) {
 		free(a);
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "out of memory for the communication thread");
 	}
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
@@ -126,7 +124,7 @@ int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dt
 		struct job *nq = calloc(a->cap * 2, sizeof(*nq));
 		if (!nq) {
 			pthread_mutex_unlock(&a->mu);
-			return -ENOMEM;
+			return ddpi_err(-ENOMEM, "out of memory queueing a gradient bucket");
 		}
 		for (size_t i = a->head; i < a->tail; i++)
 			nq[i % (a->cap * 2)] = a->q[i % a->cap];
@@ -142,9 +140,9 @@ int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dt
 	return 0;
 }
 
-int ddpi_async_wait(struct ddpi_async *a, int64_t deadline)
+int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what)
 {
-	int rc;
+	int failed;
 
 	pthread_mutex_lock(&a->mu);
 	/* Without a thread, the queue runs here, in order. */
@@ -157,17 +155,18 @@ int ddpi_async_wait(struct ddpi_async *a, int64_t deadline)
 		int64_t left = deadline - util_now_ms();
 		if (left <= 0) {
 			pthread_mutex_unlock(&a->mu);
-			return ddpi_err(-ETIMEDOUT, "timed out waiting for gradient buckets");
+			return ddpi_err(-ETIMEDOUT, "%s: timed out waiting for gradient buckets",
+					what ? what : "reducer");
 		}
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&a->cv, &a->mu, &ts);
 	}
-	rc = a->err;
-	if (rc < 0)
-		ddpi_err(rc, "%s", a->errmsg);
+	failed = a->err < 0;
 	pthread_mutex_unlock(&a->mu);
-	return rc;
+	if (!failed)
+		return 0;
+	return what ? ddpi_ctx_check(a->ctx, what) : DDP_EBROKEN;
 }
 
 void ddpi_async_stop(struct ddpi_async *a)

@@ -21,11 +21,9 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 
 	if (!ctx)
 		return ddpi_err(-EINVAL, "%s: no context", what);
-	if (ctx->broken)
-		return ddpi_err(DDP_EBROKEN, "%s: the communicator failed earlier: %s", what,
-				ctx->broken_msg);
-	if (ctx->async && (rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx))) < 0)
-		return ddpi_err_prefix(rc, what);
+	if ((rc = ddpi_ctx_check(ctx, what)) < 0 ||
+	    (ctx->async && (rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), what)) < 0))
+		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	ddpi_progress_enter(op);
 	return 0;

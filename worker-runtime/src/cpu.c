@@ -25,11 +25,13 @@ int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t de
 	int rc = -ENOMEM;
 
 	if (!c)
-		return rc;
+		return ddpi_err(rc, "out of memory for the cpu communicator");
 	c->env = *env;
 	c->pos = calloc((size_t)env->local_world, sizeof(int));
-	if (!c->pos)
+	if (!c->pos) {
+		rc = ddpi_err(rc, "out of memory for the cpu communicator");
 		goto fail;
+	}
 	if (env->local_world > 1) {
 		if ((rc = ddpi_shm_open(env, deadline, &c->shm)) < 0)
 			goto fail;

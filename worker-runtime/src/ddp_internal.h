@@ -5,6 +5,7 @@
 #define DDP_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
@@ -219,8 +220,12 @@ struct ddp_ctx {
 	enum ddp_backend backend;
 	int device;
 	int64_t timeout_ms;
-	int broken; /* first error code of a failed collective (0: healthy) */
+	/* First error code of a failed collective (0: healthy), its message,
+	 * and whether a call returned it already (ddpi_ctx_check). Read without
+	 * the lock: a reducer must not wait behind a running bucket to learn it. */
+	_Atomic int broken;
 	char broken_msg[256];
+	atomic_int broken_told;
 	pthread_mutex_t lock; /* one collective at a time */
 	const struct ddpi_backend_ops *ops;
 	void *be;
@@ -234,7 +239,7 @@ struct ddp_ctx {
 	 * tells a foreign or freed pointer from its own. */
 	struct ddp_reducer *reducers;
 	struct ddpi_block *blocks;
-	pthread_mutex_t mem_lock; /* blocks */
+	pthread_mutex_t mem_lock; /* reducers and blocks: any thread may add or take one */
 };
 
 /* ddp_finalize: every reducer still alive waits for its buckets and gives
@@ -243,8 +248,16 @@ int ddpi_reducers_detach(struct ddp_ctx *ctx);
 /* ddp_finalize: frees what ddp_alloc gave and ddp_free did not take back. */
 void ddpi_blocks_free(struct ddp_ctx *ctx);
 
-/* Marks the context broken after a failed collective; returns code. */
+/* Marks the context broken with this thread's current error, which the
+ * caller returns (code): every later call gets DDP_EBROKEN. Needs ctx->lock. */
 int ddpi_ctx_fail(struct ddp_ctx *ctx, int code);
+/* The same from the communication thread: no call returned the error yet, so
+ * the next one that checks (ddpi_ctx_check) returns it. */
+void ddpi_ctx_fail_later(struct ddp_ctx *ctx, int code);
+/* 0 while the context is healthy. Broken: the failure itself ("what: ...")
+ * for the first call to report it, then DDP_EBROKEN ("what: broken by an
+ * earlier failure: ...") with the original message. */
+int ddpi_ctx_check(struct ddp_ctx *ctx, const char *what);
 int64_t ddpi_deadline(const struct ddp_ctx *ctx);
 
 /* ---- cpu communicator (cpu.c: shm inside the node, tcp between node leaders) --------- */
@@ -268,8 +281,10 @@ extern __thread int ddpi_in_background;
 /* Queues an all_reduce of buf to run on the communication thread. */
 int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
 		      enum ddp_op op);
-/* Waits for every submitted reduction; the first error (or 0). */
-int ddpi_async_wait(struct ddpi_async *a, int64_t deadline);
+/* Waits for every submitted reduction: 0, -ETIMEDOUT, or after a failed one
+ * what ddpi_ctx_check(ctx, what) says. what NULL: for a caller that returns
+ * nothing (DDP_EBROKEN), so that the next call still reports the failure. */
+int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what);
 void ddpi_async_stop(struct ddpi_async *a);
 
 /* ---- devices (device.c; cuda/ when built with CUDA) ---------------------------------------- */

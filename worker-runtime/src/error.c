@@ -234,12 +234,18 @@ void ddpi_forget_failure(void)
 int ddp_record_error(const char *msg)
 {
 	char cause[DDPI_CAUSE_MAX];
+	int rc;
 
 	pthread_mutex_lock(&cause_lock);
 	memcpy(cause, proc_cause, sizeof(cause));
 	pthread_mutex_unlock(&cause_lock);
 	/* Frames: traceback_text, write_error_file, this function. */
-	return write_error_file(msg, cause, 3);
+	rc = write_error_file(msg, cause, 3);
+	if (rc < 0) /* here only: ddpi_note_failure keeps the failure's message */
+		ddpi_err(rc, "ddp_record_error: cannot write %s=%.200s: %s",
+			 WORKENV_TORCHELASTIC_ERROR_FILE, getenv(WORKENV_TORCHELASTIC_ERROR_FILE),
+			 strerror(-rc));
+	return rc;
 }
 
 void ddp_fatal(struct ddp_ctx *ctx, const char *fmt, ...)

@@ -40,14 +40,38 @@ int64_t ddpi_deadline(const struct ddp_ctx *ctx)
 	return util_now_ms() + ctx->timeout_ms;
 }
 
+/* The first failure wins; told: the caller returns it itself. */
+static void ctx_break(struct ddp_ctx *ctx, int code, int told)
+{
+	if (ctx->broken)
+		return;
+	snprintf(ctx->broken_msg, sizeof(ctx->broken_msg), "%s", ddp_errmsg());
+	atomic_store(&ctx->broken_told, told);
+	atomic_store(&ctx->broken, code); /* last: a reader sees the message */
+	ddpi_note_failure();
+}
+
 int ddpi_ctx_fail(struct ddp_ctx *ctx, int code)
 {
-	if (!ctx->broken) {
-		ctx->broken = code;
-		snprintf(ctx->broken_msg, sizeof(ctx->broken_msg), "%s", ddp_errmsg());
-		ddpi_note_failure();
-	}
+	ctx_break(ctx, code, 1);
 	return code;
+}
+
+void ddpi_ctx_fail_later(struct ddp_ctx *ctx, int code)
+{
+	ctx_break(ctx, code, 0);
+}
+
+int ddpi_ctx_check(struct ddp_ctx *ctx, const char *what)
+{
+	int code = atomic_load(&ctx->broken);
+
+	if (!code)
+		return 0;
+	/* A bucket failed on the communication thread: this call reports it. */
+	if (!atomic_exchange(&ctx->broken_told, 1))
+		return ddpi_err(code, "%s: %s", what, ctx->broken_msg);
+	return ddpi_err(DDP_EBROKEN, "%s: broken by an earlier failure: %s", what, ctx->broken_msg);
 }
 
 /* Die with the launcher. The launcher sets this between fork and exec too; a
@@ -180,7 +204,7 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	if (!ctx)
 		return 0;
 	if (ctx->async) {
-		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
+		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), "ddp_finalize");
 		ddpi_async_stop(ctx->async);
 		ctx->async = NULL;
 	}
@@ -189,6 +213,10 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	rc2 = ddpi_reducers_detach(ctx);
 	if (rc == 0)
 		rc = rc2;
+	/* A failure a call returned already is not met again while draining:
+	 * only one no call reported (a gradient bucket's) is. */
+	if (rc == DDP_EBROKEN)
+		rc = 0;
 	ddpi_blocks_free(ctx);
 	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
 		ctx->ops->destroy(ctx->be);

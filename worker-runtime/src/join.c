@@ -169,7 +169,7 @@ static int members(struct join *j, struct ddpi_join_rec **recs, size_t *n)
 		return lost(j, rc, "reading " K_MEMBERS);
 	rc = ddpi_join_parse(v, len, recs, n);
 	free(v);
-	return rc;
+	return rc == -ENOMEM ? ddpi_err(rc, "out of memory reading " K_MEMBERS) : rc;
 }
 
 /* 0 for "ok", DDP_EENV with the message for "error <message>"; frees v. */

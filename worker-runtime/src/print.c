@@ -118,11 +118,12 @@ int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
 	n = vsnprintf(buf + pre, sizeof(stackbuf) - pre, fmt, ap);
 	va_end(ap);
 	if (n < 0)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "ddp_print_force: cannot format '%.100s'", fmt);
 	if ((size_t)(pre + n) >= sizeof(stackbuf)) {
 		buf = malloc((size_t)pre + n + 1);
 		if (!buf)
-			return -ENOMEM;
+			return ddpi_err(-ENOMEM, "ddp_print_force: out of memory for %d bytes",
+					pre + n + 1);
 		memcpy(buf, stackbuf, pre);
 		va_start(ap, fmt);
 		vsnprintf(buf + pre, (size_t)n + 1, fmt, ap);
@@ -134,5 +135,8 @@ int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
 	rc = util_write_all(fd, buf, (size_t)pre + n);
 	if (buf != stackbuf)
 		free(buf);
-	return rc < 0 ? rc : pre + n;
+	if (rc < 0)
+		return ddpi_err(rc, "ddp_print_force: cannot write to stdout (fd %d): %s", fd,
+				strerror(-rc));
+	return pre + n;
 }

@@ -36,7 +36,6 @@ struct ddp_reducer {
 	unsigned char *ready;
 	struct bucket *b;
 	int sync;
-	int failed; /* a launch failed this iteration */
 };
 
 void ddp_reducer_options_init(struct ddp_reducer_options *o)
@@ -69,7 +68,7 @@ static int verify_same_params(struct ddp_ctx *ctx, const struct ddp_param *p, si
 		return 0;
 	all = malloc(sizeof(mine) * (size_t)w);
 	if (!all)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "reducer: out of memory");
 	rc = ddp_all_gather(ctx, mine, all, sizeof(mine));
 	for (int r = 0; rc == 0 && r < w; r++)
 		if (all[2 * r] != mine[0] || all[2 * r + 1] != mine[1])
@@ -109,7 +108,7 @@ static int broadcast_params(struct ddp_ctx *ctx, const struct ddp_param *p, size
 		}
 		char *np = realloc(pack, len);
 		if (!np) {
-			rc = -ENOMEM;
+			rc = ddpi_err(-ENOMEM, "out of memory for %zu bytes", len);
 			break;
 		}
 		pack = np;
@@ -211,8 +210,10 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 		rc = ddpi_err_prefix(rc, "reducer: initial broadcast of the parameters");
 		goto fail;
 	}
+	pthread_mutex_lock(&ctx->mem_lock);
 	r->next = ctx->reducers;
 	ctx->reducers = r;
+	pthread_mutex_unlock(&ctx->mem_lock);
 	*out = r;
 	return 0;
 nomem:
@@ -226,30 +227,35 @@ fail:
 /* On a stream backend (nccl) each bucket enters its collective at launch
  * and all are in flight until this wait: the rank stays inside the last one
  * in the progress slot until they are done, and a failure breaks the
- * context, as the cpu backend's communication thread does (async.c). */
-static int wait_launched(struct ddp_reducer *r)
+ * context, as the cpu backend's communication thread does (async.c). A
+ * broken context has nothing in flight on a stream (its communicator was
+ * aborted), while the communication thread is drained either way. Then 0,
+ * or the context's failure (ddpi_ctx_check(ctx, what)). what NULL: the
+ * caller returns nothing, so the failure is left for the next call. */
+static int wait_launched(struct ddp_reducer *r, const char *what)
 {
 	struct ddp_ctx *ctx = r->ctx;
-	int rc;
+	int rc = 0;
 
-	if (ctx->ops->wait_async) {
+	if (ctx->ops->wait_async && !ctx->broken) {
 		pthread_mutex_lock(&ctx->lock);
 		rc = ctx->ops->wait_async(ctx->be, ddpi_deadline(ctx));
-		if (rc < 0)
+		if (rc < 0 && what)
 			ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
+		else if (rc < 0)
+			ddpi_ctx_fail_later(ctx, ddpi_err_prefix(rc, "gradient bucket all_reduce"));
 		ddpi_progress_leave();
 		pthread_mutex_unlock(&ctx->lock);
-		return rc;
+	} else if (ctx->async) {
+		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), what);
 	}
-	if (ctx->async)
-		return ddpi_async_wait(ctx->async, ddpi_deadline(ctx));
-	return 0;
+	return rc < 0 || !what ? rc : ddpi_ctx_check(ctx, what);
 }
 
 /* Waits for r's buckets and gives their memory back; the first error. */
-static int release_buckets(struct ddp_reducer *r)
+static int release_buckets(struct ddp_reducer *r, const char *what)
 {
-	int rc = wait_launched(r);
+	int rc = wait_launched(r, what);
 
 	for (size_t b = 0; r->b && b < r->nbuckets; b++)
 		if (r->b[b].buf) {
@@ -265,15 +271,19 @@ int ddpi_reducers_detach(struct ddp_ctx *ctx)
 {
 	int rc = 0, rc2;
 
-	while (ctx->reducers) {
+	for (;;) {
+		pthread_mutex_lock(&ctx->mem_lock);
 		struct ddp_reducer *r = ctx->reducers;
-		ctx->reducers = r->next;
-		if ((rc2 = release_buckets(r)) < 0 && rc == 0)
+		if (r)
+			ctx->reducers = r->next;
+		pthread_mutex_unlock(&ctx->mem_lock);
+		if (!r)
+			return rc;
+		if ((rc2 = release_buckets(r, "ddp_finalize")) < 0 && rc == 0)
 			rc = rc2;
 		r->ctx = NULL;
 		r->next = NULL;
 	}
-	return rc;
 }
 
 /* A reducer outlives its context only to be destroyed. */
@@ -293,11 +303,13 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 		return;
 	if (r->ctx) {
 		struct ddp_reducer **pp = &r->ctx->reducers;
+		pthread_mutex_lock(&r->ctx->mem_lock);
 		while (*pp && *pp != r)
 			pp = &(*pp)->next;
 		if (*pp)
 			*pp = r->next;
-		release_buckets(r);
+		pthread_mutex_unlock(&r->ctx->mem_lock);
+		release_buckets(r, NULL); /* returns nothing: the next call reports */
 	}
 	for (size_t i = 0; r->params && i < r->nparams; i++)
 		free((char *)r->params[i].name);
@@ -321,7 +333,7 @@ int ddp_reducer_zero_grad(struct ddp_reducer *r)
 	if ((rc = detached(r)) < 0)
 		return rc;
 	/* Never zero a bucket the communication thread may still be reading. */
-	if ((rc = wait_launched(r)) < 0)
+	if ((rc = wait_launched(r, "reducer")) < 0)
 		return rc;
 	for (size_t b = 0; b < r->nbuckets; b++)
 		if ((rc = r->ctx->ops->mem_zero(r->ctx->be, r->b[b].buf, r->b[b].bytes)) < 0)
@@ -332,13 +344,12 @@ int ddp_reducer_zero_grad(struct ddp_reducer *r)
 static int launch(struct ddp_reducer *r, struct bucket *bk)
 {
 	struct ddp_ctx *ctx = r->ctx;
+	int rc;
 
-	if (ctx->broken)
-		return ddpi_err(DDP_EBROKEN, "reducer: the communicator failed earlier: %s",
-				ctx->broken_msg);
+	/* A bucket of an earlier iteration may have failed since. */
+	if ((rc = ddpi_ctx_check(ctx, "reducer")) < 0)
+		return rc;
 	if (ctx->ops->all_reduce_async) {
-		int rc;
-
 		pthread_mutex_lock(&ctx->lock);
 		ddpi_progress_enter(DDPI_PROG_BUCKET);
 		rc = ctx->ops->all_reduce_async(ctx->be, bk->buf, bk->count, bk->dt, DDP_AVG);
@@ -351,7 +362,13 @@ static int launch(struct ddp_reducer *r, struct bucket *bk)
 	}
 	if (ddp_world_size(ctx) == 1)
 		return 0; /* the average over one rank */
-	return ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG);
+	if ((rc = ddpi_async_submit(ctx->async, bk->buf, bk->count, bk->dt, DDP_AVG)) < 0) {
+		/* The peers wait for this bucket in vain: the context is broken. */
+		pthread_mutex_lock(&ctx->lock);
+		ddpi_ctx_fail(ctx, ddpi_err_prefix(rc, "reducer"));
+		pthread_mutex_unlock(&ctx->lock);
+	}
+	return rc;
 }
 
 int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
@@ -359,7 +376,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 	struct bucket *bk;
 	int rc;
 
-	if ((rc = detached(r)) < 0)
+	if ((rc = detached(r)) < 0 || (rc = ddpi_ctx_check(r->ctx, "reducer")) < 0)
 		return rc;
 	if (i >= r->nparams)
 		return ddpi_err(-EINVAL, "reducer: parameter index %zu out of range", i);
@@ -373,14 +390,12 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 	r->ready[i] = 1;
 	bk = &r->b[r->bucket_of[i]];
 	bk->pending--;
-	if (!r->sync || bk->pending || r->failed)
+	if (!r->sync || bk->pending)
 		return 0;
 	/* Launch this bucket and any ready ones after it, never out of order. */
 	while (r->next_bucket < r->nbuckets && r->b[r->next_bucket].pending == 0) {
-		if ((rc = launch(r, &r->b[r->next_bucket])) < 0) {
-			r->failed = 1;
-			return rc;
-		}
+		if ((rc = launch(r, &r->b[r->next_bucket])) < 0)
+			return rc; /* the context is broken: nothing more launches */
 		r->next_bucket++;
 	}
 	return 0;
@@ -392,7 +407,6 @@ static void reset_iteration(struct ddp_reducer *r)
 	for (size_t b = 0; b < r->nbuckets; b++)
 		r->b[b].pending = r->b[b].nparams;
 	r->next_bucket = 0;
-	r->failed = 0;
 }
 
 int ddp_reducer_finish(struct ddp_reducer *r)
@@ -403,12 +417,10 @@ int ddp_reducer_finish(struct ddp_reducer *r)
 		return rc;
 	if (!r->sync) {
 		reset_iteration(r);
-		return 0;
+		return ddpi_ctx_check(r->ctx, "reducer");
 	}
-	rc = wait_launched(r);
-	if (rc == 0 && r->failed)
-		rc = ddpi_err(DDP_EBROKEN, "reducer: a bucket could not be launched: %s",
-			      r->ctx->broken ? r->ctx->broken_msg : "unknown error");
+	/* A failed launch broke the context: wait_launched says so. */
+	rc = wait_launched(r, "reducer");
 	for (size_t i = 0; rc == 0 && i < r->nparams; i++)
 		if (!r->ready[i]) {
 			char nb[32];
@@ -442,8 +454,11 @@ size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
 
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams)
 {
-	if (!r || b >= r->nbuckets)
-		return -EINVAL;
+	if (!r)
+		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: no reducer (NULL)");
+	if (b >= r->nbuckets)
+		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: bucket %zu of %zu", b,
+				r->nbuckets);
 	if (bytes)
 		*bytes = r->b[b].bytes;
 	if (nparams)

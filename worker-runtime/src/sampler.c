@@ -69,10 +69,10 @@ int ddp_randperm(uint64_t n, uint64_t seed, uint64_t *out)
 	struct ddpi_mt19937 *m;
 
 	if (n && !out)
-		return -EINVAL;
+		return ddpi_err(-EINVAL, "ddp_randperm: out is NULL");
 	m = malloc(sizeof(*m));
 	if (!m)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "ddp_randperm: out of memory");
 	ddpi_mt19937_seed(m, seed);
 	for (uint64_t i = 0; i < n; i++)
 		out[i] = i;

@@ -267,7 +267,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 				env->local_world, DDPI_SHM_MAX_LOCAL);
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "out of memory for the shared-memory communicator");
 	s->lws = env->local_world;
 	s->me = env->local_rank;
 	s->nslots = 3; /* the large all_reduce's pipeline (shm_coll.c) */
@@ -301,7 +301,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	s->stage = calloc((size_t)s->lws, sizeof(char *));
 	s->slot_done = calloc((size_t)s->nslots, sizeof(uint32_t));
 	if (!s->stage || !s->slot_done || ddpi_shm_mem_init(s, env->rank) < 0) {
-		rc = -ENOMEM;
+		rc = ddpi_err(-ENOMEM, "out of memory for the shared-memory communicator");
 		goto fail;
 	}
 	for (int q = 0; q < s->lws; q++)

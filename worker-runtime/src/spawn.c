@@ -237,8 +237,10 @@ int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms)
 
 int ddp_spawn_failure(const struct ddp_spawn_ctx *sc, int *rank, int *exit_code, int *signo)
 {
-	if (!sc || sc->failed_rank < 0)
-		return -ENOENT;
+	if (!sc)
+		return ddpi_err(-ENOENT, "ddp_spawn_failure: no context (NULL)");
+	if (sc->failed_rank < 0)
+		return ddpi_err(-ENOENT, "ddp_spawn_failure: no process failed");
 	if (rank)
 		*rank = sc->failed_rank;
 	if (exit_code)

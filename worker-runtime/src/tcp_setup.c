@@ -273,7 +273,7 @@ static int parse_entry(struct ddpi_tcp *t, int g, const char *v, char *addr, siz
 	t->nranks[g] = n;
 	t->ranks[g] = calloc((size_t)n, sizeof(int));
 	if (!t->ranks[g])
-		return -ENOMEM;
+		return ddpi_err(-ENOMEM, "tcp: out of memory");
 	v += used;
 	for (int i = 0; i < n; i++) {
 		int r, k = 0;
@@ -301,7 +301,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	size_t elen = 0;
 
 	if (!t)
-		return rc;
+		return ddpi_err(rc, "tcp: out of memory");
 	t->nnodes = env->nnodes;
 	t->me = env->node;
 	t->world = env->world;
@@ -311,8 +311,10 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	t->ranks = calloc((size_t)env->nnodes, sizeof(int *));
 	t->nranks = calloc((size_t)env->nnodes, sizeof(int));
 	entry = malloc(64 + (size_t)env->local_world * 12);
-	if (!t->node_of || !t->ranks || !t->nranks || !entry)
+	if (!t->node_of || !t->ranks || !t->nranks || !entry) {
+		rc = ddpi_err(rc, "tcp: out of memory");
 		goto fail;
+	}
 	for (int r = 0; r < env->world; r++)
 		t->node_of[r] = -1;
 
@@ -327,7 +329,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	/* Publish this node's address and ranks, then read everyone's. */
 	int *sorted = malloc((size_t)env->local_world * sizeof(int));
 	if (!sorted) {
-		rc = -ENOMEM;
+		rc = ddpi_err(-ENOMEM, "tcp: out of memory");
 		goto fail;
 	}
 	memcpy(sorted, local_ranks, (size_t)env->local_world * sizeof(int));
