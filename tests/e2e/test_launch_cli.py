@@ -104,6 +104,19 @@ def test_bad_pet_variable_names_the_variable():
     assert "PET_RDZV_ENDPOINT: several nodes need a fixed port" in one_error_line(r)
 
 
+@pytest.mark.parametrize("nnodes", [[], ["--nnodes", "1"], ["--nnodes", "1:1"]])
+def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
+    """torchrun's --standalone is `--rdzv-backend c10d --rdzv-endpoint localhost:0`;
+    written out, on one node, it said 'several nodes need a fixed port' (exit 2)."""
+    r = ddprun(*nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+               "--rdzv-id", "job7", "--nproc-per-node", "2", "sh", "-c",
+               'echo "$RANK $WORLD_SIZE $GROUP_WORLD_SIZE $TORCHELASTIC_RUN_ID $MASTER_PORT"')
+    assert r.returncode == 0 and r.stderr == "", r
+    lines = sorted(r.stdout.splitlines())
+    assert [ln.rsplit(" ", 1)[0] for ln in lines] == ["0 2 1 job7", "1 2 1 job7"], r.stdout
+    assert {ln.rsplit(" ", 1)[1] for ln in lines} != {"0"}, r.stdout
+
+
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
 PET_REFUSED = {
     "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
