@@ -139,6 +139,9 @@ static bool from_env(struct parse *p, int i)
 	return p->raw[i].src != NULL && strncmp(p->raw[i].src, "PET_", 4) == 0;
 }
 
+/* What a time in seconds may be (util_parse_seconds_ms). */
+#define SECONDS "a number of seconds from 0 to " UTIL_STR(UTIL_SECONDS_MAX)
+
 static int bad_value(struct parse *p, int i, const char *expect)
 {
 	return fail(p, "invalid value '%.200s' for %s: expected %s", p->raw[i].val, src_of(p, i),
@@ -590,7 +593,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
-		return bad_value(p, O_NODE_RANK, "a non-negative integer");
+		return bad_value(p, O_NODE_RANK, "an integer from 0 to 65535 (below --nnodes)");
 	o->master_addr = r[O_MASTER_ADDR].val;
 	if ((rc = check_master_addr(p)) != 0)
 		return rc;
@@ -612,9 +615,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_rdzv_conf(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts) != 0)
-		return bad_value(p, O_MAX_RESTARTS, "a non-negative integer");
+		return bad_value(p, O_MAX_RESTARTS, "an integer from 0 to 1000000");
 	if (util_parse_seconds_ms(r[O_MONITOR_INTERVAL].val, &o->monitor_interval_ms) != 0)
-		return bad_value(p, O_MONITOR_INTERVAL, "a non-negative number of seconds");
+		return bad_value(p, O_MONITOR_INTERVAL, SECONDS);
 	o->start_method = r[O_START_METHOD].val;
 	if (strcmp(o->start_method, "spawn") != 0 && strcmp(o->start_method, "fork") != 0 &&
 	    strcmp(o->start_method, "forkserver") != 0)
@@ -658,11 +661,11 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	}
 	o->shutdown_timeout_ms = 30000;
 	if (to != NULL && util_parse_seconds_ms(to, &o->shutdown_timeout_ms) != 0)
-		return bad_value(p, O_SHUTDOWN_TIMEOUT, "a non-negative number of seconds");
+		return bad_value(p, O_SHUTDOWN_TIMEOUT, SECONDS);
 	/* --hang-timeout SEC (hang.h); 0 or unset: off */
 	if (r[O_HANG_TIMEOUT].val != NULL &&
 	    util_parse_seconds_ms(r[O_HANG_TIMEOUT].val, &o->hang_timeout_ms) != 0)
-		return bad_value(p, O_HANG_TIMEOUT, "a non-negative number of seconds");
+		return bad_value(p, O_HANG_TIMEOUT, SECONDS);
 	if (o->module && o->no_python)
 		return fail(p, "--module and --no-python cannot be used together");
 	given.nnodes = r[O_NNODES].src != NULL;

@@ -65,6 +65,13 @@ def test_help_and_version():
         (["--shutdown-timeout", "-1", TRUE], "--shutdown-timeout"),
         (["--shutdown-timeout", "0x10", TRUE], "--shutdown-timeout"),  # float() refuses it
         (["--max-restarts", "many", TRUE], "--max-restarts"),
+        # too large: the message gives the range (it said 'expected a
+        # non-negative integer' or 'non-negative number of seconds' of them)
+        (["--max-restarts", "99999999999", TRUE], "an integer from 0 to 1000000"),
+        (["--node-rank", "70000", TRUE], "an integer from 0 to 65535"),
+        (["--shutdown-timeout", "1e300", TRUE], "a number of seconds from 0 to 1000000000"),
+        (["--rdzv-conf", "join_timeout=1e10", TRUE],
+         "a number of seconds above 0, at most 1000000000"),
         (["--rdzv-backend", "etcd", TRUE], "--rdzv-backend"),
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
         (["--start-method", "thread", TRUE], "--start-method"),
