@@ -231,6 +231,19 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert not marker.exists()
 
 
+def test_a_program_in_the_current_directory_but_not_on_path_is_named(tmp_path):
+    """`ddprun a.out` runs a.out of the current directory under mpirun and srun;
+    here, as execvp, only from PATH: the line says how to run the one here."""
+    (tmp_path / "a.out").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(tmp_path / "a.out", 0o755)
+    r = ddprun("a.out", cwd=tmp_path)
+    assert r.returncode == 127
+    assert one_error_line(r) == ("ddprun: error: a.out: command not found (it is not on "
+                                 "PATH; for the one in this directory write ./a.out)")
+    r = ddprun("./a.out", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "ran\n", r
+
+
 def test_not_executable_is_126(tmp_path):
     f = tmp_path / "data.txt"
     f.write_text("hello\n")
