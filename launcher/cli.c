@@ -148,26 +148,29 @@ static int bad_value(struct parse *p, int i, const char *expect)
 		    expect);
 }
 
-/* Find the long option named by s[0..len) ('_' and '-' are the same; a unique
- * prefix is enough, as with argparse). -1 unknown, -2 ambiguous. */
+/* Whether s[0..len) begins option i's name ('_' and '-' are the same). */
+static bool long_prefix(const char *s, size_t len, int i)
+{
+	const char *n = opts[i].name;
+	size_t k;
+
+	for (k = 0; k < len && n[k] != '\0'; k++)
+		if ((s[k] == '_' ? '-' : s[k]) != n[k])
+			return false;
+	return k == len;
+}
+
+/* Find the long option named by s[0..len) (a unique prefix is enough, as
+ * with argparse). -1 unknown, -2 ambiguous. */
 static int find_long(const char *s, size_t len)
 {
 	int found = -1;
 	int i;
 
 	for (i = 0; i < O_COUNT; i++) {
-		const char *n = opts[i].name;
-		size_t k;
-
-		for (k = 0; k < len && n[k] != '\0'; k++) {
-			char c = s[k] == '_' ? '-' : s[k];
-
-			if (c != n[k])
-				break;
-		}
-		if (k < len)
+		if (!long_prefix(s, len, i))
 			continue;
-		if (n[k] == '\0')
+		if (opts[i].name[len] == '\0')
 			return i; /* exact */
 		if (found >= 0)
 			found = -2;
@@ -175,6 +178,20 @@ static int find_long(const char *s, size_t len)
 			found = i;
 	}
 	return found;
+}
+
+/* An ambiguous prefix, with the options it could be (argparse names them). */
+static int fail_ambiguous(struct parse *p, const char *s, size_t len)
+{
+	char list[512] = "";
+	size_t n = 0;
+	int i;
+
+	for (i = 0; i < O_COUNT && n < sizeof(list); i++)
+		if (long_prefix(s, len, i))
+			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s--%s",
+					      n > 0 ? ", " : "", opts[i].name);
+	return fail(p, "ambiguous option '%.*s' (it could be %s)", (int)len + 2, s - 2, list);
 }
 
 static int find_short(char c)
@@ -245,7 +262,7 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 
 			i = find_long(s + 2, len);
 			if (i == -2)
-				return fail(p, "ambiguous option '%.*s'", (int)len + 2, s);
+				return fail_ambiguous(p, s + 2, len);
 			if (i < 0)
 				return fail(p, "unrecognized option '%.*s'", (int)len + 2, s);
 			if (eq != NULL)

@@ -54,6 +54,8 @@ def test_help_and_version():
         (["--tee", "3", "--log-dir", TRUE], f"(--log-dir took '{TRUE}' as its value)"),
         ([], "missing the program"),
         (["--m", "1", TRUE], "ambiguous option"),
+        # the candidates are named, as argparse names them
+        (["--no", "1", TRUE], "ambiguous option '--no' (it could be --no-python, --node-rank)"),
         (["--nnodes", "3:2", TRUE], "--nnodes"),
         (["--node-rank", "1", TRUE], "--node-rank"),
         (["--master-port", "70000", TRUE], "--master-port"),
