@@ -17,17 +17,26 @@ void agent_kill_escaped(struct agent *a)
 	char marker[64];
 	char *buf;
 	pid_t skip = a->cfg.watchdog != NULL ? a->cfg.watchdog->pid : 0;
+	pid_t *groups;
+	int i;
 
 	if (a->job->shm_nonce == NULL ||
 	    procsweep_marker(marker, sizeof(marker), a->job->shm_nonce) != 0)
 		return;
 	buf = aligned_alloc(8, SWEEP_BUF);
-	if (buf == NULL)
-		return; /* out of memory: the watchdog cannot help either */
+	groups = calloc((size_t)a->job->nproc, sizeof(*groups));
+	if (buf == NULL || groups == NULL)
+		goto out; /* out of memory: the watchdog cannot help either */
+	/* A worker's group is its pid; what the group kill just reached may
+	 * still be exiting (a `sleep &` of a shell worker): not escaped. */
+	for (i = 0; i < a->job->nproc; i++)
+		groups[i] = a->w[i].pid;
 	/* SIGKILL at once: unlike the groups they had no SIGTERM, but the
 	 * workers that could have stopped them are gone. */
-	if (procsweep_kill_marked(marker, skip, buf, SWEEP_BUF) > 0)
+	if (procsweep_kill_marked(marker, skip, groups, (size_t)a->job->nproc, buf, SWEEP_BUF) > 0)
 		agent_say("killed the processes the workers left outside their process groups");
+out:
+	free(groups);
 	free(buf);
 }
 

@@ -37,8 +37,14 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 		if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
 			snprintf(err, errlen,
 				 "cannot listen on %.200s:%d: the port is in use (pick another "
-				 "--master-port, or leave it out to use a free one)",
-				 host, port);
+				 "port in %s, or leave it out to use a free one)",
+				 host, port, a->job->master_port_src);
+		else if (rc == -EADDRNOTAVAIL || rc == UV_EADDRNOTAVAIL)
+			snprintf(err, errlen,
+				 "cannot listen on %.200s: not an address of this machine (this "
+				 "node hosts the store: give an address of its own as "
+				 "--master-addr, or leave it out)",
+				 host);
 		else
 			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
 				 store_strerror(rc));

@@ -139,32 +139,38 @@ static bool from_env(struct parse *p, int i)
 	return p->raw[i].src != NULL && strncmp(p->raw[i].src, "PET_", 4) == 0;
 }
 
+/* What a time in seconds may be (util_parse_seconds_ms). */
+#define SECONDS "a number of seconds from 0 to " UTIL_STR(UTIL_SECONDS_MAX)
+
 static int bad_value(struct parse *p, int i, const char *expect)
 {
 	return fail(p, "invalid value '%.200s' for %s: expected %s", p->raw[i].val, src_of(p, i),
 		    expect);
 }
 
-/* Find the long option named by s[0..len) ('_' and '-' are the same; a unique
- * prefix is enough, as with argparse). -1 unknown, -2 ambiguous. */
+/* Whether s[0..len) begins option i's name ('_' and '-' are the same). */
+static bool long_prefix(const char *s, size_t len, int i)
+{
+	const char *n = opts[i].name;
+	size_t k;
+
+	for (k = 0; k < len && n[k] != '\0'; k++)
+		if ((s[k] == '_' ? '-' : s[k]) != n[k])
+			return false;
+	return k == len;
+}
+
+/* Find the long option named by s[0..len) (a unique prefix is enough, as
+ * with argparse). -1 unknown, -2 ambiguous. */
 static int find_long(const char *s, size_t len)
 {
 	int found = -1;
 	int i;
 
 	for (i = 0; i < O_COUNT; i++) {
-		const char *n = opts[i].name;
-		size_t k;
-
-		for (k = 0; k < len && n[k] != '\0'; k++) {
-			char c = s[k] == '_' ? '-' : s[k];
-
-			if (c != n[k])
-				break;
-		}
-		if (k < len)
+		if (!long_prefix(s, len, i))
 			continue;
-		if (n[k] == '\0')
+		if (opts[i].name[len] == '\0')
 			return i; /* exact */
 		if (found >= 0)
 			found = -2;
@@ -172,6 +178,20 @@ static int find_long(const char *s, size_t len)
 			found = i;
 	}
 	return found;
+}
+
+/* An ambiguous prefix, with the options it could be (argparse names them). */
+static int fail_ambiguous(struct parse *p, const char *s, size_t len)
+{
+	char list[512] = "";
+	size_t n = 0;
+	int i;
+
+	for (i = 0; i < O_COUNT && n < sizeof(list); i++)
+		if (long_prefix(s, len, i))
+			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s--%s",
+					      n > 0 ? ", " : "", opts[i].name);
+	return fail(p, "ambiguous option '%.*s' (it could be %s)", (int)len + 2, s - 2, list);
 }
 
 static int find_short(char c)
@@ -242,7 +262,7 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 
 			i = find_long(s + 2, len);
 			if (i == -2)
-				return fail(p, "ambiguous option '%.*s'", (int)len + 2, s);
+				return fail_ambiguous(p, s + 2, len);
 			if (i < 0)
 				return fail(p, "unrecognized option '%.*s'", (int)len + 2, s);
 			if (eq != NULL)
@@ -590,7 +610,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
-		return bad_value(p, O_NODE_RANK, "a non-negative integer");
+		return bad_value(p, O_NODE_RANK, "an integer from 0 to 65535 (below --nnodes)");
 	o->master_addr = r[O_MASTER_ADDR].val;
 	if ((rc = check_master_addr(p)) != 0)
 		return rc;
@@ -612,9 +632,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_rdzv_conf(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts) != 0)
-		return bad_value(p, O_MAX_RESTARTS, "a non-negative integer");
+		return bad_value(p, O_MAX_RESTARTS, "an integer from 0 to 1000000");
 	if (util_parse_seconds_ms(r[O_MONITOR_INTERVAL].val, &o->monitor_interval_ms) != 0)
-		return bad_value(p, O_MONITOR_INTERVAL, "a non-negative number of seconds");
+		return bad_value(p, O_MONITOR_INTERVAL, SECONDS);
 	o->start_method = r[O_START_METHOD].val;
 	if (strcmp(o->start_method, "spawn") != 0 && strcmp(o->start_method, "fork") != 0 &&
 	    strcmp(o->start_method, "forkserver") != 0)
@@ -658,11 +678,11 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	}
 	o->shutdown_timeout_ms = 30000;
 	if (to != NULL && util_parse_seconds_ms(to, &o->shutdown_timeout_ms) != 0)
-		return bad_value(p, O_SHUTDOWN_TIMEOUT, "a non-negative number of seconds");
+		return bad_value(p, O_SHUTDOWN_TIMEOUT, SECONDS);
 	/* --hang-timeout SEC (hang.h); 0 or unset: off */
 	if (r[O_HANG_TIMEOUT].val != NULL &&
 	    util_parse_seconds_ms(r[O_HANG_TIMEOUT].val, &o->hang_timeout_ms) != 0)
-		return bad_value(p, O_HANG_TIMEOUT, "a non-negative number of seconds");
+		return bad_value(p, O_HANG_TIMEOUT, SECONDS);
 	if (o->module && o->no_python)
 		return fail(p, "--module and --no-python cannot be used together");
 	given.nnodes = r[O_NNODES].src != NULL;

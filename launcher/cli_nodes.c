@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "slurm.h"
+#include "util.h"
 
 /* Inside an allocation (`srun ddprun ...`, one task per node), what the flags
  * leave open comes from Slurm. A malformed SLURM_* only matters when needed. */
@@ -51,10 +52,23 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	return 0;
 }
 
+/* torchrun's --standalone is c10d at localhost:0: one node whose endpoint
+ * has port 0 meets nobody, so it runs alone with a store on a free port, as
+ * --standalone (the run id stays --rdzv-id's). */
+static bool c10d_alone(const struct cli_opts *o)
+{
+	char host[256];
+	int port;
+
+	return o->max_nodes == 1 &&
+	       util_parse_hostport(o->rdzv_endpoint, host, sizeof(host), 29400, &port) == 0 &&
+	       port == 0;
+}
+
 bool cli_multinode(const struct cli_opts *o)
 {
 	return o->max_nodes > 1 || (strcmp(o->rdzv_backend, "c10d") == 0 && !o->standalone &&
-				    o->rdzv_endpoint[0] != '\0');
+				    o->rdzv_endpoint[0] != '\0' && !c10d_alone(o));
 }
 
 int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,

@@ -50,6 +50,16 @@ static cpu_set_t *numa_sets(const struct cli_opts *o, int nproc)
 	return sets;
 }
 
+/* A local rank an option names that this node does not run (torchrun says
+ * nothing: a typo would go unseen). */
+static void warn_no_rank(const char *flag, int local_rank, int nproc, const char *so)
+{
+	fprintf(stderr,
+		"ddprun: warning: %s: local rank %d does not exist on this node (%d workers): "
+		"%s\n",
+		flag, local_rank, nproc, so);
+}
+
 void job_from_opts(struct job *j, const struct cli_opts *o,
 		   const char *(*getenv_fn)(const char *name))
 {
@@ -117,11 +127,14 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	}
 	for (i = 0; i < o->nranks_filter; i++)
 		if (o->ranks_filter[i] >= j->nproc)
-			fprintf(stderr,
-				"ddprun: warning: --local-ranks-filter: local rank %d does not "
-				"exist "
-				"on this node (%d workers): nothing of it is shown\n",
-				o->ranks_filter[i], j->nproc);
+			warn_no_rank("--local-ranks-filter", o->ranks_filter[i], j->nproc,
+				     "nothing of it is shown");
+	for (i = j->nproc; i < o->redirects.nmap; i++)
+		if (o->redirects.map[i] != 0)
+			warn_no_rank("--redirects", i, j->nproc, "no file is written for it");
+	for (i = j->nproc; i < o->tee.nmap; i++)
+		if (o->tee.map[i] != 0)
+			warn_no_rank("--tee", i, j->nproc, "no file is written for it");
 	rc = workenv_check(getenv(WORKENV_CUDA_VISIBLE_DEVICES), o->virtual_local_rank, j->nproc,
 			   err, sizeof(err));
 	if (rc != 0) {

@@ -95,14 +95,29 @@ PROCSWEEP_RAW static bool has_marker(pid_t pid, const char *marker, char *buf, s
 	return found;
 }
 
-/* One scan of /proc; how many processes were signalled. */
-PROCSWEEP_RAW static int scan(const char *marker, pid_t self, pid_t skip, char *buf, size_t buflen)
+/* Whether pid is in one of the n groups (a member the group kill reached). */
+PROCSWEEP_RAW static bool in_groups(pid_t pid, const pid_t *groups, size_t n)
+{
+	long pgid = n > 0 ? syscall(SYS_getpgid, pid) : -1;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (pgid == groups[i])
+			return true;
+	return false;
+}
+
+/* One scan of /proc; how many processes were signalled, and in *outside how
+ * many of them were outside the groups. */
+PROCSWEEP_RAW static int scan(const char *marker, pid_t self, pid_t skip, const pid_t *groups,
+			      size_t ngroups, int *outside, char *buf, size_t buflen)
 {
 	/* Entries first, environments after: half of buf each. */
 	size_t half = buflen / 2;
 	long fd = syscall(SYS_openat, AT_FDCWD, "/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	long r, off;
 	int killed = 0;
+	bool member;
 
 	if (fd < 0)
 		return 0;
@@ -114,16 +129,21 @@ PROCSWEEP_RAW static int scan(const char *marker, pid_t self, pid_t skip, char *
 			off += d->d_reclen;
 			if (pid <= 0 || pid == self || pid == skip)
 				continue;
-			if (has_marker(pid, marker, buf + half, buflen - half) &&
-			    syscall(SYS_kill, pid, SIGKILL) == 0)
-				killed++;
+			if (!has_marker(pid, marker, buf + half, buflen - half))
+				continue;
+			member = in_groups(pid, groups, ngroups);
+			if (syscall(SYS_kill, pid, SIGKILL) != 0)
+				continue;
+			killed++;
+			*outside += !member;
 		}
 	}
 	syscall(SYS_close, (int)fd);
 	return killed;
 }
 
-PROCSWEEP_RAW int procsweep_kill_marked(const char *marker, pid_t skip, char *buf, size_t buflen)
+PROCSWEEP_RAW int procsweep_kill_marked(const char *marker, pid_t skip, const pid_t *groups,
+					size_t ngroups, char *buf, size_t buflen)
 {
 	pid_t self = (pid_t)syscall(SYS_getpid);
 	int total = 0, i, n;
@@ -133,10 +153,9 @@ PROCSWEEP_RAW int procsweep_kill_marked(const char *marker, pid_t skip, char *bu
 	for (i = 0; i < MAX_SCANS; i++) {
 		struct timespec pause = {0, SCAN_PAUSE};
 
-		n = scan(marker, self, skip, buf, buflen);
+		n = scan(marker, self, skip, groups, ngroups, &total, buf, buflen);
 		if (n == 0)
 			break;
-		total += n;
 		syscall(SYS_nanosleep, &pause, NULL);
 	}
 	return total;

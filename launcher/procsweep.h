@@ -37,8 +37,11 @@ int procsweep_marker(char *out, size_t outlen, const char *nonce);
 /* SIGKILL every process (but the caller and skip) whose environment holds the
  * entry marker, scanning /proc again until a scan finds none (a bounded
  * number of times: one that forks meanwhile is caught by the next scan).
- * buf (buflen >= 512) is scratch. Returns how many kill()s were sent. */
-int procsweep_kill_marked(const char *marker, pid_t skip, char *buf, size_t buflen);
+ * buf (buflen >= 512) is scratch. Returns how many kill()s were sent to
+ * processes outside the ngroups process groups: members of groups the caller
+ * has just killed may still be exiting, and were never outside them. */
+int procsweep_kill_marked(const char *marker, pid_t skip, const pid_t *groups, size_t ngroups,
+			  char *buf, size_t buflen);
 /* Remove the regular files in dir (one level, no recursion) and dir itself:
  * ddprun's flat temporary error-file directory. */
 void procsweep_rmflat(const char *dir, char *buf, size_t buflen);

@@ -173,7 +173,17 @@ void prog_argv_free(const struct prog *p, char **argv)
 
 static int resolve_error(int rc, const char *what, char *err, size_t errlen)
 {
-	if (rc == -ENOENT)
+	struct stat st;
+
+	/* As execvp, a name without '/' is looked up on PATH only; mpirun and
+	 * srun users expect `a.out` of the current directory to run. */
+	if (rc == -ENOENT && strchr(what, '/') == NULL && stat(what, &st) == 0 &&
+	    S_ISREG(st.st_mode))
+		snprintf(err, errlen,
+			 "%.300s: command not found (it is not on PATH; for the one in this "
+			 "directory write ./%.300s)",
+			 what, what);
+	else if (rc == -ENOENT)
 		snprintf(err, errlen, "%.300s: command not found", what);
 	else if (rc == -EACCES)
 		snprintf(err, errlen, "%.300s: permission denied (not an executable file)", what);

@@ -52,7 +52,7 @@ PROCSWEEP_RAW static void clean_up(struct wd_state *st, const int32_t *groups, s
 	for (i = 0; i < n; i++)
 		syscall(SYS_kill, -groups[i], SIGKILL);
 	if (st->marker[0] != '\0') {
-		procsweep_kill_marked(st->marker, 0, st->scratch, sizeof(st->scratch));
+		procsweep_kill_marked(st->marker, 0, NULL, 0, st->scratch, sizeof(st->scratch));
 		shmsweep_remove("/dev/shm", st->nonce, NULL, NULL);
 	}
 	if (st->dir[0] != '\0')

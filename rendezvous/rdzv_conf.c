@@ -70,8 +70,9 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 			continue;
 		if (util_parse_seconds_ms(v, &ms) != 0 || (secs[i].positive && ms <= 0)) {
 			snprintf(err, errlen,
-				 "--rdzv-conf %s=%.100s: expected %s number of seconds", k, v,
-				 secs[i].positive ? "a positive" : "a non-negative");
+				 "--rdzv-conf %s=%.100s: expected a number of seconds %s " UTIL_STR(
+					 UTIL_SECONDS_MAX),
+				 k, v, secs[i].positive ? "above 0, at most" : "from 0 to");
 			return -EINVAL;
 		}
 		*(int64_t *)((char *)c + secs[i].off) = ms;

@@ -71,7 +71,7 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms)
 	v = strtod(s, &end);
 	if (*end != '\0' || v != v) /* trailing junk or NaN */
 		return -EINVAL;
-	if (errno == ERANGE || v < 0 || v > 1e9)
+	if (errno == ERANGE || v < 0 || v > UTIL_SECONDS_MAX)
 		return -ERANGE;
 	*out_ms = (int64_t)(v * 1000.0 + 0.5);
 	return 0;

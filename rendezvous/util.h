@@ -17,7 +17,11 @@ void util_sleep_ms(int64_t ms);
 int util_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
 int util_parse_int(const char *s, int min, int max, int *out);
 
-/* Non-negative seconds, decimal fraction allowed ("0.5", "30"); converted to ms. */
+/* Non-negative seconds, decimal fraction allowed ("0.5", "30"), at most
+ * UTIL_SECONDS_MAX (-ERANGE above); converted to ms. */
+#define UTIL_SECONDS_MAX 1000000000
+#define UTIL_STR_(x)	 #x
+#define UTIL_STR(x)	 UTIL_STR_(x) /* a macro's value as a string literal */
 int util_parse_seconds_ms(const char *s, int64_t *out_ms);
 
 /* "host", "host:port", "[v6addr]" or "[v6addr]:port". A bare IPv6 address without

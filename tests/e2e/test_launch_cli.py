@@ -54,6 +54,8 @@ def test_help_and_version():
         (["--tee", "3", "--log-dir", TRUE], f"(--log-dir took '{TRUE}' as its value)"),
         ([], "missing the program"),
         (["--m", "1", TRUE], "ambiguous option"),
+        # the candidates are named, as argparse names them
+        (["--no", "1", TRUE], "ambiguous option '--no' (it could be --no-python, --node-rank)"),
         (["--nnodes", "3:2", TRUE], "--nnodes"),
         (["--node-rank", "1", TRUE], "--node-rank"),
         (["--master-port", "70000", TRUE], "--master-port"),
@@ -65,6 +67,13 @@ def test_help_and_version():
         (["--shutdown-timeout", "-1", TRUE], "--shutdown-timeout"),
         (["--shutdown-timeout", "0x10", TRUE], "--shutdown-timeout"),  # float() refuses it
         (["--max-restarts", "many", TRUE], "--max-restarts"),
+        # too large: the message gives the range (it said 'expected a
+        # non-negative integer' or 'non-negative number of seconds' of them)
+        (["--max-restarts", "99999999999", TRUE], "an integer from 0 to 1000000"),
+        (["--node-rank", "70000", TRUE], "an integer from 0 to 65535"),
+        (["--shutdown-timeout", "1e300", TRUE], "a number of seconds from 0 to 1000000000"),
+        (["--rdzv-conf", "join_timeout=1e10", TRUE],
+         "a number of seconds above 0, at most 1000000000"),
         (["--rdzv-backend", "etcd", TRUE], "--rdzv-backend"),
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
         (["--start-method", "thread", TRUE], "--start-method"),
@@ -102,6 +111,19 @@ def test_bad_pet_variable_names_the_variable():
     r = ddprun("--nnodes", "2", TRUE, env={"PET_RDZV_ENDPOINT": "127.0.0.1:0"})
     assert r.returncode == 2
     assert "PET_RDZV_ENDPOINT: several nodes need a fixed port" in one_error_line(r)
+
+
+@pytest.mark.parametrize("nnodes", [[], ["--nnodes", "1"], ["--nnodes", "1:1"]])
+def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
+    """torchrun's --standalone is `--rdzv-backend c10d --rdzv-endpoint localhost:0`;
+    written out, on one node, it said 'several nodes need a fixed port' (exit 2)."""
+    r = ddprun(*nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+               "--rdzv-id", "job7", "--nproc-per-node", "2", "sh", "-c",
+               'echo "$RANK $WORLD_SIZE $GROUP_WORLD_SIZE $TORCHELASTIC_RUN_ID $MASTER_PORT"')
+    assert r.returncode == 0 and r.stderr == "", r
+    lines = sorted(r.stdout.splitlines())
+    assert [ln.rsplit(" ", 1)[0] for ln in lines] == ["0 2 1 job7", "1 2 1 job7"], r.stdout
+    assert {ln.rsplit(" ", 1)[1] for ln in lines} != {"0"}, r.stdout
 
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
@@ -209,6 +231,19 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert r.returncode == 127
     assert "'': command not found" in one_error_line(r)
     assert not marker.exists()
+
+
+def test_a_program_in_the_current_directory_but_not_on_path_is_named(tmp_path):
+    """`ddprun a.out` runs a.out of the current directory under mpirun and srun;
+    here, as execvp, only from PATH: the line says how to run the one here."""
+    (tmp_path / "a.out").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(tmp_path / "a.out", 0o755)
+    r = ddprun("a.out", cwd=tmp_path)
+    assert r.returncode == 127
+    assert one_error_line(r) == ("ddprun: error: a.out: command not found (it is not on "
+                                 "PATH; for the one in this directory write ./a.out)")
+    r = ddprun("./a.out", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "ran\n", r
 
 
 def test_not_executable_is_126(tmp_path):

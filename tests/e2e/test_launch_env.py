@@ -223,17 +223,33 @@ def test_workers_share_the_store_ddprun_hosts():
     assert sorted(r.stdout.split("\n")[:-1]) == ["from 0", "from 1", "from 2"]
 
 
-def test_explicit_master_port_that_is_taken_is_a_clear_error():
+@pytest.mark.parametrize("given", ["--master-port", "PET_MASTER_PORT", "--rdzv-endpoint"])
+def test_explicit_master_port_that_is_taken_is_a_clear_error(given):
+    """The line names what gave the port (it said --master-port of each)."""
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = run([binary("ddprun"), "--master-port", str(port), "/bin/true"], env=base_env())
+        env = base_env()
+        args = {"--master-port": ["--master-port", str(port)],
+                "--rdzv-endpoint": ["--rdzv-endpoint", f"127.0.0.1:{port}"]}.get(given, [])
+        if given == "PET_MASTER_PORT":
+            env["PET_MASTER_PORT"] = str(port)
+        r = run([binary("ddprun"), *args, "/bin/true"], env=env)
     assert r.returncode == 1
     assert r.stderr.startswith(f"ddprun: error: cannot listen on 127.0.0.1:{port}: "
-                               "the port is in use")
+                               f"the port is in use (pick another port in {given}, ")
     assert len(r.stderr.splitlines()) == 1
+
+
+def test_a_master_addr_of_another_machine_on_one_node_says_so():
+    """It said 'cannot listen on 192.0.2.77:0: Cannot assign requested address'."""
+    r = run([binary("ddprun"), "--master-addr", "192.0.2.77", "/bin/true"], env=base_env())
+    assert r.returncode == 1
+    assert r.stderr == ("ddprun: error: cannot listen on 192.0.2.77: not an address of this "
+                        "machine (this node hosts the store: give an address of its own as "
+                        "--master-addr, or leave it out)\n"), r.stderr
 
 
 def test_many_workers_under_a_low_descriptor_limit(tmp_path):

@@ -130,6 +130,22 @@ def test_escaped_processes_die_when_the_workers_succeed(tmp_path):
         kill_left(pids)
 
 
+def test_a_child_left_in_the_workers_group_dies_without_being_called_escaped(tmp_path):
+    """`sleep &` in a shell worker stays in its group: the group kill ends it.
+    The sweep right after found it still exiting and said 'killed the
+    processes the workers left outside their process groups', every time."""
+    pidfile = tmp_path / "bg"
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+             f'sleep 1000 & echo $! > {pidfile}.$RANK'], timeout=60)
+    pids = [int((tmp_path / f"bg.{rank}").read_text()) for rank in range(2)]
+    try:
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        for x in pids:
+            wait_for(lambda: not pid_alive(x), timeout=20, what=f"background pid {x} to die")
+    finally:
+        kill_left(pids)
+
+
 def test_kill_9_of_ddprun_leaves_no_temporary_directory(reaper, tmp_path, private_tmpdir):
     p, pids = start_escaping(reaper, tmp_path, "setsid", nproc=1)
     try:

@@ -86,6 +86,17 @@ def test_local_ranks_filter_warns_about_a_rank_this_node_does_not_have():
     assert warning.startswith("ddprun: warning: --local-ranks-filter: local rank 5 ")
 
 
+@pytest.mark.parametrize("flag", ["--redirects", "--tee"])
+def test_a_redirect_map_warns_about_a_rank_this_node_does_not_have(tmp_path, flag):
+    """As --local-ranks-filter does; '5:3' with 2 workers wrote nothing, silently."""
+    r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), flag, "1:1,5:3,6:0",
+               "sh", "-c", 'echo "out $RANK"')
+    assert r.returncode == 0
+    (warning,) = [ln for ln in r.stderr.splitlines() if "warning" in ln]
+    assert warning == (f"ddprun: warning: {flag}: local rank 5 does not exist on this node "
+                       "(2 workers): no file is written for it")
+
+
 def run_dir(logdir, run_id="none"):
     dirs = glob.glob(os.path.join(logdir, f"{run_id}_*"))
     assert len(dirs) == 1, dirs

@@ -96,7 +96,7 @@ static void test_only_the_exact_entry_is_killed(void **state)
 			usleep(1000);
 	}
 	assert_int_equal(procsweep_marker(m, sizeof(m), NONCE), 0);
-	assert_true(procsweep_kill_marked(m, 0, buf, sizeof(buf)) >= 2);
+	assert_true(procsweep_kill_marked(m, 0, NULL, 0, buf, sizeof(buf)) >= 2);
 	assert_true(was_killed(p[0]));
 	assert_true(was_killed(p[1]));
 	assert_true(still_runs(p[2]));

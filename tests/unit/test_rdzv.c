@@ -124,7 +124,7 @@ static void test_conf_errors_name_the_key(void **state)
 	expect_conf_error("join_timeout=", "not KEY=VALUE");
 	expect_conf_error("=3", "not KEY=VALUE");
 	expect_conf_error("join_timeout=soon", "join_timeout=soon");
-	expect_conf_error("join_timeout=0", "positive");
+	expect_conf_error("join_timeout=0", "above 0");
 	expect_conf_error("heartbeat_timeout=-1", "heartbeat_timeout");
 	expect_conf_error("is_host=maybe", "is_host");
 	expect_conf_error("keep_alive_max_attempt=0", "keep_alive_max_attempt");
