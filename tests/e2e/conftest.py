@@ -76,8 +76,9 @@ def make_vars():
         return []
 
 
-def _default_sighup():
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def _default_signals():
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 class Reaper:
@@ -89,10 +90,12 @@ class Reaper:
     def popen(self, cmd, **kw):
         kw.setdefault("start_new_session", True)
         # The suite may itself run under nohup (SIGHUP ignored, inherited by
-        # every child): ddprun then rightly leaves SIGHUP ignored, and a test
-        # that sends it SIGHUP waits for good. Give each child the default
-        # disposition; a test wanting nohup sets it in its own preexec_fn.
-        kw.setdefault("preexec_fn", _default_sighup)
+        # every child), or as a background job of a shell without job
+        # control (SIGINT and SIGQUIT ignored): ddprun then rightly leaves
+        # them ignored, and a test that sends one waits for good. Give each
+        # child the default dispositions; a test wanting nohup sets it in its
+        # own preexec_fn.
+        kw.setdefault("preexec_fn", _default_signals)
         p = subprocess.Popen(cmd, **kw)
         self.procs.append(p)
         return p
