@@ -201,11 +201,21 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 			return usage_error("option --%s needs a value", d->name);
 		}
 		rc = set_opt(o, d, val);
-		if (rc < 0 && d->kind == O_COUNT)
-			return usage_error(
-				"bad value '%s' for --%s (%s from %" PRId64 " to %" PRId64 ")", val,
-				d->name, rc == -ERANGE ? "out of range:" : "a number", d->min,
-				d->max);
+		if (rc < 0 && d->kind != O_STR) {
+			/* Say what the option takes: a value in range but of
+			 * the wrong form (and the reverse) reads alike. */
+			int64_t lo = d->kind == O_COUNT ? d->min : 0,
+				hi = d->kind == O_COUNT	 ? d->max
+				     : d->kind == O_PORT ? 65535
+							 : UTIL_SECONDS_MAX;
+			return usage_error("bad value '%s' for --%s (%s%s from %" PRId64
+					   " to %" PRId64 ")",
+					   val, d->name, rc == -ERANGE ? "out of range: " : "",
+					   d->kind == O_SECONDS ? "a number of seconds"
+					   : d->kind == O_PORT	? "a port"
+								: "a number",
+					   lo, hi);
+		}
 		if (rc < 0)
 			return usage_error("bad value '%s' for --%s", val, d->name);
 		seen[nseen++ % (int)(sizeof(seen) / sizeof(seen[0]))] = d;

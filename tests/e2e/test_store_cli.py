@@ -155,7 +155,11 @@ def test_prefix_namespaces_keys(srv):
     (["get"], "wrong number"),
     (["set", "k"], "wrong number"),
     (["ping", "--bogus"], "unknown option"),
-    (["ping", "--timeout", "soon"], "bad value"),
+    (["ping", "--timeout", "soon"], "bad value 'soon' for --timeout (a number of seconds from 0 "
+                                    "to 1000000000)"),
+    (["ping", "--timeout", "1e12"], "bad value '1e12' for --timeout (out of range: a number of "
+                                    "seconds from 0 to 1000000000)"),
+    (["ping", "--connect-timeout", "-1"], "--connect-timeout (a number of seconds"),
     (["ping", "--port", "5"], "serve only"),
     (["set", "k", "v", "--wait"], "--wait"),
     (["keys", "a", "b"], "wrong number"),
@@ -231,7 +235,7 @@ def test_serve_host_that_does_not_resolve_is_named():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--max-value-len", "1"], "bad value '1' for --max-value-len (out of range: from 65536 "
+    (["--max-value-len", "1"], "bad value '1' for --max-value-len (out of range: a number from 65536 "
                                "to 1073741824)"),
     (["--max-value-len", "65535"], "out of range"),
     (["--max-value-len", "1073741825"], "out of range"),
@@ -247,7 +251,9 @@ def test_serve_host_that_does_not_resolve_is_named():
     (["--max-conn-buffer", "8396816"], "give at least 8396817"),
     (["--max-value-len", "65536", "--max-key-len", "100", "--max-conn-buffer", "65652"],
      "give at least 65653"),
-    (["--max-conns", "1000001"], "--max-conns (out of range: from 1 to 1000000)"),
+    (["--max-conns", "1000001"], "--max-conns (out of range: a number from 1 to 1000000)"),
+    (["--port", "70000"], "bad value '70000' for --port (out of range: a port from 0 to 65535)"),
+    (["--port", "http"], "bad value 'http' for --port (a port from 0 to 65535)"),
 ])
 def test_serve_limits_have_bounds(args, needle):
     r = subprocess.run([DDPSTORE, "serve", "--host", "127.0.0.1", "--port", "0", *args],
