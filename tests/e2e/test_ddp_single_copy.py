@@ -9,7 +9,7 @@ results stay exact.
 
 The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never
-takes it; auto from 256 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
+takes it; auto from 16 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
 read. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os

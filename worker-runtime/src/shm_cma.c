@@ -30,7 +30,15 @@
 #include "shm.h"
 #include "util.h"
 
-#define CMA_MIN_BYTES (256 * 1024) /* below, two cached copies beat a syscall per peer */
+/* Below, two cached copies beat a system call per peer. Measured at 2 ranks
+ * (bench_allreduce, medians of 7, the single copy against the staged path):
+ * all_gather of 16 KiB each 3.5 us against 4.3, 64 KiB 4.6-5.4 against 7.0,
+ * 128 KiB 7.2-8.2 against 10.4-11.0; broadcast of 32 KiB 2.5-3.1 against
+ * 3.4-3.5, 64 KiB 3.3-4.2 against 6.2-6.4; at 8 KiB the staged path is ahead
+ * (all_gather 2.4 us against 2.2-3.4), at 16 KiB a broadcast ties. It was
+ * 256 KiB, which left Open MPI (its single copy from a few KiB) 1.3-1.8x
+ * ahead from 32 to 256 KiB of all_gather. */
+#define CMA_MIN_BYTES (16 * 1024)
 #define CMA_TEST_ENV  "DDP_TEST_CMA_FAIL"
 
 /* Test hook: DDP_TEST_CMA_FAIL=probe or read, optionally ":<rank>" for one
