@@ -3,8 +3,9 @@
 # Open MPI 4.1 (MPI_Allreduce/Allgather/Bcast over its shared-memory path,
 # `--mca btl self,vader`) and gloo (PyTorch's CPU backend, Debian torch 1.13),
 # side by side in one run: float32 all_reduce (sum), all_gather and broadcast
-# of 4 KiB, 1 MiB, 16 MiB and 64 MiB at 2 and 4 ranks (4 ranks oversubscribe
-# this 2-core machine, as CPU ranks beside data loaders often do). Every side
+# of 4 KiB, 64 KiB, 256 KiB, 1 MiB, 16 MiB and 64 MiB at 2 and 4 ranks (4
+# ranks oversubscribe this 2-core machine, as CPU ranks beside data loaders
+# often do). Every side
 # is timed alike: warm-up, barrier, N calls, the slowest rank's mean; each
 # cell is the median of REPEAT runs (default 3) and the spread of those runs
 # is printed. Beside them, the memory-bandwidth floor measured in the same
@@ -33,10 +34,12 @@ command -v mpicc >/dev/null && command -v mpirun >/dev/null \
   || { echo "bench/allreduce: mpicc/mpirun missing (apt-get install libopenmpi-dev openmpi-bin)" >&2; exit 1; }
 mpicc -O2 -o "$mpi" bench/allreduce/mpi_coll.c
 
-sizes=4096,1048576,16777216,67108864
-ddp_iters=${DDP_ITERS:-2000,200,20,8}
-mpi_iters=${MPI_ITERS:-2000,200,20,8}
-gloo_iters=${GLOO_ITERS:-300,50,10,5}
+# 64 and 256 KiB: where the paths change (the single copy from 16 KiB, the
+# direct paths from 256 KiB), the rows in between went unmeasured.
+sizes=4096,65536,262144,1048576,16777216,67108864
+ddp_iters=${DDP_ITERS:-2000,1000,500,200,20,8}
+mpi_iters=${MPI_ITERS:-2000,1000,500,200,20,8}
+gloo_iters=${GLOO_ITERS:-300,200,100,50,10,5}
 repeat=${REPEAT:-3}
 ops=${OPS:-all_reduce all_reduce_shared all_gather all_gather_shared broadcast broadcast_shared}
 cores=$(nproc)
