@@ -514,11 +514,13 @@ static void big_free(struct ddp_ctx *ctx, int shared, void *p)
 /* shared: the buffers come from ddp_alloc (the direct paths, shm_direct.c). */
 static int run_big(struct ddp_ctx *ctx, int shared)
 {
-	/* Around the single copy's threshold (16 KiB) and the direct paths' (256
-	 * KiB), above a staging slot; the last is 32 MiB and more: results
-	 * streamed (copy.c) by all_gather on any world size, by a staged
-	 * broadcast from 3 ranks. */
-	static const size_t sizes[] = {16383, 16387, 262143, 262147, 1048583, 3000005, 33554467};
+	/* Around the single copy's threshold (16 KiB), the direct all_gather's
+	 * and broadcast's (32 KiB, on ddp_alloc buffers) and the direct
+	 * all_reduce's (256 KiB), above a staging slot; the last is 32 MiB and
+	 * more: results streamed (copy.c) by all_gather on any world size, by a
+	 * staged broadcast from 3 ranks. */
+	static const size_t sizes[] = {16383,  16387,	32767,	 32771,	  262143,
+				       262147, 1048583, 3000005, 33554467};
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
 
 	for (int round = 0; round < 2; round++)

@@ -17,8 +17,9 @@
  * all_gather and broadcast: through the slots, or, large and where the kernel
  * lets the ranks read each other's memory, in one copy (shm_cma.c).
  *
- * Every collective of 256 KiB or more whose buffers are memory the ranks
- * share (shm_mem.c) reads the peers' buffers in place instead (shm_direct.c). */
+ * An all_reduce of 256 KiB or more, an all_gather or a broadcast of 32 KiB
+ * or more, whose buffers are memory the ranks share (shm_mem.c) reads the
+ * peers' buffers in place instead (shm_direct.c). */
 #include <string.h>
 
 #include "shm.h"
@@ -196,7 +197,7 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 		/* One step more to agree whether every buffer is shared (none
 		 * is, the usual case: about a microsecond of a call that takes
 		 * 30 or more). */
-		rc = bytes >= DDPI_ZC_MIN_BYTES
+		rc = bytes >= DDPI_ZC_REDUCE_MIN_BYTES
 			     ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer)
 			     : 0;
 		if (rc == 1)
