@@ -49,6 +49,13 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		o->slurm_master_addr = true;
 		o->slurm_master_var = si.master_var;
 	}
+	/* Jobs that share a node and a port then meet as two run ids on one
+	 * store (told apart) rather than as one job whose ranks clash. */
+	if (!g->rdzv_id && !o->standalone && si.run_id[0] != '\0') {
+		snprintf(o->slurm_run_id, sizeof(o->slurm_run_id), "%s", si.run_id);
+		o->rdzv_id = o->slurm_run_id;
+		o->slurm_rdzv_id = true;
+	}
 	return 0;
 }
 

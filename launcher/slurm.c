@@ -334,6 +334,13 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 	}
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
+	v = getenv_fn("SLURM_STEP_ID");
+	if (v == NULL)
+		v = getenv_fn("SLURM_STEPID");
+	if (v != NULL)
+		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id, v);
+	else
+		snprintf(info->run_id, sizeof(info->run_id), "%s", info->job_id);
 
 	rc = 0;
 	if (need & SLURM_NEED_NNODES)

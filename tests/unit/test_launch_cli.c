@@ -397,6 +397,18 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 	assert_int_equal(o.node_rank, 2);
 	assert_string_equal(o.master_addr, "node07");
 	assert_true(o.slurm_nnodes && o.slurm_node_rank && o.slurm_master_addr);
+	/* The run id is the job's (and under srun the step's): two jobs on one
+	 * node and port are two run ids, not one job whose ranks clash. */
+	assert_string_equal(o.rdzv_id, "42");
+	assert_true(o.slurm_rdzv_id);
+	cli_free(&o);
+	set_env("SLURM_STEP_ID", "3");
+	assert_int_equal(parse(&o, ARGS("p")), CLI_OK);
+	assert_string_equal(o.rdzv_id, "42.3");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--rdzv-id", "mine", "p")), CLI_OK);
+	assert_string_equal(o.rdzv_id, "mine");
+	assert_false(o.slurm_rdzv_id);
 	cli_free(&o);
 	/* Flags and PET_* win. */
 	set_env("PET_NODE_RANK", "1");

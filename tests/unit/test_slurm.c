@@ -201,6 +201,18 @@ static void test_info_allocation(void **state)
 	assert_int_equal(info.node_rank, 2);
 	assert_string_equal(info.master, "gpu-a07");
 	assert_string_equal(info.job_id, "123");
+	assert_string_equal(info.run_id, "123"); /* no step: the batch script */
+}
+
+static void test_info_run_id_names_the_step(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=123", "SLURM_STEP_ID=4", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "123.4");
 }
 
 static void test_info_alternate_names(void **state)
@@ -314,6 +326,7 @@ int main(void)
 		cmocka_unit_test(test_info_step_nodelist_first),
 		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
+		cmocka_unit_test(test_info_run_id_names_the_step),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_reads_only_what_is_needed),
 		cmocka_unit_test(test_info_malformed),
