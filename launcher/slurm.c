@@ -358,6 +358,18 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 			 info->node_rank, info->nnodes);
 		return -EINVAL;
 	}
+	if (info->nnodes > 1 && getenv_fn("SLURM_STEP_ID") == NULL &&
+	    getenv_fn("SLURM_STEPID") == NULL) {
+		/* The batch script (or salloc's shell): nobody starts the other
+		 * nodes' ddprun, whom node 0 would wait for until join_timeout. */
+		snprintf(err, errlen,
+			 "SLURM_NNODES=%d, but this is no srun step (SLURM_STEP_ID is not set: "
+			 "the batch script or salloc's shell), so no other node starts ddprun: "
+			 "run it as srun ddprun ... (one per node), or give --nnodes 1 to run on "
+			 "this node alone",
+			 info->nnodes);
+		return -EINVAL;
+	}
 	rc = check_one_task_per_node(getenv_fn, err, errlen);
 	if (rc != 0)
 		return rc;

@@ -82,3 +82,16 @@ def test_second_job_on_the_same_port_is_told_apart(cluster, tmp_path):
     cluster.run("ctl", "scancel", jobid)
     cluster.wait_job(jobid, timeout=40)
     cluster.only_slurmd_left()
+
+
+def test_ddprun_without_srun_in_a_three_node_job_refused(cluster, tmp_path):
+    """ddprun run by the batch script of a 3-node job (srun forgotten): the
+    script is no step, no other node starts ddprun, so it is refused at once
+    with 2 instead of waiting join_timeout (600 s) for nodes 1 and 2."""
+    script = job_script(tmp_path / "job.sh",
+                        "ddprun --nproc-per-node=2 sh -c 'echo worker ran'")
+    jobid = cluster.sbatch(script)
+    j = cluster.wait_job(jobid, timeout=30)
+    log = read(tmp_path / "job.out")
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "2:0", log
+    assert "SLURM_NNODES=3, but this is no srun step" in log and "worker ran" not in log
