@@ -34,14 +34,17 @@ static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *
 static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		       const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
 {
+	/* c10d ranks nodes by arrival at --rdzv-endpoint's store: SLURM_NODEID
+	 * and the first host would be taken (and said) for nothing. */
+	bool c10d = strcmp(o->rdzv_backend, "c10d") == 0;
 	struct slurm_info si;
 	unsigned need = (g->nnodes ? 0 : SLURM_NEED_NNODES) |
-			(g->node_rank ? 0 : SLURM_NEED_NODE_RANK) |
-			(g->master_addr ? 0 : SLURM_NEED_MASTER);
+			(g->node_rank || c10d ? 0 : SLURM_NEED_NODE_RANK) |
+			(g->master_addr || c10d ? 0 : SLURM_NEED_MASTER);
 	char why[300];
 	int rc;
 
-	if (need == 0)
+	if (need == 0 && !c10d)
 		return 0;
 	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {

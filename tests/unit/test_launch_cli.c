@@ -409,6 +409,18 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 		     ARGS("--nnodes", "2", "p"));
 	assert_int_equal(parse(&o, ARGS("--nnodes", "2", "--node-rank", "1", "p")), CLI_OK);
 	cli_free(&o);
+	/* c10d ranks by arrival at its endpoint: only the count and the run id. */
+	assert_int_equal(parse(&o, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "p")),
+			 CLI_OK);
+	assert_true(o.slurm_nnodes && o.slurm_rdzv_id);
+	assert_false(o.slurm_node_rank || o.slurm_master_addr);
+	assert_string_equal(o.rdzv_id, "42.3");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
+					"--nnodes", "1:4", "p")),
+			 CLI_OK);
+	assert_string_equal(o.rdzv_id, "42.3");
+	cli_free(&o);
 	assert_int_equal(parse(&o, ARGS("--rdzv-id", "mine", "p")), CLI_OK);
 	assert_string_equal(o.rdzv_id, "mine");
 	assert_false(o.slurm_rdzv_id);
