@@ -688,6 +688,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	given.nnodes = r[O_NNODES].src != NULL;
 	given.node_rank = r[O_NODE_RANK].src != NULL;
 	given.master_addr = r[O_MASTER_ADDR].src != NULL;
+	given.rdzv_id = r[O_RDZV_ID].src != NULL;
 	return cli_nodes_resolve(o, &given, getenv_fn, p->err, p->errlen);
 }
 

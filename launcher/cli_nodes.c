@@ -8,19 +8,43 @@
 #include "slurm.h"
 #include "util.h"
 
+/* `srun ddprun --nnodes 2` on a step of 3 nodes, ranks from SLURM_NODEID:
+ * the nodes past 2 would be refused one by one while the others run on (or
+ * all be, as the rendezvous races). Refused on every node alike. */
+static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *g,
+			      const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
+{
+	const char *v = getenv_fn("SLURM_NNODES");
+	int n;
+
+	/* Outside a step (the batch script) --nnodes 1 is how to run alone. */
+	if (!g->nnodes || g->node_rank || o->standalone || strcmp(o->rdzv_backend, "static") != 0 ||
+	    (getenv_fn("SLURM_STEP_ID") == NULL && getenv_fn("SLURM_STEPID") == NULL) ||
+	    v == NULL || util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n)
+		return 0;
+	snprintf(err, errlen,
+		 "--nnodes %d is below the %d nodes of this srun step (SLURM_NNODES), whose node "
+		 "ranks come from SLURM_NODEID: run srun --nodes=%d, or leave --nnodes out",
+		 o->max_nodes, n, o->max_nodes);
+	return -EINVAL;
+}
+
 /* Inside an allocation (`srun ddprun ...`, one task per node), what the flags
  * leave open comes from Slurm. A malformed SLURM_* only matters when needed. */
 static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		       const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
 {
+	/* c10d ranks nodes by arrival at --rdzv-endpoint's store: SLURM_NODEID
+	 * and the first host would be taken (and said) for nothing. */
+	bool c10d = strcmp(o->rdzv_backend, "c10d") == 0;
 	struct slurm_info si;
 	unsigned need = (g->nnodes ? 0 : SLURM_NEED_NNODES) |
-			(g->node_rank ? 0 : SLURM_NEED_NODE_RANK) |
-			(g->master_addr ? 0 : SLURM_NEED_MASTER);
+			(g->node_rank || c10d ? 0 : SLURM_NEED_NODE_RANK) |
+			(g->master_addr || c10d ? 0 : SLURM_NEED_MASTER);
 	char why[300];
 	int rc;
 
-	if (need == 0)
+	if (need == 0 && !c10d)
 		return 0;
 	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {
@@ -30,6 +54,8 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	o->slurm_stray = si.stray;
 	if (!si.in_allocation)
 		return 0;
+	if (check_given_nnodes(o, g, getenv_fn, err, errlen) != 0)
+		return -EINVAL;
 	if (!g->nnodes && si.nnodes > 0) {
 		if (si.nnodes > CLI_MAX_NODES) {
 			snprintf(err, errlen, "SLURM_NNODES=%d: at most %d nodes", si.nnodes,
@@ -48,6 +74,13 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		o->master_addr = o->slurm_master;
 		o->slurm_master_addr = true;
 		o->slurm_master_var = si.master_var;
+	}
+	/* Jobs that share a node and a port then meet as two run ids on one
+	 * store (told apart) rather than as one job whose ranks clash. */
+	if (!g->rdzv_id && !o->standalone && si.run_id[0] != '\0') {
+		snprintf(o->slurm_run_id, sizeof(o->slurm_run_id), "%s", si.run_id);
+		o->rdzv_id = o->slurm_run_id;
+		o->slurm_rdzv_id = true;
 	}
 	return 0;
 }

@@ -11,7 +11,7 @@
 
 /* Which options the command line or PET_* gave (Slurm fills the others). */
 struct cli_given {
-	bool nnodes, node_rank, master_addr;
+	bool nnodes, node_rank, master_addr, rdzv_id;
 };
 
 /* 0, or -EINVAL with one line in err. */

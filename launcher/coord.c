@@ -58,9 +58,11 @@ static void on_connect(struct store_async *h, int status, void *arg)
 			coord_probe(c);
 		return;
 	}
-	if (status < 0 && !c->job->dynamic && c->job->node_rank >= c->job->max_nodes) {
-		/* The usage error was said; its status stays a usage error's. */
-		coord_fail(c, 2, "could not tell the other nodes: no rendezvous store at %s:%d",
+	if (status < 0 && (c->job->prefail_status != 0 ||
+			   (!c->job->dynamic && c->job->node_rank >= c->job->max_nodes))) {
+		/* The error was said; its status stays (a usage error's, 126, 127). */
+		coord_fail(c, c->job->prefail_status ? c->job->prefail_status : 2,
+			   "could not tell the other nodes: no rendezvous store at %s:%d",
 			   c->store_host, c->store_port);
 		return;
 	}
@@ -568,6 +570,8 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	}
 	if (!job->dynamic)
 		c->store_port = job->master_port;
+	if (job->prefail_status != 0 && c->connect_timeout_ms > COORD_BAD_RANK_CONNECT_MS)
+		c->connect_timeout_ms = COORD_BAD_RANK_CONNECT_MS; /* only to tell the others */
 	if (!job->dynamic && job->node_rank >= job->max_nodes) {
 		/* Said at once; the other nodes are told through the store, but
 		 * only for a while if nothing listens. */

@@ -455,10 +455,23 @@ static void on_claim(int status, const void *val, size_t len, void *arg)
 	coord_publish_error(c, 2, true, msg);
 }
 
+/* A node whose program cannot run ends the round it would join, so that
+ * every node stops with its status at once (job.h: prefail_status). */
+static bool prefailed(struct coord *c)
+{
+	if (c->job->prefail_status == 0)
+		return false;
+	coord_publish_error(c, c->job->prefail_status, true, c->job->prefail_msg);
+	return true;
+}
+
 static void static_claim(struct coord *c)
 {
 	struct rdzv_node n;
 	char key[64], *v;
+
+	if (prefailed(c))
+		return;
 
 	my_desc(c, &n, c->rank, 0);
 	v = rdzv_node_encode(&n);
@@ -530,6 +543,9 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 static void dynamic_count(struct coord *c)
 {
 	char key[64];
+
+	if (prefailed(c))
+		return;
 
 	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 1, on_dynamic_count, c);
 }

@@ -127,6 +127,14 @@ static int left_expected(const struct coord *c)
 	return c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0);
 }
 
+static void on_prefail_linger(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+
+	if (!c->hurry)
+		clear_and_close(c);
+}
+
 /* This node is done with the store. Its host waits (bounded) until every
  * other participant is too: they read the end, publish failures, report. */
 static void after_left(struct coord *c)
@@ -135,6 +143,13 @@ static void after_left(struct coord *c)
 	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
 	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
 
+	if (c->server != NULL && !c->in_round && c->job->prefail_status != 0 && c->timers_on) {
+		/* The host's own program cannot run: no round ever ran, so no one
+		 * counts out; its store stays up a while for the nodes still on
+		 * their way to read why the job ends (job.h: prefail_status). */
+		uv_timer_start(&c->timer, on_prefail_linger, COORD_LINGER_MS, 0);
+		return;
+	}
 	if (c->server == NULL || !c->w_up || !c->in_round ||
 	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0) {
 		clear_and_close(c);

@@ -133,14 +133,34 @@ static int family_free(int family, int port)
 	return rc;
 }
 
-static void port_in_use(struct coord *c, const char *why)
+/* Ends the round this node's peers wait in on the store it reached (a round
+ * that runs goes on): they stop with msg at once, not after join_timeout. */
+static void tell_round(struct coord *c, int status, const char *msg)
 {
+	char key[64], *v = rdzv_closed_error(status, msg);
+
+	if (v != NULL) {
+		snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
+		store_async_compare_set(c->A, key, "", 0, v, strlen(v), NULL, NULL);
+	}
+	free(v);
+}
+
+/* tell: the port's holder is a rendezvous store (another run id's), where
+ * this job's other nodes may already wait. */
+static void port_in_use(struct coord *c, const char *why, bool tell)
+{
+	char msg[700];
+
 	c->probing = false;
-	coord_fail(c, 1,
-		   "error: cannot listen on port %d for the rendezvous store: the port is in "
-		   "use%s%s (pick another port in %s)",
-		   c->store_port, c->probe_why, why,
-		   c->job->dynamic ? "--rdzv-endpoint" : c->job->master_port_src);
+	snprintf(msg, sizeof(msg),
+		 "cannot listen on port %d for the rendezvous store: the port is in use%s%s "
+		 "(pick another port in %s)",
+		 c->store_port, c->probe_why, why,
+		 c->job->dynamic ? "--rdzv-endpoint" : c->job->master_port_src);
+	if (tell)
+		tell_round(c, 1, msg);
+	coord_fail(c, 1, "error: %s", msg);
 }
 
 static void on_probe_timeout(uv_timer_t *t)
@@ -148,28 +168,30 @@ static void on_probe_timeout(uv_timer_t *t)
 	struct coord *c = t->data;
 
 	if (c->probing)
-		port_in_use(c, " (by a process that does not answer as a rendezvous store)");
+		port_in_use(c, " (by a process that does not answer as a rendezvous store)", false);
 }
 
 static void on_probe(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
 	struct rdzv_node other;
-	char msg[700], key[64], *v;
+	char msg[700];
 
 	if (!c->probing)
 		return;
 	uv_timer_stop(&c->timer);
 	if (status != 0 || n != 3) {
-		port_in_use(c, "");
+		port_in_use(c, "", false);
 		return;
 	}
 	if (lens[0] > 0) {
-		port_in_use(c, " (by the store of a job with this --rdzv-id that has just ended)");
+		port_in_use(c, " (by the store of a job with this --rdzv-id that has just ended)",
+			    false);
 		return;
 	}
 	if (lens[1] == 0 || rdzv_node_decode(vals[1], lens[1], &other) != 0) {
-		port_in_use(c, " (by a rendezvous store that is not this job's)");
+		port_in_use(c, " (by the rendezvous store of another job, another --rdzv-id)",
+			    true);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
@@ -177,14 +199,9 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 		 "%d, and by host %.200s (pid %d), which found that port in use",
 		 other.host, other.pid, c->store_port, c->host, (int)getpid());
 	c->probing = false;
-	/* Tell the other node 0 while its round is open (a round that runs
-	 * goes on: only this node is wrong). */
-	v = rdzv_closed_error(2, msg);
-	if (v != NULL) {
-		snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
-		store_async_compare_set(c->A, key, "", 0, v, strlen(v), NULL, NULL);
-	}
-	free(v);
+	/* Tell the other node 0 while its round is open (only this node is
+	 * wrong). */
+	tell_round(c, 2, msg);
 	coord_fail(c, 2, "error: %s", msg);
 }
 
@@ -197,13 +214,13 @@ void coord_probe(struct coord *c)
 	snprintf(k1, sizeof(k1), RDZV_KEY_ROUND_FMT RDZV_R_NODE, 0, 0);
 	snprintf(k2, sizeof(k2), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
 	if (store_async_multi_get(c->A, keys, 3, on_probe, c) != 0)
-		port_in_use(c, "");
+		port_in_use(c, "", false);
 }
 
 void coord_probe_failed(struct coord *c)
 {
 	if (c->probing)
-		port_in_use(c, "");
+		port_in_use(c, "", false);
 }
 
 /* ---- hosting, then connecting ---------------------------------------------------------- */

@@ -143,12 +143,17 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	}
 	cli_torch2_warn(o, j->nproc, stderr);
 	j->cpu_sets = numa_sets(o, j->nproc);
+	gethostname(j->hostname, sizeof(j->hostname) - 1);
 	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
-	if (rc != 0) {
+	if (rc != 0 && j->multinode && (rc == -ENOENT || rc == -EACCES)) {
+		fprintf(stderr, "ddprun: error: %s (telling the other nodes)\n", err);
+		j->prefail_status = rc == -ENOENT ? 127 : 126;
+		snprintf(j->prefail_msg, sizeof(j->prefail_msg), "%.300s (on host %.60s)", err,
+			 j->hostname);
+	} else if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err);
 		return rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
 	}
-	gethostname(j->hostname, sizeof(j->hostname) - 1);
 	random_hex(j->nonce_buf, sizeof(j->nonce_buf));
 	j->shm_nonce = j->nonce_buf;
 	return 0;

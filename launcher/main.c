@@ -51,7 +51,10 @@ static void say_slurm(const struct cli_opts *o)
 	if (o->slurm_node_rank)
 		n += (size_t)snprintf(line + n, sizeof(line) - n, " --node-rank %d", o->node_rank);
 	if (o->slurm_master_addr)
-		snprintf(line + n, sizeof(line) - n, " --master-addr %.300s", o->master_addr);
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " --master-addr %.200s",
+				      o->master_addr);
+	if (o->slurm_rdzv_id)
+		snprintf(line + n, sizeof(line) - n, " --rdzv-id %.60s", o->rdzv_id);
 	if (line[0] != '\0')
 		fprintf(stderr, "ddprun: from Slurm:%s\n", line);
 }

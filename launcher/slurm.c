@@ -334,6 +334,13 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 	}
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
+	v = getenv_fn("SLURM_STEP_ID");
+	if (v == NULL)
+		v = getenv_fn("SLURM_STEPID");
+	if (v != NULL)
+		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id, v);
+	else
+		snprintf(info->run_id, sizeof(info->run_id), "%s", info->job_id);
 
 	rc = 0;
 	if (need & SLURM_NEED_NNODES)
@@ -349,6 +356,18 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 			 "SLURM_NODEID=%d is not below SLURM_NNODES=%d (--node-rank and --nnodes "
 			 "override them)",
 			 info->node_rank, info->nnodes);
+		return -EINVAL;
+	}
+	if (info->nnodes > 1 && getenv_fn("SLURM_STEP_ID") == NULL &&
+	    getenv_fn("SLURM_STEPID") == NULL) {
+		/* The batch script (or salloc's shell): nobody starts the other
+		 * nodes' ddprun, whom node 0 would wait for until join_timeout. */
+		snprintf(err, errlen,
+			 "SLURM_NNODES=%d, but this is no srun step (SLURM_STEP_ID is not set: "
+			 "the batch script or salloc's shell), so no other node starts ddprun: "
+			 "run it as srun ddprun ... (one per node), or give --nnodes 1 to run on "
+			 "this node alone",
+			 info->nnodes);
 		return -EINVAL;
 	}
 	rc = check_one_task_per_node(getenv_fn, err, errlen);

@@ -33,6 +33,9 @@ struct slurm_info {
 	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of the step's node list */
 	const char *master_var;		     /* the variable it came from */
 	char job_id[64];
+	/* SLURM_JOB_ID, then ".SLURM_STEP_ID" under srun: the same on every node of
+	 * a step, and another for every job and step (a default run id). */
+	char run_id[136];
 	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
 	 * set anyway (worth a warning: it is not used), or NULL. */
 	const char *stray;
@@ -48,9 +51,10 @@ struct slurm_info {
  * table in tests). The master is the first host of SLURM_STEP_NODELIST (the
  * nodes srun started this step on), else SLURM_JOB_NODELIST or
  * SLURM_NODELIST. -EINVAL with the reason in err (size errlen): a needed
- * variable present but malformed (named), or a step with more tasks than
+ * variable present but malformed (named), a step with more tasks than
  * nodes (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per
- * node). A variable not needed is not read, so a flag overrides a malformed
+ * node), or several nodes needed outside a step (no SLURM_STEP_ID: the
+ * batch script, where no other node runs ddprun). A variable not needed is not read, so a flag overrides a malformed
  * one. */
 int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 		    struct slurm_info *info, char *err, size_t errlen);

@@ -21,7 +21,7 @@ def test_two_slurm_tasks_form_one_job(reaper, tmp_path):
     port = free_port()
     agents = []
     for node in (0, 1):
-        env = clean_env(OUT=str(out), SLURM_JOB_ID="4242", SLURM_NNODES="2",
+        env = clean_env(OUT=str(out), SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NNODES="2",
                         SLURM_NODEID=str(node), SLURM_JOB_NODELIST="localhost,gpu-a[01-02]",
                         PET_MASTER_PORT=str(port))
         agents.append(Agent(reaper, tmp_path, f"node{node}",
@@ -86,10 +86,49 @@ def test_slurm_variables_without_a_job_id_warn(reaper, tmp_path):
 
 def test_two_tasks_per_node_refused(reaper, tmp_path):
     """srun --ntasks-per-node=2 ddprun: two agents would claim one node rank."""
-    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_NODEID="0",
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="0",
                     SLURM_JOB_NODELIST="localhost,gpu-a1", SLURM_STEP_NUM_NODES="2",
                     SLURM_STEP_NUM_TASKS="4")
     a = Agent(reaper, tmp_path, "twice", ["sh", "-c", "echo ran"], env=env)
     assert a.wait() == 2, a.stderr()
     assert a.stdout() == ""
     assert "srun started 4 tasks on 2 nodes" in a.stderr()
+
+
+def test_batch_script_of_several_nodes_refused(reaper, tmp_path):
+    """ddprun run by the batch script of a 3-node job, without srun (no
+    SLURM_STEP_ID): no other node starts ddprun, so it is refused at once
+    (2) instead of waiting join_timeout for nodes 1 and 2; a one-node job's
+    script runs it."""
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="3", SLURM_NODEID="0",
+                    SLURM_JOB_NODELIST="localhost,gpu-a[1-2]", PET_MASTER_PORT=str(free_port()))
+    a = Agent(reaper, tmp_path, "batch", ["sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 2, a.stderr()
+    assert a.stdout() == ""
+    assert ("SLURM_NNODES=3, but this is no srun step (SLURM_STEP_ID is not set: the batch "
+            "script or salloc's shell)") in a.stderr()
+    assert "run it as srun ddprun" in a.stderr()
+    # --nnodes 1, as the message says, runs it on this node alone.
+    a = Agent(reaper, tmp_path, "alone", ["--nnodes", "1", "sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout() == "ran\n"
+    env.update(SLURM_NNODES="1", SLURM_JOB_NODELIST="localhost")
+    a = Agent(reaper, tmp_path, "batch1", ["sh", "-c", 'echo "ran $TORCHELASTIC_RUN_ID"'],
+              env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout() == "ran 4242\n"
+
+
+def test_nnodes_below_the_steps_nodes_refused_on_every_node(reaper, tmp_path):
+    """srun ddprun --nnodes 2 on a step of 3 nodes: node 0 would wait for a
+    node 1 that was refused alone, or run with it while node 2 is refused.
+    Every node refuses it alike (2), at once."""
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NNODES="3",
+                    SLURM_NODEID="0", SLURM_JOB_NODELIST="localhost,gpu-a[1-2]",
+                    PET_MASTER_PORT=str(free_port()))
+    a = Agent(reaper, tmp_path, "node0", ["--nnodes", "2", "sh", "-c", "echo ran"], env=env)
+    assert a.wait() == 2, a.stderr()
+    assert a.stdout() == ""
+    assert ("--nnodes 2 is below the 3 nodes of this srun step (SLURM_NNODES), whose node "
+            "ranks come from SLURM_NODEID: run srun --nodes=2, or leave --nnodes out"
+            ) in a.stderr()

@@ -44,7 +44,7 @@ def test_an_unresolvable_master_addr_is_named_with_the_reason(reaper, tmp_path, 
 
 
 def test_an_unresolvable_first_slurm_node_is_named(reaper, tmp_path, no_route_ns):
-    env = clean_env(SLURM_JOB_ID="7", SLURM_NNODES="2", SLURM_NODEID="1",
+    env = clean_env(SLURM_JOB_ID="7", SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="1",
                     SLURM_JOB_NODELIST=f"{BAD_HOST},other")
     a = Agent(reaper, tmp_path, "node1", ["--rdzv-conf", "join_timeout=1", "true"], env=env,
               prefix=enter(no_route_ns))

@@ -7,6 +7,7 @@ agent or store stops the others; the exit barrier."""
 import os
 import signal
 import socket
+import time
 
 import pytest
 
@@ -337,3 +338,51 @@ def test_a_silent_store_host_is_noticed_by_the_others(reaper, tmp_path):
     finally:
         stop_process(agents[0].p)
     assert_all_dead([int((out / "pid.1.0").read_text())])
+
+
+@pytest.mark.parametrize("prog, status, says", [
+    ("/nonexistent/prog", 127, "/nonexistent/prog: command not found"),
+    ("/usr/share", 126, "/usr/share"),
+])
+def test_a_program_missing_on_one_node_ends_every_node_with_its_status(reaper, tmp_path, prog, status,
+                                                                says):
+    """One node cannot start its program (not there, or not executable: a
+    venv missing on that node): it says so and joins the rendezvous only to
+    end it, so every node exits with its status at once. The others used to
+    wait join_timeout (600 s) for it, then end with 1."""
+    port = free_port()
+    env = clean_env()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(2, 0, port, 1, "sleep 20"), env=env)
+    bad = Agent(reaper, tmp_path, "bad",
+                [*node_args(2, 1, port, 1, "true")[:-3], prog], env=env)
+    for a in (bad, a0):
+        assert a.wait() == status, a.stderr()
+        assert says in a.stderr()
+    assert "(telling the other nodes)" in bad.stderr()
+    assert "(on host " in a0.stderr()
+
+
+def test_a_program_missing_with_no_store_keeps_its_status():
+    r = run([binary("ddprun"), "--nnodes", "2", "--node-rank", "1", "--master-addr",
+             "127.0.0.1", "--master-port", str(free_port()), "--rdzv-conf", "join_timeout=1",
+             "/nonexistent/prog"], env=clean_env(), timeout=60)
+    assert r.returncode == 127, r.stderr
+    assert "could not tell the other nodes" in r.stderr
+
+
+def test_a_program_missing_on_the_store_host_still_tells_a_late_node(reaper, tmp_path):
+    """Node 0 (the store's host) cannot start its program and node 1 comes
+    a moment later: node 0 keeps its store up a while, so node 1 still reads
+    why the job ends (127) rather than waiting join_timeout for a store that
+    closed."""
+    port = free_port()
+    env = clean_env()
+    bad = Agent(reaper, tmp_path, "bad", [*node_args(2, 0, port, 1, "true")[:-3],
+                                          "/nonexistent/prog"], env=env)
+    wait_for(lambda: "(telling the other nodes)" in bad.stderr(), timeout=10,
+             what="node 0 to say it cannot run its program")
+    time.sleep(1)
+    a1 = Agent(reaper, tmp_path, "node1", node_args(2, 1, port, 1, "sleep 20"), env=env)
+    for a in (a1, bad):
+        assert a.wait() == 127, a.stderr()
+    assert "/nonexistent/prog: command not found (on host " in a1.stderr()

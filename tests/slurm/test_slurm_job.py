@@ -51,8 +51,11 @@ def test_three_nodes_one_job_of_six(cluster, tmp_path):
         assert e["MASTER_ADDR"] == address_of(cluster, "n1")
         assert e["MASTER_PORT"] == "29500"
         assert e["SLURM_JOB_ID"] == jobid
+        # The run id is the job's step, as `--rdzv-id $SLURM_JOB_ID` would.
+        assert e["TORCHELASTIC_RUN_ID"] == f"{jobid}.0"
     for node in range(3):
-        assert f"from Slurm: --nnodes 3 --node-rank {node} --master-addr n1" in log
+        assert (f"from Slurm: --nnodes 3 --node-rank {node} --master-addr n1 "
+                f"--rdzv-id {jobid}.0") in log
 
 
 def test_worker_failing_on_node_two_stops_every_node(cluster, tmp_path):

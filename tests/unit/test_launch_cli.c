@@ -388,6 +388,7 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 	struct cli_opts o;
 
 	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_STEP_ID", "3");
 	set_env("SLURM_NNODES", "4");
 	set_env("SLURM_NODEID", "2");
 	set_env("SLURM_JOB_NODELIST", "node[07-10],gpu-a[1-2]");
@@ -397,6 +398,32 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 	assert_int_equal(o.node_rank, 2);
 	assert_string_equal(o.master_addr, "node07");
 	assert_true(o.slurm_nnodes && o.slurm_node_rank && o.slurm_master_addr);
+	/* The run id is the step's: two jobs on one node and port are two run
+	 * ids, not one job whose ranks clash. */
+	assert_string_equal(o.rdzv_id, "42.3");
+	assert_true(o.slurm_rdzv_id);
+	cli_free(&o);
+	/* A --nnodes below the step's nodes, ranks from SLURM_NODEID: refused
+	 * on every node alike (not only on those past it). */
+	expect_error("--nnodes 2 is below the 4 nodes of this srun step",
+		     ARGS("--nnodes", "2", "p"));
+	assert_int_equal(parse(&o, ARGS("--nnodes", "2", "--node-rank", "1", "p")), CLI_OK);
+	cli_free(&o);
+	/* c10d ranks by arrival at its endpoint: only the count and the run id. */
+	assert_int_equal(parse(&o, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "p")),
+			 CLI_OK);
+	assert_true(o.slurm_nnodes && o.slurm_rdzv_id);
+	assert_false(o.slurm_node_rank || o.slurm_master_addr);
+	assert_string_equal(o.rdzv_id, "42.3");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1",
+					"--nnodes", "1:4", "p")),
+			 CLI_OK);
+	assert_string_equal(o.rdzv_id, "42.3");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--rdzv-id", "mine", "p")), CLI_OK);
+	assert_string_equal(o.rdzv_id, "mine");
+	assert_false(o.slurm_rdzv_id);
 	cli_free(&o);
 	/* Flags and PET_* win. */
 	set_env("PET_NODE_RANK", "1");
@@ -412,11 +439,13 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 static void test_slurm_errors_name_the_variable(void **state)
 {
 	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_STEP_ID", "0");
 	set_env("SLURM_NNODES", "2");
 	set_env("SLURM_NODEID", "x");
 	expect_error("SLURM_NODEID", ARGS("p"));
 	memset(fake_env, 0, sizeof(fake_env));
 	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_STEP_ID", "0");
 	set_env("SLURM_NNODES", "2");
 	set_env("SLURM_NODEID", "1");
 	set_env("SLURM_JOB_NODELIST", "node[01-");
@@ -523,6 +552,7 @@ static void test_job_resolves_once(void **state)
 	cli_free(&o);
 	/* The option wins over the variable; a Slurm master names its source. */
 	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_STEP_ID", "0");
 	set_env("SLURM_NNODES", "2");
 	set_env("SLURM_NODEID", "0");
 	set_env("SLURM_JOB_NODELIST", "node[07-08]");

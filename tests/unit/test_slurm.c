@@ -171,6 +171,7 @@ static void test_info_step_nodelist_first(void **state)
 static void test_info_two_tasks_per_node(void **state)
 {
 	static const char *const env[] = {"SLURM_JOB_ID=7",
+					  "SLURM_STEP_ID=0",
 					  "SLURM_NNODES=3",
 					  "SLURM_NODEID=1",
 					  "SLURM_JOB_NODELIST=n[1-3]",
@@ -189,8 +190,12 @@ static void test_info_two_tasks_per_node(void **state)
 
 static void test_info_allocation(void **state)
 {
-	static const char *const env[] = {"SLURM_JOB_ID=123", "SLURM_NNODES=5", "SLURM_NODEID=2",
-					  "SLURM_JOB_NODELIST=gpu-a[07-09],gpu-b[1-2]", NULL};
+	static const char *const env[] = {"SLURM_JOB_ID=123",
+					  "SLURM_STEP_ID=0",
+					  "SLURM_NNODES=5",
+					  "SLURM_NODEID=2",
+					  "SLURM_JOB_NODELIST=gpu-a[07-09],gpu-b[1-2]",
+					  NULL};
 	struct slurm_info info;
 	char err[256] = "";
 
@@ -201,12 +206,38 @@ static void test_info_allocation(void **state)
 	assert_int_equal(info.node_rank, 2);
 	assert_string_equal(info.master, "gpu-a07");
 	assert_string_equal(info.job_id, "123");
+	assert_string_equal(info.run_id, "123.0");
+}
+
+/* The batch script of a 3-node job (no step): no other node would start
+ * ddprun. With one node, or --nnodes given, it runs. */
+static void test_info_batch_script_of_several_nodes(void **state)
+{
+	static const char *const three[] = {"SLURM_JOB_ID=123", "SLURM_NNODES=3", "SLURM_NODEID=0",
+					    "SLURM_JOB_NODELIST=n[1-3]", NULL};
+	static const char *const one[] = {"SLURM_JOB_ID=123", "SLURM_NNODES=1", "SLURM_NODEID=0",
+					  "SLURM_JOB_NODELIST=n1", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	fake_env = three;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES=3, but this is no srun step"));
+	assert_non_null(strstr(err, "srun ddprun"));
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER,
+					 &info, err, sizeof(err)),
+			 0);
+	fake_env = one;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "123"); /* no step */
 }
 
 static void test_info_alternate_names(void **state)
 {
-	static const char *const env[] = {"SLURM_JOBID=9", "SLURM_JOB_NUM_NODES=2",
-					  "SLURM_NODEID=1", "SLURM_NODELIST=x[1-2]", NULL};
+	static const char *const env[] = {"SLURM_JOBID=9",	   "SLURM_STEPID=0",
+					  "SLURM_JOB_NUM_NODES=2", "SLURM_NODEID=1",
+					  "SLURM_NODELIST=x[1-2]", NULL};
 	struct slurm_info info;
 	char err[256] = "";
 
@@ -314,6 +345,7 @@ int main(void)
 		cmocka_unit_test(test_info_step_nodelist_first),
 		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
+		cmocka_unit_test(test_info_batch_script_of_several_nodes),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_reads_only_what_is_needed),
 		cmocka_unit_test(test_info_malformed),
