@@ -145,7 +145,10 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	j->cpu_sets = numa_sets(o, j->nproc);
 	gethostname(j->hostname, sizeof(j->hostname) - 1);
 	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
-	if (rc != 0 && j->multinode && (rc == -ENOENT || rc == -EACCES)) {
+	/* An elastic job (--nnodes MIN:MAX, MIN < MAX) runs on without the
+	 * node, as it would without one that never came. */
+	if (rc != 0 && j->multinode && (!j->dynamic || j->min_nodes == j->max_nodes) &&
+	    (rc == -ENOENT || rc == -EACCES)) {
 		fprintf(stderr, "ddprun: error: %s (telling the other nodes)\n", err);
 		j->prefail_status = rc == -ENOENT ? 127 : 126;
 		snprintf(j->prefail_msg, sizeof(j->prefail_msg), "%.300s (on host %.60s)", err,

@@ -77,9 +77,10 @@ struct job {
 	int store_io;		     /* STORE_IO_* for the stores ddprun hosts */
 	/* --master-addr came from this SLURM_*NODELIST; NULL: it did not. */
 	const char *slurm_master_var;
-	/* Several nodes, but this one cannot start its program: it joins the
-	 * rendezvous only to end it for every node with this status (126, 127)
-	 * and message, rather than leave them waiting join_timeout. 0: none. */
+	/* Several nodes (a fixed number), but this one cannot start its
+	 * program: it joins the rendezvous only to end it for every node with
+	 * this status (126, 127) and message, rather than leave them waiting
+	 * join_timeout. 0: none. */
 	int prefail_status;
 	char prefail_msg[400];
 	/* What the job owns. */

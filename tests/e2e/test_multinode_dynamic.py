@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import binary, free_port, wait_for
-from mnutil import (FAST, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
+from mnutil import (FAST, Agent, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
                     read_envs, record, worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
@@ -224,3 +224,23 @@ def test_a_closed_count_outside_nnodes_is_refused_before_it_sizes_anything(reape
     assert a.wait() == 1, a.stderr()
     assert ("round 0 closed with 2147483647 nodes, outside --nnodes 1:2: the store's value "
             "is not this job's") in a.stderr()
+
+
+def test_a_node_that_cannot_start_its_program_leaves_an_elastic_job_running(reaper, tmp_path):
+    """--nnodes 1:2: a node whose program is missing exits 127 alone, as one
+    that never came; the job runs on without it (a fixed number of nodes
+    would all end with 127: test_multinode_static.py)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    env = clean_env(OUT=str(out))
+    ep = f"127.0.0.1:{free_port()}"
+    conf = FAST + ",last_call_timeout=1"
+    a = dyn_agent(reaper, tmp_path, "a", ep, "1:2", 1, REC, conf=conf, env=env)
+    bad = Agent(reaper, tmp_path, "bad",
+                ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint", ep,
+                 "--rdzv-id", "job", "--rdzv-conf", conf, "--nproc-per-node", "1",
+                 "/nonexistent/prog"], env=env)
+    assert bad.wait() == 127, bad.stderr()
+    assert "(telling the other nodes)" not in bad.stderr()
+    assert a.wait() == 0, a.stderr()
+    assert sorted(read_envs(out)) == [(1, 0, 0)]
