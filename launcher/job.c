@@ -110,6 +110,22 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 			o->slurm_master_var ? o->slurm_master_var : "SLURM_JOB_NODELIST";
 }
 
+/* This node cannot run its part (job.h: prefail_status): with a fixed number
+ * of nodes it says so and tells the others through the rendezvous, so that
+ * every node ends with status at once. An elastic job (--nnodes MIN:MAX, MIN
+ * < MAX) runs on without it, as without a node that never came: false, and
+ * the caller ends alone. */
+static bool prefail(struct job *j, int status, const char *err)
+{
+	if (!j->multinode || (j->dynamic && j->min_nodes != j->max_nodes))
+		return false;
+	fprintf(stderr, "ddprun: error: %s (telling the other nodes)\n", err);
+	j->prefail_status = status;
+	snprintf(j->prefail_msg, sizeof(j->prefail_msg), "%.300s (on host %.60s)", err,
+		 j->hostname);
+	return true;
+}
+
 int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(const char *name))
 {
 	char err[512];
@@ -120,8 +136,16 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 		random_hex(j->run_id_buf, sizeof(j->run_id_buf));
 		o->rdzv_id = j->run_id = j->run_id_buf;
 	}
+	gethostname(j->hostname, sizeof(j->hostname) - 1);
+	random_hex(j->nonce_buf, sizeof(j->nonce_buf));
+	j->shm_nonce = j->nonce_buf;
 	rc = nproc_resolve(o, &j->nproc, err, sizeof(err));
 	if (rc != 0) {
+		/* --nproc-per-node=gpu on a node without one. No worker will
+		 * start: one placeholder, no program looked up. */
+		j->nproc = 1;
+		if (prefail(j, 1, err))
+			return 0;
 		fprintf(stderr, "ddprun: error: %s\n", err);
 		return 1;
 	}
@@ -143,22 +167,15 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	}
 	cli_torch2_warn(o, j->nproc, stderr);
 	j->cpu_sets = numa_sets(o, j->nproc);
-	gethostname(j->hostname, sizeof(j->hostname) - 1);
 	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
-	/* An elastic job (--nnodes MIN:MAX, MIN < MAX) runs on without the
-	 * node, as it would without one that never came. */
-	if (rc != 0 && j->multinode && (!j->dynamic || j->min_nodes == j->max_nodes) &&
-	    (rc == -ENOENT || rc == -EACCES)) {
-		fprintf(stderr, "ddprun: error: %s (telling the other nodes)\n", err);
-		j->prefail_status = rc == -ENOENT ? 127 : 126;
-		snprintf(j->prefail_msg, sizeof(j->prefail_msg), "%.300s (on host %.60s)", err,
-			 j->hostname);
-	} else if (rc != 0) {
+	if (rc != 0) {
+		int status = rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
+
+		if ((rc == -ENOENT || rc == -EACCES) && prefail(j, status, err))
+			return 0;
 		fprintf(stderr, "ddprun: error: %s\n", err);
-		return rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
+		return status;
 	}
-	random_hex(j->nonce_buf, sizeof(j->nonce_buf));
-	j->shm_nonce = j->nonce_buf;
 	return 0;
 }
 

@@ -77,10 +77,11 @@ struct job {
 	int store_io;		     /* STORE_IO_* for the stores ddprun hosts */
 	/* --master-addr came from this SLURM_*NODELIST; NULL: it did not. */
 	const char *slurm_master_var;
-	/* Several nodes (a fixed number), but this one cannot start its
-	 * program: it joins the rendezvous only to end it for every node with
-	 * this status (126, 127) and message, rather than leave them waiting
-	 * join_timeout. 0: none. */
+	/* Several nodes (a fixed number), but this one cannot run its part
+	 * (its program not there, 127, or not executable, 126; no GPU for
+	 * --nproc-per-node=gpu, 1): it joins the rendezvous only to end it for
+	 * every node with this status and message, rather than leave them
+	 * waiting join_timeout. 0: none. */
 	int prefail_status;
 	char prefail_msg[400];
 	/* What the job owns. */
@@ -94,7 +95,7 @@ struct job {
  * (and the warnings and checks that need it), NUMA pinning, the program,
  * the host name and the shared-memory nonce. Messages go to stderr. 0, or
  * the exit status to end with (2 bad usage, 126/127 a program that cannot
- * run, 1 otherwise). With several nodes a program that cannot run is
+ * run, 1 otherwise). With a fixed number of several nodes those are
  * prefail_status instead (0 returned). */
 int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(const char *name));
 /* The part of job_resolve that copies o; nproc, prog, cpu_sets, hostname

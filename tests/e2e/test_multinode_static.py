@@ -362,6 +362,25 @@ def test_a_program_missing_on_one_node_ends_every_node_with_its_status(reaper, t
     assert "(on host " in a0.stderr()
 
 
+def test_a_node_without_a_gpu_for_nproc_gpu_ends_every_node(reaper, tmp_path):
+    """--nproc-per-node=gpu on a node that has none (no CUDA driver here, and
+    no device visible anywhere with CUDA_VISIBLE_DEVICES empty): that node
+    says so and ends the round, so every node exits 1 at once instead of
+    waiting join_timeout for it."""
+    port = free_port()
+    env = clean_env()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(2, 0, port, 1, "sleep 20"), env=env)
+    args = node_args(2, 1, port, 1, "true")
+    i = args.index("--nproc-per-node")
+    bad = Agent(reaper, tmp_path, "bad", [*args[:i], "--nproc-per-node=gpu", *args[i + 2:]],
+                env=clean_env(CUDA_VISIBLE_DEVICES=""))
+    for a in (bad, a0):
+        assert a.wait() == 1, a.stderr()
+        assert "--nproc-per-node=gpu: no visible GPU" in a.stderr(), a.stderr()
+    assert "(telling the other nodes)" in bad.stderr()
+    assert "(on host " in a0.stderr()
+
+
 def test_a_program_missing_with_no_store_keeps_its_status():
     r = run([binary("ddprun"), "--nnodes", "2", "--node-rank", "1", "--master-addr",
              "127.0.0.1", "--master-port", str(free_port()), "--rdzv-conf", "join_timeout=1",
