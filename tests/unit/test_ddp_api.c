@@ -84,6 +84,7 @@ static void test_a_reducer_outliving_its_context_is_only_destroyed(void **state)
 	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
 	assert_int_equal(ddp_finalize(ctx), 0);
 	assert_null(ddp_reducer_grad(r, 0));
+	assert_non_null(strstr(ddp_errmsg(), "context was finalized"));
 	assert_int_equal(ddp_reducer_mark_ready(r, 0), -EINVAL);
 	assert_non_null(strstr(ddp_errmsg(), "context was finalized"));
 	assert_int_equal(ddp_reducer_finish(r), -EINVAL);
@@ -179,6 +180,12 @@ static void test_every_failing_call_says_why(void **state)
 			    "ddp_reducer_bucket_info: bucket 1 of 1");
 	assert_fails_saying(ddp_reducer_bucket_info(NULL, 0, NULL, NULL), -EINVAL,
 			    "ddp_reducer_bucket_info");
+	stale_message();
+	assert_null(ddp_reducer_grad(r, 1));
+	assert_non_null(strstr(ddp_errmsg(), "ddp_reducer_grad: parameter 1 of 1"));
+	stale_message();
+	assert_null(ddp_reducer_grad(NULL, 0));
+	assert_non_null(strstr(ddp_errmsg(), "no reducer"));
 	ddp_reducer_destroy(r);
 	assert_int_equal(ddp_finalize(ctx), 0);
 

@@ -274,8 +274,8 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 void ddp_reducer_destroy(struct ddp_reducer *r);
 
 /* The gradient of parameter i: count elements of its dtype inside a bucket
- * (device memory for nccl). Stable for the reducer's lifetime; NULL if i is
- * out of range. */
+ * (device memory for nccl). Stable for the reducer's lifetime; NULL (and
+ * ddp_errmsg saying why) if i is out of range or the context was finalized. */
 void *ddp_reducer_grad(struct ddp_reducer *r, size_t i);
 
 /* Sets every gradient to zero (call before each backward pass, after finish).

@@ -323,7 +323,13 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 
 void *ddp_reducer_grad(struct ddp_reducer *r, size_t i)
 {
-	return r && r->ctx && i < r->nparams ? r->grad[i] : NULL;
+	if (detached(r) < 0)
+		return NULL;
+	if (i >= r->nparams) {
+		ddpi_err(-EINVAL, "ddp_reducer_grad: parameter %zu of %zu", i, r->nparams);
+		return NULL;
+	}
+	return r->grad[i];
 }
 
 int ddp_reducer_zero_grad(struct ddp_reducer *r)
