@@ -120,6 +120,11 @@ static void on_signal(int sig, siginfo_t *si, void *ctx)
 	errno = saved;
 }
 
+static const char *env_of(const char *name)
+{
+	return getenv(name);
+}
+
 /* Under srun (SLURM_STEP_ID set): the nearest ancestor that is slurmstepd,
  * or 0. A batch script has no step id: its slurmstepd signals the script
  * only (scancel --batch, --signal=B:SIG@T), never ddprun's workers. Nor
@@ -130,7 +135,7 @@ static pid_t find_stepd(void)
 	pid_t pid = getppid();
 	int i;
 
-	if (getenv("SLURM_JOB_ID") == NULL || getenv("SLURM_STEP_ID") == NULL ||
+	if (getenv("SLURM_JOB_ID") == NULL || slurm_step_id(env_of) == NULL ||
 	    slurm_proctrack_pgid(getenv("SLURM_CONF")))
 		return 0;
 	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {

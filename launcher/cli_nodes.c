@@ -19,8 +19,8 @@ static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *
 
 	/* Outside a step (the batch script) --nnodes 1 is how to run alone. */
 	if (!g->nnodes || g->node_rank || o->standalone || strcmp(o->rdzv_backend, "static") != 0 ||
-	    (getenv_fn("SLURM_STEP_ID") == NULL && getenv_fn("SLURM_STEPID") == NULL) ||
-	    v == NULL || util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n)
+	    slurm_step_id(getenv_fn) == NULL || v == NULL ||
+	    util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n)
 		return 0;
 	snprintf(err, errlen,
 		 "--nnodes %d is below the %d nodes of this srun step (SLURM_NNODES), whose node "

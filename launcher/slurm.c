@@ -312,6 +312,13 @@ static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char 
 	return 0;
 }
 
+const char *slurm_step_id(const char *(*getenv_fn)(const char *name))
+{
+	const char *v = getenv_fn("SLURM_STEP_ID");
+
+	return v != NULL ? v : getenv_fn("SLURM_STEPID");
+}
+
 int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 		    struct slurm_info *info, char *err, size_t errlen)
 {
@@ -334,9 +341,7 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 	}
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
-	v = getenv_fn("SLURM_STEP_ID");
-	if (v == NULL)
-		v = getenv_fn("SLURM_STEPID");
+	v = slurm_step_id(getenv_fn);
 	if (v != NULL)
 		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id, v);
 	else
@@ -358,8 +363,7 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 			 info->node_rank, info->nnodes);
 		return -EINVAL;
 	}
-	if (info->nnodes > 1 && getenv_fn("SLURM_STEP_ID") == NULL &&
-	    getenv_fn("SLURM_STEPID") == NULL) {
+	if (info->nnodes > 1 && slurm_step_id(getenv_fn) == NULL) {
 		/* The batch script (or salloc's shell): nobody starts the other
 		 * nodes' ddprun, whom node 0 would wait for until join_timeout. */
 		snprintf(err, errlen,

@@ -56,6 +56,10 @@ struct slurm_info {
  * node), or several nodes needed outside a step (no SLURM_STEP_ID: the
  * batch script, where no other node runs ddprun). A variable not needed is not read, so a flag overrides a malformed
  * one. */
+/* SLURM_STEP_ID (or the older SLURM_STEPID): set in an srun step, not in the
+ * batch script or salloc's shell; NULL there. */
+const char *slurm_step_id(const char *(*getenv_fn)(const char *name));
+
 int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 		    struct slurm_info *info, char *err, size_t errlen);
 
