@@ -5,12 +5,17 @@ sizes, around the threshold, above a staging slot, and above 32 MiB, where
 all_gather's results and a staged broadcast's from 3 ranks are streamed into
 place; in-place all_gather; every broadcast root), and when the single copy
 is refused, at init or mid-way, every rank falls back together and the
-results stay exact.
+results stay exact. An all_reduce above 32 KiB of private buffers sums
+each rank's slice from the peers' buffers read the same way and writes it
+into theirs (process_vm_writev): exact, bit-identical on every rank, every
+dtype and op; a transfer failing mid-way cannot fall back (a peer's buffer
+may hold sums already) and fails the call on every rank, each saying why.
 
-The worker is tests/progs/ddp_coll.c `big`. DDP_SHM_CMA=1 takes the single
+The worker is tests/progs/ddp_coll.c `big` (all_reduce: `check`, every dtype and op up
+to 300000 elements, and `same`). DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never
-takes it; auto from 16 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe or its first
-read. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
+takes it; auto from 16 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_FAIL (a test hook) fails one rank's probe, its first
+read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
 import shutil
@@ -30,27 +35,31 @@ def store(reaper, tmp_path):
     return start_store(reaper, tmp_path)
 
 
-def run_big(reaper, store, nproc, extra, cmd=None):
-    cmd = (cmd or []) + [prog("ddp_coll"), "big"]
-    procs = launch(reaper, cmd, nproc, store, "t" + uuid.uuid4().hex[:10], extra=extra)
-    results = wait_all(procs, timeout=120)
+def run_ok(reaper, store, nproc, extra, cmd=None, mode="big"):
+    results = run_coll(reaper, store, nproc, extra, cmd, mode)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
         assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
     return [err for _, _, err in results]
 
 
+def run_coll(reaper, store, nproc, extra, cmd=None, mode="big"):
+    cmd = (cmd or []) + [prog("ddp_coll"), mode]
+    procs = launch(reaper, cmd, nproc, store, "t" + uuid.uuid4().hex[:10], extra=extra)
+    return wait_all(procs, timeout=120)
+
+
 @pytest.mark.parametrize("nproc", [2, 4])
 @pytest.mark.parametrize("cma", ["1", "0", "auto"])
 def test_large_all_gather_and_broadcast_are_exact_on_both_paths(reaper, store, nproc, cma):
-    errs = run_big(reaper, store, nproc, {"DDP_SHM_CMA": cma, "DDP_QUIET": "0"})
+    errs = run_ok(reaper, store, nproc, {"DDP_SHM_CMA": cma, "DDP_QUIET": "0"})
     for err in errs:
         assert NO_CMA not in err and MIDWAY not in err, err
 
 
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_a_refused_probe_on_one_rank_makes_every_rank_stage(reaper, store, nproc):
-    errs = run_big(reaper, store, nproc,
+    errs = run_ok(reaper, store, nproc,
                    {"DDP_SHM_CMA": "1", "DDP_QUIET": "0", "DDP_TEST_CMA_FAIL": "probe:1"})
     assert f"{NO_CMA} (rank 1: Operation not permitted): staging" in errs[0], errs[0]
     assert all(NO_CMA not in e for e in errs[1:]), errs
@@ -60,7 +69,7 @@ def test_a_refused_probe_on_one_rank_makes_every_rank_stage(reaper, store, nproc
 def test_a_read_failing_midway_falls_back_on_every_rank(reaper, store, nproc):
     """Rank 1's first read fails (in the first all_gather): that call and
     every later one are staged, on every rank, with exact results."""
-    errs = run_big(reaper, store, nproc,
+    errs = run_ok(reaper, store, nproc,
                    {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": "read:1"})
     assert f"all_gather: {MIDWAY}" in errs[1], errs[1]
     assert "staging through shared memory from now on" in errs[1], errs[1]
@@ -72,7 +81,45 @@ def test_the_kernel_refusing_the_reads_makes_every_rank_stage(reaper, store):
     """Undumpable processes can only be read with CAP_SYS_PTRACE: dropped
     (root) or never held (other users)."""
     wrap = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
-    errs = run_big(reaper, store, 2,
+    errs = run_ok(reaper, store, 2,
                    {"DDP_SHM_CMA": "1", "DDP_QUIET": "0", "DDP_COLL_UNDUMPABLE": "1"},
                    cmd=wrap if os.geteuid() == 0 else [])
     assert f"{NO_CMA} (rank 0: Operation not permitted): staging" in errs[0], errs[0]
+
+
+@pytest.mark.parametrize("mode", ["check", "same"])
+@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("cma", ["1", "0"])
+def test_large_all_reduce_is_exact_on_both_paths(reaper, store, mode, nproc, cma):
+    """check: every dtype and op, sums exact; same: float32/16 and bfloat16
+    at odd sizes up to 3 M elements, averages bit-identical on every rank
+    (all_gathered and compared by the worker)."""
+    errs = run_ok(reaper, store, nproc, {"DDP_SHM_CMA": cma, "DDP_QUIET": "0"}, mode=mode)
+    for err in errs:
+        assert NO_CMA not in err and "single copy failed" not in err, err
+
+
+@pytest.mark.parametrize("hook,nproc", [("read:1", 2), ("write:1", 2), ("write:0", 3)])
+def test_an_all_reduce_transfer_failing_midway_fails_the_call_on_every_rank(
+        reaper, store, hook, nproc):
+    """The first all_reduce above 32 KiB: the hooked rank's first read (or
+    write) fails. It says which transfer to which rank; every other rank
+    fails the same call naming it; nobody hangs, nobody returns a wrong
+    result as if it were right. auto at 2 ranks (the 8-byte all_gathers
+    stay staged, so the hook meets the all_reduce), 1 at 3 (the ranks
+    outnumber the cores here)."""
+    bad = int(hook.split(":")[1])
+    results = run_coll(reaper, store, nproc,
+                       {"DDP_SHM_CMA": "auto" if nproc == 2 else "1",
+                        "DDP_TEST_CMA_FAIL": hook}, mode="same")
+    verb = "process_vm_readv from" if hook.startswith("read") else "process_vm_writev to"
+    peer = (bad + 1) % nproc  # the first peer a rank reads from and writes to
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc != 0, f"rank {rank} returned 0:\n{out}\n{err}"
+        assert f"ok rank {rank}" not in out, out
+        assert "killed at the test deadline" not in err, err
+        if rank == bad:
+            assert (f"all_reduce: {verb} rank {peer} failed (Bad address): "
+                    "the result is lost") in err, err
+        else:
+            assert f"all_reduce: rank {bad}'s single copy failed: the result is lost" in err, err

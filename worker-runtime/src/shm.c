@@ -341,6 +341,7 @@ void ddpi_shm_close(struct ddpi_shm *s)
 		munmap(s->map, s->map_len);
 	free(s->stage);
 	free(s->slot_done);
+	free(s->cma_scratch);
 	free(s);
 }
 

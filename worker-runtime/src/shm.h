@@ -108,7 +108,9 @@ struct ddpi_shm {
 	uint64_t cma_probe;	       /* the word the peers read at init */
 	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
 	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
-	int cma_test_fail;	       /* test hook: fail the probe (1) or the next read (2) */
+	int cma_test_fail; /* test hook: fail the probe (1), the next read (2) or write (3) */
+	char *cma_scratch; /* all_reduce: a chunk of each peer's part, lws - 1 */
+	size_t cma_chunk;  /* bytes of one peer's part in cma_scratch */
 	/* shm_mem.c */
 	struct ddpi_shm_region *regions; /* mine, shared */
 	uint64_t region_ids;
@@ -197,12 +199,13 @@ void ddpi_shm_slice_bounds(size_t m, int n, int q, size_t es, size_t *lo, size_t
  * reader k ranks after it (shm_cma.c). */
 void ddpi_shm_bcast_slice(size_t bytes, int n, int k, size_t *lo, size_t *hi);
 
-/* Single copy (shm_cma.c): at init, whether every local rank can read every
- * other's memory with process_vm_readv (Linux CMA), agreed through the
- * segment; then all_gather (my own part included) and broadcast of at least
- * cma_min bytes read straight from the peers' buffers. They return 1 when the reads failed on
- * some rank (every rank then returns 1, and the single copy is off from now
- * on): the caller moves the data the staged way. */
+/* Single copy (shm_cma.c): at init, whether every local rank can read and
+ * write every other's memory with process_vm_readv/writev (Linux CMA),
+ * agreed through the segment; then all_gather (my own part included) and
+ * broadcast of at least cma_min bytes read straight from the peers' buffers.
+ * They return 1 when the transfers failed on some rank (every rank then
+ * returns 1, and the single copy is off from now on): the caller moves the
+ * data the staged way. */
 int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t deadline);
 /* declared: ddpi_shm_cma_declare was called and a step taken since (the
  * direct paths' agreement), so the peers know the buffer already. */
@@ -211,6 +214,11 @@ int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root
 			   int64_t deadline);
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			    const int *pos, int declared, int64_t deadline);
+/* all_reduce of a large message (the caller's buffer reduced in place): no
+ * fallback once it started (a peer's buffer may hold part of the result):
+ * a failed transfer on any rank fails the call on every rank. */
+int ddpi_shm_cma_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
+			    enum ddp_op op, int avg_div, int declared, int64_t deadline);
 
 /* Collectives among the node's ranks (shm_coll.c). */
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,

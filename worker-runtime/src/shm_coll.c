@@ -14,6 +14,11 @@
  * (in rank order, so all get the same bits). One synchronization instead of
  * three is what makes 4 KiB fast.
  *
+ * Above SMALL_BYTES, where the kernel lets the ranks read and write each
+ * other's memory (shm_cma.c), an all_reduce goes without the slots: each
+ * rank reads its slice of the peers' buffers, sums it into its own and
+ * writes it into theirs, with no wait in between.
+ *
  * all_gather and broadcast: through the slots, or, large and where the kernel
  * lets the ranks read each other's memory, in one copy (shm_cma.c).
  *
@@ -171,6 +176,13 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	return 0;
 }
 
+/* cma_min is agreed and the sizes are compared: every rank takes the same path
+ * (a rank with another size is caught at the start of either). */
+static int single_copy(const struct ddpi_shm *s, size_t bytes)
+{
+	return s->cma_min && bytes >= s->cma_min;
+}
+
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			enum ddp_op op, int avg_div, int64_t deadline)
 {
@@ -193,15 +205,18 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 		rc = all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
 	} else {
 		char *peer[DDPI_SHM_MAX_LOCAL];
+		int cma = single_copy(s, bytes), zc = bytes >= DDPI_ZC_REDUCE_MIN_BYTES;
 
 		/* One step more to agree whether every buffer is shared (none
 		 * is, the usual case: about a microsecond of a call that takes
-		 * 30 or more). */
-		rc = bytes >= DDPI_ZC_REDUCE_MIN_BYTES
-			     ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer)
-			     : 0;
+		 * 30 or more); the single copy's declaration goes in it. */
+		if (zc && cma)
+			ddpi_shm_cma_declare(s, buf, bytes);
+		rc = zc ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer) : 0;
 		if (rc == 1)
 			rc = ddpi_shm_all_reduce_direct(s, peer, count, dt, op, avg_div, deadline);
+		else if (rc == 0 && cma)
+			rc = ddpi_shm_cma_all_reduce(s, buf, count, dt, op, avg_div, zc, deadline);
 		else if (rc == 0)
 			rc = all_reduce_large(s, buf, count, dt, op, avg_div, deadline);
 	}
@@ -251,13 +266,6 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 		ddpi_shm_release_slot(s, slot);
 	}
 	return rc;
-}
-
-/* cma_min is agreed and the sizes are compared: every rank takes the same path
- * (a rank with another size is caught at the start of either). */
-static int single_copy(const struct ddpi_shm *s, size_t bytes)
-{
-	return s->cma_min && bytes >= s->cma_min;
 }
 
 int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
