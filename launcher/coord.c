@@ -47,6 +47,12 @@ const char **coord_keys(struct coord *c, const char *first, size_t n, const char
 
 /* ---- connections --------------------------------------------------------------------- */
 
+bool coord_said_at_once(const struct coord *c)
+{
+	return c->job->prefail_status != 0 ||
+	       (!c->job->dynamic && c->job->node_rank >= c->job->max_nodes);
+}
+
 static void on_connect(struct store_async *h, int status, void *arg)
 {
 	struct coord *c = arg;
@@ -58,8 +64,7 @@ static void on_connect(struct store_async *h, int status, void *arg)
 			coord_probe(c);
 		return;
 	}
-	if (status < 0 && (c->job->prefail_status != 0 ||
-			   (!c->job->dynamic && c->job->node_rank >= c->job->max_nodes))) {
+	if (status < 0 && coord_said_at_once(c)) {
 		/* The error was said; its status stays (a usage error's, 126, 127). */
 		coord_fail(c, c->job->prefail_status ? c->job->prefail_status : 2,
 			   "could not tell the other nodes: no rendezvous store at %s:%d",
