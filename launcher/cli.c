@@ -82,7 +82,7 @@ static const struct optdef {
 	[O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, false, true, ""},
 	[O_NODE_RANK] = {"node-rank", 0, false, true, "0"},
 	[O_MASTER_ADDR] = {"master-addr", 0, false, true, "127.0.0.1"},
-	[O_MASTER_PORT] = {"master-port", 0, false, true, "29500"},
+	[O_MASTER_PORT] = {"master-port", 0, false, true, CLI_MASTER_PORT},
 	[O_LOCAL_ADDR] = {"local-addr", 0, false, true, NULL},
 	[O_SIGNALS] = {"signals-to-handle", 0, false, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 	[O_FORWARD_SIGNALS] = {"forward-signals", 0, false, true, NULL},

@@ -33,6 +33,10 @@
 #define CLI_MAX_SIGNALS	 32
 #define CLI_MAX_PORT	 65535
 #define CLI_MAX_RESTARTS 1000000
+/* torchrun's default ports: --master-port's (static; a string, the option's
+ * default), and --rdzv-endpoint's when it names none (c10d). */
+#define CLI_MASTER_PORT "29500"
+#define CLI_RDZV_PORT	29400
 
 enum { CLI_OK = 0, CLI_HELP = 1, CLI_VERSION = 2 };
 

@@ -181,6 +181,25 @@ static void test_help_and_version(void **state)
 	assert_int_equal(parse(&o, ARGS("--version")), CLI_VERSION);
 }
 
+/* --help states the default --master-port that a multi-node job takes. */
+static void test_help_states_the_default_master_port(void **state)
+{
+	struct cli_opts o;
+	char *text = NULL, want[64];
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	assert_non_null(f);
+	cli_usage(f);
+	fclose(f);
+	assert_int_equal(parse(&o, ARGS("--nnodes", "2", "p")), CLI_OK);
+	snprintf(want, sizeof(want), "else %d)", o.master_port);
+	if (strstr(text, want) == NULL)
+		fail_msg("--help lacks '%s':\n%s", want, text);
+	free(text);
+	cli_free(&o);
+}
+
 /* Each malformed line fails with -EINVAL and a message naming the problem. */
 static void expect_error(const char *needle, char **argv)
 {
@@ -644,6 +663,7 @@ int main(void)
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
+		cmocka_unit_test_setup(test_help_states_the_default_master_port, setup),
 		cmocka_unit_test_setup(test_duplicate_filters_take_memory_by_their_length, setup),
 		cmocka_unit_test_setup(test_errors, setup),
 		cmocka_unit_test_setup(test_a_bound_stated_is_the_bound_enforced, setup),
