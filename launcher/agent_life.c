@@ -46,8 +46,10 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		snprintf(err, errlen, "cannot open /dev/null: %s", strerror(errno));
 		goto fail;
 	}
-	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir. */
-	redirected = a->job->redirects.all != 0 || a->job->tee.all != 0;
+	/* -r/-t without --log-dir: torchrun's layout in a kept temporary dir,
+	 * only where a log is written (a map of other nodes' local ranks
+	 * leaves this one the removable error-file directory, unnamed). */
+	redirected = job_writes_logs(a->job);
 	rc = logdir_create(&a->logdir, a->job->log_dir, a->job->run_id, redirected, err, errlen);
 	if (rc != 0)
 		goto fail;

@@ -82,7 +82,7 @@ static const struct optdef {
 	[O_LOCAL_RANKS_FILTER] = {"local-ranks-filter", 0, false, true, ""},
 	[O_NODE_RANK] = {"node-rank", 0, false, true, "0"},
 	[O_MASTER_ADDR] = {"master-addr", 0, false, true, "127.0.0.1"},
-	[O_MASTER_PORT] = {"master-port", 0, false, true, "29500"},
+	[O_MASTER_PORT] = {"master-port", 0, false, true, CLI_MASTER_PORT},
 	[O_LOCAL_ADDR] = {"local-addr", 0, false, true, NULL},
 	[O_SIGNALS] = {"signals-to-handle", 0, false, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT"},
 	[O_FORWARD_SIGNALS] = {"forward-signals", 0, false, true, NULL},
@@ -142,10 +142,21 @@ static bool from_env(struct parse *p, int i)
 /* What a time in seconds may be (util_parse_seconds_ms). */
 #define SECONDS "a number of seconds from 0 to " UTIL_STR(UTIL_SECONDS_MAX)
 
-static int bad_value(struct parse *p, int i, const char *expect)
+/* expect: what option i takes, as a format, so that a bound it states is
+ * the define its check enforces. */
+static int bad_value(struct parse *p, int i, const char *expect, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int bad_value(struct parse *p, int i, const char *expect, ...)
 {
+	char what[200];
+	va_list ap;
+
+	va_start(ap, expect);
+	vsnprintf(what, sizeof(what), expect, ap);
+	va_end(ap);
 	return fail(p, "invalid value '%.200s' for %s: expected %s", p->raw[i].val, src_of(p, i),
-		    expect);
+		    what);
 }
 
 /* Whether s[0..len) begins option i's name ('_' and '-' are the same). */
@@ -320,6 +331,11 @@ static int parse_flag(struct parse *p, int i, bool *out)
 	return 0;
 }
 
+static int bad_nnodes(struct parse *p)
+{
+	return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX <= %d", CLI_MAX_NODES);
+}
+
 static int parse_nnodes(struct parse *p, struct cli_opts *o)
 {
 	const char *v = p->raw[O_NNODES].val;
@@ -328,18 +344,18 @@ static int parse_nnodes(struct parse *p, struct cli_opts *o)
 
 	if (colon == NULL) {
 		if (util_parse_int(v, 1, CLI_MAX_NODES, &o->min_nodes) != 0)
-			return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+			return bad_nnodes(p);
 		o->max_nodes = o->min_nodes;
 		return 0;
 	}
 	if ((size_t)(colon - v) >= sizeof(buf))
-		return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+		return bad_nnodes(p);
 	memcpy(buf, v, (size_t)(colon - v));
 	buf[colon - v] = '\0';
 	if (util_parse_int(buf, 1, CLI_MAX_NODES, &o->min_nodes) != 0 ||
 	    util_parse_int(colon + 1, 1, CLI_MAX_NODES, &o->max_nodes) != 0 ||
 	    o->min_nodes > o->max_nodes)
-		return bad_value(p, O_NNODES, "N or MIN:MAX with 1 <= MIN <= MAX");
+		return bad_nnodes(p);
 	return 0;
 }
 
@@ -357,7 +373,8 @@ static int parse_nproc(struct parse *p, struct cli_opts *o)
 	else if (util_parse_int(v, 1, CLI_MAX_NPROC, &o->nproc) == 0)
 		o->nproc_kind = CLI_NPROC_NUM;
 	else
-		return bad_value(p, O_NPROC, "an integer from 1 to 4096, gpu, cpu or auto");
+		return bad_value(p, O_NPROC, "an integer from 1 to %d, gpu, cpu or auto",
+				 CLI_MAX_NPROC);
 	return 0;
 }
 
@@ -505,7 +522,7 @@ static int parse_signals(struct parse *p, int i, int *sigs, int *n)
 			;
 		if (k == *n) {
 			if (*n == CLI_MAX_SIGNALS)
-				return bad_value(p, i, "at most 32 signals");
+				return bad_value(p, i, "at most %d signals", CLI_MAX_SIGNALS);
 			sigs[(*n)++] = sig;
 		}
 		if (comma == NULL)
@@ -610,12 +627,13 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
 		return rc;
 	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
-		return bad_value(p, O_NODE_RANK, "an integer from 0 to 65535 (below --nnodes)");
+		return bad_value(p, O_NODE_RANK, "an integer from 0 to %d (below --nnodes)",
+				 CLI_MAX_NODES - 1);
 	o->master_addr = r[O_MASTER_ADDR].val;
 	if ((rc = check_master_addr(p)) != 0)
 		return rc;
-	if (util_parse_int(r[O_MASTER_PORT].val, 0, 65535, &o->master_port) != 0)
-		return bad_value(p, O_MASTER_PORT, "a port number from 0 to 65535");
+	if (util_parse_int(r[O_MASTER_PORT].val, 0, CLI_MAX_PORT, &o->master_port) != 0)
+		return bad_value(p, O_MASTER_PORT, "a port number from 0 to %d", CLI_MAX_PORT);
 	o->master_port_given = r[O_MASTER_PORT].src != NULL;
 	o->master_port_src = from_env(p, O_MASTER_PORT) ? "PET_MASTER_PORT" : "--master-port";
 	o->rdzv_backend = r[O_RDZV_BACKEND].val;
@@ -631,8 +649,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	o->rdzv_conf = r[O_RDZV_CONF].val;
 	if ((rc = parse_rdzv_conf(p, o)) != 0)
 		return rc;
-	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, 1000000, &o->max_restarts) != 0)
-		return bad_value(p, O_MAX_RESTARTS, "an integer from 0 to 1000000");
+	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, CLI_MAX_RESTARTS, &o->max_restarts) != 0)
+		return bad_value(p, O_MAX_RESTARTS, "an integer from 0 to %d", CLI_MAX_RESTARTS);
 	if (util_parse_seconds_ms(r[O_MONITOR_INTERVAL].val, &o->monitor_interval_ms) != 0)
 		return bad_value(p, O_MONITOR_INTERVAL, SECONDS);
 	o->start_method = r[O_START_METHOD].val;

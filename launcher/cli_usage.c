@@ -36,10 +36,12 @@ void cli_usage(FILE *f)
 	      "  --nnodes N|MIN:MAX         number of nodes (1); a range needs c10d\n"
 	      "  --node-rank N              rank of this node (0), static rendezvous\n"
 	      "  --master-addr HOST         node 0, which hosts the store (127.0.0.1)\n"
-	      "  --master-port PORT         store port (single node: a free port; else 29500)\n"
-	      "  --rdzv-backend static|c10d how nodes meet (static)\n"
-	      "  --rdzv-endpoint HOST[:PORT]  c10d: the store (port 29400)\n"
-	      "  --rdzv-id ID               run id; jobs on one store stay apart (none; Slurm:\n"
+	      "  --master-port PORT         store port (single node: a free port; "
+	      "else " CLI_MASTER_PORT ")\n"
+	      "  --rdzv-backend static|c10d how nodes meet (static)\n",
+	      f);
+	fprintf(f, "  --rdzv-endpoint HOST[:PORT]  c10d: the store (port %d)\n", CLI_RDZV_PORT);
+	fputs("  --rdzv-id ID               run id; jobs on one store stay apart (none; Slurm:\n"
 	      "                             JOB.STEP)\n"
 	      "  --rdzv-conf K=V,...        join_timeout, last_call_timeout, heartbeat_timeout,\n"
 	      "                             keep_alive_interval, exit_barrier_timeout, is_host\n"

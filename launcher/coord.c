@@ -47,6 +47,12 @@ const char **coord_keys(struct coord *c, const char *first, size_t n, const char
 
 /* ---- connections --------------------------------------------------------------------- */
 
+bool coord_said_at_once(const struct coord *c)
+{
+	return c->job->prefail_status != 0 ||
+	       (!c->job->dynamic && c->job->node_rank >= c->job->max_nodes);
+}
+
 static void on_connect(struct store_async *h, int status, void *arg)
 {
 	struct coord *c = arg;
@@ -58,8 +64,7 @@ static void on_connect(struct store_async *h, int status, void *arg)
 			coord_probe(c);
 		return;
 	}
-	if (status < 0 && (c->job->prefail_status != 0 ||
-			   (!c->job->dynamic && c->job->node_rank >= c->job->max_nodes))) {
+	if (status < 0 && coord_said_at_once(c)) {
 		/* The error was said; its status stays (a usage error's, 126, 127). */
 		coord_fail(c, c->job->prefail_status ? c->job->prefail_status : 2,
 			   "could not tell the other nodes: no rendezvous store at %s:%d",
@@ -557,7 +562,7 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	c->connect_timeout_ms = c->conf->join_timeout_ms;
 	if (job->dynamic)
 		rc = util_parse_hostport(job->rdzv_endpoint, c->store_host, sizeof(c->store_host),
-					 29400, &c->store_port);
+					 CLI_RDZV_PORT, &c->store_port);
 	else /* --master-addr is a host; the port is --master-port's */
 		rc = util_parse_hostport(job->master_addr, c->store_host, sizeof(c->store_host),
 					 job->master_port, &c->store_port);

@@ -162,6 +162,10 @@ void coord_mark_ended(struct coord *c);
 /* A closing handle of ours is gone. */
 void coord_closed_one(void *arg);
 
+/* This node cannot join, and said why at once, before the rendezvous (a
+ * node rank out of range, a program it cannot run: coord_create, job.c's
+ * prefail): it joins only to tell the others. */
+bool coord_said_at_once(const struct coord *c);
 /* Both store connections (A, W); 0 or a negative errno. */
 int coord_connect(struct coord *c);
 /* One more connection to the store (*out), with the job's key prefix, for
@@ -180,7 +184,9 @@ void coord_probe_failed(struct coord *c);
 /* coord_join.c */
 void coord_join(struct coord *c);
 /* Publish a rendezvous error as the round's closed value (everyone waiting
- * on it ends with status); must_fail: end here even if the round closed. */
+ * on it ends with status); must_fail: this node cannot join, it ends here
+ * even if the round closed (then alone, saying that the job runs on without
+ * it). From CP_JOIN, or CP_START for node 0's probe (coord_start.c). */
 void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg);
 
 /* coord_watch.c */

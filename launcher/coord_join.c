@@ -143,6 +143,38 @@ static void late(struct coord *c)
 	coord_watch_end(c);
 }
 
+/* This node published an error it must end with (coord_publish_error,
+ * must_fail: it cannot join), and val is the round's closed value that came
+ * back. An error (its own, the round was open; or another node's that came
+ * first): every node waiting ends with it, this one too. A count: the round
+ * closed without this node, which never counted in, and its nodes run on
+ * undisturbed; this one ends alone, saying so. Open or closed, the problem
+ * is stated by one message, the one the others would read. */
+static void refused(struct coord *c, const void *val, size_t len)
+{
+	char msg[600], job[64] = "";
+	int n = 0, st = 1, rc = rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg));
+
+	if (rc == 1) {
+		coord_fail(c, st, "error: %s", msg);
+		return;
+	}
+	if (rc < 0 || c->k > 0) { /* a dynamic node that counted in may be in the round */
+		coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
+		return;
+	}
+	if (!c->job->dynamic)
+		snprintf(job, sizeof(job), " (--nnodes %d)", n);
+	snprintf(msg, sizeof(msg),
+		 "the job at %.200s:%d already runs with its %d nodes%s and goes on without "
+		 "this one",
+		 c->store_host, c->store_port, n, job);
+	if (coord_said_at_once(c)) /* the error was the first line: only the outcome */
+		coord_fail(c, c->pub_status, "%s", msg);
+	else
+		coord_fail(c, c->pub_status, "error: %s; %s", c->pub_msg, msg);
+}
+
 static void handle_closed(struct coord *c, const void *val, size_t len)
 {
 	char msg[600];
@@ -152,6 +184,10 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 		return;
 	uv_timer_stop(&c->timer); /* a last call */
 	uv_timer_stop(&c->watch_timer);
+	if (c->pub_must_fail) {
+		refused(c, val, len);
+		return;
+	}
 	rc = rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg));
 	if (rc < 0) {
 		coord_fail(c, 1, "error: round %d's closed value in the store is malformed",
@@ -160,10 +196,6 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 	}
 	if (rc == 1) {
 		coord_fail(c, st, "error: %s", msg);
-		return;
-	}
-	if (c->pub_must_fail) {
-		coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
 		return;
 	}
 	if (!c->job->dynamic && n != c->nnodes) {
@@ -222,7 +254,10 @@ static void on_published(int status, const void *val, size_t len, void *arg)
 			coord_fail(c, c->pub_status, "error: %s", c->pub_msg);
 		return;
 	}
-	handle_closed(c, val, len);
+	if (c->pub_must_fail && c->phase == CP_START) /* node 0's probe (coord_start.c) */
+		refused(c, val, len);
+	else
+		handle_closed(c, val, len);
 }
 
 void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg)

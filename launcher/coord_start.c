@@ -200,9 +200,8 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 		 other.host, other.pid, c->store_port, c->host, (int)getpid());
 	c->probing = false;
 	/* Tell the other node 0 while its round is open (only this node is
-	 * wrong). */
-	tell_round(c, 2, msg);
-	coord_fail(c, 2, "error: %s", msg);
+	 * wrong), as any node that cannot join does. */
+	coord_publish_error(c, 2, true, msg);
 }
 
 /* Connected to whatever holds the port: this job's store? */

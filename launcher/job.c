@@ -190,3 +190,14 @@ bool job_rank_shown(const struct job *j, int local_rank)
 {
 	return cli_ranks_have(j->ranks_filter, j->nranks_filter, local_rank);
 }
+
+bool job_writes_logs(const struct job *j)
+{
+	int lr;
+
+	for (lr = 0; lr < j->nproc; lr++)
+		if (cli_std_get(&j->redirects, lr) != CLI_STD_NONE ||
+		    cli_std_get(&j->tee, lr) != CLI_STD_NONE)
+			return true;
+	return false;
+}

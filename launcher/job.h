@@ -106,5 +106,9 @@ void job_free(struct job *j);
 
 /* True when local_rank is shown on the console (--local-ranks-filter). */
 bool job_rank_shown(const struct job *j, int local_rank);
+/* True when -r/--redirects or -t/--tee send some stream of a local rank of
+ * this node (0..nproc-1) to a log file; a map that names only ranks this
+ * node does not run ("5:3" with 2 workers) writes none here. */
+bool job_writes_logs(const struct job *j);
 
 #endif

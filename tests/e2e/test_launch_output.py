@@ -97,6 +97,30 @@ def test_a_redirect_map_warns_about_a_rank_this_node_does_not_have(tmp_path, fla
                        "(2 workers): no file is written for it")
 
 
+@pytest.mark.parametrize("maps, logs", [
+    (["-r", "5:3", "-t", "4:1"], None),  # only local ranks this node does not run
+    (["-r", "0:0,1:0"], None),  # every rank of this node to none
+    (["-r", "5:3,1:1"], "1/stdout.log"),
+    (["-t", "0:2"], "0/stderr.log"),
+], ids=["other-ranks-only", "none-for-every-rank", "one-of-this-nodes", "tee-one"])
+def test_logs_are_named_only_when_this_node_writes_some(tmp_path, maps, logs):
+    """-r/-t without --log-dir: 'logs are in DIR' names the kept temporary
+    directory when a local rank of this node writes a log there; a map of
+    other ranks only said it of an empty tree, and left that behind."""
+    r = ddprun("--nproc-per-node", "2", *maps, "sh", "-c",
+               'echo "out $RANK"; echo "err $RANK" >&2')
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith("ddprun: logs are in ")]
+    kept = os.listdir(tmp_path / "tmpdir")
+    if logs is None:
+        assert said == [] and kept == [], (r.stderr, kept)
+        return
+    assert len(said) == 1, r.stderr
+    d = said[0][len("ddprun: logs are in "):]
+    assert d.startswith(str(tmp_path / "tmpdir")), d
+    assert os.path.isfile(os.path.join(d, "attempt_0", logs)), d
+
+
 def run_dir(logdir, run_id="none"):
     dirs = glob.glob(os.path.join(logdir, f"{run_id}_*"))
     assert len(dirs) == 1, dirs

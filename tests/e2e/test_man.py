@@ -48,3 +48,13 @@ def test_every_ddpstore_command_of_help_is_a_heading_of_the_man_page():
     assert len(commands) >= 13
     for c in commands:
         assert any(l == c or l.startswith(c + "  ") for l in lines), c
+
+
+def test_the_nproc_bound_of_the_man_page_is_the_one_ddprun_enforces():
+    """ddprun(1) states --nproc-per-node's bound in words; the number is the
+    one ddprun's refusal states (cli.h's CLI_MAX_NPROC)."""
+    r = run([binary("ddprun"), "--nproc-per-node", "999999999", "true"])
+    assert r.returncode == 2, r.stderr
+    bound = re.search(r"expected an integer from 1 to (\d+)", r.stderr)
+    assert bound, r.stderr
+    assert f"Workers on this node (default 1, at most {bound.group(1)})." in rendered("ddprun.1")

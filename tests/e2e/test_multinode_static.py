@@ -130,6 +130,52 @@ def test_a_node_rank_out_of_range_with_no_store_is_still_a_usage_error():
     assert "could not tell the other nodes" in r.stderr
 
 
+# Until the test makes $OUT/go (bounded: a minute).
+UNTIL_GO = ('echo "hi $RANK"; i=0; while [ ! -e "$OUT/go" ] && [ $i -lt 1200 ]; do sleep 0.05; '
+            'i=$((i+1)); done; echo "bye $RANK"')
+
+
+@pytest.mark.parametrize("nnodes, rank, nproc, prog, status, says", [
+    (2, 1, 1, None, 2, "node rank 1 is claimed twice: by host {host} (pid {pid1})"),
+    (2, 1, 3, None, 2, "node rank 1 is claimed twice: by host {host} (pid {pid1})"),
+    (2, 0, 1, None, 2, "node rank 0 is claimed twice: by host {host} (pid {pid0}), whose store"),
+    (3, 2, 1, None, 2, "--nnodes differs: 3 on node 2 (host {host}), 2 on node "),
+    (3, 1, 1, None, 2, "--nnodes differs: 3 on node 1 (host {host}), 2 on node "),
+    (2, 5, 1, None, 2, "--node-rank 5 is not below --nnodes 2"),
+    (2, 1, 1, "/nonexistent/prog", 127, "/nonexistent/prog: command not found"),
+], ids=["rank-taken", "rank-taken-other-nproc", "rank-0-taken", "rank-beyond-the-jobs-nnodes",
+        "other-nnodes", "rank-out-of-range", "no-program"])
+def test_a_node_that_comes_after_the_round_closed_ends_alone_and_the_job_runs_on(
+        reaper, tmp_path, nnodes, rank, nproc, prog, status, says):
+    """A node that cannot join a job that already runs (its rank taken, its
+    settings not the job's, its program missing) says so in one error line,
+    naming the problem and the job's nodes, and ends at once with the status
+    it would have given the open round (not after join_timeout); the job's
+    nodes never hear of it."""
+    agents, out, port = static_job(reaper, tmp_path, [1, 1], RECORD + UNTIL_GO)
+    wait_workers(out, 2)
+    args = node_args(nnodes, rank, port, nproc, "echo NEWCOMER",
+                     extra=("--rdzv-conf", "join_timeout=600"))
+    if prog is not None:
+        args[-3:] = [prog]
+    late = Agent(reaper, tmp_path, "late", args, env=clean_env(OUT=str(out)))
+    assert late.wait(timeout=60) == status, late.stderr()
+    err = late.stderr()
+    assert [ln for ln in err.splitlines() if "error:" in ln] == [err.splitlines()[0]], err
+    assert says.format(host=socket.gethostname(), pid0=agents[0].p.pid,
+                       pid1=agents[1].p.pid) in err.splitlines()[0], err
+    assert (f"the job at 127.0.0.1:{port} already runs with its 2 nodes (--nnodes 2) and goes "
+            "on without this one") in err, err
+    assert late.stdout() == ""
+    assert all(a.p.poll() is None for a in agents)  # the job runs on
+    (out / "go").touch()
+    for r, a in enumerate(agents):
+        assert a.wait() == 0, a.stderr()
+        assert a.stdout().split() == ["hi", str(r), "bye", str(r)]
+        assert "error" not in a.stderr() and str(late.p.pid) not in a.stderr(), a.stderr()
+        assert "round 1" not in a.stderr(), a.stderr()
+
+
 def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_path):
     script = RECORD + '[ "$RANK" = 3 ] && { ' + all_recorded(4) + 'exit 7; }; exec sleep 60'
     agents, out, _ = static_job(reaper, tmp_path, [2, 2], script)

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>
@@ -180,6 +181,25 @@ static void test_help_and_version(void **state)
 	assert_int_equal(parse(&o, ARGS("--version")), CLI_VERSION);
 }
 
+/* --help states the default --master-port that a multi-node job takes. */
+static void test_help_states_the_default_master_port(void **state)
+{
+	struct cli_opts o;
+	char *text = NULL, want[64];
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	assert_non_null(f);
+	cli_usage(f);
+	fclose(f);
+	assert_int_equal(parse(&o, ARGS("--nnodes", "2", "p")), CLI_OK);
+	snprintf(want, sizeof(want), "else %d)", o.master_port);
+	if (strstr(text, want) == NULL)
+		fail_msg("--help lacks '%s':\n%s", want, text);
+	free(text);
+	cli_free(&o);
+}
+
 /* Each malformed line fails with -EINVAL and a message naming the problem. */
 static void expect_error(const char *needle, char **argv)
 {
@@ -329,6 +349,72 @@ static void test_errors(void **state)
 	memset(fake_env, 0, sizeof(fake_env));
 	set_env("PET_MODULE", "yes");
 	expect_error("PET_MODULE", ARGS("p"));
+}
+
+/* The largest number the message in err states after "expected " (the
+ * bound of the value it refused). */
+static long stated_bound(void)
+{
+	const char *s = strstr(err, "expected ");
+	long best = -1, v;
+	char *end;
+
+	if (s == NULL)
+		fail_msg("message '%s' does not say what is expected", err);
+	for (; *s != '\0'; s++) {
+		if (!isdigit((unsigned char)*s))
+			continue;
+		v = strtol(s, &end, 10);
+		best = v > best ? v : best;
+		s = end - 1;
+	}
+	return best;
+}
+
+/* opt with value v, after the words pre (NULL: none), then the program. */
+static int parse_value(const char *pre0, const char *pre1, const char *opt, long v)
+{
+	struct cli_opts o;
+	char val[32];
+	int rc;
+
+	snprintf(val, sizeof(val), "%ld", v);
+	rc = pre0 != NULL ? parse(&o, ARGS((char *)pre0, (char *)pre1, (char *)opt, val, "p"))
+			  : parse(&o, ARGS((char *)opt, val, "p"));
+	if (rc == CLI_OK)
+		cli_free(&o);
+	return rc;
+}
+
+/* A refused value's message states the bound the check enforces: that
+ * number passes, the next is refused (saying the same). --nnodes said no
+ * bound at all ("1 <= MIN <= MAX"). */
+static void test_a_bound_stated_is_the_bound_enforced(void **state)
+{
+	char nodes[16];
+	const struct {
+		const char *pre0, *pre1, *opt;
+	} t[] = {
+		{NULL, NULL, "--nproc-per-node"},   {NULL, NULL, "--nnodes"},
+		{"--nnodes", nodes, "--node-rank"}, /* below --nnodes too: the most it takes */
+		{NULL, NULL, "--master-port"},	    {NULL, NULL, "--max-restarts"},
+	};
+	size_t i;
+	long bound;
+
+	snprintf(nodes, sizeof(nodes), "%d", CLI_MAX_NODES);
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		assert_int_equal(parse_value(t[i].pre0, t[i].pre1, t[i].opt, 1000000000000L),
+				 -EINVAL);
+		bound = stated_bound();
+		if (parse_value(t[i].pre0, t[i].pre1, t[i].opt, bound) != CLI_OK)
+			fail_msg("%s %ld, the bound its message states, is refused: %s", t[i].opt,
+				 bound, err);
+		if (parse_value(t[i].pre0, t[i].pre1, t[i].opt, bound + 1) != -EINVAL)
+			fail_msg("%s %ld is taken, beyond the bound its message states", t[i].opt,
+				 bound + 1);
+		assert_int_equal(stated_bound(), bound);
+	}
 }
 
 /* cli.h: an error is one line, also when it quotes a value or an option
@@ -577,8 +663,10 @@ int main(void)
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
+		cmocka_unit_test_setup(test_help_states_the_default_master_port, setup),
 		cmocka_unit_test_setup(test_duplicate_filters_take_memory_by_their_length, setup),
 		cmocka_unit_test_setup(test_errors, setup),
+		cmocka_unit_test_setup(test_a_bound_stated_is_the_bound_enforced, setup),
 		cmocka_unit_test_setup(test_empty_is_unset, setup),
 		cmocka_unit_test_setup(test_an_error_is_one_line_whatever_it_quotes, setup),
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
