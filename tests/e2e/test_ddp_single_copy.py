@@ -43,9 +43,10 @@ def run_ok(reaper, store, nproc, extra, cmd=None, mode="big"):
     return [err for _, _, err in results]
 
 
-def run_coll(reaper, store, nproc, extra, cmd=None, mode="big"):
+def run_coll(reaper, store, nproc, extra, cmd=None, mode="big", per_rank=None):
     cmd = (cmd or []) + [prog("ddp_coll"), mode]
-    procs = launch(reaper, cmd, nproc, store, "t" + uuid.uuid4().hex[:10], extra=extra)
+    procs = launch(reaper, cmd, nproc, store, "t" + uuid.uuid4().hex[:10], extra=extra,
+                   per_rank=per_rank)
     return wait_all(procs, timeout=120)
 
 
@@ -123,3 +124,21 @@ def test_an_all_reduce_transfer_failing_midway_fails_the_call_on_every_rank(
                     "the result is lost") in err, err
         else:
             assert f"all_reduce: rank {bad}'s single copy failed: the result is lost" in err, err
+
+
+@pytest.mark.parametrize("refused", ["0", "1"])
+def test_a_rank_that_may_not_be_written_makes_every_rank_stage(reaper, store, refused):
+    """A seccomp profile that allows process_vm_readv but refuses
+    process_vm_writev (EPERM) to one rank: the probe at init writes too, so
+    every rank stages from the start and the all_reduces are exact, instead
+    of the first large one failing mid-way."""
+    results = run_coll(reaper, store, 2, {"DDP_SHM_CMA": "1", "DDP_QUIET": "0"}, mode="same",
+                       per_rank=lambda r: {"DDP_COLL_NO_WRITEV": "1"} if str(r) == refused
+                       else {})
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
+        assert "single copy failed" not in err, err
+    # The rank refused the write is the one whose probe of its peer fails.
+    assert (f"{NO_CMA} (rank {refused}: Operation not permitted): staging"
+            in results[0][2]), results[0][2]

@@ -11,7 +11,10 @@
  *                                       threshold and above a staging slot, twice; with
  *                                       DDP_COLL_UNDUMPABLE=1 every rank first makes itself
  *                                       undumpable (so peers without CAP_SYS_PTRACE cannot
- *                                       read its memory)
+ *                                       read its memory); with DDP_COLL_NO_WRITEV=1 a
+ *                                       seccomp filter refuses it process_vm_writev
+ *                                       (EPERM), as some container profiles do, before
+ *                                       ddp_init (any mode)
  *   ddp_coll [--spawn N] same           large and small all_reduces (sum of small integers,
  *                                       exact; avg of fractions, rounded) in float32,
  *                                       float16 and bfloat16 at odd sizes up to 3 M
@@ -70,7 +73,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -715,6 +722,26 @@ static int run_zc_race(struct ddp_ctx *ctx)
 	return bad;
 }
 
+/* process_vm_writev refused with EPERM, process_vm_readv allowed: a
+ * profile that lets the peers read this rank but not write into it. */
+static int refuse_writev(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {sizeof(f) / sizeof(f[0]), f};
+
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+		perror("seccomp");
+		return -1;
+	}
+	return 0;
+}
+
 static int worker(int rank, void *p)
 {
 	struct args *a = p;
@@ -724,6 +751,8 @@ static int worker(int rank, void *p)
 
 	if (getenv("DDP_COLL_UNDUMPABLE"))
 		prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (getenv("DDP_COLL_NO_WRITEV") && refuse_writev() < 0)
+		return 1;
 	rc = ddp_init(NULL, &ctx);
 
 	if (rc < 0) {
