@@ -153,8 +153,6 @@ static void on_kill_timer(uv_timer_t *t)
 	check_progress(a);
 }
 
-/* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
- * SIGKILL after the shutdown timeout. Repeated stops only forward sig. */
 /* A worker whose error file is there (the run directory and the attempt are
  * new: it wrote it) is failing on its own, though not dead yet: however it
  * ends after the stop signals, it failed (all ranks hit the same error, and
@@ -171,6 +169,12 @@ static void note_failing(struct agent *a)
 	}
 }
 
+/* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
+ * SIGKILL after the shutdown timeout. Once the workers have had a stop
+ * signal in this attempt, a further stop (a halt from the coordinator after
+ * this node's own signal or failure) sends them nothing: the grace period
+ * and SIGKILL do the rest, and a second signal would cut short what the
+ * first began (a checkpoint). on_signal passes each delivery on anew. */
 static void begin_stop(struct agent *a, int sig, enum agent_after after)
 {
 	/* A worker that exited before the stop signals failed on its own, even
@@ -181,11 +185,15 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 		note_failing(a);
 	}
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
-		kill_all(a, sig);
-		if (sig == SIGKILL)
+		if (sig == SIGKILL) {
+			kill_all(a, sig);
 			mark_killed(a);
-		else if (sig != SIGCONT)
-			kill_all(a, SIGCONT);
+		} else if (!a->stop_had) {
+			kill_all(a, sig);
+			if (sig != SIGCONT)
+				kill_all(a, SIGCONT);
+			a->stop_had = true;
+		}
 	}
 	if (a->state == AS_RUNNING) {
 		a->state = AS_STOPPING;
@@ -350,6 +358,8 @@ static void on_signal(uv_signal_t *h, int sig)
 		set_status(a, report_exit_status(
 				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
 	set_status(a, 128 + sig);
+	/* Passed on even if the workers had one: whoever sent it meant it. */
+	a->stop_had = false;
 	stop_and_end(a, fwd);
 }
 
@@ -363,6 +373,7 @@ static void start_attempt(struct agent *a)
 		report_entry_free(&a->failures[i]);
 	a->nfailures = 0;
 	a->killed = false;
+	a->stop_had = false;
 	/* With a coordinator, an attempt that could not start does not decide
 	 * the end of a later one. */
 	if (a->has_coord && !a->signalled)

@@ -79,6 +79,7 @@ struct agent {
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
 	bool killed;		/* SIGKILL went to every group in this attempt */
+	bool stop_had;		/* the workers had a stop signal in this attempt */
 	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;
 	int open_handles;	    /* loop handles not yet closed */
