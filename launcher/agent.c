@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent_fwd.h"
+#include "agent_sig.h"
 #include "agent_store.h"
 #include "store_server.h"
 #include "hang.h"
@@ -72,8 +73,6 @@ static bool coordinated(const struct agent *a);
  * the end is its to make: tell it instead (nothing runs here any more). */
 static void finish(struct agent *a, int status)
 {
-	int i;
-
 	if (a->state == AS_CLOSING)
 		return;
 	set_status(a, status);
@@ -89,8 +88,7 @@ static void finish(struct agent *a, int status)
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
 	close_handle(a, (uv_handle_t *)&a->stuck_timer);
-	for (i = 0; i < a->nsigs; i++)
-		close_handle(a, (uv_handle_t *)&a->sigs[i]);
+	agent_sig_close(a->stops);
 	if (a->store != NULL) {
 		a->open_handles++;
 		agent_store_close(a->store, store_closed, a);
@@ -153,8 +151,6 @@ static void on_kill_timer(uv_timer_t *t)
 	check_progress(a);
 }
 
-/* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
- * SIGKILL after the shutdown timeout. Repeated stops only forward sig. */
 /* A worker whose error file is there (the run directory and the attempt are
  * new: it wrote it) is failing on its own, though not dead yet: however it
  * ends after the stop signals, it failed (all ranks hit the same error, and
@@ -171,6 +167,13 @@ static void note_failing(struct agent *a)
 	}
 }
 
+/* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
+ * SIGKILL after the shutdown timeout. Once the workers have had a stop
+ * signal in this attempt, a further stop (a halt from the coordinator after
+ * this node's own signal or failure) sends them nothing: the grace period
+ * and SIGKILL do the rest, and a second signal would cut short what the
+ * first began (a checkpoint). on_signal passes each delivery on anew but
+ * for Slurm's, which reached the workers itself. */
 static void begin_stop(struct agent *a, int sig, enum agent_after after)
 {
 	/* A worker that exited before the stop signals failed on its own, even
@@ -181,11 +184,15 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 		note_failing(a);
 	}
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
-		kill_all(a, sig);
-		if (sig == SIGKILL)
+		if (sig == SIGKILL) {
+			kill_all(a, sig);
 			mark_killed(a);
-		else if (sig != SIGCONT)
-			kill_all(a, SIGCONT);
+		} else if (!a->stop_had) {
+			kill_all(a, sig);
+			if (sig != SIGCONT)
+				kill_all(a, SIGCONT);
+			a->stop_had = true;
+		}
 	}
 	if (a->state == AS_RUNNING) {
 		a->state = AS_STOPPING;
@@ -292,6 +299,11 @@ static void on_sigchld(uv_signal_t *h, int signum)
 {
 	struct agent *a = h->data;
 
+	/* A stop signal that has reached ddprun is handled before the exits
+	 * (libuv's one queue for both kept their order): it decides the exit
+	 * status, and one from Slurm, which reached every worker, is not
+	 * followed by a failure's SIGTERM. */
+	agent_sig_drain(a->stops);
 	/* Failures seen in the same batch as the first one are reported too.
 	 * Python workers printing their stacks after a hang are not hurried. */
 	if (reap(a) && a->state == AS_RUNNING && !hang_holds(a))
@@ -329,27 +341,38 @@ static void stop_and_end(struct agent *a, int sig)
 	check_progress(a);
 }
 
-static void on_signal(uv_signal_t *h, int sig)
+/* A signal of --signals-to-handle. by_stepd: the step's slurmstepd sent it
+ * to every process of the step, these workers too (agent_sig.h): the stop
+ * goes on as for any other (grace, SIGKILL, 128+sig), but the workers are
+ * not sent it again. */
+static void on_signal(void *arg, int sig, bool by_stepd)
 {
-	struct agent *a = h->data;
+	struct agent *a = arg;
 	int fwd = sig;
 	char name[32];
 
 	a->signalled = true;
+	signame_of(sig, name, sizeof(name));
 	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
+	} else if (a->nrunning > 0 && by_stepd) {
+		agent_say("received %s from Slurm: stopping the workers (Slurm signals every "
+			  "process of the step, this node's workers included: not sent again)",
+			  name);
 	} else if (a->nrunning > 0) {
-		agent_say("received %s: stopping the workers", signame_of(sig, name, sizeof(name)));
+		agent_say("received %s: stopping the workers", name);
 	} else { /* in the rendezvous, or between attempts */
-		agent_say("received %s: stopping (no worker is running)",
-			  signame_of(sig, name, sizeof(name)));
+		agent_say("received %s: stopping (no worker is running)", name);
 	}
 	/* A failure already seen stays the root cause of the exit status. */
 	if (a->nfailures > 0)
 		set_status(a, report_exit_status(
 				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
 	set_status(a, 128 + sig);
+	/* Slurm's reached the workers itself; anyone else's is passed on
+	 * even if they had one: whoever sent it meant it. */
+	a->stop_had = by_stepd;
 	stop_and_end(a, fwd);
 }
 
@@ -359,10 +382,16 @@ static void start_attempt(struct agent *a)
 	size_t i;
 	int k, rc;
 
+	/* A stop signal that came before the workers start ends the job first:
+	 * Slurm's delivery of it would not reach workers started after it. */
+	agent_sig_drain(a->stops);
+	if (a->state != AS_RDZV)
+		return;
 	for (i = 0; i < a->nfailures; i++)
 		report_entry_free(&a->failures[i]);
 	a->nfailures = 0;
 	a->killed = false;
+	a->stop_had = false;
 	/* With a coordinator, an attempt that could not start does not decide
 	 * the end of a later one. */
 	if (a->has_coord && !a->signalled)
@@ -631,11 +660,12 @@ static int init_handle(struct agent *a, uv_handle_t *h, int rc)
 	return rc;
 }
 
-/* Catch the signals to forward, except those ignored at startup: under
+/* Catch the signals to handle, except those ignored at startup: under
  * nohup SIGHUP must stay ignored (torchrun's handler overrides SIG_IGN). */
 static int watch_signals(struct agent *a)
 {
-	int i, rc;
+	int sigs[CLI_MAX_SIGNALS];
+	int i, n = 0;
 
 	for (i = 0; i < a->job->nsignals; i++) {
 		struct sigaction old;
@@ -643,16 +673,9 @@ static int watch_signals(struct agent *a)
 
 		if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
 			continue;
-		rc = init_handle(a, (uv_handle_t *)&a->sigs[a->nsigs],
-				 uv_signal_init(a->loop, &a->sigs[a->nsigs]));
-		if (rc != 0)
-			return rc;
-		a->nsigs++;
-		rc = uv_signal_start(&a->sigs[a->nsigs - 1], on_signal, sig);
-		if (rc != 0)
-			return rc;
+		sigs[n++] = sig;
 	}
-	return 0;
+	return agent_sig_open(a->loop, sigs, n, on_signal, a, &a->stops);
 }
 
 int agent_start(struct agent *a)

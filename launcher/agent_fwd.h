@@ -6,10 +6,9 @@
  * goes on; with several nodes the coordinator (coord_fwd.c) brings it to
  * every other node's workers too, once per delivery. Under srun, one sent
  * by the step's slurmstepd is neither: Slurm signals every process of the
- * step on every node, the workers too (not with proctrack/pgid, whose
- * deliveries are sent on as any other). Such a signal is not
- * handled as a stop signal even if --signals-to-handle names it (cli.c),
- * and SIGUSR2 forwarded is no stack dump request (hang.c). */
+ * step on every node, the workers too (agent_sig.h says where). A listed
+ * signal is not handled as a stop signal even if --signals-to-handle names
+ * it (cli.c), and SIGUSR2 forwarded is no stack dump request (hang.c). */
 #ifndef DDP_AGENT_FWD_H
 #define DDP_AGENT_FWD_H
 

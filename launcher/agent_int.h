@@ -14,6 +14,7 @@
 struct store_server;
 struct hang;
 struct agent_fwd;
+struct agent_sig;
 
 enum agent_state {
 	AS_IDLE,     /* created, not started */
@@ -74,11 +75,11 @@ struct agent {
 	int sigints;
 	bool signalled; /* a handled signal arrived */
 	uv_signal_t sigchld;
-	uv_signal_t sigs[CLI_MAX_SIGNALS];
-	int nsigs;
+	struct agent_sig *stops; /* --signals-to-handle (agent_sig.h) */
 	uv_timer_t kill_timer;
 	bool kill_timer_on;
 	bool killed;		/* SIGKILL went to every group in this attempt */
+	bool stop_had;		/* the workers had a stop signal in this attempt */
 	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;
 	int open_handles;	    /* loop handles not yet closed */

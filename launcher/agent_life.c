@@ -2,6 +2,7 @@
  * state machine itself is agent.c. */
 #include "agent_int.h"
 #include "agent_fwd.h"
+#include "agent_sig.h"
 #include "hang.h"
 #include "watchdog.h"
 
@@ -84,6 +85,7 @@ void agent_destroy(struct agent *a)
 		return;
 	hang_destroy(a);
 	agent_fwd_destroy(a);
+	agent_sig_destroy(a->stops);
 	for (i = 0; a->w != NULL && i < a->job->nproc; i++) {
 		free(a->w[i].error_file);
 		free(a->w[i].prefix[0]);

@@ -69,7 +69,7 @@ int slurm_conf_value(const char *path, const char *key, char *buf, size_t len);
 /* Whether Slurm's ProctrackType is proctrack/pgid (slurm.conf at conf,
  * $SLURM_CONF, or NULL: /etc/slurm/slurm.conf; false when unreadable): its
  * slurmstepd signals the step's first process group only, not ddprun's
- * workers, each in a session of its own (agent_fwd.c). */
+ * workers, each in a session of its own (agent_sig.h). */
 bool slurm_proctrack_pgid(const char *conf);
 
 #endif

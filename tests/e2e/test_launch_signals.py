@@ -252,3 +252,68 @@ def test_bad_forward_signal_is_a_usage_error(value, message):
     r = run([binary("ddprun"), "--forward-signals", value, "true"])
     assert r.returncode == 2
     assert r.stderr.splitlines() == [f"ddprun: error: {message} (see ddprun --help)"]
+
+
+# ---- a stop signal from Slurm: the workers had it already -------------------------
+
+FAKE_STEPD = os.path.join(os.path.dirname(__file__), "fake_slurmstepd.py")
+TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
+FROM_SLURM = ("received SIGTERM from Slurm: stopping the workers (Slurm signals every "
+              "process of the step, this node's workers included: not sent again)")
+
+
+def terms(tmp_path, nproc):
+    """What each worker got, by rank: "SIGTERM slurmstepd", ..."""
+    return {r: (tmp_path / f"term.{r}").read_text().splitlines()
+            if (tmp_path / f"term.{r}").exists() else [] for r in range(nproc)}
+
+
+def under_stepd(reaper, tmp_path, proctrack="proctrack/linuxproc", args=(), stay=False):
+    """ddprun with 2 term_worker.py workers under fake_slurmstepd.py, which
+    sends SIGTERM once they are ready: (exit status, stderr)."""
+    cmd = [sys.executable, FAKE_STEPD, str(tmp_path), "2", str(int(signal.SIGTERM)),
+           proctrack, binary("ddprun"), "--nproc-per-node", "2", *args, sys.executable,
+           TERM_WORKER, str(tmp_path), *(["--stay"] if stay else [])]
+    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rc, out, err = finish(p, timeout=60)
+    return rc, err
+
+
+def test_sigterm_from_the_steps_slurmstepd_is_not_sent_again(reaper, tmp_path):
+    # scancel: slurmstepd signals every process of the step, ddprun and its
+    # workers alike. ddprun stops the job all the same (143) but sends the
+    # workers nothing: they used to get SIGTERM twice, once from ddprun.
+    rc, err = under_stepd(reaper, tmp_path)
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM slurmstepd"] for r in range(2)}, err
+    assert FROM_SLURM in err
+
+
+def test_a_worker_left_after_slurms_sigterm_is_killed_after_the_grace(reaper, tmp_path):
+    rc, err = under_stepd(reaper, tmp_path, args=("--shutdown-timeout", "1"), stay=True)
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM slurmstepd"] for r in range(2)}, err
+    assert "did not stop within the shutdown timeout: SIGKILL" in err
+    for x in ready_pids(tmp_path, 2):
+        wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
+
+
+def test_with_proctrack_pgid_slurmstepds_sigterm_is_sent_on(reaper, tmp_path):
+    # proctrack/pgid: slurmstepd reaches ddprun's process group only.
+    rc, err = under_stepd(reaper, tmp_path, proctrack="proctrack/pgid")
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM ddprun"] for r in range(2)}, err
+    assert "received SIGTERM: stopping the workers" in err
+
+
+def test_kill_term_reaches_each_worker_once_from_ddprun(reaper, tmp_path):
+    cmd = [binary("ddprun"), "--nproc-per-node", "2", sys.executable, TERM_WORKER,
+           str(tmp_path)]
+    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(2))
+             or p.poll() is not None, timeout=30, what="workers ready")
+    p.send_signal(signal.SIGTERM)
+    rc, out, err = finish(p)
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM ddprun"] for r in range(2)}, err
+    assert "received SIGTERM: stopping the workers" in err

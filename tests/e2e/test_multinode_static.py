@@ -7,6 +7,7 @@ agent or store stops the others; the exit barrier."""
 import os
 import signal
 import socket
+import sys
 import time
 
 import pytest
@@ -189,6 +190,24 @@ def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_pat
     assert "rank      : 3 (local_rank: 1)" in root and "exitcode  : 7" in root
     # Node 1 prints its own.
     assert "exitcode  : 7" in agents[1].stderr()
+
+
+TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
+
+
+def test_a_worker_failure_stops_every_other_worker_with_one_sigterm(reaper, tmp_path):
+    # Node 0 stops its other worker for rank 0's failure, then hears the
+    # job's end (its own) from the store: that halt used to send SIGTERM
+    # again, so rank 1 got two (unless the kernel merged them: not always).
+    script = (RECORD + '[ "$RANK" = 0 ] && { for r in 1 2 3; do '
+              'while [ ! -e "$OUT/ready.$r" ]; do sleep 0.02; done; done; exit 7; }; '
+              f'exec "{sys.executable}" "{TERM_WORKER}" "$OUT"')
+    agents, out, _ = static_job(reaper, tmp_path, [2, 2], script)
+    for a in agents:
+        assert a.wait() == 7, a.stderr()
+    assert_all_dead(worker_pids(out))
+    for r in (1, 2, 3):
+        assert (out / f"term.{r}").read_text() == "SIGTERM ddprun\n", (r, agents[0].stderr())
 
 
 def test_kill_9_of_an_agent_stops_the_other_node(reaper, tmp_path):

@@ -205,11 +205,14 @@ def wait_for_text(path, text, timeout):
 # signals every process of the step, ddprun and its workers alike, and may
 # still be at it when ddprun has exited; so mv starts with both ignored (a
 # SIGTERM'd mv left .rc.<node> unrenamed: three slurm tests failed now and then).
+# INT too (srun passes a double Ctrl-C on to the step); and ddprun starts with
+# SIGINT and SIGQUIT at their defaults, as srun would start it: sh gives a
+# background job both ignored, which ddprun would keep.
 NODE_SH = """#!/bin/sh
-ddprun "$@" & p=$!
-trap : TERM USR1
+env --default-signal=INT,QUIT ddprun "$@" & p=$!
+trap : TERM USR1 INT
 while :; do wait $p; rc=$?; kill -0 $p 2>/dev/null || break; done
-trap '' TERM USR1
+trap '' TERM USR1 INT
 echo $rc > "$OUT/.rc.$SLURM_NODEID" && mv "$OUT/.rc.$SLURM_NODEID" "$OUT/rc.$SLURM_NODEID"
 exit $rc
 """
@@ -220,18 +223,24 @@ WORKER = ('trap "touch \\"\\$OUT/usr1.\\$RANK\\"" USR1; echo $$ > "$OUT/.pid.$RA
           'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
 
 
-def start_waiting_job(cluster, tmp_path, ddprun_args=""):
+def start_waiting_job(cluster, tmp_path, ddprun_args="", worker_py=None, body="{srun}"):
     """A 3-node job of 6 waiting workers (node.sh around ddprun); once all
-    have started: (job id, out dir, worker pids)."""
+    have started: (job id, out dir, worker pids). worker_py: the workers'
+    Python source instead of WORKER's shell (it leaves $OUT/pid.$RANK too);
+    body: the job script's lines, {srun} for the srun line."""
     out = tmp_path / "out"
     out.mkdir()
     node_sh = tmp_path / "node.sh"
     node_sh.write_text(NODE_SH)
     node_sh.chmod(0o755)
-    (tmp_path / "worker.sh").write_text(WORKER)
-    script = job_script(tmp_path / "job.sh",
-                        f"srun {node_sh} --nproc-per-node=2 {ddprun_args} "
-                        f"sh {tmp_path / 'worker.sh'}")
+    if worker_py is None:
+        (tmp_path / "worker.sh").write_text(WORKER)
+        program = f"sh {tmp_path / 'worker.sh'}"
+    else:
+        (tmp_path / "worker.py").write_text(worker_py)
+        program = f"python3 {tmp_path / 'worker.py'}"
+    srun = f"srun {node_sh} --nproc-per-node=2 {ddprun_args} {program}"
+    script = job_script(tmp_path / "job.sh", body.format(srun=srun))
     jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))
     wait_for_files(out, [f"pid.{r}" for r in range(6)], timeout=40,
                    log=tmp_path / "job.out")

@@ -1,11 +1,66 @@
-"""scancel and scancel --signal=USR1 on a running 3-node job (started by
-conftest.start_waiting_job, whose wrapper records each node's ddprun exit
-status, which the job script cannot report once scancel has ended it)."""
+"""scancel, scancel --signal=USR1 and srun's double Ctrl-C on a running
+3-node job (started by conftest.start_waiting_job, whose wrapper records each
+node's ddprun exit status, which the job script cannot report once scancel
+has ended it). A stop signal from Slurm reaches each worker once: from
+slurmstepd, not again from ddprun."""
 import os
 
 import pytest
 
 from conftest import rcs, read, start_waiting_job as start, wait_for_files
+
+# Takes each stop signal with sigtimedwait (not a handler: two close
+# together stay two) and appends "SIG sender" (the sender's comm) to
+# $OUT/term.$RANK; after the first it lives on 2 s, as one saving a
+# checkpoint would, and exits 0. Bounded: 120 s in all.
+COUNTING_WORKER = r'''
+import os, signal, time
+out, rank = os.environ["OUT"], os.environ["RANK"]
+SIGS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
+with open(f"{out}/.pid.{rank}", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(f"{out}/.pid.{rank}", f"{out}/pid.{rank}")
+end, first = time.monotonic() + 120, None
+while time.monotonic() < end and (first is None or time.monotonic() < first + 2):
+    si = signal.sigtimedwait(SIGS, 0.05)
+    if si is None:
+        continue
+    try:
+        who = open(f"/proc/{si.si_pid}/comm").read().strip()
+    except OSError:
+        who = f"pid {si.si_pid}"
+    fd = os.open(f"{out}/term.{rank}", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, f"{signal.Signals(si.si_signo).name} {who}\n".encode())
+    os.close(fd)
+    first = first or time.monotonic()
+'''
+
+
+def terms(out):
+    """What each worker took, by rank: ["SIGTERM slurmstepd"], ..."""
+    return {r: (out / f"term.{r}").read_text().splitlines()
+            if (out / f"term.{r}").exists() else [] for r in range(6)}
+
+
+def wait_terms(out, log, timeout=20):
+    """Until every worker has taken a signal (bounded); what each took."""
+    wait_for_files(out, [f"term.{r}" for r in range(6)], timeout=timeout, log=log)
+    return terms(out)
+
+
+def running(pid):
+    """pid exists and is no zombie (one SIGKILLed with its ddprun may wait a
+    moment for its new parent to reap it)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except (OSError, IndexError):
+        return False
+
+
+def from_slurm(sig):
+    return (f"received {sig} from Slurm: stopping the workers (Slurm signals every "
+            "process of the step, this node's workers included: not sent again)")
 
 def test_scancel_job(cluster, tmp_path):
     """`scancel JOB` SIGTERMs every process of the job: each node's ddprun
@@ -76,7 +131,80 @@ def test_scancel_usr1_handled_stops_the_workers_today(cluster, tmp_path):
     wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=20, log=tmp_path / "job.out")
     assert rcs(out) == {0: "138", 1: "138", 2: "138"}, log
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "138:0", log
-    assert "received SIGUSR1: stopping the workers" in log
+    assert log.count(from_slurm("SIGUSR1")) == 3, log
     cluster.only_slurmd_left()
     for p in pids:
         assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+
+
+# ---- a stop signal from Slurm reaches each worker once ----------------------------
+# Slurm's slurmstepd signals every process of the step (proctrack/linuxproc
+# here, as proctrack/cgroup), ddprun and its workers alike. ddprun stops the
+# job as for any signal, but sends the workers nothing: they used to get it
+# twice, once from Slurm and once from ddprun.
+
+
+@pytest.mark.parametrize("run", range(2))
+def test_scancel_step_sigterm_reaches_each_worker_once(cluster, tmp_path, run):
+    """`scancel --signal=TERM JOB.0`: every worker takes SIGTERM from
+    slurmstepd alone and ends (after 2 s); every node exits 143, as does
+    the job, and nothing is left."""
+    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER)
+    cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
+    log = tmp_path / "job.out"
+    wait_terms(out, log)
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=30, log=log)
+    j = cluster.wait_job(jobid, timeout=60)
+    text = read(log)
+    assert terms(out) == {r: ["SIGTERM slurmstepd"] for r in range(6)}, text
+    assert rcs(out) == {0: "143", 1: "143", 2: "143"}, text
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "143:0", text
+    assert text.count(from_slurm("SIGTERM")) == 3, text
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+
+
+def test_scancel_job_sigterm_reaches_each_worker_once(cluster, tmp_path):
+    """`scancel JOB`: slurmstepd sends SIGCONT and SIGTERM to every process
+    of the step, and srun, SIGTERMed too, has the step SIGKILLed soon after:
+    each worker took SIGTERM once, from Slurm, before it; nothing is left."""
+    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER)
+    cluster.run("ctl", "scancel", jobid)
+    j = cluster.wait_job(jobid, timeout=40)
+    text = read(tmp_path / "job.out")
+    assert j["JobState"] == "CANCELLED", text
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    # A second SIGTERM came, if at all, from ddprun within milliseconds:
+    # before the SIGKILL, which goes through slurmctld.
+    assert terms(out) == {r: ["SIGTERM slurmstepd"] for r in range(6)}, text
+    assert set(rcs(out).values()) <= {"143"}, text
+
+
+# Ctrl-C twice within a second: srun has the step signalled with SIGINT,
+# then forces its end (SIGKILL). srun runs in the foreground of the script,
+# as at a terminal; a helper sends the two SIGINTs once the workers run.
+CTRL_C_TWICE = """me=$$
+( while [ "$(ls "$OUT" | grep -c '^pid\\.')" -lt 6 ]; do sleep 0.1; done
+  kill -INT $me; sleep 0.3; kill -INT $me ) &
+exec {srun}"""
+
+
+def test_srun_ctrl_c_twice_reaches_each_worker_once(cluster, tmp_path):
+    """srun passes a double Ctrl-C on to the step: every worker takes SIGINT
+    from slurmstepd alone (not again from ddprun, nor SIGTERM when another
+    node's end or loss reaches its ddprun), before srun's SIGKILL ends the
+    step; each ddprun that got to its end exits 130; nothing is left."""
+    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER, body=CTRL_C_TWICE)
+    log = tmp_path / "job.out"
+    wait_terms(out, log)
+    cluster.wait_job(jobid, timeout=60)
+    cluster.only_slurmd_left()
+    text = read(log)
+    assert "srun: sending Ctrl-C to StepId=" in text, text
+    assert terms(out) == {r: ["SIGINT slurmstepd"] for r in range(6)}, text
+    assert set(rcs(out).values()) <= {"130", "137"}, text
+    for p in pids:
+        assert not running(p), f"worker {p} is still running"

@@ -1,0 +1,174 @@
+/* agent_sig: signals told apart by sender (see agent_sig.h). */
+#include "agent_sig.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc_info.h"
+#include "slurm.h"
+
+/* Ancestors looked at for the step's slurmstepd (srun's wrappers between). */
+#define STEPD_DEPTH 16
+
+/* The handler only counts and wakes: both must be lock-free to be
+ * async-signal-safe. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "atomic_uint is not lock-free");
+_Static_assert(ATOMIC_POINTER_LOCK_FREE == 2, "atomic pointers are not lock-free");
+
+struct agent_sig {
+	int sigs[NSIG];
+	struct sigaction old[NSIG];
+	int nsigs;
+	agent_sig_cb cb;
+	void *arg;
+	uv_async_t wake; /* the handler's news for the loop */
+	bool wake_open;
+	pid_t stepd; /* this step's slurmstepd; 0: none whose signals reach the workers */
+	/* Deliveries the handler saw and the loop has not handled, by sender. */
+	atomic_uint by_stepd[NSIG];
+	atomic_uint by_other[NSIG];
+};
+
+/* The set each signal's deliveries are counted for, or NULL. */
+static struct agent_sig *_Atomic owner[NSIG];
+
+static const char *env_of(const char *name)
+{
+	return getenv(name);
+}
+
+/* Under srun (a step id): the nearest ancestor that is slurmstepd, or 0
+ * (agent_sig.h: where its signals do not reach the workers, 0 too). */
+static pid_t find_stepd(void)
+{
+	struct proc_info pi;
+	pid_t pid = getppid();
+	int i;
+
+	if (getenv("SLURM_JOB_ID") == NULL || slurm_step_id(env_of) == NULL ||
+	    slurm_proctrack_pgid(getenv("SLURM_CONF")))
+		return 0;
+	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {
+		if (proc_info_read(pid, &pi) != 0)
+			return 0;
+		if (strcmp(pi.comm, "slurmstepd") == 0)
+			return pid;
+		pid = pi.ppid;
+	}
+	return 0;
+}
+
+/* Async-signal-safe: counts the delivery by sender and wakes the loop. */
+static void on_signal(int sig, siginfo_t *si, void *ctx)
+{
+	struct agent_sig *s;
+	int saved = errno;
+
+	(void)ctx;
+	if (sig > 0 && sig < NSIG && (s = atomic_load(&owner[sig])) != NULL) {
+		/* si_code <= 0: sent by a process (kill, sigqueue), si_pid is its. */
+		if (s->stepd > 0 && si != NULL && si->si_code <= 0 && si->si_pid == s->stepd)
+			atomic_fetch_add(&s->by_stepd[sig], 1);
+		else
+			atomic_fetch_add(&s->by_other[sig], 1);
+		uv_async_send(&s->wake);
+	}
+	errno = saved;
+}
+
+void agent_sig_drain(struct agent_sig *s)
+{
+	int i;
+
+	/* cb may close the set (the agent ends): nsigs drops to 0. */
+	for (i = 0; s != NULL && i < s->nsigs; i++) {
+		int sig = s->sigs[i];
+		unsigned n = atomic_exchange(&s->by_stepd[sig], 0);
+		unsigned o = atomic_exchange(&s->by_other[sig], 0);
+
+		while (n-- > 0)
+			s->cb(s->arg, sig, true);
+		while (o-- > 0)
+			s->cb(s->arg, sig, false);
+	}
+}
+
+static void on_wake(uv_async_t *h)
+{
+	agent_sig_drain(h->data);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+	(void)h;
+}
+
+int agent_sig_open(uv_loop_t *loop, const int *sigs, int n, agent_sig_cb cb, void *arg,
+		   struct agent_sig **out)
+{
+	struct agent_sig *s;
+	struct sigaction sa;
+	int i, rc;
+
+	*out = NULL;
+	if (n < 0 || n > NSIG)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	*out = s;
+	s->cb = cb;
+	s->arg = arg;
+	/* Before any handler runs: it reads stepd. */
+	s->stepd = find_stepd();
+	rc = uv_async_init(loop, &s->wake, on_wake);
+	if (rc != 0)
+		return rc;
+	s->wake.data = s;
+	s->wake_open = true;
+	/* Waiting for a signal that may never come keeps nothing alive. */
+	uv_unref((uv_handle_t *)&s->wake);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = on_signal;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigfillset(&sa.sa_mask);
+	for (i = 0; i < n; i++) {
+		int sig = sigs[i];
+
+		if (sig <= 0 || sig >= NSIG)
+			return -EINVAL;
+		atomic_store(&owner[sig], s);
+		if (sigaction(sig, &sa, &s->old[s->nsigs]) != 0) {
+			rc = -errno;
+			atomic_store(&owner[sig], NULL);
+			return rc;
+		}
+		s->sigs[s->nsigs++] = sig;
+	}
+	return 0;
+}
+
+void agent_sig_close(struct agent_sig *s)
+{
+	int i;
+
+	if (s == NULL)
+		return;
+	/* The old disposition first: no later delivery is counted for s. */
+	for (i = 0; i < s->nsigs; i++) {
+		sigaction(s->sigs[i], &s->old[i], NULL);
+		atomic_store(&owner[s->sigs[i]], NULL);
+	}
+	s->nsigs = 0;
+	if (s->wake_open && !uv_is_closing((uv_handle_t *)&s->wake))
+		uv_close((uv_handle_t *)&s->wake, on_closed);
+}
+
+void agent_sig_destroy(struct agent_sig *s)
+{
+	free(s);
+}

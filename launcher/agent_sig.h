@@ -1,0 +1,42 @@
+/* agent_sig: signals caught on the agent's loop, each delivery told apart by
+ * its sender: this step's slurmstepd, or anyone else.
+ *
+ * Under srun (SLURM_STEP_ID set) the step's slurmstepd signals every process
+ * of the step, on every node of it: with proctrack/linuxproc and
+ * proctrack/cgroup that is all it tracks, ddprun's workers too (scancel,
+ * scancel --signal, the time limit, sbatch --signal=SIG@T, srun passing on
+ * what it got). Its delivery to ddprun has reached the workers already;
+ * sent again, each worker would get it twice. Not so with proctrack/pgid,
+ * which signals the step's first process group only (each worker has a
+ * session of its own): there, and in a batch script (no step id: its
+ * slurmstepd signals the script, never ddprun's workers), every delivery
+ * counts as anyone's. The slurmstepd is the nearest ancestor of that name.
+ *
+ * A set catches its signals with one process-wide SA_SIGINFO handler, which
+ * is async-signal-safe: it counts the delivery by sender and wakes the loop.
+ * On the loop, cb(arg, sig, by_stepd) runs once per delivery. Two sets never
+ * share a signal. Every call is made from the loop's thread. */
+#ifndef DDP_AGENT_SIG_H
+#define DDP_AGENT_SIG_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+struct agent_sig;
+typedef void (*agent_sig_cb)(void *arg, int sig, bool by_stepd);
+
+/* Catch sigs[0..n) on loop. 0 or a negative errno (libuv's or sigaction's).
+ * *out is set once allocated, also when the open fails: close and destroy
+ * it then too. */
+int agent_sig_open(uv_loop_t *loop, const int *sigs, int n, agent_sig_cb cb, void *arg,
+		   struct agent_sig **out);
+/* Run cb now for what has reached ddprun and the loop has not handled (a
+ * worker's exit is then judged after the signal that came before it). */
+void agent_sig_drain(struct agent_sig *s);
+/* The signals get back the dispositions they had before the open (as
+ * uv_signal_stop would give them); the loop handle closes. NULL: nothing. */
+void agent_sig_close(struct agent_sig *s);
+/* Release, after the loop has returned. NULL: nothing. */
+void agent_sig_destroy(struct agent_sig *s);
+
+#endif
