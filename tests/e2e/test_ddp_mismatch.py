@@ -36,9 +36,9 @@ def ends(text):
     return failed, len(re.findall(r"^diverge returned$", text, re.M))
 
 
-def run_nodes(reaper, tmp_path, nprocs, case, odd):
+def run_nodes(reaper, tmp_path, nprocs, case, odd, **extra):
     port = free_port()
-    env = clean_env(DDP_BACKEND="cpu", DDP_QUIET="1", DDP_TIMEOUT="120")
+    env = clean_env(DDP_BACKEND="cpu", DDP_QUIET="1", DDP_TIMEOUT="120", **extra)
     agents = []
     for i, n in enumerate(nprocs):
         args = ["--nnodes", str(len(nprocs)), "--node-rank", str(i), "--master-addr",
@@ -82,6 +82,31 @@ def test_one_node_a_wrong_root_of_a_large_broadcast_is_caught(reaper, tmp_path):
     assert rcs == [3], out
     assert returned == 0 and len(failed) == 3, out
     assert any("rank 1 called broadcast(1048576 bytes from rank 1) #1" in m for m in failed), out
+
+
+BIG = {  # case: (what the odd ranks call, what the others call)
+    "bigcount": ("all_reduce(300000 x float32, sum) #1", "all_reduce(200000 x float32, sum) #1"),
+    "bigsmall": ("all_reduce(8000 x float32, sum) #1", "all_reduce(9000 x float32, sum) #1"),
+}
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("case", sorted(BIG))
+def test_one_node_large_all_reduces_that_differ_fail_before_any_transfer(
+        reaper, tmp_path, case, nproc):
+    """With the single copy on (DDP_SHM_CMA=1), where a rank would write its
+    sums into the peers' buffers: a peer's smaller buffer, or a peer on the
+    small path, is caught by the calls' comparison first, on every rank."""
+    agents, rcs = run_nodes(reaper, tmp_path, [nproc], case, "1", DDP_SHM_CMA="1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert returned == 0 and len(failed) == nproc, out
+    odd, even = BIG[case]
+    assert any(f"rank 1 called {odd}" in m for m in failed), out
+    assert any(f"called {even}" in m for m in failed), out
+    assert all("mismatched collectives" in m for m in failed), out
+    assert "process_vm" not in out, out
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

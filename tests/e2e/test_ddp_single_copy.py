@@ -8,8 +8,8 @@ is refused, at init or mid-way, every rank falls back together and the
 results stay exact. An all_reduce above 32 KiB of private buffers sums
 each rank's slice from the peers' buffers read the same way and writes it
 into theirs (process_vm_writev): exact, bit-identical on every rank, every
-dtype and op; a transfer failing mid-way cannot fall back (a peer's buffer
-may hold sums already) and fails the call on every rank, each saying why.
+dtype and op; a read failing mid-way stages what each rank's slice had
+left; a write cannot be undone and fails the call on every rank.
 
 The worker is tests/progs/ddp_coll.c `big` (all_reduce: `check`, every dtype and op up
 to 300000 elements, and `same`). DDP_SHM_CMA=1 takes the single
@@ -19,6 +19,7 @@ read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
 import shutil
+import signal
 import uuid
 
 import pytest
@@ -100,30 +101,88 @@ def test_large_all_reduce_is_exact_on_both_paths(reaper, store, mode, nproc, cma
         assert NO_CMA not in err and "single copy failed" not in err, err
 
 
-@pytest.mark.parametrize("hook,nproc", [("read:1", 2), ("write:1", 2), ("write:0", 3)])
-def test_an_all_reduce_transfer_failing_midway_fails_the_call_on_every_rank(
+TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                               reason="auto takes the single copy only where 2 ranks have 2 cores")
+
+
+@TWO_CORES
+@pytest.mark.parametrize("hook", ["read:1", "read:1:4", "read:1:20"])
+def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, hook):
+    """Rank 1's first read of a large all_reduce fails, or its 4th (the second
+    chunk of its slice of a 262147-element sum, 256 KiB a chunk) or 20th (in
+    the middle of its slice of the 3000005-element sum): the chunks before
+    went into the peer's buffer already. It says so, and what each rank's
+    slice had left is staged: sums exact, averages bit-identical (the worker
+    checks); the later calls are staged. auto at 2 ranks: the 8-byte
+    all_gathers stay staged, so the hook meets the all_reduces."""
+    errs = run_ok(reaper, store, 2, {"DDP_SHM_CMA": "auto", "DDP_TEST_CMA_FAIL": hook},
+                  mode="same")
+    assert ("all_reduce: process_vm_readv from rank 0 failed (Bad address): staging "
+            "through shared memory from now on") in errs[1], errs[1]
+    assert "process_vm" not in errs[0], errs[0]
+
+
+@pytest.mark.parametrize("hook,nproc", [
+    pytest.param("write:1", 2, marks=TWO_CORES), ("write:0", 3), ("write:2:4", 3)])
+def test_an_all_reduce_write_failing_midway_fails_the_call_on_every_rank(
         reaper, store, hook, nproc):
-    """The first all_reduce above 32 KiB: the hooked rank's first read (or
-    write) fails. It says which transfer to which rank; every other rank
-    fails the same call naming it; nobody hangs, nobody returns a wrong
-    result as if it were right. auto at 2 ranks (the 8-byte all_gathers
-    stay staged, so the hook meets the all_reduce), 1 at 3 (the ranks
-    outnumber the cores here)."""
+    """A write cannot be undone (some peers hold the chunk's sums, others
+    not): the call fails on every rank, each naming the rank whose write
+    failed and to whom; nobody hangs, nobody returns a wrong result as if it
+    were right. 1 at 3 ranks (they outnumber the cores here)."""
     bad = int(hook.split(":")[1])
     results = run_coll(reaper, store, nproc,
                        {"DDP_SHM_CMA": "auto" if nproc == 2 else "1",
                         "DDP_TEST_CMA_FAIL": hook}, mode="same")
-    verb = "process_vm_readv from" if hook.startswith("read") else "process_vm_writev to"
-    peer = (bad + 1) % nproc  # the first peer a rank reads from and writes to
+    peers = [(bad + k) % nproc for k in range(1, nproc)]
     for rank, (rc, out, err) in enumerate(results):
         assert rc != 0, f"rank {rank} returned 0:\n{out}\n{err}"
         assert f"ok rank {rank}" not in out, out
         assert "killed at the test deadline" not in err, err
-        if rank == bad:
-            assert (f"all_reduce: {verb} rank {peer} failed (Bad address): "
-                    "the result is lost") in err, err
-        else:
-            assert f"all_reduce: rank {bad}'s single copy failed: the result is lost" in err, err
+        assert any(f"all_reduce: rank {bad}'s process_vm_writev to rank {p} failed (Bad "
+                   "address): the result is lost" in err for p in peers), err
+
+
+@pytest.mark.parametrize("nproc,cma", [pytest.param(2, "auto", marks=TWO_CORES), (3, "1")])
+def test_a_buffer_the_kernel_cannot_pin_is_staged(reaper, store, nproc, cma):
+    """Rank 1's buffer is memfd_secret memory, which process_vm_readv cannot
+    reach: the peers' reads of it fail before they write anything, what was
+    left is staged, and the sums and maxima are exact; later calls stage."""
+    results = run_coll(reaper, store, nproc, {"DDP_SHM_CMA": cma}, mode="secret")
+    if any("memfd_secret:" in err for _, _, err in results):
+        pytest.skip("memfd_secret is not available on this kernel")
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
+    said = [err for _, _, err in results
+            if "all_reduce: process_vm_readv from rank 1 failed (Bad address): staging" in err]
+    assert said, [err for _, _, err in results]
+
+
+@pytest.mark.parametrize("nth", ["2", "3"])
+def test_a_peer_resuming_after_the_others_gave_up_writes_nothing(reaper, store, tmp_path, nth):
+    """Rank 1 stops itself in a 64 MiB all_reduce (before its first write, or
+    its second read); rank 0 times out, returns and fills its buffer anew.
+    Continued, rank 1 must not read or write rank 0's buffer any more: its
+    transfers see that a rank gave up, and it fails too. Before, it wrote
+    its whole slice's sums (tens of MiB) over rank 0's new data."""
+    gate = tmp_path / "gate"
+    procs = launch(reaper, [prog("ddp_coll"), "reuse", str(gate)], 2, store,
+                   "t" + uuid.uuid4().hex[:10],
+                   extra={"DDP_SHM_CMA": "1", "DDP_TIMEOUT": "3",
+                          "DDP_TEST_CMA_FAIL": f"stop:1:{nth}"})
+    line = procs[0].stdout.readline()  # rank 0 gave up and refilled (bounded by DDP_TIMEOUT)
+    try:
+        assert line == "refilled\n", line
+        os.kill(procs[1].pid, signal.SIGCONT)
+        procs[1].wait(timeout=60)
+    finally:
+        gate.touch()
+        if procs[1].poll() is None:
+            os.kill(procs[1].pid, signal.SIGCONT)
+    (rc0, out0, err0), (rc1, out1, err1) = wait_all(procs, timeout=120)
+    assert "overwritten 0" in out0, f"{out0}\n{err0}\n{err1}"
+    assert rc1 == 3 and "returned" not in err1, err1
 
 
 @pytest.mark.parametrize("refused", ["0", "1"])

@@ -45,6 +45,16 @@
  *                                       stop ends the rank); --linger R: rank R, once
  *                                       failed, lives on for 600 s
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
+ *   ddp_coll secret                     rank 1's buffer is memory from memfd_secret (the
+ *                                       kernel will not let the peers read or pin it):
+ *                                       all_reduces of 300000 floats, sum and max, exact
+ *   ddp_coll reuse FILE                 an all_reduce of 64 MiB that fails on rank 0
+ *                                       (DDP_TEST_CMA_FAIL=stop:1:N stops rank 1 in it,
+ *                                       DDP_TIMEOUT ends rank 0's wait): rank 0 then
+ *                                       fills its buffer with -7, prints "refilled",
+ *                                       waits (at most 120 s) for FILE and prints
+ *                                       "overwritten K", the elements no longer -7;
+ *                                       rank 1 prints how its call ended
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
  *                                       prints the error (exit 3)
@@ -56,7 +66,10 @@
  *                                       of RANKS, not rank 0), skip (barrier instead of
  *                                       the all_reduce), avg (avg, not sum), gather
  *                                       (all_gather of 1000 bytes each, not 1 MiB),
- *                                       bigroot (root, of 1 MiB). A rank whose
+ *                                       bigroot (root, of 1 MiB), bigcount (all_reduce
+ *                                       of 300000 floats, not 200000), bigsmall (8000,
+ *                                       not 9000: the small path against the
+ *                                       large). A rank whose
  *                                       call fails prints "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
  *                                       "diverge returned" and exits 0 (SIGTERM is held until then)
@@ -74,6 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <linux/filter.h>
@@ -385,6 +399,10 @@ static int diverge_big(struct ddp_ctx *ctx, const char *what, int odd, int root)
 
 	if (!strcmp(what, "gather"))
 		rc = ddp_all_gather(ctx, send, recv, odd ? 1000 : n);
+	else if (!strcmp(what, "bigcount"))
+		rc = ddp_all_reduce(ctx, recv, odd ? 300000 : 200000, DDP_FLOAT32, DDP_SUM);
+	else if (!strcmp(what, "bigsmall"))
+		rc = ddp_all_reduce(ctx, recv, odd ? 8000 : 9000, DDP_FLOAT32, DDP_SUM);
 	else
 		rc = ddp_broadcast(ctx, send, n, odd ? root : 0);
 	free(send);
@@ -420,7 +438,8 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 		rc = ddp_broadcast(ctx, buf, 1000, odd ? root : 0);
 	else if (!strcmp(what, "skip"))
 		rc = odd ? ddp_barrier(ctx) : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
-	else if (!strcmp(what, "gather") || !strcmp(what, "bigroot"))
+	else if (!strcmp(what, "gather") || !strcmp(what, "bigroot") || !strcmp(what, "bigcount") ||
+		 !strcmp(what, "bigsmall"))
 		rc = diverge_big(ctx, what, odd, root);
 	else
 		ddp_fatal(ctx, "diverge: unknown case '%s'", what);
@@ -484,6 +503,68 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **
 		}
 	}
 	return 0;
+}
+
+/* Rank 1's buffer where no other process may read it (memfd_secret: not
+ * even the kernel on the peers' behalf): the single copy must fall back. */
+static int run_secret(struct ddp_ctx *ctx)
+{
+	size_t n = 300000, bytes = n * sizeof(float);
+	char *b = NULL;
+	int bad = 0;
+
+	if (ddp_rank(ctx) == 1) {
+		long fd = syscall(SYS_memfd_secret, 0);
+		if (fd < 0 || ftruncate((int)fd, (off_t)bytes) != 0 ||
+		    (b = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (int)fd, 0)) ==
+			    MAP_FAILED) {
+			fprintf(stderr, "memfd_secret: %s\n", strerror(errno));
+			return 1;
+		}
+	} else if (!(b = malloc(bytes))) {
+		return 1;
+	}
+	for (int k = 0; k < 2; k++)
+		bad |= check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_SUM, n) |
+		       check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_MAX, n);
+	return bad;
+}
+
+/* A rank that gave up on a collective reuses its buffer at once: a peer
+ * that resumes later must not write into it (the single copy's transfers
+ * look at the abort flag). */
+static int run_reuse(struct ddp_ctx *ctx, const char *gate)
+{
+	size_t n = 16u << 20, bad = 0;
+	float *b = malloc(n * sizeof(float));
+	int me = ddp_rank(ctx), rc;
+
+	if (!b)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		b[i] = 1;
+	rc = ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
+	if (me != 0) {
+		fprintf(stderr, "rank %d: %s\n", me, rc < 0 ? ddp_errmsg() : "returned");
+		free(b);
+		return rc < 0 ? 3 : 0;
+	}
+	if (rc == 0) {
+		fprintf(stderr, "rank 0: returned\n");
+		free(b);
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		b[i] = -7;
+	printf("refilled\n");
+	fflush(stdout);
+	for (int k = 0; k < 12000 && access(gate, F_OK) != 0; k++)
+		usleep(10000);
+	for (size_t i = 0; i < n; i++)
+		bad += b[i] != -7;
+	printf("overwritten %zu\n", bad);
+	free(b);
+	return 3;
 }
 
 /* A byte that tells rank r's byte i from any other's (not periodic in i). */
@@ -773,6 +854,10 @@ static int worker(int rank, void *p)
 		rc = run_shared(ctx);
 	else if (!strcmp(mode, "zcrace"))
 		rc = run_zc_race(ctx);
+	else if (!strcmp(mode, "secret"))
+		rc = run_secret(ctx);
+	else if (!strcmp(mode, "reuse") && a->argc >= 2)
+		rc = run_reuse(ctx, a->argv[1]);
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

@@ -66,6 +66,11 @@ static inline struct shm_ctl *ctl_of(const struct ddpi_shm *s, int q)
 	return (struct shm_ctl *)((char *)s->ctl + (size_t)q * CTL_BYTES);
 }
 
+int ddpi_shm_aborted(const struct ddpi_shm *s)
+{
+	return atomic_load_explicit(&s->hdr->abort, memory_order_relaxed) != 0;
+}
+
 struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q)
 {
 	return &ctl_of(s, q)->cma;

@@ -60,6 +60,10 @@ struct ddpi_cma_ctl {
 	uint64_t addr, len;
 	int32_t failed;
 	int32_t huge; /* init: anonymous memory goes on huge pages here (THP "always") */
+	/* all_reduce (failed 1: a read failed, 2: a write): where this rank's
+	 * slice stopped (an element), and the peer whose transfer failed. */
+	uint64_t resume;
+	int32_t fail_peer, fail_err; /* global rank; errno */
 };
 
 /* A rank's part of the direct all_reduce (shm_mem.c), in its control line:
@@ -109,6 +113,7 @@ struct ddpi_shm {
 	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
 	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
 	int cma_test_fail; /* test hook: fail the probe (1), the next read (2) or write (3) */
+	int cma_test_nth;  /* test hook: the n-th read or write from now */
 	char *cma_scratch; /* all_reduce: a chunk of each peer's part, lws - 1 */
 	size_t cma_chunk;  /* bytes of one peer's part in cma_scratch */
 	/* shm_mem.c */
@@ -166,6 +171,8 @@ void ddpi_shm_end(struct ddpi_shm *s);
  * theirs is the same origin, or this rank when it failed on its own. */
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
 
+/* Whether a local rank gave up on the current collective (the abort flag). */
+int ddpi_shm_aborted(const struct ddpi_shm *s);
 /* A rank's single-copy control (in its control line), and its pid. */
 struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q);
 int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
@@ -214,11 +221,15 @@ int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root
 			   int64_t deadline);
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
 			    const int *pos, int declared, int64_t deadline);
-/* all_reduce of a large message (the caller's buffer reduced in place): no
- * fallback once it started (a peer's buffer may hold part of the result):
- * a failed transfer on any rank fails the call on every rank. */
+/* all_reduce of a large message (the caller's buffer reduced in place). A
+ * failed read leaves the rest of that rank's slice untouched everywhere:
+ * every rank returns 1, and the caller all_reduces what each rank q left
+ * (reduce_left, the same on every rank) the staged way. A failed write
+ * cannot be undone (some peers hold sums, others not): every rank fails. */
 int ddpi_shm_cma_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			    enum ddp_op op, int avg_div, int declared, int64_t deadline);
+void ddpi_shm_cma_reduce_left(const struct ddpi_shm *s, int q, size_t count, size_t es, size_t *lo,
+			      size_t *hi);
 
 /* Collectives among the node's ranks (shm_coll.c). */
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,

@@ -25,6 +25,7 @@
  * parent (ddprun's agent, ddp_spawn) name that parent as their ptracer, whose
  * descendants they all are, which is narrower than PR_SET_PTRACER_ANY. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,11 +57,15 @@
 #define CMA_REDUCE_CHUNK   (256 * 1024)
 #define CMA_REDUCE_SCRATCH (1024 * 1024)
 #define CMA_TEST_ENV	   "DDP_TEST_CMA_FAIL"
+/* A transfer goes in pieces of this, the abort flag looked at before each
+ * (a system call per MiB: a few percent of a microsecond per KiB). */
+#define CMA_PIECE (1024 * 1024)
 
-/* Test hook: DDP_TEST_CMA_FAIL=probe, read or write, optionally ":<rank>"
- * for one global rank: that rank's probe fails, or its first single-copy
- * read, or its first write. */
-static int test_hook(const struct ddp_env *env)
+/* Test hook: DDP_TEST_CMA_FAIL=probe, read, write or stop, optionally
+ * ":<rank>" for one global rank and then ":<n>": that rank's probe fails, or
+ * its first (n-th) single-copy read, or write; stop: the rank stops itself
+ * (SIGSTOP) before its n-th transfer of an all_reduce. */
+static int test_hook(struct ddpi_shm *s, const struct ddp_env *env)
 {
 	const char *v = getenv(CMA_TEST_ENV), *colon;
 	int what;
@@ -73,30 +78,48 @@ static int test_hook(const struct ddp_env *env)
 		what = 2;
 	else if (!strncmp(v, "write", 5))
 		what = 3;
+	else if (!strncmp(v, "stop", 4))
+		what = 4;
 	else
 		return 0;
 	colon = strchr(v, ':');
-	return !colon || atoi(colon + 1) == env->rank ? what : 0;
+	if (colon && atoi(colon + 1) != env->rank)
+		return 0;
+	colon = colon ? strchr(colon + 1, ':') : NULL;
+	s->cma_test_nth = colon ? atoi(colon + 1) : 1;
+	return what;
 }
 
-/* The test hook's failure for this transfer, once. */
+/* The test hook's failure for this transfer, once; or its stop. */
 static int test_fails(struct ddpi_shm *s, int write)
 {
-	if (s->cma_test_fail != (write ? 3 : 2))
+	int what = s->cma_test_fail;
+
+	if ((what != (write ? 3 : 2) && what != 4) || --s->cma_test_nth > 0)
 		return 0;
 	s->cma_test_fail = 0;
-	return 1;
+	if (what == 4)
+		raise(SIGSTOP);
+	return what != 4;
 }
 
-/* len bytes between local and remote in q's memory: read or written. */
+/* len bytes between local and remote in q's memory: read or written, in
+ * pieces, each only while no local rank has given up on the collective
+ * (-ECANCELED): a rank that timed out or failed returns at once and may
+ * reuse its buffer, which a peer that was descheduled must not write into
+ * when it resumes (at most the piece under way can still land). */
 static int xfer(struct ddpi_shm *s, int q, int write, void *local, uint64_t remote, size_t len)
 {
 	pid_t pid = ddpi_shm_pid_of(s, q);
 
 	while (len) {
-		struct iovec l = {local, len}, r = {(void *)(uintptr_t)remote, len};
-		ssize_t n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
-				  : process_vm_readv(pid, &l, 1, &r, 1, 0);
+		size_t piece = len < CMA_PIECE ? len : CMA_PIECE;
+		struct iovec l = {local, piece}, r = {(void *)(uintptr_t)remote, piece};
+		ssize_t n;
+		if (ddpi_shm_aborted(s))
+			return -ECANCELED;
+		n = write ? process_vm_writev(pid, &l, 1, &r, 1, 0)
+			  : process_vm_readv(pid, &l, 1, &r, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -178,7 +201,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	s->cma_min = 0;
 	if (s->lws == 1)
 		return 0;
-	s->cma_test_fail = test_hook(env);
+	s->cma_test_fail = test_hook(s, env);
 	s->cma_warn = env->shm_cma == 1 && !env->quiet;
 	s->cma_probe = (util_now_ns() ^ ((uint64_t)getpid() << 32)) | 1;
 	my->probe_addr = (uintptr_t)&s->cma_probe;
@@ -259,6 +282,8 @@ static int peer_copy(struct ddpi_shm *s, int q, int write, char *local, size_t l
 		rc = -EFAULT;
 	else if ((rc = xfer(s, q, write, local + lo, c->addr + lo, hi - lo)) == 0)
 		return 0;
+	if (rc == -ECANCELED) /* a rank gave up: the wait in finish says who */
+		return 1;
 	fprintf(stderr,
 		"[rank%d] libddp: %s: %s rank %d failed (%s): staging through shared memory "
 		"from now on\n",
@@ -340,14 +365,16 @@ int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, si
 /* My slice's chunk [off, off + m): every peer's part read into the scratch,
  * summed in rank order (every rank's slices come out of the same kernel, so
  * the ranks' results are bit-identical) into my buffer, then written into
- * every peer's. 0, or the failed transfer's -errno (said why). */
+ * every peer's. 0, or the failed transfer's -errno, with *wrote set when it
+ * was a write (a read fails before anything of the chunk changed). */
 static int reduce_chunk(struct ddpi_shm *s, char *buf, size_t off, size_t m, enum ddp_dtype dt,
-			enum ddp_op op, int avg_div)
+			enum ddp_op op, int avg_div, int *peer, int *wrote)
 {
 	const void *src[DDPI_SHM_MAX_LOCAL];
 	size_t es = ddp_dtype_size(dt), lo = off * es, len = m * es;
-	int n = s->lws, rc = 0, q = s->me, write = 0;
+	int n = s->lws, rc = 0, q = s->me;
 
+	*wrote = 0;
 	for (int k = 1; k < n && rc == 0; k++) {
 		q = (s->me + k) % n;
 		src[q] = s->cma_scratch + (size_t)(q < s->me ? q : q - 1) * s->cma_chunk;
@@ -358,7 +385,7 @@ static int reduce_chunk(struct ddpi_shm *s, char *buf, size_t off, size_t m, enu
 	if (rc == 0) {
 		src[s->me] = buf + lo;
 		ddpi_reduce(dt, op, buf + lo, src, n, m, avg_div);
-		write = 1;
+		*wrote = 1;
 		for (int k = 1; k < n && rc == 0; k++) {
 			q = (s->me + k) % n;
 			rc = test_fails(s, 1) ? -EFAULT
@@ -366,41 +393,69 @@ static int reduce_chunk(struct ddpi_shm *s, char *buf, size_t off, size_t m, enu
 						     ddpi_shm_cma_ctl(s, q)->addr + lo, len);
 		}
 	}
-	if (rc < 0)
-		ddpi_err(rc, "all_reduce: %s rank %d failed (%s): the result is lost",
-			 write ? "process_vm_writev to" : "process_vm_readv from",
-			 ddpi_shm_rank_of(s, q), strerror(-rc));
+	*peer = q;
 	return rc;
+}
+
+void ddpi_shm_cma_reduce_left(const struct ddpi_shm *s, int q, size_t count, size_t es, size_t *lo,
+			      size_t *hi)
+{
+	const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);
+
+	ddpi_shm_slice_bounds(count, s->lws, q, es, lo, hi);
+	if (c->failed == 1)
+		*lo = (size_t)c->resume;
+	else
+		*lo = *hi;
 }
 
 int ddpi_shm_cma_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
 			    enum ddp_op op, int avg_div, int declared, int64_t deadline)
 {
-	size_t es = ddp_dtype_size(dt), per = s->cma_chunk / es, lo, hi;
-	int rc, failed, fq = -1;
+	struct ddpi_cma_ctl *my = ddpi_shm_cma_ctl(s, s->me);
+	size_t es = ddp_dtype_size(dt), per = s->cma_chunk / es, lo, hi, off;
+	int rc, peer = s->me, wrote = 0, left = 0;
 
 	if ((rc = declare(s, buf, count * es, declared, deadline, "all_reduce")) < 0)
 		return rc;
 	ddpi_shm_slice_bounds(count, s->lws, s->me, es, &lo, &hi);
-	for (size_t off = lo; off < hi && rc == 0; off += per)
-		rc = reduce_chunk(s, buf, off, hi - off < per ? hi - off : per, dt, op, avg_div);
-	/* A failure cannot fall back: the peers' buffers may hold sums already.
-	 * Nobody returns while a peer may still read or write its buffer. */
-	failed = rc;
-	ddpi_shm_cma_ctl(s, s->me)->failed = failed < 0;
+	for (off = lo; off < hi; off += per)
+		if ((rc = reduce_chunk(s, buf, off, hi - off < per ? hi - off : per, dt, op,
+				       avg_div, &peer, &wrote)) < 0)
+			break;
+	/* A failed read left the chunk, and the rest of my slice, as it was in
+	 * every buffer: it is staged after (ddpi_shm_cma_reduce_left). A failed
+	 * write cannot be undone: peers may hold the chunk's sum, others not. */
+	my->failed = rc == 0 ? 0 : wrote ? 2 : 1;
+	my->resume = off < hi ? off : hi;
+	my->fail_peer = ddpi_shm_rank_of(s, peer);
+	my->fail_err = -rc;
+	if (rc < 0 && rc != -ECANCELED && !wrote)
+		fprintf(stderr,
+			"[rank%d] libddp: all_reduce: process_vm_readv from rank %d failed (%s): "
+			"staging through shared memory from now on\n",
+			ddpi_shm_rank_of(s, s->me), my->fail_peer, strerror(-rc));
+	/* Nobody returns while a peer may still read or write its buffer. */
 	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_reduce")) < 0)
 		return rc;
-	for (int q = 0; q < s->lws && fq < 0; q++)
-		if (ddpi_shm_cma_ctl(s, q)->failed)
-			fq = q;
-	if (fq < 0)
+	for (int q = 0; q < s->lws; q++) {
+		const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);
+		if (c->failed == 2) {
+			s->cma_min = 0;
+			ddpi_err(-EIO,
+				 "all_reduce: rank %d's process_vm_writev to rank %d failed (%s): "
+				 "the result is lost (some ranks' buffers hold part of it; "
+				 "DDP_SHM_CMA=0 stages every call)",
+				 ddpi_shm_rank_of(s, q), c->fail_peer, strerror(c->fail_err));
+			return q == s->me
+				       ? -EIO
+				       : ddpi_caused_by(-EIO, "rank %d's process_vm_writev failed",
+							ddpi_shm_rank_of(s, q));
+		}
+		left |= c->failed == 1;
+	}
+	if (!left)
 		return 0;
 	s->cma_min = 0;
-	if (failed < 0)
-		return failed;
-	return ddpi_caused_by(ddpi_err(-EIO,
-				       "all_reduce: rank %d's single copy failed: the "
-				       "result is lost",
-				       ddpi_shm_rank_of(s, fq)),
-			      "rank %d's single copy failed", ddpi_shm_rank_of(s, fq));
+	return 1;
 }

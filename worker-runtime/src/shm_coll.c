@@ -176,6 +176,23 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	return 0;
 }
 
+/* The single copy's read failed on some rank: the slices' parts each rank
+ * left, staged (the same ranges in the same order on every rank). */
+static int stage_left(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
+		      enum ddp_op op, int avg_div, int64_t deadline)
+{
+	size_t es = ddp_dtype_size(dt), lo, hi;
+	int rc = 0;
+
+	for (int q = 0; q < s->lws && rc == 0; q++) {
+		ddpi_shm_cma_reduce_left(s, q, count, es, &lo, &hi);
+		if (lo < hi)
+			rc = all_reduce_large(s, (char *)buf + lo * es, hi - lo, dt, op, avg_div,
+					      deadline);
+	}
+	return rc;
+}
+
 /* cma_min is agreed and the sizes are compared: every rank takes the same path
  * (a rank with another size is caught at the start of either). */
 static int single_copy(const struct ddpi_shm *s, size_t bytes)
@@ -219,6 +236,8 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 			rc = ddpi_shm_cma_all_reduce(s, buf, count, dt, op, avg_div, zc, deadline);
 		else if (rc == 0)
 			rc = all_reduce_large(s, buf, count, dt, op, avg_div, deadline);
+		if (rc == 1)
+			rc = stage_left(s, buf, count, dt, op, avg_div, deadline);
 	}
 	ddpi_shm_end(s);
 	return rc;
