@@ -527,6 +527,10 @@ static int run_secret(struct ddp_ctx *ctx)
 	for (int k = 0; k < 2; k++)
 		bad |= check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_SUM, n) |
 		       check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_MAX, n);
+	if (ddp_rank(ctx) == 1)
+		munmap(b, bytes);
+	else
+		free(b);
 	return bad;
 }
 
