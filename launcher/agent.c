@@ -178,9 +178,12 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 {
 	/* A worker that exited before the stop signals failed on its own, even
 	 * if this loop has not heard of it yet (a stopped ddprun, the other
-	 * nodes' end arriving first): it may be the root cause. */
+	 * nodes' end arriving first): it may be the root cause. Not after
+	 * Slurm's signal (stop_had already): it reached the workers itself, and
+	 * those it ended were stopped, not failed. */
 	if (a->state == AS_RUNNING) {
-		reap(a);
+		if (!a->stop_had)
+			reap(a);
 		note_failing(a);
 	}
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
@@ -353,12 +356,18 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 
 	a->signalled = true;
 	signame_of(sig, name, sizeof(name));
+	/* A worker that died before this signal came (drained before the exits
+	 * are reaped, it is handled first) failed on its own and stays the root
+	 * cause of the exit status. Not for Slurm's (begin_stop). */
+	if (!by_stepd && a->state == AS_RUNNING)
+		reap(a);
 	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
 	} else if (a->nrunning > 0 && by_stepd) {
-		agent_say("received %s from Slurm: stopping the workers (Slurm signals every "
-			  "process of the step, this node's workers included: not sent again)",
+		agent_say("received %s from Slurm: stopping the workers (proctrack/linuxproc "
+			  "signals every process of the step, this node's workers included: not "
+			  "sent again)",
 			  name);
 	} else if (a->nrunning > 0) {
 		agent_say("received %s: stopping the workers", name);
@@ -370,8 +379,11 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 		set_status(a, report_exit_status(
 				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
 	set_status(a, 128 + sig);
-	/* Slurm's reached the workers itself; anyone else's is passed on
-	 * even if they had one: whoever sent it meant it. */
+	/* Slurm's reached the workers itself (only SIGCONT goes, for a worker
+	 * stopped meanwhile to see it); anyone else's is passed on even if they
+	 * had one: whoever sent it meant it. */
+	if (by_stepd && fwd != SIGKILL && (a->state == AS_RUNNING || a->state == AS_STOPPING))
+		kill_all(a, SIGCONT);
 	a->stop_had = by_stepd;
 	stop_and_end(a, fwd);
 }
@@ -604,8 +616,13 @@ static void check_progress(struct agent *a)
 		attempt_over(a);
 }
 
+/* A stop signal that reached ddprun before the coordinator's word is handled
+ * first: one from Slurm has reached the workers, which must not get the
+ * coordinator's SIGTERM on top of it (the store's news can come in the same
+ * loop iteration, before the signal's wakeup). */
 void agent_stop(struct agent *a, int status)
 {
+	agent_sig_drain(a->stops);
 	/* The coordinator's word is final, even over a local failure's status. */
 	a->status = status;
 	a->status_set = true;
@@ -615,6 +632,7 @@ void agent_stop(struct agent *a, int status)
 
 void agent_halt(struct agent *a, int status)
 {
+	agent_sig_drain(a->stops); /* as agent_stop */
 	a->status = status;
 	a->status_set = true;
 	stop_and_end(a, SIGTERM);

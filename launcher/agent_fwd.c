@@ -52,8 +52,8 @@ static void from_slurm(struct agent_fwd *f, int sig)
 {
 	char name[32];
 
-	agent_say("%s from Slurm: Slurm signals every process of the step, this node's "
-		  "workers included; not sent again (the job goes on)",
+	agent_say("%s from Slurm: proctrack/linuxproc signals every process of the step, "
+		  "this node's workers included; not sent again (the job goes on)",
 		  signame_of(sig, name, sizeof(name)));
 }
 

@@ -2,6 +2,7 @@
 #include "agent_sig.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -35,6 +36,10 @@ struct agent_sig {
 
 /* The set each signal's deliveries are counted for, or NULL. */
 static struct agent_sig *_Atomic owner[NSIG];
+/* Handlers running now, on any thread (libuv's pool threads may take a
+ * signal too): close waits for them, so none still uses a set it read
+ * from owner[] once the set is closed and freed. */
+static atomic_int in_handler;
 
 static const char *env_of(const char *name)
 {
@@ -50,7 +55,7 @@ static pid_t find_stepd(void)
 	int i;
 
 	if (getenv("SLURM_JOB_ID") == NULL || slurm_step_id(env_of) == NULL ||
-	    slurm_proctrack_pgid(getenv("SLURM_CONF")))
+	    !slurm_proctrack_linuxproc(getenv("SLURM_CONF")))
 		return 0;
 	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {
 		if (proc_info_read(pid, &pi) != 0)
@@ -69,6 +74,7 @@ static void on_signal(int sig, siginfo_t *si, void *ctx)
 	int saved = errno;
 
 	(void)ctx;
+	atomic_fetch_add(&in_handler, 1);
 	if (sig > 0 && sig < NSIG && (s = atomic_load(&owner[sig])) != NULL) {
 		/* si_code <= 0: sent by a process (kill, sigqueue), si_pid is its. */
 		if (s->stepd > 0 && si != NULL && si->si_code <= 0 && si->si_pid == s->stepd)
@@ -77,6 +83,7 @@ static void on_signal(int sig, siginfo_t *si, void *ctx)
 			atomic_fetch_add(&s->by_other[sig], 1);
 		uv_async_send(&s->wake);
 	}
+	atomic_fetch_sub(&in_handler, 1);
 	errno = saved;
 }
 
@@ -164,6 +171,11 @@ void agent_sig_close(struct agent_sig *s)
 		atomic_store(&owner[s->sigs[i]], NULL);
 	}
 	s->nsigs = 0;
+	/* A handler that read s before it left owner[] is done with it before
+	 * the handle closes (a later one finds NULL). Not one of ours on this
+	 * thread: close never runs inside a handler. */
+	while (atomic_load(&in_handler) > 0)
+		sched_yield();
 	if (s->wake_open && !uv_is_closing((uv_handle_t *)&s->wake))
 		uv_close((uv_handle_t *)&s->wake, on_closed);
 }

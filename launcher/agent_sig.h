@@ -1,16 +1,17 @@
 /* agent_sig: signals caught on the agent's loop, each delivery told apart by
  * its sender: this step's slurmstepd, or anyone else.
  *
- * Under srun (SLURM_STEP_ID set) the step's slurmstepd signals every process
- * of the step, on every node of it: with proctrack/linuxproc and
- * proctrack/cgroup that is all it tracks, ddprun's workers too (scancel,
- * scancel --signal, the time limit, sbatch --signal=SIG@T, srun passing on
- * what it got). Its delivery to ddprun has reached the workers already;
- * sent again, each worker would get it twice. Not so with proctrack/pgid,
- * which signals the step's first process group only (each worker has a
- * session of its own): there, and in a batch script (no step id: its
- * slurmstepd signals the script, never ddprun's workers), every delivery
- * counts as anyone's. The slurmstepd is the nearest ancestor of that name.
+ * Under srun (SLURM_STEP_ID set) the step's slurmstepd signals the step's
+ * processes on every node of it (scancel, scancel --signal, the time limit,
+ * sbatch --signal=SIG@T, srun passing on what it got). With
+ * proctrack/linuxproc that is every process it tracks, ddprun's workers
+ * too: its delivery to ddprun has reached the workers already, and sent
+ * again each worker would get it twice. proctrack/cgroup (Slurm's default)
+ * signals only the step's tasks, slurmstepd's own children (ddprun), with
+ * anything but SIGKILL, and proctrack/pgid only their process group (each
+ * worker has a session of its own): there, where the type cannot be read,
+ * and in a batch script (no step id), every delivery counts as anyone's
+ * and is passed on. The slurmstepd is the nearest ancestor of that name.
  *
  * A set catches its signals with one process-wide SA_SIGINFO handler, which
  * is async-signal-safe: it counts the delivery by sender and wakes the loop.

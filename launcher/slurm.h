@@ -66,10 +66,13 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 /* The last "key=value" of a slurm.conf at path (key in any case) into buf:
  * 0, or -ENOENT (no such file or key). */
 int slurm_conf_value(const char *path, const char *key, char *buf, size_t len);
-/* Whether Slurm's ProctrackType is proctrack/pgid (slurm.conf at conf,
- * $SLURM_CONF, or NULL: /etc/slurm/slurm.conf; false when unreadable): its
- * slurmstepd signals the step's first process group only, not ddprun's
- * workers, each in a session of its own (agent_sig.h). */
-bool slurm_proctrack_pgid(const char *conf);
+/* Whether Slurm's ProctrackType is proctrack/linuxproc, read from the
+ * slurm.conf at conf ($SLURM_CONF; NULL: /etc/slurm/slurm.conf): the one
+ * whose slurmstepd signals every process of the step, ddprun's workers
+ * included. proctrack/cgroup (Slurm's default, also when the key is absent)
+ * signals only the step's tasks, slurmstepd's own children, with anything
+ * but SIGKILL, and proctrack/pgid only their process group: neither reaches
+ * the workers. False when unreadable or anything else (agent_sig.h). */
+bool slurm_proctrack_linuxproc(const char *conf);
 
 #endif

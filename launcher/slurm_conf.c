@@ -42,12 +42,12 @@ int slurm_conf_value(const char *path, const char *key, char *buf, size_t len)
 	return found;
 }
 
-bool slurm_proctrack_pgid(const char *conf)
+bool slurm_proctrack_linuxproc(const char *conf)
 {
 	char v[64];
 
 	if (slurm_conf_value(conf != NULL ? conf : "/etc/slurm/slurm.conf", "ProctrackType", v,
 			     sizeof(v)) != 0)
 		return false;
-	return strcasecmp(v, "proctrack/pgid") == 0;
+	return strcasecmp(v, "proctrack/linuxproc") == 0;
 }

@@ -2,8 +2,9 @@
 it runs ddprun as srun would (SLURM_JOB_ID, SLURM_STEP_ID and SLURM_CONF
 naming a slurm.conf with ProctrackType=PROCTRACK), waits until every
 OUT/ready.<r> (r < NPROC, each holding a worker's pid) is there, then sends
-SIG as scancel makes slurmstepd do: to every worker and ddprun, or, with
-proctrack/pgid, to ddprun alone. To ddprun last, once each worker has taken
+SIG as scancel makes slurmstepd do: with proctrack/linuxproc to every
+worker and ddprun; with proctrack/cgroup (its tasks, its own children) or
+proctrack/pgid (their process group) to ddprun alone. To ddprun last, once each worker has taken
 its own (OUT/term.<r>, term_worker.py): a second one from ddprun would
 otherwise merge with it in the kernel now and then, and go unseen. It ends
 with ddprun's exit status (1 and a line on stderr if the workers were not
@@ -34,7 +35,7 @@ while not all(os.path.exists(r) for r in ready):
         p.kill()
         sys.exit(1)
     time.sleep(0.02)
-if proctrack != "proctrack/pgid":
+if proctrack == "proctrack/linuxproc":
     for r in ready:
         os.kill(int(open(r).read()), sig)
     took = [os.path.join(out, f"term.{r}") for r in range(nproc)]

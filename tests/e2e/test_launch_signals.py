@@ -94,6 +94,31 @@ def test_second_sigint_kills_at_once(reaper, tmp_path):
         wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
 
 
+def proc_state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_worker_dead_before_the_users_signal_stays_the_root_cause(reaper, tmp_path):
+    """Rank 0 dies (SIGKILL) while ddprun is stopped, then a SIGTERM comes:
+    both wait for ddprun at once. The death came first and is the root cause
+    of the exit status (137), not the signal (143): the signal is handled
+    before the exits are reaped, so it reaps first."""
+    p = start(reaper, tmp_path, nproc=3)
+    pids = ready_pids(tmp_path, 3)
+    p.send_signal(signal.SIGSTOP)
+    try:
+        os.kill(pids[0], signal.SIGKILL)
+        wait_for(lambda: proc_state(pids[0]) == "Z", timeout=10, what="rank 0 a zombie")
+        p.send_signal(signal.SIGTERM)
+    finally:
+        p.send_signal(signal.SIGCONT)
+    rc, out, err = finish(p)
+    assert rc == 137, err
+    assert "received SIGTERM" in err, err
+    assert sorted(out.splitlines()) == ["rank 1 got SIGTERM", "rank 2 got SIGTERM"], out
+
+
 def test_sighup_ignored_at_start_stays_ignored(reaper, tmp_path):
     # Like `nohup ddprun ...`: SIGHUP is ignored by ddprun and its workers.
     def ignore_hup():
@@ -258,8 +283,9 @@ def test_bad_forward_signal_is_a_usage_error(value, message):
 
 FAKE_STEPD = os.path.join(os.path.dirname(__file__), "fake_slurmstepd.py")
 TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
-FROM_SLURM = ("received SIGTERM from Slurm: stopping the workers (Slurm signals every "
-              "process of the step, this node's workers included: not sent again)")
+FROM_SLURM = ("received SIGTERM from Slurm: stopping the workers (proctrack/linuxproc "
+              "signals every process of the step, this node's workers included: not sent "
+              "again)")
 
 
 def terms(tmp_path, nproc):
@@ -298,9 +324,15 @@ def test_a_worker_left_after_slurms_sigterm_is_killed_after_the_grace(reaper, tm
         wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
 
 
-def test_with_proctrack_pgid_slurmstepds_sigterm_is_sent_on(reaper, tmp_path):
-    # proctrack/pgid: slurmstepd reaches ddprun's process group only.
-    rc, err = under_stepd(reaper, tmp_path, proctrack="proctrack/pgid")
+@pytest.mark.parametrize("proctrack", ["proctrack/cgroup", "proctrack/pgid", "proctrack/none"])
+def test_where_slurmstepd_does_not_reach_the_workers_its_sigterm_is_sent_on(
+        reaper, tmp_path, proctrack):
+    # proctrack/cgroup (Slurm's default) signals only the step's tasks,
+    # slurmstepd's children (ddprun), with anything but SIGKILL; pgid their
+    # process group; a type ddprun does not know may do either. Each worker
+    # gets the signal once, from ddprun: before, under cgroup it got none
+    # and was SIGKILLed at the end of the grace.
+    rc, err = under_stepd(reaper, tmp_path, proctrack=proctrack)
     assert rc == 143, err
     assert terms(tmp_path, 2) == {r: ["SIGTERM ddprun"] for r in range(2)}, err
     assert "received SIGTERM: stopping the workers" in err

@@ -4,8 +4,10 @@ sends; or the batch shell's, passed on to srun, as with --signal=B:USR1@T; or
 kill(1) of one node's ddprun): every worker gets it exactly once, saves a
 checkpoint, goes on, and the job ends COMPLETED with 0.
 
-Slurm itself signals every process of the step, the workers too; ddprun
-sees the signal came from the step's slurmstepd and does not send it again.
+This cluster's Slurm (proctrack/linuxproc) signals every process of the
+step, the workers too; ddprun sees the signal came from the step's
+slurmstepd and does not send it again (under proctrack/cgroup, which signals
+only ddprun, it sends it on: tests/e2e/test_launch_signals.py).
 Each worker records who sent each delivery (siginfo's si_pid): a second
 delivery, or one from ddprun, is what used to happen."""
 import os
@@ -98,9 +100,10 @@ def test_scancel_usr1_reaches_each_worker_once(cluster, tmp_path):
     cluster.run("ctl", "scancel", "--signal=USR1", jobid)
     got, log = finish(cluster, tmp_path, jobid, out)
     assert got == {r: ["slurmstepd"] for r in range(6)}, log
-    assert ddprun_lines(tmp_path) == ["ddprun: SIGUSR1 from Slurm: Slurm signals every "
-                                      "process of the step, this node's workers included; "
-                                      "not sent again (the job goes on)"] * 3, log
+    assert ddprun_lines(tmp_path) == ["ddprun: SIGUSR1 from Slurm: proctrack/linuxproc "
+                                      "signals every process of the step, this node's "
+                                      "workers included; not sent again (the job goes "
+                                      "on)"] * 3, log
 
 
 def test_signal_usr1_at_time_reaches_each_worker_once(cluster, tmp_path):

@@ -59,8 +59,9 @@ def running(pid):
 
 
 def from_slurm(sig):
-    return (f"received {sig} from Slurm: stopping the workers (Slurm signals every "
-            "process of the step, this node's workers included: not sent again)")
+    return (f"received {sig} from Slurm: stopping the workers (proctrack/linuxproc "
+            "signals every process of the step, this node's workers included: not sent "
+            "again)")
 
 def test_scancel_job(cluster, tmp_path):
     """`scancel JOB` SIGTERMs every process of the job: each node's ddprun
@@ -138,8 +139,9 @@ def test_scancel_usr1_handled_stops_the_workers_today(cluster, tmp_path):
 
 
 # ---- a stop signal from Slurm reaches each worker once ----------------------------
-# Slurm's slurmstepd signals every process of the step (proctrack/linuxproc
-# here, as proctrack/cgroup), ddprun and its workers alike. ddprun stops the
+# This cluster's slurmstepd (proctrack/linuxproc) signals every process of the
+# step, ddprun and its workers alike (proctrack/cgroup, Slurm's default, only
+# ddprun: tests/e2e/test_launch_signals.py's stand-in). ddprun stops the
 # job as for any signal, but sends the workers nothing: they used to get it
 # twice, once from Slurm and once from ddprun.
 

@@ -182,12 +182,14 @@ static void test_the_steps_slurmstepd_is_told_apart(void **state)
 	conf_with("proctrack/linuxproc", linuxproc, sizeof(linuxproc));
 	conf_with("proctrack/cgroup", cgroup, sizeof(cgroup));
 	conf_with("proctrack/pgid", pgid, sizeof(pgid));
-	/* Under srun: every process of the step had it from slurmstepd. */
+	/* Under srun, proctrack/linuxproc: every process of the step had it
+	 * from slurmstepd. */
 	assert_int_equal(sent_by_slurmstepd(true, linuxproc), 1);
-	assert_int_equal(sent_by_slurmstepd(true, cgroup), 1);
-	assert_int_equal(sent_by_slurmstepd(true, "/nonexistent/slurm.conf"), 1);
-	/* proctrack/pgid's slurmstepd does not reach the workers. */
+	/* proctrack/cgroup signals only slurmstepd's children (ddprun), pgid
+	 * only their process group; a type not read may be either. */
+	assert_int_equal(sent_by_slurmstepd(true, cgroup), 0);
 	assert_int_equal(sent_by_slurmstepd(true, pgid), 0);
+	assert_int_equal(sent_by_slurmstepd(true, "/nonexistent/slurm.conf"), 0);
 	/* A batch script's slurmstepd signals the script alone. */
 	assert_int_equal(sent_by_slurmstepd(false, linuxproc), 0);
 	unlink(linuxproc);

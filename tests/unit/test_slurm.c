@@ -297,14 +297,17 @@ static void test_conf_value_last_line_wins_any_case(void **state)
 			"  proctracktype = proctrack/pgid   # old nodes\n");
 	assert_int_equal(slurm_conf_value(path, "ProctrackType", v, sizeof(v)), 0);
 	assert_string_equal(v, "proctrack/pgid");
-	assert_true(slurm_proctrack_pgid(path));
+	assert_false(slurm_proctrack_linuxproc(path));
 	assert_int_equal(slurm_conf_value(path, "TaskPlugin", v, sizeof(v)), -ENOENT);
 	unlink(path);
 	conf_file(path, "ProctrackType=proctrack/cgroup\n");
-	assert_false(slurm_proctrack_pgid(path));
+	assert_false(slurm_proctrack_linuxproc(path));
+	unlink(path);
+	conf_file(path, "ProctrackType = Proctrack/LinuxProc\n");
+	assert_true(slurm_proctrack_linuxproc(path));
 	unlink(path);
 	/* Unreadable: Slurm's default, proctrack/cgroup. */
-	assert_false(slurm_proctrack_pgid(path));
+	assert_false(slurm_proctrack_linuxproc(path));
 	assert_int_equal(slurm_conf_value(path, "ProctrackType", v, sizeof(v)), -ENOENT);
 }
 
