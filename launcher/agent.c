@@ -678,21 +678,13 @@ static int init_handle(struct agent *a, uv_handle_t *h, int rc)
 	return rc;
 }
 
-/* Catch the signals to handle, except those ignored at startup: under
- * nohup SIGHUP must stay ignored (torchrun's handler overrides SIG_IGN). */
+/* Catch the signals to handle (job_caught_signals: not one ignored at
+ * startup). */
 static int watch_signals(struct agent *a)
 {
 	int sigs[CLI_MAX_SIGNALS];
-	int i, n = 0;
+	int n = job_caught_signals(a->job, sigs);
 
-	for (i = 0; i < a->job->nsignals; i++) {
-		struct sigaction old;
-		int sig = a->job->signals[i];
-
-		if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-			continue;
-		sigs[n++] = sig;
-	}
 	return agent_sig_open(a->loop, sigs, n, on_signal, a, &a->stops);
 }
 

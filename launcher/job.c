@@ -2,6 +2,7 @@
 #include "job.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,20 @@ void job_free(struct job *j)
 bool job_rank_shown(const struct job *j, int local_rank)
 {
 	return cli_ranks_have(j->ranks_filter, j->nranks_filter, local_rank);
+}
+
+int job_caught_signals(const struct job *j, int *out)
+{
+	int i, n = 0;
+
+	for (i = 0; i < j->nsignals; i++) {
+		struct sigaction old;
+
+		if (sigaction(j->signals[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		out[n++] = j->signals[i];
+	}
+	return n;
 }
 
 bool job_writes_logs(const struct job *j)

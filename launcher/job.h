@@ -110,5 +110,10 @@ bool job_rank_shown(const struct job *j, int local_rank);
  * this node (0..nproc-1) to a log file; a map that names only ranks this
  * node does not run ("5:3" with 2 workers) writes none here. */
 bool job_writes_logs(const struct job *j);
+/* The signals of --signals-to-handle that ddprun catches, into out (room
+ * for nsignals); their count. Not one ignored at startup: under nohup
+ * SIGHUP stays ignored, in ddprun and in its workers (torchrun's handler
+ * overrides SIG_IGN, and its workers then get the default). */
+int job_caught_signals(const struct job *j, int *out);
 
 #endif

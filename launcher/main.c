@@ -107,8 +107,8 @@ int main(int argc, char **argv)
 		dfl[ndfl++] = SIGPIPE;
 	signal(SIGPIPE, SIG_IGN);
 	dfl[ndfl++] = SIGCHLD;
-	for (i = 0; i < job.nsignals; i++)
-		dfl[ndfl++] = job.signals[i];
+	/* One ignored at startup stays so in the workers too (nohup). */
+	ndfl += job_caught_signals(&job, dfl + ndfl);
 	for (i = 0; i < job.nfwd_signals; i++)
 		dfl[ndfl++] = job.fwd_signals[i];
 

@@ -132,6 +132,23 @@ def test_sighup_ignored_at_start_stays_ignored(reaper, tmp_path):
     assert "SIGHUP" not in out + err
 
 
+def test_a_signal_ignored_at_start_stays_ignored_in_the_workers(reaper, tmp_path):
+    """nohup ddprun: the workers inherit SIGHUP ignored (ddprun reset every
+    signal it handles to the default in its workers, this one too)."""
+    def ignore_hup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    # 1: SIG_IGN, 0: SIG_DFL
+    code = ("import signal; g = signal.getsignal; "
+            "print(int(g(signal.SIGHUP)), int(g(signal.SIGTERM)))")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", code],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     preexec_fn=ignore_hup)
+    rc, out, err = finish(p)
+    assert rc == 0, err
+    assert out.splitlines() == ["1 0"] * 2, out
+
+
 def test_kill_9_of_ddprun_leaves_no_worker_or_grandchild(reaper, tmp_path):
     # Each worker is a shell with a background grandchild (a DataLoader-like
     # child) in its group; neither may outlive ddprun.
