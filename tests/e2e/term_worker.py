@@ -1,25 +1,29 @@
 """A worker that counts the stop signals it gets (stdlib only): SIGTERM,
 SIGINT and SIGHUP stay blocked and are taken with sigtimedwait, each
 appended to OUT/term.<RANK> as the name of its sender (/proc/<pid>/comm).
-OUT/ready.<RANK> (its pid) appears first. After the first it lives on 1 s,
-as a worker saving a checkpoint would, and exits 0; with --stay it stays
-(bounded: 60 s in all), to be killed.
-    python3 term_worker.py OUT [--stay]"""
+OUT/<READY>.<RANK> (its pid; READY is ready unless --ready says) appears
+first. After the first signal it lives on 1 s (--linger S), as a worker
+saving a checkpoint would, and exits 0; with --stay it stays, to be killed.
+Bounded: 120 s in all. Also the Slurm tests' worker (tests/slurm).
+    python3 term_worker.py OUT [--stay] [--ready NAME] [--linger S]"""
 import os
 import signal
 import sys
 import time
 
 out, rank = sys.argv[1], os.environ["RANK"]
-stay = "--stay" in sys.argv[2:]
+opts = sys.argv[2:]
+stay = "--stay" in opts
+ready = opts[opts.index("--ready") + 1] if "--ready" in opts else "ready"
+linger = float(opts[opts.index("--linger") + 1]) if "--linger" in opts else 1.0
 SIGS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
-with open(os.path.join(out, f".ready.{rank}"), "w") as f:
+with open(os.path.join(out, f".{ready}.{rank}"), "w") as f:
     f.write(f"{os.getpid()}\n")
-os.rename(os.path.join(out, f".ready.{rank}"), os.path.join(out, f"ready.{rank}"))
-end = time.monotonic() + 60
+os.rename(os.path.join(out, f".{ready}.{rank}"), os.path.join(out, f"{ready}.{rank}"))
+end = time.monotonic() + 120
 first = None
-while time.monotonic() < end and (stay or first is None or time.monotonic() < first + 1):
+while time.monotonic() < end and (stay or first is None or time.monotonic() < first + linger):
     si = signal.sigtimedwait(SIGS, 0.05)
     if si is None:
         continue

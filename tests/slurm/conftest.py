@@ -223,22 +223,19 @@ WORKER = ('trap "touch \\"\\$OUT/usr1.\\$RANK\\"" USR1; echo $$ > "$OUT/.pid.$RA
           'i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done')
 
 
-def start_waiting_job(cluster, tmp_path, ddprun_args="", worker_py=None, body="{srun}"):
+def start_waiting_job(cluster, tmp_path, ddprun_args="", program=None, body="{srun}"):
     """A 3-node job of 6 waiting workers (node.sh around ddprun); once all
-    have started: (job id, out dir, worker pids). worker_py: the workers'
-    Python source instead of WORKER's shell (it leaves $OUT/pid.$RANK too);
+    have started: (job id, out dir, worker pids). program: the workers'
+    command line instead of WORKER's shell (it leaves $OUT/pid.$RANK too);
     body: the job script's lines, {srun} for the srun line."""
     out = tmp_path / "out"
     out.mkdir()
     node_sh = tmp_path / "node.sh"
     node_sh.write_text(NODE_SH)
     node_sh.chmod(0o755)
-    if worker_py is None:
+    if program is None:
         (tmp_path / "worker.sh").write_text(WORKER)
         program = f"sh {tmp_path / 'worker.sh'}"
-    else:
-        (tmp_path / "worker.py").write_text(worker_py)
-        program = f"python3 {tmp_path / 'worker.py'}"
     srun = f"srun {node_sh} --nproc-per-node=2 {ddprun_args} {program}"
     script = job_script(tmp_path / "job.sh", body.format(srun=srun))
     jobid = cluster.sbatch(script, env=cluster.env(OUT=str(out)))

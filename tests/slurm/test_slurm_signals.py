@@ -9,32 +9,12 @@ import pytest
 
 from conftest import rcs, read, start_waiting_job as start, wait_for_files
 
-# Takes each stop signal with sigtimedwait (not a handler: two close
-# together stay two) and appends "SIG sender" (the sender's comm) to
-# $OUT/term.$RANK; after the first it lives on 2 s, as one saving a
-# checkpoint would, and exits 0. Bounded: 120 s in all.
-COUNTING_WORKER = r'''
-import os, signal, time
-out, rank = os.environ["OUT"], os.environ["RANK"]
-SIGS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
-signal.pthread_sigmask(signal.SIG_BLOCK, SIGS)
-with open(f"{out}/.pid.{rank}", "w") as f:
-    f.write(str(os.getpid()))
-os.rename(f"{out}/.pid.{rank}", f"{out}/pid.{rank}")
-end, first = time.monotonic() + 120, None
-while time.monotonic() < end and (first is None or time.monotonic() < first + 2):
-    si = signal.sigtimedwait(SIGS, 0.05)
-    if si is None:
-        continue
-    try:
-        who = open(f"/proc/{si.si_pid}/comm").read().strip()
-    except OSError:
-        who = f"pid {si.si_pid}"
-    fd = os.open(f"{out}/term.{rank}", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, f"{signal.Signals(si.si_signo).name} {who}\n".encode())
-    os.close(fd)
-    first = first or time.monotonic()
-'''
+# tests/e2e/term_worker.py: takes each stop signal with sigtimedwait (not a
+# handler: two close together stay two) and appends "SIG sender" (the
+# sender's comm) to $OUT/term.$RANK; after the first it lives on 2 s, as one
+# saving a checkpoint would, and exits 0. Bounded: 120 s in all.
+COUNTING_WORKER = "python3 {} \"$OUT\" --ready pid --linger 2".format(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "term_worker.py"))
 
 
 def terms(out):
@@ -47,6 +27,13 @@ def wait_terms(out, log, timeout=20):
     """Until every worker has taken a signal (bounded); what each took."""
     wait_for_files(out, [f"term.{r}" for r in range(6)], timeout=timeout, log=log)
     return terms(out)
+
+
+def nothing_left(cluster, pids):
+    """Only slurmd runs in the cluster, and no worker (a zombie is gone)."""
+    cluster.only_slurmd_left()
+    for p in pids:
+        assert not running(p), f"worker {p} is still running"
 
 
 def running(pid):
@@ -73,9 +60,7 @@ def test_scancel_job(cluster, tmp_path):
     cluster.run("ctl", "scancel", jobid)
     j = cluster.wait_job(jobid, timeout=40)
     assert j["JobState"] == "CANCELLED"
-    cluster.only_slurmd_left()
-    for p in pids:
-        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    nothing_left(cluster, pids)
     assert set(rcs(out).values()) <= {"143"}, read(tmp_path / "job.out")
 
 
@@ -97,9 +82,7 @@ def test_scancel_step_every_node_exits_143(cluster, tmp_path, run):
     log = read(tmp_path / "job.out")
     assert rcs(out) == {0: "143", 1: "143", 2: "143"}, log
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "143:0", log
-    cluster.only_slurmd_left()
-    for p in pids:
-        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    nothing_left(cluster, pids)
 
 
 def test_scancel_usr1_ends_the_job_today(cluster, tmp_path):
@@ -133,9 +116,7 @@ def test_scancel_usr1_handled_stops_the_workers_today(cluster, tmp_path):
     assert rcs(out) == {0: "138", 1: "138", 2: "138"}, log
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "138:0", log
     assert log.count(from_slurm("SIGUSR1")) == 3, log
-    cluster.only_slurmd_left()
-    for p in pids:
-        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    nothing_left(cluster, pids)
 
 
 # ---- a stop signal from Slurm reaches each worker once ----------------------------
@@ -151,7 +132,7 @@ def test_scancel_step_sigterm_reaches_each_worker_once(cluster, tmp_path, run):
     """`scancel --signal=TERM JOB.0`: every worker takes SIGTERM from
     slurmstepd alone and ends (after 2 s); every node exits 143, as does
     the job, and nothing is left."""
-    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER)
+    jobid, out, pids = start(cluster, tmp_path, program=COUNTING_WORKER)
     cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
     log = tmp_path / "job.out"
     wait_terms(out, log)
@@ -162,23 +143,19 @@ def test_scancel_step_sigterm_reaches_each_worker_once(cluster, tmp_path, run):
     assert rcs(out) == {0: "143", 1: "143", 2: "143"}, text
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "143:0", text
     assert text.count(from_slurm("SIGTERM")) == 3, text
-    cluster.only_slurmd_left()
-    for p in pids:
-        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    nothing_left(cluster, pids)
 
 
 def test_scancel_job_sigterm_reaches_each_worker_once(cluster, tmp_path):
     """`scancel JOB`: slurmstepd sends SIGCONT and SIGTERM to every process
     of the step, and srun, SIGTERMed too, has the step SIGKILLed soon after:
     each worker took SIGTERM once, from Slurm, before it; nothing is left."""
-    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER)
+    jobid, out, pids = start(cluster, tmp_path, program=COUNTING_WORKER)
     cluster.run("ctl", "scancel", jobid)
     j = cluster.wait_job(jobid, timeout=40)
     text = read(tmp_path / "job.out")
     assert j["JobState"] == "CANCELLED", text
-    cluster.only_slurmd_left()
-    for p in pids:
-        assert not os.path.exists(f"/proc/{p}"), f"worker {p} is still running"
+    nothing_left(cluster, pids)
     # A second SIGTERM came, if at all, from ddprun within milliseconds:
     # before the SIGKILL, which goes through slurmctld.
     assert terms(out) == {r: ["SIGTERM slurmstepd"] for r in range(6)}, text
@@ -199,14 +176,12 @@ def test_srun_ctrl_c_twice_reaches_each_worker_once(cluster, tmp_path):
     from slurmstepd alone (not again from ddprun, nor SIGTERM when another
     node's end or loss reaches its ddprun), before srun's SIGKILL ends the
     step; each ddprun that got to its end exits 130; nothing is left."""
-    jobid, out, pids = start(cluster, tmp_path, worker_py=COUNTING_WORKER, body=CTRL_C_TWICE)
+    jobid, out, pids = start(cluster, tmp_path, program=COUNTING_WORKER, body=CTRL_C_TWICE)
     log = tmp_path / "job.out"
     wait_terms(out, log)
     cluster.wait_job(jobid, timeout=60)
-    cluster.only_slurmd_left()
+    nothing_left(cluster, pids)
     text = read(log)
     assert "srun: sending Ctrl-C to StepId=" in text, text
     assert terms(out) == {r: ["SIGINT slurmstepd"] for r in range(6)}, text
     assert set(rcs(out).values()) <= {"130", "137"}, text
-    for p in pids:
-        assert not running(p), f"worker {p} is still running"
