@@ -18,6 +18,7 @@ takes it; auto from 16 KiB, unless the ranks outnumber the cores. DDP_TEST_CMA_F
 read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
+import select
 import shutil
 import signal
 import uuid
@@ -171,7 +172,10 @@ def test_a_peer_resuming_after_the_others_gave_up_writes_nothing(reaper, store, 
                    "t" + uuid.uuid4().hex[:10],
                    extra={"DDP_SHM_CMA": "1", "DDP_TIMEOUT": "3",
                           "DDP_TEST_CMA_FAIL": f"stop:1:{nth}"})
-    line = procs[0].stdout.readline()  # rank 0 gave up and refilled (bounded by DDP_TIMEOUT)
+    # Rank 0 gives up after DDP_TIMEOUT and refills; bounded here too, in
+    # case it hangs instead.
+    ready = select.select([procs[0].stdout], [], [], 60)[0]
+    line = procs[0].stdout.readline() if ready else "(nothing within 60 s)"
     try:
         assert line == "refilled\n", line
         os.kill(procs[1].pid, signal.SIGCONT)
