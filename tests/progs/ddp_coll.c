@@ -34,6 +34,8 @@
  *                                       late at what the others declared); then an
  *                                       all_reduce of ddp_alloc memory: "[rankR] zc maps N"
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
+ *   ddp_coll [--spawn N] one OP BYTES   one all_reduce (float32 sum, exact), all_gather or
+ *                                       broadcast (from the last rank) of BYTES, checked
  *   ddp_coll [--spawn N] crash RANK [--hold-sigterm] [--linger R] [--when FILE]
  *                                       RANK exits (status 7) in the middle of all_reduces;
  *                                       --when FILE: RANK first says "rank RANK: waiting
@@ -661,6 +663,54 @@ static int run_big(struct ddp_ctx *ctx, int shared)
 	return bad;
 }
 
+/* One collective of bytes, checked: all_reduce (float32 sum of small
+ * integers, exact), all_gather or broadcast (from the last rank). Which path
+ * moved it is what the test looks at (the single copy's test hooks). */
+static int run_one(struct ddp_ctx *ctx, const char *op, size_t bytes)
+{
+	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
+	unsigned char *buf = malloc(bytes * (size_t)w + 1);
+
+	if (!buf)
+		return 1;
+	if (!strcmp(op, "all_reduce")) {
+		float *f = (float *)(void *)buf;
+		size_t n = bytes / sizeof(float);
+		for (size_t i = 0; i < n; i++)
+			f[i] = (float)((i + (size_t)me) % 97);
+		CHECK(ctx, ddp_all_reduce(ctx, f, n, DDP_FLOAT32, DDP_SUM));
+		for (size_t i = 0; i < n && !bad; i++) {
+			float want = 0;
+			for (int r = 0; r < w; r++)
+				want += (float)((i + (size_t)r) % 97);
+			bad = f[i] != want;
+		}
+	} else if (!strcmp(op, "all_gather")) {
+		unsigned char *send = buf + bytes * (size_t)(w - 1);
+		unsigned char *recv = malloc(bytes * (size_t)w + 1);
+		if (!recv)
+			return 1;
+		for (size_t i = 0; i < bytes; i++)
+			send[i] = pattern(me, i);
+		CHECK(ctx, ddp_all_gather(ctx, send, recv, bytes));
+		bad = check_gathered(recv, bytes, w, me, "all_gather");
+		free(recv);
+	} else if (!strcmp(op, "broadcast")) {
+		for (size_t i = 0; i < bytes; i++)
+			buf[i] = me == w - 1 ? pattern(w - 1, i) : 0;
+		CHECK(ctx, ddp_broadcast(ctx, buf, bytes, w - 1));
+		for (size_t i = 0; i < bytes && !bad; i++)
+			bad = buf[i] != pattern(w - 1, i);
+	} else {
+		fprintf(stderr, "ddp_coll one: unknown op '%s'\n", op);
+		bad = 2;
+	}
+	if (bad == 1)
+		fprintf(stderr, "rank %d: %s of %zu bytes: wrong result\n", me, op, bytes);
+	free(buf);
+	return bad;
+}
+
 /* FNV-1a of a buffer: what each rank's result is compared by. */
 static uint64_t fnv(const void *p, size_t n)
 {
@@ -862,6 +912,8 @@ static int worker(int rank, void *p)
 		rc = run_secret(ctx);
 	else if (!strcmp(mode, "reuse") && a->argc >= 2)
 		rc = run_reuse(ctx, a->argv[1]);
+	else if (!strcmp(mode, "one") && a->argc >= 3)
+		rc = run_one(ctx, a->argv[1], strtoull(a->argv[2], NULL, 0));
 	else if (!strcmp(mode, "bench") && a->argc >= 3)
 		rc = run_bench(ctx, strtoull(a->argv[1], NULL, 0), atoi(a->argv[2]));
 	else if (!strcmp(mode, "mismatch")) {

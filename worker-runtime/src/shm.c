@@ -21,9 +21,9 @@
 #include "workenv.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   4
+#define SHM_VERSION   5
 #define HDR_BYTES     8192
-#define CTL_BYTES     384 /* whole cache lines: no false sharing between ranks */
+#define CTL_BYTES     448 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
 /* How long a waiter keeps its core before sleeping (spin_until): about what
  * a sleep and wake-up cost, or, yielding to ranks that share its core, long

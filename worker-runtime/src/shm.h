@@ -55,6 +55,7 @@ struct ddpi_cma_ctl {
 	int32_t ppid;
 	int32_t ok;	    /* 1: read every peer's word; 0: DDP_SHM_CMA=0; else -errno */
 	uint64_t min_bytes; /* this rank's threshold (local rank 0's is used) */
+	uint64_t max_bytes; /* and its upper bound, 0: none (local rank 0's is used) */
 	/* Each single-copy collective: the buffer the peers read from, and
 	 * whether this rank's reads failed (written after them). */
 	uint64_t addr, len;
@@ -109,6 +110,7 @@ struct ddpi_shm {
 	int unlinked;
 	const struct ddpi_call *outer; /* the call this step belongs to (cpu.c), or NULL */
 	size_t cma_min;		       /* single copy from this many bytes; 0: never (agreed) */
+	size_t cma_max;		       /* and up to this many; 0: no bound (agreed) */
 	uint64_t cma_probe;	       /* the word the peers read at init */
 	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
 	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */

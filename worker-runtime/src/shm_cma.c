@@ -57,6 +57,24 @@
 #define CMA_REDUCE_CHUNK   (256 * 1024)
 #define CMA_REDUCE_SCRATCH (1024 * 1024)
 #define CMA_TEST_ENV	   "DDP_TEST_CMA_FAIL"
+/* Where the kernel copies much slower than memcpy, the staged path's copies
+ * in user space beat its one for large messages, and the single copy stops
+ * above CMA_SLOW_MAX_BYTES (a broadcast's sooner, shm_coll.c). The limits
+ * above come from an Intel VM whose kernel read a peer's 32 MiB in about
+ * twice a streamed copy's time, where the single copy led up to 64 MiB. A
+ * Firecracker guest on AMD EPYC (Zen 5, 32 MiB of L3; 2026-12-05) takes
+ * 3.1-3.6x memcpy's time for 1 MiB through process_vm_readv (4 KiB pages,
+ * each pinned at a cost); there, 2 ranks, medians of 7 interleaved runs,
+ * single copy against staged: all_reduce 8 MiB 1.05 ms against 1.37, 16
+ * MiB 3.36 against 2.72, 64 MiB 16.6 against 13.1; all_gather 4 MiB 0.33 ms
+ * against 0.63, 8 MiB 0.92 against 1.05, 16 MiB 2.91 against 2.16. Local
+ * rank 0 times it at init: its own memory through the kernel (the same
+ * pinning and copy as a peer's) against memcpy, 1 MiB, the best of three
+ * each (under a millisecond). */
+#define CMA_CAL_BYTES	   (1024 * 1024)
+#define CMA_SLOW_RATIO	   2.5
+#define CMA_SLOW_MAX_BYTES (8u << 20)
+#define CMA_MAX_TEST_ENV   "DDP_TEST_CMA_MAX" /* test hook: the bound in bytes, 0 none */
 /* A transfer goes in pieces of this, the abort flag looked at before each
  * (a system call per MiB: a few percent of a microsecond per KiB). */
 #define CMA_PIECE (1024 * 1024)
@@ -166,6 +184,40 @@ static int thp_always(void)
 	return yes;
 }
 
+/* The single copy's upper bound on this machine (see CMA_SLOW_RATIO): 0
+ * for none, also when the kernel's copy cannot be timed. */
+static uint64_t kernel_copy_bound(void)
+{
+	const char *v = getenv(CMA_MAX_TEST_ENV);
+	uint64_t best_k = UINT64_MAX, best_m = UINT64_MAX;
+	char *a;
+
+	if (v)
+		return strtoull(v, NULL, 10);
+	if (!(a = aligned_alloc(4096, 2 * CMA_CAL_BYTES)))
+		return 0;
+	memset(a, 1, 2 * CMA_CAL_BYTES); /* no page faults in the timing */
+	for (int i = 0; i < 3; i++) {
+		struct iovec l = {a + CMA_CAL_BYTES, CMA_CAL_BYTES}, r = {a, CMA_CAL_BYTES};
+		uint64_t t0 = util_now_ns(), t1, t2;
+		if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != CMA_CAL_BYTES) {
+			best_k = 0;
+			break;
+		}
+		t1 = util_now_ns();
+		memcpy(a + CMA_CAL_BYTES, a, CMA_CAL_BYTES);
+		/* The copy must happen, though nothing reads it. */
+		__asm__ volatile("" : : "r"(a) : "memory");
+		t2 = util_now_ns();
+		best_k = t1 - t0 < best_k ? t1 - t0 : best_k;
+		best_m = t2 - t1 < best_m ? t2 - t1 : best_m;
+	}
+	free(a);
+	if (best_k == 0 || best_m == 0)
+		return 0;
+	return (double)best_k > CMA_SLOW_RATIO * (double)best_m ? CMA_SLOW_MAX_BYTES : 0;
+}
+
 /* 1 if this rank reads (and writes) every peer's probe word, else 0 (not wanted) or -errno. */
 static int32_t probe(struct ddpi_shm *s, const struct ddp_env *env)
 {
@@ -212,6 +264,8 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	 * its copies go through slots in cache, not from the peers' DRAM. */
 	my->min_bytes = env->shm_cma == 1 ? 1 : s->oversubscribed ? 0 : CMA_MIN_BYTES;
 	my->huge = s->me == 0 && thp_always(); /* local rank 0's counts */
+	my->max_bytes =
+		s->me == 0 && env->shm_cma != 0 && my->min_bytes > 1 ? kernel_copy_bound() : 0;
 	if ((rc = sync_init(s, deadline)) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
@@ -236,6 +290,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 			off = q;
 	if (off < 0) {
 		s->cma_min = (size_t)ddpi_shm_cma_ctl(s, 0)->min_bytes;
+		s->cma_max = (size_t)ddpi_shm_cma_ctl(s, 0)->max_bytes;
 		s->cma_huge = ddpi_shm_cma_ctl(s, 0)->huge;
 	} else if (s->cma_warn && s->me == 0) {
 		int32_t why = ddpi_shm_cma_ctl(s, off)->ok;
