@@ -14,9 +14,9 @@ left; a write cannot be undone and fails the call on every rank.
 The worker is tests/progs/ddp_coll.c `big` (all_reduce: `check`, every dtype and op up
 to 300000 elements, and `same`). DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never
-takes it; auto from 16 KiB, unless the ranks outnumber the cores, and up to a
-bound where the kernel copies much slower than memcpy (DDP_TEST_CMA_MAX, a test
-hook, sets the bound that init would time). DDP_TEST_CMA_FAIL (a test hook)
+takes it; auto from 16 KiB, unless the ranks outnumber the cores, and only in
+a window of sizes where the kernel copies much slower than memcpy
+(DDP_TEST_CMA_SLOW, a test hook, stands for init's timing of it). DDP_TEST_CMA_FAIL (a test hook)
 fails one rank's probe, its first read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
@@ -118,41 +118,45 @@ def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, ho
     slice had left is staged: sums exact, averages bit-identical (the worker
     checks); the later calls are staged. auto at 2 ranks: the 8-byte
     all_gathers stay staged, so the hook meets the all_reduces.
-    DDP_TEST_CMA_MAX=0: no upper bound, whatever the machine's kernel copy
-    costs (the 20th read is in a 12 MB sum)."""
+    DDP_TEST_CMA_SLOW=0: the single copy at every size from 16 KiB,
+    whatever the machine's kernel copy costs (the 20th read is in a 12 MB
+    sum)."""
     errs = run_ok(reaper, store, 2, {"DDP_SHM_CMA": "auto", "DDP_TEST_CMA_FAIL": hook,
-                                     "DDP_TEST_CMA_MAX": "0"}, mode="same")
+                                     "DDP_TEST_CMA_SLOW": "0"}, mode="same")
     assert ("all_reduce: process_vm_readv from rank 0 failed (Bad address): staging "
             "through shared memory from now on") in errs[1], errs[1]
     assert "process_vm" not in errs[0], errs[0]
 
 
 @TWO_CORES
-@pytest.mark.parametrize("op,most", [("all_reduce", 65536), ("all_gather", 65536),
-                                     ("broadcast", 16384)])
-def test_where_the_kernel_copies_slowly_large_messages_are_staged(reaper, store, op, most):
+@pytest.mark.parametrize("op,least,most", [("all_reduce", 64 << 10, 8 << 20),
+                                           ("all_gather", 256 << 10, 8 << 20),
+                                           ("broadcast", 128 << 10, 2 << 20)])
+def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
+        reaper, store, op, least, most):
     """Where the kernel copies much slower than memcpy (local rank 0 times
-    both at init; DDP_TEST_CMA_MAX stands for its verdict: the bound, here
-    64 KiB), the single copy takes messages up to the bound (a broadcast up
-    to a quarter of it) and the slots the larger ones. The read hook shows
-    which path moved each: it fails the first read through the kernel, and
-    the call falls back. Both exact (the worker checks). DDP_SHM_CMA=1 asks
-    for the single copy at every size: no bound there."""
-    def run(nbytes, cma="auto"):
+    both at init; DDP_TEST_CMA_SLOW=1 stands for its verdict), the single
+    copy takes all_reduce from 64 KiB, all_gather from 256 KiB, both up to
+    8 MiB, broadcast from 128 KiB to 2 MiB; the slots the rest. Elsewhere (0) it takes them
+    from 16 KiB (an all_reduce above 32 KiB) at any size, as DDP_SHM_CMA=1
+    does at every size. The read hook shows which path moved each: it fails
+    the first read through the kernel, and the call falls back. All exact
+    (the worker checks)."""
+    def single_copied(nbytes, slow="1", cma="auto"):
         procs = launch(reaper, [prog("ddp_coll"), "one", op, str(nbytes)], 2, store,
                        "t" + uuid.uuid4().hex[:10],
-                       extra={"DDP_SHM_CMA": cma, "DDP_TEST_CMA_MAX": "65536",
+                       extra={"DDP_SHM_CMA": cma, "DDP_TEST_CMA_SLOW": slow,
                               "DDP_TEST_CMA_FAIL": "read"})
         results = wait_all(procs, timeout=120)
         for rank, (rc, out, err) in enumerate(results):
             assert rc == 0, f"{op} of {nbytes}: rank {rank}: rc={rc}\n{out}\n{err}"
             assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
-        return [err for _, _, err in results]
+        return any(f"{op}: {MIDWAY}" in err for _, _, err in results)
 
-    assert any(f"{op}: {MIDWAY}" in e for e in run(most)), "the single copy did not run"
-    errs = run(most + 4)
-    assert all(MIDWAY not in e for e in errs), errs
-    assert any(f"{op}: {MIDWAY}" in e for e in run(most + 4, cma="1")), "DDP_SHM_CMA=1"
+    assert [single_copied(n) for n in (least - 4, least, most, most + 4)] == [
+        False, True, True, False]
+    assert single_copied(least - 4, slow="0") and single_copied(most + 4, slow="0")
+    assert single_copied(least - 4, cma="1") and single_copied(most + 4, cma="1")
 
 
 @pytest.mark.parametrize("hook,nproc", [
@@ -166,7 +170,7 @@ def test_an_all_reduce_write_failing_midway_fails_the_call_on_every_rank(
     bad = int(hook.split(":")[1])
     results = run_coll(reaper, store, nproc,
                        {"DDP_SHM_CMA": "auto" if nproc == 2 else "1",
-                        "DDP_TEST_CMA_FAIL": hook}, mode="same")
+                        "DDP_TEST_CMA_FAIL": hook, "DDP_TEST_CMA_SLOW": "0"}, mode="same")
     peers = [(bad + k) % nproc for k in range(1, nproc)]
     for rank, (rc, out, err) in enumerate(results):
         assert rc != 0, f"rank {rank} returned 0:\n{out}\n{err}"

@@ -55,12 +55,12 @@ struct ddpi_cma_ctl {
 	int32_t ppid;
 	int32_t ok;	    /* 1: read every peer's word; 0: DDP_SHM_CMA=0; else -errno */
 	uint64_t min_bytes; /* this rank's threshold (local rank 0's is used) */
-	uint64_t max_bytes; /* and its upper bound, 0: none (local rank 0's is used) */
 	/* Each single-copy collective: the buffer the peers read from, and
 	 * whether this rank's reads failed (written after them). */
 	uint64_t addr, len;
 	int32_t failed;
 	int32_t huge; /* init: anonymous memory goes on huge pages here (THP "always") */
+	int32_t slow; /* init: the kernel copies much slower than memcpy (shm_cma.c) */
 	/* all_reduce (failed 1: a read failed, 2: a write): where this rank's
 	 * slice stopped (an element), and the peer whose transfer failed. */
 	uint64_t resume;
@@ -110,14 +110,14 @@ struct ddpi_shm {
 	int unlinked;
 	const struct ddpi_call *outer; /* the call this step belongs to (cpu.c), or NULL */
 	size_t cma_min;		       /* single copy from this many bytes; 0: never (agreed) */
-	size_t cma_max;		       /* and up to this many; 0: no bound (agreed) */
-	uint64_t cma_probe;	       /* the word the peers read at init */
-	int cma_huge;		       /* THP "always" (local rank 0's reading): pinning is cheap */
-	int cma_warn;		       /* DDP_SHM_CMA=1: say when it is not available */
-	int cma_test_fail; /* test hook: fail the probe (1), the next read (2) or write (3) */
-	int cma_test_nth;  /* test hook: the n-th read or write from now */
-	char *cma_scratch; /* all_reduce: a chunk of each peer's part, lws - 1 */
-	size_t cma_chunk;  /* bytes of one peer's part in cma_scratch */
+	int cma_slow; /* the kernel copies slowly (local rank 0's timing): windows (shm_coll.c) */
+	uint64_t cma_probe; /* the word the peers read at init */
+	int cma_huge;	    /* THP "always" (local rank 0's reading): pinning is cheap */
+	int cma_warn;	    /* DDP_SHM_CMA=1: say when it is not available */
+	int cma_test_fail;  /* test hook: fail the probe (1), the next read (2) or write (3) */
+	int cma_test_nth;   /* test hook: the n-th read or write from now */
+	char *cma_scratch;  /* all_reduce: a chunk of each peer's part, lws - 1 */
+	size_t cma_chunk;   /* bytes of one peer's part in cma_scratch */
 	/* shm_mem.c */
 	struct ddpi_shm_region *regions; /* mine, shared */
 	uint64_t region_ids;

@@ -57,24 +57,22 @@
 #define CMA_REDUCE_CHUNK   (256 * 1024)
 #define CMA_REDUCE_SCRATCH (1024 * 1024)
 #define CMA_TEST_ENV	   "DDP_TEST_CMA_FAIL"
-/* Where the kernel copies much slower than memcpy, the staged path's copies
- * in user space beat its one for large messages, and the single copy stops
- * above CMA_SLOW_MAX_BYTES (a broadcast's sooner, shm_coll.c). The limits
- * above come from an Intel VM whose kernel read a peer's 32 MiB in about
- * twice a streamed copy's time, where the single copy led up to 64 MiB. A
- * Firecracker guest on AMD EPYC (Zen 5, 32 MiB of L3; 2026-12-05) takes
- * 3.1-3.6x memcpy's time for 1 MiB through process_vm_readv (4 KiB pages,
- * each pinned at a cost); there, 2 ranks, medians of 7 interleaved runs,
- * single copy against staged: all_reduce 8 MiB 1.05 ms against 1.37, 16
- * MiB 3.36 against 2.72, 64 MiB 16.6 against 13.1; all_gather 4 MiB 0.33 ms
- * against 0.63, 8 MiB 0.92 against 1.05, 16 MiB 2.91 against 2.16. Local
- * rank 0 times it at init: its own memory through the kernel (the same
- * pinning and copy as a peer's) against memcpy, 1 MiB, the best of three
- * each (under a millisecond). */
-#define CMA_CAL_BYTES	   (1024 * 1024)
-#define CMA_SLOW_RATIO	   2.5
-#define CMA_SLOW_MAX_BYTES (8u << 20)
-#define CMA_MAX_TEST_ENV   "DDP_TEST_CMA_MAX" /* test hook: the bound in bytes, 0 none */
+/* Where the kernel copies much slower than memcpy, the single copy pays
+ * off only in a window of sizes (shm_coll.c has the windows and their
+ * measurements): below, its system calls cost more than the staged path's
+ * two cached copies and one wait; above, the staged path's copies in user
+ * space beat the kernel's one. The limits above come from an Intel VM
+ * (process_vm_readv of a peer's 32 MiB in about twice a streamed copy's
+ * time), where the single copy led from 16 KiB up to 64 MiB. A Firecracker
+ * guest on AMD EPYC (Zen 5; 2026-12-05) takes 3.1-3.6x memcpy's time for 1
+ * MiB through process_vm_readv (2.8 us a call, 0.2 us a 4 KiB page it pins,
+ * against memcpy's 0.05). Local rank 0 times it at init: its own memory
+ * through the kernel (the same pinning and copy as a peer's) against
+ * memcpy, 1 MiB, the best of three each (under a millisecond); slow: more
+ * than CMA_SLOW_RATIO times as long. */
+#define CMA_CAL_BYTES	  (1024 * 1024)
+#define CMA_SLOW_RATIO	  2.5
+#define CMA_SLOW_TEST_ENV "DDP_TEST_CMA_SLOW" /* test hook: the verdict, 0 or 1 */
 /* A transfer goes in pieces of this, the abort flag looked at before each
  * (a system call per MiB: a few percent of a microsecond per KiB). */
 #define CMA_PIECE (1024 * 1024)
@@ -184,16 +182,16 @@ static int thp_always(void)
 	return yes;
 }
 
-/* The single copy's upper bound on this machine (see CMA_SLOW_RATIO): 0
- * for none, also when the kernel's copy cannot be timed. */
-static uint64_t kernel_copy_bound(void)
+/* 1 where the kernel copies much slower than memcpy (CMA_SLOW_RATIO), 0
+ * where not or where it cannot be timed. */
+static int kernel_copy_slow(void)
 {
-	const char *v = getenv(CMA_MAX_TEST_ENV);
+	const char *v = getenv(CMA_SLOW_TEST_ENV);
 	uint64_t best_k = UINT64_MAX, best_m = UINT64_MAX;
 	char *a;
 
 	if (v)
-		return strtoull(v, NULL, 10);
+		return atoi(v) == 1;
 	if (!(a = aligned_alloc(4096, 2 * CMA_CAL_BYTES)))
 		return 0;
 	memset(a, 1, 2 * CMA_CAL_BYTES); /* no page faults in the timing */
@@ -215,7 +213,7 @@ static uint64_t kernel_copy_bound(void)
 	free(a);
 	if (best_k == 0 || best_m == 0)
 		return 0;
-	return (double)best_k > CMA_SLOW_RATIO * (double)best_m ? CMA_SLOW_MAX_BYTES : 0;
+	return (double)best_k > CMA_SLOW_RATIO * (double)best_m;
 }
 
 /* 1 if this rank reads (and writes) every peer's probe word, else 0 (not wanted) or -errno. */
@@ -263,9 +261,8 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	 * staged pipeline wins (measured: 4 ranks on 2 cores, 64 MiB, 0.7x):
 	 * its copies go through slots in cache, not from the peers' DRAM. */
 	my->min_bytes = env->shm_cma == 1 ? 1 : s->oversubscribed ? 0 : CMA_MIN_BYTES;
+	my->slow = s->me == 0 && env->shm_cma != 0 && my->min_bytes > 1 && kernel_copy_slow();
 	my->huge = s->me == 0 && thp_always(); /* local rank 0's counts */
-	my->max_bytes =
-		s->me == 0 && env->shm_cma != 0 && my->min_bytes > 1 ? kernel_copy_bound() : 0;
 	if ((rc = sync_init(s, deadline)) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
@@ -290,7 +287,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 			off = q;
 	if (off < 0) {
 		s->cma_min = (size_t)ddpi_shm_cma_ctl(s, 0)->min_bytes;
-		s->cma_max = (size_t)ddpi_shm_cma_ctl(s, 0)->max_bytes;
+		s->cma_slow = ddpi_shm_cma_ctl(s, 0)->slow;
 		s->cma_huge = ddpi_shm_cma_ctl(s, 0)->huge;
 	} else if (s->cma_warn && s->me == 0) {
 		int32_t why = ddpi_shm_cma_ctl(s, off)->ok;

@@ -193,19 +193,36 @@ static int stage_left(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtyp
 	return rc;
 }
 
-/* A broadcast's staged copies overlap (the root copies a chunk in while the
- * readers copy the one before out), so where the kernel's copy is slow
- * (cma_max set, shm_cma.c) the slots win from a quarter of the others'
- * bound: 2 ranks, medians of 5, 2 MiB a tie (90 us), 4 MiB 175 us against
- * 206 through the kernel, 16 MiB 0.90 ms against 1.58. */
-#define BCAST_CMA_MAX_DIV 4
+enum cma_kind { CMA_REDUCE, CMA_GATHER, CMA_BCAST };
 
-/* cma_min and cma_max are agreed and the sizes are compared: every rank takes
- * the same path (a rank with another size is caught at the start of either).
- * max_div: the bound's divisor for this collective. */
-static int single_copy(const struct ddpi_shm *s, size_t bytes, size_t max_div)
+/* Where the kernel copies slowly (cma_slow, shm_cma.c), the single copy's
+ * window of sizes, by collective. Measured on such a machine (a Firecracker
+ * guest on AMD EPYC, 2026-12-05), 2 ranks, medians of 5 interleaved runs,
+ * single copy against staged: all_reduce 64 KiB 13.1 us against 14.7, 128
+ * KiB 17.9 against 26.8, 8 MiB 1.05 ms against 1.37, 16 MiB 3.2-3.4 against
+ * 2.7, 64 MiB 15.1-16.6 against 11.9-13.1; all_gather 64 KiB 8.7 us against
+ * 5.6, 128 KiB 11.6 against 9.5, 256 KiB 16.3 against 17.4, 4 MiB 0.30 ms
+ * against 0.54, 8 MiB 0.92 against 1.05, 16 MiB 2.9 against 2.1; broadcast
+ * 64 KiB 7.5 us against 7.1, 128 KiB 9.6 against 12.0, 2 MiB a tie (90 us),
+ * 4 MiB 0.22 ms against 0.21 and 0.17, 16 MiB 1.2-1.6 against 0.9, 64 MiB
+ * 8.9 against 3.9: a broadcast's staged copies overlap (the root copies a
+ * chunk in while the readers copy the one before out). With the vCPUs
+ * placed otherwise (a run where staging through the caches was cheaper
+ * still) the staged path won up to 128 KiB of all_reduce too. */
+static const size_t slow_window[][2] = {
+	[CMA_REDUCE] = {64 << 10, 8 << 20},
+	[CMA_GATHER] = {256 << 10, 8 << 20},
+	[CMA_BCAST] = {128 << 10, 2 << 20},
+};
+
+/* cma_min and cma_slow are agreed and the sizes are compared: every rank
+ * takes the same path (a rank with another size is caught at the start of
+ * either). */
+static int single_copy(const struct ddpi_shm *s, size_t bytes, enum cma_kind kind)
 {
-	return s->cma_min && bytes >= s->cma_min && (!s->cma_max || bytes <= s->cma_max / max_div);
+	if (!s->cma_min || bytes < s->cma_min)
+		return 0;
+	return !s->cma_slow || (bytes >= slow_window[kind][0] && bytes <= slow_window[kind][1]);
 }
 
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
@@ -230,7 +247,7 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 		rc = all_reduce_small(s, buf, count, dt, op, avg_div, deadline);
 	} else {
 		char *peer[DDPI_SHM_MAX_LOCAL];
-		int cma = single_copy(s, bytes, 1), zc = bytes >= DDPI_ZC_REDUCE_MIN_BYTES;
+		int cma = single_copy(s, bytes, CMA_REDUCE), zc = bytes >= DDPI_ZC_REDUCE_MIN_BYTES;
 
 		/* One step more to agree whether every buffer is shared (none
 		 * is, the usual case: about a microsecond of a call that takes
@@ -307,17 +324,17 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 		char *peer[DDPI_SHM_MAX_LOCAL];
 
 		/* The single copy's declaration goes in the same step. */
-		if (single_copy(s, bytes, BCAST_CMA_MAX_DIV))
+		if (single_copy(s, bytes, CMA_BCAST))
 			ddpi_shm_cma_declare(s, buf, bytes);
 		rc = ddpi_shm_zc_begin(s, buf, bytes, deadline, "broadcast", peer);
 		if (rc == 1)
 			rc = ddpi_shm_broadcast_direct(s, peer, bytes, root,
 						       streamed(bytes, s->lws - 1), deadline);
-		else if (rc == 0 && single_copy(s, bytes, BCAST_CMA_MAX_DIV))
+		else if (rc == 0 && single_copy(s, bytes, CMA_BCAST))
 			rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, 1, deadline);
 		else if (rc == 0)
 			rc = 1;
-	} else if (single_copy(s, bytes, BCAST_CMA_MAX_DIV)) {
+	} else if (single_copy(s, bytes, CMA_BCAST)) {
 		rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, 0, deadline);
 	}
 	if (rc == 1)
@@ -378,7 +395,7 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 	 * any other overlap breaks ddp_all_gather's contract). */
 	size_t total = (size_t)s->lws * bytes;
 	int stream = streamed(total, s->lws);
-	int cma = single_copy(s, bytes, 1) &&
+	int cma = single_copy(s, bytes, CMA_GATHER) &&
 		  (!stream || s->cma_min == 1 || (s->cma_huge && total < HUGE_STREAM_BYTES));
 	int apart = from + bytes <= to || to + bytes <= from;
 	char *own = stream && apart ? my_dst : NULL;
