@@ -20,6 +20,7 @@ a window of sizes where the kernel copies much slower than memcpy
 fails one rank's probe, its first read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
 CAP_SYS_PTRACE. Every wait is bounded; no timing is asserted."""
 import os
+import re
 import select
 import shutil
 import signal
@@ -130,16 +131,17 @@ def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, ho
 
 @TWO_CORES
 @pytest.mark.parametrize("op,least,most", [("all_reduce", 64 << 10, 8 << 20),
-                                           ("all_gather", 256 << 10, 8 << 20),
+                                           ("all_gather", 64 << 10, 256 << 10),
                                            ("broadcast", 128 << 10, 2 << 20)])
 def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
         reaper, store, op, least, most):
     """Where the kernel copies much slower than memcpy (local rank 0 times
     both at init; DDP_TEST_CMA_SLOW=1 stands for its verdict), the single
-    copy takes all_reduce from 64 KiB, all_gather from 256 KiB, both up to
-    8 MiB, broadcast from 128 KiB to 2 MiB; the slots the rest. Elsewhere (0) it takes them
-    from 16 KiB (an all_reduce above 32 KiB) at any size, as DDP_SHM_CMA=1
-    does at every size. The read hook shows which path moved each: it fails
+    copy takes all_reduce from 64 KiB to 8 MiB, all_gather from 64 KiB to
+    256 KiB (each rank's part), broadcast from 128 KiB to 2 MiB; the slots
+    the rest. Elsewhere (0) it takes them
+    from 16 KiB (an all_reduce above 32 KiB) up (but for results streamed
+    past 32 MiB), as DDP_SHM_CMA=1 does at every size. The read hook shows which path moved each: it fails
     the first read through the kernel, and the call falls back. All exact
     (the worker checks)."""
     def single_copied(nbytes, slow="1", cma="auto"):
@@ -157,6 +159,29 @@ def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
         False, True, True, False]
     assert single_copied(least - 4, slow="0") and single_copied(most + 4, slow="0")
     assert single_copied(least - 4, cma="1") and single_copied(most + 4, cma="1")
+
+
+@TWO_CORES
+def test_the_timed_verdict_decides_the_path(reaper, store):
+    """Without the hook local rank 0 times the kernel's copy at init: where
+    it finds it slow (more than 2.5x memcpy's time), rank 0 says so once,
+    with the ratio, and a 16 MiB all_reduce is staged; where not, nobody
+    says anything and the same call goes through the kernel. Either way the
+    sum is exact (the worker checks)."""
+    procs = launch(reaper, [prog("ddp_coll"), "one", "all_reduce", str(16 << 20)], 2, store,
+                   "t" + uuid.uuid4().hex[:10],
+                   extra={"DDP_SHM_CMA": "auto", "DDP_QUIET": "0", "DDP_TEST_CMA_FAIL": "read"})
+    results = wait_all(procs, timeout=120)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
+    errs = [err for _, _, err in results]
+    said = re.findall(r"the kernel's copy between processes is slow here \(([\d.]+)x "
+                      r"memcpy's time\): the single copy between local ranks takes only a "
+                      r"window of sizes", "".join(errs))
+    assert len(said) <= 1 and all("slow here" not in e for e in errs[1:]), errs
+    assert not said or float(said[0]) > 2.5, said
+    assert any(f"all_reduce: {MIDWAY}" in e for e in errs) == (not said), errs
 
 
 @pytest.mark.parametrize("hook,nproc", [

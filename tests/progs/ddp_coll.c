@@ -688,8 +688,10 @@ static int run_one(struct ddp_ctx *ctx, const char *op, size_t bytes)
 	} else if (!strcmp(op, "all_gather")) {
 		unsigned char *send = buf + bytes * (size_t)(w - 1);
 		unsigned char *recv = malloc(bytes * (size_t)w + 1);
-		if (!recv)
+		if (!recv) {
+			free(buf);
 			return 1;
+		}
 		for (size_t i = 0; i < bytes; i++)
 			send[i] = pattern(me, i);
 		CHECK(ctx, ddp_all_gather(ctx, send, recv, bytes));
@@ -705,7 +707,7 @@ static int run_one(struct ddp_ctx *ctx, const char *op, size_t bytes)
 		fprintf(stderr, "ddp_coll one: unknown op '%s'\n", op);
 		bad = 2;
 	}
-	if (bad == 1)
+	if (bad == 1 && strcmp(op, "all_gather")) /* check_gathered said where */
 		fprintf(stderr, "rank %d: %s of %zu bytes: wrong result\n", me, op, bytes);
 	free(buf);
 	return bad;

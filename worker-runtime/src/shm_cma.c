@@ -63,13 +63,14 @@
  * two cached copies and one wait; above, the staged path's copies in user
  * space beat the kernel's one. The limits above come from an Intel VM
  * (process_vm_readv of a peer's 32 MiB in about twice a streamed copy's
- * time), where the single copy led from 16 KiB up to 64 MiB. A Firecracker
- * guest on AMD EPYC (Zen 5; 2026-12-05) takes 3.1-3.6x memcpy's time for 1
- * MiB through process_vm_readv (2.8 us a call, 0.2 us a 4 KiB page it pins,
- * against memcpy's 0.05). Local rank 0 times it at init: its own memory
- * through the kernel (the same pinning and copy as a peer's) against
- * memcpy, 1 MiB, the best of three each (under a millisecond); slow: more
- * than CMA_SLOW_RATIO times as long. */
+ * time; this 1 MiB ratio was not taken there), where the single copy led
+ * from 16 KiB up to 64 MiB. A Firecracker guest on AMD EPYC (Zen 5;
+ * 2026-12-05) takes 2.9-3.9x memcpy's time for 1 MiB through
+ * process_vm_readv (2.8 us a call, 0.2 us a 4 KiB page it pins, against
+ * memcpy's 0.05). Local rank 0 times it at init: its own memory through the
+ * kernel (the same pinning and copy as a peer's) against memcpy, 1 MiB, the
+ * best of three each (about a millisecond with faulting the buffer in);
+ * slow: more than CMA_SLOW_RATIO times as long. */
 #define CMA_CAL_BYTES	  (1024 * 1024)
 #define CMA_SLOW_RATIO	  2.5
 #define CMA_SLOW_TEST_ENV "DDP_TEST_CMA_SLOW" /* test hook: the verdict, 0 or 1 */
@@ -183,13 +184,15 @@ static int thp_always(void)
 }
 
 /* 1 where the kernel copies much slower than memcpy (CMA_SLOW_RATIO), 0
- * where not or where it cannot be timed. */
-static int kernel_copy_slow(void)
+ * where not or where it cannot be timed; *ratio: its time over memcpy's (0:
+ * the test hook decided). */
+static int kernel_copy_slow(double *ratio)
 {
 	const char *v = getenv(CMA_SLOW_TEST_ENV);
 	uint64_t best_k = UINT64_MAX, best_m = UINT64_MAX;
 	char *a;
 
+	*ratio = 0;
 	if (v)
 		return atoi(v) == 1;
 	if (!(a = aligned_alloc(4096, 2 * CMA_CAL_BYTES)))
@@ -213,7 +216,8 @@ static int kernel_copy_slow(void)
 	free(a);
 	if (best_k == 0 || best_m == 0)
 		return 0;
-	return (double)best_k > CMA_SLOW_RATIO * (double)best_m;
+	*ratio = (double)best_k / (double)best_m;
+	return *ratio > CMA_SLOW_RATIO;
 }
 
 /* 1 if this rank reads (and writes) every peer's probe word, else 0 (not wanted) or -errno. */
@@ -247,6 +251,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 {
 	struct ddpi_cma_ctl *my = ddpi_shm_cma_ctl(s, s->me);
 	int same_parent = 1, off = -1, rc;
+	double ratio = 0;
 
 	s->cma_min = 0;
 	if (s->lws == 1)
@@ -261,7 +266,6 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	 * staged pipeline wins (measured: 4 ranks on 2 cores, 64 MiB, 0.7x):
 	 * its copies go through slots in cache, not from the peers' DRAM. */
 	my->min_bytes = env->shm_cma == 1 ? 1 : s->oversubscribed ? 0 : CMA_MIN_BYTES;
-	my->slow = s->me == 0 && env->shm_cma != 0 && my->min_bytes > 1 && kernel_copy_slow();
 	my->huge = s->me == 0 && thp_always(); /* local rank 0's counts */
 	if ((rc = sync_init(s, deadline)) < 0)
 		return rc;
@@ -273,6 +277,12 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	if ((rc = sync_init(s, deadline)) < 0)
 		return rc;
 	my->ok = probe(s, env);
+	/* Local rank 0's verdict counts. Timed only where the single copy may
+	 * run (after the probe: no system call the probe would not make) at
+	 * sizes that depend on it, and not where anonymous memory is on huge
+	 * pages, cheap to pin, which the timing's buffer may not be. */
+	my->slow = s->me == 0 && my->ok == 1 && my->min_bytes > 1 && !my->huge &&
+		   kernel_copy_slow(&ratio);
 	if (my->ok == 1) {
 		size_t per = CMA_REDUCE_SCRATCH / (size_t)(s->lws - 1) & ~(size_t)4095;
 		s->cma_chunk = per < 4096 ? 4096 : per > CMA_REDUCE_CHUNK ? CMA_REDUCE_CHUNK : per;
@@ -289,6 +299,14 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 		s->cma_min = (size_t)ddpi_shm_cma_ctl(s, 0)->min_bytes;
 		s->cma_slow = ddpi_shm_cma_ctl(s, 0)->slow;
 		s->cma_huge = ddpi_shm_cma_ctl(s, 0)->huge;
+		/* Said once, by the local rank 0 that timed it on rank 0's node. */
+		if (s->cma_slow && s->me == 0 && ddpi_shm_local_of(s, 0) >= 0 && !env->quiet)
+			fprintf(stderr,
+				"[rank%d] libddp: the kernel's copy between processes is slow here "
+				"(%.1fx memcpy's time%s): the single copy between local ranks "
+				"takes "
+				"only a window of sizes (DDP_SHM_CMA in libddp(3))\n",
+				env->rank, ratio, ratio > 0 ? "" : ", DDP_TEST_CMA_SLOW=1");
 	} else if (s->cma_warn && s->me == 0) {
 		int32_t why = ddpi_shm_cma_ctl(s, off)->ok;
 		fprintf(stderr,

@@ -29,9 +29,17 @@
 
 #include "shm.h"
 
-#define SMALL_BYTES	  (32 * 1024)
-#define SLICE_ALIGN	  64	      /* bytes: slices start on cache lines */
-#define BCAST_SPLIT	  4	      /* broadcast chunks per slot */
+#define SMALL_BYTES (32 * 1024)
+#define SLICE_ALIGN 64 /* bytes: slices start on cache lines */
+#define BCAST_SPLIT 4  /* broadcast chunks per slot */
+/* all_gather chunks per slot, unless streamed: a quarter slot of each rank
+ * stays in a 1 MiB L2 with the copies around it. A Firecracker guest on AMD
+ * EPYC (Zen 5, 1 MiB of L2 a core; 2026-12-05), medians of 5 interleaved
+ * runs, results of 1, 8, 16 MiB: 2 ranks 59 us, 0.52 ms, 1.41 ms against
+ * 80 us, 0.91, 1.91 in whole slots; 4 ranks (8 and 16 MiB) 1.15 and 3.78
+ * ms against 2.08 and 4.49. Streamed (64 MiB of result) whole slots stay
+ * ahead: 2 ranks 8.6 ms against 9.3, 4 ranks 16.2 against 18.8. */
+#define GATHER_SPLIT	  4
 #define HUGE_STREAM_BYTES (64u << 20) /* results streamed on huge pages, each */
 
 /* Whether results of each bytes per rank, written by writers ranks at once,
@@ -196,22 +204,24 @@ static int stage_left(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtyp
 enum cma_kind { CMA_REDUCE, CMA_GATHER, CMA_BCAST };
 
 /* Where the kernel copies slowly (cma_slow, shm_cma.c), the single copy's
- * window of sizes, by collective. Measured on such a machine (a Firecracker
- * guest on AMD EPYC, 2026-12-05), 2 ranks, medians of 5 interleaved runs,
+ * window of sizes (bytes as the call counts them: an all_gather's each
+ * rank's part), by collective. Measured on such a machine (a Firecracker
+ * guest on AMD EPYC, 2026-12-05), 2 ranks, medians of 5-7 interleaved runs,
  * single copy against staged: all_reduce 64 KiB 13.1 us against 14.7, 128
  * KiB 17.9 against 26.8, 8 MiB 1.05 ms against 1.37, 16 MiB 3.2-3.4 against
- * 2.7, 64 MiB 15.1-16.6 against 11.9-13.1; all_gather 64 KiB 8.7 us against
- * 5.6, 128 KiB 11.6 against 9.5, 256 KiB 16.3 against 17.4, 4 MiB 0.30 ms
- * against 0.54, 8 MiB 0.92 against 1.05, 16 MiB 2.9 against 2.1; broadcast
- * 64 KiB 7.5 us against 7.1, 128 KiB 9.6 against 12.0, 2 MiB a tie (90 us),
- * 4 MiB 0.22 ms against 0.21 and 0.17, 16 MiB 1.2-1.6 against 0.9, 64 MiB
- * 8.9 against 3.9: a broadcast's staged copies overlap (the root copies a
- * chunk in while the readers copy the one before out). With the vCPUs
- * placed otherwise (a run where staging through the caches was cheaper
- * still) the staged path won up to 128 KiB of all_reduce too. */
+ * 2.7, 64 MiB 15.1-16.6 against 11.9-13.1; all_gather (staged in
+ * GATHER_SPLIT chunks) of parts of 32 KiB 8.7 us against 5.6, 64 KiB 9.6
+ * against 8.9-10.0, 128 KiB 12.1 against 15.3, 256 KiB 26.1 against 27.3,
+ * 512 KiB 55.4 against 46.4, 4 MiB 0.61 ms against 0.43; broadcast 64 KiB
+ * 7.5 us against 7.1, 128 KiB 9.6 against 12.0, 2 MiB a tie (90 us), 4 MiB
+ * 0.22 ms against 0.17-0.21, 16 MiB 1.2-1.6 against 0.9, 64 MiB 8.9
+ * against 3.9: a broadcast's staged copies overlap (the root copies a chunk
+ * in while the readers copy the one before out). With the vCPUs placed
+ * otherwise (a run where staging through the caches was cheaper still) the
+ * staged path won up to 128 KiB of all_reduce too. */
 static const size_t slow_window[][2] = {
 	[CMA_REDUCE] = {64 << 10, 8 << 20},
-	[CMA_GATHER] = {256 << 10, 8 << 20},
+	[CMA_GATHER] = {64 << 10, 256 << 10},
 	[CMA_BCAST] = {128 << 10, 2 << 20},
 };
 
@@ -353,8 +363,9 @@ static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, s
 
 	if (bytes == 0)
 		rc = ddpi_shm_sync_all(s, deadline, "all_gather");
-	for (size_t off = 0; off < bytes && rc == 0; off += s->slot_bytes) {
-		size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
+	size_t step = stream ? s->slot_bytes : s->slot_bytes / GATHER_SPLIT;
+	for (size_t off = 0; off < bytes && rc == 0; off += step) {
+		size_t m = bytes - off < step ? bytes - off : step;
 		uint32_t in;
 		int slot;
 
