@@ -136,7 +136,10 @@ def test_a_bucket_the_peers_cannot_map_makes_every_rank_stage(reaper, store):
 def test_a_rank_late_to_read_the_agreement_changes_nothing(reaper, store, cma):
     """Rank 1 pauses after the agreement's first step, before reading what
     the others declared, in broadcasts whose root's buffer is private (so
-    not read in place: staged, or the single copy) and then shared: the
+    not read in place: staged, or the single copy), then whose root's is
+    shared but the last rank's private (the staged path's first step
+    carries the agreement: the root holds its chunk back until it knows),
+    and then all shared: the
     others wait for it, the data is exact, and the direct path stays on
     (a last all_reduce of ddp_alloc memory maps every peer's buffer)."""
     procs = launch(reaper, [prog("ddp_coll"), "zcrace"], 3, store, run_id(),

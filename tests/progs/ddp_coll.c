@@ -29,8 +29,9 @@
  *                                       then big, its buffers from ddp_alloc, and one more
  *                                       all_reduce of a bucket: "[rankR] shared maps after N"
  *   ddp_coll [--spawn N] zcrace         broadcasts from rank 0 whose buffer is private
- *                                       while the others' are from ddp_alloc, then all from
- *                                       ddp_alloc (with DDP_TEST_ZC_PAUSE, a reader looks
+ *                                       while the others' are from ddp_alloc, then the last
+ *                                       rank's private and the others' from ddp_alloc,
+ *                                       then all from ddp_alloc (with DDP_TEST_ZC_PAUSE, a reader looks
  *                                       late at what the others declared); then an
  *                                       all_reduce of ddp_alloc memory: "[rankR] zc maps N"
  *   ddp_coll [--spawn N] bench BYTES ITERS   float32 all_reduce timing (rank 0 prints)
@@ -830,8 +831,11 @@ static int run_zc_race(struct ddp_ctx *ctx)
 	const size_t n = 300000;
 	int me = ddp_rank(ctx), bad = 0;
 
-	for (int round = 0; round < 3 && !bad; round++) {
-		int shared = round > 0 || me != 0;
+	/* Round 0: the root's buffer is private, the others' shared; round 1:
+	 * the root's shared, the last rank's private (the root holds its first
+	 * chunk back until the agreement says staged); then all shared. */
+	for (int round = 0; round < 4 && !bad; round++) {
+		int shared = round == 0 ? me != 0 : round == 1 ? me != ddp_world_size(ctx) - 1 : 1;
 		unsigned char *b = big_alloc(ctx, shared, n);
 		if (!b)
 			return 1;

@@ -67,14 +67,19 @@ struct ddpi_cma_ctl {
 	int32_t fail_peer, fail_err; /* global rank; errno */
 };
 
-/* A rank's part of the direct all_reduce (shm_mem.c), in its control line:
- * the region holding its buffer (id 0: none), and whether it mapped every
- * peer's. */
-struct ddpi_zc_ctl {
+/* A rank's part of the direct paths (shm_mem.c), in its control line: per
+ * collective, the region holding its buffer (id 0: none) and whether it
+ * mapped every peer's; kept by the parity of the collective's number, so
+ * that a rank may declare its next collective while a slower peer still
+ * reads what it declared for this one. */
+struct ddpi_zc_decl {
 	uint64_t id, len, off;
-	uint64_t ino;		/* of the region's memfd: the peer checks what it opened */
-	_Atomic uint64_t freed; /* regions this rank has freed: peers drop their mappings */
+	uint64_t ino; /* of the region's memfd: the peer checks what it opened */
 	int32_t fd, ok;
+};
+struct ddpi_zc_ctl {
+	struct ddpi_zc_decl decl[2];
+	_Atomic uint64_t freed; /* regions this rank has freed: peers drop their mappings */
 };
 
 #define DDPI_ZC_CACHE 64 /* peer regions kept mapped, per peer (a model's buckets) */
@@ -192,6 +197,14 @@ int ddpi_shm_mem_free(struct ddpi_shm *s, void *p);
 struct ddpi_zc_ctl *ddpi_shm_zc_ctl(const struct ddpi_shm *s, int q);
 int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadline,
 		      const char *what, char **peer);
+/* zc_begin in parts, for a path whose own first step carries the agreement
+ * (a staged broadcast): declare before that step's publish; after its wait
+ * for every rank, zc_declared says whether q's buffer is in a region and
+ * zc_decide what zc_begin returns. */
+void ddpi_shm_zc_declare(struct ddpi_shm *s, const void *buf, size_t bytes);
+int ddpi_shm_zc_declared(const struct ddpi_shm *s, int q);
+int ddpi_shm_zc_decide(struct ddpi_shm *s, void *buf, int64_t deadline, const char *what,
+		       char **peer);
 
 /* Direct collectives (shm_direct.c), once zc_begin returned 1 (peer[q]: rank
  * q's buffer, mapped here; send for all_gather). */

@@ -300,13 +300,18 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 		s->cma_slow = ddpi_shm_cma_ctl(s, 0)->slow;
 		s->cma_huge = ddpi_shm_cma_ctl(s, 0)->huge;
 		/* Said once, by the local rank 0 that timed it on rank 0's node. */
-		if (s->cma_slow && s->me == 0 && ddpi_shm_local_of(s, 0) >= 0 && !env->quiet)
+		if (s->cma_slow && s->me == 0 && ddpi_shm_local_of(s, 0) >= 0 && !env->quiet) {
+			char why[64];
+			if (ratio > 0)
+				snprintf(why, sizeof(why), "%.1fx memcpy's time", ratio);
+			else
+				snprintf(why, sizeof(why), "%s=1", CMA_SLOW_TEST_ENV);
 			fprintf(stderr,
-				"[rank%d] libddp: the kernel's copy between processes is slow here "
-				"(%.1fx memcpy's time%s): the single copy between local ranks "
-				"takes "
-				"only a window of sizes (DDP_SHM_CMA in libddp(3))\n",
-				env->rank, ratio, ratio > 0 ? "" : ", DDP_TEST_CMA_SLOW=1");
+				"[rank%d] libddp: the kernel's copy between processes is slow "
+				"here (%s): the single copy between local ranks takes only a "
+				"window of sizes (DDP_SHM_CMA in libddp(3))\n",
+				env->rank, why);
+		}
 	} else if (s->cma_warn && s->me == 0) {
 		int32_t why = ddpi_shm_cma_ctl(s, off)->ok;
 		fprintf(stderr,

@@ -285,8 +285,14 @@ int ddpi_shm_sync_all(struct ddpi_shm *s, int64_t deadline, const char *what)
 	return rc < 0 ? rc : ddpi_shm_check_all(s, what);
 }
 
-/* Staged: through the root's slots. */
-static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
+/* Staged: through the root's slots. peer: the agreement on shared buffers
+ * goes in the first chunk's step (each rank declared before it, 2: every
+ * buffer is shared, the caller reads them in place with peer), which
+ * saves a step of every rank (4 ranks on 2 cores, 64 KiB: 13.6 us against
+ * 23.5 with a step of its own). A root whose buffer is shared copies
+ * nothing until it knows that another's is not. NULL: no agreement. */
+static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int root, char **peer,
+			    int64_t deadline)
 {
 	int rc = 0;
 
@@ -298,12 +304,13 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 	int stream = streamed(bytes, s->lws - 1);
 	for (size_t off = 0; off < bytes && rc == 0; off += step) {
 		size_t m = bytes - off < step ? bytes - off : step;
+		int held = peer && off == 0 && s->me == root && ddpi_shm_zc_declared(s, root);
 		uint32_t in;
 		int slot;
 
 		if ((rc = ddpi_shm_acquire_slot(s, deadline, "broadcast", &slot)) < 0)
 			break;
-		if (s->me == root)
+		if (s->me == root && !held)
 			memcpy(ddpi_shm_slot(s, root, slot), (char *)buf + off, m);
 		in = ddpi_shm_publish(s);
 		/* The first chunk waits for every rank, root included, and compares
@@ -312,6 +319,20 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 		if (off == 0 && ((rc = ddpi_shm_wait_all(s, in, deadline, "broadcast")) < 0 ||
 				 (rc = ddpi_shm_check_all(s, "broadcast")) < 0))
 			break;
+		if (peer && off == 0) {
+			rc = ddpi_shm_zc_decide(s, buf, deadline, "broadcast", peer);
+			if (rc != 0) {
+				ddpi_shm_release_slot(s, slot);
+				return rc == 1 ? 2 : rc;
+			}
+			/* Staged after all (the same answer on every rank): the root
+			 * that held its chunk back copies it now, one step more. */
+			held = ddpi_shm_zc_declared(s, root);
+			if (held && s->me == root)
+				memcpy(ddpi_shm_slot(s, root, slot), (char *)buf + off, m);
+			if (held)
+				in = ddpi_shm_publish(s);
+		}
 		if (s->me != root) {
 			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
 				break;
@@ -325,30 +346,31 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	struct ddpi_coll_desc d = {.kind = DDPI_BROADCAST, .root = root, .count = bytes};
-	int rc = 1;
+	char *peer[DDPI_SHM_MAX_LOCAL];
+	int cma = single_copy(s, bytes, CMA_BCAST), rc = 1;
 
 	if (s->lws == 1)
 		return 0;
 	ddpi_shm_begin(s, &d);
-	if (bytes >= DDPI_ZC_MIN_BYTES) {
-		char *peer[DDPI_SHM_MAX_LOCAL];
-
-		/* The single copy's declaration goes in the same step. */
-		if (single_copy(s, bytes, CMA_BCAST))
-			ddpi_shm_cma_declare(s, buf, bytes);
+	if (bytes >= DDPI_ZC_MIN_BYTES && cma) {
+		/* The single copy's declaration goes in the agreement's step. */
+		ddpi_shm_cma_declare(s, buf, bytes);
 		rc = ddpi_shm_zc_begin(s, buf, bytes, deadline, "broadcast", peer);
 		if (rc == 1)
-			rc = ddpi_shm_broadcast_direct(s, peer, bytes, root,
-						       streamed(bytes, s->lws - 1), deadline);
-		else if (rc == 0 && single_copy(s, bytes, CMA_BCAST))
-			rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, 1, deadline);
+			rc = 2;
 		else if (rc == 0)
-			rc = 1;
-	} else if (single_copy(s, bytes, CMA_BCAST)) {
+			rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, 1, deadline);
+	} else if (bytes >= DDPI_ZC_MIN_BYTES) {
+		ddpi_shm_zc_declare(s, buf, bytes);
+		rc = broadcast_staged(s, buf, bytes, root, peer, deadline);
+	} else if (cma) {
 		rc = ddpi_shm_cma_broadcast(s, buf, bytes, root, 0, deadline);
 	}
-	if (rc == 1)
-		rc = broadcast_staged(s, buf, bytes, root, deadline);
+	if (rc == 2)
+		rc = ddpi_shm_broadcast_direct(s, peer, bytes, root, streamed(bytes, s->lws - 1),
+					       deadline);
+	else if (rc == 1) /* staged from the start, or the single copy fell back */
+		rc = broadcast_staged(s, buf, bytes, root, NULL, deadline);
 	ddpi_shm_end(s);
 	return rc;
 }

@@ -135,10 +135,21 @@ int ddpi_shm_mem_free(struct ddpi_shm *s, void *p)
 	return 0;
 }
 
-/* Says which region holds [buf, buf + bytes) into my control line. */
-static void declare(struct ddpi_shm *s, const void *buf, size_t bytes)
+/* Rank q's declaration for the current collective. */
+static struct ddpi_zc_decl *decl_of(const struct ddpi_shm *s, int q)
 {
-	struct ddpi_zc_ctl *my = ddpi_shm_zc_ctl(s, s->me);
+	return &ddpi_shm_zc_ctl(s, q)->decl[s->ncoll & 1];
+}
+
+int ddpi_shm_zc_declared(const struct ddpi_shm *s, int q)
+{
+	return decl_of(s, q)->id != 0;
+}
+
+/* Says which region holds [buf, buf + bytes) into my control line. */
+void ddpi_shm_zc_declare(struct ddpi_shm *s, const void *buf, size_t bytes)
+{
+	struct ddpi_zc_decl *my = decl_of(s, s->me);
 	uintptr_t b = (uintptr_t)buf;
 
 	my->id = 0;
@@ -171,9 +182,9 @@ static void pmap_drop(struct ddpi_shm_pmap *pm)
  * *err set when it cannot be. */
 static char *peer_base(struct ddpi_shm *s, int q, int *err)
 {
-	const struct ddpi_zc_ctl *z = ddpi_shm_zc_ctl(s, q);
+	const struct ddpi_zc_decl *z = decl_of(s, q);
 	struct ddpi_shm_pmap *pm = s->pmaps + (size_t)q * DDPI_ZC_CACHE;
-	uint64_t freed = atomic_load(&z->freed);
+	uint64_t freed = atomic_load(&ddpi_shm_zc_ctl(s, q)->freed);
 	char path[64];
 	struct stat st;
 	void *m;
@@ -224,27 +235,35 @@ static char *peer_base(struct ddpi_shm *s, int q, int *err)
 int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadline,
 		      const char *what, char **peer)
 {
-	struct ddpi_zc_ctl *my = ddpi_shm_zc_ctl(s, s->me);
+	int rc;
+
+	ddpi_shm_zc_declare(s, buf, bytes);
+	if ((rc = ddpi_shm_sync_all(s, deadline, what)) < 0)
+		return rc;
+	return ddpi_shm_zc_decide(s, buf, deadline, what, peer);
+}
+
+int ddpi_shm_zc_decide(struct ddpi_shm *s, void *buf, int64_t deadline, const char *what,
+		       char **peer)
+{
+	struct ddpi_zc_decl *my = decl_of(s, s->me);
 	int rc, err = 0, q;
 
 	/* What the peers declared stays put while it is read: a rank's next
-	 * declaration comes in its next call, and every path after each step
-	 * below waits for every rank first (a staged broadcast's root too, at
-	 * its first chunk), so no rank leaves this call before the others have
-	 * read (DDP_TEST_ZC_PAUSE makes one late, ddp_coll zcrace). */
-	declare(s, buf, bytes);
-	if ((rc = ddpi_shm_sync_all(s, deadline, what)) < 0)
-		return rc;
+	 * declaration goes to the other parity, and it cannot get past its
+	 * next collective's first step (every path waits for every rank there)
+	 * before the others have left this one (DDP_TEST_ZC_PAUSE makes one
+	 * late, ddp_coll zcrace). */
 	if (s->zc_test_pause_ms > 0) /* test hook: a reader that is slow to look */
 		nanosleep(&(struct timespec){s->zc_test_pause_ms / 1000,
 					     s->zc_test_pause_ms % 1000 * 1000000L},
 			  NULL);
 	for (q = 0; q < s->lws; q++)
-		if (ddpi_shm_zc_ctl(s, q)->id == 0)
+		if (!ddpi_shm_zc_declared(s, q))
 			return 0; /* the same answer on every rank: no second step */
 	my->ok = 1;
 	for (q = 0; q < s->lws && my->ok; q++) {
-		const struct ddpi_zc_ctl *z = ddpi_shm_zc_ctl(s, q);
+		const struct ddpi_zc_decl *z = decl_of(s, q);
 		char *base = q == s->me ? (char *)buf - z->off : peer_base(s, q, &err);
 		if (base == NULL) {
 			my->ok = 0;
@@ -261,7 +280,7 @@ int ddpi_shm_zc_begin(struct ddpi_shm *s, void *buf, size_t bytes, int64_t deadl
 	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what)) < 0)
 		return rc;
 	for (q = 0; q < s->lws; q++)
-		if (!ddpi_shm_zc_ctl(s, q)->ok) {
+		if (!decl_of(s, q)->ok) {
 			s->zc_off = 1; /* every rank saw the same flags */
 			return 0;
 		}
