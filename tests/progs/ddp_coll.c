@@ -823,9 +823,9 @@ static int run_shared(struct ddp_ctx *ctx)
 	return bad;
 }
 
-/* Broadcasts of 300000 bytes from rank 0: first its buffer private and the
- * others' from ddp_alloc (not the direct path; staged, the root does not
- * wait for its readers), then every buffer from ddp_alloc, twice. */
+/* Broadcasts of 300000 bytes from rank 0 (rounds below): never the direct
+ * path while one buffer is private (staged, the root does not wait for its
+ * readers), then every buffer from ddp_alloc, twice. */
 static int run_zc_race(struct ddp_ctx *ctx)
 {
 	const size_t n = 300000;

@@ -21,7 +21,7 @@
 #include "workenv.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   6
+#define SHM_VERSION   7
 #define HDR_BYTES     8192
 #define CTL_BYTES     448 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u

@@ -188,8 +188,8 @@ int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
  * all_reduce of it reads their buffers directly. mem_alloc: 0, or -ENOTSUP
  * (turned off) or another negative errno: the caller uses private memory.
  * mem_free: -ENOENT when p is not a region's. zc_begin (every rank, in a
- * collective): 1 with peer[q] = rank q's buffer, 0: another path, < 0
- * error. */
+ * collective; or zc_declare, a step of the caller's and zc_decide): 1 with
+ * peer[q] = rank q's buffer, 0: another path, < 0 error. */
 int ddpi_shm_mem_init(struct ddpi_shm *s, int rank);
 void ddpi_shm_mem_close(struct ddpi_shm *s);
 int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p);

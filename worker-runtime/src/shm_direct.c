@@ -1,8 +1,9 @@
 /* shm_direct: the collectives whose buffers are, on every rank of the node,
  * in memory the ranks share (shm_mem.c: the reducer's buckets, ddp_alloc):
  * each rank reads its peers' buffers where they are, with no copy into the
- * staging slots and none through the kernel. ddpi_shm_zc_begin, which agreed
- * on it, was the start: every rank is in the call, its buffer ready. The
+ * staging slots and none through the kernel. The agreement on it
+ * (ddpi_shm_zc_begin, or ddpi_shm_zc_decide in a staged broadcast's first
+ * step) was the start: every rank is in the call, its buffer ready. The
  * last step of each keeps every rank in until no peer reads its buffer any
  * more: a buffer changes only once its owner's call has returned. */
 #include <string.h>
