@@ -25,17 +25,18 @@
 
 #include "rdzv_conf.h"
 #include "slurm.h"
+#include "util.h"
 
 /* Bounds of the options' values; each check's message states its bound
  * from the same define (man/ddprun.1 states CLI_MAX_NPROC too). */
 #define CLI_MAX_NPROC	 4096 /* workers per node */
 #define CLI_MAX_NODES	 65536
 #define CLI_MAX_SIGNALS	 32
-#define CLI_MAX_PORT	 65535
+#define CLI_MAX_PORT	 UTIL_PORT_MAX
 #define CLI_MAX_RESTARTS 1000000
 /* torchrun's default ports: --master-port's (static; a string, the option's
  * default), and --rdzv-endpoint's when it names none (c10d). */
-#define CLI_MASTER_PORT "29500"
+#define CLI_MASTER_PORT UTIL_STR(UTIL_MASTER_PORT)
 #define CLI_RDZV_PORT	29400
 
 enum { CLI_OK = 0, CLI_HELP = 1, CLI_VERSION = 2 };

@@ -17,7 +17,7 @@ static const struct rdzv_field node_fields[] = {
 	RDZV_INT(struct rdzv_node, nproc, 1, INT_MAX),
 	RDZV_INT(struct rdzv_node, pid, 0, INT_MAX),
 	RDZV_INT(struct rdzv_node, node_rank, 0, INT_MAX),
-	RDZV_INT(struct rdzv_node, worker_port, 0, 65535),
+	RDZV_INT(struct rdzv_node, worker_port, 0, UTIL_PORT_MAX),
 };
 static const struct rdzv_msgdef node_msg = RDZV_MSGDEF(NULL, node_fields);
 

@@ -515,7 +515,7 @@ int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t con
 {
 	struct store_async *a;
 
-	if (host == NULL || port <= 0 || port > 65535)
+	if (host == NULL || port <= 0 || port > UTIL_PORT_MAX)
 		return -EINVAL;
 	a = calloc(1, sizeof(*a));
 	if (a == NULL)

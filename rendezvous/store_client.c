@@ -189,7 +189,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 	int64_t deadline = store_client_deadline(connect_timeout_ms), backoff = 10;
 	int rc = -ECONNREFUSED, one = 1, answer = 0;
 
-	if (host == NULL || port <= 0 || port > 65535)
+	if (host == NULL || port <= 0 || port > UTIL_PORT_MAX)
 		return -EINVAL;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)

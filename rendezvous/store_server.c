@@ -11,6 +11,7 @@
 
 #include "store_addr.h"
 #include "store_server_int.h"
+#include "util.h"
 
 void store_server_opts_init(struct store_server_opts *o)
 {
@@ -325,7 +326,8 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 	struct store_kv_events ev;
 	int rc, attempt;
 
-	if (port < 0 || port > 65535 || (o && (o->io < STORE_IO_AUTO || o->io > STORE_IO_UV)))
+	if (port < 0 || port > UTIL_PORT_MAX ||
+	    (o && (o->io < STORE_IO_AUTO || o->io > STORE_IO_UV)))
 		return -EINVAL;
 	s = calloc(1, sizeof(*s));
 	if (s == NULL)

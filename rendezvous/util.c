@@ -90,7 +90,7 @@ static int copy_host(const char *s, size_t n, char *host, size_t hostlen)
 
 static int parse_port(const char *s, int *port)
 {
-	return util_parse_int(s, 0, 65535, port) == 0 ? 0 : -EINVAL;
+	return util_parse_int(s, 0, UTIL_PORT_MAX, port) == 0 ? 0 : -EINVAL;
 }
 
 int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_port, int *port)

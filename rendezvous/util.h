@@ -24,6 +24,11 @@ int util_parse_int(const char *s, int min, int max, int *out);
 #define UTIL_STR(x)	 UTIL_STR_(x) /* a macro's value as a string literal */
 int util_parse_seconds_ms(const char *s, int64_t *out_ms);
 
+/* A TCP port's bound, and torchrun's default --master-port (TCPStore's
+ * MASTER_PORT), which ddpstore serve also listens on by default. */
+#define UTIL_PORT_MAX	 65535
+#define UTIL_MASTER_PORT 29500
+
 /* "host", "host:port", "[v6addr]" or "[v6addr]:port". A bare IPv6 address without
  * brackets ("::1") is accepted as a host without port. host is copied without
  * brackets into buf (size hostlen); *port is default_port when none is given.

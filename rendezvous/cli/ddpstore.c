@@ -137,7 +137,7 @@ static int set_opt(struct ddpstore_opts *o, const struct optdef *d, const char *
 	case O_SECONDS:
 		return util_parse_seconds_ms(val, (int64_t *)base);
 	case O_PORT:
-		return util_parse_int(val, 0, 65535, (int *)base);
+		return util_parse_int(val, 0, UTIL_PORT_MAX, (int *)base);
 	case O_COUNT:
 		return util_parse_i64(val, d->min, d->max, (int64_t *)base);
 	case O_FLAG:
@@ -206,7 +206,7 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 			 * the wrong form (and the reverse) reads alike. */
 			int64_t lo = d->kind == O_COUNT ? d->min : 0,
 				hi = d->kind == O_COUNT	 ? d->max
-				     : d->kind == O_PORT ? 65535
+				     : d->kind == O_PORT ? UTIL_PORT_MAX
 							 : UTIL_SECONDS_MAX;
 			return usage_error("bad value '%s' for --%s (%s%s from %" PRId64
 					   " to %" PRId64 ")",

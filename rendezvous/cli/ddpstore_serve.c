@@ -12,6 +12,7 @@
 #include "ddpstore.h"
 #include "store_addr.h"
 #include "store_server.h"
+#include "util.h"
 
 /* Descriptors kept aside from connections (stdio, loop, listeners, logs). */
 #define FD_RESERVE 32
@@ -133,8 +134,8 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 	}
 	if (port < 0) {
 		env = getenv("MASTER_PORT");
-		port = 29500;
-		if (env && *env && (sscanf(env, "%d", &port) != 1 || port < 0 || port > 65535)) {
+		port = UTIL_MASTER_PORT;
+		if (env && *env && util_parse_int(env, 0, UTIL_PORT_MAX, &port) < 0) {
 			ddpstore_err("bad MASTER_PORT '%s'", env);
 			return EXIT_USAGE;
 		}

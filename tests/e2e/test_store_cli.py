@@ -262,6 +262,17 @@ def test_serve_limits_have_bounds(args, needle):
     assert needle in r.stderr and r.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("port", ["29500abc", "70000", "-1", " 29500", "0x10"])
+def test_serve_bad_master_port_is_refused(port):
+    # $MASTER_PORT is read as strictly as --port: sscanf once took "29500abc"
+    # as 29500 and served there.
+    env = dict(os.environ, MASTER_PORT=port)
+    r = subprocess.run([DDPSTORE, "serve", "--host", "127.0.0.1"], env=env,
+                       stderr=subprocess.PIPE, timeout=30, text=True)
+    assert r.returncode == USAGE, r.stderr
+    assert f"bad MASTER_PORT '{port}'" in r.stderr and r.stderr.count("\n") == 1
+
+
 def test_serve_limits_at_their_bounds_serve():
     for args in (["--max-value-len", "65536", "--max-key-len", "100", "--max-conn-buffer",
                   "65653"],

@@ -136,7 +136,8 @@ static int parse_master(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	const char *addr = get(fn, arg, WORKENV_MASTER_ADDR), *v;
 	int has_port, store = 1, rc;
 
-	if ((rc = get_int(fn, arg, WORKENV_MASTER_PORT, 1, 65535, &e->master_port, &has_port)))
+	if ((rc = get_int(fn, arg, WORKENV_MASTER_PORT, 1, UTIL_PORT_MAX, &e->master_port,
+			  &has_port)))
 		return rc;
 	if (!has_port)
 		e->master_port = 0;
