@@ -119,3 +119,47 @@ def _state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+def test_buckets_that_together_outlast_the_timeout_are_not_a_failure(reaper, store):
+    """Four gradient buckets, the last rank marking them ready 0.8 s apart
+    (DDP_TIMEOUT=2): each bucket's all_reduce ends well inside the timeout,
+    all four take 3.2 s. finish waits for progress, not for the sum: it once
+    failed rank 0 at 2 s ("timed out waiting for gradient buckets") while
+    every bucket was moving."""
+    rid = "slowbkt" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "slowbkt", "4", "800"], 2, store, rid,
+                   extra={"DDP_TIMEOUT": "2"})
+    for rank, (rc, out, err) in enumerate(wait_all(procs, timeout=60)):
+        assert rc == 0, f"rank {rank}: {rc}\n{err}"
+        assert f"ok rank {rank}" in out
+
+
+def test_a_bucket_that_stops_fails_with_its_own_error(reaper, store):
+    """The last rank never marks the buckets in time: the first bucket's own
+    all_reduce times out, naming the rank it waited for."""
+    rid = "stopbkt" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "slowbkt", "4", "3000"], 2, store, rid,
+                   extra={"DDP_TIMEOUT": "1"})
+    rc, out, err = wait_all(procs, timeout=60)[0]
+    assert rc == 1, err
+    assert "finish: reducer: gradient bucket all_reduce: all_reduce: timed out waiting " \
+           "for rank 1" in err, err
+
+
+def test_a_bucket_wait_that_gives_up_frees_nothing_in_flight(reaper, store):
+    """A communication thread that is not run (test hook: each bucket stalls
+    6 s in flight) outlasts finish's wait (DDP_TIMEOUT=1 plus the 2 s grace):
+    finish fails, naming the stall, and the program then destroys the reducer
+    and finalizes. The bucket, still in flight, must not be freed under it:
+    its memory goes only after the thread is joined (this once ended in
+    "free(): corrupted unsorted chunks"). The ranks exit 1, not by a signal."""
+    rid = "stallbkt" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "slowbkt", "1", "0"], 2, store, rid,
+                   extra={"DDP_TIMEOUT": "1", "DDP_TEST_BUCKET_STALL_MS": "6000"})
+    for rank, (rc, out, err) in enumerate(wait_all(procs, timeout=60)):
+        assert rc == 1, f"rank {rank}: {rc}\n{err}"
+        assert "finish: reducer: timed out waiting for gradient buckets: the " \
+               "communication thread finished none of the last 1 in 3.0 s" in err, err
+        assert "corrupted" not in err and "ERROR: AddressSanitizer" not in err, err
+    assert segments(rid) == []

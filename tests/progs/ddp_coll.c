@@ -58,6 +58,11 @@
  *                                       waits (at most 120 s) for FILE and prints
  *                                       "overwritten K", the elements no longer -7;
  *                                       rank 1 prints how its call ended
+ *   ddp_coll [--spawn N] slowbkt NB MS  a reducer of NB buckets (one parameter of 1024
+ *                                       floats each); the last rank marks them ready one
+ *                                       at a time MS apart, the others at once; finish
+ *                                       (every bucket the mean of rank + 1), then destroy;
+ *                                       prints "finish: ERROR" and exits 1 if it fails
  *   ddp_coll [--spawn N] hold           prints "ready" after init, waits 1 s, barrier
  *   ddp_coll [--spawn N] mismatch       rank 1 all_reduces 2000 floats, the others 1000;
  *                                       prints the error (exit 3)
@@ -883,6 +888,54 @@ static int refuse_writev(void)
 	return 0;
 }
 
+/* Buckets whose reductions together take longer than the timeout, each of
+ * them well inside it: finish must wait for progress, not for the sum. */
+static int run_slow_buckets(struct ddp_ctx *ctx, int nb, int ms)
+{
+	enum { N = 1024 };
+	struct ddp_param *params = calloc((size_t)nb, sizeof(*params));
+	float *data = calloc((size_t)nb * N, sizeof(float));
+	struct ddp_reducer_options o;
+	struct ddp_reducer *r;
+	int me = ddp_rank(ctx), w = ddp_world_size(ctx), bad = 0, rc;
+
+	if (!params || !data || nb < 1)
+		return 1;
+	for (int i = 0; i < nb; i++)
+		params[i] = (struct ddp_param){NULL, data + (size_t)i * N, N, DDP_FLOAT32};
+	ddp_reducer_options_init(&o);
+	o.first_bucket_bytes = o.bucket_bytes = N * sizeof(float);
+	o.broadcast_params = 0;
+	CHECK(ctx, ddp_reducer_create(ctx, params, (size_t)nb, &o, &r));
+	if (ddp_reducer_num_buckets(r) != (size_t)nb) {
+		fprintf(stderr, "%zu buckets, not %d\n", ddp_reducer_num_buckets(r), nb);
+		return 1;
+	}
+	for (int i = 0; i < nb; i++)
+		for (size_t k = 0; k < N; k++)
+			((float *)ddp_reducer_grad(r, (size_t)i))[k] = (float)(me + 1);
+	/* Backward: the last parameters' gradients first (bucket 0). */
+	for (int i = nb - 1; i >= 0; i--) {
+		if (me == w - 1)
+			usleep((useconds_t)ms * 1000);
+		CHECK(ctx, ddp_reducer_mark_ready(r, (size_t)i));
+	}
+	if ((rc = ddp_reducer_finish(r)) < 0) {
+		fprintf(stderr, "[rank%d] finish: %s\n", me, ddp_errmsg());
+		ddp_reducer_destroy(r);
+		return 1;
+	}
+	for (int i = 0; i < nb; i++)
+		for (size_t k = 0; k < N; k++)
+			bad |= ((float *)ddp_reducer_grad(r, (size_t)i))[k] != (float)(w + 1) / 2;
+	if (bad)
+		fprintf(stderr, "[rank%d] wrong mean\n", me);
+	ddp_reducer_destroy(r);
+	free(data);
+	free(params);
+	return bad;
+}
+
 static int worker(int rank, void *p)
 {
 	struct args *a = p;
@@ -918,6 +971,8 @@ static int worker(int rank, void *p)
 		rc = run_secret(ctx);
 	else if (!strcmp(mode, "reuse") && a->argc >= 2)
 		rc = run_reuse(ctx, a->argv[1]);
+	else if (!strcmp(mode, "slowbkt") && a->argc >= 3)
+		rc = run_slow_buckets(ctx, atoi(a->argv[1]), atoi(a->argv[2]));
 	else if (!strcmp(mode, "one") && a->argc >= 3)
 		rc = run_one(ctx, a->argv[1], strtoull(a->argv[2], NULL, 0));
 	else if (!strcmp(mode, "bench") && a->argc >= 3)

@@ -22,7 +22,7 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 	if (!ctx)
 		return ddpi_err(-EINVAL, "%s: no context", what);
 	if ((rc = ddpi_ctx_check(ctx, what)) < 0 ||
-	    (ctx->async && (rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), what)) < 0))
+	    (ctx->async && (rc = ddpi_async_wait(ctx->async, what)) < 0))
 		return rc;
 	pthread_mutex_lock(&ctx->lock);
 	ddpi_progress_enter(op);

@@ -281,10 +281,17 @@ extern __thread int ddpi_in_background;
 /* Queues an all_reduce of buf to run on the communication thread. */
 int ddpi_async_submit(struct ddpi_async *a, void *buf, size_t count, enum ddp_dtype dt,
 		      enum ddp_op op);
-/* Waits for every submitted reduction: 0, -ETIMEDOUT, or after a failed one
- * what ddpi_ctx_check(ctx, what) says. what NULL: for a caller that returns
- * nothing (DDP_EBROKEN), so that the next call still reports the failure. */
-int ddpi_async_wait(struct ddpi_async *a, int64_t deadline, const char *what);
+/* Waits for every submitted reduction: 0, or after a failed one what
+ * ddpi_ctx_check(ctx, what) says. -ETIMEDOUT (the context broken, the queue
+ * dropped) when the thread finished none for longer than the context's
+ * timeout. what NULL: for a caller that returns nothing (DDP_EBROKEN), so
+ * that the next call still reports the failure. */
+int ddpi_async_wait(struct ddpi_async *a, const char *what);
+/* Gives back buf, backend memory a submitted reduction may use: at once, or
+ * if one still runs (its wait gave up), in ddpi_async_stop after the join. */
+void ddpi_async_free(struct ddpi_async *a, void *buf);
+/* Joins the thread (its running reduction ends by its own deadline) and frees
+ * what ddpi_async_free kept. */
 void ddpi_async_stop(struct ddpi_async *a);
 
 /* ---- devices (device.c; cuda/ when built with CUDA) ---------------------------------------- */

@@ -204,7 +204,7 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	if (!ctx)
 		return 0;
 	if (ctx->async) {
-		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), "ddp_finalize");
+		rc = ddpi_async_wait(ctx->async, "ddp_finalize");
 		ddpi_async_stop(ctx->async);
 		ctx->async = NULL;
 	}

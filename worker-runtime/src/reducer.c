@@ -247,7 +247,7 @@ static int wait_launched(struct ddp_reducer *r, const char *what)
 		ddpi_progress_leave();
 		pthread_mutex_unlock(&ctx->lock);
 	} else if (ctx->async) {
-		rc = ddpi_async_wait(ctx->async, ddpi_deadline(ctx), what);
+		rc = ddpi_async_wait(ctx->async, what);
 	}
 	return rc < 0 || !what ? rc : ddpi_ctx_check(ctx, what);
 }
@@ -259,7 +259,10 @@ static int release_buckets(struct ddp_reducer *r, const char *what)
 
 	for (size_t b = 0; r->b && b < r->nbuckets; b++)
 		if (r->b[b].buf) {
-			r->ctx->ops->mem_free(r->ctx->be, r->b[b].buf);
+			if (r->ctx->async)
+				ddpi_async_free(r->ctx->async, r->b[b].buf);
+			else
+				r->ctx->ops->mem_free(r->ctx->be, r->b[b].buf);
 			r->b[b].buf = NULL;
 		}
 	for (size_t i = 0; r->grad && i < r->nparams; i++)
