@@ -132,6 +132,28 @@ def test_a_bucket_the_peers_cannot_map_makes_every_rank_stage(reaper, store):
                for e in said), errs
 
 
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv (util-linux)")
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_broadcast_that_cannot_map_the_peers_buffers_stages_exactly(reaper, store, nproc):
+    """The first collective of buffers the ranks share is a broadcast
+    (ddp_coll zcrace's third round), and the ranks are undumpable without
+    CAP_SYS_PTRACE: mapping a peer's buffer fails in the agreement that the
+    staged broadcast's first step carries, while the root holds its first
+    chunk back. Every rank says so once, the broadcast and every later one
+    are staged, exact, and nobody maps a peer's buffer."""
+    wrap = ["setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace"]
+    procs = launch(reaper, [*(wrap if os.geteuid() == 0 else []), prog("ddp_coll"), "zcrace"],
+                   nproc, store, run_id(),
+                   extra={"DDP_COLL_UNDUMPABLE": "1", "DDP_QUIET": "0", "DDP_TIMEOUT": "30"})
+    results = wait_all(procs, timeout=120)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"[rank{rank}] ok rank {rank}" in out, out
+        assert f"[rank{rank}] zc maps 0" in out, out
+        assert err.count("cannot map") == 1, err
+        assert f"[rank{rank}] libddp: broadcast: cannot map the shared buffer of rank " in err, err
+
+
 @pytest.mark.parametrize("cma", ["0", "auto"])
 def test_a_rank_late_to_read_the_agreement_changes_nothing(reaper, store, cma):
     """Rank 1 pauses after the agreement's first step, before reading what
