@@ -163,3 +163,19 @@ def test_a_bucket_wait_that_gives_up_frees_nothing_in_flight(reaper, store):
                "communication thread finished none of the last 1 in 3.0 s" in err, err
         assert "corrupted" not in err and "ERROR: AddressSanitizer" not in err, err
     assert segments(rid) == []
+
+
+def test_a_rank_late_to_a_failed_bucket_blames_no_buffer(reaper, store):
+    """Three ranks share 1 MiB buckets; the last marks its gradient after the
+    others' all_reduce timed out and they left. What it then reads of their
+    abandoned call (their declarations, their freed buckets) made it say
+    "cannot map the shared buffer of rank 0 (No such file or directory)",
+    which is not what went wrong: it fails naming the others' failure."""
+    rid = "latebkt" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "slowbkt", "1", "3000", "262144"], 3, store,
+                   rid, extra={"DDP_TIMEOUT": "1", "DDP_QUIET": "0"})
+    results = wait_all(procs, timeout=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 1, f"rank {rank}: {rc}\n{err}"
+        assert "cannot map" not in err, f"rank {rank}: {err}"
+    assert "finish: reducer: gradient bucket all_reduce" in results[2][2], results[2][2]

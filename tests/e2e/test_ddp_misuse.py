@@ -42,3 +42,28 @@ def test_freeing_a_shared_block_twice_is_refused():
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stderr.count("ok\n") == 2, r.stderr
     assert r.stderr.count("is not a block of this context's ddp_alloc") == 2, r.stderr
+
+
+def test_print_force_without_a_context_reaches_stdout_on_every_rank():
+    """ddp_print_force(NULL, ...) is "printf to the real stdout from any
+    rank": on a silenced rank it went to /dev/null like printf."""
+    r = ddprun(3, ["printnull"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(3):
+        assert f"force-null {rank}\n" in r.stdout, r.stdout
+    assert "printf 0\n" in r.stdout and "printf 1" not in r.stdout, r.stdout
+
+
+def test_bucket_caps_that_differ_fail_create_on_every_rank():
+    """The last rank gives another first bucket cap: its buckets differ.
+    That surfaced only in the first finish, as a mismatched bucket
+    all_reduce; now create fails on every rank naming a rank that differs,
+    and the context still works."""
+    r = ddprun(3, ["caps"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("create: ")]
+    assert len(lines) == 3, r.stderr
+    assert all("made different buckets" in l and "every rank must give the same "
+               "first_bucket_bytes and bucket_bytes" in l for l in lines), lines
+    assert sum("rank 2 made different buckets (2)" in l for l in lines) == 2, lines
+    assert r.stderr.count("ok\n") == 3, r.stderr

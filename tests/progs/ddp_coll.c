@@ -58,8 +58,9 @@
  *                                       waits (at most 120 s) for FILE and prints
  *                                       "overwritten K", the elements no longer -7;
  *                                       rank 1 prints how its call ended
- *   ddp_coll [--spawn N] slowbkt NB MS  a reducer of NB buckets (one parameter of 1024
- *                                       floats each); the last rank marks them ready one
+ *   ddp_coll [--spawn N] slowbkt NB MS [COUNT]   a reducer of NB buckets (one parameter
+ *                                       of COUNT floats each, 1024 if not given, buckets the
+ *                                       ranks share from 64 K); the last rank marks them ready one
  *                                       at a time MS apart, the others at once; finish
  *                                       (every bucket the mean of rank + 1), then destroy;
  *                                       prints "finish: ERROR" and exits 1 if it fails
@@ -890,16 +891,15 @@ static int refuse_writev(void)
 
 /* Buckets whose reductions together take longer than the timeout, each of
  * them well inside it: finish must wait for progress, not for the sum. */
-static int run_slow_buckets(struct ddp_ctx *ctx, int nb, int ms)
+static int run_slow_buckets(struct ddp_ctx *ctx, int nb, int ms, size_t N)
 {
-	enum { N = 1024 };
 	struct ddp_param *params = calloc((size_t)nb, sizeof(*params));
 	float *data = calloc((size_t)nb * N, sizeof(float));
 	struct ddp_reducer_options o;
 	struct ddp_reducer *r;
 	int me = ddp_rank(ctx), w = ddp_world_size(ctx), bad = 0, rc;
 
-	if (!params || !data || nb < 1)
+	if (!params || !data || nb < 1 || N < 1)
 		return 1;
 	for (int i = 0; i < nb; i++)
 		params[i] = (struct ddp_param){NULL, data + (size_t)i * N, N, DDP_FLOAT32};
@@ -972,7 +972,8 @@ static int worker(int rank, void *p)
 	else if (!strcmp(mode, "reuse") && a->argc >= 2)
 		rc = run_reuse(ctx, a->argv[1]);
 	else if (!strcmp(mode, "slowbkt") && a->argc >= 3)
-		rc = run_slow_buckets(ctx, atoi(a->argv[1]), atoi(a->argv[2]));
+		rc = run_slow_buckets(ctx, atoi(a->argv[1]), atoi(a->argv[2]),
+				      a->argc > 3 ? strtoull(a->argv[3], NULL, 0) : 1024);
 	else if (!strcmp(mode, "one") && a->argc >= 3)
 		rc = run_one(ctx, a->argv[1], strtoull(a->argv[2], NULL, 0));
 	else if (!strcmp(mode, "bench") && a->argc >= 3)

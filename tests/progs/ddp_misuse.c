@@ -4,7 +4,12 @@
  *                         rank, finalize); prints "round I sum S" on every rank
  *   ddp_misuse zero       every collective with 0 elements and NULL buffers
  *   ddp_misuse dfree      ddp_free of a shared block twice, then a collective
+ *   ddp_misuse printnull  ddp_print_force(NULL, "force-null R") on every rank, the
+ *                         silenced ones too, and printf("printf R")
+ *   ddp_misuse caps       a reducer whose last rank gives other bucket caps:
+ *                         "create: <ddp_errmsg>", then an all_reduce still works
  * Every rank prints "ok" (or "failed: <ddp_errmsg>") on stderr at the end. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +74,36 @@ static int dfree(struct ddp_ctx *ctx)
 	return x == ddp_world_size(ctx) ? 0 : fail(-1);
 }
 
+static int printnull(struct ddp_ctx *ctx)
+{
+	int rc = ddp_print_force(NULL, "force-null %d\n", ddp_rank(ctx));
+
+	printf("printf %d\n", ddp_rank(ctx));
+	fflush(stdout);
+	return rc < 0 ? fail(rc) : 0;
+}
+
+static int caps(struct ddp_ctx *ctx)
+{
+	static float w[4096];
+	struct ddp_param p[] = {{"a", w, 1024, DDP_FLOAT32}, {"b", w + 1024, 3072, DDP_FLOAT32}};
+	struct ddp_reducer_options o;
+	struct ddp_reducer *r = NULL;
+	int rc, x = 1;
+
+	ddp_reducer_options_init(&o);
+	if (ddp_rank(ctx) == ddp_world_size(ctx) - 1)
+		o.first_bucket_bytes = 4096; /* "a" alone, then "b": two buckets, not one */
+	rc = ddp_reducer_create(ctx, p, 2, &o, &r);
+	fprintf(stderr, "create: %s\n", rc < 0 ? ddp_errmsg() : "succeeded");
+	ddp_reducer_destroy(r);
+	if (rc != -EINVAL)
+		return 1;
+	if ((rc = ddp_all_reduce(ctx, &x, 1, DDP_INT32, DDP_SUM)) < 0)
+		return fail(rc);
+	return x == ddp_world_size(ctx) ? 0 : fail(-1);
+}
+
 int main(int argc, char **argv)
 {
 	struct ddp_ctx *ctx;
@@ -85,6 +120,10 @@ int main(int argc, char **argv)
 			rc = zero(ctx);
 		else if (!strcmp(argv[1], "dfree"))
 			rc = dfree(ctx);
+		else if (!strcmp(argv[1], "printnull"))
+			rc = printnull(ctx);
+		else if (!strcmp(argv[1], "caps"))
+			rc = caps(ctx);
 		else
 			rc = 2;
 		if (ddp_finalize(ctx) < 0 && rc == 0)

@@ -90,7 +90,9 @@ static void test_a_reducer_outliving_its_context_is_only_destroyed(void **state)
 	assert_int_equal(ddp_reducer_finish(r), -EINVAL);
 	assert_int_equal(ddp_reducer_zero_grad(r), -EINVAL);
 	assert_int_equal(ddp_reducer_set_sync(r, 0), -EINVAL);
-	assert_int_equal(ddp_reducer_num_buckets(r), 1);
+	assert_int_equal(ddp_reducer_num_buckets(r), 0); /* its buckets are gone */
+	assert_int_equal(ddp_reducer_bucket_info(r, 0, NULL, NULL), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "context was finalized"));
 	ddp_reducer_destroy(r);
 	/* and a new context does not know the old reducer */
 	ctx = world_of_one(NULL);

@@ -202,6 +202,62 @@ static void test_no_sync_skips_communication(void **state)
 	ddp_finalize(ctx);
 }
 
+/* Turning sync on after gradients were marked with it off once returned 0,
+ * and finish then left the buckets completed meanwhile unreduced: each rank
+ * kept its own gradients, silently. Either switch waits for finish. */
+static void test_sync_switches_only_between_iterations(void **state)
+{
+	struct ddpi_backend_ops ops;
+	struct ddp_ctx *ctx = recording_ctx(&ops);
+	static float x[8], y[8];
+	struct ddp_param p[] = {{"x", x, 8, DDP_FLOAT32}, {"y", y, 8, DDP_FLOAT32}};
+	struct ddp_reducer_options o;
+	struct ddp_reducer *r;
+
+	ddp_reducer_options_init(&o);
+	o.first_bucket_bytes = o.bucket_bytes = 32; /* one bucket each */
+	assert_int_equal(ddp_reducer_create(ctx, p, 2, &o, &r), 0);
+	assert_int_equal(ddp_reducer_num_buckets(r), 2);
+	assert_int_equal(ddp_reducer_set_sync(r, 0), 0);
+	assert_int_equal(ddp_reducer_mark_ready(r, 1), 0);
+	assert_int_equal(ddp_reducer_set_sync(r, 1), -EBUSY);
+	assert_non_null(strstr(ddp_errmsg(), "1 of 2 gradients marked ready"));
+	assert_int_equal(ddp_reducer_set_sync(r, 0), 0); /* no change: fine */
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_reducer_finish(r), 0);
+	assert_int_equal(nlaunched, 0);
+	/* Between iterations it switches; then every bucket is reduced. */
+	assert_int_equal(ddp_reducer_set_sync(r, 1), 0);
+	assert_int_equal(ddp_reducer_mark_ready(r, 1), 0); /* bucket 0 launches */
+	assert_int_equal(nlaunched, 1);
+	assert_int_equal(ddp_reducer_set_sync(r, 0), -EBUSY);
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_reducer_finish(r), 0);
+	assert_int_equal(nlaunched, 2);
+	ddp_reducer_destroy(r);
+	ddp_finalize(ctx);
+}
+
+/* A reducer that outlives its context has no buckets left to describe. */
+static void test_a_finalized_reducer_reports_no_buckets(void **state)
+{
+	struct ddpi_backend_ops ops;
+	struct ddp_ctx *ctx = recording_ctx(&ops);
+	static float x[8];
+	struct ddp_param p[] = {{"x", x, 8, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+	size_t bytes = 7;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_int_equal(ddp_reducer_num_buckets(r), 1);
+	ddp_finalize(ctx);
+	assert_int_equal(ddp_reducer_num_buckets(r), 0);
+	assert_int_equal(ddp_reducer_bucket_info(r, 0, &bytes, NULL), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "finalized"));
+	assert_int_equal(bytes, 7);
+	ddp_reducer_destroy(r);
+}
+
 static void test_grads_are_zeroed_views_of_buckets(void **state)
 {
 	struct ddpi_backend_ops ops;
@@ -239,6 +295,8 @@ int main(void)
 		cmocka_unit_test(test_finish_names_a_parameter_never_marked),
 		cmocka_unit_test(test_no_sync_skips_communication),
 		cmocka_unit_test(test_grads_are_zeroed_views_of_buckets),
+		cmocka_unit_test(test_sync_switches_only_between_iterations),
+		cmocka_unit_test(test_a_finalized_reducer_reports_no_buckets),
 	};
 	return cmocka_run_group_tests_name("ddp_buckets", tests, NULL, NULL);
 }

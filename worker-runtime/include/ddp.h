@@ -298,12 +298,13 @@ int ddp_reducer_finish(struct ddp_reducer *r);
 
 /* no_sync: with sync == 0, mark_ready and finish only do the bookkeeping and
  * gradients accumulate locally (the caller adds into them); the first
- * iteration with sync == 1 reduces the accumulated sums. */
+ * iteration with sync == 1 reduces the accumulated sums. Between iterations
+ * only: -EBUSY once a gradient of this iteration was marked ready. */
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync);
 
 /* Introspection: number of buckets; bucket b's size in bytes and parameter
  * count (in reduction order: bucket 0 is reduced first; -EINVAL past the
- * last). */
+ * last). After ddp_finalize: 0 buckets, -EINVAL. */
 size_t ddp_reducer_num_buckets(const struct ddp_reducer *r);
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,10 @@ int ddpi_print_spec_match(const char *spec, int rank, int *match)
 	return 0;
 }
 
+/* The live context's saved stdout (one context a process), for
+ * ddp_print_force(NULL, ...) on a silenced rank; -1 when not silenced. */
+static atomic_int real_stdout = -1;
+
 int ddpi_print_setup(struct ddp_ctx *ctx, const char *spec)
 {
 	int match, devnull, saved;
@@ -86,6 +91,7 @@ int ddpi_print_setup(struct ddp_ctx *ctx, const char *spec)
 	close(devnull);
 	ctx->saved_stdout = saved;
 	ctx->print_enabled = 0;
+	atomic_store(&real_stdout, saved);
 	return 0;
 }
 
@@ -93,6 +99,7 @@ void ddpi_print_restore(struct ddp_ctx *ctx)
 {
 	if (ctx->saved_stdout < 0)
 		return;
+	atomic_store(&real_stdout, -1);
 	fflush(stdout);
 	dup2(ctx->saved_stdout, STDOUT_FILENO);
 	close(ctx->saved_stdout);
@@ -108,7 +115,8 @@ int ddp_print_enabled(const struct ddp_ctx *ctx)
 int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
 {
 	char stackbuf[1024], *buf = stackbuf;
-	int fd = ctx && ctx->saved_stdout >= 0 ? ctx->saved_stdout : STDOUT_FILENO;
+	int real = ctx ? ctx->saved_stdout : atomic_load(&real_stdout);
+	int fd = real >= 0 ? real : STDOUT_FILENO;
 	int pre = 0, n, rc;
 	va_list ap;
 

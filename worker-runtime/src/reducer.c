@@ -30,6 +30,7 @@ struct ddp_reducer {
 	struct ddp_ctx *ctx;	  /* NULL once ddp_finalize detached it */
 	struct ddp_reducer *next; /* the context's reducers */
 	size_t nparams, nbuckets, next_bucket;
+	size_t marked;		  /* parameters marked ready this iteration */
 	struct ddp_param *params; /* names copied */
 	size_t *bucket_of;
 	void **grad;
@@ -54,29 +55,47 @@ static const char *pname(const struct ddp_reducer *r, size_t i, char *buf, size_
 	return buf;
 }
 
-/* Every rank must register the same parameters: compare a fingerprint. */
-static int verify_same_params(struct ddp_ctx *ctx, const struct ddp_param *p, size_t n)
+static uint64_t fnv(uint64_t h, uint64_t v)
+{
+	return (h ^ v) * 1099511628211ull;
+}
+
+/* Every rank must register the same parameters and make the same buckets of
+ * them (bucket caps that differ would otherwise surface only as a mismatched
+ * bucket all_reduce in the first finish): compare fingerprints. */
+static int verify_same_params(struct ddp_ctx *ctx, const struct ddp_param *p, size_t n,
+			      const struct ddpi_bucket_plan *plan)
 {
 	int w = ddp_world_size(ctx), rc;
-	uint64_t mine[2] = {n, 1469598103934665603ull}, *all;
+	uint64_t mine[4] = {n, 1469598103934665603ull, plan->nbuckets, 1469598103934665603ull},
+		 *all;
 
-	for (size_t i = 0; i < n; i++) {
-		mine[1] = (mine[1] ^ p[i].count) * 1099511628211ull;
-		mine[1] = (mine[1] ^ (uint64_t)p[i].dtype) * 1099511628211ull;
-	}
+	for (size_t i = 0; i < n; i++)
+		mine[1] = fnv(fnv(mine[1], p[i].count), (uint64_t)p[i].dtype);
+	for (size_t b = 0; b < plan->nbuckets; b++)
+		mine[3] = fnv(fnv(mine[3], plan->bytes[b]), plan->start[b]);
 	if (w == 1)
 		return 0;
 	all = malloc(sizeof(mine) * (size_t)w);
 	if (!all)
 		return ddpi_err(-ENOMEM, "reducer: out of memory");
 	rc = ddp_all_gather(ctx, mine, all, sizeof(mine));
-	for (int r = 0; rc == 0 && r < w; r++)
-		if (all[2 * r] != mine[0] || all[2 * r + 1] != mine[1])
+	for (int r = 0; rc == 0 && r < w; r++) {
+		const uint64_t *its = all + 4 * r;
+		if (its[0] != mine[0] || its[1] != mine[1])
 			rc = ddpi_err(-EINVAL,
 				      "reducer: rank %d registered different parameters (%llu "
 				      "parameters) than rank %d (%llu): counts or dtypes differ",
-				      r, (unsigned long long)all[2 * r], ddp_rank(ctx),
+				      r, (unsigned long long)its[0], ddp_rank(ctx),
 				      (unsigned long long)mine[0]);
+		else if (its[2] != mine[2] || its[3] != mine[3])
+			rc = ddpi_err(-EINVAL,
+				      "reducer: rank %d made different buckets (%llu) than rank %d "
+				      "(%llu) of the same parameters: every rank must give the "
+				      "same first_bucket_bytes and bucket_bytes",
+				      r, (unsigned long long)its[2], ddp_rank(ctx),
+				      (unsigned long long)mine[2]);
+	}
 	free(all);
 	return rc;
 }
@@ -156,7 +175,7 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 							 : DEFAULT_FIRST_BUCKET,
 				   o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET, &plan)) < 0)
 		return rc;
-	if ((rc = verify_same_params(ctx, params, nparams)) < 0) {
+	if ((rc = verify_same_params(ctx, params, nparams, &plan)) < 0) {
 		ddpi_bucket_plan_free(&plan);
 		return rc;
 	}
@@ -397,6 +416,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 				pname(r, i, nb, sizeof(nb)));
 	}
 	r->ready[i] = 1;
+	r->marked++;
 	bk = &r->b[r->bucket_of[i]];
 	bk->pending--;
 	if (!r->sync || bk->pending)
@@ -413,6 +433,7 @@ int ddp_reducer_mark_ready(struct ddp_reducer *r, size_t i)
 static void reset_iteration(struct ddp_reducer *r)
 {
 	memset(r->ready, 0, r->nparams);
+	r->marked = 0;
 	for (size_t b = 0; b < r->nbuckets; b++)
 		r->b[b].pending = r->b[b].nparams;
 	r->next_bucket = 0;
@@ -449,22 +470,28 @@ int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
 
 	if ((rc = detached(r)) < 0)
 		return rc;
-	if (r->next_bucket > 0)
+	/* Not once a gradient was marked: buckets completed while sync was off
+	 * were never launched, and finish would leave them unreduced. */
+	if (r->marked > 0 && !!sync != r->sync)
 		return ddpi_err(-EBUSY,
-				"reducer: cannot change sync in the middle of an iteration");
+				"reducer: cannot change sync in the middle of an iteration (%zu "
+				"of %zu gradients marked ready; call ddp_reducer_finish first)",
+				r->marked, r->nparams);
 	r->sync = !!sync;
 	return 0;
 }
 
 size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
 {
-	return r ? r->nbuckets : 0;
+	return r && r->ctx ? r->nbuckets : 0; /* finalized: the buckets are gone */
 }
 
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams)
 {
 	if (!r)
 		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: no reducer (NULL)");
+	if (!r->ctx)
+		return detached(r);
 	if (b >= r->nbuckets)
 		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: bucket %zu of %zu", b,
 				r->nbuckets);

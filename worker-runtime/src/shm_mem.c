@@ -267,18 +267,17 @@ int ddpi_shm_zc_decide(struct ddpi_shm *s, void *buf, int64_t deadline, const ch
 		char *base = q == s->me ? (char *)buf - z->off : peer_base(s, q, &err);
 		if (base == NULL) {
 			my->ok = 0;
-			fprintf(stderr,
-				"[rank%d] libddp: %s: cannot map the shared buffer of rank %d "
-				"(%s): no collective reads the peers' buffers in place from "
-				"now on\n",
-				ddpi_shm_rank_of(s, s->me), what, ddpi_shm_rank_of(s, q),
-				strerror(-err));
 			break;
 		}
 		peer[q] = base + z->off;
 	}
 	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what)) < 0)
-		return rc;
+		return rc; /* a peer that gave up on this call may have freed its buffer */
+	if (!my->ok)	   /* said only now: the peers were all still in this call */
+		fprintf(stderr,
+			"[rank%d] libddp: %s: cannot map the shared buffer of rank %d (%s): no "
+			"collective reads the peers' buffers in place from now on\n",
+			ddpi_shm_rank_of(s, s->me), what, ddpi_shm_rank_of(s, q), strerror(-err));
 	for (q = 0; q < s->lws; q++)
 		if (!decl_of(s, q)->ok) {
 			s->zc_off = 1; /* every rank saw the same flags */
