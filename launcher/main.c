@@ -39,6 +39,19 @@ static void ensure_std_fds(void)
 		close(fd);
 }
 
+/* A parent may hand ddprun signals blocked (a Python program that blocked
+ * them before exec, some job wrappers): the event loop would then never see
+ * its workers exit (SIGCHLD) or a stop (SIGTERM), and hang with zombie
+ * workers until SIGKILL. A supervisor starts from an empty mask, which its
+ * workers inherit; signals ignored at start (nohup) stay ignored. */
+static void unblock_signals(void)
+{
+	sigset_t none;
+
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
 /* Inside Slurm, say what came from the allocation (a wrong guess is then
  * easy to spot). */
 static void say_slurm(const struct cli_opts *o)
@@ -76,6 +89,7 @@ int main(int argc, char **argv)
 	int dfl[2 * CLI_MAX_SIGNALS + 2], ndfl = 0, status = 1, rc, i;
 
 	ensure_std_fds();
+	unblock_signals();
 	rc = cli_parse(argc, argv, env_get, &o, err, sizeof(err));
 	if (rc == CLI_HELP) {
 		cli_usage(stdout);

@@ -149,6 +149,36 @@ def test_a_signal_ignored_at_start_stays_ignored_in_the_workers(reaper, tmp_path
     assert out.splitlines() == ["1 0"] * 2, out
 
 
+BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
+
+def block_signals():
+    signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+
+
+def test_signals_blocked_at_start_are_unblocked(reaper, tmp_path):
+    """A parent that execs ddprun with SIGCHLD, SIGTERM and SIGINT blocked:
+    the workers ended as zombies and ddprun waited for ever, deaf to
+    SIGTERM (only SIGKILL ended it). It unblocks them; the workers start
+    with nothing blocked."""
+    code = ("import signal; "
+            "print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", code],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     preexec_fn=block_signals)
+    rc, out, err = finish(p)
+    assert rc == 0, err
+    assert out.splitlines() == ["[]"] * 2, out
+
+
+def test_sigterm_reaches_a_ddprun_started_with_it_blocked(reaper, tmp_path):
+    p = start(reaper, tmp_path, preexec_fn=block_signals)
+    p.send_signal(signal.SIGTERM)
+    rc, out, err = finish(p)
+    assert rc == 128 + signal.SIGTERM, err
+    assert sorted(out.splitlines()) == ["rank 0 got SIGTERM", "rank 1 got SIGTERM"]
+
+
 def test_kill_9_of_ddprun_leaves_no_worker_or_grandchild(reaper, tmp_path):
     # Each worker is a shell with a background grandchild (a DataLoader-like
     # child) in its group; neither may outlive ddprun.
