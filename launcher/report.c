@@ -18,20 +18,41 @@
 
 #define NO_TRACEBACK "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
 #define WIDTH_MAX    60
+#define NOT_REGULAR  (-EINVAL) /* an error file that is no regular file */
 
-/* The whole file, capped; NULL if it does not exist or cannot be read. */
-static char *slurp(const char *path, size_t *len)
+/* Opens an error file without blocking: a worker may leave a FIFO there,
+ * whose open would wait for a writer with the event loop inside it (no
+ * signal, no output served). */
+static int open_error_file(const char *path, int flags, struct stat *st)
+{
+	int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+		close(fd);
+		return NOT_REGULAR;
+	}
+	return fd;
+}
+
+/* The whole file; NULL if it does not exist or cannot be read, and *why
+ * says so for one that exists but is not read: NOT_REGULAR (not a regular
+ * file) or -EFBIG (over REPORT_MAX_ERROR_FILE). */
+static char *slurp(const char *path, size_t *len, int *why)
 {
 	struct stat st;
 	char *buf = NULL;
 	size_t n = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open_error_file(path, O_RDONLY, &st);
 
+	*why = fd == NOT_REGULAR ? fd : 0;
 	if (fd < 0)
 		return NULL;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-	    (size_t)st.st_size > REPORT_MAX_ERROR_FILE)
+	if ((size_t)st.st_size > REPORT_MAX_ERROR_FILE) {
+		*why = -EFBIG;
 		goto out;
+	}
 	buf = malloc((size_t)st.st_size + 1);
 	if (buf == NULL)
 		goto out;
@@ -121,6 +142,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 {
 	char buf[160], sname[32];
 	size_t len = 0;
+	int why = 0;
 
 	memset(e, 0, sizeof(*e));
 	e->global_rank = global_rank;
@@ -129,8 +151,17 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 	e->exitcode = WIFSIGNALED(wstatus) ? -WTERMSIG(wstatus) : WEXITSTATUS(wstatus);
 	e->time_us = time_us;
 	if (error_file != NULL)
-		e->error_json = slurp(error_file, &len);
-	if (e->error_json != NULL) {
+		e->error_json = slurp(error_file, &len, &why);
+	if (why != 0) {
+		/* There is a file, unread: the summary names it and says why. */
+		e->error_file = strdup(error_file);
+		if (e->error_file == NULL)
+			return -ENOMEM;
+		snprintf(buf, sizeof(buf),
+			 why == -EFBIG ? "<error file over %u MiB: not read, see the file>"
+				       : "<error file is not a regular file: not read>",
+			 REPORT_MAX_ERROR_FILE >> 20);
+	} else if (e->error_json != NULL) {
 		int rc;
 
 		e->error_file = strdup(error_file);
@@ -364,13 +395,42 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 	return out.p;
 }
 
+/* An error file too large to read whole goes to the parent's as it is (its
+ * errorCode not rewritten), in bounded pieces. */
+static int copy_error_file(const char *path, const char *from)
+{
+	char chunk[65536];
+	struct stat st;
+	int in = open_error_file(from, O_RDONLY, &st), out, rc = 0;
+	ssize_t n;
+
+	if (in < 0)
+		return in;
+	out = open_error_file(path, O_WRONLY | O_CREAT | O_TRUNC, &st);
+	if (out < 0) {
+		close(in);
+		return out;
+	}
+	while (rc == 0 && (n = read(in, chunk, sizeof(chunk))) != 0) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		rc = n < 0 ? -errno : util_write_all(out, chunk, (size_t)n);
+	}
+	close(in);
+	close(out);
+	return rc;
+}
+
 int report_write_parent_error(const char *path, const struct report_entry *root)
 {
 	cJSON *j;
 	cJSON *msg;
 	char *text;
+	struct stat st;
 	int fd, rc;
 
+	if (root->error_json == NULL && root->error_file != NULL)
+		return copy_error_file(path, root->error_file);
 	if (root->error_json == NULL)
 		return 0;
 	j = cJSON_Parse(root->error_json);
@@ -385,9 +445,9 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	cJSON_Delete(j);
 	if (text == NULL)
 		return -ENOMEM;
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = open_error_file(path, O_WRONLY | O_CREAT | O_TRUNC, &st);
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
 	} else {
 		rc = util_write_all(fd, text, strlen(text));
 		close(fd);

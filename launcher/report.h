@@ -127,7 +127,8 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 
 /* Copy the root cause's error file to path (ddprun's own TORCHELASTIC_ERROR_FILE
  * when an outer launcher set one), adding message.errorCode like torchrun.
- * Nothing is written when the worker wrote no error file. 0 or -errno. */
+ * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is; nothing
+ * is written when the worker wrote no error file. 0 or -errno. */
 int report_write_parent_error(const char *path, const struct report_entry *root);
 
 #endif

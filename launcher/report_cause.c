@@ -233,7 +233,7 @@ int report_entry_add_output(struct report_entry *e, const struct report_output *
 	}
 	if (o->python && o->interpreter != NULL && interpreter_text(e, o) != 0)
 		return -ENOMEM;
-	if (!o->python && e->error_json == NULL && e->exitcode >= 0) {
+	if (!o->python && e->error_file == NULL && e->exitcode >= 0) {
 		/* torchrun's advice is about @record in a Python script. */
 		free(e->message);
 		e->message = strdup("<N/A> (no error file)");

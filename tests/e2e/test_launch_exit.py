@@ -133,6 +133,41 @@ def test_garbage_error_file_does_not_crash_the_report(tmp_path):
     assert root[0][6] == "<error file is not torchelastic JSON>"
 
 
+def test_a_fifo_for_an_error_file_does_not_wedge_ddprun(tmp_path):
+    """A worker leaves a FIFO where its error file goes, and the parent's
+    error file is a FIFO no one reads: ddprun blocked in open() for ever, its
+    event loop inside (SIGTERM did nothing). Neither is read or written; the
+    summary says why."""
+    outer = tmp_path / "outer.fifo"
+    os.mkfifo(outer)
+    script = 'rm -f "$TORCHELASTIC_ERROR_FILE"; mkfifo "$TORCHELASTIC_ERROR_FILE"; exit 3'
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(outer)))
+    assert r.returncode == 3, r.stderr
+    others, root = report(r.stderr)
+    assert root[0][5].endswith(".error.json")
+    assert root[0][6] == "<error file is not a regular file: not read>"
+
+
+def test_an_error_file_too_large_to_read_is_named_and_passed_on(tmp_path):
+    """5 MB of valid error file (over the 4 MiB ddprun reads): the summary
+    said "<N/A>" and "no error file", and the parent's error file got
+    nothing. Now the summary names it and the parent's is a copy."""
+    big = tmp_path / "big.json"
+    doc = {"message": {"message": "ValueError: " + "x" * (5 << 20),
+                       "extraInfo": {"py_callstack": "", "timestamp": "1"}}}
+    big.write_text(json.dumps(doc))
+    parent = tmp_path / "parent.json"
+    r = ddprun("--nproc-per-node", "1", "sh", "-c",
+               f'cp {big} "$TORCHELASTIC_ERROR_FILE"; exit 3', timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent)))
+    assert r.returncode == 3, r.stderr[-2000:]
+    others, root = report(r.stderr)
+    assert root[0][5].endswith(".error.json")
+    assert root[0][6] == "<error file over 4 MiB: not read, see the file>"
+    assert parent.read_bytes() == big.read_bytes()
+
+
 def test_temporary_log_dir_is_removed_unless_the_report_needs_it(tmp_path):
     t = tmp_path / "own"
     t.mkdir()
