@@ -67,3 +67,18 @@ def test_bucket_caps_that_differ_fail_create_on_every_rank():
                "first_bucket_bytes and bucket_bytes" in l for l in lines), lines
     assert sum("rank 2 made different buckets (2)" in l for l in lines) == 2, lines
     assert r.stderr.count("ok\n") == 3, r.stderr
+
+
+def test_ddp_alloc_fails_where_malloc_does():
+    """Twice RAM and swap: malloc says no, and ddp_alloc returned a pointer
+    (a memfd's pages are charged only once touched), which would have ended
+    in SIGBUS or the OOM killer when used. (Under a sanitizer malloc may say
+    yes: then the two need only agree.)"""
+    r = ddprun(2, ["bigalloc"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.startswith("malloc ")]
+    assert len(lines) == 2, r.stderr
+    for l in lines:
+        m, d = l.split()[1], l.split()[3]
+        assert m == d, l
+        assert m == "1" or "ddp_alloc: cannot allocate" in l, l

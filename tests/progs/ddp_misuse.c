@@ -6,6 +6,8 @@
  *   ddp_misuse dfree      ddp_free of a shared block twice, then a collective
  *   ddp_misuse printnull  ddp_print_force(NULL, "force-null R") on every rank, the
  *                         silenced ones too, and printf("printf R")
+ *   ddp_misuse bigalloc   ddp_alloc and malloc of twice RAM and swap: prints
+ *                         "malloc M ddp_alloc D" (1: succeeded), and ddp_errmsg
  *   ddp_misuse caps       a reducer whose last rank gives other bucket caps:
  *                         "create: <ddp_errmsg>", then an all_reduce still works
  * Every rank prints "ok" (or "failed: <ddp_errmsg>") on stderr at the end. */
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "ddp.h"
 
@@ -83,6 +86,23 @@ static int printnull(struct ddp_ctx *ctx)
 	return rc < 0 ? fail(rc) : 0;
 }
 
+/* ddp_alloc fails where malloc does: its shared memory, charged only once
+ * touched, took any size. */
+static int bigalloc(struct ddp_ctx *ctx)
+{
+	struct sysinfo si;
+	size_t n;
+
+	if (sysinfo(&si) != 0)
+		return fail(-1);
+	n = 2 * ((size_t)si.totalram + si.totalswap) * si.mem_unit;
+	void *m = malloc(n), *d = ddp_alloc(ctx, n);
+	fprintf(stderr, "malloc %d ddp_alloc %d %s\n", m != NULL, d != NULL, d ? "" : ddp_errmsg());
+	free(m);
+	ddp_free(ctx, d);
+	return 0;
+}
+
 static int caps(struct ddp_ctx *ctx)
 {
 	static float w[4096];
@@ -122,6 +142,8 @@ int main(int argc, char **argv)
 			rc = dfree(ctx);
 		else if (!strcmp(argv[1], "printnull"))
 			rc = printnull(ctx);
+		else if (!strcmp(argv[1], "bigalloc"))
+			rc = bigalloc(ctx);
 		else if (!strcmp(argv[1], "caps"))
 			rc = caps(ctx);
 		else

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,21 @@ static size_t page_round(size_t bytes)
 	return ((bytes ? bytes : 1) + pg - 1) & ~(pg - 1);
 }
 
+/* A memfd's pages are not charged until touched, so any size would map: one
+ * no memory can hold would end in SIGBUS or the OOM killer once used. What
+ * malloc's heuristic overcommit refuses (more than RAM and swap together)
+ * is refused here too, and the private fallback then says no as malloc
+ * does. */
+static int beyond_memory(size_t bytes)
+{
+	struct sysinfo si;
+
+	if (sysinfo(&si) != 0)
+		return 0;
+	return (unsigned __int128)bytes >
+	       ((unsigned __int128)si.totalram + si.totalswap) * si.mem_unit;
+}
+
 int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p)
 {
 	struct ddpi_shm_region *r;
@@ -76,6 +92,8 @@ int ddpi_shm_mem_alloc(struct ddpi_shm *s, size_t bytes, void **p)
 	 * cost a descriptor and a page each. */
 	if (s->zc_off || bytes < DDPI_ZC_MIN_BYTES || bytes > SIZE_MAX / 2)
 		return -ENOTSUP;
+	if (beyond_memory(bytes))
+		return -ENOMEM;
 	len = page_round(bytes);
 	r = calloc(1, sizeof(*r));
 	if (!r)
