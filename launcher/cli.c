@@ -546,6 +546,22 @@ static void cli_fwd_wins(struct cli_opts *o)
 	o->nsignals = n;
 }
 
+/* SIGINT stops the job gracefully even when --signals-to-handle leaves it
+ * out, as torchrun's KeyboardInterrupt still shuts its workers down with
+ * SIGTERM; unless --forward-signals names it. */
+static void cli_keep_sigint(struct cli_opts *o)
+{
+	int i;
+
+	for (i = 0; i < o->nsignals && o->signals[i] != SIGINT; i++)
+		;
+	for (int k = 0; k < o->nfwd_signals && i == o->nsignals; k++)
+		if (o->fwd_signals[k] == SIGINT)
+			return;
+	if (i == o->nsignals && o->nsignals < CLI_MAX_SIGNALS)
+		o->signals[o->nsignals++] = SIGINT;
+}
+
 static int parse_rdzv_conf(struct parse *p, struct cli_opts *o)
 {
 	char why[400];
@@ -680,6 +696,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	    (rc = parse_signals(p, O_FORWARD_SIGNALS, o->fwd_signals, &o->nfwd_signals)) != 0)
 		return rc;
 	cli_fwd_wins(o);
+	cli_keep_sigint(o);
 	/* Empty is unset, as torchrun's `if local_addr` (the address of the
 	 * connection to the store), not an empty address for the others. */
 	o->local_addr = r[O_LOCAL_ADDR].val;

@@ -79,6 +79,18 @@ def test_extra_signals_to_handle_for_slurm_preemption(reaper, tmp_path):
     assert sorted(out.splitlines()) == ["rank 0 got SIGUSR1", "rank 1 got SIGUSR1"]
 
 
+def test_sigint_stops_gracefully_when_the_list_leaves_it_out(reaper, tmp_path):
+    """--signals-to-handle SIGUSR1 replaced the list, and Ctrl-C then killed
+    ddprun at once, its workers ended by the watchdog with no grace. torchrun's
+    KeyboardInterrupt still shuts its workers down: so does ddprun."""
+    p = start(reaper, tmp_path, "--signals-to-handle", "SIGUSR1")
+    p.send_signal(signal.SIGINT)
+    rc, out, err = finish(p)
+    assert rc == 130, err
+    assert sorted(out.splitlines()) == ["rank 0 got SIGINT", "rank 1 got SIGINT"]
+    assert "received SIGINT" in err
+
+
 def test_second_sigint_kills_at_once(reaper, tmp_path):
     # The workers ignore SIGINT and the grace period is huge: only the second
     # SIGINT can end this job.

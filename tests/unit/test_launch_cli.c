@@ -156,9 +156,15 @@ static void test_pet_environment_then_command_line(void **state)
 	assert_int_equal(o.master_port, 4000);
 	assert_true(o.master_port_given);
 	assert_true(o.no_python);
+	assert_int_equal(o.nsignals, 3); /* and SIGINT, which always stops (torchrun's ^C) */
+	assert_int_equal(o.signals[1], SIGUSR1);
+	assert_int_equal(o.signals[2], SIGINT);
+	assert_int_equal(o.shutdown_timeout_ms, 7000);
+	cli_free(&o);
+	/* Forwarded, SIGINT stops nothing. */
+	assert_int_equal(parse(&o, ARGS("--forward-signals=INT", "prog")), CLI_OK);
 	assert_int_equal(o.nsignals, 2);
 	assert_int_equal(o.signals[1], SIGUSR1);
-	assert_int_equal(o.shutdown_timeout_ms, 7000);
 	cli_free(&o);
 	/* The flag wins over PET_*, PET_SHUTDOWN_TIMEOUT over the torch variable. */
 	set_env("PET_SHUTDOWN_TIMEOUT", "2.5");
