@@ -170,9 +170,9 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	j->cpu_sets = numa_sets(o, j->nproc);
 	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
 	if (rc != 0) {
-		int status = rc == -ENOENT ? 127 : rc == -EACCES ? 126 : 1;
+		int status = rc == -ENOENT ? 127 : rc == -EACCES || rc == -ENOEXEC ? 126 : 1;
 
-		if ((rc == -ENOENT || rc == -EACCES) && prefail(j, status, err))
+		if (status != 1 && prefail(j, status, err))
 			return 0;
 		fprintf(stderr, "ddprun: error: %s\n", err);
 		return status;

@@ -2,11 +2,15 @@
 #include "prog.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The kernel reads at most this much of a "#!" line (BINPRM_BUF_SIZE). */
+#define PROG_SHEBANG_MAX 256
 
 /* 0 when path is an executable regular file; -ENOENT or -EACCES otherwise. */
 static int check_exec(const char *path)
@@ -192,6 +196,48 @@ static int resolve_error(int rc, const char *what, char *err, size_t errlen)
 	return rc;
 }
 
+/* A script whose "#!" names an interpreter that is not there fails in
+ * execve with ENOENT, which blamed the script ("No such file or directory")
+ * from every worker. Say which interpreter, as bash's "bad interpreter"
+ * does (126), and the usual reason: a line ending in a carriage return. */
+static int check_interpreter(const char *path, char *err, size_t errlen)
+{
+	char line[PROG_SHEBANG_MAX + 1], *interp, *end;
+	const char *why;
+	struct stat st;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+	if (fd < 0)
+		return 0; /* executable but not readable: execve decides */
+	n = read(fd, line, PROG_SHEBANG_MAX);
+	close(fd);
+	if (n < 2 || line[0] != '#' || line[1] != '!')
+		return 0;
+	line[n] = '\0';
+	for (interp = line + 2; *interp == ' ' || *interp == '\t'; interp++)
+		;
+	end = interp + strcspn(interp, " \t\n");
+	*end = '\0';
+	if (*interp == '\0')
+		return 0;
+	if (stat(interp, &st) != 0)
+		why = "no such file";
+	else if (!S_ISREG(st.st_mode) || access(interp, X_OK) != 0)
+		why = "not an executable file";
+	else
+		return 0;
+	if (end > interp && end[-1] == '\r')
+		snprintf(err, errlen,
+			 "%.300s: bad interpreter: its #! line ends in a carriage return (DOS line "
+			 "endings: convert the file with dos2unix or sed -i 's/\\r$//')",
+			 path);
+	else
+		snprintf(err, errlen, "%.300s: bad interpreter: %.200s, named on its #! line: %s",
+			 path, interp, why);
+	return -ENOEXEC;
+}
+
 int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *name),
 		 struct prog *p, char *err, size_t errlen)
 {
@@ -222,6 +268,8 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	rc = prog_lookup(exe, getenv_fn("PATH"), &p->path);
 	if (rc != 0)
 		return resolve_error(rc, exe, err, errlen);
+	if ((rc = check_interpreter(p->path, err, errlen)) != 0)
+		return rc;
 	if (python && !o->module && !has_macro(script)) {
 		struct stat st;
 

@@ -27,6 +27,9 @@ struct prog {
 	bool exe_from_env;	/* exe_name is $PYTHON_EXEC */
 };
 
+/* The workers' program from the command line; 0, or an error said in err:
+ * -ENOENT (not found), -EACCES (not executable), -ENOEXEC (its "#!" names
+ * an interpreter that is missing or not executable), -ENOMEM. */
 int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *name),
 		 struct prog *p, char *err, size_t errlen);
 void prog_free(struct prog *p);

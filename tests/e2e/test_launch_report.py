@@ -155,6 +155,37 @@ def test_exit_127_command_not_found_and_126_not_executable(tmp_path):
     assert "Permission denied" in cause[0]
 
 
+@pytest.mark.parametrize("first,says", [
+    ("#!/nonexistent/interp\n", "bad interpreter: /nonexistent/interp, named on its #! line: "
+                                "no such file"),
+    ("#! /dev/null -x\n", "bad interpreter: /dev/null, named on its #! line: "
+                          "not an executable file"),
+    ("#!/bin/sh\r\n", "bad interpreter: its #! line ends in a carriage return (DOS line "
+                      "endings"),
+])
+def test_a_scripts_missing_interpreter_is_named_before_any_worker(tmp_path, first, says):
+    """Each worker's execve failed with ENOENT and the report blamed the
+    script, which exists ("No such file or directory"): the interpreter its
+    #! line names, or the line's carriage return, is said once, before any
+    worker starts, with bash's 126."""
+    f = tmp_path / "job.sh"
+    f.write_text(first + "echo ran\n")
+    f.chmod(0o755)
+    r = ddprun("--nproc-per-node", "2", str(f))
+    assert r.returncode == 126, r.stderr
+    assert r.stderr == f"ddprun: error: {f}: {says}" + r.stderr.split(says, 1)[1], r.stderr
+    assert r.stderr.count("\n") == 1 and "ran" not in r.stdout
+
+
+def test_a_script_whose_interpreter_is_there_runs(tmp_path):
+    f = tmp_path / "job.sh"
+    f.write_text("#!  /bin/sh -e\necho ran $LOCAL_RANK\n")
+    f.chmod(0o755)
+    r = ddprun("--nproc-per-node", "2", str(f))
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:2]) == ["ran 0", "ran 1"], r.stdout
+
+
 def test_a_python_workers_failure_names_the_interpreter(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import sys\nsys.stderr.write('no torch here\\n')\nsys.exit(5)\n")
