@@ -3,6 +3,7 @@ fail at once (it is seen gone), a rank that stops responding makes them fail
 with a timeout error after DDP_TIMEOUT, and the node's shared-memory segment
 is gone either way."""
 import os
+import re
 import signal
 import uuid
 
@@ -179,3 +180,25 @@ def test_a_rank_late_to_a_failed_bucket_blames_no_buffer(reaper, store):
         assert rc == 1, f"rank {rank}: {rc}\n{err}"
         assert "cannot map" not in err, f"rank {rank}: {err}"
     assert "finish: reducer: gradient bucket all_reduce" in results[2][2], results[2][2]
+
+
+def test_a_failure_in_the_hand_down_names_the_programs_call(reaper, store):
+    """2 nodes of 2 ranks; rank 3 stops in an all_reduce. Rank 1, on the other
+    node, waits in the step that hands the leaders' sum down to the node's
+    ranks, a broadcast inside libddp, and its error read "broadcast: rank 0
+    failed: ..." for the all_reduce the program called."""
+    rid = "handdown" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "stop", "3"], 2, store, rid, nnodes=2,
+                   extra={"DDP_TIMEOUT": "2"})
+    victim = procs[3]
+    wait_for(lambda: _state(victim.pid) == "T", timeout=30, what="rank 3 to stop itself")
+    results = wait_all(procs[:3], timeout=40)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "all_reduce failed" in err, err
+        assert "broadcast" not in err, f"rank {rank}: {err}"
+    # (rank 0 failed, or rank 1's own wait for it ran out first)
+    assert re.search(r"all_reduce: (rank 0 failed: |timed out waiting for rank 0)",
+                     results[1][2]), results[1][2]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)

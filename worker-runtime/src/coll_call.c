@@ -28,3 +28,18 @@ void ddpi_call_describe(const struct ddpi_call *c, char *buf, size_t len)
 		snprintf(buf, len, "an unknown collective #%llu", seq);
 	}
 }
+
+const char *ddpi_call_name(const struct ddpi_call *c)
+{
+	switch (c->kind) {
+	case DDPI_ALL_REDUCE:
+		return "all_reduce";
+	case DDPI_BROADCAST:
+		return "broadcast";
+	case DDPI_ALL_GATHER:
+		return "all_gather";
+	case DDPI_BARRIER:
+		return "barrier";
+	}
+	return NULL;
+}

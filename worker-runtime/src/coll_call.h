@@ -29,6 +29,8 @@ struct ddpi_call {
 
 /* "all_reduce(1000 x float32, sum) #7" */
 void ddpi_call_describe(const struct ddpi_call *c, char *buf, size_t len);
+/* The call's name as the program called it ("all_reduce"); NULL if unknown. */
+const char *ddpi_call_name(const struct ddpi_call *c);
 
 #pragma GCC visibility pop
 

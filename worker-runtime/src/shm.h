@@ -133,6 +133,16 @@ struct ddpi_shm {
 	int zc_test_pause_ms; /* test hook (shm_mem.c) */
 };
 
+/* The name errors give a step: the program's call it belongs to (a
+ * multi-node all_reduce hands its result down by the node's broadcast step,
+ * whose failure must read "all_reduce: ..."), else the step's own. */
+static inline const char *ddpi_shm_what(const struct ddpi_shm *s, const char *step)
+{
+	const char *name = s->outer ? ddpi_call_name(s->outer) : NULL;
+
+	return name ? name : step;
+}
+
 /* Creates (local rank 0) or opens the node's segment and waits until every local
  * rank has attached; then unlinks it. */
 int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm **out);

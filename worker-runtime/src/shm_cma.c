@@ -402,19 +402,21 @@ int ddpi_shm_cma_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root
 	int rc, failed = 0, n = s->lws;
 	size_t lo, hi;
 
-	if ((rc = declare(s, buf, bytes, declared, deadline, "broadcast")) < 0)
+	if ((rc = declare(s, buf, bytes, declared, deadline, ddpi_shm_what(s, "broadcast"))) < 0)
 		return rc;
 	if (s->me == root) {
 		for (int k = 1; k < n && !failed; k++) {
 			ddpi_shm_bcast_slice(bytes, n, k, &lo, &hi);
-			failed = peer_copy(s, (root + k) % n, 1, buf, lo, hi, bytes, "broadcast");
+			failed = peer_copy(s, (root + k) % n, 1, buf, lo, hi, bytes,
+					   ddpi_shm_what(s, "broadcast"));
 		}
 	} else {
 		ddpi_shm_bcast_slice(bytes, n, (s->me - root + n) % n, &lo, &hi);
-		failed = peer_copy(s, root, 0, buf, 0, lo, bytes, "broadcast") ||
-			 peer_copy(s, root, 0, buf, hi, bytes, bytes, "broadcast");
+		failed =
+			peer_copy(s, root, 0, buf, 0, lo, bytes, ddpi_shm_what(s, "broadcast")) ||
+			peer_copy(s, root, 0, buf, hi, bytes, bytes, ddpi_shm_what(s, "broadcast"));
 	}
-	return finish(s, failed, deadline, "broadcast");
+	return finish(s, failed, deadline, ddpi_shm_what(s, "broadcast"));
 }
 
 int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t bytes,
@@ -423,18 +425,18 @@ int ddpi_shm_cma_all_gather(struct ddpi_shm *s, const void *send, void *recv, si
 	char *my_dst = (char *)recv + (size_t)pos[s->me] * bytes;
 	int rc, failed = 0;
 
-	if ((rc = declare(s, send, bytes, declared, deadline, "all_gather")) < 0)
+	if ((rc = declare(s, send, bytes, declared, deadline, ddpi_shm_what(s, "all_gather"))) < 0)
 		return rc;
 	/* Start at the next rank: the peers' reads spread over the owners. */
 	for (int k = 1; k < s->lws && !failed; k++) {
 		int q = (s->me + k) % s->lws;
 		failed = peer_copy(s, q, 0, (char *)recv + (size_t)pos[q] * bytes, 0, bytes, bytes,
-				   "all_gather");
+				   ddpi_shm_what(s, "all_gather"));
 	}
 	/* My own part while the slower peers still read (send may alias it). */
 	if (!failed && my_dst != send)
 		memmove(my_dst, send, bytes);
-	return finish(s, failed, deadline, "all_gather");
+	return finish(s, failed, deadline, ddpi_shm_what(s, "all_gather"));
 }
 
 /* My slice's chunk [off, off + m): every peer's part read into the scratch,
@@ -491,7 +493,8 @@ int ddpi_shm_cma_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	size_t es = ddp_dtype_size(dt), per = s->cma_chunk / es, lo, hi, off;
 	int rc, peer = s->me, wrote = 0, left = 0;
 
-	if ((rc = declare(s, buf, count * es, declared, deadline, "all_reduce")) < 0)
+	if ((rc = declare(s, buf, count * es, declared, deadline, ddpi_shm_what(s, "all_reduce"))) <
+	    0)
 		return rc;
 	ddpi_shm_slice_bounds(count, s->lws, s->me, es, &lo, &hi);
 	for (off = lo; off < hi; off += per)
@@ -511,7 +514,8 @@ int ddpi_shm_cma_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum dd
 			"staging through shared memory from now on\n",
 			ddpi_shm_rank_of(s, s->me), my->fail_peer, strerror(-rc));
 	/* Nobody returns while a peer may still read or write its buffer. */
-	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_reduce")) < 0)
+	if ((rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline,
+				    ddpi_shm_what(s, "all_reduce"))) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++) {
 		const struct ddpi_cma_ctl *c = ddpi_shm_cma_ctl(s, q);

@@ -79,12 +79,12 @@ static int all_reduce_small(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	uint32_t in;
 	int slot, rc;
 
-	if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_reduce", &slot)) < 0)
+	if ((rc = ddpi_shm_acquire_slot(s, deadline, ddpi_shm_what(s, "all_reduce"), &slot)) < 0)
 		return rc;
 	memcpy(ddpi_shm_slot(s, s->me, slot), buf, bytes);
 	in = ddpi_shm_publish(s);
-	if ((rc = ddpi_shm_wait_all(s, in, deadline, "all_reduce")) < 0 ||
-	    (rc = ddpi_shm_check_all(s, "all_reduce")) < 0)
+	if ((rc = ddpi_shm_wait_all(s, in, deadline, ddpi_shm_what(s, "all_reduce"))) < 0 ||
+	    (rc = ddpi_shm_check_all(s, ddpi_shm_what(s, "all_reduce"))) < 0)
 		return rc;
 	for (int q = 0; q < s->lws; q++)
 		src[q] = q == s->me ? buf : ddpi_shm_slot(s, q, slot);
@@ -160,8 +160,10 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 	int rc;
 
 	for (size_t k = 0; k < nchunks + 2; k++) {
-		if (k > 0 && ((rc = ddpi_shm_wait_all(s, s->seq, deadline, "all_reduce")) < 0 ||
-			      (k == 1 && (rc = ddpi_shm_check_all(s, "all_reduce")) < 0)))
+		if (k > 0 &&
+		    ((rc = ddpi_shm_wait_all(s, s->seq, deadline, ddpi_shm_what(s, "all_reduce"))) <
+			     0 ||
+		     (k == 1 && (rc = ddpi_shm_check_all(s, ddpi_shm_what(s, "all_reduce"))) < 0)))
 			return rc;
 		if (k >= 2)
 			copy_out(s, &c[(k - 2) % 3], es);
@@ -170,7 +172,8 @@ static int all_reduce_large(struct ddpi_shm *s, void *buf, size_t count, enum dd
 		if (k < nchunks) {
 			struct chunk *n = &c[k % 3];
 			chunk_at(n, buf, count, per, es, k);
-			if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_reduce", &n->slot)) < 0)
+			if ((rc = ddpi_shm_acquire_slot(s, deadline, ddpi_shm_what(s, "all_reduce"),
+							&n->slot)) < 0)
 				return rc;
 			copy_in(s, n, es);
 			/* read by the peers until their step k+2: publish seq + 3 */
@@ -264,7 +267,9 @@ int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dt
 		 * 30 or more); the single copy's declaration goes in it. */
 		if (zc && cma)
 			ddpi_shm_cma_declare(s, buf, bytes);
-		rc = zc ? ddpi_shm_zc_begin(s, buf, bytes, deadline, "all_reduce", peer) : 0;
+		rc = zc ? ddpi_shm_zc_begin(s, buf, bytes, deadline, ddpi_shm_what(s, "all_reduce"),
+					    peer)
+			: 0;
 		if (rc == 1)
 			rc = ddpi_shm_all_reduce_direct(s, peer, count, dt, op, avg_div, deadline);
 		else if (rc == 0 && cma)
@@ -298,7 +303,7 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 	int rc = 0;
 
 	if (bytes == 0)
-		rc = ddpi_shm_sync_all(s, deadline, "broadcast");
+		rc = ddpi_shm_sync_all(s, deadline, ddpi_shm_what(s, "broadcast"));
 	/* Quarter slots: the root copies chunk k+1 in while the others copy
 	 * chunk k out, so even a one-slot broadcast is a pipeline. */
 	size_t step = s->slot_bytes / BCAST_SPLIT;
@@ -309,7 +314,8 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 		uint32_t in;
 		int slot;
 
-		if ((rc = ddpi_shm_acquire_slot(s, deadline, "broadcast", &slot)) < 0)
+		if ((rc = ddpi_shm_acquire_slot(s, deadline, ddpi_shm_what(s, "broadcast"),
+						&slot)) < 0)
 			break;
 		if (s->me == root && !held)
 			memcpy(ddpi_shm_slot(s, root, slot), (char *)buf + off, m);
@@ -317,11 +323,13 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 		/* The first chunk waits for every rank, root included, and compares
 		 * with each: a rank that wrongly believes it is the root (and so would
 		 * wait for nobody) is caught on every rank, not left with its data. */
-		if (off == 0 && ((rc = ddpi_shm_wait_all(s, in, deadline, "broadcast")) < 0 ||
-				 (rc = ddpi_shm_check_all(s, "broadcast")) < 0))
+		if (off == 0 &&
+		    ((rc = ddpi_shm_wait_all(s, in, deadline, ddpi_shm_what(s, "broadcast"))) < 0 ||
+		     (rc = ddpi_shm_check_all(s, ddpi_shm_what(s, "broadcast"))) < 0))
 			break;
 		if (peer && off == 0) {
-			rc = ddpi_shm_zc_decide(s, buf, deadline, "broadcast", peer);
+			rc = ddpi_shm_zc_decide(s, buf, deadline, ddpi_shm_what(s, "broadcast"),
+						peer);
 			if (rc != 0) {
 				ddpi_shm_release_slot(s, slot);
 				return rc == 1 ? 2 : rc;
@@ -335,7 +343,8 @@ static int broadcast_staged(struct ddpi_shm *s, void *buf, size_t bytes, int roo
 				in = ddpi_shm_publish(s);
 		}
 		if (s->me != root) {
-			if ((rc = ddpi_shm_wait(s, root, in, deadline, "broadcast")) < 0)
+			if ((rc = ddpi_shm_wait(s, root, in, deadline,
+						ddpi_shm_what(s, "broadcast"))) < 0)
 				break;
 			ddpi_copy((char *)buf + off, ddpi_shm_slot(s, root, slot), m, stream);
 		}
@@ -356,7 +365,8 @@ int ddpi_shm_broadcast(struct ddpi_shm *s, void *buf, size_t bytes, int root, in
 	if (bytes >= DDPI_ZC_MIN_BYTES && cma) {
 		/* The single copy's declaration goes in the agreement's step. */
 		ddpi_shm_cma_declare(s, buf, bytes);
-		rc = ddpi_shm_zc_begin(s, buf, bytes, deadline, "broadcast", peer);
+		rc = ddpi_shm_zc_begin(s, buf, bytes, deadline, ddpi_shm_what(s, "broadcast"),
+				       peer);
 		if (rc == 1)
 			rc = 2;
 		else if (rc == 0)
@@ -385,14 +395,15 @@ static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, s
 	int rc = 0;
 
 	if (bytes == 0)
-		rc = ddpi_shm_sync_all(s, deadline, "all_gather");
+		rc = ddpi_shm_sync_all(s, deadline, ddpi_shm_what(s, "all_gather"));
 	size_t step = stream ? s->slot_bytes : s->slot_bytes / GATHER_SPLIT;
 	for (size_t off = 0; off < bytes && rc == 0; off += step) {
 		size_t m = bytes - off < step ? bytes - off : step;
 		uint32_t in;
 		int slot;
 
-		if ((rc = ddpi_shm_acquire_slot(s, deadline, "all_gather", &slot)) < 0)
+		if ((rc = ddpi_shm_acquire_slot(s, deadline, ddpi_shm_what(s, "all_gather"),
+						&slot)) < 0)
 			break;
 		/* My own part in the same pass: send is read once. */
 		ddpi_copy2(ddpi_shm_slot(s, s->me, slot), own ? own + off : NULL,
@@ -400,8 +411,10 @@ static int all_gather_staged(struct ddpi_shm *s, const void *send, void *recv, s
 		in = ddpi_shm_publish(s);
 		for (int k = 1; k < s->lws && rc == 0; k++) {
 			int q = (s->me + k) % s->lws;
-			if ((rc = ddpi_shm_wait(s, q, in, deadline, "all_gather")) < 0 ||
-			    (off == 0 && (rc = ddpi_shm_check(s, q, "all_gather")) < 0))
+			if ((rc = ddpi_shm_wait(s, q, in, deadline,
+						ddpi_shm_what(s, "all_gather"))) < 0 ||
+			    (off == 0 &&
+			     (rc = ddpi_shm_check(s, q, ddpi_shm_what(s, "all_gather"))) < 0))
 				break;
 			ddpi_copy((char *)recv + (size_t)pos[q] * bytes + off,
 				  ddpi_shm_slot(s, q, slot), m, stream);
@@ -448,7 +461,8 @@ int ddpi_shm_all_gather(struct ddpi_shm *s, const void *send, void *recv, size_t
 		/* The single copy's declaration goes in the same step. */
 		if (cma)
 			ddpi_shm_cma_declare(s, send, bytes);
-		rc = ddpi_shm_zc_begin(s, (void *)send, bytes, deadline, "all_gather", peer);
+		rc = ddpi_shm_zc_begin(s, (void *)send, bytes, deadline,
+				       ddpi_shm_what(s, "all_gather"), peer);
 		if (rc == 1)
 			rc = ddpi_shm_all_gather_direct(s, peer, recv, bytes, pos, stream,
 							deadline);
@@ -484,5 +498,5 @@ int ddpi_shm_agree(struct ddpi_shm *s, int64_t deadline, const char *what)
 
 int ddpi_shm_barrier(struct ddpi_shm *s, int64_t deadline)
 {
-	return ddpi_shm_agree(s, deadline, "barrier");
+	return ddpi_shm_agree(s, deadline, ddpi_shm_what(s, "barrier"));
 }

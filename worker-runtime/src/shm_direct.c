@@ -44,15 +44,15 @@ int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t cou
 		for (int k = 1; k < s->lws; k++) {
 			int q = (s->me + k) % s->lws; /* spread the readers over the owners */
 			size_t lo, hi;
-			if ((rc = ddpi_shm_wait(s, q, base + (uint32_t)j, deadline, "all_reduce")) <
-			    0)
+			if ((rc = ddpi_shm_wait(s, q, base + (uint32_t)j, deadline,
+						ddpi_shm_what(s, "all_reduce"))) < 0)
 				return rc;
 			ddpi_shm_slice_bounds(m, s->lws, q, es, &lo, &hi);
 			memcpy(peer[s->me] + (off + lo) * es, peer[q] + (off + lo) * es,
 			       (hi - lo) * es);
 		}
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_reduce");
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "all_reduce"));
 }
 
 /* all_gather: every part straight from its owner's send buffer into recv
@@ -73,7 +73,7 @@ int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv
 		if (dst != peer[q])
 			ddpi_copy(dst, peer[q], bytes, stream);
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "all_gather");
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "all_gather"));
 }
 
 /* broadcast: each reader copies the root's buffer, but for one slice that
@@ -96,5 +96,5 @@ int ddpi_shm_broadcast_direct(struct ddpi_shm *s, char *const *peer, size_t byte
 		ddpi_copy(peer[s->me], peer[root], lo, stream);
 		ddpi_copy(peer[s->me] + hi, peer[root] + hi, bytes - hi, stream);
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "broadcast");
+	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "broadcast"));
 }
