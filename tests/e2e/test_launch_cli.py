@@ -270,10 +270,23 @@ def test_program_is_found_on_path_like_exec(tmp_path):
     assert r.returncode == 0 and r.stdout == "plain 0\n"
 
 
-def test_nproc_cpu_is_the_online_cpus():
+def test_nproc_cpu_is_the_cpus_it_may_run_on():
+    # torch._utils.cpu_count(): len(os.sched_getaffinity(0)), not the online CPUs.
+    n = len(os.sched_getaffinity(0))
     r = ddprun("--nproc-per-node", "cpu", "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"')
     assert r.returncode == 0
-    assert r.stdout.split() == [str(os.cpu_count())] * os.cpu_count()
+    assert r.stdout.split() == [str(n)] * n
+
+
+@pytest.mark.parametrize("nproc", ["cpu", "auto"])
+def test_nproc_cpu_honours_the_affinity_mask(nproc):
+    # taskset (or a cpuset) leaves one CPU: one worker, as torchrun starts.
+    cpu = min(os.sched_getaffinity(0))
+    r = run(["taskset", "-c", str(cpu), binary("ddprun"), "--nproc-per-node", nproc,
+             "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"'],
+            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "1\n"
 
 
 def test_nproc_gpu_without_a_gpu_is_a_clear_error(tmp_path):
