@@ -215,6 +215,17 @@ static int find_short(char c)
 	return -1;
 }
 
+/* The value attached to short option s ("-r3"), or NULL. As argparse, one
+ * '=' after the letter separates it ("-r=3" is 3, "-r==3" is "=3"); a flag
+ * given either form is refused by the caller ("-m=1", as argparse's
+ * "ignored explicit argument"). */
+static const char *short_value(const char *s)
+{
+	if (s[2] == '\0')
+		return NULL;
+	return s[2] == '=' ? s + 3 : s + 2;
+}
+
 /* argparse refuses a value that looks like an option (but not a negative number). */
 static bool looks_like_option(const char *s)
 {
@@ -282,14 +293,10 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			i = find_short(s[1]);
 			if (i < 0)
 				return fail(p, "unrecognized option '%.200s'", s);
-			if (s[2] != '\0')
-				val = s + 2;
+			val = short_value(s);
 		}
-		if (i == O_HELP)
-			return argc + 1;
-		if (i == O_VERSION)
-			return argc + 2;
 		if (opts[i].flag) {
+			/* --help=1 too, as argparse: a value is never ignored. */
 			if (val != NULL)
 				return fail(p, "option --%s takes no value", opts[i].name);
 			val = "1";
@@ -300,6 +307,10 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			if (a == argc - 1)
 				took = i;
 		}
+		if (i == O_HELP)
+			return argc + 1;
+		if (i == O_VERSION)
+			return argc + 2;
 		/* torchrun prints a script (with the optional shtab) and exits. */
 		if (i == O_PRINT_COMPLETION)
 			return fail(p, "--print-completion: ddprun has no shell completion script");

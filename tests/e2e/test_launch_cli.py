@@ -78,6 +78,10 @@ def test_help_and_version():
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
         (["--start-method", "thread", TRUE], "--start-method"),
         (["--standalone=1", TRUE], "takes no value"),
+        # argparse: a flag's "=value" is an error, -h's too (not the help)
+        (["-m=1", TRUE], "option --module takes no value"),
+        (["-h=1", TRUE], "option --help takes no value"),
+        (["-r==3", TRUE], "invalid value '=3' for --redirects"),
         (["-m", "--no-python", "mod"], "cannot be used together"),
         (["--log-dir", "--tee", "3", TRUE], "expects a value"),
         (["--event-log-handler", "syslog", TRUE], "--event-log-handler"),

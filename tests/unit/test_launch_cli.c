@@ -211,6 +211,26 @@ static void expect_error(const char *needle, char **argv)
 	assert_null(strchr(err, '\n'));
 }
 
+/* argparse: "-r=3" is -r 3 ('=' separates, once); a flag takes no value in
+ * any form, -h and --version included. */
+static void test_short_options_take_a_value_after_equals(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("-r=3", "-t=0:1,1:2", "prog")), CLI_OK);
+	assert_int_equal(o.redirects.all, 3);
+	assert_int_equal(cli_std_get(&o.tee, 0), CLI_STD_OUT);
+	assert_int_equal(cli_std_get(&o.tee, 1), CLI_STD_ERR);
+	cli_free(&o);
+	expect_error("invalid value '=3' for --redirects", ARGS("-r==3", "p"));
+	expect_error("invalid value '' for --tee", ARGS("-t=", "p"));
+	expect_error("option --module takes no value", ARGS("-m=1", "p"));
+	expect_error("option --module takes no value", ARGS("-m=", "p"));
+	expect_error("option --help takes no value", ARGS("-h=1", "p"));
+	expect_error("option --help takes no value", ARGS("--help=1", "p"));
+	expect_error("option --version takes no value", ARGS("--version=", "p"));
+}
+
 /* torchrun 2.x's flags: accepted, in both spellings and from PET_*. */
 static void test_torchrun2_flags(void **state)
 {
@@ -660,6 +680,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_defaults_are_torchruns, setup),
 		cmocka_unit_test_setup(test_both_spellings_equals_and_prefixes, setup),
+		cmocka_unit_test_setup(test_short_options_take_a_value_after_equals, setup),
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
