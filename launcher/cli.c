@@ -448,36 +448,72 @@ int cli_std_get(const struct cli_std *s, int local_rank)
 	return local_rank >= 0 && local_rank < s->nmap ? s->map[local_rank] : CLI_STD_NONE;
 }
 
+/* Python's int(s[0..len)) in [min, max], as torchrun reads each item of
+ * --local-ranks-filter: white space around it, a sign, leading zeros and
+ * single '_' between digits ("1_0" is 10) are allowed. int()'s non-ASCII
+ * digits and white space are not. 0, -EINVAL or -ERANGE. */
+static int py_int(const char *s, size_t len, int min, int max, int *out)
+{
+	int64_t v = 0;
+	bool neg = false;
+	size_t i;
+
+	while (len > 0 && isspace((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	while (len > 0 && isspace((unsigned char)s[len - 1]))
+		len--;
+	if (len > 0 && (*s == '+' || *s == '-')) {
+		neg = *s == '-';
+		s++;
+		len--;
+	}
+	if (len == 0)
+		return -EINVAL;
+	for (i = 0; i < len; i++) {
+		if (s[i] == '_' && i > 0 && i + 1 < len && isdigit((unsigned char)s[i - 1]) &&
+		    isdigit((unsigned char)s[i + 1]))
+			continue;
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		if (v <= INT32_MAX) /* past it, out of range whatever follows */
+			v = v * 10 + (s[i] - '0');
+	}
+	if (neg)
+		v = -v;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = (int)v;
+	return 0;
+}
+
+/* torchrun: set(map(int, s.split(","))); "" shows every rank. A rank
+ * named twice is kept once, so the list never outgrows CLI_MAX_NPROC. */
 static int parse_ranks_filter(struct parse *p, struct cli_opts *o)
 {
 	const char *q = p->raw[O_LOCAL_RANKS_FILTER].val;
-	int n = 0;
 
 	if (q[0] == '\0')
 		return 0;
 	o->ranks_filter = calloc(CLI_MAX_NPROC, sizeof(int));
 	if (o->ranks_filter == NULL)
 		return fail(p, "out of memory");
-	while (n < CLI_MAX_NPROC) {
+	for (;;) {
 		const char *comma = strchr(q, ',');
 		size_t len = comma ? (size_t)(comma - q) : strlen(q);
-		char num[16];
+		int lr;
 
-		if (len == 0 || len >= sizeof(num))
-			break;
-		memcpy(num, q, len);
-		num[len] = '\0';
-		if (!isdigit((unsigned char)num[0]) ||
-		    util_parse_int(num, 0, CLI_MAX_NPROC - 1, &o->ranks_filter[n]) != 0)
-			break;
-		n++;
-		if (comma == NULL) {
-			o->nranks_filter = n;
+		if (py_int(q, len, 0, CLI_MAX_NPROC - 1, &lr) != 0)
+			return bad_value(p, O_LOCAL_RANKS_FILTER,
+					 "a comma-separated list of local ranks from 0 to %d",
+					 CLI_MAX_NPROC - 1);
+		if (!cli_ranks_have(o->ranks_filter, o->nranks_filter, lr))
+			o->ranks_filter[o->nranks_filter++] = lr;
+		if (comma == NULL)
 			return 0;
-		}
 		q = comma + 1;
 	}
-	return bad_value(p, O_LOCAL_RANKS_FILTER, "a comma-separated list of local ranks");
 }
 
 bool cli_ranks_have(const int *filter, int n, int local_rank)

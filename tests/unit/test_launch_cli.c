@@ -598,6 +598,35 @@ static void test_ranks_filter(void **state)
 	cli_free(&o);
 }
 
+/* torchrun reads each item with Python's int(): white space around it, a
+ * sign, leading zeros and '_' between digits are fine; what int() refuses
+ * is a usage error, and so is a rank no node can have. */
+static void test_ranks_filter_items_are_read_as_python_int(void **state)
+{
+	static const char *const good[] = {"0, 2", " 0 ,\t2\n", "+0,02", "-0,0_2", "2,0,2,0"};
+	static const char *const bad[] = {"0, ", "0,,2", "_2",	"2_", "2__0", "+ 2",
+					  "0x2", "2.0",	 "1 2", "-1", "4096", "99999999999"};
+	struct cli_opts o;
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(parse(&o, ARGS("--local-ranks-filter", (char *)good[i], "p")),
+				 CLI_OK);
+		assert_int_equal(o.nranks_filter, 2);
+		assert_true(cli_rank_shown(&o, 0));
+		assert_false(cli_rank_shown(&o, 1));
+		assert_true(cli_rank_shown(&o, 2));
+		cli_free(&o);
+	}
+	assert_int_equal(parse(&o, ARGS("--local-ranks-filter", "1_0", "p")), CLI_OK);
+	assert_true(cli_rank_shown(&o, 10));
+	cli_free(&o);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_error("for --local-ranks-filter: expected a comma-separated list of local "
+			     "ranks from 0 to 4095",
+			     ARGS("--local-ranks-filter", (char *)bad[i], "p"));
+}
+
 /* --forward-signals: loose names and numbers, and a signal in both lists
  * is forwarded only (it no longer stops the job). */
 static void test_forward_signals(void **state)
@@ -697,6 +726,7 @@ int main(void)
 		cmocka_unit_test_setup(test_slurm_errors_name_the_variable, setup),
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
+		cmocka_unit_test_setup(test_ranks_filter_items_are_read_as_python_int, setup),
 		cmocka_unit_test_setup(test_forward_signals, setup),
 		cmocka_unit_test_setup(test_job_resolves_once, setup),
 	};
