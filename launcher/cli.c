@@ -715,9 +715,10 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	    (rc = parse_flag(p, O_VIRTUAL_LOCAL_RANK, &o->virtual_local_rank)) != 0 ||
 	    (rc = parse_torch2(p, o)) != 0)
 		return rc;
+	/* Empty is unset, as torchrun's `if not log_dir`: a temporary one. */
 	o->log_dir = r[O_LOG_DIR].val;
 	if (o->log_dir != NULL && o->log_dir[0] == '\0')
-		return bad_value(p, O_LOG_DIR, "a directory");
+		o->log_dir = NULL;
 	if (cli_std_parse(r[O_REDIRECTS].val, &o->redirects) != 0)
 		return bad_value(p, O_REDIRECTS, "0-3 or LOCAL_RANK:0-3[,...]");
 	if (cli_std_parse(r[O_TEE].val, &o->tee) != 0)

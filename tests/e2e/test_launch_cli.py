@@ -131,11 +131,13 @@ def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
 
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
+# --log-dir refuses none (an empty one is unset, as torchrun's): test_launch_env
+# reads PET_LOG_DIR.
 PET_REFUSED = {
     "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
     "RDZV_CONF": "x", "STANDALONE": "x", "MAX_RESTARTS": "x", "MONITOR_INTERVAL": "x",
     "START_METHOD": "x", "ROLE": "", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
-    "LOG_DIR": "", "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
+    "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
     "NODE_RANK": "x", "MASTER_ADDR": "", "MASTER_PORT": "x", "SIGNALS_TO_HANDLE": "x",
     "FORWARD_SIGNALS": "x", "SHUTDOWN_TIMEOUT": "x", "TAG_OUTPUT": "x",
     "HANG_TIMEOUT": "x", "EVENT_LOG_HANDLER": "x", "VIRTUAL_LOCAL_RANK": "x",

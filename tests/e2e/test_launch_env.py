@@ -78,15 +78,38 @@ def test_every_worker_gets_the_contract(tmp_path):
     assert len(ports) == 1
 
 
-def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path):
+@pytest.mark.parametrize("pet", [False, True])
+def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path, pet):
     logs = tmp_path / "logs"
     out = tmp_path / "out"
     out.mkdir()
-    envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
+    if pet:
+        envs = worker_envs(out, ["--nproc-per-node", "2"], base_env(PET_LOG_DIR=str(logs)))
+    else:
+        envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
     for lr, e in envs.items():
         f = e["TORCHELASTIC_ERROR_FILE"]
         assert f.startswith(str(logs) + "/none_") and f.endswith(f"/attempt_0/{lr}/error.json")
         assert os.path.isdir(os.path.dirname(f))
+
+
+@pytest.mark.parametrize("args, pet", [(["--log-dir", ""], None), (["--log-dir="], None),
+                                       ([], "")])
+def test_an_empty_log_dir_is_no_log_dir(tmp_path, args, pet):
+    """torchrun's `if not log_dir`: a temporary directory; it was a usage error."""
+    env = base_env() if pet is None else base_env(PET_LOG_DIR=pet)
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "2", *args], env)
+    tmpdir = os.environ["TMPDIR"]
+    for lr, e in envs.items():
+        f = e["TORCHELASTIC_ERROR_FILE"]
+        assert f.startswith(tmpdir + "/ddprun_") and f.endswith(f"/attempt_0.{lr}.error.json")
+    # With -r it keeps torchrun's layout, in a temporary base that stays.
+    r = run([binary("ddprun"), *args, "-r", "3", "sh", "-c", "echo hi"], env=env)
+    assert r.returncode == 0, r.stderr
+    (base,) = [d for d in os.listdir(tmpdir) if d.startswith("ddprun_")]
+    (run_dir,) = os.listdir(os.path.join(tmpdir, base))
+    with open(os.path.join(tmpdir, base, run_dir, "attempt_0", "0", "stdout.log")) as f:
+        assert f.read() == "hi\n"
 
 
 def test_user_settings_and_stale_values_in_the_environment(tmp_path):

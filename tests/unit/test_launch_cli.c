@@ -291,6 +291,14 @@ static void test_empty_is_unset(void **state)
 	assert_int_equal(parse(&o, ARGS("--local-addr", "10.0.0.1", "p")), CLI_OK);
 	assert_string_equal(o.local_addr, "10.0.0.1");
 	cli_free(&o);
+	/* torchrun's `if not log_dir`: a temporary directory, as unset */
+	assert_int_equal(parse(&o, ARGS("--log-dir", "", "p")), CLI_OK);
+	assert_null(o.log_dir);
+	cli_free(&o);
+	set_env("PET_LOG_DIR", "");
+	assert_int_equal(parse(&o, ARGS("-r3", "p")), CLI_OK);
+	assert_null(o.log_dir);
+	cli_free(&o);
 }
 
 /* Each duplicate filter takes memory by its own length: the whole list's
@@ -361,7 +369,6 @@ static void test_errors(void **state)
 	expect_error("--rdzv-conf", ARGS("--rdzv-conf", "a=1,=2", "p"));
 	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
 	expect_error("--role", ARGS("--role", "", "p"));
-	expect_error("--log-dir", ARGS("--log-dir", "", "p"));
 	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
 	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
 	set_env("PET_MAX_RESTARTS", "-3");
