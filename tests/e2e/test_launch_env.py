@@ -112,6 +112,30 @@ def test_an_empty_log_dir_is_no_log_dir(tmp_path, args, pet):
         assert f.read() == "hi\n"
 
 
+def test_a_tmpdir_that_does_not_exist_falls_back_as_pythons_tempfile():
+    """torchrun's tempfile passes over an unusable TMPDIR (then TEMP, TMP, /tmp, ...);
+    ddprun failed: 'cannot create /nonexistent/ddprun_...'."""
+    r = run([binary("ddprun"), "/bin/echo", "x"],
+            env=base_env(TMPDIR="/nonexistent/ddprun-test"))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "x\n", "")
+
+
+def test_the_next_usable_temporary_directory_holds_the_files(tmp_path):
+    """The error files and the file timer's FIFO: in $TEMP when $TMPDIR is missing."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = base_env(TMPDIR=str(tmp_path / "missing"), TEMP=str(temp),
+                   TORCHELASTIC_ENABLE_FILE_TIMER="1")
+    env.pop("TORCHELASTIC_TIMER_FILE", None)
+    envs = worker_envs(out, ["--nproc-per-node", "2"], env)
+    for lr, e in envs.items():
+        assert e["TORCHELASTIC_ERROR_FILE"].startswith(f"{temp}/ddprun_")
+        assert e["TORCHELASTIC_TIMER_FILE"].startswith(f"{temp}/watchdog_timer_")
+    assert os.listdir(temp) == []  # both removed at the end
+
+
 def test_user_settings_and_stale_values_in_the_environment(tmp_path):
     # The user's OMP_NUM_THREADS / TORCH_NCCL_ASYNC_ERROR_HANDLING win; a stale
     # RANK from an outer launcher does not leak into the workers.
