@@ -215,6 +215,17 @@ static int find_short(char c)
 	return -1;
 }
 
+/* The value attached to short option s ("-r3"), or NULL. As argparse, one
+ * '=' after the letter separates it ("-r=3" is 3, "-r==3" is "=3"); a flag
+ * given either form is refused by the caller ("-m=1", as argparse's
+ * "ignored explicit argument"). */
+static const char *short_value(const char *s)
+{
+	if (s[2] == '\0')
+		return NULL;
+	return s[2] == '=' ? s + 3 : s + 2;
+}
+
 /* argparse refuses a value that looks like an option (but not a negative number). */
 static bool looks_like_option(const char *s)
 {
@@ -282,14 +293,10 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			i = find_short(s[1]);
 			if (i < 0)
 				return fail(p, "unrecognized option '%.200s'", s);
-			if (s[2] != '\0')
-				val = s + 2;
+			val = short_value(s);
 		}
-		if (i == O_HELP)
-			return argc + 1;
-		if (i == O_VERSION)
-			return argc + 2;
 		if (opts[i].flag) {
+			/* --help=1 too, as argparse: a value is never ignored. */
 			if (val != NULL)
 				return fail(p, "option --%s takes no value", opts[i].name);
 			val = "1";
@@ -300,6 +307,10 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			if (a == argc - 1)
 				took = i;
 		}
+		if (i == O_HELP)
+			return argc + 1;
+		if (i == O_VERSION)
+			return argc + 2;
 		/* torchrun prints a script (with the optional shtab) and exits. */
 		if (i == O_PRINT_COMPLETION)
 			return fail(p, "--print-completion: ddprun has no shell completion script");
@@ -437,36 +448,72 @@ int cli_std_get(const struct cli_std *s, int local_rank)
 	return local_rank >= 0 && local_rank < s->nmap ? s->map[local_rank] : CLI_STD_NONE;
 }
 
+/* Python's int(s[0..len)) in [min, max], as torchrun reads each item of
+ * --local-ranks-filter: white space around it, a sign, leading zeros and
+ * single '_' between digits ("1_0" is 10) are allowed. int()'s non-ASCII
+ * digits and white space are not. 0, -EINVAL or -ERANGE. */
+static int py_int(const char *s, size_t len, int min, int max, int *out)
+{
+	int64_t v = 0;
+	bool neg = false;
+	size_t i;
+
+	while (len > 0 && isspace((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	while (len > 0 && isspace((unsigned char)s[len - 1]))
+		len--;
+	if (len > 0 && (*s == '+' || *s == '-')) {
+		neg = *s == '-';
+		s++;
+		len--;
+	}
+	if (len == 0)
+		return -EINVAL;
+	for (i = 0; i < len; i++) {
+		if (s[i] == '_' && i > 0 && i + 1 < len && isdigit((unsigned char)s[i - 1]) &&
+		    isdigit((unsigned char)s[i + 1]))
+			continue;
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		if (v <= INT32_MAX) /* past it, out of range whatever follows */
+			v = v * 10 + (s[i] - '0');
+	}
+	if (neg)
+		v = -v;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = (int)v;
+	return 0;
+}
+
+/* torchrun: set(map(int, s.split(","))); "" shows every rank. A rank
+ * named twice is kept once, so the list never outgrows CLI_MAX_NPROC. */
 static int parse_ranks_filter(struct parse *p, struct cli_opts *o)
 {
 	const char *q = p->raw[O_LOCAL_RANKS_FILTER].val;
-	int n = 0;
 
 	if (q[0] == '\0')
 		return 0;
 	o->ranks_filter = calloc(CLI_MAX_NPROC, sizeof(int));
 	if (o->ranks_filter == NULL)
 		return fail(p, "out of memory");
-	while (n < CLI_MAX_NPROC) {
+	for (;;) {
 		const char *comma = strchr(q, ',');
 		size_t len = comma ? (size_t)(comma - q) : strlen(q);
-		char num[16];
+		int lr;
 
-		if (len == 0 || len >= sizeof(num))
-			break;
-		memcpy(num, q, len);
-		num[len] = '\0';
-		if (!isdigit((unsigned char)num[0]) ||
-		    util_parse_int(num, 0, CLI_MAX_NPROC - 1, &o->ranks_filter[n]) != 0)
-			break;
-		n++;
-		if (comma == NULL) {
-			o->nranks_filter = n;
+		if (py_int(q, len, 0, CLI_MAX_NPROC - 1, &lr) != 0)
+			return bad_value(p, O_LOCAL_RANKS_FILTER,
+					 "a comma-separated list of local ranks from 0 to %d",
+					 CLI_MAX_NPROC - 1);
+		if (!cli_ranks_have(o->ranks_filter, o->nranks_filter, lr))
+			o->ranks_filter[o->nranks_filter++] = lr;
+		if (comma == NULL)
 			return 0;
-		}
 		q = comma + 1;
 	}
-	return bad_value(p, O_LOCAL_RANKS_FILTER, "a comma-separated list of local ranks");
 }
 
 bool cli_ranks_have(const int *filter, int n, int local_rank)
@@ -684,9 +731,10 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	    (rc = parse_flag(p, O_VIRTUAL_LOCAL_RANK, &o->virtual_local_rank)) != 0 ||
 	    (rc = parse_torch2(p, o)) != 0)
 		return rc;
+	/* Empty is unset, as torchrun's `if not log_dir`: a temporary one. */
 	o->log_dir = r[O_LOG_DIR].val;
 	if (o->log_dir != NULL && o->log_dir[0] == '\0')
-		return bad_value(p, O_LOG_DIR, "a directory");
+		o->log_dir = NULL;
 	if (cli_std_parse(r[O_REDIRECTS].val, &o->redirects) != 0)
 		return bad_value(p, O_REDIRECTS, "0-3 or LOCAL_RANK:0-3[,...]");
 	if (cli_std_parse(r[O_TEE].val, &o->tee) != 0)

@@ -1,7 +1,7 @@
 /* hang_ftimer: torchrun's file timer (TORCHELASTIC_ENABLE_FILE_TIMER=1).
  *
  * As torchrun's FileTimerServer: a FIFO at TORCHELASTIC_TIMER_FILE (ddprun's
- * own value, else $TMPDIR/watchdog_timer_<random>), given to the workers in
+ * own value, else <tmp>/watchdog_timer_<random>, tmpdir.h), given to the workers in
  * the same variable. torch.distributed.elastic.timer.FileTimerClient writes
  * one JSON request per line, {"version": 1, "pid": P, "scope_id": S,
  * "expiration_time": T, "signal": N} (T in epoch seconds; T < 0 releases
@@ -28,6 +28,7 @@
 
 #include "agent_int.h"
 #include "signame.h"
+#include "tmpdir.h"
 #include "workenv.h"
 
 #define FT_MAX_TIMERS 4096
@@ -268,13 +269,16 @@ int hang_ftimer_start(struct agent *a, struct hang_ftimer **out)
 	if (path != NULL && path[0] != '\0') {
 		snprintf(f->path, sizeof(f->path), "%s", path);
 	} else {
-		const char *tmp = getenv("TMPDIR");
+		char tmp[sizeof(f->path) - 40]; /* room left for the name below */
 		unsigned r;
 
+		rc = tmpdir_find(tmp, sizeof(tmp));
+		if (rc != 0)
+			goto fail;
 		if (getentropy(&r, sizeof(r)) != 0)
 			r = (unsigned)getpid() ^ (unsigned)time(NULL);
-		snprintf(f->path, sizeof(f->path), "%s/watchdog_timer_%d_%08x",
-			 tmp && tmp[0] ? tmp : "/tmp", (int)getpid(), r);
+		snprintf(f->path, sizeof(f->path), "%s/watchdog_timer_%d_%08x", tmp, (int)getpid(),
+			 r);
 	}
 	unlink(f->path); /* as torchrun: a stale file is replaced */
 	if (mkfifo(f->path, 0600) != 0) {

@@ -3,11 +3,14 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "tmpdir.h"
 
 static int fail(int rc, const char *what, const char *path, char *err, size_t errlen)
 {
@@ -60,10 +63,14 @@ int logdir_create(struct logdir *ld, const char *base, const char *run_id, bool 
 	memset(ld, 0, sizeof(*ld));
 	ld->attempt = -1;
 	if (base == NULL) {
-		const char *tmp = getenv("TMPDIR");
+		char tmp[PATH_MAX];
 
-		if (tmp == NULL || tmp[0] == '\0')
-			tmp = "/tmp";
+		rc = tmpdir_find(tmp, sizeof(tmp));
+		if (rc != 0) {
+			snprintf(err, errlen, "no usable temporary directory (tried %s)",
+				 TMPDIR_TRIED);
+			return rc;
+		}
 		n = strlen(tmp) + 32;
 		ld->base = malloc(n);
 		if (ld->base == NULL)

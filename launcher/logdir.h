@@ -2,14 +2,14 @@
  *
  * With --log-dir (or -r/-t without it), torchrun's layout:
  *   <base>/<run_id>_XXXXXX/attempt_<n>/<local_rank>/{stdout.log,stderr.log,error.json}
- * base is --log-dir (created if missing), or a fresh $TMPDIR/ddprun_XXXXXX
+ * base is --log-dir (created if missing), or a fresh <tmp>/ddprun_XXXXXX
  * (torchrun's is torchelastic_XXXXXX) that is kept, since the logs are there.
  * Each attempt directory is emptied and made anew.
  *
  * Otherwise only error files are needed: they go flat into a private
- * $TMPDIR/ddprun_XXXXXX as attempt_<n>.<local_rank>.error.json (one directory
+ * <tmp>/ddprun_XXXXXX as attempt_<n>.<local_rank>.error.json (one directory
  * to make, none per worker), removed at the end unless the failure report
- * names a file in it. */
+ * names a file in it. <tmp> is tmpdir_find's (tmpdir.h): $TMPDIR if usable. */
 #ifndef DDP_LOGDIR_H
 #define DDP_LOGDIR_H
 

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +12,46 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* A mask this large is more CPUs than any kernel allows (NR_CPUS): past
+ * it, EINVAL means something other than a small mask. */
+#define AFFINITY_MAX_CPUS (1 << 22)
+
+/* The CPUs this process may run on, or 0 if the kernel will not say. The
+ * kernel refuses (EINVAL) a mask smaller than its own, which may be larger
+ * than the default cpu_set_t (CPU_SETSIZE); grow it then, as CPython's
+ * os.sched_getaffinity does. */
+static int affinity_cpus(void)
+{
+	int ncpus;
+
+	for (ncpus = CPU_SETSIZE; ncpus <= AFFINITY_MAX_CPUS; ncpus *= 2) {
+		size_t size = CPU_ALLOC_SIZE(ncpus);
+		cpu_set_t *set = CPU_ALLOC(ncpus);
+		int n = 0, err = 0;
+
+		if (set == NULL)
+			return 0;
+		if (sched_getaffinity(0, size, set) == 0)
+			n = CPU_COUNT_S(size, set);
+		else
+			err = errno;
+		CPU_FREE(set);
+		if (err != EINVAL)
+			return n;
+	}
+	return 0;
+}
+
+/* torch._utils.cpu_count(): len(os.sched_getaffinity(0)), so taskset,
+ * cpusets and a container's CPU list shrink it; os.cpu_count() (the online
+ * CPUs) only where the mask cannot be read. */
 int nproc_cpus(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	int n = affinity_cpus();
 
-	return n > 0 ? (int)n : 1;
+	if (n == 0)
+		n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? n : 1;
 }
 
 struct gpu_answer {

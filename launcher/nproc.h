@@ -4,7 +4,9 @@
  * CUDA_VISIBLE_DEVICES). The count is taken in a short-lived child that
  * dlopens libcuda.so.1, so ddprun has no build-time CUDA dependency and never
  * carries a CUDA context (threads, memory) into its own process. cpu counts
- * the online CPUs; auto is gpu when there is one, else cpu. */
+ * the CPUs this process may run on (its affinity mask, as torchrun's
+ * torch._utils.cpu_count(); the online CPUs if the mask cannot be read);
+ * auto is gpu when there is one, else cpu. */
 #ifndef DDP_NPROC_H
 #define DDP_NPROC_H
 

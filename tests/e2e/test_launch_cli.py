@@ -78,6 +78,10 @@ def test_help_and_version():
         (["--rdzv-conf", "timeout", TRUE], "--rdzv-conf"),
         (["--start-method", "thread", TRUE], "--start-method"),
         (["--standalone=1", TRUE], "takes no value"),
+        # argparse: a flag's "=value" is an error, -h's too (not the help)
+        (["-m=1", TRUE], "option --module takes no value"),
+        (["-h=1", TRUE], "option --help takes no value"),
+        (["-r==3", TRUE], "invalid value '=3' for --redirects"),
         (["-m", "--no-python", "mod"], "cannot be used together"),
         (["--log-dir", "--tee", "3", TRUE], "expects a value"),
         (["--event-log-handler", "syslog", TRUE], "--event-log-handler"),
@@ -127,11 +131,13 @@ def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
 
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
+# --log-dir refuses none (an empty one is unset, as torchrun's): test_launch_env
+# reads PET_LOG_DIR.
 PET_REFUSED = {
     "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
     "RDZV_CONF": "x", "STANDALONE": "x", "MAX_RESTARTS": "x", "MONITOR_INTERVAL": "x",
     "START_METHOD": "x", "ROLE": "", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
-    "LOG_DIR": "", "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
+    "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
     "NODE_RANK": "x", "MASTER_ADDR": "", "MASTER_PORT": "x", "SIGNALS_TO_HANDLE": "x",
     "FORWARD_SIGNALS": "x", "SHUTDOWN_TIMEOUT": "x", "TAG_OUTPUT": "x",
     "HANG_TIMEOUT": "x", "EVENT_LOG_HANDLER": "x", "VIRTUAL_LOCAL_RANK": "x",
@@ -270,10 +276,23 @@ def test_program_is_found_on_path_like_exec(tmp_path):
     assert r.returncode == 0 and r.stdout == "plain 0\n"
 
 
-def test_nproc_cpu_is_the_online_cpus():
+def test_nproc_cpu_is_the_cpus_it_may_run_on():
+    # torch._utils.cpu_count(): len(os.sched_getaffinity(0)), not the online CPUs.
+    n = len(os.sched_getaffinity(0))
     r = ddprun("--nproc-per-node", "cpu", "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"')
     assert r.returncode == 0
-    assert r.stdout.split() == [str(os.cpu_count())] * os.cpu_count()
+    assert r.stdout.split() == [str(n)] * n
+
+
+@pytest.mark.parametrize("nproc", ["cpu", "auto"])
+def test_nproc_cpu_honours_the_affinity_mask(nproc):
+    # taskset (or a cpuset) leaves one CPU: one worker, as torchrun starts.
+    cpu = min(os.sched_getaffinity(0))
+    r = run(["taskset", "-c", str(cpu), binary("ddprun"), "--nproc-per-node", nproc,
+             "sh", "-c", 'echo "$LOCAL_WORLD_SIZE"'],
+            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "1\n"
 
 
 def test_nproc_gpu_without_a_gpu_is_a_clear_error(tmp_path):

@@ -78,15 +78,62 @@ def test_every_worker_gets_the_contract(tmp_path):
     assert len(ports) == 1
 
 
-def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path):
+@pytest.mark.parametrize("pet", [False, True])
+def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path, pet):
     logs = tmp_path / "logs"
     out = tmp_path / "out"
     out.mkdir()
-    envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
+    if pet:
+        envs = worker_envs(out, ["--nproc-per-node", "2"], base_env(PET_LOG_DIR=str(logs)))
+    else:
+        envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
     for lr, e in envs.items():
         f = e["TORCHELASTIC_ERROR_FILE"]
         assert f.startswith(str(logs) + "/none_") and f.endswith(f"/attempt_0/{lr}/error.json")
         assert os.path.isdir(os.path.dirname(f))
+
+
+@pytest.mark.parametrize("args, pet", [(["--log-dir", ""], None), (["--log-dir="], None),
+                                       ([], "")])
+def test_an_empty_log_dir_is_no_log_dir(tmp_path, args, pet):
+    """torchrun's `if not log_dir`: a temporary directory; it was a usage error."""
+    env = base_env() if pet is None else base_env(PET_LOG_DIR=pet)
+    envs = worker_envs(tmp_path, ["--nproc-per-node", "2", *args], env)
+    tmpdir = os.environ["TMPDIR"]
+    for lr, e in envs.items():
+        f = e["TORCHELASTIC_ERROR_FILE"]
+        assert f.startswith(tmpdir + "/ddprun_") and f.endswith(f"/attempt_0.{lr}.error.json")
+    # With -r it keeps torchrun's layout, in a temporary base that stays.
+    r = run([binary("ddprun"), *args, "-r", "3", "sh", "-c", "echo hi"], env=env)
+    assert r.returncode == 0, r.stderr
+    (base,) = [d for d in os.listdir(tmpdir) if d.startswith("ddprun_")]
+    (run_dir,) = os.listdir(os.path.join(tmpdir, base))
+    with open(os.path.join(tmpdir, base, run_dir, "attempt_0", "0", "stdout.log")) as f:
+        assert f.read() == "hi\n"
+
+
+def test_a_tmpdir_that_does_not_exist_falls_back_as_pythons_tempfile():
+    """torchrun's tempfile passes over an unusable TMPDIR (then TEMP, TMP, /tmp, ...);
+    ddprun failed: 'cannot create /nonexistent/ddprun_...'."""
+    r = run([binary("ddprun"), "/bin/echo", "x"],
+            env=base_env(TMPDIR="/nonexistent/ddprun-test"))
+    assert (r.returncode, r.stdout, r.stderr) == (0, "x\n", "")
+
+
+def test_the_next_usable_temporary_directory_holds_the_files(tmp_path):
+    """The error files and the file timer's FIFO: in $TEMP when $TMPDIR is missing."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = base_env(TMPDIR=str(tmp_path / "missing"), TEMP=str(temp),
+                   TORCHELASTIC_ENABLE_FILE_TIMER="1")
+    env.pop("TORCHELASTIC_TIMER_FILE", None)
+    envs = worker_envs(out, ["--nproc-per-node", "2"], env)
+    for lr, e in envs.items():
+        assert e["TORCHELASTIC_ERROR_FILE"].startswith(f"{temp}/ddprun_")
+        assert e["TORCHELASTIC_TIMER_FILE"].startswith(f"{temp}/watchdog_timer_")
+    assert os.listdir(temp) == []  # both removed at the end
 
 
 def test_user_settings_and_stale_values_in_the_environment(tmp_path):

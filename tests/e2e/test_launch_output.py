@@ -77,6 +77,24 @@ def test_local_ranks_filter_shows_only_those_ranks():
     assert sorted(r.stderr.splitlines()) == ["err 1", "err 3"]
 
 
+@pytest.mark.parametrize("ranks", ["1, 3", " 1 ,+3 ", "01,3_0,3"])
+def test_local_ranks_filter_reads_each_rank_as_pythons_int(ranks):
+    """torchrun: set(map(int, s.split(","))); "0, 1" was a usage error."""
+    r = ddprun("--nproc-per-node", "4", "--local-ranks-filter", ranks, "sh", "-c",
+               'echo "out $RANK"')
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["out 1", "out 3"]
+
+
+@pytest.mark.parametrize("ranks", ["1,,3", "1, ", "1 3", "0x1", "1.0"])
+def test_local_ranks_filter_that_int_refuses_is_a_usage_error(ranks):
+    r = ddprun("--local-ranks-filter", ranks, "/bin/true")
+    assert r.returncode == 2
+    assert r.stderr == (f"ddprun: error: invalid value '{ranks}' for --local-ranks-filter: "
+                        "expected a comma-separated list of local ranks from 0 to 4095 "
+                        "(see ddprun --help)\n")
+
+
 def test_local_ranks_filter_warns_about_a_rank_this_node_does_not_have():
     r = ddprun("--nproc-per-node", "2", "--local-ranks-filter", "1,5", "sh", "-c",
                'echo "out $RANK"')

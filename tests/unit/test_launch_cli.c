@@ -217,6 +217,26 @@ static void expect_error(const char *needle, char **argv)
 	assert_null(strchr(err, '\n'));
 }
 
+/* argparse: "-r=3" is -r 3 ('=' separates, once); a flag takes no value in
+ * any form, -h and --version included. */
+static void test_short_options_take_a_value_after_equals(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("-r=3", "-t=0:1,1:2", "prog")), CLI_OK);
+	assert_int_equal(o.redirects.all, 3);
+	assert_int_equal(cli_std_get(&o.tee, 0), CLI_STD_OUT);
+	assert_int_equal(cli_std_get(&o.tee, 1), CLI_STD_ERR);
+	cli_free(&o);
+	expect_error("invalid value '=3' for --redirects", ARGS("-r==3", "p"));
+	expect_error("invalid value '' for --tee", ARGS("-t=", "p"));
+	expect_error("option --module takes no value", ARGS("-m=1", "p"));
+	expect_error("option --module takes no value", ARGS("-m=", "p"));
+	expect_error("option --help takes no value", ARGS("-h=1", "p"));
+	expect_error("option --help takes no value", ARGS("--help=1", "p"));
+	expect_error("option --version takes no value", ARGS("--version=", "p"));
+}
+
 /* torchrun 2.x's flags: accepted, in both spellings and from PET_*. */
 static void test_torchrun2_flags(void **state)
 {
@@ -276,6 +296,14 @@ static void test_empty_is_unset(void **state)
 	cli_free(&o);
 	assert_int_equal(parse(&o, ARGS("--local-addr", "10.0.0.1", "p")), CLI_OK);
 	assert_string_equal(o.local_addr, "10.0.0.1");
+	cli_free(&o);
+	/* torchrun's `if not log_dir`: a temporary directory, as unset */
+	assert_int_equal(parse(&o, ARGS("--log-dir", "", "p")), CLI_OK);
+	assert_null(o.log_dir);
+	cli_free(&o);
+	set_env("PET_LOG_DIR", "");
+	assert_int_equal(parse(&o, ARGS("-r3", "p")), CLI_OK);
+	assert_null(o.log_dir);
 	cli_free(&o);
 }
 
@@ -347,7 +375,6 @@ static void test_errors(void **state)
 	expect_error("--rdzv-conf", ARGS("--rdzv-conf", "a=1,=2", "p"));
 	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
 	expect_error("--role", ARGS("--role", "", "p"));
-	expect_error("--log-dir", ARGS("--log-dir", "", "p"));
 	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
 	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
 	set_env("PET_MAX_RESTARTS", "-3");
@@ -584,6 +611,35 @@ static void test_ranks_filter(void **state)
 	cli_free(&o);
 }
 
+/* torchrun reads each item with Python's int(): white space around it, a
+ * sign, leading zeros and '_' between digits are fine; what int() refuses
+ * is a usage error, and so is a rank no node can have. */
+static void test_ranks_filter_items_are_read_as_python_int(void **state)
+{
+	static const char *const good[] = {"0, 2", " 0 ,\t2\n", "+0,02", "-0,0_2", "2,0,2,0"};
+	static const char *const bad[] = {"0, ", "0,,2", "_2",	"2_", "2__0", "+ 2",
+					  "0x2", "2.0",	 "1 2", "-1", "4096", "99999999999"};
+	struct cli_opts o;
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		assert_int_equal(parse(&o, ARGS("--local-ranks-filter", (char *)good[i], "p")),
+				 CLI_OK);
+		assert_int_equal(o.nranks_filter, 2);
+		assert_true(cli_rank_shown(&o, 0));
+		assert_false(cli_rank_shown(&o, 1));
+		assert_true(cli_rank_shown(&o, 2));
+		cli_free(&o);
+	}
+	assert_int_equal(parse(&o, ARGS("--local-ranks-filter", "1_0", "p")), CLI_OK);
+	assert_true(cli_rank_shown(&o, 10));
+	cli_free(&o);
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_error("for --local-ranks-filter: expected a comma-separated list of local "
+			     "ranks from 0 to 4095",
+			     ARGS("--local-ranks-filter", (char *)bad[i], "p"));
+}
+
 /* --forward-signals: loose names and numbers, and a signal in both lists
  * is forwarded only (it no longer stops the job). */
 static void test_forward_signals(void **state)
@@ -666,6 +722,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(test_defaults_are_torchruns, setup),
 		cmocka_unit_test_setup(test_both_spellings_equals_and_prefixes, setup),
+		cmocka_unit_test_setup(test_short_options_take_a_value_after_equals, setup),
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
@@ -682,6 +739,7 @@ int main(void)
 		cmocka_unit_test_setup(test_slurm_errors_name_the_variable, setup),
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
+		cmocka_unit_test_setup(test_ranks_filter_items_are_read_as_python_int, setup),
 		cmocka_unit_test_setup(test_forward_signals, setup),
 		cmocka_unit_test_setup(test_job_resolves_once, setup),
 	};
