@@ -344,6 +344,19 @@ static void stop_and_end(struct agent *a, int sig)
 	check_progress(a);
 }
 
+/* The failures recorded are of an attempt this agent restarts after:
+ * one already restarted (in the rendezvous of the next), or one whose stop
+ * will decide on a restart that is left. A coordinator decides for a job of
+ * several nodes. */
+static bool failure_restarts(const struct agent *a)
+{
+	if (a->has_coord)
+		return false;
+	if (a->state == AS_RDZV)
+		return true;
+	return a->after == AFTER_DECIDE && a->world.restart_count < a->job->max_restarts;
+}
+
 /* A signal of --signals-to-handle. by_stepd: the step's slurmstepd sent it
  * to every process of the step, these workers too (agent_sig.h): the stop
  * goes on as for any other (grace, SIGKILL, 128+sig), but the workers are
@@ -374,8 +387,11 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	} else { /* in the rendezvous, or between attempts */
 		agent_say("received %s: stopping (no worker is running)", name);
 	}
-	/* A failure already seen stays the root cause of the exit status. */
-	if (a->nfailures > 0)
+	/* A failure already seen stays the root cause of the exit status if it
+	 * ended the job; one this agent restarts after (or has: between
+	 * attempts) did not, the signal does (a wrapper that requeues on 143
+	 * must see a preemption that came during restarts as one). */
+	if (a->nfailures > 0 && !failure_restarts(a))
 		set_status(a, report_exit_status(
 				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
 	set_status(a, 128 + sig);

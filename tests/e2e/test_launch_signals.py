@@ -91,6 +91,23 @@ def test_sigint_stops_gracefully_when_the_list_leaves_it_out(reaper, tmp_path):
     assert "received SIGINT" in err
 
 
+def test_a_stop_during_restarts_is_the_signals_exit(reaper, tmp_path):
+    """Rank 1 fails at once in every attempt, with restarts to spare: a
+    SIGTERM, whether it comes while an attempt runs, while its failure stops
+    it, or between attempts, ends the job with 143, since every failure was
+    (or would be) restarted after. Between attempts it gave the worker's 3
+    and its summary, which a wrapper requeuing on 143 took for a crash."""
+    for delay in (0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+        p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--max-restarts", "100000",
+                          "sh", "-c", '[ "$RANK" = 1 ] && exit 3; sleep 0.05'],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        rc, out, err = finish(p)
+        assert rc == 128 + signal.SIGTERM, f"after {delay} s: {rc}\n{err[-3000:]}"
+        assert "received SIGTERM" in err
+
+
 def test_second_sigint_kills_at_once(reaper, tmp_path):
     # The workers ignore SIGINT and the grace period is huge: only the second
     # SIGINT can end this job.
