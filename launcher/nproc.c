@@ -130,6 +130,13 @@ int nproc_gpus(char *err, size_t errlen)
 	return a.rc != 0 ? a.rc : a.count;
 }
 
+/* A count of devices or CPUs as a number of workers: at most CLI_MAX_NPROC,
+ * as a number given would be (a machine of more CPUs than that exists). */
+static int capped(int count)
+{
+	return count > CLI_MAX_NPROC ? CLI_MAX_NPROC : count;
+}
+
 int nproc_resolve(const struct cli_opts *o, int *n, char *err, size_t errlen)
 {
 	char why[256] = "";
@@ -140,16 +147,16 @@ int nproc_resolve(const struct cli_opts *o, int *n, char *err, size_t errlen)
 		*n = o->nproc;
 		return 0;
 	case CLI_NPROC_CPU:
-		*n = nproc_cpus();
+		*n = capped(nproc_cpus());
 		return 0;
 	case CLI_NPROC_AUTO:
 		g = nproc_gpus(why, sizeof(why));
-		*n = g > 0 ? g : nproc_cpus();
+		*n = capped(g > 0 ? g : nproc_cpus());
 		return 0;
 	case CLI_NPROC_GPU:
 		g = nproc_gpus(why, sizeof(why));
 		if (g > 0) {
-			*n = g > CLI_MAX_NPROC ? CLI_MAX_NPROC : g;
+			*n = capped(g);
 			return 0;
 		}
 		if (g == 0)

@@ -88,12 +88,30 @@ static void test_an_unreadable_mask_counts_the_online_cpus(void **state)
 	assert_int_equal(kernel.calls, 1); /* only EINVAL grows the mask */
 }
 
+/* More CPUs than workers a node may have: the cap a number given has. */
+static void test_cpu_is_capped_at_the_most_workers(void **state)
+{
+	static int many[CLI_MAX_NPROC + 904];
+	struct cli_opts o = {.nproc_kind = CLI_NPROC_CPU};
+	char err[128];
+	int i, n = 0;
+
+	(void)state;
+	for (i = 0; i < CLI_MAX_NPROC + 904; i++)
+		many[i] = i;
+	set_kernel(8 * CPU_SETSIZE, many, CLI_MAX_NPROC + 904, 0);
+	assert_int_equal(nproc_cpus(), CLI_MAX_NPROC + 904);
+	assert_int_equal(nproc_resolve(&o, &n, err, sizeof(err)), 0);
+	assert_int_equal(n, CLI_MAX_NPROC);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cpu_counts_the_affinity_mask),
 		cmocka_unit_test(test_a_mask_larger_than_cpu_setsize_is_read),
 		cmocka_unit_test(test_an_unreadable_mask_counts_the_online_cpus),
+		cmocka_unit_test(test_cpu_is_capped_at_the_most_workers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
