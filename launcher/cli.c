@@ -327,6 +327,54 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 	return fail(p, "missing the program to run");
 }
 
+/* Python's int(s[0..len)) in [min, max], as torchrun reads each item of
+ * --local-ranks-filter: white space around it, a sign, leading zeros and
+ * single '_' between digits ("1_0" is 10) are allowed. int()'s non-ASCII
+ * digits and white space are not. 0, -EINVAL or -ERANGE. */
+static int py_int(const char *s, size_t len, int min, int max, int *out)
+{
+	int64_t v = 0;
+	bool neg = false;
+	size_t i;
+
+	while (len > 0 && isspace((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	while (len > 0 && isspace((unsigned char)s[len - 1]))
+		len--;
+	if (len > 0 && (*s == '+' || *s == '-')) {
+		neg = *s == '-';
+		s++;
+		len--;
+	}
+	if (len == 0)
+		return -EINVAL;
+	for (i = 0; i < len; i++) {
+		if (s[i] == '_' && i > 0 && i + 1 < len && isdigit((unsigned char)s[i - 1]) &&
+		    isdigit((unsigned char)s[i + 1]))
+			continue;
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		if (v <= INT32_MAX) /* past it, out of range whatever follows */
+			v = v * 10 + (s[i] - '0');
+	}
+	if (neg)
+		v = -v;
+	if (v < min || v > max)
+		return -ERANGE;
+	*out = (int)v;
+	return 0;
+}
+
+/* A whole string read as Python's int(): torchrun reads every integer
+ * option so (argparse's type=int, int(PET_X), int() of --nnodes' parts and
+ * of --nproc-per-node). */
+static int py_int_str(const char *s, int min, int max, int *out)
+{
+	return py_int(s, strlen(s), min, max, out);
+}
+
 static int parse_flag(struct parse *p, int i, bool *out)
 {
 	int v;
@@ -336,7 +384,7 @@ static int parse_flag(struct parse *p, int i, bool *out)
 		return 0;
 	}
 	/* torchrun: bool(int(PET_X)) */
-	if (util_parse_int(p->raw[i].val, INT32_MIN, INT32_MAX, &v) != 0)
+	if (py_int_str(p->raw[i].val, INT32_MIN, INT32_MAX, &v) != 0)
 		return bad_value(p, i, "0 or 1");
 	*out = v != 0;
 	return 0;
@@ -354,7 +402,7 @@ static int parse_nnodes(struct parse *p, struct cli_opts *o)
 	char buf[32];
 
 	if (colon == NULL) {
-		if (util_parse_int(v, 1, CLI_MAX_NODES, &o->min_nodes) != 0)
+		if (py_int_str(v, 1, CLI_MAX_NODES, &o->min_nodes) != 0)
 			return bad_nnodes(p);
 		o->max_nodes = o->min_nodes;
 		return 0;
@@ -363,8 +411,8 @@ static int parse_nnodes(struct parse *p, struct cli_opts *o)
 		return bad_nnodes(p);
 	memcpy(buf, v, (size_t)(colon - v));
 	buf[colon - v] = '\0';
-	if (util_parse_int(buf, 1, CLI_MAX_NODES, &o->min_nodes) != 0 ||
-	    util_parse_int(colon + 1, 1, CLI_MAX_NODES, &o->max_nodes) != 0 ||
+	if (py_int_str(buf, 1, CLI_MAX_NODES, &o->min_nodes) != 0 ||
+	    py_int_str(colon + 1, 1, CLI_MAX_NODES, &o->max_nodes) != 0 ||
 	    o->min_nodes > o->max_nodes)
 		return bad_nnodes(p);
 	return 0;
@@ -381,7 +429,7 @@ static int parse_nproc(struct parse *p, struct cli_opts *o)
 		o->nproc_kind = CLI_NPROC_CPU;
 	else if (strcmp(v, "auto") == 0)
 		o->nproc_kind = CLI_NPROC_AUTO;
-	else if (util_parse_int(v, 1, CLI_MAX_NPROC, &o->nproc) == 0)
+	else if (py_int_str(v, 1, CLI_MAX_NPROC, &o->nproc) == 0)
 		o->nproc_kind = CLI_NPROC_NUM;
 	else
 		return bad_value(p, O_NPROC, "an integer from 1 to %d, gpu, cpu or auto",
@@ -446,46 +494,6 @@ int cli_std_get(const struct cli_std *s, int local_rank)
 	if (s->all >= 0)
 		return s->all;
 	return local_rank >= 0 && local_rank < s->nmap ? s->map[local_rank] : CLI_STD_NONE;
-}
-
-/* Python's int(s[0..len)) in [min, max], as torchrun reads each item of
- * --local-ranks-filter: white space around it, a sign, leading zeros and
- * single '_' between digits ("1_0" is 10) are allowed. int()'s non-ASCII
- * digits and white space are not. 0, -EINVAL or -ERANGE. */
-static int py_int(const char *s, size_t len, int min, int max, int *out)
-{
-	int64_t v = 0;
-	bool neg = false;
-	size_t i;
-
-	while (len > 0 && isspace((unsigned char)*s)) {
-		s++;
-		len--;
-	}
-	while (len > 0 && isspace((unsigned char)s[len - 1]))
-		len--;
-	if (len > 0 && (*s == '+' || *s == '-')) {
-		neg = *s == '-';
-		s++;
-		len--;
-	}
-	if (len == 0)
-		return -EINVAL;
-	for (i = 0; i < len; i++) {
-		if (s[i] == '_' && i > 0 && i + 1 < len && isdigit((unsigned char)s[i - 1]) &&
-		    isdigit((unsigned char)s[i + 1]))
-			continue;
-		if (!isdigit((unsigned char)s[i]))
-			return -EINVAL;
-		if (v <= INT32_MAX) /* past it, out of range whatever follows */
-			v = v * 10 + (s[i] - '0');
-	}
-	if (neg)
-		v = -v;
-	if (v < min || v > max)
-		return -ERANGE;
-	*out = (int)v;
-	return 0;
 }
 
 /* torchrun: set(map(int, s.split(","))); "" shows every rank. A rank
@@ -689,13 +697,13 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 
 	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
 		return rc;
-	if (util_parse_int(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
+	if (py_int_str(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
 		return bad_value(p, O_NODE_RANK, "an integer from 0 to %d (below --nnodes)",
 				 CLI_MAX_NODES - 1);
 	o->master_addr = r[O_MASTER_ADDR].val;
 	if ((rc = check_master_addr(p)) != 0)
 		return rc;
-	if (util_parse_int(r[O_MASTER_PORT].val, 0, CLI_MAX_PORT, &o->master_port) != 0)
+	if (py_int_str(r[O_MASTER_PORT].val, 0, CLI_MAX_PORT, &o->master_port) != 0)
 		return bad_value(p, O_MASTER_PORT, "a port number from 0 to %d", CLI_MAX_PORT);
 	o->master_port_given = r[O_MASTER_PORT].src != NULL;
 	o->master_port_src = from_env(p, O_MASTER_PORT) ? "PET_MASTER_PORT" : "--master-port";
@@ -712,7 +720,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	o->rdzv_conf = r[O_RDZV_CONF].val;
 	if ((rc = parse_rdzv_conf(p, o)) != 0)
 		return rc;
-	if (util_parse_int(r[O_MAX_RESTARTS].val, 0, CLI_MAX_RESTARTS, &o->max_restarts) != 0)
+	if (py_int_str(r[O_MAX_RESTARTS].val, 0, CLI_MAX_RESTARTS, &o->max_restarts) != 0)
 		return bad_value(p, O_MAX_RESTARTS, "an integer from 0 to %d", CLI_MAX_RESTARTS);
 	if (util_parse_seconds_ms(r[O_MONITOR_INTERVAL].val, &o->monitor_interval_ms) != 0)
 		return bad_value(p, O_MONITOR_INTERVAL, SECONDS);

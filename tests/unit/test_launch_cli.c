@@ -640,6 +640,37 @@ static void test_ranks_filter_items_are_read_as_python_int(void **state)
 			     ARGS("--local-ranks-filter", (char *)bad[i], "p"));
 }
 
+/* torchrun reads its integer options with int() (argparse's type=int, the
+ * parts of --nnodes, --nproc-per-node before its words): "+2", " 2", "02"
+ * and "1_0" are integers there, and were usage errors here. */
+static void test_integer_options_are_read_as_python_int(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(
+		parse(&o, ARGS("--nproc-per-node", " +2 ", "--nnodes", " 1 : 0_2", "--node-rank",
+			       "01", "--master-port", "+29_501", "--max-restarts", "1_0",
+			       "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1", "p")),
+		CLI_OK);
+	assert_int_equal(o.nproc, 2);
+	assert_int_equal(o.min_nodes, 1);
+	assert_int_equal(o.max_nodes, 2);
+	assert_int_equal(o.node_rank, 1);
+	assert_int_equal(o.master_port, 29501);
+	assert_int_equal(o.max_restarts, 10);
+	cli_free(&o);
+	set_env("PET_NNODES", "2 ");
+	assert_int_equal(parse(&o, ARGS("p")), CLI_OK);
+	assert_int_equal(o.min_nodes, 2);
+	cli_free(&o);
+	unsetenv("PET_NNODES");
+	/* What int() refuses stays one usage line. */
+	expect_error("invalid value '2.0' for --nproc-per-node", ARGS("--nproc-per-node=2.0", "p"));
+	expect_error("invalid value '0x10' for --max-restarts", ARGS("--max-restarts=0x10", "p"));
+	expect_error("--nnodes", ARGS("--nnodes", "1:_2", "p"));
+	expect_error("--master-port", ARGS("--master-port", "", "p"));
+}
+
 /* --forward-signals: loose names and numbers, and a signal in both lists
  * is forwarded only (it no longer stops the job). */
 static void test_forward_signals(void **state)
@@ -740,6 +771,7 @@ int main(void)
 		cmocka_unit_test_setup(test_std_parse, setup),
 		cmocka_unit_test_setup(test_ranks_filter, setup),
 		cmocka_unit_test_setup(test_ranks_filter_items_are_read_as_python_int, setup),
+		cmocka_unit_test_setup(test_integer_options_are_read_as_python_int, setup),
 		cmocka_unit_test_setup(test_forward_signals, setup),
 		cmocka_unit_test_setup(test_job_resolves_once, setup),
 	};
