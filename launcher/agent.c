@@ -502,6 +502,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 {
 	char *text;
 	size_t i;
+	int rc;
 
 	if (e == NULL) {
 		e = a->failures;
@@ -520,8 +521,20 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	for (i = 0; i < a->nfailures; i++)
 		if (a->failures[i].error_file != NULL || a->failures[i].log_file != NULL)
 			a->keep_logdir = true;
-	if (a->cfg.parent_error_file != NULL)
-		report_write_parent_error(a->cfg.parent_error_file, &e[root]);
+	if (a->cfg.parent_error_file != NULL &&
+	    (rc = report_write_parent_error(a->cfg.parent_error_file, &e[root])) < 0) {
+		char why[64];
+
+		if (rc == -EFBIG)
+			snprintf(why, sizeof(why), "the worker's error file is over %u MiB",
+				 REPORT_MAX_COPY >> 20);
+		else
+			snprintf(why, sizeof(why), "%s",
+				 rc == -ENXIO ? "a FIFO that no process reads" : strerror(-rc));
+		agent_say("warning: cannot write the root cause's error report to %s "
+			  "(TORCHELASTIC_ERROR_FILE): %s",
+			  a->cfg.parent_error_file, why);
+	}
 }
 
 static void print_report(struct agent *a)

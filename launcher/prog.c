@@ -218,9 +218,11 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 	for (interp = line + 2; *interp == ' ' || *interp == '\t'; interp++)
 		;
 	end = interp + strcspn(interp, " \t\n");
-	*end = '\0';
-	if (*interp == '\0')
+	/* Nothing ends it within what the kernel reads: the kernel refuses the
+	 * file itself (ENOEXEC), and the worker runs it with /bin/sh. */
+	if (*interp == '\0' || end == line + n)
 		return 0;
+	*end = '\0';
 	if (stat(interp, &st) != 0)
 		why = "no such file";
 	else if (!S_ISREG(st.st_mode) || access(interp, X_OK) != 0)
@@ -233,8 +235,8 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 			 "endings: convert the file with dos2unix or sed -i 's/\\r$//')",
 			 path);
 	else
-		snprintf(err, errlen, "%.300s: bad interpreter: %.200s, named on its #! line: %s",
-			 path, interp, why);
+		snprintf(err, errlen, "%.200s: bad interpreter: %s, named on its #! line: %s", path,
+			 interp, why);
 	return -ENOEXEC;
 }
 

@@ -395,8 +395,23 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 	return out.p;
 }
 
+/* The parent's error file, whatever it is (torchrun's open(path, "w")
+ * writes to /dev/stderr or a FIFO too), but never waited for: a FIFO
+ * nobody reads is ENXIO. Writes then block as the reader takes them. */
+static int open_parent_file(const char *path)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+	int fl;
+
+	if (fd < 0)
+		return -errno;
+	if ((fl = fcntl(fd, F_GETFL)) >= 0)
+		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	return fd;
+}
+
 /* An error file too large to read whole goes to the parent's as it is (its
- * errorCode not rewritten), in bounded pieces. */
+ * errorCode not rewritten), in bounded pieces, up to REPORT_MAX_COPY. */
 static int copy_error_file(const char *path, const char *from)
 {
 	char chunk[65536];
@@ -405,8 +420,12 @@ static int copy_error_file(const char *path, const char *from)
 	ssize_t n;
 
 	if (in < 0)
-		return in;
-	out = open_error_file(path, O_WRONLY | O_CREAT | O_TRUNC, &st);
+		return in == NOT_REGULAR ? 0 : in; /* the summary said why, nothing to pass */
+	if ((uint64_t)st.st_size > REPORT_MAX_COPY) {
+		close(in);
+		return -EFBIG;
+	}
+	out = open_parent_file(path);
 	if (out < 0) {
 		close(in);
 		return out;
@@ -426,7 +445,6 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	cJSON *j;
 	cJSON *msg;
 	char *text;
-	struct stat st;
 	int fd, rc;
 
 	if (root->error_json == NULL && root->error_file != NULL)
@@ -445,7 +463,7 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	cJSON_Delete(j);
 	if (text == NULL)
 		return -ENOMEM;
-	fd = open_error_file(path, O_WRONLY | O_CREAT | O_TRUNC, &st);
+	fd = open_parent_file(path);
 	if (fd < 0) {
 		rc = fd;
 	} else {

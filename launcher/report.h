@@ -25,6 +25,8 @@
 #include <sys/types.h>
 
 #define REPORT_MAX_ERROR_FILE (4u << 20)
+/* A larger one is copied to the parent's error file unread, up to this. */
+#define REPORT_MAX_COPY (64u << 20)
 
 struct report_entry {
 	int global_rank;
@@ -127,8 +129,10 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 
 /* Copy the root cause's error file to path (ddprun's own TORCHELASTIC_ERROR_FILE
  * when an outer launcher set one), adding message.errorCode like torchrun.
- * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is; nothing
- * is written when the worker wrote no error file. 0 or -errno. */
+ * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is, up to
+ * REPORT_MAX_COPY (-EFBIG above); nothing is written when the worker wrote no
+ * error file. path may be any file (a FIFO nobody reads: -ENXIO). 0 or
+ * -errno. */
 int report_write_parent_error(const char *path, const struct report_entry *root);
 
 #endif

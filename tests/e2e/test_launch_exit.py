@@ -147,6 +147,28 @@ def test_a_fifo_for_an_error_file_does_not_wedge_ddprun(tmp_path):
     others, root = report(r.stderr)
     assert root[0][5].endswith(".error.json")
     assert root[0][6] == "<error file is not a regular file: not read>"
+    # A report to pass on, to a FIFO nobody reads: said, not waited for.
+    script = ('printf \'{"message": {"message": "boom", "extraInfo": {"py_callstack": "", '
+              '"timestamp": "1"}}}\' > "$TORCHELASTIC_ERROR_FILE"; exit 3')
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(outer)))
+    assert r.returncode == 3, r.stderr
+    assert (f"warning: cannot write the root cause's error report to {outer} "
+            "(TORCHELASTIC_ERROR_FILE): a FIFO that no process reads") in r.stderr
+
+
+def test_the_parents_error_file_may_be_dev_stderr(tmp_path):
+    """torchrun's open(path, "w") writes to /dev/stderr: so does ddprun (a
+    check for regular files once dropped it, silently)."""
+    script = ('printf \'{"message": {"message": "boom", "extraInfo": {"py_callstack": "", '
+              '"timestamp": "1"}}}\' > "$TORCHELASTIC_ERROR_FILE"; exit 3')
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE="/dev/stderr"))
+    assert r.returncode == 3, r.stderr
+    line = [l for l in r.stderr.splitlines() if l.startswith('{"message"')]
+    assert len(line) == 1, r.stderr
+    data = json.loads(line[0])
+    assert data["message"]["message"] == "boom" and data["message"]["errorCode"] == 3
 
 
 def test_an_error_file_too_large_to_read_is_named_and_passed_on(tmp_path):

@@ -177,6 +177,23 @@ def test_a_scripts_missing_interpreter_is_named_before_any_worker(tmp_path, firs
     assert r.stderr.count("\n") == 1 and "ran" not in r.stdout
 
 
+def test_a_shebang_longer_than_the_kernel_reads_still_runs(tmp_path):
+    """An interpreter path past the 256 bytes the kernel reads of a #! line:
+    the kernel refuses the file (ENOEXEC) and the worker runs it with
+    /bin/sh, as execvp does; the check once cut the path there and refused
+    the job over a truncated name."""
+    d = tmp_path / ("d" * 120) / ("e" * 120)
+    d.mkdir(parents=True)
+    shutil.copy("/bin/sh", d / "sh")
+    f = tmp_path / "job.sh"
+    f.write_text(f"#!{d / 'sh'}\necho ran\n")
+    assert len(f.read_text().split("\n")[0]) > 256
+    f.chmod(0o755)
+    r = ddprun("--nproc-per-node", "1", str(f))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ran\n"
+
+
 def test_a_script_whose_interpreter_is_there_runs(tmp_path):
     f = tmp_path / "job.sh"
     f.write_text("#!  /bin/sh -e\necho ran $LOCAL_RANK\n")

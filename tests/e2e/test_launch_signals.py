@@ -97,13 +97,17 @@ def test_a_stop_during_restarts_is_the_signals_exit(reaper, tmp_path):
     it, or between attempts, ends the job with 143, since every failure was
     (or would be) restarted after. Between attempts it gave the worker's 3
     and its summary, which a wrapper requeuing on 143 took for a crash."""
-    for delay in (0.05, 0.1, 0.2, 0.3, 0.5, 0.8):
+    for delay in (0, 0.01, 0.03, 0.05, 0.1, 0.3):
         p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--max-restarts", "100000",
                           "sh", "-c", '[ "$RANK" = 1 ] && exit 3; sleep 0.05'],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its handlers are in place once it has restarted (a SIGTERM before
+        # them would end it by the signal itself): then at any moment.
+        seen = wait_stderr(p, "restart 1 of 100000")
         time.sleep(delay)
         p.send_signal(signal.SIGTERM)
         rc, out, err = finish(p)
+        err = seen + err
         assert rc == 128 + signal.SIGTERM, f"after {delay} s: {rc}\n{err[-3000:]}"
         assert "received SIGTERM" in err
 

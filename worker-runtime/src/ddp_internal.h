@@ -224,6 +224,7 @@ struct ddp_ctx {
 	 * and whether a call returned it already (ddpi_ctx_check). Read without
 	 * the lock: a reducer must not wait behind a running bucket to learn it. */
 	_Atomic int broken;
+	atomic_int breaking; /* set by the one failure that writes broken_msg */
 	char broken_msg[256];
 	atomic_int broken_told;
 	pthread_mutex_t lock; /* one collective at a time */

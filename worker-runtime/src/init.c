@@ -40,10 +40,14 @@ int64_t ddpi_deadline(const struct ddp_ctx *ctx)
 	return util_now_ms() + ctx->timeout_ms;
 }
 
-/* The first failure wins; told: the caller returns it itself. */
+/* The first failure wins; told: the caller returns it itself. The program's
+ * thread and the communication thread may fail at once (a wait for buckets
+ * that gave up, a bucket's own error): one of them writes the message. */
 static void ctx_break(struct ddp_ctx *ctx, int code, int told)
 {
-	if (ctx->broken)
+	int first = 0;
+
+	if (!atomic_compare_exchange_strong(&ctx->breaking, &first, 1))
 		return;
 	snprintf(ctx->broken_msg, sizeof(ctx->broken_msg), "%s", ddp_errmsg());
 	atomic_store(&ctx->broken_told, told);
