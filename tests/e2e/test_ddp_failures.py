@@ -56,20 +56,31 @@ def test_a_leader_that_lives_on_after_a_failure_still_frees_the_other_node(reape
     assert procs[3].wait(timeout=10) == 7
 
 
+def with_a_stopped_rank(reaper, store, rid, nproc, nnodes=1):
+    """ddp_coll stop: the last rank stops itself (SIGSTOP) in an all_reduce
+    with DDP_TIMEOUT=2; the others' results, once it is stopped. It is
+    killed afterwards whatever they were."""
+    last = nproc * nnodes - 1
+    procs = launch(reaper, [prog("ddp_coll"), "stop", str(last)], nproc, store, rid,
+                   nnodes=nnodes, extra={"DDP_TIMEOUT": "2"})
+    victim = procs[last]
+    try:
+        wait_for(lambda: _state(victim.pid) == "T", timeout=30,
+                 what=f"rank {last} to stop itself")
+        return wait_all(procs[:last], timeout=40)
+    finally:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(timeout=10)
+
+
 def test_stopped_rank_gives_a_timeout_error(reaper, store):
     rid = "stop" + uuid.uuid4().hex[:8]
-    procs = launch(reaper, [prog("ddp_coll"), "stop", "2"], 3, store, rid,
-                   extra={"DDP_TIMEOUT": "2"})
-    victim = procs[2]
-    wait_for(lambda: _state(victim.pid) == "T", timeout=30, what="rank 2 to stop itself")
-    results = wait_all(procs[:2], timeout=40)
+    results = with_a_stopped_rank(reaper, store, rid, 3)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 3, f"rank {rank}: {rc}\n{err}"
         assert "timed out" in err, err
     # the waiting rank names whom it waited for
     assert any("timed out waiting for rank 2" in err for _, _, err in results)
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)
     assert segments(rid) == []
 
 
@@ -188,11 +199,7 @@ def test_a_failure_in_the_hand_down_names_the_programs_call(reaper, store):
     ranks, a broadcast inside libddp, and its error read "broadcast: rank 0
     failed: ..." for the all_reduce the program called."""
     rid = "handdown" + uuid.uuid4().hex[:8]
-    procs = launch(reaper, [prog("ddp_coll"), "stop", "3"], 2, store, rid, nnodes=2,
-                   extra={"DDP_TIMEOUT": "2"})
-    victim = procs[3]
-    wait_for(lambda: _state(victim.pid) == "T", timeout=30, what="rank 3 to stop itself")
-    results = wait_all(procs[:3], timeout=40)
+    results = with_a_stopped_rank(reaper, store, rid, 2, nnodes=2)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 3, f"rank {rank}: {rc}\n{err}"
         assert "all_reduce failed" in err, err
@@ -200,5 +207,3 @@ def test_a_failure_in_the_hand_down_names_the_programs_call(reaper, store):
     # (rank 0 failed, or rank 1's own wait for it ran out first)
     assert re.search(r"all_reduce: (rank 0 failed: |timed out waiting for rank 0)",
                      results[1][2]), results[1][2]
-    os.kill(victim.pid, signal.SIGKILL)
-    victim.wait(timeout=10)

@@ -174,12 +174,18 @@ def test_a_signal_ignored_at_start_stays_ignored_in_the_workers(reaper, tmp_path
     # 1: SIG_IGN, 0: SIG_DFL
     code = ("import signal; g = signal.getsignal; "
             "print(int(g(signal.SIGHUP)), int(g(signal.SIGTERM)))")
+    assert workers_print(reaper, code, ignore_hup) == ["1 0"] * 2
+
+
+def workers_print(reaper, code, preexec_fn):
+    """ddprun (started after preexec_fn) runs two workers of Python code:
+    the lines they print, once it has exited 0."""
     p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", code],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                     preexec_fn=ignore_hup)
+                     preexec_fn=preexec_fn)
     rc, out, err = finish(p)
     assert rc == 0, err
-    assert out.splitlines() == ["1 0"] * 2, out
+    return out.splitlines()
 
 
 BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -196,12 +202,7 @@ def test_signals_blocked_at_start_are_unblocked(reaper, tmp_path):
     with nothing blocked."""
     code = ("import signal; "
             "print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))")
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", sys.executable, "-c", code],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                     preexec_fn=block_signals)
-    rc, out, err = finish(p)
-    assert rc == 0, err
-    assert out.splitlines() == ["[]"] * 2, out
+    assert workers_print(reaper, code, block_signals) == ["[]"] * 2
 
 
 def test_sigterm_reaches_a_ddprun_started_with_it_blocked(reaper, tmp_path):
