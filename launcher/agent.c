@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -523,14 +524,23 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 			a->keep_logdir = true;
 	if (a->cfg.parent_error_file != NULL &&
 	    (rc = report_write_parent_error(a->cfg.parent_error_file, &e[root])) < 0) {
-		char why[64];
+		char why[80];
+		struct stat st;
 
 		if (rc == -EFBIG)
 			snprintf(why, sizeof(why), "the worker's error file is over %u MiB",
 				 REPORT_MAX_COPY >> 20);
-		else
+		else if (rc == -ETIMEDOUT)
+			snprintf(why, sizeof(why), "its reader took no data for %d s, gave up",
+				 REPORT_PARENT_STALL_MS / 1000);
+		else if (rc == -ENXIO && stat(a->cfg.parent_error_file, &st) == 0 &&
+			 (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+			/* open() says ENXIO for both: "No such device or address" */
 			snprintf(why, sizeof(why), "%s",
-				 rc == -ENXIO ? "a FIFO that no process reads" : strerror(-rc));
+				 S_ISFIFO(st.st_mode) ? "a FIFO that no process reads"
+						      : "a socket, which cannot be opened");
+		else
+			snprintf(why, sizeof(why), "%s", strerror(-rc));
 		agent_say("warning: cannot write the root cause's error report to %s "
 			  "(TORCHELASTIC_ERROR_FILE): %s",
 			  a->cfg.parent_error_file, why);

@@ -4,6 +4,8 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -397,17 +399,52 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 
 /* The parent's error file, whatever it is (torchrun's open(path, "w")
  * writes to /dev/stderr or a FIFO too), but never waited for: a FIFO
- * nobody reads is ENXIO. Writes then block as the reader takes them. */
+ * nobody reads is ENXIO, and the descriptor stays non-blocking for
+ * write_parent. Our own open file description: a /dev/stderr pipe or
+ * terminal keeps its flags. */
 static int open_parent_file(const char *path)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
-	int fl;
 
-	if (fd < 0)
-		return -errno;
-	if ((fl = fcntl(fd, F_GETFL)) >= 0)
-		(void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-	return fd;
+	return fd < 0 ? -errno : fd;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* Writes it all, as fast as the reader takes it, but gives up (-ETIMEDOUT)
+ * once REPORT_PARENT_STALL_MS pass without a byte taken: a FIFO whose
+ * reader never reads, a terminal stopped by ^S, would hold ddprun (its
+ * exit, its signals) for ever. */
+static int write_parent(int fd, const char *p, size_t len)
+{
+	int64_t deadline = now_ms() + REPORT_PARENT_STALL_MS;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		int64_t left;
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			deadline = now_ms() + REPORT_PARENT_STALL_MS;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -errno;
+		left = deadline - now_ms();
+		if (left <= 0)
+			return -ETIMEDOUT;
+		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
+			return -errno;
+	}
+	return 0;
 }
 
 /* An error file too large to read whole goes to the parent's as it is (its
@@ -433,7 +470,7 @@ static int copy_error_file(const char *path, const char *from)
 	while (rc == 0 && (n = read(in, chunk, sizeof(chunk))) != 0) {
 		if (n < 0 && errno == EINTR)
 			continue;
-		rc = n < 0 ? -errno : util_write_all(out, chunk, (size_t)n);
+		rc = n < 0 ? -errno : write_parent(out, chunk, (size_t)n);
 	}
 	close(in);
 	close(out);
@@ -467,7 +504,7 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	if (fd < 0) {
 		rc = fd;
 	} else {
-		rc = util_write_all(fd, text, strlen(text));
+		rc = write_parent(fd, text, strlen(text));
 		close(fd);
 	}
 	cJSON_free(text);

@@ -27,6 +27,9 @@
 #define REPORT_MAX_ERROR_FILE (4u << 20)
 /* A larger one is copied to the parent's error file unread, up to this. */
 #define REPORT_MAX_COPY (64u << 20)
+/* How long the parent's error file may take no data before ddprun gives up
+ * on it (a reader that never reads). */
+#define REPORT_PARENT_STALL_MS 5000
 
 struct report_entry {
 	int global_rank;
@@ -131,8 +134,8 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
  * when an outer launcher set one), adding message.errorCode like torchrun.
  * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is, up to
  * REPORT_MAX_COPY (-EFBIG above); nothing is written when the worker wrote no
- * error file. path may be any file (a FIFO nobody reads: -ENXIO). 0 or
- * -errno. */
+ * error file. path may be any file (a FIFO nobody reads: -ENXIO; one whose
+ * reader takes nothing for REPORT_PARENT_STALL_MS: -ETIMEDOUT). 0 or -errno. */
 int report_write_parent_error(const char *path, const struct report_entry *root);
 
 #endif

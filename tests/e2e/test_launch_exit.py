@@ -3,6 +3,8 @@ failure report in torchrun's layout, with error files read from the workers."""
 import json
 import os
 import re
+import socket
+import subprocess
 
 import pytest
 
@@ -155,6 +157,69 @@ def test_a_fifo_for_an_error_file_does_not_wedge_ddprun(tmp_path):
     assert r.returncode == 3, r.stderr
     assert (f"warning: cannot write the root cause's error report to {outer} "
             "(TORCHELASTIC_ERROR_FILE): a FIFO that no process reads") in r.stderr
+
+
+def test_a_parent_fifo_whose_reader_never_reads_is_given_up(tmp_path):
+    """The parent's error file is a FIFO with a reader that never reads, and
+    the report is larger than the pipe holds: ddprun's write blocked for
+    ever, its exit with it. Now it gives up after 5 s without progress and
+    says so; the exit status is the worker's."""
+    outer = tmp_path / "outer.fifo"
+    os.mkfifo(outer)
+    reader = os.open(outer, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        script = ('printf \'{"message": {"message": "%s", "extraInfo": {"py_callstack": "", '
+                  '"timestamp": "1"}}}\' "$(head -c 300000 /dev/zero | tr "\\0" x)" '
+                  '> "$TORCHELASTIC_ERROR_FILE"; exit 3')
+        r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+                   env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(outer)))
+    finally:
+        os.close(reader)
+    assert r.returncode == 3, r.stderr[-2000:]
+    assert (f"warning: cannot write the root cause's error report to {outer} "
+            "(TORCHELASTIC_ERROR_FILE): its reader took no data for 5 s, gave up") in r.stderr
+
+
+def test_a_parent_fifo_with_a_reader_gets_the_whole_copy(tmp_path):
+    """The same FIFO read by a process: the 5 MB error file (copied unread)
+    arrives whole through the non-blocking writes."""
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"message": {"message": "E: " + "y" * (5 << 20),
+                                           "extraInfo": {"py_callstack": "", "timestamp": "1"}}}))
+    outer = tmp_path / "outer.fifo"
+    got = tmp_path / "got.json"
+    os.mkfifo(outer)
+    cat = subprocess.Popen(["sh", "-c", f"exec cat {outer} > {got}"])
+    try:
+        r = ddprun("--nproc-per-node", "1", "sh", "-c",
+                   f'cp {big} "$TORCHELASTIC_ERROR_FILE"; exit 4', timeout=60,
+                   env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(outer)))
+        assert cat.wait(timeout=60) == 0
+    finally:
+        if cat.poll() is None:
+            cat.kill()
+            cat.wait()
+    assert r.returncode == 4, r.stderr[-2000:]
+    assert "warning" not in r.stderr
+    assert got.read_bytes() == big.read_bytes()
+
+
+def test_a_parent_error_file_that_is_a_socket_is_named_as_one(tmp_path):
+    """open() says ENXIO ("No such device or address") for a socket, as for a
+    FIFO nobody reads: the warning said "a FIFO" for both."""
+    path = tmp_path / "outer.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    try:
+        script = ('printf \'{"message": {"message": "boom", "extraInfo": {"py_callstack": "", '
+                  '"timestamp": "1"}}}\' > "$TORCHELASTIC_ERROR_FILE"; exit 3')
+        r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+                   env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(path)))
+    finally:
+        s.close()
+    assert r.returncode == 3, r.stderr
+    assert (f"warning: cannot write the root cause's error report to {path} "
+            "(TORCHELASTIC_ERROR_FILE): a socket, which cannot be opened") in r.stderr
 
 
 def test_the_parents_error_file_may_be_dev_stderr(tmp_path):
