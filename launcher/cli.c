@@ -263,6 +263,14 @@ static void load_env(struct parse *p, const char *(*getenv_fn)(const char *))
 	}
 }
 
+static void set_raw(struct parse *p, int i, const char *val)
+{
+	p->raw[i].val = val;
+	/* Errors name the option in its dash spelling, not the token. */
+	snprintf(p->raw[i].envname, sizeof(p->raw[i].envname), "--%s", opts[i].name);
+	p->raw[i].src = p->raw[i].envname;
+}
+
 /* Walk argv up to the program. Returns the program's index or a negative
  * errno (-EINVAL), or argc + 1 / argc + 2 for --help / --version. */
 static int scan_argv(struct parse *p, int argc, char **argv)
@@ -293,6 +301,15 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			i = find_short(s[1]);
 			if (i < 0)
 				return fail(p, "unrecognized option '%.200s'", s);
+			/* As argparse, a flag's letter may run on into the next
+			 * short option: "-mr3" is -m -r3, "-mh" is -m -h. */
+			while (opts[i].flag && s[2] != '\0' && find_short(s[2]) >= 0) {
+				if (i == O_HELP)
+					return argc + 1;
+				set_raw(p, i, "1");
+				s++;
+				i = find_short(s[1]);
+			}
 			val = short_value(s);
 		}
 		if (opts[i].flag) {
@@ -314,10 +331,7 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 		/* torchrun prints a script (with the optional shtab) and exits. */
 		if (i == O_PRINT_COMPLETION)
 			return fail(p, "--print-completion: ddprun has no shell completion script");
-		p->raw[i].val = val;
-		/* Errors name the option in its dash spelling, not the token. */
-		snprintf(p->raw[i].envname, sizeof(p->raw[i].envname), "--%s", opts[i].name);
-		p->raw[i].src = p->raw[i].envname;
+		set_raw(p, i, val);
 	}
 	/* `ddprun -r /bin/true`: the program went to the option. */
 	if (took >= 0)

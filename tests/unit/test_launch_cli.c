@@ -237,6 +237,28 @@ static void test_short_options_take_a_value_after_equals(void **state)
 	expect_error("option --version takes no value", ARGS("--version=", "p"));
 }
 
+/* argparse: a flag's letter runs on into the next short option ("-mr3" is
+ * -m -r3, "-mh" asks for help); once it was "--module takes no value". */
+static void test_short_flags_run_on_into_the_next_option(void **state)
+{
+	struct cli_opts o;
+
+	assert_int_equal(parse(&o, ARGS("-mr3", "prog")), CLI_OK);
+	assert_true(o.module);
+	assert_int_equal(o.redirects.all, 3);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("-mmt=1", "prog")), CLI_OK);
+	assert_true(o.module);
+	assert_int_equal(cli_std_get(&o.tee, 0), CLI_STD_OUT);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("-mh", "prog")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("-hm", "prog")), CLI_HELP);
+	expect_error("option --module takes no value", ARGS("-mx", "p"));
+	expect_error("option --module takes no value", ARGS("-m-r3", "p"));
+	expect_error("option --redirects expects a value", ARGS("-mr", "-t", "p"));
+	expect_error("invalid value 'm' for --redirects", ARGS("-rm", "p"));
+}
+
 /* torchrun 2.x's flags: accepted, in both spellings and from PET_*. */
 static void test_torchrun2_flags(void **state)
 {
@@ -754,6 +776,7 @@ int main(void)
 		cmocka_unit_test_setup(test_defaults_are_torchruns, setup),
 		cmocka_unit_test_setup(test_both_spellings_equals_and_prefixes, setup),
 		cmocka_unit_test_setup(test_short_options_take_a_value_after_equals, setup),
+		cmocka_unit_test_setup(test_short_flags_run_on_into_the_next_option, setup),
 		cmocka_unit_test_setup(test_nproc_words_and_flags, setup),
 		cmocka_unit_test_setup(test_pet_environment_then_command_line, setup),
 		cmocka_unit_test_setup(test_help_and_version, setup),
