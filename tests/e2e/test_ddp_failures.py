@@ -42,18 +42,38 @@ def test_a_leader_that_lives_on_after_a_failure_still_frees_the_other_node(reape
     """Rank 3 crashes; rank 2, node 1's leader, sees it, fails, and lives on
     (a program that handles the error, a slow exit). Node 0's ranks, waiting
     on the ring in the same all_reduce, fail at once: the leader shut its ring
-    down when its communicator broke. Only that can beat DDP_TIMEOUT."""
+    down when its communicator broke. Only that can beat DDP_TIMEOUT. It said
+    why first: node 0's ranks name rank 3, not just node 1's leader."""
     rid = "linger" + uuid.uuid4().hex[:8]
     procs = launch(reaper, [prog("ddp_coll"), "crash", "3", "--linger", "2"], 2, store, rid,
                    nnodes=2, extra={"DDP_TIMEOUT": "600"})
     results = wait_all(procs[:2], timeout=60)
     for rank, (rc, out, err) in enumerate(results):
         assert rc == 3, f"rank {rank}: {rc}\n{err}"
-        assert "all_reduce failed" in err and "leader is gone" in err, err
+        assert "all_reduce failed" in err and "on node 1 (ranks 2-3): rank 3" in err, err
+        assert "exited" in err and "gone" not in err, err
     assert procs[2].poll() is None  # still lingering: its exit did not free node 0
     procs[2].kill()
     procs[2].wait(timeout=10)
     assert procs[3].wait(timeout=10) == 7
+
+
+def test_a_leader_that_dies_leaves_leader_is_gone_on_the_other_node(reaper, store):
+    """Rank 2, node 1's leader, exits in the middle of the all_reduces: it
+    sends no reason, and node 0's ranks fail at once with "the previous (or
+    next) node's leader is gone", naming it; rank 3, its node's other rank,
+    sees it exit."""
+    rid = "ldie" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "crash", "2"], 2, store, rid,
+                   nnodes=2, extra={"DDP_TIMEOUT": "600"})
+    results = wait_all(procs, timeout=60)
+    assert results[2][0] == 7, results[2]
+    for rank in (0, 1):
+        rc, out, err = results[rank]
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "all_reduce failed" in err and "node's leader is gone" in err, err
+    rc, out, err = results[3]
+    assert rc == 3 and "rank 2" in err and "exited" in err, err
 
 
 def with_a_stopped_rank(reaper, store, rid, nproc, nnodes=1):

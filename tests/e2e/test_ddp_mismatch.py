@@ -147,13 +147,12 @@ def test_two_nodes_broadcast_roots_that_differ_fail_everywhere(reaper, tmp_path,
     agents, rcs = run_nodes(reaper, tmp_path, [2, 2], "root", odd)
     outs = [a.stdout() + a.stderr() for a in agents]
     assert rcs == [3, 3], "\n".join(outs)
-    every = "\n".join(outs)
-    for out in outs:
+    root = odd.split(",")[-1]
+    for out in outs:  # each node's own log names both roots
         failed, returned = ends(out)
         assert returned == 0 and len(failed) == 2, out
-    root = odd.split(",")[-1]
-    assert f"broadcast(1000 bytes from rank {root}) #1" in every, every
-    assert "broadcast(1000 bytes from rank 0) #1" in every, every
+        assert f"broadcast(1000 bytes from rank {root}) #1" in out, out
+        assert "broadcast(1000 bytes from rank 0) #1" in out, out
 
 
 def test_agreeing_calls_still_exact_across_nodes(reaper, tmp_path):
@@ -163,3 +162,61 @@ def test_agreeing_calls_still_exact_across_nodes(reaper, tmp_path):
     assert rcs == [0, 0], "\n".join(outs)
     for out in outs:
         assert ends(out) == ([], 2), out
+
+
+def odd_and_even(case, odd):
+    """(what rank odd calls, what the others call) in diverge CASE odd."""
+    if case == "root":
+        return (f"broadcast(1000 bytes from rank {odd}) #1", "broadcast(1000 bytes from rank 0) #1")
+    return {**CASES, **BIG}[case]
+
+
+def assert_named_on_every_node(outs, nranks, odd, case):
+    """Every rank of every node failed, none returned, and each message names
+    the odd rank's call and the others' (not just "the leader is gone")."""
+    odd_call, even_call = odd_and_even(case, odd)
+    for out, n in zip(outs, nranks):
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == n, out
+        for m in failed:
+            assert "mismatched collectives" in m and "gone" not in m, out
+            assert f"rank {odd} called {odd_call}" in m and f"called {even_call}" in m, out
+
+
+@pytest.mark.parametrize("odd", ["3", "1"], ids=["node1", "node0"])
+@pytest.mark.parametrize("case", ["count", "skip", "root", "gather", "bigcount"])
+def test_two_nodes_a_mismatch_inside_one_node_is_named_on_the_other(reaper, tmp_path, case, odd):
+    """One rank of one node calls differently from the rest of its node: that
+    node's shared memory catches it, and its leader sends the reason around
+    the ring before it shuts it down, so the other node's ranks (whose log
+    may be the only one read) name it too; before, they only said "the
+    previous node's leader is gone"."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], case, odd, DDP_SHM_CMA="1")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3], "\n".join(outs)
+    assert_named_on_every_node(outs, [2, 2], odd, case)
+    other = 0 if odd == "3" else 1
+    node = 1 - other
+    assert f"on node {node} (ranks {2 * node}-{2 * node + 1}): mismatched" in outs[other], outs[other]
+
+
+@pytest.mark.parametrize("odd", ["3", "1", "5"], ids=["node1", "node0", "node2"])
+@pytest.mark.parametrize("case", ["count", "skip"])
+def test_three_nodes_a_mismatch_inside_one_node_goes_round_the_ring(reaper, tmp_path, case, odd):
+    """The same with three nodes of two ranks: the reason is passed on from
+    leader to leader (and back to the failed node's left, whose sends to it
+    fail once it has exited), so every node names it, whichever node it is."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2, 2], case, odd)
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3, 3], "\n".join(outs)
+    assert_named_on_every_node(outs, [2, 2, 2], odd, case)
+
+
+def test_single_rank_nodes_name_a_mismatch_inside_a_larger_node(reaper, tmp_path):
+    """Nodes of 1, 2 and 1 ranks; rank 2 (node 1's second) is the odd one."""
+    agents, rcs = run_nodes(reaper, tmp_path, [1, 2, 1], "count", "2")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3, 3], "\n".join(outs)
+    assert_named_on_every_node(outs, [1, 2, 1], "2", "count")
+    for out in (outs[0], outs[2]):
+        assert "on node 1 (ranks 1-2): mismatched" in out, out

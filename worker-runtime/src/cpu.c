@@ -181,14 +181,14 @@ static int barrier_steps(void *be, const struct ddpi_call *call, int64_t deadlin
 }
 
 /* Any failure breaks the context for good (collectives.c): a leader tells the
- * other nodes at once by shutting its ring down, even if this process goes on
- * living (a program that catches the error, a slow exit). */
+ * other nodes at once, and why, by shutting its ring down, even if this
+ * process goes on living (a program that catches the error, a slow exit). */
 static int broken(void *be, int rc)
 {
 	struct ddpi_cpu *c = be;
 
 	if (rc < 0 && c->tcp)
-		ddpi_tcp_abort(c->tcp);
+		ddpi_tcp_abort(c->tcp, rc, ddp_errmsg());
 	return rc;
 }
 

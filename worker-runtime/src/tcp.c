@@ -114,10 +114,13 @@ static ssize_t send_some(struct ddpi_tcp *t, struct iovec *v, int k, const char 
 		return w;
 	if (errno == EAGAIN || errno == EINTR)
 		return 0;
-	return ddpi_tcp_leader_cause(t,
-				     ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)",
-					      what, strerror(errno)),
-				     right_of(t), "disconnected");
+	return ddpi_tcp_why_peek(
+		t,
+		ddpi_tcp_leader_cause(t,
+				      ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)",
+					       what, strerror(errno)),
+				      right_of(t), "disconnected"),
+		what);
 }
 
 /* The same for receiving from the previous node (a close is an error). */
@@ -205,8 +208,7 @@ static int need_tmp(struct ddpi_tcp *t, size_t len)
 
 /* ---- collectives ------------------------------------------------------------------ */
 
-/* "ranks 4-7" or "ranks 4,6,9" (node g's ranks, ascending), at most len bytes. */
-static void node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len)
+void ddpi_tcp_node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len)
 {
 	const int *r = t->ranks[g];
 	int n = t->nranks[g];
@@ -250,7 +252,7 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 		ddpi_call_describe(&calls[g0], desc, sizeof(desc));
 		if (nodes == 1) {
 			char rk[96];
-			node_ranks(t, g0, rk, sizeof(rk));
+			ddpi_tcp_node_ranks(t, g0, rk, sizeof(rk));
 			k += (size_t)snprintf(msg + k, sizeof(msg) - k, "%snode %s (%s) called %s",
 					      k ? "; " : "", who, rk, desc);
 		} else {
@@ -262,12 +264,25 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 	return ddpi_err(-EINVAL, "%s: mismatched collectives across nodes: %s", what, msg);
 }
 
-/* A call on the wire: the descriptor, then len bytes of the node's data (a
- * small all_reduce's buffer; nothing for every other call). */
-struct frame {
-	struct ddpi_call call;
-	uint64_t len;
-};
+/* The left leader's abort record came in place of a call, while this one
+ * sends sq (its frame of the same step): the record's text is read, sq sent
+ * whole unless the next leader is the one that failed (then the next leader
+ * reads a frame, and the record can follow it: ddpi_tcp_abort), and the call
+ * fails with the record's reason. */
+static int abort_read(struct ddpi_tcp *t, const struct ddpi_tcp_frame *in, struct ioq *sq,
+		      int64_t deadline, const char *what)
+{
+	int rc = ddpi_tcp_why_begin(t, in);
+	struct iovec v = {t->why.text, t->why.len};
+	struct ioq rq = {&v, 1, 0, 0};
+
+	if (rc < 0 || (rc = pump(t, NULL, &rq, deadline, what)) < 0) {
+		t->why.from = -1;
+		return rc;
+	}
+	t->at_frame = right_of(t) != t->why.from && pump(t, sq, NULL, deadline, what) == 0;
+	return ddpi_tcp_why_fail(t, what);
+}
 
 /* An all-gather of every leader's call around the ring, with its data when
  * it has some (len bytes at data; slots: nnodes * len bytes, node g's data
@@ -276,7 +291,10 @@ struct frame {
  * different calls (with and without data) still finish the gather, and every
  * leader compares every call, so that all fail alike (-EINVAL, mismatch())
  * when any differs. The data of a call other than mine is read and dropped,
- * and passed on without it (len 0). */
+ * and passed on without it (len 0). A leader that failed before its gather
+ * sends an abort record instead of its call; it goes round in place of that
+ * call (abort_read), one step a leader, so every leader fails with its
+ * reason. */
 static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const void *data,
 			size_t len, char *slots, int64_t deadline, const char *what)
 {
@@ -288,15 +306,20 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 	if (!calls)
 		return ddpi_err(-ENOMEM, "%s: no memory", what);
 	calls[me] = *mine;
+	t->at_frame = 0;
 	for (int s = 0; s < m - 1 && rc == 0; s++) {
 		int sg = ((me - s) % m + m) % m, rg = ((me - s - 1) % m + m) % m;
-		struct frame out = {calls[sg], fwd_len}, in;
+		struct ddpi_tcp_frame out = {calls[sg], fwd_len}, in;
 		struct iovec sv[2] = {{&out, sizeof(out)}, {(void *)fwd, fwd_len}};
 		struct iovec rv = {&in, sizeof(in)};
 		struct ioq sq = {sv, 2, 0, 0}, rq = {&rv, 1, 0, 0};
 
 		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0)
 			break;
+		if (in.call.kind == DDPI_TCP_ABORT) {
+			rc = abort_read(t, &in, &sq, deadline, what);
+			break;
+		}
 		if (in.len > TCP_SMALL_BYTES) {
 			rc = ddpi_tcp_leader_cause(t,
 						   ddpi_err(-EPROTO,
@@ -330,7 +353,11 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t deadline,
 		   const char *what)
 {
-	return gather_calls(t, mine, NULL, 0, NULL, deadline, what);
+	int rc = gather_calls(t, mine, NULL, 0, NULL, deadline, what);
+
+	/* A barrier's ring part ends here; every other call's data follows. */
+	t->at_frame = rc == 0 && mine->kind == DDPI_BARRIER;
+	return rc;
 }
 
 static void block_bounds(size_t count, int m, int b, size_t *lo, size_t *hi)
@@ -479,6 +506,7 @@ static int all_reduce_small(struct ddpi_tcp *t, const struct ddpi_call *call, vo
 	}
 	if ((rc = gather_calls(t, call, buf, bytes, slots, deadline, "all_reduce")) < 0)
 		goto out;
+	t->at_frame = 1;
 	for (int g = 0; g < m; g++)
 		src[g] = g == t->me ? buf : slots + (size_t)g * bytes;
 	ddpi_reduce(dt, op, buf, src, m, count, 1);
@@ -516,6 +544,7 @@ int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *
 				       (rhi - rlo) * es, k - 1,	       rsk};
 	}
 	rc = ring_steps(t, st, 2 * (m - 1), dt, op, deadline, "all_reduce");
+	t->at_frame = rc == 0;
 	free(st);
 	return rc;
 }
@@ -528,8 +557,9 @@ int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, in
 	struct rstep st = {buf, buf, last ? 0 : bytes, first ? 0 : bytes, first ? -1 : 0, 0};
 
 	ddpi_tcp_cc_for(t, bytes);
-
-	return ring_steps(t, &st, 1, DDP_FLOAT32, DDP_SUM, deadline, "broadcast"); /* no reduce */
+	int rc = ring_steps(t, &st, 1, DDP_FLOAT32, DDP_SUM, deadline, "broadcast"); /* no reduce */
+	t->at_frame = rc == 0;
+	return rc;
 }
 
 /* The pieces of node g's ranks inside recv, as an iovec list. */
@@ -560,5 +590,6 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
 		free(sv);
 		free(rv);
 	}
+	t->at_frame = rc == 0;
 	return rc;
 }

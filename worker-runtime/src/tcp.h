@@ -9,7 +9,8 @@
  * all-gather, so each leader sends 2(M-1)/M of the buffer), streamed: a byte
  * goes on as soon as its step has it; a small all_reduce instead travels with
  * the calls' gather, once around the ring. Every socket wait
- * has the caller's deadline; a neighbour that closes gives DDP_EPEER. */
+ * has the caller's deadline; a neighbour that closes gives DDP_EPEER, one
+ * that failed first and said why (an abort record) gives its reason. */
 #ifndef DDP_TCP_H
 #define DDP_TCP_H
 
@@ -45,10 +46,15 @@ int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *
 int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, int64_t deadline);
 /* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
 int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
-/* This node's communicator failed for good: shut the ring down now, so the
- * neighbouring leaders fail at once (DDP_EPEER) rather than at their deadline
- * while this process lives on. Later ring operations fail. */
-void ddpi_tcp_abort(struct ddpi_tcp *t);
+/* This node's communicator failed for good (code, with the reason why):
+ * shut the ring down now, so the other leaders fail at once rather than at
+ * their deadline while this process lives on, and fail with this reason
+ * rather than "the leader is gone": an abort record goes to the next leader
+ * (passed on around the ring) where it reads a frame next, and to the
+ * previous one, which reads it if its sends here fail. A record read from a
+ * neighbour is passed on instead of this node's own reason. Later ring
+ * operations fail. */
+void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why);
 
 #pragma GCC visibility pop
 

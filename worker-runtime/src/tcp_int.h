@@ -1,15 +1,39 @@
-/* tcp_int: what the ring's two files share: the communicator's state, the
- * neighbours' node numbers and how an error names the leader that caused it.
- * tcp.c streams and runs the collectives; tcp_setup.c opens (discovery through
- * the store, connect, hello) and closes the ring. */
+/* tcp_int: what the ring's files share: the communicator's state, the
+ * neighbours' node numbers, the frames on the wire and how an error names the
+ * leader that caused it. tcp.c streams and runs the collectives; tcp_setup.c
+ * opens (discovery through the store, connect, hello) and closes the ring;
+ * tcp_abort.c carries a failure's reason around it. */
 #ifndef DDP_TCP_INT_H
 #define DDP_TCP_INT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tcp.h"
 
 #pragma GCC visibility push(hidden)
+
+/* A call on the wire: the descriptor, then len bytes of the node's data (a
+ * small all_reduce's buffer; nothing for every other call). A frame whose
+ * call.kind is DDPI_TCP_ABORT is an abort record instead (tcp_abort.c):
+ * call.root is the node whose failure it reports, call.dt that failure's
+ * code negated, and len bytes of its text (at most DDPI_TCP_ABORT_TEXT)
+ * follow. */
+struct ddpi_tcp_frame {
+	struct ddpi_call call;
+	uint64_t len;
+};
+
+#define DDPI_TCP_ABORT	    0x41424f52u /* "ABOR": not a collective's kind */
+#define DDPI_TCP_ABORT_TEXT 512		/* the most text an abort record carries */
+
+/* The failure an abort record reports. */
+struct ddpi_tcp_why {
+	int from; /* the node that failed (-1: no record read) */
+	int code;
+	size_t len;
+	char text[DDPI_TCP_ABORT_TEXT + 1];
+};
 
 struct ddpi_tcp {
 	int nnodes, me, world, restart;
@@ -22,6 +46,12 @@ struct ddpi_tcp {
 	size_t tmp_len;
 	char cc[2][16]; /* congestion control for small and large calls */
 	int cc_now;	/* which of them the sockets have (-1: the host's, left alone) */
+	/* The next bytes this leader sends to the right start a frame (between
+	 * calls, or between two steps of the calls' gather): only then may an
+	 * abort record follow, for there the next leader reads a frame. */
+	int at_frame;
+	int aborted;		 /* ddpi_tcp_abort ran */
+	struct ddpi_tcp_why why; /* the abort record read, to pass on */
 };
 
 /* Before a call of this many bytes (an all_reduce's or broadcast's buffer,
@@ -42,6 +72,21 @@ static inline int right_of(const struct ddpi_tcp *t)
 /* The current error was caused by node g's leader (it did what): name it,
  * with its global rank once the node entries are read. Returns code. */
 int ddpi_tcp_leader_cause(const struct ddpi_tcp *t, int code, int g, const char *did);
+
+/* "ranks 4-7" or "ranks 4,6,9" (node g's ranks, ascending), at most len bytes. */
+void ddpi_tcp_node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len);
+
+/* An abort record's header f came from the left in place of a call: checks
+ * it (-EPROTO, naming the left leader) and notes whose failure it reports;
+ * its text, f->len bytes, goes to t->why.text. */
+int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f);
+/* The record's text is in: the call (what) fails with its reason, this
+ * node's ranks told which node failed and why. Returns its code. */
+int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what);
+/* Sending to the right failed with rc (the next leader closed): if it left
+ * an abort record on that socket before it went, the call fails with its
+ * reason instead. Returns rc or the record's code. */
+int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what);
 
 #pragma GCC visibility pop
 

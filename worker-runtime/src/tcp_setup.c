@@ -1,6 +1,7 @@
 /* tcp_setup: opening the ring between node leaders (see tcp.h): each leader
  * listens, publishes its entry in the store, reads every other node's, connects
- * to its right neighbour with a hello and accepts its left one; and closing it. */
+ * to its right neighbour with a hello and accepts its left one; and closing it
+ * (an abort is tcp_abort.c's). */
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -307,6 +308,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	t->world = env->world;
 	t->restart = env->restart;
 	t->left_fd = t->right_fd = -1;
+	t->why.from = -1;
 	t->node_of = malloc((size_t)env->world * sizeof(int));
 	t->ranks = calloc((size_t)env->nnodes, sizeof(int *));
 	t->nranks = calloc((size_t)env->nnodes, sizeof(int));
@@ -400,6 +402,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		goto fail;
 	close(lfd);
 	free(entry);
+	t->at_frame = 1; /* the next leader reads the first call's frame next */
 	*out = t;
 	return 0;
 fail:
@@ -408,15 +411,6 @@ fail:
 	free(entry);
 	ddpi_tcp_close(t);
 	return rc;
-}
-
-void ddpi_tcp_abort(struct ddpi_tcp *t)
-{
-	/* shutdown, not close: the descriptors stay valid until ddpi_tcp_close. */
-	if (t->left_fd >= 0)
-		shutdown(t->left_fd, SHUT_RDWR);
-	if (t->right_fd >= 0)
-		shutdown(t->right_fd, SHUT_RDWR);
 }
 
 void ddpi_tcp_close(struct ddpi_tcp *t)
