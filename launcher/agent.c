@@ -348,14 +348,18 @@ static void stop_and_end(struct agent *a, int sig)
 /* The failures recorded are of an attempt this agent restarts after:
  * one already restarted (in the rendezvous of the next), or one whose stop
  * will decide on a restart that is left. A coordinator decides for a job of
- * several nodes. */
+ * several nodes (or a c10d one): once it has (agent_restart), or while it
+ * has restarts left to decide on, as the job's restart count is every
+ * node's. */
 static bool failure_restarts(const struct agent *a)
 {
-	if (a->has_coord)
-		return false;
+	bool left = a->world.restart_count < a->job->max_restarts;
+
 	if (a->state == AS_RDZV)
 		return true;
-	return a->after == AFTER_DECIDE && a->world.restart_count < a->job->max_restarts;
+	if (a->has_coord)
+		return a->after == AFTER_RESTART || left;
+	return a->after == AFTER_DECIDE && left;
 }
 
 /* A signal of --signals-to-handle. by_stepd: the step's slurmstepd sent it

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import binary, make_vars, pid_alive, prog, run, wait_for
+from conftest import binary, free_port, make_vars, pid_alive, prog, run, wait_for
 
 
 @pytest.fixture(autouse=True)
@@ -91,14 +91,19 @@ def test_sigint_stops_gracefully_when_the_list_leaves_it_out(reaper, tmp_path):
     assert "received SIGINT" in err
 
 
-def test_a_stop_during_restarts_is_the_signals_exit(reaper, tmp_path):
+@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+def test_a_stop_during_restarts_is_the_signals_exit(reaper, tmp_path, rdzv):
     """Rank 1 fails at once in every attempt, with restarts to spare: a
     SIGTERM, whether it comes while an attempt runs, while its failure stops
     it, or between attempts, ends the job with 143, since every failure was
     (or would be) restarted after. Between attempts it gave the worker's 3
-    and its summary, which a wrapper requeuing on 143 took for a crash."""
+    and its summary, which a wrapper requeuing on 143 took for a crash. Under
+    a coordinator (c10d, or several nodes) it still did, at any moment."""
     for delay in (0, 0.01, 0.03, 0.05, 0.1, 0.3):
-        p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--max-restarts", "100000",
+        mode = [] if rdzv == "static" else [
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+        p = reaper.popen([binary("ddprun"), *mode, "--nproc-per-node", "2",
+                          "--max-restarts", "100000",
                           "sh", "-c", '[ "$RANK" = 1 ] && exit 3; sleep 0.05'],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # Its handlers are in place once it has restarted (a SIGTERM before
