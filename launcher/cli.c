@@ -397,11 +397,17 @@ static int parse_flag(struct parse *p, int i, bool *out)
 		*out = false;
 		return 0;
 	}
-	/* torchrun: bool(int(PET_X)) */
-	if (py_int_str(p->raw[i].val, INT32_MIN, INT32_MAX, &v) != 0)
-		return bad_value(p, i, "0 or 1");
-	*out = v != 0;
-	return 0;
+	/* torchrun: bool(int(PET_X)), of any size: past int's range it is not 0. */
+	switch (py_int_str(p->raw[i].val, INT32_MIN, INT32_MAX, &v)) {
+	case 0:
+		*out = v != 0;
+		return 0;
+	case -ERANGE:
+		*out = true;
+		return 0;
+	default:
+		return bad_value(p, i, "an integer (0: off, any other: on)");
+	}
 }
 
 static int bad_nnodes(struct parse *p)

@@ -36,7 +36,8 @@ static void set_env(const char *name, const char *value)
 {
 	int i;
 
-	for (i = 0; i < 15 && fake_env[i][0] != NULL; i++)
+	/* A name set again takes the new value. */
+	for (i = 0; i < 15 && fake_env[i][0] != NULL && strcmp(fake_env[i][0], name) != 0; i++)
 		;
 	fake_env[i][0] = name;
 	fake_env[i][1] = value;
@@ -67,6 +68,8 @@ static int parse(struct cli_opts *o, char **argv)
 {
 	return cli_parse(count(argv), argv, fake_getenv, o, err, sizeof(err));
 }
+
+static void expect_error(const char *needle, char **argv);
 
 static void test_defaults_are_torchruns(void **state)
 {
@@ -176,6 +179,20 @@ static void test_pet_environment_then_command_line(void **state)
 	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
 	assert_false(o.standalone);
 	cli_free(&o);
+	/* bool(int(v)), as torchrun: any integer, however large, that is not 0;
+	 * 2**31 was refused as "expected 0 or 1" while 5 was taken. */
+	set_env("PET_STANDALONE", "-2147483649");
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
+	assert_true(o.standalone);
+	cli_free(&o);
+	set_env("PET_STANDALONE", " 0_0 ");
+	assert_int_equal(parse(&o, ARGS("prog")), CLI_OK);
+	assert_false(o.standalone);
+	cli_free(&o);
+	set_env("PET_STANDALONE", "yes");
+	expect_error("invalid value 'yes' for PET_STANDALONE: expected an integer (0: off, any "
+		     "other: on)",
+		     ARGS("prog"));
 }
 
 static void test_help_and_version(void **state)
