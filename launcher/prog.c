@@ -218,9 +218,11 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 	for (interp = line + 2; *interp == ' ' || *interp == '\t'; interp++)
 		;
 	end = interp + strcspn(interp, " \t\n");
-	/* Nothing ends it within what the kernel reads: the kernel refuses the
-	 * file itself (ENOEXEC), and the worker runs it with /bin/sh. */
-	if (*interp == '\0' || end == line + n)
+	/* No name ("#!" alone on its line), or nothing ends it within what the
+	 * kernel reads (its buffer full): the kernel refuses the file itself
+	 * (ENOEXEC), and the worker runs it with /bin/sh. A file shorter than
+	 * that ends the name where it ends, as the kernel's zeroed buffer does. */
+	if (end == interp || (end == line + n && n == PROG_SHEBANG_MAX))
 		return 0;
 	*end = '\0';
 	if (stat(interp, &st) != 0)

@@ -194,6 +194,32 @@ def test_a_shebang_longer_than_the_kernel_reads_still_runs(tmp_path):
     assert r.stdout == "ran\n"
 
 
+def test_a_one_line_script_with_no_newline_names_its_missing_interpreter(tmp_path):
+    """"#!/nonexistent/interp" and nothing after: the kernel's buffer ends the
+    name at the file's end (ENOENT), but the check skipped a line with no
+    end and the report blamed the script again."""
+    f = tmp_path / "job.sh"
+    f.write_text("#!/nonexistent/interp")
+    f.chmod(0o755)
+    r = ddprun("--nproc-per-node", "1", str(f))
+    assert r.returncode == 126, r.stderr
+    assert r.stderr == (f"ddprun: error: {f}: bad interpreter: /nonexistent/interp, named on "
+                        "its #! line: no such file\n")
+
+
+@pytest.mark.parametrize("first", ["#!\n", "#!  \t\n"])
+def test_a_shebang_that_names_no_interpreter_runs_with_sh(tmp_path, first):
+    """A #! line with no name on it: the kernel refuses the file (ENOEXEC)
+    and the worker runs it with /bin/sh, as bash and execvp do; the check
+    looked up "" and refused the job ("bad interpreter: , named ...")."""
+    f = tmp_path / "job.sh"
+    f.write_text(first + "echo ran\n")
+    f.chmod(0o755)
+    r = ddprun("--nproc-per-node", "1", str(f))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ran\n"
+
+
 def test_a_script_whose_interpreter_is_there_runs(tmp_path):
     f = tmp_path / "job.sh"
     f.write_text("#!  /bin/sh -e\necho ran $LOCAL_RANK\n")
