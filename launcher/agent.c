@@ -503,8 +503,23 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *
 	start_attempt(a);
 }
 
+/* The entry of this node's failures that e is: one of the coordinator's,
+ * decoded from the store, carries no error file's contents, and another
+ * node's names a file there. NULL: e ran elsewhere. */
+static const struct report_entry *own_failure(const struct agent *a, const struct report_entry *e)
+{
+	size_t i;
+
+	for (i = 0; i < a->nfailures; i++)
+		if (a->failures[i].global_rank == e->global_rank && a->failures[i].pid == e->pid &&
+		    a->failures[i].time_us == e->time_us)
+			return &a->failures[i];
+	return NULL;
+}
+
 void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root)
 {
+	const struct report_entry *mine;
 	char *text;
 	size_t i;
 	int rc;
@@ -526,8 +541,9 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	for (i = 0; i < a->nfailures; i++)
 		if (a->failures[i].error_file != NULL || a->failures[i].log_file != NULL)
 			a->keep_logdir = true;
-	if (a->cfg.parent_error_file != NULL &&
-	    (rc = report_write_parent_error(a->cfg.parent_error_file, &e[root])) < 0) {
+	if (a->cfg.parent_error_file == NULL || (mine = own_failure(a, &e[root])) == NULL)
+		return;
+	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
 		char why[80];
 		struct stat st;
 

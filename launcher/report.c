@@ -154,6 +154,7 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 	e->time_us = time_us;
 	if (error_file != NULL)
 		e->error_json = slurp(error_file, &len, &why);
+	e->error_big = why == -EFBIG;
 	if (why != 0) {
 		/* There is a file, unread: the summary names it and says why. */
 		e->error_file = strdup(error_file);
@@ -484,7 +485,9 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	char *text;
 	int fd, rc;
 
-	if (root->error_json == NULL && root->error_file != NULL)
+	/* Only this node's: another node's error_file (a root cause the
+	 * coordinator passed on) names a file there, not here. */
+	if (root->error_big)
 		return copy_error_file(path, root->error_file);
 	if (root->error_json == NULL)
 		return 0;

@@ -42,6 +42,7 @@ struct report_entry {
 	char *error_file; /* path of the error file the worker wrote; NULL: none */
 	char *message;	  /* what the traceback line shows */
 	char *error_json; /* the error file as read, for the parent's error file */
+	bool error_big;	  /* error_file is this node's, too large to read: copied as is */
 	char *host;	  /* where it ran, when not the report's host; NULL: that host */
 	/* What shows the cause when the error file does not (report_cause.c). */
 	char *tail;	   /* its last stderr lines, cleaned; NULL: not known */
@@ -132,6 +133,7 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 
 /* Copy the root cause's error file to path (ddprun's own TORCHELASTIC_ERROR_FILE
  * when an outer launcher set one), adding message.errorCode like torchrun.
+ * root must be this node's own (another node's error file is not here).
  * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is, up to
  * REPORT_MAX_COPY (-EFBIG above); nothing is written when the worker wrote no
  * error file. path may be any file (a FIFO nobody reads: -ENXIO; one whose

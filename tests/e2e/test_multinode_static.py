@@ -4,6 +4,7 @@ on this machine on loopback: ranks in node-rank order with each node's own
 the node; a failure anywhere stops (or, with restarts left, restarts) every
 node, whose workers find the last attempt's keys gone from the store; a lost
 agent or store stops the others; the exit barrier."""
+import json
 import os
 import signal
 import socket
@@ -470,3 +471,27 @@ def test_a_program_missing_on_the_store_host_still_tells_a_late_node(reaper, tmp
     for a in (a1, bad):
         assert a.wait() == 127, a.stderr()
     assert "/nonexistent/prog: command not found (on host " in a1.stderr()
+
+
+@pytest.mark.parametrize("failing_node", [0, 1])
+def test_each_nodes_error_file_gets_only_a_root_cause_that_ran_there(reaper, tmp_path,
+                                                                       failing_node):
+    """Each agent's own TORCHELASTIC_ERROR_FILE (an outer launcher's, per
+    node) gets the root cause's error report with errorCode when that rank ran
+    on its node. Node 0 reports for the whole job, and copied the path of node
+    1's error file from its own host: another node's file raw (a shared /tmp),
+    without errorCode, or a warning blaming its own file (separate hosts)."""
+    port = free_port()
+    script = (f'if [ "$GROUP_RANK" = {failing_node} ]; then printf \'{{"message": '
+              '{"message": "boom", "extraInfo": {"py_callstack": "", "timestamp": "1"}}}\' '
+              '> "$TORCHELASTIC_ERROR_FILE"; exit 5; fi; exec sleep 60')
+    parents = [tmp_path / f"parent{r}.json" for r in range(2)]
+    agents = [Agent(reaper, tmp_path, f"node{r}", node_args(2, r, port, 1, script),
+                    env=clean_env(TORCHELASTIC_ERROR_FILE=str(parents[r])))
+              for r in range(2)]
+    for a in agents:
+        assert a.wait(60) == 5, a.stderr()
+        assert "warning" not in a.stderr()
+    data = json.loads(parents[failing_node].read_text())
+    assert data["message"]["message"] == "boom" and data["message"]["errorCode"] == 5
+    assert not parents[1 - failing_node].exists()
