@@ -220,3 +220,70 @@ def test_single_rank_nodes_name_a_mismatch_inside_a_larger_node(reaper, tmp_path
     assert_named_on_every_node(outs, [1, 2, 1], "2", "count")
     for out in (outs[0], outs[2]):
         assert "on node 1 (ranks 1-2): mismatched" in out, out
+
+
+FINISHED = "finished (ddp_finalize) after 1 collective call"
+
+
+def test_one_node_a_rank_that_finalized_is_named_by_the_others(reaper, tmp_path):
+    """Rank 1 calls ddp_finalize after one all_reduce and lives on; ranks 0
+    and 2 make a second (an uneven last batch): they waited for DDP_TIMEOUT
+    (or for ever), or said "rank 1 exited" once it had. Now every one fails
+    at once naming it and its call count."""
+    agents, rcs = run_nodes(reaper, tmp_path, [3], "finish", "1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert "diverge finalized: 0" in out
+    assert returned == 0 and len(failed) == 2, out
+    for m in failed:
+        assert (f"rank 1 {FINISHED}, while this rank called all_reduce(1000 x float32, sum) "
+                "#1: the ranks made different numbers of calls") in m, out
+
+
+@pytest.mark.parametrize("nprocs,odd,node", [
+    ([2, 2], "2,3", 1), ([2, 2], "0,1", 0), ([2, 2, 1], "2,3", 1), ([2, 2, 1], "4", 2),
+    ([2, 2, 1], "0,1,4", 0)])
+def test_nodes_that_finalized_are_named_by_the_others(reaper, tmp_path, nprocs, odd, node):
+    """Whole nodes call ddp_finalize after one all_reduce while the others
+    make a second: the others said "the previous node's leader is gone";
+    now the finished node's leader leaves a record on the ring and every
+    rank still calling names it."""
+    agents, rcs = run_nodes(reaper, tmp_path, nprocs, "finish", odd)
+    outs = [a.stdout() + a.stderr() for a in agents]
+    oddset = {int(r) for r in odd.split(",")}
+    first = 0
+    for out, n in zip(outs, nprocs):
+        mine = set(range(first, first + n))
+        first += n
+        failed, returned = ends(out)
+        if mine <= oddset:
+            assert out.count("diverge finalized: 0") == n, out
+            continue
+        assert returned == 0 and len(failed) == n, out
+        for m in failed:
+            assert f"on node {node} (" in m and f"its ranks {FINISHED}: the nodes made " \
+                "different numbers of calls" in m and "gone" not in m, out
+    assert all(rc != 0 for rc in rcs), "\n".join(outs)
+
+
+def test_two_nodes_a_rank_that_finalized_inside_a_node_is_named_on_the_other(reaper, tmp_path):
+    """Rank 3 alone finalizes: node 1's shared segment names it, and the
+    reason goes round the ring to node 0."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], "finish", "3")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3], "\n".join(outs)
+    for out, n in zip(outs, [2, 1]):
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == n, out
+        assert all(f"rank 3 {FINISHED}" in m and "gone" not in m for m in failed), out
+    assert "on node 1 (ranks 2-3): rank 3 finished" in outs[0], outs[0]
+
+
+def test_ranks_that_all_finalize_alike_end_cleanly(reaper, tmp_path):
+    """Every rank finalizes after the same calls (the records go unread)."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2, 1], "op", "")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [0, 0, 0], "\n".join(outs)
+    for out, n in zip(outs, [2, 2, 1]):
+        assert ends(out) == ([], n), out

@@ -78,7 +78,10 @@
  *                                       bigroot (root, of 1 MiB), bigcount (all_reduce
  *                                       of 300000 floats, not 200000), bigsmall (8000,
  *                                       not 9000: the small path against the
- *                                       large). A rank whose
+ *                                       large), finish (ddp_finalize, print
+ *                                       "diverge finalized: RC", then live on for
+ *                                       60 s, SIGTERM unheld, while the rest
+ *                                       all_reduce). A rank whose
  *                                       call fails prints "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
  *                                       "diverge returned" and exits 0 (SIGTERM is held until then)
@@ -447,6 +450,16 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 		rc = ddp_broadcast(ctx, buf, 1000, odd ? root : 0);
 	else if (!strcmp(what, "skip"))
 		rc = odd ? ddp_barrier(ctx) : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
+	else if (!strcmp(what, "finish") && odd) {
+		/* Lives on after it (a program's other work): only the mark in
+		 * the shared segment or the ring's record can tell the others. */
+		rc = ddp_finalize(ctx);
+		fprintf(stderr, "diverge finalized: %d\n", rc);
+		sigprocmask(SIG_UNBLOCK, &term, NULL);
+		sleep(60);
+		exit(0);
+	} else if (!strcmp(what, "finish"))
+		rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
 	else if (!strcmp(what, "gather") || !strcmp(what, "bigroot") || !strcmp(what, "bigcount") ||
 		 !strcmp(what, "bigsmall"))
 		rc = diverge_big(ctx, what, odd, root);

@@ -160,7 +160,10 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
- * if ranks must leave together. Returns the first error met while draining
+ * if ranks must leave together; a peer still making a call after this one
+ * finalized fails at once naming it (the cpu backend: -EINVAL, "rank R
+ * finished (ddp_finalize) after N collective calls ..."). Returns the first
+ * error met while draining
  * (a failure some call returned already is not returned again: 0).
  * A reducer still alive loses its buckets: its calls then fail with -EINVAL
  * (ddp_reducer_grad: NULL) and ddp_reducer_destroy frees it. ddp_alloc blocks

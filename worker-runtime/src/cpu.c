@@ -74,6 +74,14 @@ void ddpi_cpu_close(struct ddpi_cpu *c)
 	free(c);
 }
 
+void ddpi_cpu_finish(struct ddpi_cpu *c)
+{
+	if (!c)
+		return;
+	ddpi_tcp_finish(c->tcp, c->ncalls);
+	ddpi_shm_finish(c->shm, c->ncalls);
+}
+
 /* A leader's failure must reach its node's ranks waiting in shared memory. */
 static int leader_fail(struct ddpi_cpu *c, int rc)
 {

@@ -270,6 +270,9 @@ struct store_client;
 int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t deadline,
 		  struct ddpi_cpu **out);
 void ddpi_cpu_close(struct ddpi_cpu *c);
+/* ddp_finalize, before close: peers still waiting on this rank for another
+ * call fail at once naming it (shm.h, tcp.h: ddpi_*_finish). */
+void ddpi_cpu_finish(struct ddpi_cpu *c);
 extern const struct ddpi_backend_ops ddpi_cpu_ops;
 
 /* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */

@@ -21,7 +21,7 @@
 #include "workenv.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   7
+#define SHM_VERSION   8
 #define HDR_BYTES     8192
 #define CTL_BYTES     448 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
@@ -47,6 +47,9 @@ struct shm_hdr {
 	int32_t ranks[DDPI_SHM_MAX_LOCAL];
 	/* Each rank's pid namespace: pids are only comparable inside one. */
 	uint64_t pidns[DDPI_SHM_MAX_LOCAL];
+	/* 0, or the collective calls a rank made + 1 once it called
+	 * ddp_finalize: a peer that waits on it for more has no partner. */
+	_Atomic uint32_t finished[DDPI_SHM_MAX_LOCAL];
 };
 
 struct shm_ctl {
@@ -410,6 +413,37 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 			      s->hdr->pids[q]);
 }
 
+/* Rank q called ddp_finalize after ncalls collective calls, and this one
+ * waits on it in another: the ranks made different numbers of calls (an
+ * uneven last batch), which would wait for the timeout, or for ever while
+ * q lives on. */
+static int finished_error(struct ddpi_shm *s, int q, uint32_t ncalls, const char *what)
+{
+	char mine[128];
+
+	if (s->outer)
+		ddpi_call_describe(s->outer, mine, sizeof(mine));
+	else
+		snprintf(mine, sizeof(mine), "%s", what);
+	ddpi_err(-EINVAL,
+		 "%s: rank %d finished (ddp_finalize) after %u collective call%s, while this rank "
+		 "called %s: the ranks made different numbers of calls",
+		 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s", mine);
+	ddpi_caused_by(-EINVAL, "rank %d finished after %u collective call%s", s->hdr->ranks[q],
+		       ncalls, ncalls == 1 ? "" : "s");
+	ddpi_shm_abort(s, ddp_errmsg());
+	return -EINVAL;
+}
+
+void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls)
+{
+	if (!s || atomic_load(&s->hdr->abort))
+		return;
+	atomic_store(&s->hdr->finished[s->me],
+		     (uint32_t)(ncalls < UINT32_MAX - 1 ? ncalls : UINT32_MAX - 1) + 1);
+	futex(&ctl_of(s, s->me)->seq, FUTEX_WAKE, INT_MAX, NULL);
+}
+
 static inline int reached(struct shm_ctl *c, uint32_t target)
 {
 	return (int32_t)(atomic_load_explicit(&c->seq, memory_order_acquire) - target) >= 0;
@@ -471,6 +505,10 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 			return 0;
 		if (atomic_load(&s->hdr->abort))
 			return abort_error(s, what);
+		/* Its last step is published before its mark: look once more. */
+		uint32_t fin = atomic_load(&s->hdr->finished[q]);
+		if (fin != 0 && (int32_t)(atomic_load(&c->seq) - target) < 0)
+			return finished_error(s, q, fin - 1, what);
 		now = util_now_ms();
 		if (now >= deadline) {
 			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for rank %d (pid %d)", what,

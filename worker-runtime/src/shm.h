@@ -188,6 +188,11 @@ void ddpi_shm_end(struct ddpi_shm *s);
  * theirs is the same origin, or this rank when it failed on its own. */
 void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
 
+/* This rank called ddp_finalize after ncalls collective calls: a peer still
+ * waiting on it for a step fails at once, naming it (-EINVAL), instead of
+ * waiting for the timeout. Nothing once a rank aborted. */
+void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls);
+
 /* Whether a local rank gave up on the current collective (the abort flag). */
 int ddpi_shm_aborted(const struct ddpi_shm *s);
 /* A rank's single-copy control (in its control line), and its pid. */

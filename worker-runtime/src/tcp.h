@@ -55,6 +55,12 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
  * neighbour is passed on instead of this node's own reason. Later ring
  * operations fail. */
 void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why);
+/* This node's ranks called ddp_finalize after ncalls collective calls: the
+ * same record, marked finished, so that a leader that makes another call
+ * fails at once naming this node (-EINVAL, the nodes made different numbers
+ * of calls) rather than "the leader is gone". Unread where every node
+ * finishes alike. Nothing after a failure (its record went already). */
+void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls);
 
 #pragma GCC visibility pop
 

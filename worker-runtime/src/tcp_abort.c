@@ -39,6 +39,7 @@ int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f)
 	t->why.from = from;
 	/* A code as libddp returns them (a negative errno or DDP_E*), else a peer's. */
 	t->why.code = f->call.dt > 0 && f->call.dt < 65536 ? -(int)f->call.dt : DDP_EPEER;
+	t->why.finished = f->call.op == 1;
 	t->why.len = (size_t)f->len;
 	return 0;
 }
@@ -56,7 +57,7 @@ int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what)
 	ddpi_tcp_node_ranks(t, t->why.from, rk, sizeof(rk));
 	return ddpi_tcp_leader_cause(
 		t, ddpi_err(t->why.code, "%s: on node %d (%s): %s", what, t->why.from, rk, text),
-		t->why.from, "failed");
+		t->why.from, t->why.finished ? "finished (ddp_finalize)" : "failed");
 }
 
 int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what)
@@ -121,9 +122,11 @@ void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why)
 		if (t->why.len > DDPI_TCP_ABORT_TEXT)
 			t->why.len = DDPI_TCP_ABORT_TEXT;
 	}
-	struct ddpi_tcp_frame f = {
-		.call = {.kind = DDPI_TCP_ABORT, .dt = (uint32_t)-t->why.code, .root = t->why.from},
-		.len = t->why.len};
+	struct ddpi_tcp_frame f = {.call = {.kind = DDPI_TCP_ABORT,
+					    .dt = (uint32_t)-t->why.code,
+					    .op = t->why.finished ? 1u : 0u,
+					    .root = t->why.from},
+				   .len = t->why.len};
 	struct iovec rec[2] = {{&f, sizeof(f)}, {t->why.text, t->why.len}};
 
 	if (t->right_fd >= 0 && t->at_frame && right_of(t) != t->why.from)
@@ -135,4 +138,18 @@ void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why)
 		shutdown(t->left_fd, SHUT_RDWR);
 	if (t->right_fd >= 0)
 		shutdown(t->right_fd, SHUT_RDWR);
+}
+
+void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls)
+{
+	char text[160];
+
+	if (!t || t->aborted || t->why.from >= 0)
+		return;
+	snprintf(text, sizeof(text),
+		 "its ranks finished (ddp_finalize) after %llu collective call%s: the nodes made "
+		 "different numbers of calls",
+		 (unsigned long long)ncalls, ncalls == 1 ? "" : "s");
+	t->why.finished = 1;
+	ddpi_tcp_abort(t, -EINVAL, text);
 }

@@ -17,8 +17,8 @@
  * small all_reduce's buffer; nothing for every other call). A frame whose
  * call.kind is DDPI_TCP_ABORT is an abort record instead (tcp_abort.c):
  * call.root is the node whose failure it reports, call.dt that failure's
- * code negated, and len bytes of its text (at most DDPI_TCP_ABORT_TEXT)
- * follow. */
+ * code negated, call.op 1 where that node finished instead (ddpi_tcp_finish),
+ * and len bytes of its text (at most DDPI_TCP_ABORT_TEXT) follow. */
 struct ddpi_tcp_frame {
 	struct ddpi_call call;
 	uint64_t len;
@@ -29,7 +29,8 @@ struct ddpi_tcp_frame {
 
 /* The failure an abort record reports. */
 struct ddpi_tcp_why {
-	int from; /* the node that failed (-1: no record read) */
+	int from;     /* the node that failed (-1: no record read) */
+	int finished; /* it did not fail: it called ddp_finalize (call.op 1) */
 	int code;
 	size_t len;
 	char text[DDPI_TCP_ABORT_TEXT + 1];
