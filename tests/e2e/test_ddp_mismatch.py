@@ -201,15 +201,44 @@ def test_two_nodes_a_mismatch_inside_one_node_is_named_on_the_other(reaper, tmp_
 
 
 @pytest.mark.parametrize("odd", ["3", "1", "5"], ids=["node1", "node0", "node2"])
-@pytest.mark.parametrize("case", ["count", "skip"])
+@pytest.mark.parametrize("case", ["count", "skip", "root", "bigcount", "gather"])
 def test_three_nodes_a_mismatch_inside_one_node_goes_round_the_ring(reaper, tmp_path, case, odd):
     """The same with three nodes of two ranks: the reason is passed on from
-    leader to leader (and back to the failed node's left, whose sends to it
-    fail once it has exited), so every node names it, whichever node it is."""
+    leader to leader, so every node names it, whichever node it is. A small
+    all_reduce (count, skip) and the calls that agree before their data
+    (a broadcast, a large all_reduce, an all_gather) read the record at
+    different places: the latter stopped it at the first leader, and the
+    next said "the previous node's leader is gone", naming a healthy node."""
     agents, rcs = run_nodes(reaper, tmp_path, [2, 2, 2], case, odd)
     outs = [a.stdout() + a.stderr() for a in agents]
     assert rcs == [3, 3, 3], "\n".join(outs)
     assert_named_on_every_node(outs, [2, 2, 2], odd, case)
+
+
+@pytest.mark.parametrize("case", ["count", "bigcount", "gather"])
+def test_four_nodes_a_mismatch_inside_one_node_goes_round_the_ring(reaper, tmp_path, case):
+    """Four nodes: the record goes through two leaders after the failed
+    node's right one before it comes back to its left."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2, 2, 2], case, "3")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3, 3, 3], "\n".join(outs)
+    assert_named_on_every_node(outs, [2, 2, 2, 2], "3", case)
+
+
+def test_three_nodes_a_mismatch_against_a_barrier_goes_round_the_ring(reaper, tmp_path):
+    """Every rank calls a barrier but rank 2 (node 1's leader), which
+    all_reduces: the other nodes agree on a barrier, and only node 1's
+    shared segment sees the mismatch."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2, 2], "skip", "0,1,3,4,5")
+    outs = [a.stdout() + a.stderr() for a in agents]
+    assert rcs == [3, 3, 3], "\n".join(outs)
+    for i, out in enumerate(outs):
+        failed, returned = ends(out)
+        assert returned == 0 and len(failed) == 2, out
+        for m in failed:
+            assert "mismatched collectives" in m and "gone" not in m, out
+            assert "barrier() #1" in m and "all_reduce(1000 x float32, sum) #1" in m, out
+            assert i == 1 or "on node 1 (ranks 2-3)" in m, out
 
 
 def test_single_rank_nodes_name_a_mismatch_inside_a_larger_node(reaper, tmp_path):

@@ -272,7 +272,7 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 static int abort_read(struct ddpi_tcp *t, const struct ddpi_tcp_frame *in, struct ioq *sq,
 		      int64_t deadline, const char *what)
 {
-	int rc = ddpi_tcp_why_begin(t, in);
+	int rc = ddpi_tcp_why_begin(t, in, what);
 	struct iovec v = {t->why.text, t->why.len};
 	struct ioq rq = {&v, 1, 0, 0};
 
@@ -355,8 +355,11 @@ int ddpi_tcp_agree(struct ddpi_tcp *t, const struct ddpi_call *mine, int64_t dea
 {
 	int rc = gather_calls(t, mine, NULL, 0, NULL, deadline, what);
 
-	/* A barrier's ring part ends here; every other call's data follows. */
-	t->at_frame = rc == 0 && mine->kind == DDPI_BARRIER;
+	/* A barrier's ring part ends here; every other call's data follows. A
+	 * failure leaves what abort_read set: a record read in the gather is
+	 * passed on after this node's whole frame. */
+	if (rc == 0)
+		t->at_frame = mine->kind == DDPI_BARRIER;
 	return rc;
 }
 

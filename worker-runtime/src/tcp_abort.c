@@ -26,14 +26,14 @@
 
 #define TCP_ABORT_WAIT_MS 1000 /* the most a record waits for room to be sent */
 
-int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f)
+int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f, const char *what)
 {
 	int from = f->call.root;
 
 	if (from < 0 || from >= t->nnodes || from == t->me || f->len > DDPI_TCP_ABORT_TEXT)
 		return ddpi_tcp_leader_cause(
 			t,
-			ddpi_err(-EPROTO, "tcp: a bad abort record (from node %d, %llu bytes)",
+			ddpi_err(-EPROTO, "%s: a bad abort record (from node %d, %llu bytes)", what,
 				 from, (unsigned long long)f->len),
 			left_of(t), "sent a bad frame");
 	t->why.from = from;
@@ -51,6 +51,8 @@ int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what)
 	char rk[96];
 
 	t->why.text[t->why.len] = '\0';
+	if (text[0] == '\0') /* a failure with no message: its code's */
+		text = ddp_strerror(t->why.code);
 	/* "all_reduce: on node 1 (ranks 2-3): mismatched ...", not "...: all_reduce: mismatched". */
 	if (!strncmp(text, what, wl) && !strncmp(text + wl, ": ", 2))
 		text += wl + 2;
@@ -77,7 +79,7 @@ int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what)
 	    in.f.len > DDPI_TCP_ABORT_TEXT || (size_t)n != sizeof(in.f) + in.f.len ||
 	    in.f.call.root < 0 || in.f.call.root >= t->nnodes || in.f.call.root == t->me)
 		return rc;
-	ddpi_tcp_why_begin(t, &in.f);
+	ddpi_tcp_why_begin(t, &in.f, what);
 	memcpy(t->why.text, in.text, t->why.len);
 	return ddpi_tcp_why_fail(t, what);
 }

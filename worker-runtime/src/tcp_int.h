@@ -48,8 +48,9 @@ struct ddpi_tcp {
 	char cc[2][16]; /* congestion control for small and large calls */
 	int cc_now;	/* which of them the sockets have (-1: the host's, left alone) */
 	/* The next bytes this leader sends to the right start a frame (between
-	 * calls, or between two steps of the calls' gather): only then may an
-	 * abort record follow, for there the next leader reads a frame. */
+	 * calls, or once abort_read has sent this node's whole frame of the
+	 * calls' gather): only then may an abort record follow, for there the
+	 * next leader reads a frame. */
 	int at_frame;
 	int aborted;		 /* ddpi_tcp_abort ran */
 	struct ddpi_tcp_why why; /* the abort record read, to pass on */
@@ -80,7 +81,7 @@ void ddpi_tcp_node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len)
 /* An abort record's header f came from the left in place of a call: checks
  * it (-EPROTO, naming the left leader) and notes whose failure it reports;
  * its text, f->len bytes, goes to t->why.text. */
-int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f);
+int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f, const char *what);
 /* The record's text is in: the call (what) fails with its reason, this
  * node's ranks told which node failed and why. Returns its code. */
 int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what);
