@@ -76,6 +76,9 @@ struct cli_opts {
 	const char *rdzv_backend;
 	const char *rdzv_endpoint;
 	const char *rdzv_id;
+	/* No --rdzv-id, one node, no port or rendezvous given: a fresh uuid4
+	 * run id, as torchrun 2.11+ (job_resolve makes it, as --standalone's). */
+	bool random_run_id;
 	const char *rdzv_conf;
 	struct rdzv_conf rdzv; /* rdzv_conf parsed over ddprun's defaults */
 	bool standalone;

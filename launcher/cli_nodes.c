@@ -113,6 +113,13 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 
 	if (rc != 0)
 		return rc;
+	/* torchrun 2.11+ runs a single node given no port and no rendezvous
+	 * as --standalone (pytorch#175699): its run id is a fresh uuid4, which
+	 * scripts take for a unique job name (1.13 and 2.6 said "none"). A
+	 * free port ddprun takes there already. An explicit id stays. */
+	o->random_run_id = !g->rdzv_id && !o->slurm_rdzv_id && !o->standalone &&
+			   o->max_nodes == 1 && strcmp(o->rdzv_backend, "static") == 0 &&
+			   o->rdzv_endpoint[0] == '\0' && !o->master_port_given;
 	if (o->standalone && o->max_nodes > 1) {
 		snprintf(err, errlen,
 			 "--standalone runs a single node (--nnodes %d:%d asks for more: use "

@@ -14,20 +14,43 @@
 #include "numa.h"
 #include "workenv.h"
 
-/* torchrun --standalone: a random run id (uuid4 there, 32 hex digits here);
- * also the shared-memory nonce (len - 1 hex digits, at most 32). */
-static void random_hex(char *buf, size_t len)
+static void random_bytes(unsigned char r[16])
 {
-	unsigned char r[16] = {0};
-	size_t i;
-
-	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r)) {
+	memset(r, 0, 16);
+	if (getrandom(r, 16, 0) != 16) {
 		unsigned long x = (unsigned long)getpid() ^ (unsigned long)time(NULL);
 
-		memcpy(r, &x, sizeof(x) < sizeof(r) ? sizeof(x) : sizeof(r));
+		memcpy(r, &x, sizeof(x) < 16 ? sizeof(x) : 16);
 	}
+}
+
+/* The shared-memory nonce: len - 1 hex digits, at most 32. */
+static void random_hex(char *buf, size_t len)
+{
+	unsigned char r[16];
+	size_t i;
+
+	random_bytes(r);
 	for (i = 0; i < sizeof(r) && 2 * i + 2 < len; i++)
 		snprintf(buf + 2 * i, 3, "%02x", r[i]);
+}
+
+/* torchrun's random run id, str(uuid.uuid4()): 36 characters, version 4,
+ * RFC 4122 variant ("8c3f...-...-4...-[89ab]...-..."). buf: at least 37. */
+static void random_uuid4(char *buf)
+{
+	unsigned char r[16];
+	size_t i, k = 0;
+
+	random_bytes(r);
+	r[6] = (unsigned char)((r[6] & 0x0f) | 0x40);
+	r[8] = (unsigned char)((r[8] & 0x3f) | 0x80);
+	for (i = 0; i < sizeof(r); i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			buf[k++] = '-';
+		snprintf(buf + k, 3, "%02x", r[i]);
+		k += 2;
+	}
 }
 
 /* --numa-binding: each worker's CPUs, or NULL (not asked, or one warning
@@ -133,8 +156,8 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	int i, rc;
 
 	job_from_opts(j, o, getenv_fn);
-	if (o->standalone) {
-		random_hex(j->run_id_buf, sizeof(j->run_id_buf));
+	if (o->standalone || o->random_run_id) {
+		random_uuid4(j->run_id_buf);
 		o->rdzv_id = j->run_id = j->run_id_buf;
 	}
 	gethostname(j->hostname, sizeof(j->hostname) - 1);

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, binary, prog, run
+from conftest import REPO, binary, free_port, prog, run
 
 
 @pytest.fixture(autouse=True)
@@ -128,6 +128,33 @@ def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
     lines = sorted(r.stdout.splitlines())
     assert [ln.rsplit(" ", 1)[0] for ln in lines] == ["0 2 1 job7", "1 2 1 job7"], r.stdout
     assert {ln.rsplit(" ", 1)[1] for ln in lines} != {"0"}, r.stdout
+
+
+UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def run_ids(*args, env=None):
+    r = ddprun(*args, "--nproc-per-node", "2", "sh", "-c", 'echo "$TORCHELASTIC_RUN_ID"',
+               env=env)
+    assert r.returncode == 0 and r.stderr == "", r
+    ids = set(r.stdout.split())
+    assert len(ids) == 1, r.stdout
+    return ids.pop()
+
+
+def test_a_single_node_with_no_port_gets_a_fresh_uuid_run_id_as_torchrun_2():
+    """torchrun 2.11+ runs one node given no port and no rendezvous as
+    --standalone, with str(uuid.uuid4()) for its run id (the log directory's
+    name too); ddprun said "none", so two jobs' scripts that name their
+    output by the run id collided."""
+    first, second = run_ids(), run_ids("--nnodes", "1")
+    assert UUID4.match(first) and UUID4.match(second) and first != second
+    assert UUID4.match(run_ids("--standalone", "--rdzv-id", "x"))  # as torchrun's
+    # A port or a rendezvous given keeps torchrun 1.x's default; an id given stays.
+    assert run_ids("--master-port", str(free_port())) == "none"
+    assert run_ids(env={"PET_MASTER_PORT": str(free_port())}) == "none"
+    assert run_ids("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0") == "none"
+    assert run_ids("--rdzv-id", "job7") == "job7"
 
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).

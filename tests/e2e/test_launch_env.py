@@ -89,7 +89,9 @@ def test_error_files_follow_torchruns_layout_with_a_log_dir(tmp_path, pet):
         envs = worker_envs(out, ["--nproc-per-node", "2", "--log-dir", str(logs)], base_env())
     for lr, e in envs.items():
         f = e["TORCHELASTIC_ERROR_FILE"]
-        assert f.startswith(str(logs) + "/none_") and f.endswith(f"/attempt_0/{lr}/error.json")
+        # <run id>_<random>: the run id is torchrun 2.11+'s fresh uuid4 here
+        assert f.startswith(str(logs) + "/" + e["TORCHELASTIC_RUN_ID"] + "_")
+        assert f.endswith(f"/attempt_0/{lr}/error.json")
         assert os.path.isdir(os.path.dirname(f))
 
 

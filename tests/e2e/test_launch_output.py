@@ -139,7 +139,7 @@ def test_logs_are_named_only_when_this_node_writes_some(tmp_path, maps, logs):
     assert os.path.isfile(os.path.join(d, "attempt_0", logs)), d
 
 
-def run_dir(logdir, run_id="none"):
+def run_dir(logdir, run_id="*"):
     dirs = glob.glob(os.path.join(logdir, f"{run_id}_*"))
     assert len(dirs) == 1, dirs
     return dirs[0]

@@ -86,6 +86,7 @@ static void test_defaults_are_torchruns(void **state)
 	assert_false(o.master_port_given);
 	assert_string_equal(o.rdzv_backend, "static");
 	assert_string_equal(o.rdzv_id, "none");
+	assert_true(o.random_run_id); /* one node, no port: torchrun 2.11+'s uuid4 */
 	assert_string_equal(o.role, "default");
 	assert_int_equal(o.max_restarts, 0);
 	assert_int_equal(o.monitor_interval_ms, 100);
