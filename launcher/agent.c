@@ -128,12 +128,17 @@ static void mark_killed(struct agent *a)
 	}
 }
 
+static int update_groups(struct agent *a);
+
 static void on_kill_timer(uv_timer_t *t)
 {
 	struct agent *a = t->data;
 	int i;
 
 	a->kill_timer_on = false;
+	/* Groups emptied while another worker still ran were never looked at
+	 * (check_progress does once none runs): not "processes left". */
+	update_groups(a);
 	for (i = 0; i < a->job->nproc; i++) {
 		struct agent_worker *w = &a->w[i];
 

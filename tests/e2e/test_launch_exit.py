@@ -74,10 +74,29 @@ def test_fail_fast_stops_siblings_that_ignore_sigterm(tmp_path):
     r = ddprun("--nproc-per-node", "4", "--shutdown-timeout", "1", "sh", "-c", script,
                timeout=60)
     assert r.returncode == 3
-    assert "did not stop within the shutdown timeout: SIGKILL" in r.stderr
     for rank in (1, 2, 3):
         pid = int((tmp_path / f"pid.{rank}").read_text())
+        assert (f"worker {rank} (pid {pid}) did not stop within the shutdown timeout: "
+                "SIGKILL") in r.stderr
         wait_for(lambda: not pid_alive(pid), timeout=10, what=f"rank {rank} gone")
+    # Rank 0 left nothing: its group, emptied while the others ran, was
+    # still counted, and "processes left by worker 0" sent users looking.
+    assert "processes left by worker" not in r.stderr, r.stderr
+
+
+def test_what_a_failed_worker_left_that_ignores_sigterm_is_named_and_killed(tmp_path):
+    """The other side: rank 0 exits 3 leaving a child that ignores SIGTERM."""
+    script = (f'cd {tmp_path}; if [ "$RANK" = 0 ]; then (trap "" TERM; exec sh -c '
+              '\'echo $$ > kid.tmp; mv kid.tmp kid; exec sleep 1000\') & '
+              'while [ ! -e kid ]; do sleep 0.01; done; exit 3; fi; exec sleep 1000')
+    r = ddprun("--nproc-per-node", "2", "--shutdown-timeout", "1", "sh", "-c", script,
+               timeout=60)
+    assert r.returncode == 3
+    assert ("processes left by worker 0 did not stop within the shutdown timeout: SIGKILL"
+            in r.stderr), r.stderr
+    assert "worker 1 (pid" not in r.stderr, r.stderr
+    kid = int((tmp_path / "kid").read_text())
+    wait_for(lambda: not pid_alive(kid), timeout=10, what="rank 0's child gone")
     others, root = report(r.stderr)
     assert root[0][1] == "0" and others == []
 
