@@ -247,10 +247,15 @@ static void on_connect_wait(uv_timer_t *t)
 	else if (c->server != NULL) /* its own store silent for seconds: say over what */
 		snprintf(why, sizeof(why), ", though this agent hosts it (over %s)",
 			 store_server_io(c->server));
+	/* A node that failed before it started only waits a while to tell the
+	 * others (COORD_BAD_RANK_CONNECT_MS), not join_timeout. */
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "
-		  "retrying for up to %.0f s more (join_timeout)",
+		  "retrying for up to %.0f s more (%s)",
 		  c->store_host, c->store_port, host_source(c), why,
-		  left > 0 ? (double)left / 1000.0 : 0.0);
+		  left > 0 ? (double)left / 1000.0 : 0.0,
+		  c->connect_timeout_ms < c->conf->join_timeout_ms
+			  ? "only to tell the other nodes of this node's error"
+			  : "join_timeout");
 }
 
 /* A dynamic agent that found the endpoint's port taken here became a client

@@ -132,6 +132,18 @@ def test_a_node_rank_out_of_range_with_no_store_is_still_a_usage_error():
     assert "could not tell the other nodes" in r.stderr
 
 
+def test_a_bad_node_waiting_only_to_tell_the_others_says_so(reaper, tmp_path):
+    """Its wait is 30 s, not join_timeout's 600: the lines said
+    "(join_timeout)" all the same."""
+    a = Agent(reaper, tmp_path, "bad", ["--nnodes", "2", "--node-rank", "5", "--master-addr",
+                                        "127.0.0.1", "--master-port", str(free_port()), "true"])
+    wait_for(lambda: "nothing answers there yet" in a.stderr(), timeout=30, what="the wait said")
+    assert ("retrying for up to" in a.stderr() and
+            "s more (only to tell the other nodes of this node's error)" in a.stderr()), a.stderr()
+    a.signal(signal.SIGTERM)
+    a.wait()
+
+
 # Until the test makes $OUT/go (bounded: a minute).
 UNTIL_GO = ('echo "hi $RANK"; i=0; while [ ! -e "$OUT/go" ] && [ $i -lt 1200 ]; do sleep 0.05; '
             'i=$((i+1)); done; echo "bye $RANK"')
