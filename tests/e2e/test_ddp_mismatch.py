@@ -36,6 +36,11 @@ def ends(text):
     return failed, len(re.findall(r"^diverge returned$", text, re.M))
 
 
+def codes(outs):
+    """Every failed rank's return code, from every node's output."""
+    return [int(c) for out in outs for c in re.findall(r"^diverge rc: (-?\d+)$", out, re.M)]
+
+
 def run_nodes(reaper, tmp_path, nprocs, case, odd, **extra):
     port = free_port()
     env = clean_env(DDP_BACKEND="cpu", DDP_QUIET="1", DDP_TIMEOUT="120", **extra)
@@ -60,6 +65,9 @@ def test_one_node_every_rank_fails_naming_both_sides(reaper, tmp_path, case):
     odd, even = CASES[case]
     assert any(f"rank 1 called {odd}" in m for m in failed), out
     assert all("mismatched collectives" in m for m in failed), out
+    # The program's calls disagree: every rank's error (-EINVAL), not only
+    # the first to see it; the others said DDP_EPEER ("rank 0 failed").
+    assert codes([out]) == [-22] * 3, out
 
 
 def test_one_node_a_rank_that_wrongly_believes_it_is_the_root_is_caught(reaper, tmp_path):
@@ -213,6 +221,7 @@ def test_three_nodes_a_mismatch_inside_one_node_goes_round_the_ring(reaper, tmp_
     outs = [a.stdout() + a.stderr() for a in agents]
     assert rcs == [3, 3, 3], "\n".join(outs)
     assert_named_on_every_node(outs, [2, 2, 2], odd, case)
+    assert codes(outs) == [-22] * 6, "\n".join(outs)
 
 
 @pytest.mark.parametrize("case", ["count", "bigcount", "gather"])
@@ -268,6 +277,7 @@ def test_one_node_a_rank_that_finalized_is_named_by_the_others(reaper, tmp_path)
     for m in failed:
         assert (f"rank 1 {FINISHED}, while this rank called all_reduce(1000 x float32, sum) "
                 "#1: the ranks made different numbers of calls") in m, out
+    assert codes([out]) == [-22, -22], out
 
 
 @pytest.mark.parametrize("nprocs,odd,node", [
@@ -294,6 +304,7 @@ def test_nodes_that_finalized_are_named_by_the_others(reaper, tmp_path, nprocs, 
             assert f"on node {node} (" in m and f"its ranks {FINISHED}: the nodes made " \
                 "different numbers of calls" in m and "gone" not in m, out
     assert all(rc != 0 for rc in rcs), "\n".join(outs)
+    assert set(codes(outs)) == {-22}, "\n".join(outs)
 
 
 def test_two_nodes_a_rank_that_finalized_inside_a_node_is_named_on_the_other(reaper, tmp_path):
@@ -307,6 +318,7 @@ def test_two_nodes_a_rank_that_finalized_inside_a_node_is_named_on_the_other(rea
         assert returned == 0 and len(failed) == n, out
         assert all(f"rank 3 {FINISHED}" in m and "gone" not in m for m in failed), out
     assert "on node 1 (ranks 2-3): rank 3 finished" in outs[0], outs[0]
+    assert codes(outs) == [-22] * 3, "\n".join(outs)
 
 
 def test_ranks_that_all_finalize_alike_end_cleanly(reaper, tmp_path):

@@ -82,7 +82,8 @@
  *                                       "diverge finalized: RC", then live on for
  *                                       60 s, SIGTERM unheld, while the rest
  *                                       all_reduce). A rank whose
- *                                       call fails prints "diverge failed: ERROR" and
+ *                                       call fails prints "diverge rc: RC" and
+ *                                       "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
  *                                       "diverge returned" and exits 0 (SIGTERM is held until then)
  * Without --spawn it takes its identity from the environment (ddprun, or a test
@@ -466,7 +467,7 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 	else
 		ddp_fatal(ctx, "diverge: unknown case '%s'", what);
 	if (rc < 0) {
-		fprintf(stderr, "diverge failed: %s\n", ddp_errmsg());
+		fprintf(stderr, "diverge rc: %d\ndiverge failed: %s\n", rc, ddp_errmsg());
 		exit(3);
 	}
 	fprintf(stderr, "diverge returned\n");

@@ -47,7 +47,7 @@ int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t de
 			rc = ddpi_tcp_open(env, c->pos, sc, deadline, &c->tcp);
 		if (rc < 0) {
 			if (c->shm)
-				ddpi_shm_abort(c->shm, ddp_errmsg());
+				ddpi_shm_abort(c->shm, rc, ddp_errmsg());
 			goto fail;
 		}
 	}
@@ -86,7 +86,7 @@ void ddpi_cpu_finish(struct ddpi_cpu *c)
 static int leader_fail(struct ddpi_cpu *c, int rc)
 {
 	if (c->shm)
-		ddpi_shm_abort(c->shm, ddp_errmsg());
+		ddpi_shm_abort(c->shm, rc, ddp_errmsg());
 	return rc;
 }
 

@@ -41,6 +41,7 @@ struct shm_hdr {
 	int32_t creator_pid;
 	_Atomic uint32_t attached;
 	_Atomic uint32_t abort; /* 0, or the failing local rank + 1 */
+	int32_t abort_code;	/* its failure's code (written before abort is) */
 	char abort_msg[256];
 	char abort_cause[160]; /* the failing rank's own cause ("": its own failure) */
 	int32_t pids[DDPI_SHM_MAX_LOCAL];
@@ -319,7 +320,7 @@ int ddpi_shm_open(const struct ddp_env *env, int64_t deadline, struct ddpi_shm *
 	atomic_fetch_add(&s->hdr->attached, 1);
 	rc = wait_attached(s, deadline);
 	if (rc < 0) {
-		ddpi_shm_abort(s, ddp_errmsg());
+		ddpi_shm_abort(s, rc, ddp_errmsg());
 		goto fail;
 	}
 	/* Everyone has it mapped: the name is no longer needed. */
@@ -392,7 +393,7 @@ uint32_t ddpi_shm_publish(struct ddpi_shm *s)
 static int abort_error(struct ddpi_shm *s, const char *what)
 {
 	uint32_t who = atomic_load(&s->hdr->abort);
-	int q;
+	int q, code;
 
 	/* The aborting rank is still writing its message: give it a moment. */
 	for (int i = 0; i < 1000 && (who & ABORT_CLAIMED); i++) {
@@ -400,17 +401,20 @@ static int abort_error(struct ddpi_shm *s, const char *what)
 		who = atomic_load(&s->hdr->abort);
 	}
 	q = (int)(who & ~ABORT_CLAIMED) - 1;
+	/* The program's calls that disagree (a mismatch, a rank that finalized)
+	 * are every rank's error: -EINVAL everywhere; any other failure is the
+	 * peer's, DDP_EPEER here. */
+	code = s->hdr->abort_code == -EINVAL ? -EINVAL : DDP_EPEER;
 	if (q < 0 || q >= s->lws)
 		return ddpi_caused_by(
-			ddpi_err(DDP_EPEER, "%s: a local rank failed: %s", what, s->hdr->abort_msg),
+			ddpi_err(code, "%s: a local rank failed: %s", what, s->hdr->abort_msg),
 			"a local rank failed");
-	ddpi_err(DDP_EPEER, "%s: rank %d failed: %s", what, s->hdr->ranks[q], s->hdr->abort_msg);
+	ddpi_err(code, "%s: rank %d failed: %s", what, s->hdr->ranks[q], s->hdr->abort_msg);
 	/* What made that rank fail made this one fail: name the origin. */
 	if (s->hdr->abort_cause[0])
-		return ddpi_caused_by(DDP_EPEER, "%.*s", (int)sizeof(s->hdr->abort_cause) - 1,
+		return ddpi_caused_by(code, "%.*s", (int)sizeof(s->hdr->abort_cause) - 1,
 				      s->hdr->abort_cause);
-	return ddpi_caused_by(DDP_EPEER, "rank %d (pid %d) failed", s->hdr->ranks[q],
-			      s->hdr->pids[q]);
+	return ddpi_caused_by(code, "rank %d (pid %d) failed", s->hdr->ranks[q], s->hdr->pids[q]);
 }
 
 /* Rank q called ddp_finalize after ncalls collective calls, and this one
@@ -431,7 +435,7 @@ static int finished_error(struct ddpi_shm *s, int q, uint32_t ncalls, const char
 		 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s", mine);
 	ddpi_caused_by(-EINVAL, "rank %d finished after %u collective call%s", s->hdr->ranks[q],
 		       ncalls, ncalls == 1 ? "" : "s");
-	ddpi_shm_abort(s, ddp_errmsg());
+	ddpi_shm_abort(s, -EINVAL, ddp_errmsg());
 	return -EINVAL;
 }
 
@@ -515,7 +519,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 				 s->hdr->ranks[q], s->hdr->pids[q]);
 			ddpi_caused_by(-ETIMEDOUT, "rank %d (pid %d) timed out", s->hdr->ranks[q],
 				       s->hdr->pids[q]);
-			ddpi_shm_abort(s, ddp_errmsg());
+			ddpi_shm_abort(s, -ETIMEDOUT, ddp_errmsg());
 			return -ETIMEDOUT;
 		}
 		/* Liveness costs four syscalls: look at most every 100 ms. */
@@ -527,7 +531,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 					 s->hdr->ranks[q], s->hdr->pids[q]);
 				ddpi_caused_by(DDP_EPEER, "rank %d (pid %d) exited",
 					       s->hdr->ranks[q], s->hdr->pids[q]);
-				ddpi_shm_abort(s, ddp_errmsg());
+				ddpi_shm_abort(s, DDP_EPEER, ddp_errmsg());
 				return DDP_EPEER;
 			}
 			s->next_check = now + 100;
@@ -577,12 +581,13 @@ void ddpi_shm_release_slot(struct ddpi_shm *s, int slot)
 	ddpi_shm_hold_slot(s, slot, s->seq + 1);
 }
 
-void ddpi_shm_abort(struct ddpi_shm *s, const char *msg)
+void ddpi_shm_abort(struct ddpi_shm *s, int code, const char *msg)
 {
 	uint32_t zero = 0, me = (uint32_t)s->me + 1;
 
 	/* Claim (high bit set), write the message, then publish it. */
 	if (atomic_compare_exchange_strong(&s->hdr->abort, &zero, me | ABORT_CLAIMED)) {
+		s->hdr->abort_code = code;
 		snprintf(s->hdr->abort_msg, sizeof(s->hdr->abort_msg), "%s", msg);
 		snprintf(s->hdr->abort_cause, sizeof(s->hdr->abort_cause), "%s", ddpi_cause());
 		atomic_store(&s->hdr->abort, me);
@@ -654,7 +659,7 @@ int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what)
 			"%s: mismatched collectives: rank %d is still in an earlier one (different "
 			"sizes, or a call missing on some rank)",
 			what, s->hdr->ranks[q]);
-		ddpi_shm_abort(s, ddp_errmsg());
+		ddpi_shm_abort(s, -EINVAL, ddp_errmsg());
 		return -EINVAL;
 	}
 	if (!memcmp(mine, &theirs, sizeof(*mine)))
@@ -663,6 +668,6 @@ int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what)
 	describe(s, mine, b, sizeof(b));
 	ddpi_err(-EINVAL, "%s: mismatched collectives: rank %d called %s while rank %d called %s",
 		 what, s->hdr->ranks[q], a, s->hdr->ranks[s->me], b);
-	ddpi_shm_abort(s, ddp_errmsg());
+	ddpi_shm_abort(s, -EINVAL, ddp_errmsg());
 	return -EINVAL;
 }

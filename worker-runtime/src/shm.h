@@ -183,10 +183,11 @@ int ddpi_shm_check(struct ddpi_shm *s, int q, const char *what);
 int ddpi_shm_check_all(struct ddpi_shm *s, const char *what);
 int ddpi_shm_sync_all(struct ddpi_shm *s, int64_t deadline, const char *what);
 void ddpi_shm_end(struct ddpi_shm *s);
-/* Tell every local rank that this one failed (they stop waiting at once,
- * DDP_EPEER). The calling thread's current cause (ddpi_cause) goes along:
- * theirs is the same origin, or this rank when it failed on its own. */
-void ddpi_shm_abort(struct ddpi_shm *s, const char *msg);
+/* Tell every local rank that this one failed with code (they stop waiting
+ * at once, DDP_EPEER; -EINVAL where code is: calls that disagree are every
+ * rank's error). The calling thread's current cause (ddpi_cause) goes
+ * along: theirs is the same origin, or this rank when it failed on its own. */
+void ddpi_shm_abort(struct ddpi_shm *s, int code, const char *msg);
 
 /* This rank called ddp_finalize after ncalls collective calls: a peer still
  * waiting on it for a step fails at once, naming it (-EINVAL), instead of
