@@ -546,8 +546,13 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	for (i = 0; i < a->nfailures; i++)
 		if (a->failures[i].error_file != NULL || a->failures[i].log_file != NULL)
 			a->keep_logdir = true;
-	if (a->cfg.parent_error_file == NULL || (mine = own_failure(a, &e[root])) == NULL)
+	if (a->cfg.parent_error_file == NULL || a->nfailures == 0)
 		return;
+	/* The job's root cause if it ran here, else this node's first failure,
+	 * as each of torchrun's agents writes its own. */
+	mine = own_failure(a, &e[root]);
+	if (mine == NULL)
+		mine = &a->failures[report_root_cause(a->failures, a->nfailures)];
 	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
 		char why[80];
 		struct stat st;

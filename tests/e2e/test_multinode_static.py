@@ -507,3 +507,30 @@ def test_each_nodes_error_file_gets_only_a_root_cause_that_ran_there(reaper, tmp
     data = json.loads(parents[failing_node].read_text())
     assert data["message"]["message"] == "boom" and data["message"]["errorCode"] == 5
     assert not parents[1 - failing_node].exists()
+
+
+def test_node_0_writes_its_own_failure_when_the_root_cause_ran_elsewhere(reaper, tmp_path):
+    """Both nodes' workers fail, node 1's first (the job's root cause): node
+    0's error file got nothing, though one of its workers failed with an
+    error file of its own (torchrun's agent there writes its own)."""
+    port = free_port()
+    report = ('printf \'{"message": {"message": "boom%s", "extraInfo": {"py_callstack": "", '
+              '"timestamp": "1"}}}\' "$GROUP_RANK" > "$TORCHELASTIC_ERROR_FILE"; ')
+    script = (f'if [ "$GROUP_RANK" = 0 ]; then {report} trap "exit 5" TERM; '
+              'while :; do sleep 0.05; done; fi; '
+              f'while [ ! -e "{tmp_path}/go" ]; do sleep 0.02; done; {report} exit 3')
+    parents = [tmp_path / f"parent{r}.json" for r in range(2)]
+    agents = [Agent(reaper, tmp_path, f"node{r}", node_args(2, r, port, 1, script),
+                    env=clean_env(TORCHELASTIC_ERROR_FILE=str(parents[r])))
+              for r in range(2)]
+    # node 0's worker has written its error file before node 1's fails
+    wait_for(lambda: len(list((tmp_path / "tmpdir").rglob("*error.json"))) >= 1, timeout=30,
+             what="node 0's error file")
+    (tmp_path / "go").write_text("")
+    for a in agents:
+        assert a.wait(60) == 3, a.stderr()
+    assert "root cause (first observed failure): rank 1" in agents[0].stderr() or \
+        "rank      : 1 (local_rank: 0)" in agents[0].stderr(), agents[0].stderr()
+    mine = [json.loads(p.read_text())["message"] for p in parents]
+    assert mine[1]["message"] == "boom1" and mine[1]["errorCode"] == 3
+    assert mine[0]["message"] == "boom0", mine[0]
