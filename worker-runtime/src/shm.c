@@ -429,10 +429,12 @@ static int finished_error(struct ddpi_shm *s, int q, uint32_t ncalls, const char
 		ddpi_call_describe(s->outer, mine, sizeof(mine));
 	else
 		snprintf(mine, sizeof(mine), "%s", what);
+	/* "rank R", not "this rank": the text goes round the ring to other nodes. */
 	ddpi_err(-EINVAL,
-		 "%s: rank %d finished (ddp_finalize) after %u collective call%s, while this rank "
+		 "%s: rank %d finished (ddp_finalize) after %u collective call%s, while rank %d "
 		 "called %s: the ranks made different numbers of calls",
-		 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s", mine);
+		 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s", s->hdr->ranks[s->me],
+		 mine);
 	ddpi_caused_by(-EINVAL, "rank %d finished after %u collective call%s", s->hdr->ranks[q],
 		       ncalls, ncalls == 1 ? "" : "s");
 	ddpi_shm_abort(s, -EINVAL, ddp_errmsg());
