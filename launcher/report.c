@@ -410,21 +410,13 @@ static int open_parent_file(const char *path)
 	return fd < 0 ? -errno : fd;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* Writes it all, as fast as the reader takes it, but gives up (-ETIMEDOUT)
  * once REPORT_PARENT_STALL_MS pass without a byte taken: a FIFO whose
  * reader never reads, a terminal stopped by ^S, would hold ddprun (its
  * exit, its signals) for ever. */
 static int write_parent(int fd, const char *p, size_t len)
 {
-	int64_t deadline = now_ms() + REPORT_PARENT_STALL_MS;
+	int64_t deadline = util_now_ms() + REPORT_PARENT_STALL_MS;
 
 	while (len > 0) {
 		ssize_t n = write(fd, p, len);
@@ -434,12 +426,12 @@ static int write_parent(int fd, const char *p, size_t len)
 		if (n > 0) {
 			p += n;
 			len -= (size_t)n;
-			deadline = now_ms() + REPORT_PARENT_STALL_MS;
+			deadline = util_now_ms() + REPORT_PARENT_STALL_MS;
 			continue;
 		}
 		if (n < 0 && errno != EAGAIN && errno != EINTR)
 			return -errno;
-		left = deadline - now_ms();
+		left = deadline - util_now_ms();
 		if (left <= 0)
 			return -ETIMEDOUT;
 		if (poll(&pfd, 1, (int)left) < 0 && errno != EINTR)
