@@ -122,8 +122,8 @@ INC_worker-runtime := -Iworker-runtime/include -Iworker-runtime/src -Irendezvous
 INC_public := -Iworker-runtime/include
 PARTS := rendezvous cli launcher worker-runtime public
 # The test programs that call libddp's internals (the bucket planner, the
-# store client) rather than only ddp.h.
-PROG_INTERNAL_NAMES := ddp_compat ddp_hello
+# store client, the TCP ring's frames) rather than only ddp.h.
+PROG_INTERNAL_NAMES := ddp_badframe ddp_compat ddp_hello
 # $(call part_of,FILE): the part a source file belongs to.
 part_of = $(firstword \
 	$(if $(filter rendezvous/cli/%,$(1)),cli) \

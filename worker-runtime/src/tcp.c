@@ -264,6 +264,19 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 	return ddpi_err(-EINVAL, "%s: mismatched collectives across nodes: %s", what, msg);
 }
 
+/* The left leader broke the protocol in the calls' gather (it sent desc):
+ * this node's own frame of the step, sq, still goes whole, so that the abort
+ * record ddpi_tcp_abort sends next can follow it, and the leaders after this
+ * one fail with this reason rather than "the previous node's leader is
+ * gone". Returns -EPROTO, naming the left leader. */
+static int bad_frame(struct ddpi_tcp *t, struct ioq *sq, int64_t deadline, const char *what,
+		     const char *desc)
+{
+	t->at_frame = pump(t, sq, NULL, deadline, what) == 0;
+	return ddpi_tcp_leader_cause(t, ddpi_err(-EPROTO, "%s: %s", what, desc), left_of(t),
+				     "sent a bad frame");
+}
+
 /* The left leader's abort record came in place of a call, while this one
  * sends sq (its frame of the same step): the record's text is read, sq sent
  * whole unless the next leader is the one that failed (then the next leader
@@ -272,11 +285,17 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 static int abort_read(struct ddpi_tcp *t, const struct ddpi_tcp_frame *in, struct ioq *sq,
 		      int64_t deadline, const char *what)
 {
-	int rc = ddpi_tcp_why_begin(t, in, what);
-	struct iovec v = {t->why.text, t->why.len};
+	struct iovec v = {t->why.text, in->len};
 	struct ioq rq = {&v, 1, 0, 0};
+	int rc;
 
-	if (rc < 0 || (rc = pump(t, NULL, &rq, deadline, what)) < 0) {
+	if (ddpi_tcp_why_begin(t, in) < 0) {
+		char desc[96];
+		snprintf(desc, sizeof(desc), "a bad abort record (from node %d, %llu bytes)",
+			 in->call.root, (unsigned long long)in->len);
+		return bad_frame(t, sq, deadline, what, desc);
+	}
+	if ((rc = pump(t, NULL, &rq, deadline, what)) < 0) {
 		t->why.from = -1;
 		return rc;
 	}
@@ -321,11 +340,10 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 			break;
 		}
 		if (in.len > TCP_SMALL_BYTES) {
-			rc = ddpi_tcp_leader_cause(t,
-						   ddpi_err(-EPROTO,
-							    "%s: a call with %llu bytes of data",
-							    what, (unsigned long long)in.len),
-						   left_of(t), "sent a bad frame");
+			char desc[64];
+			snprintf(desc, sizeof(desc), "a call with %llu bytes of data",
+				 (unsigned long long)in.len);
+			rc = bad_frame(t, &sq, deadline, what, desc);
 			break;
 		}
 		int keep = in.len == len && !memcmp(&in.call, mine, sizeof(*mine));

@@ -26,16 +26,12 @@
 
 #define TCP_ABORT_WAIT_MS 1000 /* the most a record waits for room to be sent */
 
-int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f, const char *what)
+int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f)
 {
 	int from = f->call.root;
 
 	if (from < 0 || from >= t->nnodes || from == t->me || f->len > DDPI_TCP_ABORT_TEXT)
-		return ddpi_tcp_leader_cause(
-			t,
-			ddpi_err(-EPROTO, "%s: a bad abort record (from node %d, %llu bytes)", what,
-				 from, (unsigned long long)f->len),
-			left_of(t), "sent a bad frame");
+		return -EPROTO;
 	t->why.from = from;
 	/* A code as libddp returns them (a negative errno or DDP_E*), else a peer's. */
 	t->why.code = f->call.dt > 0 && f->call.dt < 65536 ? -(int)f->call.dt : DDP_EPEER;
@@ -77,9 +73,8 @@ int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what)
 	n = recv(t->right_fd, &in, sizeof(in), MSG_DONTWAIT);
 	if (n < (ssize_t)sizeof(in.f) || in.f.call.kind != DDPI_TCP_ABORT ||
 	    in.f.len > DDPI_TCP_ABORT_TEXT || (size_t)n != sizeof(in.f) + in.f.len ||
-	    in.f.call.root < 0 || in.f.call.root >= t->nnodes || in.f.call.root == t->me)
+	    ddpi_tcp_why_begin(t, &in.f) < 0)
 		return rc;
-	ddpi_tcp_why_begin(t, &in.f, what);
 	memcpy(t->why.text, in.text, t->why.len);
 	return ddpi_tcp_why_fail(t, what);
 }

@@ -79,9 +79,9 @@ int ddpi_tcp_leader_cause(const struct ddpi_tcp *t, int code, int g, const char 
 void ddpi_tcp_node_ranks(const struct ddpi_tcp *t, int g, char *buf, size_t len);
 
 /* An abort record's header f came from the left in place of a call: checks
- * it (-EPROTO, naming the left leader) and notes whose failure it reports;
- * its text, f->len bytes, goes to t->why.text. */
-int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f, const char *what);
+ * it (-EPROTO, no error set: the caller says what was wrong) and notes whose
+ * failure it reports; its text, f->len bytes, goes to t->why.text. */
+int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f);
 /* The record's text is in: the call (what) fails with its reason, this
  * node's ranks told which node failed and why. Returns its code. */
 int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what);
