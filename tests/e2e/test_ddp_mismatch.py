@@ -302,7 +302,7 @@ def test_nodes_that_finalized_are_named_by_the_others(reaper, tmp_path, nprocs, 
             continue
         assert returned == 0 and len(failed) == n, out
         for m in failed:
-            assert f"on node {node} (" in m and f"its ranks {FINISHED}: the nodes made " \
+            assert f"on node {node} (" in m and f"its leader {FINISHED}: the nodes made " \
                 "different numbers of calls" in m and "gone" not in m, out
     assert all(rc != 0 for rc in rcs), "\n".join(outs)
     assert set(codes(outs)) == {-22}, "\n".join(outs)
@@ -329,3 +329,42 @@ def test_ranks_that_all_finalize_alike_end_cleanly(reaper, tmp_path):
     assert rcs == [0, 0, 0], "\n".join(outs)
     for out, n in zip(outs, [2, 2, 1]):
         assert ends(out) == ([], n), out
+
+
+REFUSED = "finished (ddp_finalize) after its call was refused (all_reduce: bad buffer or count)"
+
+
+def test_one_node_a_rank_whose_call_was_refused_then_finalized_is_named(reaper, tmp_path):
+    """Rank 1's second all_reduce is refused (a NULL buffer) and it calls
+    ddp_finalize, as a program that stops at an error does: ranks 0 and 2
+    said "the ranks made different numbers of calls", which they had not
+    (rank 1 made the call; it was refused). Now they name the refusal."""
+    agents, rcs = run_nodes(reaper, tmp_path, [3], "refused", "1")
+    out = agents[0].stdout() + agents[0].stderr()
+    failed, returned = ends(out)
+    assert rcs == [3], out
+    assert "diverge refused: -22" in out and "diverge finalized: 0" in out, out
+    assert returned == 0 and len(failed) == 2, out
+    for m in failed:
+        assert re.search(f"rank 1 {re.escape(REFUSED)}, while rank [02] called "
+                         r"all_reduce\(1000 x float32, sum\) #1$", m), out
+    assert codes([out]) == [-22, -22], out
+
+
+@pytest.mark.parametrize("odd,who", [("3", "rank 3"), ("2", "its leader"),
+                                     ("2,3", "its leader")])
+def test_two_nodes_a_refused_call_then_finalize_is_named_on_both(reaper, tmp_path, odd, who):
+    """The same on node 1 of two: a rank beside the leader (its shared
+    segment's note goes round the ring in the leader's failure), the leader
+    (the ring's finish record carries it), or both."""
+    agents, rcs = run_nodes(reaper, tmp_path, [2, 2], "refused", odd)
+    outs = [a.stdout() + a.stderr() for a in agents]
+    nodd = len(odd.split(","))
+    failed0, _ = ends(outs[0])
+    failed1, _ = ends(outs[1])
+    assert len(failed0) == 2 and len(failed1) == 2 - nodd, "\n".join(outs)
+    for m in failed0:
+        assert f"on node 1 (ranks 2-3): {who} {REFUSED}" in m, outs[0]
+    for m in failed1:
+        assert m.startswith(f"all_reduce: rank {odd} {REFUSED}, while rank "), outs[1]
+    assert set(codes(outs)) == {-22}, "\n".join(outs)

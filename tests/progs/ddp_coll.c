@@ -81,7 +81,9 @@
  *                                       large), finish (ddp_finalize, print
  *                                       "diverge finalized: RC", then live on for
  *                                       60 s, SIGTERM unheld, while the rest
- *                                       all_reduce). A rank whose
+ *                                       all_reduce), refused (the same, after an
+ *                                       all_reduce of a NULL buffer, which is
+ *                                       refused: prints "diverge refused: RC" first). A rank whose
  *                                       call fails prints "diverge rc: RC" and
  *                                       "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
@@ -451,7 +453,10 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 		rc = ddp_broadcast(ctx, buf, 1000, odd ? root : 0);
 	else if (!strcmp(what, "skip"))
 		rc = odd ? ddp_barrier(ctx) : ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
-	else if (!strcmp(what, "finish") && odd) {
+	else if ((!strcmp(what, "finish") || !strcmp(what, "refused")) && odd) {
+		if (!strcmp(what, "refused"))
+			fprintf(stderr, "diverge refused: %d\n",
+				ddp_all_reduce(ctx, NULL, 1000, DDP_FLOAT32, DDP_SUM));
 		/* Lives on after it (a program's other work): only the mark in
 		 * the shared segment or the ring's record can tell the others. */
 		rc = ddp_finalize(ctx);
@@ -459,7 +464,7 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 		sigprocmask(SIG_UNBLOCK, &term, NULL);
 		sleep(60);
 		exit(0);
-	} else if (!strcmp(what, "finish"))
+	} else if (!strcmp(what, "finish") || !strcmp(what, "refused"))
 		rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
 	else if (!strcmp(what, "gather") || !strcmp(what, "bigroot") || !strcmp(what, "bigcount") ||
 		 !strcmp(what, "bigsmall"))

@@ -162,7 +162,9 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
  * stdout and frees ctx (NULL is a no-op). No barrier: call ddp_barrier() first
  * if ranks must leave together; a peer still making a call after this one
  * finalized fails at once naming it (the cpu backend: -EINVAL, "rank R
- * finished (ddp_finalize) after N collective calls ..."). Returns the first
+ * finished (ddp_finalize) after N collective calls ...", or "... after its
+ * call was refused (MESSAGE)" where its last call failed its argument
+ * checks and no call ran since). Returns the first
  * error met while draining
  * (a failure some call returned already is not returned again: 0).
  * A reducer still alive loses its buckets: its calls then fail with -EINVAL

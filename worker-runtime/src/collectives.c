@@ -5,6 +5,7 @@
  * it fails. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ddp_internal.h"
@@ -14,6 +15,19 @@
  * its NULL buffers must not reach memcpy, where NULL is undefined even for
  * 0 bytes: they become this (never read or written). */
 static char no_bytes[1];
+
+/* The call was refused for its arguments (rc, its error set): the peers
+ * wait in it for this rank, which may finalize next (ddp_finalize then tells
+ * them why; a rank that ends so often printed the error only to its own log). */
+static int refuse(struct ddp_ctx *ctx, int rc)
+{
+	if (ctx) {
+		pthread_mutex_lock(&ctx->lock);
+		snprintf(ctx->refused, sizeof(ctx->refused), "%s", ddp_errmsg());
+		pthread_mutex_unlock(&ctx->lock);
+	}
+	return rc;
+}
 
 static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op)
 {
@@ -25,6 +39,7 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 	    (ctx->async && (rc = ddpi_async_wait(ctx->async, what)) < 0))
 		return rc;
 	pthread_mutex_lock(&ctx->lock);
+	ctx->refused[0] = '\0';
 	ddpi_progress_enter(op);
 	return 0;
 }
@@ -43,9 +58,10 @@ int ddp_all_reduce(struct ddp_ctx *ctx, void *buf, size_t count, enum ddp_dtype 
 	int rc;
 
 	if (!ddpi_dtype_valid(dt) || !ddpi_op_valid(op))
-		return ddpi_err(-EINVAL, "all_reduce: invalid dtype %d or op %d", (int)dt, (int)op);
+		return refuse(ctx, ddpi_err(-EINVAL, "all_reduce: invalid dtype %d or op %d",
+					    (int)dt, (int)op));
 	if (count > SIZE_MAX / 8 || (count && !buf))
-		return ddpi_err(-EINVAL, "all_reduce: bad buffer or count");
+		return refuse(ctx, ddpi_err(-EINVAL, "all_reduce: bad buffer or count"));
 	if ((rc = begin(ctx, "all_reduce", DDPI_PROG_ALL_REDUCE)) < 0)
 		return rc;
 	if (!count)
@@ -59,10 +75,11 @@ int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root)
 	int rc;
 
 	if (bytes && !buf)
-		return ddpi_err(-EINVAL, "broadcast: buf is NULL");
+		return refuse(ctx, ddpi_err(-EINVAL, "broadcast: buf is NULL"));
 	if (ctx && (root < 0 || root >= ctx->env.world))
-		return ddpi_err(-EINVAL, "broadcast: root %d is not a rank of a world of %d", root,
-				ctx->env.world);
+		return refuse(ctx,
+			      ddpi_err(-EINVAL, "broadcast: root %d is not a rank of a world of %d",
+				       root, ctx->env.world));
 	if ((rc = begin(ctx, "broadcast", DDPI_PROG_BROADCAST)) < 0)
 		return rc;
 	if (!bytes)
@@ -76,18 +93,20 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 	int rc;
 
 	if (bytes && (!send || !recv))
-		return ddpi_err(-EINVAL, "all_gather: send or recv is NULL");
+		return refuse(ctx, ddpi_err(-EINVAL, "all_gather: send or recv is NULL"));
 	if (ctx && bytes > SIZE_MAX / (size_t)ctx->env.world)
-		return ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large", bytes);
+		return refuse(ctx, ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large",
+					    bytes));
 	/* send may be this rank's part of recv (in place), nowhere else in it:
 	 * the peers read it while this rank writes the other parts. */
 	if (ctx && bytes) {
 		uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
 		uintptr_t mine = r + (uintptr_t)ctx->env.rank * bytes;
 		if (s != mine && s < r + (uintptr_t)ctx->env.world * bytes && r < s + bytes)
-			return ddpi_err(-EINVAL,
-					"all_gather: send overlaps recv elsewhere than at this "
-					"rank's part (recv + rank * bytes, the in-place call)");
+			return refuse(ctx, ddpi_err(-EINVAL,
+						    "all_gather: send overlaps recv elsewhere than "
+						    "at this rank's part (recv + rank * bytes, the "
+						    "in-place call)"));
 	}
 	if ((rc = begin(ctx, "all_gather", DDPI_PROG_ALL_GATHER)) < 0)
 		return rc;

@@ -74,12 +74,12 @@ void ddpi_cpu_close(struct ddpi_cpu *c)
 	free(c);
 }
 
-void ddpi_cpu_finish(struct ddpi_cpu *c)
+void ddpi_cpu_finish(struct ddpi_cpu *c, const char *refused)
 {
 	if (!c)
 		return;
-	ddpi_tcp_finish(c->tcp, c->ncalls);
-	ddpi_shm_finish(c->shm, c->ncalls);
+	ddpi_tcp_finish(c->tcp, c->ncalls, refused);
+	ddpi_shm_finish(c->shm, c->ncalls, refused);
 }
 
 /* A leader's failure must reach its node's ranks waiting in shared memory. */

@@ -228,6 +228,10 @@ struct ddp_ctx {
 	char broken_msg[256];
 	atomic_int broken_told;
 	pthread_mutex_t lock; /* one collective at a time */
+	/* The message of the last collective refused for its arguments, if no
+	 * call ran since ("" none; under lock): the peers wait in the call this
+	 * rank did not make, and are told why if it finalizes next. */
+	char refused[192];
 	const struct ddpi_backend_ops *ops;
 	void *be;
 	struct ddpi_cpu *cpu; /* the cpu communicator (also the NCCL bootstrap) */
@@ -271,8 +275,9 @@ int ddpi_cpu_open(const struct ddp_env *env, struct store_client *sc, int64_t de
 		  struct ddpi_cpu **out);
 void ddpi_cpu_close(struct ddpi_cpu *c);
 /* ddp_finalize, before close: peers still waiting on this rank for another
- * call fail at once naming it (shm.h, tcp.h: ddpi_*_finish). */
-void ddpi_cpu_finish(struct ddpi_cpu *c);
+ * call fail at once naming it (shm.h, tcp.h: ddpi_*_finish), and, where
+ * refused is not NULL, the call of this rank that was refused instead. */
+void ddpi_cpu_finish(struct ddpi_cpu *c, const char *refused);
 extern const struct ddpi_backend_ops ddpi_cpu_ops;
 
 /* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */

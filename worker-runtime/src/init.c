@@ -225,7 +225,7 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
 		ctx->ops->destroy(ctx->be);
 	/* Peers still calling fail now, naming this rank, not at their timeout. */
-	ddpi_cpu_finish(ctx->cpu);
+	ddpi_cpu_finish(ctx->cpu, ctx->refused[0] ? ctx->refused : NULL);
 	ddpi_cpu_close(ctx->cpu);
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);

@@ -21,7 +21,7 @@
 #include "workenv.h"
 
 #define SHM_MAGIC     0x44445053u /* "DDPS" */
-#define SHM_VERSION   8
+#define SHM_VERSION   9
 #define HDR_BYTES     8192
 #define CTL_BYTES     448 /* whole cache lines: no false sharing between ranks */
 #define ABORT_CLAIMED 0x80000000u
@@ -51,6 +51,11 @@ struct shm_hdr {
 	/* 0, or the collective calls a rank made + 1 once it called
 	 * ddp_finalize: a peer that waits on it for more has no partner. */
 	_Atomic uint32_t finished[DDPI_SHM_MAX_LOCAL];
+	/* The first rank that finalized after a call of its was refused for its
+	 * arguments (+ 1; ABORT_CLAIMED while it writes), and that refusal's
+	 * message: the peers waiting in that call say so. */
+	_Atomic uint32_t refused_by;
+	char refused[192];
 };
 
 struct shm_ctl {
@@ -430,21 +435,38 @@ static int finished_error(struct ddpi_shm *s, int q, uint32_t ncalls, const char
 	else
 		snprintf(mine, sizeof(mine), "%s", what);
 	/* "rank R", not "this rank": the text goes round the ring to other nodes. */
-	ddpi_err(-EINVAL,
-		 "%s: rank %d finished (ddp_finalize) after %u collective call%s, while rank %d "
-		 "called %s: the ranks made different numbers of calls",
-		 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s", s->hdr->ranks[s->me],
-		 mine);
-	ddpi_caused_by(-EINVAL, "rank %d finished after %u collective call%s", s->hdr->ranks[q],
-		       ncalls, ncalls == 1 ? "" : "s");
+	if (atomic_load(&s->hdr->refused_by) == (uint32_t)q + 1) {
+		ddpi_err(-EINVAL,
+			 "%s: rank %d finished (ddp_finalize) after its call was refused (%.*s), "
+			 "while rank %d called %s",
+			 what, s->hdr->ranks[q], (int)sizeof(s->hdr->refused) - 1, s->hdr->refused,
+			 s->hdr->ranks[s->me], mine);
+		ddpi_caused_by(-EINVAL, "rank %d finished after its call was refused",
+			       s->hdr->ranks[q]);
+	} else {
+		ddpi_err(-EINVAL,
+			 "%s: rank %d finished (ddp_finalize) after %u collective call%s, while "
+			 "rank %d called %s: the ranks made different numbers of calls",
+			 what, s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s",
+			 s->hdr->ranks[s->me], mine);
+		ddpi_caused_by(-EINVAL, "rank %d finished after %u collective call%s",
+			       s->hdr->ranks[q], ncalls, ncalls == 1 ? "" : "s");
+	}
 	ddpi_shm_abort(s, -EINVAL, ddp_errmsg());
 	return -EINVAL;
 }
 
-void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls)
+void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls, const char *refused)
 {
+	uint32_t zero = 0;
+
 	if (!s || atomic_load(&s->hdr->abort))
 		return;
+	/* The note before the mark: a peer that sees the mark sees the note. */
+	if (refused && atomic_compare_exchange_strong(&s->hdr->refused_by, &zero, ABORT_CLAIMED)) {
+		snprintf(s->hdr->refused, sizeof(s->hdr->refused), "%s", refused);
+		atomic_store(&s->hdr->refused_by, (uint32_t)s->me + 1);
+	}
 	atomic_store(&s->hdr->finished[s->me],
 		     (uint32_t)(ncalls < UINT32_MAX - 1 ? ncalls : UINT32_MAX - 1) + 1);
 	futex(&ctl_of(s, s->me)->seq, FUTEX_WAKE, INT_MAX, NULL);

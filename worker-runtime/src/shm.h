@@ -191,8 +191,10 @@ void ddpi_shm_abort(struct ddpi_shm *s, int code, const char *msg);
 
 /* This rank called ddp_finalize after ncalls collective calls: a peer still
  * waiting on it for a step fails at once, naming it (-EINVAL), instead of
- * waiting for the timeout. Nothing once a rank aborted. */
-void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls);
+ * waiting for the timeout; with the message of its call that was refused
+ * for its arguments (refused, not NULL) rather than "the ranks made
+ * different numbers of calls". Nothing once a rank aborted. */
+void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls, const char *refused);
 
 /* Whether a local rank gave up on the current collective (the abort flag). */
 int ddpi_shm_aborted(const struct ddpi_shm *s);

@@ -58,9 +58,10 @@ void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why);
 /* This node's ranks called ddp_finalize after ncalls collective calls: the
  * same record, marked finished, so that a leader that makes another call
  * fails at once naming this node (-EINVAL, the nodes made different numbers
- * of calls) rather than "the leader is gone". Unread where every node
+ * of calls, or, refused not NULL, the leader's call refused for its
+ * arguments) rather than "the leader is gone". Unread where every node
  * finishes alike. Nothing after a failure (its record went already). */
-void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls);
+void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls, const char *refused);
 
 #pragma GCC visibility pop
 

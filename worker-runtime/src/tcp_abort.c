@@ -137,16 +137,21 @@ void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why)
 		shutdown(t->right_fd, SHUT_RDWR);
 }
 
-void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls)
+void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls, const char *refused)
 {
-	char text[160];
+	char text[DDPI_TCP_ABORT_TEXT];
 
 	if (!t || t->aborted || t->why.from >= 0)
 		return;
-	snprintf(text, sizeof(text),
-		 "its ranks finished (ddp_finalize) after %llu collective call%s: the nodes made "
-		 "different numbers of calls",
-		 (unsigned long long)ncalls, ncalls == 1 ? "" : "s");
+	if (refused)
+		snprintf(text, sizeof(text),
+			 "its leader finished (ddp_finalize) after its call was refused (%s)",
+			 refused);
+	else
+		snprintf(text, sizeof(text),
+			 "its leader finished (ddp_finalize) after %llu collective call%s: the "
+			 "nodes made different numbers of calls",
+			 (unsigned long long)ncalls, ncalls == 1 ? "" : "s");
 	t->why.finished = 1;
 	ddpi_tcp_abort(t, -EINVAL, text);
 }
