@@ -159,6 +159,47 @@ static void stale_message(void)
 		assert_non_null(strstr(ddp_errmsg(), (text))); \
 	} while (0)
 
+/* A context used after ddp_finalize freed it: every call takes it as NULL.
+ * They read (collectives, getters) or wrote (ddp_set_timeout) freed memory:
+ * an all_reduce on one rank returned 0, on two it crashed, and a second
+ * ddp_finalize was a double free (glibc abort). */
+static void test_a_finalized_context_is_taken_as_null(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[10];
+	struct ddp_param p[] = {{"w", w, 10, DDP_FLOAT32}};
+	struct ddp_reducer *r = NULL;
+	struct ddp_sampler s;
+
+	assert_int_equal(ddp_finalize(ctx), 0);
+	assert_fails_saying(ddp_finalize(ctx), -EINVAL, "ddp_finalize: not a live context");
+	assert_fails_saying(ddp_all_reduce(ctx, w, 10, DDP_FLOAT32, DDP_SUM), -EINVAL,
+			    "all_reduce: no context (NULL or finalized)");
+	assert_fails_saying(ddp_broadcast(ctx, w, 40, 0), -EINVAL, "broadcast: no context");
+	assert_fails_saying(ddp_all_gather(ctx, w, w, 40), -EINVAL, "all_gather: no context");
+	assert_fails_saying(ddp_barrier(ctx), -EINVAL, "barrier: no context");
+	assert_fails_saying(ddp_set_timeout(ctx, 1000), -EINVAL, "ddp_set_timeout: no context");
+	assert_fails_saying(ddp_reducer_create(ctx, p, 1, NULL, &r), -EINVAL, "reducer:");
+	assert_fails_saying(ddp_sampler_init_ctx(&s, ctx, 10, 0, 0, 0), -EINVAL, "sampler:");
+	stale_message();
+	assert_null(ddp_alloc(ctx, 100));
+	assert_non_null(strstr(ddp_errmsg(), "ddp_alloc: no context"));
+	ddp_free(ctx, w);
+	/* what a NULL context gives */
+	assert_int_equal(ddp_rank(ctx), 0);
+	assert_int_equal(ddp_world_size(ctx), 1);
+	assert_int_equal(ddp_local_rank(ctx), 0);
+	assert_int_equal(ddp_local_world_size(ctx), 1);
+	assert_int_equal(ddp_node_rank(ctx), 0);
+	assert_int_equal(ddp_num_nodes(ctx), 1);
+	assert_int_equal(ddp_device(ctx), -1);
+	assert_int_equal(ddp_print_enabled(ctx), 1);
+	/* and a new context works */
+	ctx = world_of_one(NULL);
+	assert_int_equal(ddp_barrier(ctx), 0);
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
 static int return_0(int rank, void *arg)
 {
 	return 0;
@@ -299,6 +340,7 @@ int main(void)
 		cmocka_unit_test(test_a_huge_timeout_means_a_far_deadline),
 		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
+		cmocka_unit_test(test_a_finalized_context_is_taken_as_null),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
 		cmocka_unit_test(test_every_failing_call_says_why),
 		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),

@@ -21,7 +21,7 @@ static char no_bytes[1];
  * them why; a rank that ends so often printed the error only to its own log). */
 static int refuse(struct ddp_ctx *ctx, int rc)
 {
-	if (ctx) {
+	if (ddpi_ctx_live(ctx)) {
 		pthread_mutex_lock(&ctx->lock);
 		snprintf(ctx->refused, sizeof(ctx->refused), "%s", ddp_errmsg());
 		pthread_mutex_unlock(&ctx->lock);
@@ -33,8 +33,8 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 {
 	int rc;
 
-	if (!ctx)
-		return ddpi_err(-EINVAL, "%s: no context", what);
+	if (!ddpi_ctx_live(ctx))
+		return ddpi_err(-EINVAL, "%s: no context (NULL or finalized)", what);
 	if ((rc = ddpi_ctx_check(ctx, what)) < 0 ||
 	    (ctx->async && (rc = ddpi_async_wait(ctx->async, what)) < 0))
 		return rc;
@@ -76,7 +76,7 @@ int ddp_broadcast(struct ddp_ctx *ctx, void *buf, size_t bytes, int root)
 
 	if (bytes && !buf)
 		return refuse(ctx, ddpi_err(-EINVAL, "broadcast: buf is NULL"));
-	if (ctx && (root < 0 || root >= ctx->env.world))
+	if (ddpi_ctx_live(ctx) && (root < 0 || root >= ctx->env.world))
 		return refuse(ctx,
 			      ddpi_err(-EINVAL, "broadcast: root %d is not a rank of a world of %d",
 				       root, ctx->env.world));
@@ -94,12 +94,12 @@ int ddp_all_gather(struct ddp_ctx *ctx, const void *send, void *recv, size_t byt
 
 	if (bytes && (!send || !recv))
 		return refuse(ctx, ddpi_err(-EINVAL, "all_gather: send or recv is NULL"));
-	if (ctx && bytes > SIZE_MAX / (size_t)ctx->env.world)
+	if (ddpi_ctx_live(ctx) && bytes > SIZE_MAX / (size_t)ctx->env.world)
 		return refuse(ctx, ddpi_err(-EINVAL, "all_gather: %zu bytes per rank is too large",
 					    bytes));
 	/* send may be this rank's part of recv (in place), nowhere else in it:
 	 * the peers read it while this rank writes the other parts. */
-	if (ctx && bytes) {
+	if (ddpi_ctx_live(ctx) && bytes) {
 		uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
 		uintptr_t mine = r + (uintptr_t)ctx->env.rank * bytes;
 		if (s != mine && s < r + (uintptr_t)ctx->env.world * bytes && r < s + bytes)

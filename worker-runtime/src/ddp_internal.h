@@ -247,6 +247,11 @@ struct ddp_ctx {
 	pthread_mutex_t mem_lock; /* reducers and blocks: any thread may add or take one */
 };
 
+/* ctx where it is the live context (ddp_init gave it, ddp_finalize has not
+ * taken it back), else NULL: every public call takes a finalized one as
+ * NULL. */
+struct ddp_ctx *ddpi_ctx_live(const struct ddp_ctx *ctx);
+
 /* ddp_finalize: every reducer still alive waits for its buckets and gives
  * them back; its later calls fail (destroy still frees it). First error. */
 int ddpi_reducers_detach(struct ddp_ctx *ctx);

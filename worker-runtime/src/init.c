@@ -19,6 +19,17 @@
 
 /* One context per process: a second one would share the node's segment name. */
 static _Atomic int live_contexts;
+/* The context ddp_init gave and ddp_finalize has not taken back (one a
+ * process): a call given any other, one finalized and freed, takes it as
+ * NULL instead of reading freed memory (ddpi_ctx_live). */
+static struct ddp_ctx *_Atomic live_ctx;
+
+struct ddp_ctx *ddpi_ctx_live(const struct ddp_ctx *ctx)
+{
+	struct ddp_ctx *live = atomic_load(&live_ctx);
+
+	return ctx && ctx == live ? live : NULL;
+}
 /* Joins at the store this process began: a later context (ddp_init after
  * ddp_finalize, on every rank) joins in a key space of its own, where the
  * earlier one's records cannot make it look started twice. */
@@ -187,6 +198,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		ctx->ops = &ddpi_nccl_ops;
 #endif
 	}
+	atomic_store(&live_ctx, ctx);
 	*out = ctx;
 	return 0;
 fail:
@@ -204,9 +216,13 @@ fail:
 int ddp_finalize(struct ddp_ctx *ctx)
 {
 	int rc = 0, rc2;
+	struct ddp_ctx *live = ctx;
 
 	if (!ctx)
 		return 0;
+	/* Once: a second call (or a racing one) must not free it again. */
+	if (!atomic_compare_exchange_strong(&live_ctx, &live, NULL))
+		return ddpi_err(-EINVAL, "ddp_finalize: not a live context (finalized already?)");
 	if (ctx->async) {
 		rc = ddpi_async_wait(ctx->async, "ddp_finalize");
 		ddpi_async_stop(ctx->async);
@@ -237,47 +253,49 @@ int ddp_finalize(struct ddp_ctx *ctx)
 
 int ddp_rank(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.rank : 0;
+	return ddpi_ctx_live(ctx) ? ctx->env.rank : 0;
 }
 
 int ddp_world_size(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.world : 1;
+	return ddpi_ctx_live(ctx) ? ctx->env.world : 1;
 }
 
 int ddp_local_rank(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.local_rank : 0;
+	return ddpi_ctx_live(ctx) ? ctx->env.local_rank : 0;
 }
 
 int ddp_local_world_size(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.local_world : 1;
+	return ddpi_ctx_live(ctx) ? ctx->env.local_world : 1;
 }
 
 int ddp_node_rank(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.node : 0;
+	return ddpi_ctx_live(ctx) ? ctx->env.node : 0;
 }
 
 int ddp_num_nodes(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->env.nnodes : 1;
+	return ddpi_ctx_live(ctx) ? ctx->env.nnodes : 1;
 }
 
 enum ddp_backend ddp_backend(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->backend : DDP_BACKEND_CPU;
+	return ddpi_ctx_live(ctx) ? ctx->backend : DDP_BACKEND_CPU;
 }
 
 int ddp_device(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->device : -1;
+	return ddpi_ctx_live(ctx) ? ctx->device : -1;
 }
 
 int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms)
 {
-	if (!ctx || timeout_ms <= 0)
+	if (!ddpi_ctx_live(ctx))
+		return ddpi_err(-EINVAL, "ddp_set_timeout: no context (NULL or finalized)");
+	if (timeout_ms <= 0)
 		return ddpi_err(-EINVAL, "ddp_set_timeout: the timeout must be positive");
 	ctx->timeout_ms = timeout_ms < DDPI_TIMEOUT_MAX_MS ? timeout_ms : DDPI_TIMEOUT_MAX_MS;
 	return 0;

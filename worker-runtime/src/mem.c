@@ -22,8 +22,8 @@ void *ddp_alloc(struct ddp_ctx *ctx, size_t bytes)
 	void *p = NULL;
 	int rc;
 
-	if (!ctx) {
-		ddpi_err(-EINVAL, "ddp_alloc: no context");
+	if (!ddpi_ctx_live(ctx)) {
+		ddpi_err(-EINVAL, "ddp_alloc: no context (NULL or finalized)");
 		return NULL;
 	}
 	if (!(b = malloc(sizeof(*b)))) {
@@ -47,7 +47,7 @@ void ddp_free(struct ddp_ctx *ctx, void *p)
 {
 	struct ddpi_block **pp, *b = NULL;
 
-	if (!ctx || !p)
+	if (!ddpi_ctx_live(ctx) || !p)
 		return;
 	pthread_mutex_lock(&ctx->mem_lock);
 	for (pp = &ctx->blocks; *pp; pp = &(*pp)->next)

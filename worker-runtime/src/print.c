@@ -109,13 +109,16 @@ void ddpi_print_restore(struct ddp_ctx *ctx)
 
 int ddp_print_enabled(const struct ddp_ctx *ctx)
 {
-	return ctx ? ctx->print_enabled : 1;
+	return ddpi_ctx_live(ctx) ? ctx->print_enabled : 1;
 }
 
 int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
 {
 	char stackbuf[1024], *buf = stackbuf;
-	int real = ctx ? ctx->saved_stdout : atomic_load(&real_stdout);
+	int real;
+
+	ctx = ddpi_ctx_live(ctx);
+	real = ctx ? ctx->saved_stdout : atomic_load(&real_stdout);
 	int fd = real >= 0 ? real : STDOUT_FILENO;
 	int pre = 0, n, rc;
 	va_list ap;

@@ -157,8 +157,9 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 	struct ddp_reducer *r;
 	int rc;
 
-	if (!ctx || !out || (!params && nparams))
-		return ddpi_err(-EINVAL, "reducer: bad arguments");
+	if (!ddpi_ctx_live(ctx) || !out || (!params && nparams))
+		return ddpi_err(-EINVAL,
+				"reducer: bad arguments (or no context: NULL or finalized)");
 	if (!o) {
 		ddp_reducer_options_init(&defaults);
 		o = &defaults;
