@@ -76,6 +76,49 @@ def test_a_leader_that_dies_leaves_leader_is_gone_on_the_other_node(reaper, stor
     assert rc == 3 and "rank 2" in err and "exited" in err, err
 
 
+@pytest.mark.parametrize("nproc,nnodes", [(2, 2), (3, 2)])
+def test_a_rank_that_dies_in_a_broadcast_is_named_on_the_other_nodes(reaper, store, nproc,
+                                                                     nnodes):
+    """Rank 1 (beside the root's leader, or a node of its own) exits while
+    large broadcasts from rank 0 run. Where the root node's leader failed
+    after the call was agreed, in its node's part (which comes before the
+    ring's), it could not put a record on the ring's data, and node 1 said
+    only "the previous node's leader is gone", blaming a leader that was
+    alive. Now its record, sent back to the left, is waited for there: every
+    rank names rank 1. (Where it dies matters not for the outcome, only
+    for which path is taken: mostly inside a broadcast.)"""
+    rid = "bcast" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "bcastcrash", "1", "64", "300"], nproc, store,
+                   rid, nnodes=nnodes, extra={"DDP_TIMEOUT": "600", "DDP_SHM_CMA": "0",
+                                              "DDP_SHM_DIRECT": "0"})
+    results = wait_all(procs, timeout=120)
+    assert results[1][0] == 7, results[1]
+    for rank, (rc, out, err) in enumerate(results):
+        if rank == 1:
+            continue
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "broadcast failed" in err and "rank 1" in err and "exited" in err, err
+        assert "gone" not in err, err
+
+
+def test_a_timeout_in_the_calls_gather_is_named_by_the_next_node(reaper, store):
+    """Three nodes of one rank; rank 2 comes 4 s late to an all_reduce, rank 1
+    0.5 s late, DDP_TIMEOUT=2: rank 0 times out first, waiting on node 2,
+    its frame of the gather already sent to node 1. Node 1 said "the
+    previous node's leader is gone (connection closed)", blaming rank 0,
+    which had only timed out; now rank 0's record follows its frame, and
+    node 1 names the timeout (its own, where its deadline came first)."""
+    rid = "late" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "late", "2:4,1:0.5"], 1, store, rid, nnodes=3,
+                   extra={"DDP_TIMEOUT": "2"})
+    results = wait_all(procs, timeout=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert f"rank {rank}: late all_reduce: -" in err, err
+    err = results[1][2]
+    assert "timed out" in err and "gone" not in err, err
+
+
 def with_a_stopped_rank(reaper, store, rid, nproc, nnodes=1):
     """ddp_coll stop: the last rank stops itself (SIGSTOP) in an all_reduce
     with DDP_TIMEOUT=2; the others' results, once it is stopped. It is

@@ -47,6 +47,17 @@
  *                                       libddp's error ends a collective, and a launcher's
  *                                       stop ends the rank); --linger R: rank R, once
  *                                       failed, lives on for 600 s
+ *   ddp_coll [--spawn N] bcastcrash RANK MIB MS   every rank broadcasts MIB MiB from
+ *                                       rank 0, again and again (at most 1000 times);
+ *                                       RANK exits (status 7) MS ms after the first,
+ *                                       wherever it is (inside a broadcast, mostly); a
+ *                                       rank whose broadcast fails prints "rank R:
+ *                                       broadcast failed: ERROR" and exits 3 (SIGTERM
+ *                                       is held until then)
+ *   ddp_coll [--spawn N] late R:S,...   after a barrier, rank R sleeps S seconds (a
+ *                                       decimal) before one all_reduce of 1000 floats;
+ *                                       every rank prints "rank R: late all_reduce: RC:
+ *                                       ERROR" (exit 3 where it failed; SIGTERM held)
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
  *   ddp_coll secret                     rank 1's buffer is memory from memfd_secret (the
  *                                       kernel will not let the peers read or pin it):
@@ -95,6 +106,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <errno.h>
@@ -531,6 +543,60 @@ static int run_fail(struct ddp_ctx *ctx, int victim, int stop, int argc, char **
 		}
 	}
 	return 0;
+}
+
+static void *exit_after(void *ms)
+{
+	usleep((useconds_t)(intptr_t)ms * 1000);
+	fprintf(stderr, "rank exiting now\n");
+	_exit(7);
+}
+
+static int run_bcastcrash(struct ddp_ctx *ctx, int victim, size_t mib, int ms)
+{
+	size_t n = mib << 20;
+	char *b = malloc(n);
+	sigset_t term;
+	pthread_t th;
+	int rc = 0;
+
+	if (!b)
+		ddp_fatal(ctx, "bcastcrash: no memory");
+	memset(b, ddp_rank(ctx), n);
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, NULL);
+	for (int i = 0; i < 1000 && rc == 0; i++) {
+		if (i == 1 && ddp_rank(ctx) == victim)
+			pthread_create(&th, NULL, exit_after, (void *)(intptr_t)ms);
+		rc = ddp_broadcast(ctx, b, n, 0);
+	}
+	free(b);
+	if (rc == 0)
+		return 0;
+	fprintf(stderr, "rank %d: broadcast failed: %s\n", ddp_rank(ctx), ddp_errmsg());
+	return 3;
+}
+
+static int run_late(struct ddp_ctx *ctx, const char *spec)
+{
+	static float buf[1000];
+	double secs = 0;
+	sigset_t term;
+	int rc;
+
+	for (const char *p = spec; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (atoi(p) == ddp_rank(ctx) && strchr(p, ':'))
+			secs = atof(strchr(p, ':') + 1);
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_BLOCK, &term, NULL);
+	CHECK(ctx, ddp_barrier(ctx));
+	usleep((useconds_t)(secs * 1e6));
+	rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
+	fprintf(stderr, "rank %d: late all_reduce: %d: %s\n", ddp_rank(ctx), rc,
+		rc < 0 ? ddp_errmsg() : "");
+	return rc < 0 ? 3 : 0;
 }
 
 /* Rank 1's buffer where no other process may read it (memfd_secret: not
@@ -1009,6 +1075,11 @@ static int worker(int rank, void *p)
 		ddp_print_force(ctx, "ready\n");
 		sleep(1);
 		rc = ddp_barrier(ctx) < 0;
+	} else if (!strcmp(mode, "late") && a->argc >= 2) {
+		rc = run_late(ctx, a->argv[1]);
+	} else if (!strcmp(mode, "bcastcrash") && a->argc >= 4) {
+		rc = run_bcastcrash(ctx, atoi(a->argv[1]), (size_t)atol(a->argv[2]),
+				    atoi(a->argv[3]));
 	} else if ((!strcmp(mode, "crash") || !strcmp(mode, "stop")) && a->argc >= 2)
 		rc = run_fail(ctx, atoi(a->argv[1]), !strcmp(mode, "stop"), a->argc - 2,
 			      a->argv + 2);

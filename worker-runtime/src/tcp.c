@@ -21,6 +21,9 @@
 #define TCP_SPIN_FAILS	4	     /* after this many failed spins in a row, */
 #define TCP_SPIN_PAUSE	64	     /* this many waits go without */
 #define TCP_COMBINE_MIN (256u << 10) /* combine received data in runs of this much */
+/* How long a leader whose previous leader closed mid-call waits for that
+ * leader's abort record to come round to its right socket (ddpi_tcp_why_peek). */
+#define TCP_PEEK_WAIT_MS 200
 
 /* ---- a tiny iovec stream with deadlines ----------------------------------------- */
 
@@ -120,7 +123,7 @@ static ssize_t send_some(struct ddpi_tcp *t, struct iovec *v, int k, const char 
 				      ddpi_err(DDP_EPEER, "%s: the next node's leader is gone (%s)",
 					       what, strerror(errno)),
 				      right_of(t), "disconnected"),
-		what);
+		0, what);
 }
 
 /* The same for receiving from the previous node (a close is an error). */
@@ -132,11 +135,14 @@ static ssize_t recv_some(struct ddpi_tcp *t, struct iovec *v, int k, const char 
 		return r;
 	if (r < 0 && (errno == EAGAIN || errno == EINTR))
 		return 0;
-	return ddpi_tcp_leader_cause(t,
-				     ddpi_err(DDP_EPEER,
-					      "%s: the previous node's leader is gone (%s)", what,
-					      r == 0 ? "connection closed" : strerror(errno)),
-				     left_of(t), "disconnected");
+	return ddpi_tcp_why_peek(
+		t,
+		ddpi_tcp_leader_cause(t,
+				      ddpi_err(DDP_EPEER,
+					       "%s: the previous node's leader is gone (%s)", what,
+					       r == 0 ? "connection closed" : strerror(errno)),
+				      left_of(t), "disconnected"),
+		TCP_PEEK_WAIT_MS, what);
 }
 
 /* Up to 16 entries of q from its current position, as an iovec list. */
@@ -321,6 +327,9 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 	struct ddpi_call *calls = calloc((size_t)m, sizeof(*calls));
 	const void *fwd = data;
 	size_t fwd_len = len;
+	/* After the gather the next leader reads the next call's frame, unless
+	 * the call's data follows (all but a small all_reduce and a barrier). */
+	int then_frame = data || mine->kind == DDPI_BARRIER;
 
 	if (!calls)
 		return ddpi_err(-ENOMEM, "%s: no memory", what);
@@ -333,8 +342,13 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 		struct iovec rv = {&in, sizeof(in)};
 		struct ioq sq = {sv, 2, 0, 0}, rq = {&rv, 1, 0, 0};
 
-		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0)
+		/* A step that fails (a timeout, the previous leader gone) after
+		 * this leader's frame of it went whole: the next leader reads a
+		 * frame next, where the abort record can follow. */
+		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0) {
+			t->at_frame = ioq_done(&sq) && (s < m - 2 || then_frame);
 			break;
+		}
 		if (in.call.kind == DDPI_TCP_ABORT) {
 			rc = abort_read(t, &in, &sq, deadline, what);
 			break;
@@ -353,8 +367,10 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 		missing |= !keep;
 		rv = (struct iovec){keep ? slots + (size_t)rg * len : t->tmp, in.len};
 		rq = (struct ioq){&rv, 1, 0, 0};
-		if ((rc = pump(t, &sq, &rq, deadline, what)) < 0)
+		if ((rc = pump(t, &sq, &rq, deadline, what)) < 0) {
+			t->at_frame = ioq_done(&sq) && (s < m - 2 || then_frame);
 			break;
+		}
 		fwd = keep ? rv.iov_base : NULL;
 		fwd_len = keep ? len : 0;
 	}

@@ -58,7 +58,7 @@ int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what)
 		t->why.from, t->why.finished ? "finished (ddp_finalize)" : "failed");
 }
 
-int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what)
+int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, int wait_ms, const char *what)
 {
 	struct {
 		struct ddpi_tcp_frame f;
@@ -69,7 +69,11 @@ int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what)
 	t->at_frame = 0; /* a frame cut short: no record can follow it */
 	if (t->why.from >= 0)
 		return rc;
-	/* The record arrived whole before the close that failed the send, or not at all. */
+	/* The record arrives whole (a send), or not at all: one look once it is in. */
+	if (wait_ms > 0) {
+		struct pollfd p = {.fd = t->right_fd, .events = POLLIN};
+		poll(&p, 1, wait_ms);
+	}
 	n = recv(t->right_fd, &in, sizeof(in), MSG_DONTWAIT);
 	if (n < (ssize_t)sizeof(in.f) || in.f.call.kind != DDPI_TCP_ABORT ||
 	    in.f.len > DDPI_TCP_ABORT_TEXT || (size_t)n != sizeof(in.f) + in.f.len ||

@@ -85,10 +85,13 @@ int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f);
 /* The record's text is in: the call (what) fails with its reason, this
  * node's ranks told which node failed and why. Returns its code. */
 int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what);
-/* Sending to the right failed with rc (the next leader closed): if it left
- * an abort record on that socket before it went, the call fails with its
- * reason instead. Returns rc or the record's code. */
-int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, const char *what);
+/* Sending to the right failed with rc (the next leader closed), or, waiting
+ * up to wait_ms for it, receiving from the left did (the previous leader
+ * closed mid-call, where no record could follow on that stream; its record
+ * goes left, and round the ring to this node's right): if an abort record
+ * lies on the right socket, the call fails with its reason instead.
+ * Returns rc or the record's code. */
+int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, int wait_ms, const char *what);
 
 #pragma GCC visibility pop
 
