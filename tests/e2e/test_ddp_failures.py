@@ -119,6 +119,22 @@ def test_a_timeout_in_the_calls_gather_is_named_by_the_next_node(reaper, store):
     assert "timed out" in err and "gone" not in err, err
 
 
+def test_a_rank_late_to_a_call_the_others_gave_up_on_fails_too(reaper, store):
+    """Rank 1 comes 3.5 s late to an all_reduce with DDP_TIMEOUT=2: rank 0
+    times out, its part of the call published. Rank 1 then finished the
+    call on it and returned 0, the full sum, where rank 0 had failed (its
+    next call failed). Now it fails at once with rank 0's reason."""
+    rid = "late" + uuid.uuid4().hex[:8]
+    procs = launch(reaper, [prog("ddp_coll"), "late", "1:3.5"], 2, store, rid,
+                   extra={"DDP_TIMEOUT": "2"})
+    results = wait_all(procs, timeout=60)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 3, f"rank {rank}: {rc}\n{err}"
+        assert "timed out waiting for rank 1" in err, err
+    assert "rank 1: late all_reduce: -4007: all_reduce: rank 0 failed: all_reduce: timed out" \
+        in results[1][2], results[1][2]
+
+
 def with_a_stopped_rank(reaper, store, rid, nproc, nnodes=1):
     """ddp_coll stop: the last rank stops itself (SIGSTOP) in an all_reduce
     with DDP_TIMEOUT=2; the others' results, once it is stopped. It is

@@ -214,6 +214,15 @@ static struct ddpi_call call_begin(struct ddpi_cpu *c, enum ddpi_coll_kind kind,
 	return call;
 }
 
+/* A local rank gave up on a call (a timeout, say) after the others had
+ * published their part of it: a rank late to it fails at once with that
+ * reason, rather than finish it on what the others left (success here, a
+ * failure there), or start another. */
+static int gave_up(struct ddpi_cpu *c, const char *what)
+{
+	return c->shm && ddpi_shm_aborted(c->shm) ? ddpi_shm_abort_error(c->shm, what) : 0;
+}
+
 static int call_end(struct ddpi_cpu *c, int rc)
 {
 	if (c->shm)
@@ -226,40 +235,44 @@ static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, 
 {
 	struct ddpi_cpu *c = be;
 	struct ddpi_call call = call_begin(c, DDPI_ALL_REDUCE, count, dt, op, -1);
+	int rc = gave_up(c, "all_reduce");
 
 	if (c->shm)
 		c->shm->outer = &call;
-	return call_end(c, all_reduce_steps(be, &call, buf, count, dt, op, deadline));
+	return call_end(c, rc < 0 ? rc : all_reduce_steps(be, &call, buf, count, dt, op, deadline));
 }
 
 static int cpu_broadcast(void *be, void *buf, size_t bytes, int root, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	struct ddpi_call call = call_begin(c, DDPI_BROADCAST, bytes, 0, 0, root);
+	int rc = gave_up(c, "broadcast");
 
 	if (c->shm)
 		c->shm->outer = &call;
-	return call_end(c, broadcast_steps(be, &call, buf, bytes, root, deadline));
+	return call_end(c, rc < 0 ? rc : broadcast_steps(be, &call, buf, bytes, root, deadline));
 }
 
 static int cpu_all_gather(void *be, const void *send, void *recv, size_t bytes, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	struct ddpi_call call = call_begin(c, DDPI_ALL_GATHER, bytes, 0, 0, -1);
+	int rc = gave_up(c, "all_gather");
 
 	if (c->shm)
 		c->shm->outer = &call;
-	return call_end(c, all_gather_steps(be, &call, send, recv, bytes, deadline));
+	return call_end(c, rc < 0 ? rc : all_gather_steps(be, &call, send, recv, bytes, deadline));
 }
 
 static int cpu_barrier(void *be, int64_t deadline)
 {
 	struct ddpi_cpu *c = be;
 	struct ddpi_call call = call_begin(c, DDPI_BARRIER, 0, 0, 0, -1);
+	int rc = gave_up(c, "barrier");
 
 	if (c->shm)
 		c->shm->outer = &call;
-	return call_end(c, barrier_steps(be, &call, deadline));
+	return call_end(c, rc < 0 ? rc : barrier_steps(be, &call, deadline));
 }
 
 static int cpu_mem_alloc(void *be, size_t bytes, void **p)

@@ -229,13 +229,11 @@ static int open_segment(struct ddpi_shm *s, const struct ddp_env *env, int64_t d
 	}
 }
 
-static int abort_error(struct ddpi_shm *s, const char *what);
-
 static int wait_attached(struct ddpi_shm *s, int64_t deadline)
 {
 	while (atomic_load(&s->hdr->attached) < (uint32_t)s->lws) {
 		if (atomic_load(&s->hdr->abort))
-			return abort_error(s, "init");
+			return ddpi_shm_abort_error(s, "init");
 		if (util_now_ms() >= deadline)
 			return ddpi_caused_by(
 				ddpi_err(
@@ -395,7 +393,7 @@ uint32_t ddpi_shm_publish(struct ddpi_shm *s)
 	return v;
 }
 
-static int abort_error(struct ddpi_shm *s, const char *what)
+int ddpi_shm_abort_error(struct ddpi_shm *s, const char *what)
 {
 	uint32_t who = atomic_load(&s->hdr->abort);
 	int q, code;
@@ -532,7 +530,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 		if ((int32_t)(v - target) >= 0)
 			return 0;
 		if (atomic_load(&s->hdr->abort))
-			return abort_error(s, what);
+			return ddpi_shm_abort_error(s, what);
 		/* Its last step is published before its mark: look once more. */
 		uint32_t fin = atomic_load(&s->hdr->finished[q]);
 		if (fin != 0 && (int32_t)(atomic_load(&c->seq) - target) < 0)

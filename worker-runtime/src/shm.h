@@ -198,6 +198,9 @@ void ddpi_shm_finish(struct ddpi_shm *s, uint64_t ncalls, const char *refused);
 
 /* Whether a local rank gave up on the current collective (the abort flag). */
 int ddpi_shm_aborted(const struct ddpi_shm *s);
+/* The error of the local rank that gave up, as the call what fails with it
+ * (its code: DDP_EPEER, or -EINVAL for calls that disagree). */
+int ddpi_shm_abort_error(struct ddpi_shm *s, const char *what);
 /* A rank's single-copy control (in its control line), and its pid. */
 struct ddpi_cma_ctl *ddpi_shm_cma_ctl(const struct ddpi_shm *s, int q);
 int ddpi_shm_pid_of(const struct ddpi_shm *s, int q);
