@@ -310,7 +310,14 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	text_puts(t, e->host ? e->host : host);
 	text_puts(t, "\n");
 	text_printf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
-	text_printf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
+	/* torchrun 2.x names a signal after the pid, two spaces on: "-11 (pid: 7)  (SIGSEGV)". */
+	if (e->exitcode < 0) {
+		char sig[32];
+		text_printf(t, "  exitcode  : %d (pid: %d)  (%s)\n", e->exitcode, (int)e->pid,
+			    signame_of(-e->exitcode, sig, sizeof(sig)));
+	} else {
+		text_printf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
+	}
 	text_puts(t, "  error_file: ");
 	text_puts(t, e->error_file ? e->error_file : "<N/A>");
 	if (e->caused_by != NULL) {

@@ -356,6 +356,9 @@ static void test_entries_from_other_nodes_show_their_host_and_given_root(void **
 	assert_non_null(root);
 	assert_non_null(strstr(root, "  host      : node-b\n  rank      : 3 (local_rank: 0)"));
 	assert_non_null(strstr(text, "  host      : node-a\n  rank      : 0 (local_rank: 0)"));
+	/* torchrun 2.x names the signal; an exit status has no suffix. */
+	assert_non_null(strstr(text, "  exitcode  : -15 (pid: 7)  (SIGTERM)\n"));
+	assert_non_null(strstr(text, "  exitcode  : 4 (pid: 9)\n"));
 	assert_true(strstr(text, "node-a") < root);
 	free(text);
 }
