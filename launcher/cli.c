@@ -692,7 +692,7 @@ static int static_endpoint(struct parse *p, struct cli_opts *o)
 
 	if (strcmp(o->rdzv_backend, "static") != 0 || o->rdzv_endpoint[0] == '\0' || o->standalone)
 		return 0;
-	if (util_parse_hostport(o->rdzv_endpoint, o->endpoint_host, sizeof(o->endpoint_host), -1,
+	if (util_parse_endpoint(o->rdzv_endpoint, o->endpoint_host, sizeof(o->endpoint_host), -1,
 				&port) != 0 ||
 	    o->endpoint_host[0] == '\0')
 		return bad_value(p, O_RDZV_ENDPOINT, "HOST:PORT");

@@ -94,7 +94,7 @@ static bool c10d_alone(const struct cli_opts *o)
 	int port;
 
 	return o->max_nodes == 1 &&
-	       util_parse_hostport(o->rdzv_endpoint, host, sizeof(host), CLI_RDZV_PORT, &port) ==
+	       util_parse_endpoint(o->rdzv_endpoint, host, sizeof(host), CLI_RDZV_PORT, &port) ==
 		       0 &&
 	       port == 0;
 }

@@ -561,7 +561,7 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	rdzv_key_job(c->prefix, sizeof(c->prefix), job->run_id);
 	c->connect_timeout_ms = c->conf->join_timeout_ms;
 	if (job->dynamic)
-		rc = util_parse_hostport(job->rdzv_endpoint, c->store_host, sizeof(c->store_host),
+		rc = util_parse_endpoint(job->rdzv_endpoint, c->store_host, sizeof(c->store_host),
 					 CLI_RDZV_PORT, &c->store_port);
 	else /* --master-addr is a host; the port is --master-port's */
 		rc = util_parse_hostport(job->master_addr, c->store_host, sizeof(c->store_host),

@@ -1,6 +1,7 @@
 /* util: strict number/address parsing and a monotonic clock (see util.h). */
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -129,6 +130,31 @@ int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_p
 	if (rc == 0)
 		*port = p;
 	return rc;
+}
+
+int util_parse_endpoint(const char *s, char *host, size_t hostlen, int default_port, int *port)
+{
+	const char *first = s ? strchr(s, ':') : NULL, *last = s ? strrchr(s, ':') : NULL;
+	char v6[INET6_ADDRSTRLEN];
+	struct in6_addr a;
+	int p;
+
+	/* Two or more colons, no brackets: torchrun splits at the last one
+	 * ("::1:29400" is ::1, port 29400); where that leaves no IPv6 address
+	 * and port ("::1", "fe80::1", which torchrun would cut into nonsense),
+	 * it is a bare address, as util_parse_hostport takes it. */
+	if (first && first != last && s[0] != '[' && (size_t)(last - s) < sizeof(v6) &&
+	    parse_port(last + 1, &p) == 0) {
+		memcpy(v6, s, (size_t)(last - s));
+		v6[last - s] = '\0';
+		if (inet_pton(AF_INET6, v6, &a) == 1) {
+			int rc = copy_host(v6, strlen(v6), host, hostlen);
+			if (rc == 0)
+				*port = p;
+			return rc;
+		}
+	}
+	return util_parse_hostport(s, host, hostlen, default_port, port);
 }
 
 void util_one_line(char *s)

@@ -34,6 +34,11 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms);
  * brackets into buf (size hostlen); *port is default_port when none is given.
  * -EINVAL on malformed input, -ENAMETOOLONG when the host does not fit. */
 int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_port, int *port);
+/* The same for an endpoint (--rdzv-endpoint, a store's address), which
+ * torchrun splits at the last colon: without brackets, an IPv6 address and a
+ * port ("::1:29400") where the split leaves them, else a bare address. Not
+ * for --master-addr, which has no port ("2001:db8::1:2" is one address). */
+int util_parse_endpoint(const char *s, char *host, size_t hostlen, int default_port, int *port);
 
 /* Keep a message that quotes user input on one line: every control
  * character in s (newline, escape, ...) becomes '?'. */

@@ -77,7 +77,7 @@ static int client_open(const struct ddpstore_opts *o, struct store_client **out)
 		snprintf(addrbuf, sizeof(addrbuf), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
 		addr = addrbuf;
 	}
-	if (util_parse_hostport(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
+	if (util_parse_endpoint(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
 		return usage_error("bad address '%s' (want HOST:PORT)", addr);
 	/* --timeout bounds waiting commands; every other request gets the same
 	 * bound, or the default, so a dead server never hangs a script. */

@@ -181,9 +181,13 @@ def test_jobs_with_different_ids_share_a_store_without_meeting(reaper, tmp_path)
 
 
 @pytest.mark.skipif(not ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
-def test_an_ipv6_endpoint_in_brackets(reaper, tmp_path):
+@pytest.mark.parametrize("bracket", [True, False])
+def test_an_ipv6_endpoint_in_brackets(reaper, tmp_path, bracket):
+    """[::1]:PORT, or ::1:PORT as torchrun takes it too (split at the last
+    colon): that said "cannot resolve the rendezvous store's host ::1:PORT"."""
     out, env = setup_out(tmp_path)
-    ep = f"[::1]:{free_port(socket.AF_INET6, '::1')}"
+    port = free_port(socket.AF_INET6, '::1')
+    ep = f"[::1]:{port}" if bracket else f"::1:{port}"
     agents = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2", 1, REC, env=env) for i in (0, 1)]
     for a in agents:
         assert a.wait() == 0, a.stderr()

@@ -68,6 +68,30 @@ static void test_parse_hostport(void **state)
 	assert_int_equal(util_parse_hostport("::1", host, sizeof(host), 9, &port), 0);
 	assert_string_equal(host, "::1");
 	assert_int_equal(port, 9);
+	/* A master address has no port: every colon is the address's. */
+	assert_int_equal(util_parse_hostport("2001:db8::5:80", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "2001:db8::5:80");
+	assert_int_equal(port, 9);
+	/* An endpoint: torchrun's last-colon split, where it leaves an address
+	 * and a port, else a bare address */
+	assert_int_equal(util_parse_endpoint("::1:29781", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "::1");
+	assert_int_equal(port, 29781);
+	assert_int_equal(util_parse_endpoint("2001:db8::5:80", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "2001:db8::5");
+	assert_int_equal(port, 80);
+	assert_int_equal(util_parse_endpoint("fe80::1", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "fe80::1");
+	assert_int_equal(port, 9);
+	assert_int_equal(util_parse_endpoint("fe80::abcd", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "fe80::abcd");
+	assert_int_equal(port, 9);
+	assert_int_equal(util_parse_endpoint("[::1]:80", host, sizeof(host), 9, &port), 0);
+	assert_int_equal(port, 80);
+	assert_int_equal(util_parse_endpoint("node1:29400", host, sizeof(host), 9, &port), 0);
+	assert_string_equal(host, "node1");
+	assert_int_equal(util_parse_endpoint("", host, sizeof(host), 9, &port), -EINVAL);
+	assert_int_equal(util_parse_endpoint(NULL, host, sizeof(host), 9, &port), -EINVAL);
 	assert_int_equal(util_parse_hostport("h:70000", host, sizeof(host), 1, &port), -EINVAL);
 	assert_int_equal(util_parse_hostport("h:", host, sizeof(host), 1, &port), -EINVAL);
 	assert_int_equal(util_parse_hostport(":80", host, sizeof(host), 1, &port), -EINVAL);
