@@ -6,12 +6,50 @@
 #include "hang.h"
 #include "watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+/* Beside the workers' descriptors and those open now (the loop's, the
+ * coordinator's): /dev/null, the store's listener and its loop, a worker's
+ * pipes while it starts, the logs' directory. */
+#define AGENT_FDS_RESERVE 16
+
+static long fds_open_now(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	long n = 0;
+
+	if (d == NULL)
+		return 32; /* no /proc: a guess */
+	while (readdir(d) != NULL)
+		n++;
+	closedir(d);
+	return n - 3; /* ".", ".." and the directory's own */
+}
+
+/* The workers' descriptors must fit the open-files limit (main.c raised it
+ * to the hard one): else the job would stop part-way through starting its
+ * workers ("cannot make a pipe: Too many open files"). Refused before any. */
+static int check_fds(const struct job *job, char *err, size_t errlen)
+{
+	struct rlimit rl;
+	long need = (long)agent_worker_fds(job) + fds_open_now() + AGENT_FDS_RESERVE;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    (rlim_t)need <= rl.rlim_cur)
+		return 0;
+	snprintf(err, errlen,
+		 "%d workers need about %ld open files here, but the limit is %llu (ulimit -n, "
+		 "its hard limit): raise it, or start fewer workers on this node",
+		 job->nproc, need, (unsigned long long)rl.rlim_cur);
+	return -EMFILE;
+}
 
 int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct agent_coord *coord,
 		 struct agent **out, char *err, size_t errlen)
@@ -41,6 +79,8 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 		a->w[i].a = a;
 		a->w[i].local_rank = i;
 	}
+	if ((rc = check_fds(a->job, err, errlen)) != 0)
+		goto fail;
 	a->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (a->devnull < 0) {
 		rc = -errno;

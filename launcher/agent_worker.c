@@ -61,6 +61,39 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 	}
 }
 
+/* Where stream s (0 stdout, 1 stderr) of local rank lr goes: /dev/null, a
+ * log file, a pipe the agent reads, or a pipe the agent reads and copies to
+ * a log file (tee). */
+enum stream_way { WAY_NULL, WAY_FILE, WAY_PIPE, WAY_TEE };
+
+static enum stream_way stream_way(const struct job *job, int lr, int s)
+{
+	int bit = s == 0 ? CLI_STD_OUT : CLI_STD_ERR;
+	bool tee = (cli_std_get(&job->tee, lr) & bit) != 0;
+	bool redirect = tee || (cli_std_get(&job->redirects, lr) & bit) != 0;
+	bool shown = job_rank_shown(job, lr);
+
+	if (redirect)
+		return tee && shown ? WAY_TEE : WAY_FILE;
+	/* a hidden stderr is still read: its last lines go in the report */
+	return !shown && s == 0 ? WAY_NULL : WAY_PIPE;
+}
+
+int agent_worker_fds(const struct job *job)
+{
+	int n = 0;
+
+	/* Its store connection, and each stream's pipe (and tee file). */
+	for (int lr = 0; lr < job->nproc; lr++) {
+		n++;
+		for (int s = 0; s < 2; s++) {
+			enum stream_way way = stream_way(job, lr, s);
+			n += way == WAY_TEE ? 2 : way == WAY_PIPE;
+		}
+	}
+	return n;
+}
+
 /* Decide where stream s (0 stdout, 1 stderr) of w goes. On success *child_fd
  * is what the worker gets (a file, /dev/null or a pipe's write end), and for
  * a pumped stream *read_fd / *file_fd are the pipe's read end and the tee
@@ -68,14 +101,11 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *child_fd, int *read_fd,
 		       int *file_fd, char *err, size_t errlen)
 {
-	int bit = s == 0 ? CLI_STD_OUT : CLI_STD_ERR;
-	bool tee = (cli_std_get(&a->job->tee, w->local_rank) & bit) != 0;
-	bool redirect = tee || (cli_std_get(&a->job->redirects, w->local_rank) & bit) != 0;
-	bool shown = job_rank_shown(a->job, w->local_rank);
+	enum stream_way way = stream_way(a->job, w->local_rank, s);
 	int f = -1, p[2];
 
 	*child_fd = *read_fd = *file_fd = -1;
-	if (redirect) {
+	if (way == WAY_FILE || way == WAY_TEE) {
 		char *path = logdir_path(&a->logdir, w->local_rank, stream_file[s]);
 
 		if (path == NULL)
@@ -84,14 +114,14 @@ static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *chil
 		free(path);
 		if (f < 0)
 			return f;
-		if (!tee || !shown) { /* straight to the file */
+		if (way == WAY_FILE) { /* straight to the file */
 			*child_fd = f;
 			return 0;
 		}
-	} else if (!shown && s == 0) {
+	} else if (way == WAY_NULL) {
 		*child_fd = a->devnull;
 		return 0;
-	} /* a hidden stderr is still read: its last lines go in the report */
+	}
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		int rc = -errno;
 
@@ -101,7 +131,7 @@ static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *chil
 		return rc;
 	}
 	free(w->prefix[s]);
-	w->prefix[s] = make_prefix(a, w, tee);
+	w->prefix[s] = make_prefix(a, w, way == WAY_TEE);
 	if (w->prefix[s] == NULL) {
 		close(p[0]);
 		close(p[1]);

@@ -3,6 +3,7 @@ failure report in torchrun's layout, with error files read from the workers."""
 import json
 import os
 import re
+import resource
 import socket
 import subprocess
 
@@ -23,7 +24,8 @@ def private_tmpdir(monkeypatch, tmp_path):
 # a failure libddp says another rank's caused.
 FAIL_RE = re.compile(
     r"\[(\d+)\]:\n  time      : \d{4}-\d\d-\d\d_\d\d:\d\d:\d\d\n  host      : \S+\n"
-    r"  rank      : (\d+) \(local_rank: (\d+)\)\n  exitcode  : (-?\d+) \(pid: (\d+)\)\n"
+    r"  rank      : (\d+) \(local_rank: (\d+)\)\n  exitcode  : (-?\d+) \(pid: (\d+)\)"
+    r"(?:  \(SIG\w+\))?\n"
     r"  error_file: (.*)\n(?:  caused_by : .*\n)?  traceback : (.*)")
 
 
@@ -60,6 +62,8 @@ def test_worker_killed_by_sigsegv_gives_139_and_names_the_signal():
     others, root = report(r.stderr)
     assert root[0][3] == "-11"
     assert root[0][6] == f"Signal 11 (SIGSEGV) received by PID {root[0][4]}"
+    # named on the exitcode line too, as torchrun 2.x does
+    assert f"exitcode  : -11 (pid: {root[0][4]})  (SIGSEGV)\n" in r.stderr
     assert others == []
     assert "<NO_OTHER_FAILURES>" in r.stderr
 
@@ -293,3 +297,24 @@ def test_sigwait_prog_exit_code_passes_through(tmp_path):
                'done; kill -USR1 $PPID; wait', timeout=60)
     assert r.returncode == 128 + 10
     assert "rank 0 got SIGUSR1" in r.stdout
+
+
+def test_more_workers_than_the_open_files_limit_allows_are_refused_before_any_starts(tmp_path):
+    """Under ulimit -n 64 (soft and hard), 30 workers: ddprun started 20 of
+    them, then stopped with "cannot make a pipe: Too many open files". Now it
+    refuses before starting any, saying what it needs and what to raise;
+    2 workers still run."""
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    mark = tmp_path / "started"
+    mark.mkdir()
+    r = ddprun("--nproc-per-node", "30", "sh", "-c", f'touch "{mark}/$RANK"',
+               preexec_fn=limit)
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"ddprun: error: 30 workers need about \d+ open files here, but the "
+                     r"limit is 64 \(ulimit -n", r.stderr), r.stderr
+    assert os.listdir(mark) == []
+    r = ddprun("--nproc-per-node", "2", "sh", "-c", f'touch "{mark}/$RANK"', preexec_fn=limit)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(mark)) == ["0", "1"]
