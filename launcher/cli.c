@@ -748,9 +748,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (strcmp(o->start_method, "spawn") != 0 && strcmp(o->start_method, "fork") != 0 &&
 	    strcmp(o->start_method, "forkserver") != 0)
 		return bad_value(p, O_START_METHOD, "spawn, fork or forkserver");
-	o->role = r[O_ROLE].val;
-	if (o->role[0] == '\0')
-		return bad_value(p, O_ROLE, "a non-empty name");
+	o->role = r[O_ROLE].val; /* "" too, as torchrun takes it (ROLE_NAME empty) */
 	if ((rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0 ||
 	    (rc = parse_flag(p, O_MODULE, &o->module)) != 0 ||
 	    (rc = parse_flag(p, O_NO_PYTHON, &o->no_python)) != 0 ||

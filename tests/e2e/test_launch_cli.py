@@ -159,11 +159,12 @@ def test_a_single_node_with_no_port_gets_a_fresh_uuid_run_id_as_torchrun_2():
 
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
 # --log-dir refuses none (an empty one is unset, as torchrun's): test_launch_env
-# reads PET_LOG_DIR.
+# reads PET_LOG_DIR; nor does --role (an empty one too, as torchrun's):
+# test_pet_environment_gives_defaults_and_flags_win reads PET_ROLE.
 PET_REFUSED = {
     "NNODES": "x", "NPROC_PER_NODE": "x", "RDZV_BACKEND": "x", "RDZV_ID": "",
     "RDZV_CONF": "x", "STANDALONE": "x", "MAX_RESTARTS": "x", "MONITOR_INTERVAL": "x",
-    "START_METHOD": "x", "ROLE": "", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
+    "START_METHOD": "x", "MODULE": "x", "NO_PYTHON": "x", "RUN_PATH": "x",
     "REDIRECTS": "x", "TEE": "x", "LOCAL_RANKS_FILTER": "x",
     "NODE_RANK": "x", "MASTER_ADDR": "", "MASTER_PORT": "x", "SIGNALS_TO_HANDLE": "x",
     "FORWARD_SIGNALS": "x", "SHUTDOWN_TIMEOUT": "x", "TAG_OUTPUT": "x",
@@ -244,6 +245,9 @@ def test_pet_environment_gives_defaults_and_flags_win():
     assert r.returncode == 0 and r.stdout.split() == ["envrole"] * 2
     r = ddprun("--role", "flagrole", "sh", "-c", 'echo "$ROLE_NAME"', env=env)
     assert r.stdout.split() == ["flagrole"] * 2
+    # an empty role, as torchrun takes it (it was refused: "a non-empty name")
+    r = ddprun("--role=", "sh", "-c", 'echo "[$ROLE_NAME]"', env=env)
+    assert r.returncode == 0 and r.stdout.split() == ["[]"] * 2, r.stderr
 
 
 def test_options_after_the_program_belong_to_the_program():

@@ -414,7 +414,6 @@ static void test_errors(void **state)
 	expect_error("cannot be handled", ARGS("--signals-to-handle", "SIGCHLD", "p"));
 	expect_error("--rdzv-conf", ARGS("--rdzv-conf", "a=1,=2", "p"));
 	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
-	expect_error("--role", ARGS("--role", "", "p"));
 	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
 	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
 	set_env("PET_MAX_RESTARTS", "-3");
