@@ -171,11 +171,19 @@ static bool long_prefix(const char *s, size_t len, int i)
 	return k == len;
 }
 
+/* ddprun's own options, which torchrun has not: a prefix that is unique
+ * among torchrun's (--t, --tee) means the same here, though one of these
+ * shares it (--tag-output). */
+static bool ours(int i)
+{
+	return i == O_FORWARD_SIGNALS || i == O_TAG_OUTPUT || i == O_HANG_TIMEOUT || i == O_VERSION;
+}
+
 /* Find the long option named by s[0..len) (a unique prefix is enough, as
- * with argparse). -1 unknown, -2 ambiguous. */
+ * with argparse, among torchrun's options first). -1 unknown, -2 ambiguous. */
 static int find_long(const char *s, size_t len)
 {
-	int found = -1;
+	int found = -1, theirs = -1;
 	int i;
 
 	for (i = 0; i < O_COUNT; i++) {
@@ -183,12 +191,11 @@ static int find_long(const char *s, size_t len)
 			continue;
 		if (opts[i].name[len] == '\0')
 			return i; /* exact */
-		if (found >= 0)
-			found = -2;
-		else if (found == -1)
-			found = i;
+		if (!ours(i))
+			theirs = theirs == -1 ? i : -2;
+		found = found == -1 ? i : -2;
 	}
-	return found;
+	return found == -2 && theirs >= 0 ? theirs : found;
 }
 
 /* An ambiguous prefix, with the options it could be (argparse names them). */

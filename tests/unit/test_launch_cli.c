@@ -126,6 +126,18 @@ static void test_both_spellings_equals_and_prefixes(void **state)
 	assert_int_equal(o.prog_argc, 3);
 	assert_string_equal(o.prog_argv[1], "--nproc-per-node");
 	cli_free(&o);
+	/* A prefix unique among torchrun's options means what it means there,
+	 * though one of ddprun's own shares it (--tag-output, --hang-timeout,
+	 * --version): it was "ambiguous". */
+	assert_int_equal(parse(&o, ARGS("--t", "3", "--v", "p")), CLI_OK);
+	assert_int_equal(o.tee.all, 3);
+	assert_true(o.virtual_local_rank);
+	assert_false(o.tag_output);
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--h")), CLI_HELP);
+	assert_int_equal(parse(&o, ARGS("--ta", "--ha", "5", "p")), CLI_OK);
+	assert_true(o.tag_output);
+	cli_free(&o);
 }
 
 static void test_nproc_words_and_flags(void **state)
