@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -554,12 +555,16 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	if (mine == NULL)
 		mine = &a->failures[report_root_cause(a->failures, a->nfailures)];
 	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
-		char why[80];
+		char why[PATH_MAX + 64];
 		struct stat st;
 
 		if (rc == -EFBIG)
 			snprintf(why, sizeof(why), "the worker's error file is over %u MiB",
 				 REPORT_MAX_COPY >> 20);
+		else if (rc == -EBADMSG)
+			snprintf(why, sizeof(why), "the worker's error file (%s) is %s",
+				 mine->error_file ? mine->error_file : "?",
+				 mine->error_json && mine->error_json[0] ? "not JSON" : "empty");
 		else if (rc == -ETIMEDOUT)
 			snprintf(why, sizeof(why), "its reader took no data for %d s, gave up",
 				 REPORT_PARENT_STALL_MS / 1000);

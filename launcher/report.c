@@ -491,8 +491,8 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	if (root->error_json == NULL)
 		return 0;
 	j = cJSON_Parse(root->error_json);
-	if (j == NULL)
-		return -EINVAL;
+	if (j == NULL) /* nothing a reader could parse: the caller says so */
+		return -EBADMSG;
 	msg = cJSON_GetObjectItemCaseSensitive(j, "message");
 	if (cJSON_IsObject(msg) && root->exitcode != 0) {
 		cJSON_DeleteItemFromObjectCaseSensitive(msg, "errorCode");

@@ -136,7 +136,7 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
  * root must be this node's own (another node's error file is not here).
  * One too large to read (REPORT_MAX_ERROR_FILE) is copied as it is, up to
  * REPORT_MAX_COPY (-EFBIG above); nothing is written when the worker wrote no
- * error file. path may be any file (a FIFO nobody reads: -ENXIO; one whose
+ * error file, or one that is not JSON (-EBADMSG). path may be any file (a FIFO nobody reads: -ENXIO; one whose
  * reader takes nothing for REPORT_PARENT_STALL_MS: -ETIMEDOUT). 0 or -errno. */
 int report_write_parent_error(const char *path, const struct report_entry *root);
 

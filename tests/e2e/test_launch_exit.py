@@ -182,6 +182,24 @@ def test_a_fifo_for_an_error_file_does_not_wedge_ddprun(tmp_path):
             "(TORCHELASTIC_ERROR_FILE): a FIFO that no process reads") in r.stderr
 
 
+@pytest.mark.parametrize("content", ["oops", ""])
+def test_a_worker_error_file_that_is_not_json_is_named_not_the_parent_file(tmp_path, content):
+    """The root cause wrote an error file that is not JSON (or an empty one):
+    nothing to pass on, and the warning blamed the parent's file ("cannot
+    write ... to OUTER: Invalid argument"). Now it names the worker's file."""
+    outer = tmp_path / "outer.json"
+    script = f'printf "{content}" > "$TORCHELASTIC_ERROR_FILE"; exit 3'
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script, timeout=60,
+               env=dict(os.environ, TORCHELASTIC_ERROR_FILE=str(outer)))
+    assert r.returncode == 3, r.stderr
+    others, root = report(r.stderr)
+    what = "not JSON" if content else "empty"
+    assert (f"warning: cannot write the root cause's error report to {outer} "
+            f"(TORCHELASTIC_ERROR_FILE): the worker's error file ({root[0][5]}) is {what}"
+            in r.stderr), r.stderr
+    assert not outer.exists()
+
+
 def test_a_parent_fifo_whose_reader_never_reads_is_given_up(tmp_path):
     """The parent's error file is a FIFO with a reader that never reads, and
     the report is larger than the pipe holds: ddprun's write blocked for
