@@ -799,7 +799,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (r[O_HANG_TIMEOUT].val != NULL &&
 	    util_parse_seconds_ms(r[O_HANG_TIMEOUT].val, &o->hang_timeout_ms) != 0)
 		return bad_value(p, O_HANG_TIMEOUT, SECONDS);
-	if (o->module && o->no_python)
+	/* torchrun: --run-path runs the path, whatever -m and --no-python say */
+	if (o->module && o->no_python && !o->run_path)
 		return fail(p, "--module and --no-python cannot be used together");
 	given.nnodes = r[O_NNODES].src != NULL;
 	given.node_rank = r[O_NODE_RANK].src != NULL;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,11 @@ static int check_exec(const char *path)
 {
 	struct stat st;
 
+	/* A symlink loop (ELOOP) or a file as a directory (ENOTDIR) is the
+	 * shell's 126 with that reason, not "command not found". */
 	if (stat(path, &st) != 0)
-		return errno == EACCES ? -EACCES : -ENOENT;
+		return errno == ELOOP || errno == ENAMETOOLONG || errno == EACCES ? -errno
+										  : -ENOENT;
 	if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0)
 		return -EACCES;
 	return 0;
@@ -61,6 +65,8 @@ int prog_lookup(const char *name, const char *path_env, char **out)
 		free(cand);
 		if (rc == -EACCES)
 			denied = true;
+		else if (rc != -ENOENT) /* as execvp: only a missing file looks on */
+			return rc;
 		if (end == NULL)
 			break;
 		p = end;
@@ -242,24 +248,45 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 	return -ENOEXEC;
 }
 
+/* A directory given to Python as its script: it runs the __main__.py in it,
+ * which must be there and readable (Python: "can't find '__main__' module"). */
+static int python_dir_ok(const char *dir, char *err, size_t errlen)
+{
+	char main_py[PATH_MAX];
+	struct stat st;
+
+	if ((size_t)snprintf(main_py, sizeof(main_py), "%s/__main__.py", dir) >= sizeof(main_py) ||
+	    stat(main_py, &st) != 0 || !S_ISREG(st.st_mode) || access(main_py, R_OK) != 0) {
+		snprintf(err, errlen,
+			 "%.300s: a directory without a readable __main__.py (which Python runs "
+			 "for a directory)",
+			 dir);
+		return -EACCES;
+	}
+	return 0;
+}
+
 int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *name),
 		 struct prog *p, char *err, size_t errlen)
 {
 	const char *script = o->prog_argv[0];
+	/* torchrun: --run-path runs the path (runpy.run_path), whatever -m and
+	 * --no-python say */
+	bool module = o->module && !o->run_path;
 	bool python;
 	const char *exe;
 	int i, k = 0, rc;
 
 	memset(p, 0, sizeof(*p));
 	if (o->run_path)
-		python = true; /* torchrun: --run-path wins over --no-python */
+		python = true;
 	else if (o->no_python)
 		python = false;
 	else
-		python = o->module || ends_with(script, ".py");
+		python = module || ends_with(script, ".py");
 	/* execvp("") fails with ENOENT, as the shell's '' is "command not found";
 	 * only an unset or empty PYTHON_EXEC means python3. */
-	if (script[0] == '\0' && !o->module) {
+	if (script[0] == '\0' && !module) {
 		snprintf(err, errlen, "'': command not found (the program's name is empty)");
 		return -ENOENT;
 	}
@@ -274,7 +301,7 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 		return resolve_error(rc, exe, err, errlen);
 	if ((rc = check_interpreter(p->path, err, errlen)) != 0)
 		return rc;
-	if (python && !o->module && !has_macro(script)) {
+	if (python && !module && !has_macro(script)) {
 		struct stat st;
 
 		if (stat(script, &st) != 0) {
@@ -282,20 +309,24 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 			snprintf(err, errlen, "cannot open %.300s: %s", script, strerror(-rc));
 			return rc;
 		}
-		if (!S_ISREG(st.st_mode) || access(script, R_OK) != 0) {
+		/* Python runs a directory's (or a zip file's) __main__.py. */
+		if (S_ISDIR(st.st_mode)) {
+			if ((rc = python_dir_ok(script, err, errlen)) != 0)
+				return rc;
+		} else if (!S_ISREG(st.st_mode) || access(script, R_OK) != 0) {
 			snprintf(err, errlen, "%.300s: permission denied (not a readable file)",
 				 script);
 			return -EACCES;
 		}
 	}
-	p->argc = o->prog_argc + (python ? (o->module ? 3 : 2) : 0);
+	p->argc = o->prog_argc + (python ? (module ? 3 : 2) : 0);
 	p->argv = calloc((size_t)p->argc + 1, sizeof(*p->argv));
 	if (p->argv == NULL)
 		return -ENOMEM;
 	if (python) {
 		p->argv[k++] = (char *)exe;
 		p->argv[k++] = "-u";
-		if (o->module)
+		if (module)
 			p->argv[k++] = "-m";
 	}
 	for (i = 0; i < o->prog_argc; i++) {

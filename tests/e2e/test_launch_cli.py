@@ -291,6 +291,35 @@ def test_not_executable_is_126(tmp_path):
     assert "permission denied" in one_error_line(r)
     r = ddprun(str(tmp_path))  # a directory
     assert r.returncode == 126
+    # A symlink loop: the shell's 126 and reason (it was "command not found", 127).
+    os.symlink("loop2", tmp_path / "loop1")
+    os.symlink("loop1", tmp_path / "loop2")
+    r = ddprun("./loop1", cwd=tmp_path)
+    assert r.returncode == 126
+    assert one_error_line(r) == "ddprun: error: ./loop1: Too many levels of symbolic links"
+    r = ddprun("loop1", cwd=tmp_path, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert r.returncode == 126, r
+
+
+def test_run_path_runs_a_directory_and_wins_over_module_and_no_python(tmp_path):
+    """torchrun's --run-path is runpy.run_path of the script: a directory's
+    __main__.py runs (it was "permission denied (not a readable file)", 126),
+    and -m and --no-python beside it are ignored (the pair was refused, and
+    -m ran python -m)."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__main__.py").write_text('import os; print("main", os.environ["RANK"])\n')
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "envmod.py").write_text('print("mod")\n')
+    r = ddprun("--nproc-per-node", "2", "--run-path", "pkg", cwd=tmp_path)
+    assert r.returncode == 0 and sorted(r.stdout.splitlines()) == ["main 0", "main 1"], r
+    r = ddprun("--run-path", "empty", cwd=tmp_path)
+    assert r.returncode == 126
+    assert "empty: a directory without a readable __main__.py" in one_error_line(r)
+    r = ddprun("--run-path", "--no-python", "-m", "envmod.py", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "mod\n", r
+    r = ddprun("--run-path", "-m", "envmod", cwd=tmp_path)
+    assert r.returncode == 127 and "cannot open envmod" in one_error_line(r), r
 
 
 def test_program_is_found_on_path_like_exec(tmp_path):

@@ -428,6 +428,11 @@ static void test_errors(void **state)
 	expect_error("--rdzv-backend", ARGS("--rdzv-backend", "etcd-v2", "p"));
 	expect_error("--standalone takes no value", ARGS("--standalone=yes", "p"));
 	expect_error("cannot be used together", ARGS("-m", "--no-python", "p"));
+	{ /* --run-path runs the path, whatever they say (torchrun) */
+		struct cli_opts o;
+		assert_int_equal(parse(&o, ARGS("--run-path", "-m", "--no-python", "p")), CLI_OK);
+		cli_free(&o);
+	}
 	set_env("PET_MAX_RESTARTS", "-3");
 	expect_error("invalid value '-3' for PET_MAX_RESTARTS", ARGS("p"));
 	memset(fake_env, 0, sizeof(fake_env));
