@@ -120,6 +120,11 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 	o->random_run_id = !g->rdzv_id && !o->slurm_rdzv_id && !o->standalone &&
 			   o->max_nodes == 1 && strcmp(o->rdzv_backend, "static") == 0 &&
 			   o->rdzv_endpoint[0] == '\0' && !o->master_port_given;
+	/* --standalone's store is private: no other node can join. torchrun
+	 * runs --nnodes 1:N alone (after its last-call wait), and waits for ever
+	 * for a second node that cannot come where the minimum is more. */
+	if (o->standalone && o->max_nodes > 1 && o->min_nodes == 1)
+		o->max_nodes = 1;
 	if (o->standalone && o->max_nodes > 1) {
 		snprintf(err, errlen,
 			 "--standalone runs a single node (--nnodes %d:%d asks for more: use "

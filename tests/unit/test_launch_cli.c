@@ -413,6 +413,13 @@ static void test_errors(void **state)
 	expect_error("a range needs --rdzv-backend c10d", ARGS("--nnodes", "1:2", "p"));
 	expect_error("needs --rdzv-endpoint", ARGS("--nnodes", "2", "--rdzv-backend", "c10d", "p"));
 	expect_error("--standalone runs a single node", ARGS("--standalone", "--nnodes", "2", "p"));
+	{ /* 1:N runs alone, as torchrun's (whose last call waits for no one) */
+		struct cli_opts o;
+		assert_int_equal(parse(&o, ARGS("--standalone", "--nnodes", "1:2", "p")), CLI_OK);
+		assert_int_equal(o.max_nodes, 1);
+		assert_false(cli_multinode(&o));
+		cli_free(&o);
+	}
 	expect_error("--event-log-handler", ARGS("--event-log-handler", "bogus", "p"));
 	expect_error("--numa-binding", ARGS("--numa-binding", "gpu", "p"));
 	expect_error("no shell completion", ARGS("--print-completion", "bash"));
