@@ -50,7 +50,7 @@ static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 	snprintf(r, sizeof(r), "%d", rank);
 	snprintf(lr, sizeof(lr), "%d", w->local_rank);
 	if (tpl != NULL)
-		return prog_template(tpl, names, values, 4);
+		return prog_template(tpl, names, values, 4, true);
 	{
 		size_t n = strlen(a->job->role) + 24;
 		char *p = malloc(n);

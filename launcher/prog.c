@@ -110,7 +110,8 @@ static bool has_macro(const char *s)
 	return false;
 }
 
-char *prog_template(const char *tpl, const char *const *names, const char *const *values, size_t n)
+char *prog_template(const char *tpl, const char *const *names, const char *const *values, size_t n,
+		    bool escapes)
 {
 	size_t cap = strlen(tpl) + 1, len = 0, i, m;
 	const char *s;
@@ -132,6 +133,9 @@ char *prog_template(const char *tpl, const char *const *names, const char *const
 			memcpy(out + len, values[i - 1], vl);
 			len += vl;
 			s += m;
+		} else if (escapes && s[0] == '$' && s[1] == '$') {
+			out[len++] = '$';
+			s += 2;
 		} else {
 			out[len++] = *s++;
 		}
@@ -147,7 +151,7 @@ char *prog_subst(const char *arg, int local_rank)
 	const char *values[] = {num};
 
 	snprintf(num, sizeof(num), "%d", local_rank);
-	return prog_template(arg, names, values, 1);
+	return prog_template(arg, names, values, 1, false); /* ddprun(1): "$$" stays */
 }
 
 char **prog_argv_for(const struct prog *p, int local_rank)

@@ -40,9 +40,11 @@ void prog_free(struct prog *p);
 int prog_lookup(const char *name, const char *path_env, char **out);
 
 /* Copy of tpl with "${name}" / "$name" replaced by values (the variables of
- * Python's string.Template.safe_substitute; other '$' text is kept as is).
- * malloc'd, NULL on ENOMEM. */
-char *prog_template(const char *tpl, const char *const *names, const char *const *values, size_t n);
+ * Python's string.Template.safe_substitute; other '$' text is kept as is,
+ * but for "$$", which is "$" where escapes is set, as there). malloc'd, NULL
+ * on ENOMEM. */
+char *prog_template(const char *tpl, const char *const *names, const char *const *values, size_t n,
+		    bool escapes);
 /* Copy of arg with the local_rank macros replaced (malloc'd), NULL on ENOMEM. */
 char *prog_subst(const char *arg, int local_rank);
 

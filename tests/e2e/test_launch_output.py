@@ -179,11 +179,12 @@ def test_tee_writes_files_and_prefixed_console_lines(tmp_path):
 
 
 def test_tee_prefix_template_and_filter_only_affect_the_console(tmp_path):
-    env = dict(os.environ, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="<${role_name}:${rank}> ")
+    # "$$" is "$", as string.Template has it (it stayed "$$")
+    env = dict(os.environ, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="<${role_name}:${rank}$$> ")
     r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path), "--tee", "1",
                "--local-ranks-filter", "0", "sh", "-c", 'echo "out $RANK"', env=env)
     assert r.returncode == 0
-    assert r.stdout == "<default:0> out 0\n"
+    assert r.stdout == "<default:0$> out 0\n"
     d = run_dir(tmp_path)
     assert open(f"{d}/attempt_0/1/stdout.log").read() == "out 1\n"
 

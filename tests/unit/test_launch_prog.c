@@ -36,9 +36,14 @@ static void test_template(void **state)
 {
 	const char *names[] = {"role_name", "rank", "local_rank"};
 	const char *values[] = {"trainer", "7", "3"};
-	char *s = prog_template("[${role_name}:$rank/${local_rank}] $ranks", names, values, 3);
+	char *s = prog_template("[${role_name}:$rank/${local_rank}] $ranks $$", names, values, 3,
+				false);
 
-	assert_string_equal(s, "[trainer:7/3] $ranks");
+	assert_string_equal(s, "[trainer:7/3] $ranks $$");
+	free(s);
+	/* string.Template's escape, as the prefix template's: "$$" is "$" */
+	s = prog_template("<$$> $$rank $$$rank ${rank}$$", names, values, 3, true);
+	assert_string_equal(s, "<$> $rank $7 7$");
 	free(s);
 }
 
