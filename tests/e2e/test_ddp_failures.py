@@ -76,7 +76,7 @@ def test_a_leader_that_dies_leaves_leader_is_gone_on_the_other_node(reaper, stor
     assert rc == 3 and "rank 2" in err and "exited" in err, err
 
 
-@pytest.mark.parametrize("nproc,nnodes", [(2, 2), (3, 2)])
+@pytest.mark.parametrize("nproc,nnodes", [(2, 2), (3, 2), (2, 3)])
 def test_a_rank_that_dies_in_a_broadcast_is_named_on_the_other_nodes(reaper, store, nproc,
                                                                      nnodes):
     """Rank 1 (beside the root's leader, or a node of its own) exits while
@@ -84,9 +84,11 @@ def test_a_rank_that_dies_in_a_broadcast_is_named_on_the_other_nodes(reaper, sto
     after the call was agreed, in its node's part (which comes before the
     ring's), it could not put a record on the ring's data, and node 1 said
     only "the previous node's leader is gone", blaming a leader that was
-    alive. Now its record, sent back to the left, is waited for there: every
-    rank names rank 1. (Where it dies matters not for the outcome, only
-    for which path is taken: mostly inside a broadcast.)"""
+    alive. Now its record goes back to the left, round the ring: a leader
+    that waits in the call reads it on its right socket at once, and node 1
+    waits for it there once node 0 closed: every rank names rank 1. (Where
+    it dies matters not for the outcome, only for which path is taken:
+    mostly inside a broadcast.)"""
     rid = "bcast" + uuid.uuid4().hex[:8]
     procs = launch(reaper, [prog("ddp_coll"), "bcastcrash", "1", "64", "300"], nproc, store,
                    rid, nnodes=nnodes, extra={"DDP_TIMEOUT": "600", "DDP_SHM_CMA": "0",

@@ -4,10 +4,15 @@
  *                              with a length no call has (1 GiB of data)
  *   ddp_badframe record NODE   it sends an abort record that names no node
  *                              in place of its first call's frame
- * Every rank then makes two small all_reduces (a node can finish the first
- * before the failure reaches it) and prints "badframe rc: RC" and
- * "badframe failed: ERROR" for the first that fails (exit 1), or
- * "badframe returned" (exit 0); SIGTERM is held until then.
+ *   ddp_badframe ... NODE last the same in its last frame of the first call's
+ *                              gather (2 nodes: its first), and the calls are
+ *                              broadcasts of 16 bytes from rank 0, whose data
+ *                              follows the gather
+ * Every rank then makes two small all_reduces (or broadcasts; a node can
+ * finish the first before the failure reaches it) and prints "badframe rc:
+ * RC" and "badframe failed: ERROR" for the first that fails (exit 1), or
+ * "badframe returned" (exit 0, and "badframe data: ok" or "badframe data:
+ * bad" for a broadcast); SIGTERM is held until then.
  *
  * The bad frame is made here, not in libddp: this program's sendmsg takes
  * the place of libc's for the library linked into it, and changes the first
@@ -24,6 +29,7 @@
 #include "tcp_int.h"
 
 static enum { NONE, LEN, RECORD } armed;
+static int skip; /* frames to let go first */
 
 ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 {
@@ -34,7 +40,9 @@ ssize_t sendmsg(int fd, const struct msghdr *mh, int flags)
 	if (armed != NONE && mh->msg_iovlen >= 1 && mh->msg_iovlen <= 16 &&
 	    mh->msg_iov[0].iov_len == sizeof(bad)) {
 		memcpy(&bad, mh->msg_iov[0].iov_base, sizeof(bad));
-		if (bad.call.kind != DDPI_TCP_ABORT) {
+		if (bad.call.kind != DDPI_TCP_ABORT && skip > 0) {
+			skip--;
+		} else if (bad.call.kind != DDPI_TCP_ABORT) {
 			if (armed == LEN) {
 				bad.len = 1ull << 30;
 			} else {
@@ -57,9 +65,12 @@ int main(int argc, char **argv)
 	struct ddp_ctx *ctx;
 	float x[4] = {1, 2, 3, 4};
 	const char *node = getenv("GROUP_RANK"), *local = getenv("LOCAL_RANK");
+	int last = argc == 4 && !strcmp(argv[3], "last"), nnodes = atoi(getenv("GROUP_WORLD_SIZE"));
+	char b[16];
 
-	if (argc != 3 || (strcmp(argv[1], "len") && strcmp(argv[1], "record"))) {
-		fprintf(stderr, "usage: ddp_badframe len|record NODE\n");
+	if (argc < 3 || argc > 4 || (strcmp(argv[1], "len") && strcmp(argv[1], "record")) ||
+	    (argc == 4 && !last)) {
+		fprintf(stderr, "usage: ddp_badframe len|record NODE [last]\n");
 		return 2;
 	}
 	/* A launcher stops the others when one rank fails: SIGTERM waits until
@@ -74,8 +85,11 @@ int main(int argc, char **argv)
 	}
 	if (node && local && !strcmp(node, argv[2]) && !strcmp(local, "0"))
 		armed = strcmp(argv[1], "len") ? RECORD : LEN;
+	skip = last ? nnodes - 2 : 0; /* the gather's steps: nnodes - 1 frames */
+	memset(b, ddp_rank(ctx) == 0 ? 7 : 0, sizeof(b));
 	for (int i = 0; i < 2; i++) {
-		int rc = ddp_all_reduce(ctx, x, 4, DDP_FLOAT32, DDP_SUM);
+		int rc = last ? ddp_broadcast(ctx, b, sizeof(b), 0)
+			      : ddp_all_reduce(ctx, x, 4, DDP_FLOAT32, DDP_SUM);
 		if (rc < 0) {
 			fprintf(stderr, "badframe rc: %d\nbadframe failed: %s\n", rc, ddp_errmsg());
 			ddp_finalize(ctx);
@@ -83,5 +97,11 @@ int main(int argc, char **argv)
 		}
 	}
 	fprintf(stderr, "badframe returned\n");
+	if (last) {
+		int ok = 1;
+		for (size_t i = 0; i < sizeof(b); i++)
+			ok &= b[i] == 7;
+		fprintf(stderr, "badframe data: %s\n", ok ? "ok" : "bad");
+	}
 	return ddp_finalize(ctx) < 0;
 }

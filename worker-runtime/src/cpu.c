@@ -196,7 +196,7 @@ static int broken(void *be, int rc)
 	struct ddpi_cpu *c = be;
 
 	if (rc < 0 && c->tcp)
-		ddpi_tcp_abort(c->tcp, rc, ddp_errmsg());
+		ddpi_tcp_abort(c->tcp, rc, ddp_errmsg(), c->ncalls - 1); /* the call that failed */
 	return rc;
 }
 

@@ -65,21 +65,25 @@ int ddpi_tcp_leader_cause(const struct ddpi_tcp *t, int code, int g, const char 
 }
 
 /* Waits (poll) until the right socket can take more (want_send) or the left
- * one has data (want_recv), or the deadline passes. */
+ * one has data (want_recv), or the deadline passes; and watches the right
+ * socket for an abort record coming back (ddpi_tcp_why_watch). */
 static int wait_io(struct ddpi_tcp *t, int want_send, int want_recv, int64_t deadline,
 		   const char *what)
 {
 	struct pollfd p[2];
 	nfds_t np = 0;
 	int64_t left = deadline - util_now_ms();
+	int watch = t->seq >= t->watch_from && t->right_fd >= 0;
 
 	if (left <= 0)
 		return ddpi_tcp_leader_cause(
 			t,
 			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for the neighbour node", what),
 			want_recv ? left_of(t) : right_of(t), "timed out");
-	if (want_send)
-		p[np++] = (struct pollfd){.fd = t->right_fd, .events = POLLOUT};
+	if (want_send || watch)
+		p[np++] = (struct pollfd){
+			.fd = t->right_fd,
+			.events = (short)((want_send ? POLLOUT : 0) | (watch ? POLLIN : 0))};
 	if (want_recv)
 		p[np++] = (struct pollfd){.fd = t->left_fd, .events = POLLIN};
 	/* A short spin first: a neighbour's answer usually comes within a few
@@ -103,6 +107,8 @@ static int wait_io(struct ddpi_tcp *t, int want_send, int want_recv, int64_t dea
 		n = poll(p, np, left > 1000 ? 1000 : (int)left);
 	if (n < 0 && errno != EINTR)
 		return ddpi_err(-errno, "%s: poll: %s", what, strerror(errno));
+	if (n > 0 && watch && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+		return ddpi_tcp_why_watch(t, what);
 	return 0;
 }
 
@@ -272,13 +278,14 @@ static int mismatch(const struct ddpi_tcp *t, const struct ddpi_call *calls, con
 
 /* The left leader broke the protocol in the calls' gather (it sent desc):
  * this node's own frame of the step, sq, still goes whole, so that the abort
- * record ddpi_tcp_abort sends next can follow it, and the leaders after this
- * one fail with this reason rather than "the previous node's leader is
- * gone". Returns -EPROTO, naming the left leader. */
-static int bad_frame(struct ddpi_tcp *t, struct ioq *sq, int64_t deadline, const char *what,
-		     const char *desc)
+ * record ddpi_tcp_abort sends next can follow it where the next leader reads
+ * a frame after it (frame_next: another step's, or the next call's), and the
+ * leaders after this one fail with this reason rather than "the previous
+ * node's leader is gone". Returns -EPROTO, naming the left leader. */
+static int bad_frame(struct ddpi_tcp *t, struct ioq *sq, int frame_next, int64_t deadline,
+		     const char *what, const char *desc)
 {
-	t->at_frame = pump(t, sq, NULL, deadline, what) == 0;
+	t->at_frame = pump(t, sq, NULL, deadline, what) == 0 && frame_next;
 	return ddpi_tcp_leader_cause(t, ddpi_err(-EPROTO, "%s: %s", what, desc), left_of(t),
 				     "sent a bad frame");
 }
@@ -286,10 +293,11 @@ static int bad_frame(struct ddpi_tcp *t, struct ioq *sq, int64_t deadline, const
 /* The left leader's abort record came in place of a call, while this one
  * sends sq (its frame of the same step): the record's text is read, sq sent
  * whole unless the next leader is the one that failed (then the next leader
- * reads a frame, and the record can follow it: ddpi_tcp_abort), and the call
+ * reads a frame, and the record can follow it where the next leader reads a
+ * frame after sq: frame_next, as bad_frame; ddpi_tcp_abort), and the call
  * fails with the record's reason. */
 static int abort_read(struct ddpi_tcp *t, const struct ddpi_tcp_frame *in, struct ioq *sq,
-		      int64_t deadline, const char *what)
+		      int frame_next, int64_t deadline, const char *what)
 {
 	struct iovec v = {t->why.text, in->len};
 	struct ioq rq = {&v, 1, 0, 0};
@@ -299,13 +307,14 @@ static int abort_read(struct ddpi_tcp *t, const struct ddpi_tcp_frame *in, struc
 		char desc[96];
 		snprintf(desc, sizeof(desc), "a bad abort record (from node %d, %llu bytes)",
 			 in->call.root, (unsigned long long)in->len);
-		return bad_frame(t, sq, deadline, what, desc);
+		return bad_frame(t, sq, frame_next, deadline, what, desc);
 	}
 	if ((rc = pump(t, NULL, &rq, deadline, what)) < 0) {
 		t->why.from = -1;
 		return rc;
 	}
-	t->at_frame = right_of(t) != t->why.from && pump(t, sq, NULL, deadline, what) == 0;
+	t->at_frame =
+		right_of(t) != t->why.from && pump(t, sq, NULL, deadline, what) == 0 && frame_next;
 	return ddpi_tcp_why_fail(t, what);
 }
 
@@ -334,30 +343,35 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 	if (!calls)
 		return ddpi_err(-ENOMEM, "%s: no memory", what);
 	calls[me] = *mine;
+	t->seq = mine->seq;
 	t->at_frame = 0;
 	for (int s = 0; s < m - 1 && rc == 0; s++) {
 		int sg = ((me - s) % m + m) % m, rg = ((me - s - 1) % m + m) % m;
+		/* After this step's frame the next leader reads a frame, where
+		 * an abort record may follow: the next step's, or the next
+		 * call's where the gather is all of this one. */
+		int frame_next = s < m - 2 || then_frame;
 		struct ddpi_tcp_frame out = {calls[sg], fwd_len}, in;
 		struct iovec sv[2] = {{&out, sizeof(out)}, {(void *)fwd, fwd_len}};
 		struct iovec rv = {&in, sizeof(in)};
 		struct ioq sq = {sv, 2, 0, 0}, rq = {&rv, 1, 0, 0};
 
 		/* A step that fails (a timeout, the previous leader gone) after
-		 * this leader's frame of it went whole: the next leader reads a
-		 * frame next, where the abort record can follow. */
+		 * this leader's frame of it went whole: the abort record can
+		 * follow it (frame_next). */
 		if ((rc = pump_(t, &sq, &rq, 1, deadline, what)) < 0) {
-			t->at_frame = ioq_done(&sq) && (s < m - 2 || then_frame);
+			t->at_frame = ioq_done(&sq) && frame_next;
 			break;
 		}
 		if (in.call.kind == DDPI_TCP_ABORT) {
-			rc = abort_read(t, &in, &sq, deadline, what);
+			rc = abort_read(t, &in, &sq, frame_next, deadline, what);
 			break;
 		}
 		if (in.len > TCP_SMALL_BYTES) {
 			char desc[64];
 			snprintf(desc, sizeof(desc), "a call with %llu bytes of data",
 				 (unsigned long long)in.len);
-			rc = bad_frame(t, &sq, deadline, what, desc);
+			rc = bad_frame(t, &sq, frame_next, deadline, what, desc);
 			break;
 		}
 		int keep = in.len == len && !memcmp(&in.call, mine, sizeof(*mine));
@@ -368,7 +382,7 @@ static int gather_calls(struct ddpi_tcp *t, const struct ddpi_call *mine, const 
 		rv = (struct iovec){keep ? slots + (size_t)rg * len : t->tmp, in.len};
 		rq = (struct ioq){&rv, 1, 0, 0};
 		if ((rc = pump(t, &sq, &rq, deadline, what)) < 0) {
-			t->at_frame = ioq_done(&sq) && (s < m - 2 || then_frame);
+			t->at_frame = ioq_done(&sq) && frame_next;
 			break;
 		}
 		fwd = keep ? rv.iov_base : NULL;

@@ -46,7 +46,8 @@ int ddpi_tcp_all_reduce(struct ddpi_tcp *t, const struct ddpi_call *call, void *
 int ddpi_tcp_broadcast(struct ddpi_tcp *t, void *buf, size_t bytes, int root, int64_t deadline);
 /* recv (world * bytes) holds this node's ranks' pieces; fills in every other's. */
 int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t deadline);
-/* This node's communicator failed for good (code, with the reason why):
+/* This node's communicator failed for good (code, with the reason why, in
+ * its call seq: ddpi_call.seq):
  * shut the ring down now, so the other leaders fail at once rather than at
  * their deadline while this process lives on, and fail with this reason
  * rather than "the leader is gone": an abort record goes to the next leader
@@ -54,7 +55,7 @@ int ddpi_tcp_all_gather(struct ddpi_tcp *t, void *recv, size_t bytes, int64_t de
  * previous one, which reads it if its sends here fail. A record read from a
  * neighbour is passed on instead of this node's own reason. Later ring
  * operations fail. */
-void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why);
+void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why, uint64_t seq);
 /* This node's ranks called ddp_finalize after ncalls collective calls: the
  * same record, marked finished, so that a leader that makes another call
  * fails at once naming this node (-EINVAL, the nodes made different numbers

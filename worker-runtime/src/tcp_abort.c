@@ -36,6 +36,7 @@ int ddpi_tcp_why_begin(struct ddpi_tcp *t, const struct ddpi_tcp_frame *f)
 	/* A code as libddp returns them (a negative errno or DDP_E*), else a peer's. */
 	t->why.code = f->call.dt > 0 && f->call.dt < 65536 ? -(int)f->call.dt : DDP_EPEER;
 	t->why.finished = f->call.op == 1;
+	t->why.seq = f->call.seq;
 	t->why.len = (size_t)f->len;
 	return 0;
 }
@@ -83,6 +84,30 @@ int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, int wait_ms, const char *what)
 	return ddpi_tcp_why_fail(t, what);
 }
 
+int ddpi_tcp_why_watch(struct ddpi_tcp *t, const char *what)
+{
+	struct {
+		struct ddpi_tcp_frame f;
+		char text[DDPI_TCP_ABORT_TEXT];
+	} in;
+	ssize_t n = recv(t->right_fd, &in, sizeof(in), MSG_PEEK | MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	/* A finish record stays for a send that fails (ddpi_tcp_why_peek); a
+	 * record cut short would keep the socket readable: not watched again. */
+	if (n < (ssize_t)sizeof(in.f) || in.f.call.kind != DDPI_TCP_ABORT || in.f.call.op == 1 ||
+	    in.f.len > DDPI_TCP_ABORT_TEXT || (size_t)n < sizeof(in.f) + in.f.len) {
+		t->watch_from = UINT64_MAX;
+		return 0;
+	}
+	if (in.f.call.seq > t->seq) { /* left there for the next call */
+		t->watch_from = t->seq + 1;
+		return 0;
+	}
+	return ddpi_tcp_why_peek(t, 0, 0, what);
+}
+
 /* Sends the record whole, or gives up (the peer gone, or not reading for
  * TCP_ABORT_WAIT_MS): the neighbour then sees the ring closed. */
 static void send_record(int fd, const struct iovec *rec)
@@ -111,13 +136,14 @@ static void send_record(int fd, const struct iovec *rec)
 	}
 }
 
-void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why)
+void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why, uint64_t seq)
 {
 	if (t->aborted)
 		return;
 	t->aborted = 1;
 	if (t->why.from < 0) { /* this node's own failure */
 		t->why.from = t->me;
+		t->why.seq = seq;
 		t->why.code = code < 0 ? code : DDP_EPEER;
 		t->why.len = (size_t)snprintf(t->why.text, sizeof(t->why.text), "%s", why);
 		if (t->why.len > DDPI_TCP_ABORT_TEXT)
@@ -126,7 +152,8 @@ void ddpi_tcp_abort(struct ddpi_tcp *t, int code, const char *why)
 	struct ddpi_tcp_frame f = {.call = {.kind = DDPI_TCP_ABORT,
 					    .dt = (uint32_t)-t->why.code,
 					    .op = t->why.finished ? 1u : 0u,
-					    .root = t->why.from},
+					    .root = t->why.from,
+					    .seq = t->why.seq},
 				   .len = t->why.len};
 	struct iovec rec[2] = {{&f, sizeof(f)}, {t->why.text, t->why.len}};
 
@@ -157,5 +184,5 @@ void ddpi_tcp_finish(struct ddpi_tcp *t, uint64_t ncalls, const char *refused)
 			 "nodes made different numbers of calls",
 			 (unsigned long long)ncalls, ncalls == 1 ? "" : "s");
 	t->why.finished = 1;
-	ddpi_tcp_abort(t, -EINVAL, text);
+	ddpi_tcp_abort(t, -EINVAL, text, ncalls);
 }

@@ -18,7 +18,8 @@
  * call.kind is DDPI_TCP_ABORT is an abort record instead (tcp_abort.c):
  * call.root is the node whose failure it reports, call.dt that failure's
  * code negated, call.op 1 where that node finished instead (ddpi_tcp_finish),
- * and len bytes of its text (at most DDPI_TCP_ABORT_TEXT) follow. */
+ * call.seq the call it failed in (or the calls it made, finished), and len
+ * bytes of its text (at most DDPI_TCP_ABORT_TEXT) follow. */
 struct ddpi_tcp_frame {
 	struct ddpi_call call;
 	uint64_t len;
@@ -32,6 +33,7 @@ struct ddpi_tcp_why {
 	int from;     /* the node that failed (-1: no record read) */
 	int finished; /* it did not fail: it called ddp_finalize (call.op 1) */
 	int code;
+	uint64_t seq; /* the call it failed in (call.seq) */
 	size_t len;
 	char text[DDPI_TCP_ABORT_TEXT + 1];
 };
@@ -52,7 +54,11 @@ struct ddpi_tcp {
 	 * calls' gather): only then may an abort record follow, for there the
 	 * next leader reads a frame. */
 	int at_frame;
-	int aborted;		 /* ddpi_tcp_abort ran */
+	int aborted;  /* ddpi_tcp_abort ran */
+	uint64_t seq; /* the current call's sequence number (gather_calls) */
+	/* The right socket is watched for abort records from this call on
+	 * (ddpi_tcp_why_watch; UINT64_MAX: never again). */
+	uint64_t watch_from;
 	struct ddpi_tcp_why why; /* the abort record read, to pass on */
 };
 
@@ -92,6 +98,15 @@ int ddpi_tcp_why_fail(struct ddpi_tcp *t, const char *what);
  * lies on the right socket, the call fails with its reason instead.
  * Returns rc or the record's code. */
 int ddpi_tcp_why_peek(struct ddpi_tcp *t, int rc, int wait_ms, const char *what);
+/* The right socket, which the next leader only writes abort records to, is
+ * readable while this one waits in a call: where it holds a whole abort
+ * record of a failure in this call or before, the call fails with its
+ * reason at once (the failure goes round the ring backwards too, so a
+ * leader whose previous one cannot tell it, its data cut, learns it). A
+ * failure in a later call (the next leader is ahead: this call may still
+ * end well) waits for the next call; a finished leader, or one closed after
+ * its last call, is watched no more. 0 where the call goes on. */
+int ddpi_tcp_why_watch(struct ddpi_tcp *t, const char *what);
 
 #pragma GCC visibility pop
 
