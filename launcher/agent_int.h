@@ -94,7 +94,7 @@ struct agent {
 /* Start w for the current attempt. 0 or a negative errno with err set. */
 int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_t errlen);
 /* The descriptors the agent holds for the job's running workers (their
- * streams' pipes and tee files, their store connections). */
+ * streams' pipes and tee files). */
 int agent_worker_fds(const struct job *job);
 /* Add to e, the failure of w, its last stderr lines and what they tell. */
 void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct report_entry *e);

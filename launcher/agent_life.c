@@ -17,7 +17,8 @@
 
 /* Beside the workers' descriptors and those open now (the loop's, the
  * coordinator's): /dev/null, the store's listener and its loop, a worker's
- * pipes while it starts, the logs' directory. */
+ * pipes while it starts, the logs' directory. The workers' store
+ * connections are not counted (agent_worker_fds). */
 #define AGENT_FDS_RESERVE 16
 
 static long fds_open_now(void)

@@ -83,9 +83,10 @@ int agent_worker_fds(const struct job *job)
 {
 	int n = 0;
 
-	/* Its store connection, and each stream's pipe (and tee file). */
+	/* Each stream's pipe (and tee file). Not a store connection: a worker
+	 * may make none, and on a node that does not host the store it is
+	 * another node's. */
 	for (int lr = 0; lr < job->nproc; lr++) {
-		n++;
 		for (int s = 0; s < 2; s++) {
 			enum stream_way way = stream_way(job, lr, s);
 			n += way == WAY_TEE ? 2 : way == WAY_PIPE;

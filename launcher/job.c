@@ -193,11 +193,11 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 	j->cpu_sets = numa_sets(o, j->nproc);
 	rc = prog_resolve(o, getenv_fn, &j->prog, err, sizeof(err));
 	if (rc != 0) {
-		int status =
-			rc == -ENOENT ? 127
-			: rc == -EACCES || rc == -ENOEXEC || rc == -ELOOP || rc == -ENAMETOOLONG
-				? 126
-				: 1;
+		int status = rc == -ENOENT ? 127
+			     : rc == -EACCES || rc == -ENOEXEC || rc == -ELOOP ||
+					     rc == -ENAMETOOLONG || rc == -ENOTDIR
+				     ? 126
+				     : 1;
 
 		if (status != 1 && prefail(j, status, err))
 			return 0;

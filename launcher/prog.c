@@ -13,16 +13,18 @@
 /* The kernel reads at most this much of a "#!" line (BINPRM_BUF_SIZE). */
 #define PROG_SHEBANG_MAX 256
 
-/* 0 when path is an executable regular file; -ENOENT or -EACCES otherwise. */
+/* 0 when path is an executable regular file; else -EACCES (not one, or
+ * not allowed), -ELOOP, -ENAMETOOLONG or -ENOTDIR (the shell's 126 with that
+ * reason, not "command not found"), or -ENOENT. */
 static int check_exec(const char *path)
 {
 	struct stat st;
 
-	/* A symlink loop (ELOOP) or a file as a directory (ENOTDIR) is the
-	 * shell's 126 with that reason, not "command not found". */
 	if (stat(path, &st) != 0)
-		return errno == ELOOP || errno == ENAMETOOLONG || errno == EACCES ? -errno
-										  : -ENOENT;
+		return errno == ELOOP || errno == ENAMETOOLONG || errno == ENOTDIR ||
+				       errno == EACCES
+			       ? -errno
+			       : -ENOENT;
 	if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0)
 		return -EACCES;
 	return 0;
@@ -32,6 +34,7 @@ int prog_lookup(const char *name, const char *path_env, char **out)
 {
 	const char *p;
 	bool denied = false;
+	int other = 0; /* the first other error met on the way */
 	size_t nlen = strlen(name);
 
 	if (nlen == 0)
@@ -63,15 +66,17 @@ int prog_lookup(const char *name, const char *path_env, char **out)
 			return 0;
 		}
 		free(cand);
+		/* Every entry is tried, as Python's subprocess (torchrun) and
+		 * bash do; a file among the entries is as good as missing. */
 		if (rc == -EACCES)
 			denied = true;
-		else if (rc != -ENOENT) /* as execvp: only a missing file looks on */
-			return rc;
+		else if (rc != -ENOENT && rc != -ENOTDIR && other == 0)
+			other = rc;
 		if (end == NULL)
 			break;
 		p = end;
 	}
-	return denied ? -EACCES : -ENOENT;
+	return denied ? -EACCES : other ? other : -ENOENT;
 }
 
 static bool ends_with(const char *s, const char *suffix)

@@ -35,8 +35,10 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 void prog_free(struct prog *p);
 
 /* execvp's search: name containing '/' is taken as is; else each PATH entry
- * (PATH unset: /bin:/usr/bin; an empty entry: the current directory). *out is
- * malloc'd. -ENOENT, -EACCES (found but not an executable file), -ENOMEM. */
+ * (PATH unset: /bin:/usr/bin; an empty entry: the current directory), every
+ * one, as Python's subprocess does. *out is malloc'd. -ENOENT, -EACCES
+ * (found but not an executable file), -ELOOP, -ENAMETOOLONG, -ENOTDIR (the
+ * name's own path; on PATH, the first met where nothing is found), -ENOMEM. */
 int prog_lookup(const char *name, const char *path_env, char **out);
 
 /* Copy of tpl with "${name}" / "$name" replaced by values (the variables of

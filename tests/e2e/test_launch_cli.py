@@ -299,6 +299,17 @@ def test_not_executable_is_126(tmp_path):
     assert one_error_line(r) == "ddprun: error: ./loop1: Too many levels of symbolic links"
     r = ddprun("loop1", cwd=tmp_path, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
     assert r.returncode == 126, r
+    # ... but one on PATH before the program does not stop the search, as
+    # Python's subprocess (torchrun) and bash go on
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "loop1").write_text("#!/bin/sh\necho found\n")
+    os.chmod(tmp_path / "bin" / "loop1", 0o755)
+    r = ddprun("loop1", cwd=tmp_path, env={"PATH": f"{tmp_path}:{tmp_path}/bin:/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout == "found\n", r
+    # A file taken for a directory: the shell's 126, "Not a directory".
+    r = ddprun(str(f / "x"))
+    assert r.returncode == 126
+    assert one_error_line(r) == f"ddprun: error: {f}/x: Not a directory"
 
 
 def test_run_path_runs_a_directory_and_wins_over_module_and_no_python(tmp_path):
