@@ -368,3 +368,19 @@ def test_two_nodes_a_refused_call_then_finalize_is_named_on_both(reaper, tmp_pat
     for m in failed1:
         assert m.startswith(f"all_reduce: rank {odd} {REFUSED}, while rank "), outs[1]
     assert set(codes(outs)) == {-22}, "\n".join(outs)
+
+
+@pytest.mark.parametrize("nprocs,odd", [([3], "1"), ([2, 2], "3")])
+def test_a_refusal_that_calls_came_after_is_not_named(reaper, tmp_path, nprocs, odd):
+    """Every rank's all_reduce is refused, then a gradient bucket is reduced
+    (a call that ran, outside the collectives' entry), then rank 1 (3)
+    finalizes while the others make another call: the refusal was named
+    ("after its call was refused"), which calls had come after; now it is
+    "different numbers of calls" again (found by review)."""
+    agents, rcs = run_nodes(reaper, tmp_path, nprocs, "refusedlater", odd)
+    outs = [a.stdout() + a.stderr() for a in agents]
+    failed = [m for out in outs for m in ends(out)[0]]
+    assert len(failed) == sum(nprocs) - 1, "\n".join(outs)
+    for m in failed:
+        assert "made different numbers of calls" in m and "refused" not in m, "\n".join(outs)
+    assert set(codes(outs)) == {-22}, "\n".join(outs)

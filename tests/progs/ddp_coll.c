@@ -94,7 +94,10 @@
  *                                       60 s, SIGTERM unheld, while the rest
  *                                       all_reduce), refused (the same, after an
  *                                       all_reduce of a NULL buffer, which is
- *                                       refused: prints "diverge refused: RC" first). A rank whose
+ *                                       refused: prints "diverge refused: RC" first),
+ *                                       refusedlater (every rank's all_reduce is
+ *                                       refused, then every rank reduces a gradient
+ *                                       bucket, then as finish). A rank whose
  *                                       call fails prints "diverge rc: RC" and
  *                                       "diverge failed: ERROR" and
  *                                       exits 3; one whose call returns prints
@@ -452,6 +455,20 @@ static int run_diverge(struct ddp_ctx *ctx, const char *what, const char *ranks)
 	for (int i = 0; i < 2000; i++)
 		buf[i] = 1;
 	CHECK(ctx, ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM)); /* they agree here */
+	if (!strcmp(what, "refusedlater")) {
+		/* A refusal, then a call that ran (a gradient bucket): a rank
+		 * that finalizes now made different numbers of calls. */
+		static float w[256];
+		struct ddp_param p = {"w", w, 256, DDP_FLOAT32};
+		struct ddp_reducer *r;
+		fprintf(stderr, "diverge refused: %d\n",
+			ddp_all_reduce(ctx, NULL, 1000, DDP_FLOAT32, DDP_SUM));
+		CHECK(ctx, ddp_reducer_create(ctx, &p, 1, NULL, &r));
+		CHECK(ctx, ddp_reducer_mark_ready(r, 0));
+		CHECK(ctx, ddp_reducer_finish(r));
+		ddp_reducer_destroy(r);
+		what = "finish";
+	}
 	if (!strcmp(what, "op"))
 		rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, odd ? DDP_MAX : DDP_SUM);
 	else if (!strcmp(what, "avg"))

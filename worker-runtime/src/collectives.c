@@ -24,6 +24,7 @@ static int refuse(struct ddp_ctx *ctx, int rc)
 	if (ddpi_ctx_live(ctx)) {
 		pthread_mutex_lock(&ctx->lock);
 		snprintf(ctx->refused, sizeof(ctx->refused), "%s", ddp_errmsg());
+		ctx->refused_at = ddpi_cpu_ncalls(ctx->cpu);
 		pthread_mutex_unlock(&ctx->lock);
 	}
 	return rc;
@@ -39,7 +40,6 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 	    (ctx->async && (rc = ddpi_async_wait(ctx->async, what)) < 0))
 		return rc;
 	pthread_mutex_lock(&ctx->lock);
-	ctx->refused[0] = '\0';
 	ddpi_progress_enter(op);
 	return 0;
 }

@@ -74,6 +74,11 @@ void ddpi_cpu_close(struct ddpi_cpu *c)
 	free(c);
 }
 
+uint64_t ddpi_cpu_ncalls(const struct ddpi_cpu *c)
+{
+	return c ? c->ncalls : 0;
+}
+
 void ddpi_cpu_finish(struct ddpi_cpu *c, const char *refused)
 {
 	if (!c)

@@ -228,10 +228,13 @@ struct ddp_ctx {
 	char broken_msg[256];
 	atomic_int broken_told;
 	pthread_mutex_t lock; /* one collective at a time */
-	/* The message of the last collective refused for its arguments, if no
-	 * call ran since ("" none; under lock): the peers wait in the call this
-	 * rank did not make, and are told why if it finalizes next. */
+	/* The message of the last collective refused for its arguments ("" none;
+	 * under lock), and the calls the cpu communicator had made then: where
+	 * it made none since (no collective, no gradient bucket), the peers
+	 * wait in the call this rank did not make, and are told why if it
+	 * finalizes next. */
 	char refused[192];
+	uint64_t refused_at;
 	const struct ddpi_backend_ops *ops;
 	void *be;
 	struct ddpi_cpu *cpu; /* the cpu communicator (also the NCCL bootstrap) */
@@ -283,6 +286,8 @@ void ddpi_cpu_close(struct ddpi_cpu *c);
  * call fail at once naming it (shm.h, tcp.h: ddpi_*_finish), and, where
  * refused is not NULL, the call of this rank that was refused instead. */
 void ddpi_cpu_finish(struct ddpi_cpu *c, const char *refused);
+/* The collective calls it made (0 for NULL); under the context's lock. */
+uint64_t ddpi_cpu_ncalls(const struct ddpi_cpu *c);
 extern const struct ddpi_backend_ops ddpi_cpu_ops;
 
 /* ---- asynchronous bucket reduction for backends without their own (async.c) ----- */

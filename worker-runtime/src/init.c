@@ -241,7 +241,9 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	if (ctx->ops && ctx->ops->destroy && ctx->be != ctx->cpu)
 		ctx->ops->destroy(ctx->be);
 	/* Peers still calling fail now, naming this rank, not at their timeout. */
-	ddpi_cpu_finish(ctx->cpu, ctx->refused[0] ? ctx->refused : NULL);
+	ddpi_cpu_finish(ctx->cpu, ctx->refused[0] && ctx->refused_at == ddpi_cpu_ncalls(ctx->cpu)
+					  ? ctx->refused
+					  : NULL);
 	ddpi_cpu_close(ctx->cpu);
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);
