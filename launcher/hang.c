@@ -22,13 +22,32 @@
 
 /* Python workers get this long to print their stacks after SIGABRT. */
 #define HANG_ABORT_GRACE_MS 5000
+/* CPU time counts as work from this share of one CPU up (in percent): an
+ * idle runtime's background threads (gloo's event loop takes about 2%)
+ * must not make a hung PyTorch job look busy for ever. */
+#define HANG_CPU_WORK_PCT 10
 
 struct hang_sample {
 	bool valid;
 	uint64_t entered, completed, ticks;
+	uint64_t at_ms; /* when it was taken */
 	int64_t out_ms;
 	int64_t mtime_ns;
 };
+
+/* Whether a rank used at least HANG_CPU_WORK_PCT of a CPU between o and n. */
+static bool cpu_worked(const struct hang_sample *o, const struct hang_sample *n)
+{
+	static long hz;
+	uint64_t used_ms, span_ms = n->at_ms - o->at_ms;
+
+	if (hz <= 0 && (hz = sysconf(_SC_CLK_TCK)) <= 0)
+		hz = 100;
+	if (n->ticks <= o->ticks)
+		return false;
+	used_ms = (n->ticks - o->ticks) * 1000u / (uint64_t)hz;
+	return used_ms * 100u >= span_ms * HANG_CPU_WORK_PCT;
+}
 
 struct hang {
 	struct agent *a;
@@ -164,13 +183,14 @@ static bool sample(struct hang *h)
 		n.entered = wh.entered;
 		n.completed = wh.completed;
 		n.ticks = proc_tree_ticks(w->pid, 64);
+		n.at_ms = uv_now(a->loop);
 		n.out_ms = hang_last_output_ms(w);
 		n.mtime_ns = log_mtime(a, i);
 		/* Inside a collective, CPU time is waiting, not work. */
 		spinning = wh.libddp && wh.in;
 		if (!o->valid || n.entered != o->entered || n.completed != o->completed ||
 		    n.out_ms != o->out_ms || n.mtime_ns != o->mtime_ns ||
-		    (!spinning && n.ticks != o->ticks))
+		    (!spinning && cpu_worked(o, &n)))
 			progress = true;
 		*o = n;
 	}

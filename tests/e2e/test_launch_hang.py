@@ -164,6 +164,28 @@ def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path
     assert "stack dump" not in r.stderr
 
 
+def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
+    """Every rank waits for ever while a thread wakes 20 times a second for
+    a millisecond (an idle runtime's event loop: gloo's takes about 2% of a
+    CPU). Any CPU time was progress, and a hung PyTorch gloo job was never
+    reported; now CPU time counts from a tenth of a CPU up."""
+    script = tmp_path / "idle.py"
+    script.write_text("import threading, time\n"
+                      "def loop():\n"
+                      "    while True:\n"
+                      "        t = time.monotonic()\n"
+                      "        while time.monotonic() - t < 0.001:\n"
+                      "            pass\n"
+                      "        time.sleep(0.05)\n"
+                      "threading.Thread(target=loop, daemon=True).start()\n"
+                      "threading.Event().wait()\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
+            env=env, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "no rank made progress" in r.stderr
+
+
 def read_until(stream, text, seen, timeout=60):
     """Read stream's descriptor (unbuffered) until text shows up (bounded)."""
     fd = stream.fileno()
