@@ -38,6 +38,11 @@
 
 /* The requester waits this long for every node's positions. */
 #define HANG_COLLECT_MS 30000
+/* A node parked on request k looks this often whether a later request was
+ * numbered while k never came (a store client that added to hang/count but
+ * wrote no request, a script cut short): k is skipped, or every later
+ * request, the job's own hang verdict too, would wait behind it. */
+#define HANG_HOLE_MS 5000
 
 struct coord_hang {
 	struct coord *c;
@@ -312,6 +317,18 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	const cJSON *why = cJSON_GetObjectItemCaseSensitive(j, "why");
 	char text[400];
 
+	if (status == 0 && c->round == o->round && c->phase == CP_RUN && !cJSON_IsNumber(node) &&
+	    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "over"))) {
+		/* Not a request (a store client wrote something else): skipped,
+		 * or every later request would wait behind it. */
+		agent_say("warning: hang request %d is not one (%s): skipped", o->k,
+			  j ? "no \"node\"" : "not JSON");
+		cJSON_Delete(j);
+		h->next = o->k + 1;
+		free(o);
+		park(h);
+		return;
+	}
 	if (status != 0 || c->round != o->round || c->phase != CP_RUN || !cJSON_IsNumber(node)) {
 		cJSON_Delete(j); /* the round is over, or {"over": true} */
 		free(o);
@@ -345,6 +362,21 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	hang_remote_dump(c->agent, o->fail, text, on_local_done, o);
 }
 
+/* Parked on request o->k for HANG_HOLE_MS: count is how many were numbered. */
+static void on_hole_count(int status, int64_t count, void *arg)
+{
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
+
+	if (status == 0 && o->round == h->c->round && count > o->k && h->next == o->k) {
+		agent_say("warning: hang request %d was numbered but never written: skipped", o->k);
+		h->next = o->k + 1;
+	}
+	free(o);
+	if (status == 0)
+		park(h);
+}
+
 static void on_req_ready(int status, void *arg)
 {
 	struct op *o = arg;
@@ -353,6 +385,13 @@ static void on_req_ready(int status, void *arg)
 
 	if (o->round == h->parked_round)
 		h->parked_round = -1;
+	if (status == -ETIMEDOUT && h->H != NULL && o->round == h->c->round &&
+	    h->c->phase == CP_RUN) {
+		snprintf(key, sizeof(key), "r%d/hang/count", o->round);
+		if (store_async_add(h->H, key, 0, on_hole_count, o) != 0)
+			free(o);
+		return;
+	}
 	if (status != 0 || h->H == NULL || o->round != h->c->round) {
 		free(o);
 		if (status == 0)
@@ -378,7 +417,7 @@ static void park(struct coord_hang *h)
 	if (o == NULL)
 		return;
 	snprintf(key, sizeof(key), "r%d/hang/req/%d", c->round, h->next);
-	if (store_async_wait(h->H, keys, 1, 0, on_req_ready, o) != 0) {
+	if (store_async_wait(h->H, keys, 1, HANG_HOLE_MS, on_req_ready, o) != 0) {
 		free(o);
 		return;
 	}

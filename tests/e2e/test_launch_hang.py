@@ -339,6 +339,31 @@ def test_two_nodes_every_node_dumps_its_ranks_and_both_exit_124(reaper, tmp_path
     assert "found the job hung (--hang-timeout)" in both
 
 
+def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(reaper,
+                                                                              tmp_path):
+    """A store client numbers a hang request (hang/count) and writes none (a
+    script cut short), then writes one that is not JSON: every node waited
+    on the first for ever, and the job's own hang verdict behind it never
+    came (the job hung on). Now both are skipped: every node dumps and
+    exits 124."""
+    from conftest import free_port
+    port = free_port()
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job9", "--hang-timeout", "4"],
+                       ["3", "2"], port=port)
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job9"]
+    wait_for(lambda: run([*store, "add", "r0/hang/count", "1"]).returncode == 0, timeout=60,
+             what="the store")
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0, r.stderr
+    assert run([*store, "set", f"r0/hang/req/{r.stdout.strip()}", "garbage"]).returncode == 0
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = agents[0].stderr() + agents[1].stderr()
+    assert "hang request 1 was numbered but never written: skipped" in err
+    assert "hang request 2 is not one (not JSON): skipped" in err
+    assert "ranks 0-1,3 wait in all_reduce #4" in err
+
+
 def test_two_nodes_sigusr2_on_one_node_dumps_every_node(reaper, tmp_path):
     flag = tmp_path / "go"
     agents = two_nodes(reaper, tmp_path, [], ["2", "wait", str(flag)])
