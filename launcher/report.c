@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include <cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -310,11 +311,12 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	text_puts(t, e->host ? e->host : host);
 	text_puts(t, "\n");
 	text_printf(t, "  rank      : %d (local_rank: %d)\n", e->global_rank, e->local_rank);
-	/* torchrun 2.x names a signal after the pid, two spaces on: "-11 (pid: 7)  (SIGSEGV)". */
-	if (e->exitcode < 0) {
-		char sig[32];
-		text_printf(t, "  exitcode  : %d (pid: %d)  (%s)\n", e->exitcode, (int)e->pid,
-			    signame_of(-e->exitcode, sig, sizeof(sig)));
+	/* torchrun 2.x names a signal after the pid, two spaces on: "-11 (pid: 7)
+	 * (SIGSEGV)"; one without a name (SIG40), as Python's, not. */
+	char sig[32];
+	if (e->exitcode < 0 &&
+	    !isdigit((unsigned char)signame_of(-e->exitcode, sig, sizeof(sig))[3])) {
+		text_printf(t, "  exitcode  : %d (pid: %d)  (%s)\n", e->exitcode, (int)e->pid, sig);
 	} else {
 		text_printf(t, "  exitcode  : %d (pid: %d)\n", e->exitcode, (int)e->pid);
 	}

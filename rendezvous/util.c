@@ -135,20 +135,29 @@ int util_parse_hostport(const char *s, char *host, size_t hostlen, int default_p
 int util_parse_endpoint(const char *s, char *host, size_t hostlen, int default_port, int *port)
 {
 	const char *first = s ? strchr(s, ':') : NULL, *last = s ? strrchr(s, ':') : NULL;
-	char v6[INET6_ADDRSTRLEN];
+	char v6[INET6_ADDRSTRLEN + 32], *zone;
 	struct in6_addr a;
-	int p;
+	int p, v6ok;
 
 	/* Two or more colons, no brackets: torchrun splits at the last one
-	 * ("::1:29400" is ::1, port 29400); where that leaves no IPv6 address
-	 * and port ("::1", "fe80::1", which torchrun would cut into nonsense),
-	 * it is a bare address, as util_parse_hostport takes it. */
+	 * ("::1:29400" is ::1, port 29400, "fe80::1%eth0:29400" too) where that
+	 * leaves an IPv6 address and a number, which must then be a port;
+	 * else ("::1", "fe80::1", which torchrun would cut into nonsense) it is
+	 * a bare address, as util_parse_hostport takes it. */
 	if (first && first != last && s[0] != '[' && (size_t)(last - s) < sizeof(v6) &&
-	    parse_port(last + 1, &p) == 0) {
+	    last[1] != '\0' && strspn(last + 1, "0123456789") == strlen(last + 1)) {
 		memcpy(v6, s, (size_t)(last - s));
 		v6[last - s] = '\0';
-		if (inet_pton(AF_INET6, v6, &a) == 1) {
-			int rc = copy_host(v6, strlen(v6), host, hostlen);
+		zone = strchr(v6, '%'); /* a scope (fe80::1%eth0): not inet_pton's */
+		if (zone)
+			*zone = '\0';
+		v6ok = inet_pton(AF_INET6, v6, &a) == 1;
+		if (zone)
+			*zone = '%';
+		if (v6ok) {
+			int rc = parse_port(last + 1, &p);
+			if (rc == 0)
+				rc = copy_host(v6, strlen(v6), host, hostlen);
 			if (rc == 0)
 				*port = p;
 			return rc;

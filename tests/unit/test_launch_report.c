@@ -361,6 +361,10 @@ static void test_entries_from_other_nodes_show_their_host_and_given_root(void **
 	assert_non_null(strstr(text, "  exitcode  : 4 (pid: 9)\n"));
 	assert_true(strstr(text, "node-a") < root);
 	free(text);
+	e[0].exitcode = -40; /* a real-time signal: no name, as in Python */
+	text = report_format_root("t", "node-a", e, 2, 1);
+	assert_non_null(strstr(text, "  exitcode  : -40 (pid: 7)\n"));
+	free(text);
 }
 
 static void test_parent_error_file_gets_error_code(void **state)

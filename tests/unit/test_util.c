@@ -86,6 +86,11 @@ static void test_parse_hostport(void **state)
 	assert_int_equal(util_parse_endpoint("fe80::abcd", host, sizeof(host), 9, &port), 0);
 	assert_string_equal(host, "fe80::abcd");
 	assert_int_equal(port, 9);
+	assert_int_equal(util_parse_endpoint("fe80::1%eth0:29400", host, sizeof(host), 9, &port),
+			 0);
+	assert_string_equal(host, "fe80::1%eth0");
+	assert_int_equal(port, 29400);
+	assert_int_equal(util_parse_endpoint("::1:99999", host, sizeof(host), 9, &port), -EINVAL);
 	assert_int_equal(util_parse_endpoint("[::1]:80", host, sizeof(host), 9, &port), 0);
 	assert_int_equal(port, 80);
 	assert_int_equal(util_parse_endpoint("node1:29400", host, sizeof(host), 9, &port), 0);
