@@ -214,7 +214,9 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 				      nmiss ? "," : "", i);
 			nmiss++;
 		}
-	hang_verdict(w, nw, "  ", verdict, sizeof(verdict), &culprits);
+	/* No positions read, no verdict: it would say that no rank uses libddp. */
+	if (status == 0)
+		hang_verdict(w, nw, "  ", verdict, sizeof(verdict), &culprits);
 	output_console_write(2, "============================================================\n",
 			     61);
 	if (o->fail)
@@ -222,10 +224,11 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 			  HANG_EXIT);
 	else
 		agent_say("where the ranks of every node are (the job goes on):");
-	output_console_write(2, verdict, strlen(verdict));
 	if (status != 0)
 		agent_say("  the nodes' positions could not be read: %s", strerror(-status));
-	else if (nmiss > 0)
+	else
+		output_console_write(2, verdict, strlen(verdict));
+	if (status == 0 && nmiss > 0)
 		agent_say("  node%s %s sent no positions in time", nmiss == 1 ? "" : "s", missing);
 	output_console_write(2, "============================================================\n",
 			     61);
@@ -266,9 +269,12 @@ static void on_collected(int status, void *arg)
 	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
 
 	/* Timed out: read what came. */
-	if (keys == NULL || h->H == NULL ||
-	    store_async_multi_get(h->H, keys, (size_t)h->c->nnodes, on_positions, o) != 0)
-		on_positions(-ENOMEM, 0, NULL, NULL, o);
+	int rc = keys == NULL ? -ENOMEM
+		 : h->H == NULL
+			 ? -ENOTCONN
+			 : store_async_multi_get(h->H, keys, (size_t)h->c->nnodes, on_positions, o);
+	if (rc != 0)
+		on_positions(rc, 0, NULL, NULL, o);
 	free(keys);
 }
 
@@ -276,11 +282,13 @@ static void collect(struct op *o)
 {
 	struct coord_hang *h = o->h;
 	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
+	int rc = keys == NULL	? -ENOMEM
+		 : h->H == NULL ? -ENOTCONN
+				: store_async_wait(h->H, keys, (size_t)h->c->nnodes,
+						   HANG_COLLECT_MS, on_collected, o);
 
-	if (keys == NULL || h->H == NULL ||
-	    store_async_wait(h->H, keys, (size_t)h->c->nnodes, HANG_COLLECT_MS, on_collected, o) !=
-		    0)
-		on_positions(-ENOMEM, 0, NULL, NULL, o);
+	if (rc != 0)
+		on_positions(rc, 0, NULL, NULL, o);
 	free(keys);
 }
 
@@ -347,6 +355,15 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 		snprintf(text, sizeof(text), "%.300s (asked through the store)",
 			 cJSON_IsString(why) ? why->valuestring : "on demand");
 	cJSON_Delete(j);
+	if (o->fail && h->fail_round == o->round && h->mine == o->k) {
+		/* This node's own hang request came after another node's: that
+		 * one's verdict is the job's (this one would race the round's
+		 * end for the positions, and say less). */
+		h->mine = 0;
+		free(o);
+		park(h);
+		return;
+	}
 	if (o->fail && h->fail_round == o->round) {
 		/* Two nodes found the hang at once: one dump is enough. */
 		struct hang_where *w = calloc((size_t)c->job->nproc, sizeof(*w));

@@ -305,15 +305,16 @@ def test_file_timer_at_a_given_path_never_kills_a_process_outside_the_job(reaper
     assert not fifo.exists()
 
 
-def two_nodes(reaper, tmp_path, extra, args, port=None):
-    """Two ddprun on loopback (static rendezvous), 2 workers each, running hang_coll."""
+def two_nodes(reaper, tmp_path, extra, args, port=None, nnodes=2):
+    """Two ddprun (or nnodes) on loopback (static rendezvous), 2 workers each,
+    running hang_coll."""
     from conftest import free_port
     from mnutil import Agent, clean_env
     port = port or free_port()
     agents = []
-    for r in range(2):
+    for r in range(nnodes):
         agents.append(Agent(reaper, tmp_path, f"node{r}",
-                            ["--nnodes", "2", "--node-rank", str(r), "--master-addr",
+                            ["--nnodes", str(nnodes), "--node-rank", str(r), "--master-addr",
                              "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
                              "--shutdown-timeout", "5", *extra, prog("hang_coll"), *args],
                             env=clean_env()))
@@ -362,6 +363,22 @@ def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(
     assert "hang request 1 was numbered but never written: skipped" in err
     assert "hang request 2 is not one (not JSON): skipped" in err
     assert "ranks 0-1,3 wait in all_reduce #4" in err
+
+
+def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):
+    """Rank 3 (node 1) stops calling; every node finds the hang within a
+    sample of the others, and most runs two or three ask at once. Each asker
+    printed a verdict: the later ones raced the round's end for the
+    positions and said "no rank reports its collectives (none uses
+    libddp)... could not be read: Cannot allocate memory", node 0's too in
+    some runs. Now the first request's verdict is the job's, the only one."""
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "4"], ["5", "3"], nnodes=3)
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = "".join(a.stderr() for a in agents)
+    assert err.count("rank 3 is in no collective (last completed #5)") == 1, err
+    assert err.count("ranks 0-2,4-5 wait in all_reduce #6") == 1, err
+    assert "could not be read" not in err and "none uses libddp" not in err, err
 
 
 def test_two_nodes_sigusr2_on_one_node_dumps_every_node(reaper, tmp_path):
