@@ -623,6 +623,9 @@ static void my_config(struct coord *c, struct rdzv_config *cfg)
 	snprintf(cfg->version, sizeof(cfg->version), "%s", DDP_VERSION);
 	cfg->node_rank = c->job->dynamic ? -1 : c->job->node_rank;
 	snprintf(cfg->host, sizeof(cfg->host), "%s", c->host);
+	if (c->job->hang_timeout_ms > 0)
+		snprintf(cfg->hang_timeout, sizeof(cfg->hang_timeout), "%g",
+			 (double)c->job->hang_timeout_ms / 1000.0);
 }
 
 static void on_config(int status, const void *val, size_t len, void *arg)

@@ -9,7 +9,7 @@
  *   runs/<i>        i = 1..n: a run id (the node that wrote its config first)
  * Under "ddprun/<run_id>/" (so jobs sharing a store never meet):
  *   config          the first node's job settings (CAS "" -> JSON: backend,
- *                   nnodes, max_restarts, version); every node CASes its own
+ *                   nnodes, max_restarts, version, hang_timeout); every node CASes its own
  *                   and a mismatch fails the job naming both nodes
  *   round           the current round r (absent: 0)
  *   ended           "<r>": the job ended for good in round r (its end says

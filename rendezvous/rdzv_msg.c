@@ -28,6 +28,7 @@ static const struct rdzv_field config_fields[] = {
 	RDZV_STR(struct rdzv_config, version, 0),
 	RDZV_INT(struct rdzv_config, node_rank, -1, INT_MAX),
 	RDZV_STR(struct rdzv_config, host, 0),
+	RDZV_STR(struct rdzv_config, hang_timeout, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef config_msg = RDZV_MSGDEF(NULL, config_fields);
 
@@ -110,6 +111,11 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 		what = "ddprun version";
 		snprintf(a, sizeof(a), "%s", mine->version);
 		snprintf(b, sizeof(b), "%s", theirs->version);
+	} else if (strcmp(mine->hang_timeout, theirs->hang_timeout) != 0) {
+		what = "--hang-timeout";
+		snprintf(a, sizeof(a), "%s", mine->hang_timeout[0] ? mine->hang_timeout : "off");
+		snprintf(b, sizeof(b), "%s",
+			 theirs->hang_timeout[0] ? theirs->hang_timeout : "off");
 	} else {
 		return 0;
 	}

@@ -1,8 +1,8 @@
 /* rdzv_msg: the values a node rendezvous keeps in the store, as text.
  *
  *   config       {"backend","nnodes":"MIN:MAX","max_restarts","version",
- *                 "node_rank","host"}: the job settings every node must share
- *                 (the last two say who wrote them)
+ *                 "node_rank","host"(,"hang_timeout")}: the job settings every
+ *                 node must share (node_rank and host say who wrote them)
  *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
  *   closed       "<N>" or "<N>:<arrival ranges>" (the round's participants), or
  *                "error:<status>:<message>"
@@ -42,6 +42,10 @@ struct rdzv_config {
 	char version[32];
 	int node_rank; /* the writer; -1 when ranks come by arrival (dynamic) */
 	char host[RDZV_HOST_MAX];
+	/* --hang-timeout in seconds ("" off): a node without it would count no
+	 * progress for the others, and one with it declare a hang in a job
+	 * that computes elsewhere. */
+	char hang_timeout[24];
 };
 
 char *rdzv_config_encode(const struct rdzv_config *c);

@@ -93,6 +93,8 @@ def test_two_nodes_claiming_one_rank_fail_everywhere(reaper, tmp_path):
 @pytest.mark.parametrize("flag, n0, n1, says", [
     ("--nnodes", "2", "3", "--nnodes differs"),
     ("--max-restarts", "0", "1", "--max-restarts differs"),
+    # one node's hang check declared a job that computed elsewhere hung
+    ("--hang-timeout", "3", "0", "--hang-timeout differs"),
 ])
 def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag, n0, n1, says):
     port = free_port()
@@ -109,6 +111,8 @@ def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag
         assert a.wait() == 2, a.stderr()
         err = a.stderr()
         assert says in err and "node 0 (host" in err and "node 1 (host" in err, err
+        if flag == "--hang-timeout":
+            assert "3 on node 0 (host" in err and "off on node 1 (host" in err, err
 
 
 def test_a_node_rank_out_of_range_fails_the_others_too(reaper, tmp_path):

@@ -189,6 +189,11 @@ static void test_config_diff_names_both_nodes(void **state)
 	strcpy(c.version, "0.2.0");
 	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
 	assert_non_null(strstr(msg, "ddprun version differs: 0.1.0 on node 1 (host b), 0.2.0"));
+	c = b;
+	strcpy(c.hang_timeout, "30");
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_string_equal(msg, "--hang-timeout differs: off on node 1 (host b), 30 on node 0 "
+				 "(host a)");
 }
 
 static void test_closed_is_a_count_or_an_error(void **state)
