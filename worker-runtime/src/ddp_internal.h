@@ -153,9 +153,6 @@ const char *ddpi_dtype_name(enum ddp_dtype dt);
  * bfloat16 accumulate in float32 and round once. */
 void ddpi_reduce(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src, int nsrc,
 		 size_t n, int avg_div);
-/* The same, also writing the result to dst2 when it is not NULL. */
-void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, const void *const *src,
-		  int nsrc, size_t n, int avg_div);
 /* buf[i] /= div (AVG after partial sums). */
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div);
 

@@ -19,52 +19,38 @@
 
 #define BLK 1024 /* elements per block: 8 KiB accumulators at most */
 
-/* out = a op b for n elements, and out2 = the same when out2 is not NULL
- * (one pass writes a result to both places it goes). out and out2 may be a
- * or b (element i is read before it is written), so no restrict on them; the
- * compiler checks overlap at run time, and vectorizes an exact alias too.
- * NaN propagates through min/max (torch semantics): a NaN in b wins, a NaN in
- * a stays because every comparison with it fails. */
-#define DEFINE_KERNEL_WITH(T, NAME, EXTRA, EXPR)                                       \
-	DDPI_CLONES DDPI_VEC static void NAME(T *out, T *out2, const T *a, const T *b, \
-					      size_t n EXTRA)                          \
-	{                                                                              \
-		if (!out2) {                                                           \
-			for (size_t i = 0; i < n; i++)                                 \
-				out[i] = (EXPR);                                       \
-			return;                                                        \
-		}                                                                      \
-		for (size_t i = 0; i < n; i++) {                                       \
-			T v = (EXPR);                                                  \
-			out[i] = v;                                                    \
-			out2[i] = v;                                                   \
-		}                                                                      \
+/* out = a op b for n elements. out may be a or b (element i is read before
+ * it is written), so no restrict on it; the compiler checks overlap at run
+ * time, and vectorizes an exact alias too. NaN propagates through min/max
+ * (torch semantics): a NaN in b wins, a NaN in a stays because every
+ * comparison with it fails. */
+#define DEFINE_KERNEL_WITH(T, NAME, EXTRA, EXPR)                                              \
+	DDPI_CLONES DDPI_VEC static void NAME(T *out, const T *a, const T *b, size_t n EXTRA) \
+	{                                                                                     \
+		for (size_t i = 0; i < n; i++)                                                \
+			out[i] = (EXPR);                                                      \
 	}
 #define DEFINE_KERNEL(T, NAME, EXPR) DEFINE_KERNEL_WITH(T, NAME, , EXPR)
 /* A kernel's extra parameter: the divisor of an average. */
 #define WITH_DIVISOR , float d
 
-#define DEFINE_COMBINE(T, NAME)                                                             \
-	DEFINE_KERNEL(T, NAME##_sum, a[i] + b[i])                                           \
-	DEFINE_KERNEL(T, NAME##_min, (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i])           \
-	DEFINE_KERNEL(T, NAME##_max, (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i])           \
-	/* acc /= d, and out2 = acc when out2 is not NULL */                                \
-	DDPI_CLONES DDPI_VEC static void NAME##_div(T *acc, T *out2, T d, size_t n)         \
-	{                                                                                   \
-		for (size_t i = 0; i < n; i++)                                              \
-			acc[i] /= d;                                                        \
-		if (out2)                                                                   \
-			memcpy(out2, acc, n * sizeof(T));                                   \
-	}                                                                                   \
-	static void NAME##_combine(enum ddp_op op, T *out, T *out2, const T *a, const T *b, \
-				   size_t n)                                                \
-	{                                                                                   \
-		if (op == DDP_MIN)                                                          \
-			NAME##_min(out, out2, a, b, n);                                     \
-		else if (op == DDP_MAX)                                                     \
-			NAME##_max(out, out2, a, b, n);                                     \
-		else                                                                        \
-			NAME##_sum(out, out2, a, b, n);                                     \
+#define DEFINE_COMBINE(T, NAME)                                                              \
+	DEFINE_KERNEL(T, NAME##_sum, a[i] + b[i])                                            \
+	DEFINE_KERNEL(T, NAME##_min, (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i])            \
+	DEFINE_KERNEL(T, NAME##_max, (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i])            \
+	DDPI_CLONES DDPI_VEC static void NAME##_div(T *acc, T d, size_t n)                   \
+	{                                                                                    \
+		for (size_t i = 0; i < n; i++)                                               \
+			acc[i] /= d;                                                         \
+	}                                                                                    \
+	static void NAME##_combine(enum ddp_op op, T *out, const T *a, const T *b, size_t n) \
+	{                                                                                    \
+		if (op == DDP_MIN)                                                           \
+			NAME##_min(out, a, b, n);                                            \
+		else if (op == DDP_MAX)                                                      \
+			NAME##_max(out, a, b, n);                                            \
+		else                                                                         \
+			NAME##_sum(out, a, b, n);                                            \
 	}
 
 DEFINE_COMBINE(float, f32)
@@ -73,28 +59,22 @@ DEFINE_COMBINE(int32_t, i32)
 DEFINE_COMBINE(int64_t, i64)
 
 /* One block of a natively typed reduction: sources are combined pairwise
- * through an L1 accumulator, the last combination writing dst (and dst2)
- * directly (every source's block has been read by then, so dst may alias any
- * of them). An average divides dst, then copies it to dst2. */
-#define NATIVE_BLOCK(T, NAME)                                                   \
-	do {                                                                    \
-		T acc[BLK], *d = (T *)dst + off;                                \
-		T *d2 = dst2 ? (T *)dst2 + off : NULL;                          \
-		const T *prev = (const T *)src[0] + off;                        \
-		int avg = op == DDP_AVG && avg_div > 1;                         \
-		if (nsrc == 1 && d != prev)                                     \
-			memmove(d, prev, m * sizeof(T));                        \
-		for (int k = 1; k < nsrc; k++) {                                \
-			int last = k == nsrc - 1;                               \
-			T *out = last ? d : acc;                                \
-			NAME##_combine(op, out, last && !avg ? d2 : NULL, prev, \
-				       (const T *)src[k] + off, m);             \
-			prev = out;                                             \
-		}                                                               \
-		if (avg)                                                        \
-			NAME##_div(d, d2, (T)avg_div, m);                       \
-		else if (d2 && nsrc == 1)                                       \
-			memcpy(d2, d, m * sizeof(T));                           \
+ * through an L1 accumulator, the last combination writing dst directly
+ * (every source's block has been read by then, so dst may alias any of
+ * them). */
+#define NATIVE_BLOCK(T, NAME)                                                      \
+	do {                                                                       \
+		T acc[BLK], *d = (T *)dst + off;                                   \
+		const T *prev = (const T *)src[0] + off;                           \
+		if (nsrc == 1 && d != prev)                                        \
+			memmove(d, prev, m * sizeof(T));                           \
+		for (int k = 1; k < nsrc; k++) {                                   \
+			T *out = k == nsrc - 1 ? d : acc;                          \
+			NAME##_combine(op, out, prev, (const T *)src[k] + off, m); \
+			prev = out;                                                \
+		}                                                                  \
+		if (op == DDP_AVG && avg_div > 1)                                  \
+			NAME##_div(d, (T)avg_div, m);                              \
 	} while (0)
 
 /* The commonest half-precision blocks, bfloat16 sources summed or averaged
@@ -103,7 +83,7 @@ DEFINE_COMBINE(int64_t, i64)
  * its conversions through L1. Two sources (two ranks of a node, each step of
  * the ring) in one pass; more through a float32 accumulator: acc = s0 + s1,
  * acc += sk, out = round(acc + last) (an average divides acc before it
- * rounds). out and out2 may be a source, as in DEFINE_KERNEL. The average
+ * rounds). out may be a source, as in DEFINE_KERNEL. The average
  * has kernels of its own: a division in the sum's loop would cost more than
  * its memory (2 ranks, 64 MiB of bfloat16: 21 ms averaged through
  * half_block's conversions, against 14 ms summed). */
@@ -114,10 +94,10 @@ DEFINE_KERNEL_WITH(uint16_t, bf16_avg2, WITH_DIVISOR, ddpi_f32_to_bf16((BF16_PAI
 #if DDPI_HAVE_F16C
 /* Two float16 sources summed in registers with F16C (ddpi_cpu_f16c()), and
  * divided by d (1: a sum): the conversions and rounding of dtype.c's bulk
- * path, eight at a time; the tail element by element, the same bits. out and out2 may be a or b: each group
- * is loaded before it is stored. */
-__attribute__((target("avx,f16c"))) static void
-f16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a, const uint16_t *b, size_t n, float d)
+ * path, eight at a time; the tail element by element, the same bits. out
+ * may be a or b: each group is loaded before it is stored. */
+__attribute__((target("avx,f16c"))) static void f16_sum2(uint16_t *out, const uint16_t *a,
+							 const uint16_t *b, size_t n, float d)
 {
 	__m256 dv = _mm256_set1_ps(d);
 	size_t i = 0;
@@ -130,15 +110,9 @@ f16_sum2(uint16_t *out, uint16_t *out2, const uint16_t *a, const uint16_t *b, si
 			v = _mm256_div_ps(v, dv);
 		__m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
 		_mm_storeu_si128((__m128i *)(out + i), h);
-		if (out2)
-			_mm_storeu_si128((__m128i *)(out2 + i), h);
 	}
-	for (; i < n; i++) {
-		uint16_t v = ddpi_f32_to_f16((ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i])) / d);
-		out[i] = v;
-		if (out2)
-			out2[i] = v;
-	}
+	for (; i < n; i++)
+		out[i] = ddpi_f32_to_f16((ddpi_f16_to_f32(a[i]) + ddpi_f16_to_f32(b[i])) / d);
 }
 #endif
 
@@ -155,55 +129,43 @@ DDPI_CLONES DDPI_VEC static void bf16_add(float *restrict acc, const uint16_t *b
 		acc[i] += ddpi_bf16_to_f32(b[i]);
 }
 
-DDPI_CLONES DDPI_VEC static void bf16_round_add(uint16_t *out, uint16_t *out2,
-						const float *restrict acc, const uint16_t *b,
-						size_t n)
+DDPI_CLONES DDPI_VEC static void bf16_round_add(uint16_t *out, const float *restrict acc,
+						const uint16_t *b, size_t n)
 {
-	if (!out2) {
-		for (size_t i = 0; i < n; i++)
-			out[i] = ddpi_f32_to_bf16(acc[i] + ddpi_bf16_to_f32(b[i]));
-		return;
-	}
-	for (size_t i = 0; i < n; i++) {
-		uint16_t v = ddpi_f32_to_bf16(acc[i] + ddpi_bf16_to_f32(b[i]));
-		out[i] = v;
-		out2[i] = v;
-	}
+	for (size_t i = 0; i < n; i++)
+		out[i] = ddpi_f32_to_bf16(acc[i] + ddpi_bf16_to_f32(b[i]));
 }
 
 /* d: 1 for a sum, the divisor of an average. */
-static void bf16_sum_block(uint16_t *dst, uint16_t *dst2, const void *const *src, int nsrc,
-			   size_t off, size_t m, float d)
+static void bf16_sum_block(uint16_t *dst, const void *const *src, int nsrc, size_t off, size_t m,
+			   float d)
 {
 	float acc[BLK];
 	const uint16_t *last = (const uint16_t *)src[nsrc - 1] + off;
 
 	dst += off;
-	dst2 = dst2 ? dst2 + off : NULL;
 	if (nsrc == 2) {
 		if (d == 1.0f)
-			bf16_sum2(dst, dst2, (const uint16_t *)src[0] + off, last, m);
+			bf16_sum2(dst, (const uint16_t *)src[0] + off, last, m);
 		else
-			bf16_avg2(dst, dst2, (const uint16_t *)src[0] + off, last, m, d);
+			bf16_avg2(dst, (const uint16_t *)src[0] + off, last, m, d);
 		return;
 	}
 	bf16_add2(acc, (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m);
 	for (int k = 2; k < nsrc - 1; k++)
 		bf16_add(acc, (const uint16_t *)src[k] + off, m);
 	if (d == 1.0f) {
-		bf16_round_add(dst, dst2, acc, last, m);
+		bf16_round_add(dst, acc, last, m);
 		return;
 	}
 	/* Every source is read before dst, which may be one, is written. */
 	bf16_add(acc, last, m);
-	f32_div(acc, NULL, d, m);
+	f32_div(acc, d, m);
 	ddpi_f32_to_bf16_n(dst, acc, m);
-	if (dst2)
-		memcpy(dst2, dst, m * 2);
 }
 
-static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
-		       const void *const *src, int nsrc, size_t off, size_t m, int avg_div)
+static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src,
+		       int nsrc, size_t off, size_t m, int avg_div)
 {
 	float acc[BLK], tmp[BLK];
 	int bf = dt == DDP_BFLOAT16;
@@ -211,13 +173,13 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 	float d = op == DDP_AVG && avg_div > 1 ? (float)avg_div : 1.0f;
 
 	if (bf && nsrc >= 2 && sum) {
-		bf16_sum_block(dst, dst2, src, nsrc, off, m, d);
+		bf16_sum_block(dst, src, nsrc, off, m, d);
 		return;
 	}
 #if DDPI_HAVE_F16C
 	if (!bf && nsrc == 2 && sum && ddpi_cpu_f16c()) {
-		f16_sum2((uint16_t *)dst + off, dst2 ? (uint16_t *)dst2 + off : NULL,
-			 (const uint16_t *)src[0] + off, (const uint16_t *)src[1] + off, m, d);
+		f16_sum2((uint16_t *)dst + off, (const uint16_t *)src[0] + off,
+			 (const uint16_t *)src[1] + off, m, d);
 		return;
 	}
 #endif
@@ -231,20 +193,18 @@ static void half_block(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2,
 			ddpi_bf16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
 		else
 			ddpi_f16_to_f32_n(tmp, (const uint16_t *)src[k] + off, m);
-		f32_combine(op, acc, NULL, acc, tmp, m);
+		f32_combine(op, acc, acc, tmp, m);
 	}
 	if (op == DDP_AVG && avg_div > 1)
-		f32_div(acc, NULL, (float)avg_div, m);
+		f32_div(acc, (float)avg_div, m);
 	if (bf)
 		ddpi_f32_to_bf16_n((uint16_t *)dst + off, acc, m);
 	else
 		ddpi_f32_to_f16_n((uint16_t *)dst + off, acc, m);
-	if (dst2)
-		memcpy((uint16_t *)dst2 + off, (uint16_t *)dst + off, m * 2);
 }
 
-void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, const void *const *src,
-		  int nsrc, size_t n, int avg_div)
+void ddpi_reduce(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src, int nsrc,
+		 size_t n, int avg_div)
 {
 	for (size_t off = 0; off < n; off += BLK) {
 		size_t m = n - off < BLK ? n - off : BLK;
@@ -271,16 +231,10 @@ void ddpi_reduce2(enum ddp_dtype dt, enum ddp_op op, void *dst, void *dst2, cons
 			break;
 		case DDP_FLOAT16:
 		case DDP_BFLOAT16:
-			half_block(dt, op, dst, dst2, src, nsrc, off, m, avg_div);
+			half_block(dt, op, dst, src, nsrc, off, m, avg_div);
 			break;
 		}
 	}
-}
-
-void ddpi_reduce(enum ddp_dtype dt, enum ddp_op op, void *dst, const void *const *src, int nsrc,
-		 size_t n, int avg_div)
-{
-	ddpi_reduce2(dt, op, dst, NULL, src, nsrc, n, avg_div);
 }
 
 void ddpi_scale_div(enum ddp_dtype dt, void *buf, size_t n, int div)
