@@ -10,6 +10,31 @@
 
 #include "shm.h"
 
+/* A slice of every rank's buffer, summed into mine through a block in L1
+ * and copied out of it: the slice's lines were last read by the peers, and
+ * the sum's stores in place had to take each back from their caches first,
+ * where memcpy's string copy writes whole lines. A Firecracker guest on AMD
+ * EPYC (Zen 5, 2026-12-06), 2 ranks, float32, medians of 5 interleaved runs:
+ * 256 KiB 27.3 us against 32.8 in place, 1 MiB 84.5 against 123.6, 4 MiB 298
+ * against 436, 16 MiB 1.44 ms against 1.79, 64 MiB a tie. */
+#define BLOCK_BYTES 8192 /* above glibc's string-copy threshold (2 KiB) */
+
+static void reduce_slice(char *const *peer, int n, int me, size_t from, size_t m, enum ddp_dtype dt,
+			 enum ddp_op op, int avg_div)
+{
+	_Alignas(64) char block[BLOCK_BYTES];
+	const void *src[DDPI_SHM_MAX_LOCAL];
+	size_t es = ddp_dtype_size(dt), per = BLOCK_BYTES / es;
+
+	for (size_t at = from; at < from + m; at += per) {
+		size_t k = from + m - at < per ? from + m - at : per;
+		for (int q = 0; q < n; q++)
+			src[q] = peer[q] + at * es;
+		ddpi_reduce(dt, op, block, src, n, k, avg_div);
+		memcpy(peer[me] + at * es, block, k * es);
+	}
+}
+
 /* all_reduce: my slice of
  * each chunk straight from every rank's buffer into mine, then the others'
  * slices out of their owners' buffers. Chunk j's slice q is read by its
@@ -23,7 +48,6 @@ int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t cou
 {
 	size_t es = ddp_dtype_size(dt), per = s->slot_bytes / es;
 	size_t nchunks = (count + per - 1) / per;
-	const void *src[DDPI_SHM_MAX_LOCAL];
 	uint32_t base = s->seq;
 	int rc;
 
@@ -31,10 +55,7 @@ int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t cou
 		if (j < nchunks) {
 			size_t off = j * per, m = count - off < per ? count - off : per, lo, hi;
 			ddpi_shm_slice_bounds(m, s->lws, s->me, es, &lo, &hi);
-			for (int q = 0; q < s->lws; q++)
-				src[q] = peer[q] + (off + lo) * es;
-			ddpi_reduce(dt, op, peer[s->me] + (off + lo) * es, src, s->lws, hi - lo,
-				    avg_div);
+			reduce_slice(peer, s->lws, s->me, off + lo, hi - lo, dt, op, avg_div);
 			ddpi_shm_publish(s);
 		}
 		if (j == 0)
