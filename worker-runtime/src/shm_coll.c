@@ -14,10 +14,10 @@
  * (in rank order, so all get the same bits). One synchronization instead of
  * three is what makes 4 KiB fast.
  *
- * Above SMALL_BYTES, where the kernel lets the ranks read and write each
- * other's memory (shm_cma.c), an all_reduce goes without the slots: each
- * rank reads its slice of the peers' buffers, sums it into its own and
- * writes it into theirs, with no wait in between.
+ * Above SMALL_BYTES, with DDP_SHM_CMA=1 and where the kernel lets the ranks
+ * read and write each other's memory (shm_cma.c), an all_reduce goes without
+ * the slots: each rank reads its slice of the peers' buffers, sums it into
+ * its own and writes it into theirs, with no wait in between.
  *
  * all_gather and broadcast: through the slots, or, large and where the kernel
  * lets the ranks read each other's memory, in one copy (shm_cma.c).
@@ -218,31 +218,35 @@ enum cma_kind { CMA_REDUCE, CMA_GATHER, CMA_BCAST };
  * window of sizes (bytes as the call counts them: an all_gather's each
  * rank's part), by collective. Measured on such a machine (a Firecracker
  * guest on AMD EPYC, 2026-12-05), 2 ranks, medians of 5-7 interleaved runs,
- * single copy against staged: all_reduce 64 KiB 13.1 us against 14.7, 128
- * KiB 17.9 against 26.8, 8 MiB 1.05 ms against 1.37, 16 MiB 3.2-3.4 against
- * 2.7, 64 MiB 15.1-16.6 against 11.9-13.1; all_gather (staged in
- * GATHER_SPLIT chunks) of parts of 32 KiB 8.7 us against 5.6, 64 KiB 9.6
- * against 8.9-10.0, 128 KiB 12.1 against 15.3, 256 KiB 26.1 against 27.3,
- * 512 KiB 55.4 against 46.4, 4 MiB 0.61 ms against 0.43; broadcast 64 KiB
- * 7.5 us against 7.1, 128 KiB 9.6 against 12.0, 2 MiB a tie (90 us), 4 MiB
- * 0.22 ms against 0.17-0.21, 16 MiB 1.2-1.6 against 0.9, 64 MiB 8.9
- * against 3.9: a broadcast's staged copies overlap (the root copies a chunk
- * in while the readers copy the one before out). With the vCPUs placed
- * otherwise (a run where staging through the caches was cheaper still) the
- * staged path won up to 128 KiB of all_reduce too. */
+ * single copy against staged: all_gather (staged in GATHER_SPLIT chunks) of
+ * parts of 32 KiB 8.7 us against 5.6, 64 KiB 9.6 against 8.9-10.0, 128 KiB
+ * 12.1 against 15.3, 256 KiB 26.1 against 27.3, 512 KiB 55.4 against 46.4,
+ * 4 MiB 0.61 ms against 0.43; broadcast 64 KiB 7.5 us against 7.1, 128 KiB
+ * 9.6 against 12.0, 2 MiB a tie (90 us), 4 MiB 0.22 ms against 0.17-0.21,
+ * 16 MiB 1.2-1.6 against 0.9, 64 MiB 8.9 against 3.9: a broadcast's staged
+ * copies overlap (the root copies a chunk in while the readers copy the one
+ * before out). */
 static const size_t slow_window[][2] = {
-	[CMA_REDUCE] = {64 << 10, 8 << 20},
 	[CMA_GATHER] = {64 << 10, 256 << 10},
 	[CMA_BCAST] = {128 << 10, 2 << 20},
 };
 
 /* cma_min and cma_slow are agreed and the sizes are compared: every rank
  * takes the same path (a rank with another size is caught at the start of
- * either). */
+ * either). An all_reduce takes the single copy only where DDP_SHM_CMA=1
+ * asks for it (cma_min 1): since its staged sums stopped storing into lines
+ * the peers had read (reduce_slice), the pipeline beats it at every size,
+ * also where the kernel's copy is timed fast. The same machine, 2 ranks,
+ * float32, medians of 7 interleaved runs, staged against the single copy:
+ * 64 KiB 7.1 us against 13.4, 256 KiB 22.7 against 26.0, 1 MiB 85.5
+ * against 115, 4 MiB 0.34 ms against 0.50, 16 MiB 1.50 against 2.96, 64
+ * MiB 8.2 against 16.4. */
 static int single_copy(const struct ddpi_shm *s, size_t bytes, enum cma_kind kind)
 {
 	if (!s->cma_min || bytes < s->cma_min)
 		return 0;
+	if (kind == CMA_REDUCE)
+		return s->cma_min == 1;
 	return !s->cma_slow || (bytes >= slow_window[kind][0] && bytes <= slow_window[kind][1]);
 }
 
