@@ -112,9 +112,8 @@ static void on_lost(struct store_async *h, int reason, void *arg)
 		coord_report_local(c);
 		return;
 	}
-	coord_fail(c, coord_local_status(c),
-		   "lost the rendezvous store at %s:%d (%s): stopping the workers", c->store_host,
-		   c->store_port, store_strerror(reason));
+	coord_fail(c, coord_local_status(c), "lost the rendezvous store at %s:%d (%s): %s",
+		   c->store_host, c->store_port, store_strerror(reason), coord_fail_words(c));
 }
 
 int coord_conn_open(struct coord *c, const struct store_async_callbacks *cbs,

@@ -141,9 +141,13 @@ const char **coord_keys(struct coord *c, const char *first, size_t n, const char
 /* Round-scoped key: "r<round>/<fmt...>" into buf. */
 const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-/* The job cannot go on: stop local workers if any run, then leave with status. */
+/* The job cannot go on: stop local workers if any run, then leave with status
+ * (a node already ending for a signal keeps the signal's). */
 void coord_fail(struct coord *c, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* What coord_fail's message says the node does next: "stopping the workers",
+ * or, ending for a signal already, "leaving without it" (the store). */
+const char *coord_fail_words(const struct coord *c);
 void coord_leave(struct coord *c);
 /* A further signal while leaving: stop waiting for the other nodes. */
 void coord_hurry(struct coord *c);

@@ -247,6 +247,11 @@ void coord_leave(struct coord *c)
 		after_left(c);
 }
 
+const char *coord_fail_words(const struct coord *c)
+{
+	return c->signal_seen ? "leaving without it" : "stopping the workers";
+}
+
 void coord_fail(struct coord *c, int status, const char *fmt, ...)
 {
 	char msg[600];
@@ -260,12 +265,14 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 		va_end(ap);
 		agent_say("%s", msg);
 	}
-	c->status = status;
+	/* A node already ending for a signal ends with the signal's status:
+	 * the store lost on its way out is not why it stopped. */
+	c->status = c->signal_seen ? c->status : status;
 	coord_live_stop(c);
 	if (c->agent != NULL &&
 	    (c->phase == CP_RUN || c->phase == CP_MOVE || c->phase == CP_HALT)) {
 		c->phase = CP_QUIT; /* finished() follows once the workers stopped */
-		agent_halt(c->agent, status);
+		agent_halt(c->agent, c->status);
 		return;
 	}
 	coord_leave(c);

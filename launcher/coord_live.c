@@ -81,10 +81,9 @@ static void tick(uv_timer_t *t)
 		/* Our own store answers from this loop: only a remote one is lost. */
 		if (c->server == NULL && now - c->hb_sent_ms > c->conf->heartbeat_timeout_ms) {
 			coord_fail(c, coord_local_status(c),
-				   "no reply from the rendezvous store at %s:%d for %.1f s: "
-				   "stopping the workers",
+				   "no reply from the rendezvous store at %s:%d for %.1f s: %s",
 				   c->store_host, c->store_port,
-				   (double)(now - c->hb_sent_ms) / 1000.0);
+				   (double)(now - c->hb_sent_ms) / 1000.0, coord_fail_words(c));
 			return;
 		}
 	} else {

@@ -4,8 +4,10 @@ on this machine on loopback: ranks in node-rank order with each node's own
 the node; a failure anywhere stops (or, with restarts left, restarts) every
 node, whose workers find the last attempt's keys gone from the store; a lost
 agent or store stops the others; the exit barrier."""
+import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -282,6 +284,21 @@ def children(pid):
     return kids
 
 
+@contextlib.contextmanager
+def store_host_stopped(reaper, tmp_path):
+    """A job of 2 nodes, one worker each, whose node 0 (the store's host) is
+    stopped (SIGSTOP) as node 1 takes SIGTERM; node 0 goes on (SIGCONT) on
+    the way out. Yields the agents and the workers' record directory."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
+    wait_workers(out, 2)
+    try:
+        agents[0].signal(signal.SIGSTOP)
+        agents[1].signal(signal.SIGTERM)
+        yield agents, out
+    finally:
+        agents[0].signal(signal.SIGCONT)
+
+
 def test_a_node_hurried_by_a_second_signal_still_tells_what_the_others_wait_for(reaper,
                                                                               tmp_path):
     # Node 0, the store's host, is stopped while node 1 takes SIGTERM: node 1
@@ -290,22 +307,33 @@ def test_a_node_hurried_by_a_second_signal_still_tells_what_the_others_wait_for(
     # and count itself as left: node 0 otherwise waited out its bounds for
     # them (--shutdown-timeout + 5 s for the list, then 10 s + the timeout
     # for the count) and said so.
-    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
-    wait_workers(out, 2)
-    try:
-        agents[0].signal(signal.SIGSTOP)
-        agents[1].signal(signal.SIGTERM)
+    with store_host_stopped(reaper, tmp_path) as (agents, out):
         worker = int((out / "pid.1.0").read_text())
         wait_for(lambda: worker not in children(agents[1].p.pid), timeout=30,
                  what="node 1's worker reaped")
         agents[1].signal(signal.SIGTERM)
         assert agents[1].wait() == 143, agents[1].stderr()
-    finally:
-        agents[0].signal(signal.SIGCONT)
     assert agents[0].wait() == 143, agents[0].stderr()
     err = agents[0].stderr()
     assert "node 1 (host" in err and "received SIGTERM" in err, err
     assert "no readable failure list" not in err and "waited" not in err, err
+    assert_all_dead(worker_pids(out))
+
+
+def test_a_node_stopped_by_a_signal_keeps_its_status_when_the_store_goes_silent(reaper,
+                                                                                tmp_path):
+    # Node 0, the store's host, is stopped while node 1 takes SIGTERM: node 1
+    # stops its worker, then hears nothing from the store for the heartbeat
+    # timeout (5 s). It was told to stop, so it exits 143 as it would with a
+    # store that answered, not 75 (a lost store): the signal is why it ended.
+    with store_host_stopped(reaper, tmp_path) as (agents, out):
+        assert agents[1].wait() == 143, agents[1].stderr()
+    err = agents[1].stderr()
+    assert "received SIGTERM: stopping the workers" in err, err
+    assert re.search(r"no reply from the rendezvous store at \S+ for [\d.]+ s: leaving "
+                     r"without it\n", err), err
+    assert agents[0].wait() == 143, agents[0].stderr()
+    assert "node 1 (host" in agents[0].stderr(), agents[0].stderr()
     assert_all_dead(worker_pids(out))
 
 
