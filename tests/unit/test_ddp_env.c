@@ -208,9 +208,13 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_TIMEOUT=soon", NULL}, "DDP_TIMEOUT");
 	/* Positive, but under the millisecond the timeout counts in: the
 	 * message once called it "not a positive number". */
-	expect_eenv(
-		(const char *[]){"DDP_TIMEOUT=0.0001", NULL},
-		"DDP_TIMEOUT='0.0001' is not a number of seconds from 0.001 (a millisecond) up");
+	expect_eenv((const char *[]){"DDP_TIMEOUT=0.0001", NULL},
+		    "DDP_TIMEOUT='0.0001' is not a number of seconds from 0.001 (a millisecond) "
+		    "to 1000000000");
+	/* Past the upper limit: the message says where it is. */
+	expect_eenv((const char *[]){"DDP_TIMEOUT=1e10", NULL},
+		    "DDP_TIMEOUT='1e10' is not a number of seconds from 0.001 (a millisecond) "
+		    "to 1000000000");
 	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
 	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");
