@@ -60,37 +60,54 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-/* The client's connection to --addr (or $MASTER_ADDR:$MASTER_PORT), with
- * --prefix; an exit status other than EXIT_OK after saying why on stderr. */
-static int client_open(const struct ddpstore_opts *o, struct store_client **out)
+/* Connects to --addr (or $MASTER_ADDR:$MASTER_PORT), with --prefix, naming
+ * the address in addr: 0 or a negative errno, unsaid; a missing or bad
+ * address is said (-EDOM). */
+static int client_connect(const struct ddpstore_opts *o, char *addr, size_t addrlen,
+			  struct store_client **out)
 {
-	char host[256], addrbuf[300];
-	const char *addr = o->addr;
+	char host[256];
 	int port = 0, rc;
 	int64_t op_ms;
 
-	if (addr == NULL) {
+	if (o->addr == NULL) {
 		const char *h = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
 
-		if (h == NULL || *h == '\0' || p == NULL || *p == '\0')
-			return usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
-		snprintf(addrbuf, sizeof(addrbuf), strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-		addr = addrbuf;
+		if (h == NULL || *h == '\0' || p == NULL || *p == '\0') {
+			usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
+			return -EDOM;
+		}
+		snprintf(addr, addrlen, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+	} else {
+		snprintf(addr, addrlen, "%s", o->addr);
 	}
-	if (util_parse_endpoint(addr, host, sizeof(host), -1, &port) < 0 || port <= 0)
-		return usage_error("bad address '%s' (want HOST:PORT)", addr);
+	if (util_parse_endpoint(addr, host, sizeof(host), -1, &port) < 0 || port <= 0) {
+		usage_error("bad address '%s' (want HOST:PORT)", addr);
+		return -EDOM;
+	}
 	/* --timeout bounds waiting commands; every other request gets the same
 	 * bound, or the default, so a dead server never hangs a script. */
 	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
 	rc = store_client_connect(host, port, o->connect_timeout_ms, op_ms, out);
+	if (rc == 0 && o->prefix)
+		store_client_set_prefix(*out, o->prefix);
+	return rc;
+}
+
+/* The same, or an exit status other than EXIT_OK after saying why. */
+static int client_open(const struct ddpstore_opts *o, struct store_client **out)
+{
+	char addr[300];
+	int rc = client_connect(o, addr, sizeof(addr), out);
+
+	if (rc == -EDOM)
+		return EXIT_USAGE;
 	if (rc < 0) {
 		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
 			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"
 					       : "");
 		return EXIT_CONN;
 	}
-	if (o->prefix)
-		store_client_set_prefix(*out, o->prefix);
 	return EXIT_OK;
 }
 
@@ -387,40 +404,55 @@ static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char *
 	return rc;
 }
 
+/* The second connection that explains a closed one waits this long at most:
+ * a server that ended refuses it (or never answers), and the script should
+ * hear so now, not after --connect-timeout. */
+#define EXPLAIN_CONNECT_MS 1000
+
 /* ADD has no error reply: the server closes the connection when the value is
- * not a counter or the sum leaves int64. A second connection reads the value
- * to say which (unless it changed in between). */
-static void explain_add_reset(const struct ddpstore_opts *o, const char *key, int64_t delta)
+ * not a counter or the sum leaves int64, as it does when it ends. A second
+ * connection reads the value to say which (unless it changed in between). */
+void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key,
+			    int64_t delta)
 {
+	struct ddpstore_opts quick = *o;
 	struct store_client *c;
+	char addr[300];
 	void *v = NULL;
 	size_t len;
 	int64_t cur, sum;
 	int rc;
 
-	if (client_open(o, &c) != EXIT_OK)
+	if (quick.connect_timeout_ms <= 0 || quick.connect_timeout_ms > EXPLAIN_CONNECT_MS)
+		quick.connect_timeout_ms = EXPLAIN_CONNECT_MS;
+	if ((rc = client_connect(&quick, addr, sizeof(addr), &c)) < 0) {
+		if (rc != -EDOM)
+			ddpstore_err("%s: the server at %s closed the connection and takes no new "
+				     "one (%s): has it ended?",
+				     what, addr, store_strerror(rc));
 		return;
+	}
 	rc = store_client_try_get(c, key, &v, &len);
 	store_client_close(c);
 	if (rc < 0) {
-		ddpstore_err("add: the server closed the connection");
+		ddpstore_err("%s: the server closed the connection", what);
 		return;
 	}
 	rc = store_kv_parse_counter(v, len, &cur);
 	if (rc == -EINVAL)
-		ddpstore_err("add: the server closed the connection: the value of '%s' is not "
+		ddpstore_err("%s: the server closed the connection: the value of '%s' is not "
 			     "an integer",
-			     key);
+			     what, key);
 	else if (rc == -ERANGE)
-		ddpstore_err("add: the server closed the connection: the value of '%s' is out "
+		ddpstore_err("%s: the server closed the connection: the value of '%s' is out "
 			     "of the int64 range",
-			     key);
+			     what, key);
 	else if (__builtin_add_overflow(cur, delta, &sum))
-		ddpstore_err("add: the server closed the connection: the value of '%s', %" PRId64
+		ddpstore_err("%s: the server closed the connection: the value of '%s', %" PRId64
 			     ", plus %" PRId64 " is out of the int64 range",
-			     key, cur, delta);
+			     what, key, cur, delta);
 	else
-		ddpstore_err("add: the server closed the connection");
+		ddpstore_err("%s: the server closed the connection", what);
 	free(v);
 }
 
@@ -437,7 +469,7 @@ static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char *
 		return usage_error("add: '%s' is not an integer", a[1]);
 	rc = store_client_add(c, a[0], delta, &r);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
-		explain_add_reset(o, a[0], delta);
+		ddpstore_explain_reset(o, "add", a[0], delta);
 		return EXIT_CONN;
 	}
 	if (rc < 0)

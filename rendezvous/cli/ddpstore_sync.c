@@ -49,7 +49,6 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 	size_t len;
 	int rc;
 
-	(void)o;
 	(void)n;
 	if (util_parse_i64(a[1], 1, INT64_MAX, &world) < 0) {
 		ddpstore_err("barrier: '%s' is not a positive integer (see ddpstore --help)", a[1]);
@@ -67,11 +66,8 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 		}
 		return EXIT_TIMEOUT;
 	}
-	if (rc == -ECONNRESET) {
-		/* The server drops a connection whose counter is not a number. */
-		ddpstore_err("barrier: the server closed the connection (is the value of '%s' not "
-			     "an integer?)",
-			     a[0]);
+	if (rc == -ECONNRESET || rc == -EPIPE) {
+		ddpstore_explain_reset(o, "barrier", a[0], 1);
 		return EXIT_CONN;
 	}
 	if (rc < 0) {

@@ -341,7 +341,33 @@ def test_barrier_timeout_says_how_many_arrived(srv):
 def test_barrier_on_a_non_counter_fails(srv):
     cli(srv.addr, "set", "word2", "abc")
     r = cli(srv.addr, "barrier", "word2", "2", text=True)
-    assert r.returncode == CONN and "not an integer" in r.stderr
+    assert r.returncode == CONN, r.stderr
+    assert r.stderr == ("ddpstore: barrier: the server closed the connection: the value of "
+                        "'word2' is not an integer\n")
+
+
+def test_a_barrier_whose_server_ends_says_so():
+    """The server ends while a barrier waits: the connection closes as it
+    does for a value that is no counter, and a second connection (a second
+    at most) tells the two apart. It blamed the value."""
+    s = Server()
+    p = subprocess.Popen([DDPSTORE, "--addr", s.addr, "barrier", "gate", "2"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while cli(s.addr, "get", "gate").stdout != b"1":
+            assert time.monotonic() < deadline and p.poll() is None, "barrier did not arrive"
+            time.sleep(0.02)
+        assert s.close() == 0, s.log()
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == CONN, err
+    assert err.startswith(f"ddpstore: barrier: the server at {s.addr} closed the connection "
+                          "and takes no new one ("), err
+    assert err.endswith("): has it ended?\n") and err.count("\n") == 1, err
 
 
 def with_hosts(tmp_path, text, cmd):
