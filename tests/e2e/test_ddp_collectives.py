@@ -98,6 +98,19 @@ def test_all_reduce_of_shared_buckets_reads_the_peers_directly(reaper, store, nn
     assert own > 0 and all(m == own * nproc for m in maps.values()), maps
 
 
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_every_dtype_and_op_of_shared_memory_is_exact(reaper, store, nproc):
+    """`check` on memory from ddp_alloc: every dtype (2, 4 and 8 bytes an
+    element) and op, 300000 elements of it through the direct path, which
+    sums a slice through a block of 8 KiB: each dtype's block count leaves
+    another remainder, and every sum, minimum, maximum and average is exact
+    (the worker checks)."""
+    procs = launch(reaper, [prog("ddp_coll"), "check", "shared"], nproc, store, run_id())
+    for rank, (rc, out, err) in enumerate(wait_all(procs, timeout=300)):
+        assert rc == 0, f"rank {rank}: rc={rc}\n{out}\n{err}"
+        assert f"ok rank {rank}" in out, f"{out}\n{err}"
+
+
 def test_shared_buckets_through_ddp_spawn():
     r = run([prog("ddp_coll"), "--spawn", "4", "shared"], timeout=300,
             env=dict(os.environ, DDP_QUIET="1"))

@@ -111,8 +111,9 @@ TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                                reason="auto takes the single copy only where 2 ranks have 2 cores")
 
 
-@pytest.mark.parametrize("hook", ["read:1:2", "read:1:6", "read:1:23"])
-def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, hook):
+@pytest.mark.parametrize("hook,at", [("read:1:2", 8208), ("read:1:6", 196624),
+                                     ("read:1:23", 2351984)])
+def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, hook, at):
     """Rank 1's read fails in its first all_reduce through the kernel (its
     2nd read: the 1st is the 8-byte all_gather after the 5-element
     average), or its 6th (the second chunk of its slice of a 262147-element
@@ -120,9 +121,13 @@ def test_an_all_reduce_read_failing_midway_stages_what_is_left(reaper, store, ho
     3000005-element sum, a 12 MB): the chunks before went into the peer's
     buffer already. It says so, and what each rank's slice had left is
     staged: sums exact, averages bit-identical (the worker checks); the
-    later calls are staged."""
+    later calls are staged. The hook says at which element the failing read
+    was to start: rank 1's slice of the 16385-element sum starts at 8208, of
+    the 262147-element sum at 131088 (a chunk: 65536 elements), of the
+    3000005-element sum at 1500016."""
     errs = run_ok(reaper, store, 2, {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": hook},
                   mode="same")
+    assert f"DDP_TEST_CMA_FAIL: read fails at element {at} (" in errs[1], errs[1]
     assert ("all_reduce: process_vm_readv from rank 0 failed (Bad address): staging "
             "through shared memory from now on") in errs[1], errs[1]
     assert "process_vm" not in errs[0], errs[0]
@@ -167,11 +172,13 @@ def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
 def test_auto_stages_an_all_reduce_at_every_size(reaper, store, nbytes):
     """The staged sums beat the kernel's copy at every size measured, where
     the kernel copies slowly (DDP_TEST_CMA_SLOW=1) and where not (0):
-    auto stages an all_reduce; DDP_SHM_CMA=1 still takes the single copy
-    above 32 KiB."""
+    auto stages an all_reduce (and single-copies a broadcast of the size);
+    DDP_SHM_CMA=1 still takes the single copy above 32 KiB."""
     assert not single_copied(reaper, store, "all_reduce", nbytes, slow="1")
     assert not single_copied(reaper, store, "all_reduce", nbytes, slow="0")
     assert single_copied(reaper, store, "all_reduce", nbytes, cma="1")
+    # The same auto takes it for a broadcast of the size.
+    assert single_copied(reaper, store, "broadcast", nbytes, slow="0")
 
 
 @TWO_CORES

@@ -1,5 +1,7 @@
 /* ddp_coll: drives libddp's collectives for the end-to-end tests.
- *   ddp_coll [--spawn N] check          every dtype x op, broadcast, all_gather, barrier
+ *   ddp_coll [--spawn N] check [shared] every dtype x op, broadcast, all_gather, barrier;
+ *                                       shared: the all_reduces on memory from ddp_alloc
+ *                                       (the cpu backend's direct path from 256 KiB)
  *   ddp_coll where                      each rank first prints where it runs (node,
  *                                       launcher pid), every rank's as all_gather brought
  *                                       them, its established TCP connections and each TCP
@@ -196,16 +198,27 @@ static int check_all_reduce_in(struct ddp_ctx *ctx, char *buf, enum ddp_dtype dt
 	return 0;
 }
 
-static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op op, size_t n)
+/* shared: the buffer from ddp_alloc. */
+static int check_all_reduce(struct ddp_ctx *ctx, enum ddp_dtype dt, enum ddp_op op, size_t n,
+			    int shared)
 {
-	char *buf = malloc(n * ddp_dtype_size(dt) + 1);
-	int bad = check_all_reduce_in(ctx, buf, dt, op, n);
+	size_t bytes = n * ddp_dtype_size(dt) + 1;
+	char *buf = shared ? ddp_alloc(ctx, bytes) : malloc(bytes);
+	int bad;
 
-	free(buf);
+	if (buf == NULL) {
+		fprintf(stderr, "rank %d: no memory for %zu bytes\n", ddp_rank(ctx), bytes);
+		return 1;
+	}
+	bad = check_all_reduce_in(ctx, buf, dt, op, n);
+	if (shared)
+		ddp_free(ctx, buf);
+	else
+		free(buf);
 	return bad;
 }
 
-static int run_check(struct ddp_ctx *ctx)
+static int run_check(struct ddp_ctx *ctx, int shared)
 {
 	static const size_t sizes[] = {1, 7, 1000, 8193, 300000};
 	int w = ddp_world_size(ctx), me = ddp_rank(ctx), bad = 0;
@@ -213,7 +226,7 @@ static int run_check(struct ddp_ctx *ctx)
 	for (int dt = DDP_FLOAT32; dt <= DDP_INT64; dt++)
 		for (int op = DDP_SUM; op <= DDP_MAX; op++)
 			for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
-				bad |= check_all_reduce(ctx, dt, op, sizes[k]);
+				bad |= check_all_reduce(ctx, dt, op, sizes[k], shared);
 	for (int root = 0; root < w; root++) {
 		size_t n = 3000001;
 		unsigned char *b = malloc(n);
@@ -373,7 +386,7 @@ static int run_where(struct ddp_ctx *ctx)
 	print_tcp_cc(ctx, "where");
 	free(all);
 	free(line);
-	return run_check(ctx);
+	return run_check(ctx, 0);
 }
 
 static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
@@ -1056,7 +1069,7 @@ static int worker(int rank, void *p)
 		return 1;
 	}
 	if (!strcmp(mode, "check"))
-		rc = run_check(ctx);
+		rc = run_check(ctx, a->argc > 1 && !strcmp(a->argv[1], "shared"));
 	else if (!strcmp(mode, "where"))
 		rc = run_where(ctx);
 	else if (!strcmp(mode, "big"))

@@ -288,8 +288,9 @@ static void test_bf16_sums_are_the_float32_sums_rounded(void **state)
 					want[i] = ddpi_f32_to_bf16(acc);
 				}
 				const void *cs[] = {s[0], s[1], s[2], s[3]};
-				/* round 1: dst is the first source (a rank's slice in
-				 * shm_coll.c's reduce_slice); 2: the second; 3: the last */
+				/* round 1: dst is the first source, 2: the second, 3:
+				 * the last (a rank's slice in shm_coll.c's reduce_slice
+				 * is its own source, at any rank) */
 				uint16_t *d = round == 1   ? s[0]
 					      : round == 2 ? s[1]
 					      : round == 3 ? s[nsrc - 1]

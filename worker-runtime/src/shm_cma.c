@@ -19,7 +19,8 @@
  * the flags of the previous one.
  *
  * Init: every rank reads a word of every peer's memory and writes it back
- * (all_reduce writes into the peers); the single copy is on
+ * (a broadcast's root, and an all_reduce, write into the peers); the single
+ * copy is on
  * only if all could (agreed through the segment). It is refused across pid
  * namespaces, by seccomp in some containers, and by Yama (ptrace_scope 1)
  * between processes that are not descendants of each other: ranks that share a
@@ -233,8 +234,9 @@ static int32_t probe(struct ddpi_shm *s, const struct ddp_env *env)
 			return rc;
 		if (v != c->probe_val)
 			return -ESRCH; /* not the process we meant */
-		/* all_reduce writes too (a seccomp profile may allow only the
-		 * reads): the same word back, which changes nothing. */
+		/* A broadcast's root and an all_reduce write too (a seccomp
+		 * profile may allow only the reads): the same word back, which
+		 * changes nothing. */
 		if ((rc = xfer(s, q, 1, &v, c->probe_addr, sizeof(v))) < 0)
 			return rc;
 	}
@@ -277,7 +279,9 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 	 * pages, cheap to pin, which the timing's buffer may not be. */
 	my->slow = s->me == 0 && my->ok == 1 && my->min_bytes > 1 && !my->huge &&
 		   kernel_copy_slow(&ratio);
-	if (my->ok == 1) {
+	/* all_reduce's scratch, where it may take the single copy: only where
+	 * DDP_SHM_CMA=1 asks (local rank 0's min_bytes 1, shm_coll.c). */
+	if (my->ok == 1 && ddpi_shm_cma_ctl(s, 0)->min_bytes == 1) {
 		size_t per = CMA_REDUCE_SCRATCH / (size_t)(s->lws - 1) & ~(size_t)4095;
 		s->cma_chunk = per < 4096 ? 4096 : per > CMA_REDUCE_CHUNK ? CMA_REDUCE_CHUNK : per;
 		s->cma_scratch = aligned_alloc(4096, s->cma_chunk * (size_t)(s->lws - 1));
@@ -449,9 +453,14 @@ static int reduce_chunk(struct ddpi_shm *s, char *buf, size_t off, size_t m, enu
 	for (int k = 1; k < n && rc == 0; k++) {
 		q = (s->me + k) % n;
 		src[q] = s->cma_scratch + (size_t)(q < s->me ? q : q - 1) * s->cma_chunk;
-		rc = test_fails(s, 0) ? -EFAULT
-				      : xfer(s, q, 0, (void *)src[q],
-					     ddpi_shm_cma_ctl(s, q)->addr + lo, len);
+		if (test_fails(s, 0)) {
+			/* Where it struck, for the tests that aim it. */
+			fprintf(stderr, "[rank%d] libddp: %s: read fails at element %zu (%zu)\n",
+				ddpi_shm_rank_of(s, s->me), CMA_TEST_ENV, off, m);
+			rc = -EFAULT;
+		} else {
+			rc = xfer(s, q, 0, (void *)src[q], ddpi_shm_cma_ctl(s, q)->addr + lo, len);
+		}
 	}
 	if (rc == 0) {
 		src[s->me] = buf + lo;

@@ -227,6 +227,7 @@ enum cma_kind { CMA_REDUCE, CMA_GATHER, CMA_BCAST };
  * copies overlap (the root copies a chunk in while the readers copy the one
  * before out). */
 static const size_t slow_window[][2] = {
+	/* [CMA_REDUCE]: none, single_copy decides before */
 	[CMA_GATHER] = {64 << 10, 256 << 10},
 	[CMA_BCAST] = {128 << 10, 2 << 20},
 };

@@ -41,8 +41,16 @@ static void reduce_slice(char *const *peer, int n, int me, size_t from, size_t m
  * owner q only, and then overwritten by the others only once q has said it
  * reduced chunk j (its counter: base + j + 1); nobody leaves before every
  * rank has copied out (the last step), so a buffer changes only once its
- * owner's call has returned. No copy in: about half the time of staging at
- * 16-64 MiB here. zc_begin's second step was the start (every rank in). */
+ * owner's call has returned. No copy in, but each rank reads the others'
+ * buffers: since the staged sums stopped storing into lines the peers had
+ * read (shm_coll.c), staging private copies of the same memory was faster
+ * at 2 ranks up to 16 MiB (AMD EPYC guest, 2026-12-06, medians of 5
+ * interleaved runs: 256 KiB 19.5 us against 30.1 direct, 1 MiB 75 against
+ * 89, 16 MiB 1.48 ms against 1.77), slower at 64 MiB (8.8 against 7.0); at
+ * 4 ranks on 2 cores the direct path led from 1 MiB (16 MiB 4.4 against
+ * 5.7, 64 MiB 17 against 25) and tied at 256 KiB. It stays on from 256 KiB
+ * (DDPI_ZC_REDUCE_MIN_BYTES): a bucket's size among more ranks than 2 is
+ * where it pays. zc_begin's second step was the start (every rank in). */
 int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count,
 			       enum ddp_dtype dt, enum ddp_op op, int avg_div, int64_t deadline)
 {
