@@ -18,6 +18,7 @@
 #include "signame.h"
 #include "text.h"
 #include "util.h"
+#include "workenv.h"
 
 #define NO_TRACEBACK "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
 #define WIDTH_MAX    60
@@ -366,11 +367,30 @@ char *report_format(const char *entrypoint, const char *host, const struct repor
 	return report_format_root(entrypoint, host, e, n, report_root_cause(e, n));
 }
 
+/* The rank that the root cause's error says it waited for in vain
+ * (WORKENV_CAUSE_LATE_FMT) when that rank has no failure among e: it was
+ * still running, and is what the job waited on. -1 otherwise. */
+static int late_rank(const struct report_entry *e, size_t n, size_t r, int *pid)
+{
+	int rank, end = -1;
+	size_t i;
+
+	if (r >= n || e[r].caused_by == NULL ||
+	    sscanf(e[r].caused_by, WORKENV_CAUSE_LATE_FMT "%n", &rank, pid, &end) != 2 || end < 0 ||
+	    e[r].caused_by[end] != '\0')
+		return -1;
+	for (i = 0; i < n; i++)
+		if (e[i].global_rank == rank)
+			return -1;
+	return rank;
+}
+
 char *report_format_root(const char *entrypoint, const char *host, const struct report_entry *e,
 			 size_t n, size_t r)
 {
 	struct text root = {0}, others = {0}, out = {0};
 	size_t i, idx = 0, width;
+	int late, pid = 0;
 
 	for (i = 0; i < n; i++) {
 		if (i == r)
@@ -378,6 +398,12 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 		else
 			format_failure(&others, idx++, host, &e[i]);
 	}
+	if ((late = late_rank(e, n, r, &pid)) >= 0)
+		text_printf(&root,
+			    "  note      : rank %d (pid %d) did not fail: it was still running\n"
+			    "              when the others gave up waiting for it (--hang-timeout\n"
+			    "              shows where it was)\n",
+			    late, pid);
 	if (others.len == 0)
 		text_puts(&others, "  <NO_OTHER_FAILURES>\n");
 	width = strlen(entrypoint) + 7;

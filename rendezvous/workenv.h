@@ -108,4 +108,10 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 void workenv_shm_name(char *buf, size_t len, const char *run_id, int restart, int port, int node,
 		      unsigned uid, const char *nonce);
 
+/* The cause (error file: message.extraInfo.ddp_caused_by) of a libddp call
+ * that timed out waiting for a rank of its node: that rank and its pid. The
+ * launcher's failure report reads it back (report.c): a rank the others
+ * waited for that has no failure of its own was still running. */
+#define WORKENV_CAUSE_LATE_FMT "rank %d (pid %d) did not arrive within the timeout"
+
 #endif

@@ -321,6 +321,52 @@ static void test_format_matches_torchrun(void **state)
 	free(text);
 }
 
+/* Every failure waited for rank 2 (libddp's timeout names it in its cause)
+ * and rank 2 has none of its own: the root cause says that it was still
+ * running. Not where it failed too, nor for another cause. */
+static void test_a_rank_waited_for_in_vain_is_named(void **state)
+{
+	struct report_entry e[2] = {
+		{.global_rank = 0,
+		 .pid = 10,
+		 .exitcode = 3,
+		 .time_us = 5,
+		 .caused_by = "rank 2 (pid 12) did not arrive within the timeout",
+		 .message = "all_reduce: timed out waiting for rank 2 (pid 12)"},
+		{.global_rank = 1,
+		 .pid = 11,
+		 .exitcode = 3,
+		 .time_us = 6,
+		 .caused_by = "rank 0 (pid 10) failed",
+		 .message = "all_reduce: rank 0 failed"},
+	};
+	const char *note = "  note      : rank 2 (pid 12) did not fail: it was still running\n"
+			   "              when the others gave up waiting for it (--hang-timeout\n"
+			   "              shows where it was)\n"
+			   "======";
+	char *text = report_format("a", "h", e, 2);
+
+	assert_non_null(text);
+	assert_non_null(strstr(text, note));
+	assert_true(strstr(text, note) > strstr(text, "Root Cause")); /* under it */
+	free(text);
+	/* Rank 2 failed too: it is on record, no note. */
+	e[1].global_rank = 2;
+	text = report_format("a", "h", e, 2);
+	assert_null(strstr(text, "note"));
+	free(text);
+	/* Another cause, or one with more after it: no note. */
+	e[1].global_rank = 1;
+	e[0].caused_by = "rank 2 (pid 12) exited";
+	text = report_format("a", "h", e, 2);
+	assert_null(strstr(text, "note"));
+	free(text);
+	e[0].caused_by = "rank 2 (pid 12) did not arrive within the timeout, or so";
+	text = report_format("a", "h", e, 2);
+	assert_null(strstr(text, "note"));
+	free(text);
+}
+
 static void test_format_narrow_and_alone(void **state)
 {
 	struct report_entry e = {.pid = 1, .exitcode = 2, .time_us = 0, .message = "short"};
@@ -508,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_root_cause_primary_before_secondary),
 		cmocka_unit_test(test_format_matches_torchrun),
 		cmocka_unit_test(test_format_narrow_and_alone),
+		cmocka_unit_test(test_a_rank_waited_for_in_vain_is_named),
 		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),
 		cmocka_unit_test(test_parent_error_file_gets_error_code),
 		cmocka_unit_test(test_tail_lines_as_a_terminal_shows_them),

@@ -539,7 +539,7 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 		if (now >= deadline) {
 			ddpi_err(-ETIMEDOUT, "%s: timed out waiting for rank %d (pid %d)", what,
 				 s->hdr->ranks[q], s->hdr->pids[q]);
-			ddpi_caused_by(-ETIMEDOUT, "rank %d (pid %d) timed out", s->hdr->ranks[q],
+			ddpi_caused_by(-ETIMEDOUT, WORKENV_CAUSE_LATE_FMT, s->hdr->ranks[q],
 				       s->hdr->pids[q]);
 			ddpi_shm_abort(s, -ETIMEDOUT, ddp_errmsg());
 			return -ETIMEDOUT;
