@@ -38,10 +38,13 @@
 
 /* The requester waits this long for every node's positions. */
 #define HANG_COLLECT_MS 30000
-/* A node parked on request k looks this often whether a later request was
- * numbered while k never came (a store client that added to hang/count but
- * wrote no request, a script cut short): k is skipped, or every later
- * request, the job's own hang verdict too, would wait behind it. */
+/* A node parked on request k looks this often whether k was numbered but
+ * never came (a store client that added to hang/count but wrote no request,
+ * a script cut short): k is skipped, or every later request, the job's own
+ * hang verdict too, would wait behind it. Only when two looks in a row find
+ * it so: a look can fall between a node's numbering and its write, and
+ * skipping it there gave the job two verdicts, the skipped one's on its
+ * asker. */
 #define HANG_HOLE_MS 5000
 
 struct coord_hang {
@@ -50,6 +53,7 @@ struct coord_hang {
 	bool up;
 	int round;	  /* the round watched */
 	int next;	  /* the request number waited for */
+	int hole;	  /* next, found numbered but unwritten by the last look; 0: none */
 	int parked_round; /* round of the wait parked on H; -1: none */
 	/* this node's request in flight */
 	int mine; /* its number; 0: none */
@@ -386,8 +390,14 @@ static void on_hole_count(int status, int64_t count, void *arg)
 	struct coord_hang *h = o->h;
 
 	if (status == 0 && o->round == h->c->round && count > o->k && h->next == o->k) {
-		agent_say("warning: hang request %d was numbered but never written: skipped", o->k);
-		h->next = o->k + 1;
+		if (h->hole == o->k) {
+			agent_say("warning: hang request %d was numbered but never written: "
+				  "skipped",
+				  o->k);
+			h->next = o->k + 1;
+		} else {
+			h->hole = o->k; /* looked again after HANG_HOLE_MS */
+		}
 	}
 	free(o);
 	if (status == 0)
@@ -619,6 +629,7 @@ void coord_hang_round(struct coord *c)
 	}
 	h->round = c->round;
 	h->next = 1;
+	h->hole = 0;
 	h->mine = 0;
 	free(h->seen); /* a new round: other nodes' counters start anew */
 	h->seen = NULL;
