@@ -465,7 +465,11 @@ static void on_signal(struct coord *c, int status)
 		e.signal = sig;
 		e.final = true;
 		e.time_us = report_now_us();
-		publish_fail(c, &e, publish_then_leave);
+		/* Hurried (the store went silent meanwhile): the end goes out
+		 * before the close, unanswered. */
+		publish_fail(c, &e, c->hurry ? NULL : publish_then_leave);
+		if (c->hurry)
+			coord_leave(c);
 		return;
 	}
 	if (c->phase != CP_JOIN && c->phase != CP_MOVE) {

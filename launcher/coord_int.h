@@ -142,9 +142,12 @@ const char **coord_keys(struct coord *c, const char *first, size_t n, const char
 const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 /* The job cannot go on: stop local workers if any run, then leave with status
- * (a node already ending for a signal keeps the signal's). */
+ * (a node already ending for a signal keeps the signal's, and hurries). */
 void coord_fail(struct coord *c, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* This node is ending for a signal: its agent took one (its workers may
+ * still be stopping), or they have stopped for it. */
+bool coord_signalled(const struct coord *c);
 /* What coord_fail's message says the node does next: "stopping the workers",
  * or, ending for a signal already, "leaving without it" (the store). */
 const char *coord_fail_words(const struct coord *c);

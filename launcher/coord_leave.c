@@ -247,9 +247,14 @@ void coord_leave(struct coord *c)
 		after_left(c);
 }
 
+bool coord_signalled(const struct coord *c)
+{
+	return c->signal_seen || (c->agent != NULL && agent_signalled(c->agent));
+}
+
 const char *coord_fail_words(const struct coord *c)
 {
-	return c->signal_seen ? "leaving without it" : "stopping the workers";
+	return coord_signalled(c) ? "leaving without it" : "stopping the workers";
 }
 
 void coord_fail(struct coord *c, int status, const char *fmt, ...)
@@ -257,7 +262,7 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 	char msg[600];
 	va_list ap;
 
-	if (c->phase == CP_QUIT || c->phase == CP_LEAVE)
+	if (c->phase == CP_QUIT || c->phase == CP_LEAVE || (c->hurry && coord_signalled(c)))
 		return;
 	if (fmt != NULL) {
 		va_start(ap, fmt);
@@ -265,14 +270,23 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 		va_end(ap);
 		agent_say("%s", msg);
 	}
-	/* A node already ending for a signal ends with the signal's status:
-	 * the store lost on its way out is not why it stopped. */
-	c->status = c->signal_seen ? c->status : status;
 	coord_live_stop(c);
+	if (coord_signalled(c)) {
+		/* Ending for a signal already, with its status (a signal counts
+		 * as this node's failure, at the time it came): what fails on the
+		 * way out, the store mostly, only hurries the leaving. Workers
+		 * still stopping: on_signal, once they have, sends the signal's
+		 * end and leaves. */
+		c->hurry = true;
+		if (c->signal_seen)
+			coord_leave(c);
+		return;
+	}
+	c->status = status;
 	if (c->agent != NULL &&
 	    (c->phase == CP_RUN || c->phase == CP_MOVE || c->phase == CP_HALT)) {
 		c->phase = CP_QUIT; /* finished() follows once the workers stopped */
-		agent_halt(c->agent, c->status);
+		agent_halt(c->agent, status);
 		return;
 	}
 	coord_leave(c);

@@ -285,11 +285,12 @@ def children(pid):
 
 
 @contextlib.contextmanager
-def store_host_stopped(reaper, tmp_path):
-    """A job of 2 nodes, one worker each, whose node 0 (the store's host) is
-    stopped (SIGSTOP) as node 1 takes SIGTERM; node 0 goes on (SIGCONT) on
-    the way out. Yields the agents and the workers' record directory."""
-    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
+def store_host_stopped(reaper, tmp_path, script="exec sleep 60", extra=()):
+    """A job of 2 nodes, one worker each (script), whose node 0 (the store's
+    host) is stopped (SIGSTOP) as node 1 takes SIGTERM; node 0 goes on
+    (SIGCONT) on the way out. Yields the agents and the workers' record
+    directory."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + script, extra=extra)
     wait_workers(out, 2)
     try:
         agents[0].signal(signal.SIGSTOP)
@@ -320,13 +321,17 @@ def test_a_node_hurried_by_a_second_signal_still_tells_what_the_others_wait_for(
     assert_all_dead(worker_pids(out))
 
 
-def test_a_node_stopped_by_a_signal_keeps_its_status_when_the_store_goes_silent(reaper,
-                                                                                tmp_path):
+@pytest.mark.parametrize("script", ["exec sleep 60",
+                                    "trap 'sleep 8; exit 0' TERM; sleep 60 & wait $!"])
+def test_a_node_stopped_by_a_signal_keeps_its_status_when_the_store_goes_silent(
+        reaper, tmp_path, script):
     # Node 0, the store's host, is stopped while node 1 takes SIGTERM: node 1
-    # stops its worker, then hears nothing from the store for the heartbeat
-    # timeout (5 s). It was told to stop, so it exits 143 as it would with a
-    # store that answered, not 75 (a lost store): the signal is why it ended.
-    with store_host_stopped(reaper, tmp_path) as (agents, out):
+    # stops its worker, and hears nothing from the store for the heartbeat
+    # timeout (5 s), after its worker ended or (trap) while it still takes 8
+    # s to (within --shutdown-timeout). It was told to stop, so it exits 143 as it would with a store
+    # that answered, not 75 (a lost store): the signal is why it ended.
+    with store_host_stopped(reaper, tmp_path, script,
+                            extra=["--shutdown-timeout", "20"]) as (agents, out):
         assert agents[1].wait() == 143, agents[1].stderr()
     err = agents[1].stderr()
     assert "received SIGTERM: stopping the workers" in err, err
