@@ -60,30 +60,33 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-/* Connects to --addr (or $MASTER_ADDR:$MASTER_PORT), with --prefix, naming
- * the address in addr: 0 or a negative errno, unsaid; a missing or bad
- * address is said (-EDOM). */
-static int client_connect(const struct ddpstore_opts *o, char *addr, size_t addrlen,
-			  struct store_client **out)
+/* Connects to --addr (or $MASTER_ADDR:$MASTER_PORT, written into buf), with
+ * --prefix; *addr: the address it used. 0 or a negative errno, unsaid, but
+ * for a missing or bad address: said, and *said set. */
+static int client_connect(const struct ddpstore_opts *o, char *buf, size_t len, const char **addr,
+			  bool *said, struct store_client **out)
 {
 	char host[256];
 	int port = 0, rc;
 	int64_t op_ms;
 
+	*said = false;
+	*addr = o->addr;
 	if (o->addr == NULL) {
 		const char *h = getenv("MASTER_ADDR"), *p = getenv("MASTER_PORT");
 
 		if (h == NULL || *h == '\0' || p == NULL || *p == '\0') {
+			*said = true;
 			usage_error("no --addr given and MASTER_ADDR/MASTER_PORT not set");
-			return -EDOM;
+			return -EINVAL;
 		}
-		snprintf(addr, addrlen, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-	} else {
-		snprintf(addr, addrlen, "%s", o->addr);
+		snprintf(buf, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+		*addr = buf;
 	}
-	if (util_parse_endpoint(addr, host, sizeof(host), -1, &port) < 0 || port <= 0) {
-		usage_error("bad address '%s' (want HOST:PORT)", addr);
-		return -EDOM;
+	if (util_parse_endpoint(*addr, host, sizeof(host), -1, &port) < 0 || port <= 0) {
+		*said = true;
+		usage_error("bad address '%s' (want HOST:PORT)", *addr);
+		return -EINVAL;
 	}
 	/* --timeout bounds waiting commands; every other request gets the same
 	 * bound, or the default, so a dead server never hangs a script. */
@@ -97,10 +100,12 @@ static int client_connect(const struct ddpstore_opts *o, char *addr, size_t addr
 /* The same, or an exit status other than EXIT_OK after saying why. */
 static int client_open(const struct ddpstore_opts *o, struct store_client **out)
 {
-	char addr[300];
-	int rc = client_connect(o, addr, sizeof(addr), out);
+	char buf[300];
+	const char *addr;
+	bool said;
+	int rc = client_connect(o, buf, sizeof(buf), &addr, &said, out);
 
-	if (rc == -EDOM)
+	if (said)
 		return EXIT_USAGE;
 	if (rc < 0) {
 		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
@@ -404,10 +409,11 @@ static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char *
 	return rc;
 }
 
-/* The second connection that explains a closed one waits this long at most:
- * a server that ended refuses it (or never answers), and the script should
- * hear so now, not after --connect-timeout. */
-#define EXPLAIN_CONNECT_MS 1000
+/* The second connection that explains a closed one, and its request, wait
+ * this long at most: a server that ended refuses it (or never answers), and
+ * the script should hear so now, not after --connect-timeout; above one SYN
+ * retransmit (1 s), which many callers closed at once may meet. */
+#define EXPLAIN_MS 3000
 
 /* ADD has no error reply: the server closes the connection when the value is
  * not a counter or the sum leaves int64, as it does when it ends. A second
@@ -417,18 +423,25 @@ void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, con
 {
 	struct ddpstore_opts quick = *o;
 	struct store_client *c;
-	char addr[300];
+	const char *addr;
+	char buf[300];
 	void *v = NULL;
 	size_t len;
 	int64_t cur, sum;
+	bool said;
 	int rc;
 
-	if (quick.connect_timeout_ms <= 0 || quick.connect_timeout_ms > EXPLAIN_CONNECT_MS)
-		quick.connect_timeout_ms = EXPLAIN_CONNECT_MS;
-	if ((rc = client_connect(&quick, addr, sizeof(addr), &c)) < 0) {
-		if (rc != -EDOM)
-			ddpstore_err("%s: the server at %s closed the connection and takes no new "
-				     "one (%s): has it ended?",
+	if (quick.connect_timeout_ms <= 0 || quick.connect_timeout_ms > EXPLAIN_MS)
+		quick.connect_timeout_ms = EXPLAIN_MS;
+	quick.timeout_ms = EXPLAIN_MS;
+	if ((rc = client_connect(&quick, buf, sizeof(buf), &addr, &said, &c)) < 0) {
+		if (rc == -ECONNREFUSED)
+			ddpstore_err("%s: the server at %s closed the connection and refuses a "
+				     "new one: has it ended?",
+				     what, addr);
+		else if (!said)
+			ddpstore_err("%s: the server at %s closed the connection, and a new one "
+				     "failed (%s)",
 				     what, addr, store_strerror(rc));
 		return;
 	}
