@@ -291,9 +291,10 @@ static void format_output(struct text *t, const struct report_entry *e)
 	}
 }
 
-/* One "[idx]:" block, multi-line messages indented by two spaces. */
+/* One "[idx]:" block, multi-line messages indented by two spaces; note: a
+ * "note" line after caused_by, or NULL. */
 static void format_failure(struct text *t, size_t idx, const char *host,
-			   const struct report_entry *e)
+			   const struct report_entry *e, const char *note)
 {
 	char when[32];
 	struct tm tm;
@@ -326,6 +327,10 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 	if (e->caused_by != NULL) {
 		text_puts(t, "\n  caused_by : ");
 		text_puts(t, e->caused_by);
+	}
+	if (note != NULL) {
+		text_puts(t, "\n  note      : ");
+		text_puts(t, note);
 	}
 	text_puts(t, "\n  traceback : ");
 	for (m = e->message; (nl = strchr(m, '\n')) != NULL; m = nl + 1) {
@@ -368,16 +373,25 @@ char *report_format(const char *entrypoint, const char *host, const struct repor
 }
 
 /* The rank that the root cause's error says it waited for in vain
- * (WORKENV_CAUSE_LATE_FMT) when that rank has no failure among e: it was
- * still running, and is what the job waited on. -1 otherwise. */
+ * (WORKENV_CAUSE_LATE_FMT, exactly: the text is the worker's, so a number
+ * of more than 9 digits, a sign, other spaces or more after it are not
+ * that) when that rank has no failure among e: it was still running, and
+ * is what the job waited on. -1 otherwise. */
 static int late_rank(const struct report_entry *e, size_t n, size_t r, int *pid)
 {
-	int rank, end = -1;
-	size_t i;
+	const char *cause = r < n ? e[r].caused_by : NULL, *p;
+	char again[REPORT_CAUSE_MAX + 1];
+	size_t digits = 0, i;
+	int rank;
 
-	if (r >= n || e[r].caused_by == NULL ||
-	    sscanf(e[r].caused_by, WORKENV_CAUSE_LATE_FMT "%n", &rank, pid, &end) != 2 || end < 0 ||
-	    e[r].caused_by[end] != '\0')
+	if (cause == NULL)
+		return -1;
+	for (p = cause; *p != '\0'; p++) /* sscanf's %d must not overflow */
+		if ((digits = isdigit((unsigned char)*p) ? digits + 1 : 0) > 9)
+			return -1;
+	if (sscanf(cause, WORKENV_CAUSE_LATE_FMT, &rank, pid) != 2 || rank < 0 ||
+	    snprintf(again, sizeof(again), WORKENV_CAUSE_LATE_FMT, rank, *pid) < 0 ||
+	    strcmp(again, cause) != 0)
 		return -1;
 	for (i = 0; i < n; i++)
 		if (e[i].global_rank == rank)
@@ -391,19 +405,20 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 	struct text root = {0}, others = {0}, out = {0};
 	size_t i, idx = 0, width;
 	int late, pid = 0;
+	char note[300];
 
+	if ((late = late_rank(e, n, r, &pid)) >= 0)
+		snprintf(note, sizeof(note),
+			 "rank %d (pid %d) has no failure of its own on record: it\n"
+			 "              was still running when the others gave up waiting for\n"
+			 "              it (ddprun --hang-timeout shows where such a rank is)",
+			 late, pid);
 	for (i = 0; i < n; i++) {
 		if (i == r)
-			format_failure(&root, idx++, host, &e[i]);
+			format_failure(&root, idx++, host, &e[i], late >= 0 ? note : NULL);
 		else
-			format_failure(&others, idx++, host, &e[i]);
+			format_failure(&others, idx++, host, &e[i], NULL);
 	}
-	if ((late = late_rank(e, n, r, &pid)) >= 0)
-		text_printf(&root,
-			    "  note      : rank %d (pid %d) did not fail: it was still running\n"
-			    "              when the others gave up waiting for it (--hang-timeout\n"
-			    "              shows where it was)\n",
-			    late, pid);
 	if (others.len == 0)
 		text_puts(&others, "  <NO_OTHER_FAILURES>\n");
 	width = strlen(entrypoint) + 7;

@@ -322,10 +322,22 @@ static void test_format_matches_torchrun(void **state)
 }
 
 /* Every failure waited for rank 2 (libddp's timeout names it in its cause)
- * and rank 2 has none of its own: the root cause says that it was still
- * running. Not where it failed too, nor for another cause. */
+ * and rank 2 has none of its own: the root cause says, right after its
+ * caused_by, that rank 2 was still running. Not where rank 2 failed too
+ * (on this node or, given as the root, on another), nor for another cause
+ * or a text that only looks like it (the worker wrote it). */
 static void test_a_rank_waited_for_in_vain_is_named(void **state)
 {
+	static const char *const not_it[] = {
+		"rank 2 (pid 12) exited",
+		"rank 2 (pid 12) did not arrive within the timeout, or so",
+		"rank  2 (pid 12) did not arrive within the timeout",
+		"rank\n2 (pid 12) did not arrive within the timeout",
+		"rank +2 (pid 12) did not arrive within the timeout",
+		"rank 02 (pid 12) did not arrive within the timeout",
+		"rank 4294967298 (pid 12) did not arrive within the timeout",
+		"rank -2 (pid 12) did not arrive within the timeout",
+	};
 	struct report_entry e[2] = {
 		{.global_rank = 0,
 		 .pid = 10,
@@ -340,9 +352,12 @@ static void test_a_rank_waited_for_in_vain_is_named(void **state)
 		 .caused_by = "rank 0 (pid 10) failed",
 		 .message = "all_reduce: rank 0 failed"},
 	};
-	const char *note = "  note      : rank 2 (pid 12) did not fail: it was still running\n"
-			   "              when the others gave up waiting for it (--hang-timeout\n"
-			   "              shows where it was)\n"
+	char other[] = "node9";
+	const char *note = "  caused_by : rank 2 (pid 12) did not arrive within the timeout\n"
+			   "  note      : rank 2 (pid 12) has no failure of its own on record: it\n"
+			   "              was still running when the others gave up waiting for\n"
+			   "              it (ddprun --hang-timeout shows where such a rank is)\n"
+			   "  traceback : all_reduce: timed out waiting for rank 2 (pid 12)\n"
 			   "======";
 	char *text = report_format("a", "h", e, 2);
 
@@ -350,21 +365,24 @@ static void test_a_rank_waited_for_in_vain_is_named(void **state)
 	assert_non_null(strstr(text, note));
 	assert_true(strstr(text, note) > strstr(text, "Root Cause")); /* under it */
 	free(text);
-	/* Rank 2 failed too: it is on record, no note. */
+	/* Rank 2 failed too, here or on another node: it is on record. */
 	e[1].global_rank = 2;
 	text = report_format("a", "h", e, 2);
 	assert_null(strstr(text, "note"));
 	free(text);
-	/* Another cause, or one with more after it: no note. */
+	e[1].host = other;
+	text = report_format_root("a", "h", e, 2, 0);
+	assert_null(strstr(text, "note"));
+	free(text);
 	e[1].global_rank = 1;
-	e[0].caused_by = "rank 2 (pid 12) exited";
-	text = report_format("a", "h", e, 2);
-	assert_null(strstr(text, "note"));
-	free(text);
-	e[0].caused_by = "rank 2 (pid 12) did not arrive within the timeout, or so";
-	text = report_format("a", "h", e, 2);
-	assert_null(strstr(text, "note"));
-	free(text);
+	e[1].host = NULL;
+	for (size_t k = 0; k < sizeof(not_it) / sizeof(not_it[0]); k++) {
+		e[0].caused_by = (char *)not_it[k];
+		text = report_format("a", "h", e, 2);
+		assert_non_null(text);
+		assert_null(strstr(text, "note"));
+		free(text);
+	}
 }
 
 static void test_format_narrow_and_alone(void **state)
