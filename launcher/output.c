@@ -15,9 +15,9 @@
 /* One loop, one reader at a time: libuv calls alloc_cb then read_cb. */
 static char read_buf[READ_CHUNK];
 static struct output_buf scratch;
-/* Every open stream, so that a backed-up console can pause them all. */
+/* Every open stream, so that a backed-up console can pause those it shows. */
 static struct output_stream *streams;
-static bool paused;
+static bool paused[2]; /* per console (output_console_sink) */
 /* Per console (output_console_sink): the stream whose line is open there. */
 static struct output_stream *owner[2];
 static uint64_t wait_seq;
@@ -171,7 +171,7 @@ static void rearm(struct output_stream *s)
 	if (s->wait_seq != 0 && o != NULL && o != s) {
 		uint64_t b = break_at(s, o);
 
-		if (paused && b <= now)
+		if (paused[sink_of(s)] && b <= now)
 			b = now + OUTPUT_HOLD_IDLE_MS; /* a paused owner cannot go on */
 		if (b < next)
 			next = b;
@@ -245,7 +245,7 @@ static void pump(struct output_stream *s, bool final)
 			s->wait_seq = ++wait_seq;
 			s->wait_since = now_ms(s);
 		}
-		if (!final && n < OUTPUT_HOLD_BYTES && (paused || now_ms(s) < break_at(s, o)))
+		if (!final && n < OUTPUT_HOLD_BYTES && (paused[k] || now_ms(s) < break_at(s, o)))
 			goto out;
 		break_line(k);
 	}
@@ -396,17 +396,19 @@ static void unlink_stream(struct output_stream *s)
 		}
 }
 
-bool output_paused(void)
+bool output_paused(const struct output_stream *s)
 {
-	return paused;
+	return s->console_fd >= 0 && paused[sink_of(s)];
 }
 
-void output_pause(bool on)
+void output_pause(int k, bool on)
 {
 	struct output_stream *s;
 
-	paused = on;
+	paused[k] = on;
 	for (s = streams; s != NULL; s = s->next) {
+		if (s->console_fd < 0 || sink_of(s) != k)
+			continue; /* not shown there */
 		if (on)
 			uv_read_stop((uv_stream_t *)&s->pipe);
 		else
@@ -490,7 +492,7 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd)
 	rc = uv_pipe_open(&s->pipe, fd);
 	if (rc != 0)
 		close(fd); /* not taken by libuv */
-	else if (!paused)
+	else if (!output_paused(s))
 		rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
 	if (rc != 0)
 		stream_close(s); /* closed_cb still runs, from the loop */

@@ -133,13 +133,12 @@ int output_console_open(uv_loop_t *loop);
 void output_console_close(void);
 /* After the loop: write out what is queued, waiting for the readers. */
 void output_console_finish(void);
-/* Internal: write what the readers take now; pause/resume every stream. */
-void output_console_flush_some(void);
-void output_pause(bool on);
+/* Internal: pause/resume the streams shown on console k (output_console_sink). */
+void output_pause(int k, bool on);
 /* Internal: which console fd 1 or 2 writes to: 0 for both when they are
  * the same file (the default before output_console_open), else fd - 1. */
 int output_console_sink(int fd);
-/* Internal: whether the workers' pipes are paused for a slow console. */
-bool output_paused(void);
+/* Internal: whether s's pipe is paused for a slow console. */
+bool output_paused(const struct output_stream *s);
 
 #endif

@@ -4,12 +4,14 @@
  * A pipe or terminal on fd 1/2 is reopened through /proc/self/fd with
  * O_NONBLOCK: a private open file description, so the flag never touches the
  * description ddprun shares with its parent (what uv_tty_init does for ttys).
- * What the reader is not ready for waits in one FIFO of chunks, for both fds
- * together, so that lines keep their order and are never split between
- * writers even when stdout and stderr are the same pipe. Above
- * CONSOLE_HIGH queued bytes the workers' pipes are paused (they then block on
- * their own writes, as they would on a slow terminal); below CONSOLE_LOW they
- * resume. A reader that goes away (EPIPE) drops that fd's output. */
+ * What the reader is not ready for waits in a FIFO of chunks per console
+ * (output_console_sink): one for both fds when they are the same file, so
+ * that lines keep their order and are never split between writers, else one
+ * each, so that a stdout nobody reads does not hold back stderr (the
+ * workers' errors, ddprun's failure report). Above CONSOLE_HIGH queued bytes
+ * the workers' pipes shown on that console are paused (they then block on
+ * their own writes, as they would on a slow terminal); below CONSOLE_LOW
+ * they resume. A reader that goes away (EPIPE) drops that fd's output. */
 #include "output.h"
 
 #include <errno.h>
@@ -41,9 +43,11 @@ static struct {
 	bool poll_init[3];
 	bool polling[3];
 	bool split; /* fd 1 and 2 are different files */
-	struct chunk *head, *tail;
-	size_t backlog;
-	bool paused;
+	struct queue {
+		struct chunk *head, *tail;
+		size_t backlog;
+		bool paused;
+	} q[2]; /* per console (output_console_sink) */
 } con = {.wfd = {-1, 1, 2}};
 
 /* 1 written all, 0 would block (c->off advanced), -1 reader gone. */
@@ -73,10 +77,11 @@ static int write_some(int fd, const char *p, size_t len, size_t *off)
 }
 
 static void set_polling(int fd, bool on);
+static void flush_queue(int k);
 
 static void on_writable(uv_poll_t *h, int status, int events)
 {
-	output_console_flush_some();
+	flush_queue(output_console_sink(h == &con.poll[1] ? 1 : 2));
 }
 
 static void set_polling(int fd, bool on)
@@ -90,42 +95,49 @@ static void set_polling(int fd, bool on)
 	con.polling[fd] = on;
 }
 
-static void pop(void)
+static void pop(struct queue *q)
 {
-	struct chunk *c = con.head;
+	struct chunk *c = q->head;
 
-	con.head = c->next;
-	if (con.head == NULL)
-		con.tail = NULL;
-	con.backlog -= c->len;
+	q->head = c->next;
+	if (q->head == NULL)
+		q->tail = NULL;
+	q->backlog -= c->len;
 	free(c);
 }
 
-void output_console_flush_some(void)
+/* Write what console k's readers take now. */
+static void flush_queue(int k)
 {
-	while (con.head != NULL) {
-		struct chunk *c = con.head;
+	struct queue *q = &con.q[k];
+
+	while (q->head != NULL) {
+		struct chunk *c = q->head;
 		int rc = con.gone[c->fd] ? -1 : write_some(c->fd, c->data, c->len, &c->off);
 
 		if (rc == 0) {
 			set_polling(c->fd, true);
-			set_polling(3 - c->fd, false);
+			if (!con.split)
+				set_polling(3 - c->fd, false);
 			return;
 		}
 		if (rc < 0)
 			con.gone[c->fd] = true;
-		pop();
+		pop(q);
 	}
-	set_polling(1, false);
-	set_polling(2, false);
-	if (con.paused && con.backlog < CONSOLE_LOW) {
-		con.paused = false;
-		output_pause(false);
+	for (int fd = 1; fd <= 2; fd++)
+		if (output_console_sink(fd) == k)
+			set_polling(fd, false);
+	if (q->paused && q->backlog < CONSOLE_LOW) {
+		q->paused = false;
+		output_pause(k, false);
 	}
 }
 
 static void enqueue(int fd, const char *p, size_t len)
 {
+	int k = output_console_sink(fd);
+	struct queue *q = &con.q[k];
 	struct chunk *c = malloc(sizeof(*c) + len);
 
 	if (c == NULL)
@@ -135,15 +147,15 @@ static void enqueue(int fd, const char *p, size_t len)
 	c->off = 0;
 	c->len = len;
 	memcpy(c->data, p, len);
-	if (con.tail != NULL)
-		con.tail->next = c;
+	if (q->tail != NULL)
+		q->tail->next = c;
 	else
-		con.head = c;
-	con.tail = c;
-	con.backlog += len;
-	if (!con.paused && con.backlog > CONSOLE_HIGH) {
-		con.paused = true;
-		output_pause(true);
+		q->head = c;
+	q->tail = c;
+	q->backlog += len;
+	if (!q->paused && q->backlog > CONSOLE_HIGH) {
+		q->paused = true;
+		output_pause(k, true);
 	}
 }
 
@@ -153,7 +165,7 @@ void output_console_write(int fd, const char *buf, size_t len)
 
 	if (fd < 1 || fd > 2 || con.gone[fd] || len == 0)
 		return;
-	if (con.head == NULL) {
+	if (con.q[output_console_sink(fd)].head == NULL) {
 		int rc = write_some(fd, buf, len, &off);
 
 		if (rc != 0) {
@@ -162,7 +174,7 @@ void output_console_write(int fd, const char *buf, size_t len)
 		}
 	}
 	enqueue(fd, buf + off, len - off);
-	output_console_flush_some();
+	flush_queue(output_console_sink(fd));
 }
 
 int output_console_sink(int fd)
@@ -223,12 +235,18 @@ void output_console_finish(void)
 	 * signal handlers are gone, so SIGINT/SIGTERM still end ddprun). */
 	for (fd = 1; fd <= 2; fd++)
 		con.nonblock[fd] = false;
-	while (con.head != NULL) {
-		struct chunk *c = con.head;
+	/* stderr first when it is a console of its own: the failure report
+	 * and the workers' last errors do not wait for a slow stdout. */
+	for (int k = 1; k >= 0; k--) {
+		struct queue *q = &con.q[k];
 
-		if (!con.gone[c->fd] && write_some(c->fd, c->data, c->len, &c->off) < 0)
-			con.gone[c->fd] = true;
-		pop();
+		while (q->head != NULL) {
+			struct chunk *c = q->head;
+
+			if (!con.gone[c->fd] && write_some(c->fd, c->data, c->len, &c->off) < 0)
+				con.gone[c->fd] = true;
+			pop(q);
+		}
 	}
 	for (fd = 1; fd <= 2; fd++) {
 		if (con.wfd[fd] != fd && con.wfd[fd] >= 0)

@@ -259,6 +259,41 @@ def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
         assert m and set(m.group(2)) <= {"ab"[int(m.group(1))]}, line[:80]
 
 
+def test_stderr_and_the_failure_report_do_not_wait_for_an_unread_stdout(reaper, tmp_path):
+    # stdout and stderr are different pipes, and nobody reads stdout: rank
+    # 0's error line and ddprun's failure report still reach stderr while
+    # its stdout output waits; then all of that arrives too, and the exit
+    # status is the worker's.
+    spew = prog("launch_spew")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                      f'if [ "$RANK" = 0 ]; then {spew} 300 1000; echo marker-$RANK >&2; '
+                      'exit 3; else sleep 60; fi'],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = read_until(p, b"exitcode  : 3", stream=p.stderr)  # the failure report
+    buf = array.array("i", [0])
+    fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
+    assert buf[0] >= 32768, "stdout was meant to be full while the report came"
+    assert b"marker-0" in err
+    out, rest = p.communicate(timeout=30)
+    assert p.returncode == 3, err + rest
+    check_lines(out.decode(), 1, 300, 1000)
+
+
+def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
+    # Rank 0 prints 20 MB that nobody reads: ddprun stops reading the
+    # workers' stdout pipes once it holds 8 MiB of it, but not their stderr
+    # pipes: rank 1's line on stderr, written seconds later, arrives.
+    spew = prog("launch_spew")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                      f'if [ "$RANK" = 0 ]; then exec {spew} 20000 1000; fi; '
+                      'sleep 3; echo marker-$RANK >&2'],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = read_until(p, b"marker-1", stream=p.stderr)
+    out, rest = p.communicate(timeout=60)
+    assert p.returncode == 0, err + rest
+    check_lines(out.decode(), 1, 20000, 1000)
+
+
 # --- Live output: bytes before their newline, prefix only at line starts ---
 
 # A worker that writes $1, waits (bounded) for the file $GO to appear, then
@@ -268,10 +303,10 @@ WAIT_GO = ('printf "$1"; i=0; while [ ! -e "$GO" ] && [ $i -lt 1500 ]; do sleep 
            'i=$((i+1)); done; printf "$2"')
 
 
-def read_until(p, want, timeout=30):
-    """Read p.stdout (raw) until it holds want; return what was read."""
+def read_until(p, want, timeout=30, stream=None):
+    """Read p.stdout (or stream, raw) until it holds want; return what was read."""
     got = b""
-    fd = p.stdout.fileno()
+    fd = (stream or p.stdout).fileno()
     os.set_blocking(fd, False)
 
     def more():
@@ -282,7 +317,7 @@ def read_until(p, want, timeout=30):
             return want in got
         got += chunk
         return want in got or chunk == b""
-    wait_for(more, timeout=timeout, what=f"{want!r} on ddprun's stdout")
+    wait_for(more, timeout=timeout, what=f"{want!r} from ddprun")
     assert want in got, got
     os.set_blocking(fd, True)
     return got
