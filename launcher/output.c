@@ -17,7 +17,8 @@ static char read_buf[READ_CHUNK];
 static struct output_buf scratch;
 /* Every open stream, so that a backed-up console can pause those it shows. */
 static struct output_stream *streams;
-static bool paused[2]; /* per console (output_console_sink) */
+static bool paused[2];	       /* per console (output_console_sink) */
+static uint64_t resumed_ms[2]; /* loop time its pause last ended */
 /* Per console (output_console_sink): the stream whose line is open there. */
 static struct output_stream *owner[2];
 static uint64_t wait_seq;
@@ -146,11 +147,14 @@ static uint64_t now_ms(const struct output_stream *s)
 	return uv_now(s->pipe.loop);
 }
 
-/* When a waiting stream may end the open line of o. */
+/* When a waiting stream may end the open line of o. A pause of their
+ * console counts for neither: o could not go on, s did not wait for it. */
 static uint64_t break_at(const struct output_stream *s, const struct output_stream *o)
 {
-	uint64_t idle = (uint64_t)(o->last_ms < 0 ? 0 : o->last_ms) + OUTPUT_HOLD_IDLE_MS;
-	uint64_t max = s->wait_since + OUTPUT_HOLD_MAX_MS;
+	uint64_t back = resumed_ms[sink_of(s)];
+	uint64_t last = (uint64_t)(o->last_ms < 0 ? 0 : o->last_ms);
+	uint64_t idle = (last > back ? last : back) + OUTPUT_HOLD_IDLE_MS;
+	uint64_t max = (s->wait_since > back ? s->wait_since : back) + OUTPUT_HOLD_MAX_MS;
 
 	return idle < max ? idle : max;
 }
@@ -406,6 +410,8 @@ void output_pause(int k, bool on)
 	struct output_stream *s;
 
 	paused[k] = on;
+	if (!on && streams != NULL)
+		resumed_ms[k] = uv_now(streams->pipe.loop);
 	for (s = streams; s != NULL; s = s->next) {
 		if (s->console_fd < 0 || sink_of(s) != k)
 			continue; /* not shown there */

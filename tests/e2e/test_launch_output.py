@@ -289,6 +289,9 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
                       'sleep 3; echo marker-$RANK >&2'],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = read_until(p, b"marker-1", stream=p.stderr)
+    buf = array.array("i", [0])
+    fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
+    assert buf[0] >= 32768, "stdout was meant to be backed up while rank 1 wrote"
     out, rest = p.communicate(timeout=60)
     assert p.returncode == 0, err + rest
     check_lines(out.decode(), 1, 20000, 1000)
