@@ -14,7 +14,10 @@
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
- *                     completed, op(, wait)], ...] (wait only when known)
+ *                     completed, op(, wait(, stopped))], ...] (wait only
+ *                     when known or stopped follows, stopped only when 1:
+ *                     the records of running ranks stay what an older
+ *                     ddprun reads)
  *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
  *                     each sample that saw some, at most once a second and
  *                     4 times per timeout); a node whose own ranks stall
@@ -101,20 +104,21 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 	size_t i;
 
 	for (i = 0; a != NULL && i < n; i++) {
-		double v[7] = {w[i].rank,
+		double v[8] = {w[i].rank,
 			       w[i].libddp,
 			       w[i].in,
 			       (double)w[i].entered,
 			       (double)w[i].completed,
 			       w[i].op,
-			       w[i].wait};
+			       w[i].in ? w[i].wait : 0,
+			       w[i].stopped};
 		cJSON *r;
 
 		if (w[i].rank < 0)
 			continue;
 		/* The wait only where it means something (inside a collective,
-		 * and known); the reader takes six or seven. */
-		r = cJSON_CreateDoubleArray(v, w[i].in && w[i].wait ? 7 : 6);
+		 * and known) or a stop follows; the reader takes six to eight. */
+		r = cJSON_CreateDoubleArray(v, w[i].stopped ? 8 : w[i].in && w[i].wait ? 7 : 6);
 		if (r == NULL || !cJSON_AddItemToArray(a, r)) {
 			cJSON_Delete(r);
 			cJSON_Delete(a);
@@ -126,15 +130,15 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 	return s;
 }
 
-/* Each value of a record [rank, libddp, in, entered, completed, op, wait]
+/* Each value of a record [rank, libddp, in, entered, completed, op, wait, stopped]
  * within what its field holds, or the record is skipped: converting a
  * double out of range (1e300 to an int) is undefined. Counters are exact in a
  * double up to 2^53; the largest rank leaves room for a range's next one
  * (hang_rank_list adds 1). */
 #define WHERE_EXACT 9007199254740992.0
-static const double where_range[7][2] = {
+static const double where_range[8][2] = {
 	{-1, INT_MAX - 1}, {-DBL_MAX, DBL_MAX}, {-DBL_MAX, DBL_MAX}, {0, WHERE_EXACT},
-	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},
+	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},     {-DBL_MAX, DBL_MAX},
 };
 
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
@@ -150,16 +154,16 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 	cJSON_ArrayForEach(r, a)
 	{
 		struct hang_where *p;
-		double v[7] = {0};
+		double v[8] = {0};
 		int i = 0;
 		const cJSON *x;
 
-		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 7)
+		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 8)
 			continue;
 		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
-		for (i = 0; i < 7 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
+		for (i = 0; i < 8 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
 			;
-		if (i < 7)
+		if (i < 8)
 			continue;
 		p = realloc(*w, (*n + 1) * sizeof(**w));
 		if (p == NULL)
@@ -171,7 +175,8 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 					    .entered = (uint64_t)v[3],
 					    .completed = (uint64_t)v[4],
 					    .op = (uint32_t)v[5],
-					    .wait = (uint32_t)v[6]};
+					    .wait = (uint32_t)v[6],
+					    .stopped = v[7] != 0};
 		(*n)++;
 		added++;
 	}

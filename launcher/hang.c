@@ -133,8 +133,12 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 	int i;
 
 	for (i = 0; i < a->job->nproc; i++) {
+		struct proc_info pi;
+
 		w[i].rank = a->w[i].running ? a->world.rank_offset + i : -1;
 		slot_read(a->hang, i, a->w[i].pid, &w[i]);
+		w[i].stopped = w[i].rank >= 0 && proc_info_read(a->w[i].pid, &pi) == 0 &&
+			       (pi.state == 'T' || pi.state == 't');
 	}
 }
 

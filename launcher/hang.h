@@ -86,11 +86,13 @@ struct hang_where {
 	uint64_t entered, completed;
 	uint32_t op;
 	uint32_t wait; /* enum ddpi_progress_wait, when in */
+	bool stopped;  /* /proc state T or t: a stop signal (^Z) or a tracer holds it */
 };
 
 /* The verdict over w[0..n): one or more lines, each starting with indent, in
- * buf (always NUL-terminated). *culprits: how many ranks were not where the
- * others were (0: none can be told). */
+ * buf (always NUL-terminated), stopped ranks named first. *culprits: how many
+ * ranks were not where the others were, else how many are stopped (0: none
+ * can be told). */
 void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
 		  int *culprits);
 /* A node's positions as JSON for the store (malloc'd; NULL: no memory), and

@@ -129,7 +129,7 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 	int *ranks = malloc((n + 1) * sizeof(int));
 	bool *done = calloc(n + 1, sizeof(bool));
 	uint64_t top = 0;
-	size_t i, j, k, nlib = 0, nother = 0;
+	size_t i, j, k, nlib = 0, nother = 0, nstopped = 0;
 	bool same;
 	const struct hang_where *lead = NULL;
 
@@ -137,6 +137,22 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 	buf[0] = '\0';
 	if (ranks == NULL || done == NULL)
 		goto out;
+	/* Stopped ranks first: nothing moves them until they are continued,
+	 * whatever the others wait for (ddprun's own stop sends SIGCONT). */
+	for (i = 0; i < n; i++)
+		if (w[i].rank >= 0 && w[i].stopped)
+			ranks[nstopped++] = w[i].rank;
+	if (nstopped > 0) {
+		char list[512];
+
+		qsort(ranks, nstopped, sizeof(int), cmp_int);
+		hang_rank_list(ranks, nstopped, list, sizeof(list));
+		text_printf(&t,
+			    "%s%s %s %s stopped (a stop signal, as ^Z sends, or a debugger): "
+			    "nothing runs there until %s continued (SIGCONT)\n",
+			    indent, nstopped == 1 ? "rank" : "ranks", list,
+			    nstopped == 1 ? "is" : "are", nstopped == 1 ? "it is" : "they are");
+	}
 	/* The waiters: the ranks inside the furthest collective, those whose
 	 * collective runs rather than those still behind their own GPU work. */
 	for (i = 0; i < n; i++) {
@@ -181,7 +197,7 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 				    "GPU work before it (a kernel or host function) is stuck or "
 				    "slow, not a peer\n",
 				    indent, k == 1 ? "its GPU" : "their GPUs");
-		} else if (*culprits == 0) {
+		} else if (*culprits == 0 && nstopped == 0) {
 			text_printf(
 				&t,
 				"%severy rank is in the same collective: the hang is inside it (a "
@@ -209,6 +225,8 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		}
 	}
 out:
+	if (*culprits == 0)
+		*culprits = (int)nstopped; /* nobody else to name */
 	if (t.p != NULL)
 		snprintf(buf, len, "%s", t.p);
 	free(t.p);

@@ -70,6 +70,23 @@ def test_hung_c_rank_is_named_with_its_native_stack_and_the_job_fails_124():
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
 
 
+def test_a_stopped_rank_is_named_and_ends_with_the_job():
+    # Rank 1 stops itself after 3 all_reduces (as ^Z or a debugger would
+    # stop it): the verdict says so before its place, and ddprun's stop
+    # continues it so that it ends.
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--hang-timeout", "2",
+             prog("hang_coll"), "3", "stop", "1"], timeout=120)
+    err = r.stderr
+    assert r.returncode == HANG_EXIT, err
+    assert ("rank 1 is stopped (a stop signal, as ^Z sends, or a debugger): nothing runs "
+            "there until it is continued (SIGCONT)") in err
+    assert "rank 1 is in no collective (last completed #3)" in err
+    assert "ranks 0,2 wait in all_reduce #4" in err
+    assert re.search(r"state T \(stopped\)", rank_block(err, 1)), rank_block(err, 1)
+    pids = worker_pids(err)
+    wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
+
+
 def test_gdb_gives_the_stack_when_eu_stack_is_missing(tmp_path):
     tools = tmp_path / "bin"
     tools.mkdir()
@@ -338,6 +355,18 @@ def test_two_nodes_every_node_dumps_its_ranks_and_both_exit_124(reaper, tmp_path
     assert "rank 2 is in no collective (last completed #3)" in both
     assert "ranks 0-1,3 wait in all_reduce #4" in both
     assert "found the job hung (--hang-timeout)" in both
+
+
+def test_two_nodes_a_stopped_rank_on_the_other_node_is_named(reaper, tmp_path):
+    # Rank 2 on node 1 stops itself; whichever node gives the verdict has
+    # its record from the store, stop included.
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "stop", "2"])
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    both = agents[0].stderr() + agents[1].stderr()
+    assert "rank 2 is stopped (a stop signal" in both, both
+    assert "ranks 0-1,3 wait in all_reduce #4" in both
+    assert "state T (stopped)" in rank_block(agents[1].stderr(), 2)
 
 
 def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(reaper,

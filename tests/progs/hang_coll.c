@@ -10,7 +10,11 @@
  *                        using no CPU in between, then exits 0
  *   hang_coll N compute S  after N all_reduces rank 0 computes S seconds
  *                        (printing nothing) while the others wait in
- *                        all_reduce N+1; then every rank exits 0 */
+ *                        all_reduce N+1; then every rank exits 0
+ *   hang_coll N stop R   after N all_reduces rank R stops itself (SIGSTOP,
+ *                        as ^Z would) while the others wait in all_reduce
+ *                        N+1 */
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +81,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(mode, "wait") == 0 && argc > 3) {
 		while (access(argv[3], F_OK) != 0)
 			usleep(50 * 1000);
+	} else if (strcmp(mode, "stop") == 0 && argc > 3) {
+		if (r == atoi(argv[3]))
+			raise(SIGSTOP);
 	} else if (r == atoi(mode)) {
 		hang_coll_sleeping_rank(r);
 	}

@@ -185,6 +185,56 @@ static void test_positions_cross_nodes_with_their_wait(void **state)
 	free(s);
 }
 
+/* A stopped rank (SIGSTOP, ^Z, a debugger) is named first, whatever its
+ * place: out of it, or inside the collective the others wait in (where the
+ * verdict would otherwise blame the collective), or not libddp at all. */
+static void test_a_stopped_rank_is_named_before_the_places(void **state)
+{
+	struct hang_where out[] = {IN(0, 42, 1), OUT(1, 41), IN(2, 42, 1)};
+	struct hang_where in[] = {IN(0, 42, 1), IN(1, 42, 1), IN(2, 42, 1), IN(3, 42, 1)};
+	struct hang_where other[] = {OTHER(0), OTHER(1)};
+	char buf[1024];
+
+	out[1].stopped = true;
+	verdict(out, 3, 1, buf);
+	assert_string_equal(buf, "rank 1 is stopped (a stop signal, as ^Z sends, or a debugger): "
+				 "nothing runs there until it is continued (SIGCONT)\n"
+				 "rank 1 is in no collective (last completed #41)\n"
+				 "ranks 0,2 wait in all_reduce #42\n");
+	in[1].stopped = in[3].stopped = true;
+	verdict(in, 4, 2, buf);
+	assert_string_equal(buf, "ranks 1,3 are stopped (a stop signal, as ^Z sends, or a "
+				 "debugger): nothing runs there until they are continued "
+				 "(SIGCONT)\n"
+				 "ranks 0-3 wait in all_reduce #42\n");
+	other[0].stopped = true;
+	verdict(other, 2, 1, buf);
+	assert_non_null(strstr(buf, "rank 0 is stopped"));
+	assert_non_null(strstr(buf, "none uses libddp"));
+}
+
+/* Across nodes a stopped rank's record has an eighth value; the others keep
+ * six or seven, as an older ddprun writes and reads them. */
+static void test_a_stopped_rank_crosses_nodes(void **state)
+{
+	struct hang_where w[] = {OUT(1, 41), IN(2, 42, 1), GPU(3, 42, 1, DDPI_WAIT_GPU_PEERS)};
+	struct hang_where *back = NULL;
+	size_t n = 0;
+	char *s;
+
+	w[0].stopped = true;
+	s = hang_where_encode(w, 3);
+	assert_non_null(s);
+	assert_string_equal(s, "[[1,1,0,41,41,0,0,1],[2,1,1,42,41,1],[3,1,1,42,41,1,2]]");
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 3);
+	assert_true(back[0].stopped);
+	assert_false(back[1].stopped);
+	assert_false(back[2].stopped);
+	assert_int_equal(back[2].wait, DDPI_WAIT_GPU_PEERS);
+	free(back);
+	free(s);
+}
+
 /* A record with a value its field cannot hold is skipped, not converted
  * (undefined for a double out of range; fuzz_launch_hang found 8.9e21). */
 static void test_positions_out_of_range_are_skipped(void **state)
@@ -248,6 +298,8 @@ int main(void)
 		cmocka_unit_test(test_a_rank_behind_its_own_gpu_work_is_named),
 		cmocka_unit_test(test_every_rank_behind_its_own_gpu_work_blames_no_peer),
 		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
+		cmocka_unit_test(test_a_stopped_rank_is_named_before_the_places),
+		cmocka_unit_test(test_a_stopped_rank_crosses_nodes),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
