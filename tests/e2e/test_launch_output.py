@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import termios
+import time
 
 import pytest
 
@@ -295,6 +296,19 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
     out, rest = p.communicate(timeout=60)
     assert p.returncode == 0, err + rest
     check_lines(out.decode(), 1, 20000, 1000)
+
+
+def test_a_paused_console_breaks_no_line_when_it_resumes(reaper):
+    # Two workers print 15 MB each that the test reads only 3 s later:
+    # ddprun pauses their pipes, and on resuming a worker waiting for the
+    # other's open line must not count the pause as the other's silence
+    # (it did: 1-2 lines broken in two runs of three).
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", prog("launch_spew"), "15000",
+                      "1000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    time.sleep(3)  # not a timing assertion: the reader stays away a while
+    out = p.stdout.read()
+    assert p.wait(timeout=60) == 0
+    check_lines(out.decode(), 2, 15000, 1000)
 
 
 # --- Live output: bytes before their newline, prefix only at line starts ---
