@@ -261,9 +261,23 @@ static int update_groups(struct agent *a)
 	return live;
 }
 
+/* Whether w, gone after the stop signals, failed rather than stopped: its
+ * error file was there when they went (note_failing), or, when the stop is
+ * for a failure, it wrote one since (its own failure, or one of the first's
+ * consequences, which says so: the root-cause rule puts it after those
+ * before the stop). A worker the stop ends writes none: libddp leaves
+ * SIGTERM alone, and torchrun's @record writes only for an exception. This
+ * node's failing worker can be the one that saw what went wrong (a ring's
+ * bad frame) and still be slower to exit than the other nodes' word. */
+static bool failed_after_stop(const struct agent *a, const struct agent_worker *w)
+{
+	return w->failing ||
+	       (a->late_failures && w->error_file != NULL && access(w->error_file, F_OK) == 0);
+}
+
 /* Reap every exited child; true when a worker failed on its own while they
  * ran. Failures are recorded while the workers run: after the stop signals,
- * exits are ours to cause, but for those already failing (note_failing). */
+ * exits are ours to cause, but for those that failed (failed_after_stop). */
 static bool reap(struct agent *a)
 {
 	bool failed = false;
@@ -289,7 +303,7 @@ static bool reap(struct agent *a)
 		if (a->state == AS_RUNNING) {
 			record_failure(a, w, wstatus, false);
 			failed = true;
-		} else if (w->failing) {
+		} else if (failed_after_stop(a, w)) {
 			record_failure(a, w, wstatus, true);
 		}
 	}
@@ -316,8 +330,10 @@ static void on_sigchld(uv_signal_t *h, int signum)
 	agent_sig_drain(a->stops);
 	/* Failures seen in the same batch as the first one are reported too.
 	 * Python workers printing their stacks after a hang are not hurried. */
-	if (reap(a) && a->state == AS_RUNNING && !hang_holds(a))
+	if (reap(a) && a->state == AS_RUNNING && !hang_holds(a)) {
+		a->late_failures = !hang_declared(a);
 		begin_stop(a, SIGTERM, AFTER_DECIDE);
+	}
 	check_progress(a);
 }
 
@@ -431,6 +447,7 @@ static void start_attempt(struct agent *a)
 	a->nfailures = 0;
 	a->killed = false;
 	a->stop_had = false;
+	a->late_failures = false;
 	/* With a coordinator, an attempt that could not start does not decide
 	 * the end of a later one. */
 	if (a->has_coord && !a->signalled)
@@ -707,6 +724,10 @@ void agent_stop(struct agent *a, int status)
 void agent_halt(struct agent *a, int status)
 {
 	agent_sig_drain(a->stops); /* as agent_stop */
+	/* The round ended for another node's failure or signal, or the store was
+	 * lost: not for a signal here, nor a hang (its aborts are its effect). */
+	if (a->state == AS_RUNNING && !a->signalled && !hang_declared(a))
+		a->late_failures = true;
 	a->status = status;
 	a->status_set = true;
 	stop_and_end(a, SIGTERM);

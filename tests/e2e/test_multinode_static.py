@@ -211,6 +211,30 @@ def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_pat
     assert "exitcode  : 7" in agents[1].stderr()
 
 
+def test_a_failure_that_comes_after_the_other_nodes_word_is_reported(reaper, tmp_path):
+    # Rank 1's failure came after its node had stopped for rank 0's: it was
+    # not recorded (node 1 printed no report, node 0's listed no other
+    # failure). It is one now, after the first (the job's status is rank 0's).
+    # Rank 1 writes its error file on SIGTERM (as a rank that saw what went
+    # wrong, and is slower to exit than the other node's word, does).
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"message": {"message": "RuntimeError: seen too late", "extraInfo": {
+        "py_callstack": "RuntimeError: seen too late", "timestamp": str(int(time.time()))}}}))
+    script = ('[ "$RANK" = 0 ] && { i=0; while [ ! -e "$OUT/ready" ] && [ $i -lt 1500 ]; do '
+              'sleep 0.02; i=$((i+1)); done; exit 1; }; '
+              f'trap \'cp "{late}" "$TORCHELASTIC_ERROR_FILE"; exit 2\' TERM; '
+              'touch "$OUT/ready"; sleep 60 & wait')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
+    for a in agents:
+        assert a.wait() == 1, a.stderr()
+    err0, err1 = agents[0].stderr(), agents[1].stderr()
+    others, root = err0[err0.index("FAILED\n"):].split("Root Cause (first observed failure):")
+    assert "rank      : 0 (local_rank: 0)" in root and "exitcode  : 1" in root, err0
+    assert "rank      : 1 (local_rank: 0)" in others and "exitcode  : 2" in others, err0
+    assert "RuntimeError: seen too late" in others, err0
+    assert "exitcode  : 2" in err1 and "RuntimeError: seen too late" in err1, err1
+
+
 TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
 
 
