@@ -215,8 +215,10 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	}
 }
 
-/* stopped: it was still running when the stop began (note_failing). */
-static void record_failure(struct agent *a, struct agent_worker *w, int wstatus, bool stopped)
+/* stopped: it was still running when the stop began; late: its error file
+ * came after that (failed_after_stop). */
+static void record_failure(struct agent *a, struct agent_worker *w, int wstatus, bool stopped,
+			   bool late)
 {
 	struct report_entry *e = &a->failures[a->nfailures];
 	int64_t t = report_failure_time_us(w->error_file, w->started_us, report_now_us());
@@ -228,6 +230,7 @@ static void record_failure(struct agent *a, struct agent_worker *w, int wstatus,
 		return; /* out of memory: the exit status still tells */
 	}
 	e->stopped = stopped;
+	e->late = late;
 	agent_worker_failure_output(a, w, e);
 	a->nfailures++;
 }
@@ -261,18 +264,20 @@ static int update_groups(struct agent *a)
 	return live;
 }
 
-/* Whether w, gone after the stop signals, failed rather than stopped: its
- * error file was there when they went (note_failing), or, when the stop is
- * for a failure, it wrote one since (its own failure, or one of the first's
- * consequences, which says so: the root-cause rule puts it after those
- * before the stop). A worker the stop ends writes none: libddp leaves
- * SIGTERM alone, and torchrun's @record writes only for an exception. This
- * node's failing worker can be the one that saw what went wrong (a ring's
- * bad frame) and still be slower to exit than the other nodes' word. */
-static bool failed_after_stop(const struct agent *a, const struct agent_worker *w)
+/* Whether w, gone after the stop signals, failed rather than stopped: 1, its
+ * error file was there when they went (note_failing); 2, the stop is for a
+ * failure and it wrote one since. This node's failing worker can be the one
+ * that saw what went wrong (a ring's bad frame) and still be slower to exit
+ * than the other nodes' word. A worker the stop merely ends writes none
+ * (libddp leaves SIGTERM alone, torchrun's @record writes for an exception
+ * only); one whose SIGTERM handler fails (a checkpoint against peers already
+ * gone) does, so such failures come after every other (report.c). */
+static int failed_after_stop(const struct agent *a, const struct agent_worker *w)
 {
-	return w->failing ||
-	       (a->late_failures && w->error_file != NULL && access(w->error_file, F_OK) == 0);
+	if (w->failing)
+		return 1;
+	return a->late_failures && w->error_file != NULL && access(w->error_file, F_OK) == 0 ? 2
+											     : 0;
 }
 
 /* Reap every exited child; true when a worker failed on its own while they
@@ -282,7 +287,7 @@ static bool reap(struct agent *a)
 {
 	bool failed = false;
 	size_t before = a->nfailures;
-	int wstatus;
+	int wstatus, how;
 	pid_t pid;
 
 	for (;;) {
@@ -301,10 +306,10 @@ static bool reap(struct agent *a)
 		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 			continue;
 		if (a->state == AS_RUNNING) {
-			record_failure(a, w, wstatus, false);
+			record_failure(a, w, wstatus, false, false);
 			failed = true;
-		} else if (failed_after_stop(a, w)) {
-			record_failure(a, w, wstatus, true);
+		} else if ((how = failed_after_stop(a, w)) > 0) {
+			record_failure(a, w, wstatus, true, how == 2);
 		}
 	}
 	/* The attempt's first failures: tell the other nodes the root cause
@@ -395,6 +400,7 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	char name[32];
 
 	a->signalled = true;
+	a->late_failures = false; /* exits from here on are the signal's */
 	signame_of(sig, name, sizeof(name));
 	/* A worker that died before this signal came (drained before the exits
 	 * are reaped, it is handled first) failed on its own and stays the root
@@ -526,10 +532,7 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *
 	start_attempt(a);
 }
 
-/* The entry of this node's failures that e is: one of the coordinator's,
- * decoded from the store, carries no error file's contents, and another
- * node's names a file there. NULL: e ran elsewhere. */
-static const struct report_entry *own_failure(const struct agent *a, const struct report_entry *e)
+const struct report_entry *agent_own_failure(const struct agent *a, const struct report_entry *e)
 {
 	size_t i;
 
@@ -540,7 +543,8 @@ static const struct report_entry *own_failure(const struct agent *a, const struc
 	return NULL;
 }
 
-void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root)
+void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root,
+		  const char *elsewhere)
 {
 	const struct report_entry *mine;
 	char *text;
@@ -554,7 +558,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	}
 	if (n == 0 || root >= n)
 		return;
-	text = report_format_root(a->job->prog.entrypoint, a->job->hostname, e, n, root);
+	text = report_format_root(a->job->prog.entrypoint, a->job->hostname, e, n, root, elsewhere);
 	if (text != NULL) {
 		output_console_write(2, text, strlen(text));
 		free(text);
@@ -568,7 +572,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 		return;
 	/* The job's root cause if it ran here, else this node's first failure,
 	 * as each of torchrun's agents writes its own. */
-	mine = own_failure(a, &e[root]);
+	mine = agent_own_failure(a, &e[root]);
 	if (mine == NULL)
 		mine = &a->failures[report_root_cause(a->failures, a->nfailures)];
 	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
@@ -601,7 +605,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 
 static void print_report(struct agent *a)
 {
-	agent_report(a, NULL, 0, 0);
+	agent_report(a, NULL, 0, 0, NULL);
 }
 
 static void say_removed(const char *name, void *arg)
@@ -721,12 +725,12 @@ void agent_stop(struct agent *a, int status)
 	stop_and_end(a, SIGTERM);
 }
 
-void agent_halt(struct agent *a, int status)
+void agent_halt(struct agent *a, int status, bool for_failure)
 {
 	agent_sig_drain(a->stops); /* as agent_stop */
-	/* The round ended for another node's failure or signal, or the store was
-	 * lost: not for a signal here, nor a hang (its aborts are its effect). */
-	if (a->state == AS_RUNNING && !a->signalled && !hang_declared(a))
+	/* Not after a signal here (on_signal), nor a hang (its aborts are its
+	 * effect). */
+	if (for_failure && a->state == AS_RUNNING && !a->signalled && !hang_declared(a))
 		a->late_failures = true;
 	a->status = status;
 	a->status_set = true;

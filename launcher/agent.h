@@ -82,16 +82,26 @@ int agent_start(struct agent *a);
 /* w: this node's place in the job for the attempt (workenv.h); copied. */
 void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *w);
 void agent_stop(struct agent *a, int status);
-void agent_halt(struct agent *a, int status);
+/* for_failure: the round ended for a failure (a worker's, or a node's that
+ * could not run them; not a signal, a lost node or a hang): a worker that
+ * writes its error file after the stop signals failed too. */
+void agent_halt(struct agent *a, int status, bool for_failure);
 void agent_restart(struct agent *a);
 /* A signal from --signals-to-handle has reached ddprun. */
 bool agent_signalled(const struct agent *a);
 /* This attempt's local failures so far, in the order seen. */
 const struct report_entry *agent_failures(const struct agent *a, size_t *n);
+/* The entry of this node's failures that e is: one of the coordinator's,
+ * decoded from the store, carries no error file's contents, and another
+ * node's names a file there. NULL: e ran elsewhere. */
+const struct report_entry *agent_own_failure(const struct agent *a, const struct report_entry *e);
 /* Print the failure summary for e[0..n) with e[root] as the root cause (the
- * local failures when e is NULL), write ddprun's own error file from the
- * root's, and keep a temporary log directory that a local entry names. */
-void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root);
+ * local failures when e is NULL; elsewhere, or NULL: where the job's root
+ * cause ran when not here, report_format_root), write ddprun's own error file
+ * from the root's, and keep a temporary log directory that a local entry
+ * names. */
+void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root,
+		  const char *elsewhere);
 uv_loop_t *agent_loop(struct agent *a);
 /* The exit status, once the loop has returned. */
 int agent_exit_status(const struct agent *a);

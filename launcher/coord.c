@@ -362,7 +362,8 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		return;
 	}
 	c->phase = CP_HALT;
-	agent_halt(c->agent, status); /* finished() follows */
+	agent_halt(c->agent, status, /* finished() follows */
+		   e.kind == RDZV_END_FAIL && e.signal == 0 && e.status != HANG_EXIT);
 }
 
 /* ---- hooks ------------------------------------------------------------------------------ */

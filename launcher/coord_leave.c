@@ -286,7 +286,7 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 	if (c->agent != NULL &&
 	    (c->phase == CP_RUN || c->phase == CP_MOVE || c->phase == CP_HALT)) {
 		c->phase = CP_QUIT; /* finished() follows once the workers stopped */
-		agent_halt(c->agent, status);
+		agent_halt(c->agent, status, false);
 		return;
 	}
 	coord_leave(c);

@@ -42,6 +42,8 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "caused_by", e[i].caused_by);
 		if (e[i].stopped)
 			cJSON_AddTrueToObject(o, "stopped");
+		if (e[i].late)
+			cJSON_AddTrueToObject(o, "late");
 		if (e[i].error_file != NULL)
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
@@ -113,6 +115,7 @@ static int add_entries(const void *v, size_t len, struct report_entry **e, size_
 		x->time_us = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
 		x->caused_by = dup_str(o, "caused_by", REPORT_CAUSE_MAX);
 		x->stopped = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "stopped"));
+		x->late = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "late"));
 		x->error_file = dup_str(o, "error_file", 4096);
 		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
 		x->host = dup_str(o, "host", RDZV_HOST_MAX);
@@ -199,23 +202,27 @@ static int node_of(const struct coord *c, int rank)
  * say so where the end named another failure, report, leave. */
 static void conclude(struct coord *c, struct report_entry *e, size_t n, bool missing)
 {
+	char where[320] = "";
 	size_t root;
 	int status;
 
 	coord_verdict(&c->end, e, n, missing, &status, &root);
+	if (root < n)
+		snprintf(where, sizeof(where), "rank %d (local rank %d) on node %d (host %.200s)",
+			 e[root].global_rank, e[root].local_rank, node_of(c, e[root].global_rank),
+			 e[root].host ? e[root].host : c->host);
 	if (root < n && e[root].global_rank != c->end.rank)
-		agent_say("root cause (first observed failure): rank %d (local rank %d) on node %d "
-			  "(host %.200s), exit status %d",
-			  e[root].global_rank, e[root].local_rank, node_of(c, e[root].global_rank),
-			  e[root].host ? e[root].host : c->host, status);
+		agent_say("root cause (first observed failure): %s, exit status %d", where, status);
 	else if (root == n && status == COORD_EXIT_LOST && c->end.kind == RDZV_END_FAIL)
 		agent_say("not every node sent its failures in time, and every failure seen was "
 			  "caused by another rank's: a node was lost");
 	c->status = status;
 	if (c->rank == 0)
-		agent_report(c->agent, e, n, root < n ? root : report_root_cause(e, n));
-	else
-		agent_report(c->agent, NULL, 0, 0);
+		agent_report(c->agent, e, n, root < n ? root : report_root_cause(e, n), NULL);
+	else /* its own failures, the job's root cause among them or not */
+		agent_report(c->agent, NULL, 0, 0,
+			     root < n && agent_own_failure(c->agent, &e[root]) == NULL ? where
+										       : NULL);
 	coord_leave(c);
 }
 

@@ -213,6 +213,10 @@ bool report_cause_before(const struct report_entry *a, const struct report_entry
 {
 	bool a2 = a->caused_by != NULL, b2 = b->caused_by != NULL;
 
+	/* After the stop, whatever it says: the stop may be what it failed of
+	 * (a checkpoint on SIGTERM that fails against peers already gone). */
+	if (a->late != b->late)
+		return !a->late;
 	if (a2 != b2)
 		return !a2; /* a primary failure caused what followed it */
 	/* One that ended on its own before the stop comes first: one still
@@ -328,6 +332,9 @@ static void format_failure(struct text *t, size_t idx, const char *host,
 		text_puts(t, "\n  caused_by : ");
 		text_puts(t, e->caused_by);
 	}
+	if (e->late)
+		text_puts(t,
+			  "\n  note      : failed after the stop began (its error file came then)");
 	if (note != NULL) {
 		text_puts(t, "\n  note      : ");
 		text_puts(t, note);
@@ -369,7 +376,7 @@ static void rule(struct text *t, char c, size_t width)
 char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
 		    size_t n)
 {
-	return report_format_root(entrypoint, host, e, n, report_root_cause(e, n));
+	return report_format_root(entrypoint, host, e, n, report_root_cause(e, n), NULL);
 }
 
 /* The rank that the root cause's error says it waited for in vain
@@ -393,29 +400,35 @@ static int late_rank(const struct report_entry *e, size_t n, size_t r, int *pid)
 	    snprintf(again, sizeof(again), WORKENV_CAUSE_LATE_FMT, rank, *pid) < 0 ||
 	    strcmp(again, cause) != 0)
 		return -1;
-	for (i = 0; i < n; i++)
-		if (e[i].global_rank == rank)
+	for (i = 0; i < n; i++) /* one after the stop is not its own */
+		if (e[i].global_rank == rank && !e[i].late)
 			return -1;
 	return rank;
 }
 
 char *report_format_root(const char *entrypoint, const char *host, const struct report_entry *e,
-			 size_t n, size_t r)
+			 size_t n, size_t r, const char *elsewhere)
 {
-	struct text root = {0}, others = {0}, out = {0};
+	struct text root = {0}, others = {0}, out = {0}, note = {0};
 	size_t i, idx = 0, width;
 	int late, pid = 0;
-	char note[300];
 
+	/* Each node prints its own failures, as torchrun's agents do; the
+	 * heading stays torchrun's, the note says whose first it is. */
+	if (elsewhere != NULL)
+		text_printf(&note,
+			    "this node's first failure only: the job's root cause\n"
+			    "              is %s",
+			    elsewhere);
 	if ((late = late_rank(e, n, r, &pid)) >= 0)
-		snprintf(note, sizeof(note),
-			 "rank %d (pid %d) has no failure of its own on record: it\n"
-			 "              was still running when the others gave up waiting for\n"
-			 "              it (ddprun --hang-timeout shows where such a rank is)",
-			 late, pid);
+		text_printf(&note,
+			    "%srank %d (pid %d) has no failure of its own on record: it\n"
+			    "              was still running when the others gave up waiting for\n"
+			    "              it (ddprun --hang-timeout shows where such a rank is)",
+			    note.len > 0 ? "\n              " : "", late, pid);
 	for (i = 0; i < n; i++) {
 		if (i == r)
-			format_failure(&root, idx++, host, &e[i], late >= 0 ? note : NULL);
+			format_failure(&root, idx++, host, &e[i], note.len > 0 ? note.p : NULL);
 		else
 			format_failure(&others, idx++, host, &e[i], NULL);
 	}
@@ -441,7 +454,8 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 	rule(&out, '=', width);
 	free(root.p);
 	free(others.p);
-	if (root.oom || others.oom || out.oom) {
+	free(note.p);
+	if (root.oom || others.oom || out.oom || note.oom) {
 		free(out.p);
 		return NULL;
 	}

@@ -39,6 +39,7 @@ struct report_entry {
 	int64_t time_us;  /* observed by the agent: epoch microseconds */
 	char *caused_by;  /* secondary: the rank whose failure caused it; NULL: primary */
 	bool stopped;	  /* failing (its error file written) but running when stopped */
+	bool late;	  /* its error file came after the stop began (and stopped) */
 	char *error_file; /* path of the error file the worker wrote; NULL: none */
 	char *message;	  /* what the traceback line shows */
 	char *error_json; /* the error file as read, for the parent's error file */
@@ -127,9 +128,12 @@ int report_parse_error_json(const char *json, size_t len, char **message, char *
 char *report_format(const char *entrypoint, const char *host, const struct report_entry *e,
 		    size_t n);
 /* The same with the root cause chosen by the caller (e[root], root < n): a
- * job spanning nodes knows which failure came first from the store. */
+ * job spanning nodes knows which failure came first from the store.
+ * elsewhere: NULL, or where the job's root cause ran when e (this node's
+ * own failures) does not hold it ("rank 0 (local rank 0) on node 0 (host
+ * a)"): a note on e[root] says it is only this node's first. */
 char *report_format_root(const char *entrypoint, const char *host, const struct report_entry *e,
-			 size_t n, size_t root);
+			 size_t n, size_t root, const char *elsewhere);
 
 /* Copy the root cause's error file to path (ddprun's own TORCHELASTIC_ERROR_FILE
  * when an outer launcher set one), adding message.errorCode like torchrun.

@@ -211,18 +211,24 @@ def test_a_worker_failure_on_node_1_stops_node_0_with_its_status(reaper, tmp_pat
     assert "exitcode  : 7" in agents[1].stderr()
 
 
+def late_trap(tmp_path, message):
+    """Shell that makes the worker write an error file with message, and
+    exit 2, on SIGTERM (a checkpoint on SIGTERM that fails, say)."""
+    late = tmp_path / "late.json"
+    late.write_text(json.dumps({"message": {"message": message, "extraInfo": {
+        "py_callstack": message, "timestamp": str(int(time.time()))}}}))
+    return f'trap \'cp "{late}" "$TORCHELASTIC_ERROR_FILE"; exit 2\' TERM; '
+
+
 def test_a_failure_that_comes_after_the_other_nodes_word_is_reported(reaper, tmp_path):
     # Rank 1's failure came after its node had stopped for rank 0's: it was
     # not recorded (node 1 printed no report, node 0's listed no other
     # failure). It is one now, after the first (the job's status is rank 0's).
     # Rank 1 writes its error file on SIGTERM (as a rank that saw what went
     # wrong, and is slower to exit than the other node's word, does).
-    late = tmp_path / "late.json"
-    late.write_text(json.dumps({"message": {"message": "RuntimeError: seen too late", "extraInfo": {
-        "py_callstack": "RuntimeError: seen too late", "timestamp": str(int(time.time()))}}}))
     script = ('[ "$RANK" = 0 ] && { i=0; while [ ! -e "$OUT/ready" ] && [ $i -lt 1500 ]; do '
               'sleep 0.02; i=$((i+1)); done; exit 1; }; '
-              f'trap \'cp "{late}" "$TORCHELASTIC_ERROR_FILE"; exit 2\' TERM; '
+              + late_trap(tmp_path, "RuntimeError: seen too late") +
               'touch "$OUT/ready"; sleep 60 & wait')
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
     for a in agents:
@@ -233,6 +239,25 @@ def test_a_failure_that_comes_after_the_other_nodes_word_is_reported(reaper, tmp
     assert "rank      : 1 (local_rank: 0)" in others and "exitcode  : 2" in others, err0
     assert "RuntimeError: seen too late" in others, err0
     assert "exitcode  : 2" in err1 and "RuntimeError: seen too late" in err1, err1
+    # Node 1's report is its own; its first failure is not the job's.
+    assert ("  note      : this node's first failure only: the job's root cause\n"
+            "              is rank 0 (local rank 0) on node 0 (host ") in err1, err1
+
+
+@pytest.mark.parametrize("how", ["lost", "signal"])
+def test_an_error_file_written_on_sigterm_after_a_lost_node_or_a_signal_is_no_failure(
+        reaper, tmp_path, how):
+    # Workers that fail in their SIGTERM handler (a checkpoint against peers
+    # already gone) after the round ended for a lost node or another node's
+    # signal: the stop is what they failed of. The status stays 75 or 143,
+    # and no report names them (a hostile review's case: node 0 exited 2).
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1],
+                                RECORD + late_trap(tmp_path, "RuntimeError: checkpoint failed")
+                                + "sleep 60 & wait", extra=["--rdzv-conf", FAST])
+    wait_workers(out, 2)
+    agents[1].signal(signal.SIGKILL if how == "lost" else signal.SIGTERM)
+    assert agents[0].wait() == (75 if how == "lost" else 143), agents[0].stderr()
+    assert "Root Cause" not in agents[0].stderr(), agents[0].stderr()
 
 
 TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")

@@ -84,7 +84,7 @@ static void fake_finished(struct agent *a, int status, void *arg)
 		int st = f->halt_on_finish;
 
 		f->halt_on_finish = 0;
-		agent_halt(a, st); /* calls finished() again at once: nothing runs */
+		agent_halt(a, st, true); /* calls finished() again at once: nothing runs */
 		return;
 	}
 	agent_stop(a, f->stop_on_finish);
@@ -256,7 +256,7 @@ static void test_the_agent_never_restarts_by_itself_under_a_coordinator(void **s
  * publish and report before the end. */
 static void halt_now(struct fake *f)
 {
-	agent_halt(f->agent, 5);
+	agent_halt(f->agent, 5, true);
 }
 
 static void test_halt_stops_the_workers_and_hands_back_to_the_coordinator(void **state)

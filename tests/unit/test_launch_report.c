@@ -235,6 +235,35 @@ static void test_root_cause_ties_go_to_the_lower_global_rank(void **state)
 	assert_false(report_cause_before(&e[0], &e[0]));
 }
 
+/* A failure whose error file came after the stop (its SIGTERM handler
+ * failed, say) comes after every other, even a secondary one from before:
+ * the stop may be what it failed of. The report says so on it. */
+static void test_root_cause_a_failure_after_the_stop_comes_last(void **state)
+{
+	struct report_entry e[3] = {
+		{.global_rank = 0, .time_us = 30, .caused_by = SECONDARY, .message = "a"},
+		{.global_rank = 1, .time_us = 10, .stopped = true, .late = true, .message = "b"},
+		{.global_rank = 2, .time_us = 20, .stopped = true, .message = "c"}};
+	char *text;
+
+	assert_int_equal(report_root_cause(e, 3), 2);
+	assert_int_equal(report_root_cause(e, 2), 0);
+	assert_false(report_cause_before(&e[1], &e[0]));
+	assert_true(report_cause_before(&e[0], &e[1]));
+	e[2].late = true;
+	assert_int_equal(report_root_cause(e, 3), 0);
+	e[0].late = true; /* among the late alone, the usual order */
+	assert_int_equal(report_root_cause(e, 3), 1);
+	text = report_format("t", "h", e, 3);
+	assert_non_null(strstr(text,
+			       "  rank      : 1 (local_rank: 0)\n"
+			       "  exitcode  : 0 (pid: 0)\n"
+			       "  error_file: <N/A>\n"
+			       "  note      : failed after the stop began (its error file came "
+			       "then)\n"));
+	free(text);
+}
+
 static void test_root_cause_an_exit_before_the_stop_before_one_still_running(void **state)
 {
 	/* Ranks 0 and 1 had written their error files (first) but were still
@@ -365,13 +394,19 @@ static void test_a_rank_waited_for_in_vain_is_named(void **state)
 	assert_non_null(strstr(text, note));
 	assert_true(strstr(text, note) > strstr(text, "Root Cause")); /* under it */
 	free(text);
-	/* Rank 2 failed too, here or on another node: it is on record. */
+	/* Rank 2 failed too, but only after the stop: not a failure of its own. */
 	e[1].global_rank = 2;
+	e[1].late = true;
+	text = report_format("a", "h", e, 2);
+	assert_non_null(strstr(text, "has no failure of its own on record"));
+	free(text);
+	e[1].late = false;
+	/* Rank 2 failed too, here or on another node: it is on record. */
 	text = report_format("a", "h", e, 2);
 	assert_null(strstr(text, "note"));
 	free(text);
 	e[1].host = other;
-	text = report_format_root("a", "h", e, 2, 0);
+	text = report_format_root("a", "h", e, 2, 0, NULL);
 	assert_null(strstr(text, "note"));
 	free(text);
 	e[1].global_rank = 1;
@@ -414,7 +449,7 @@ static void test_entries_from_other_nodes_show_their_host_and_given_root(void **
 		 .host = "node-b"},
 	};
 	/* The store says rank 3 failed first, whatever the clocks say. */
-	char *text = report_format_root("t", "node-a", e, 2, 1);
+	char *text = report_format_root("t", "node-a", e, 2, 1, NULL);
 	const char *root = strstr(text, "Root Cause");
 
 	assert_non_null(root);
@@ -426,8 +461,43 @@ static void test_entries_from_other_nodes_show_their_host_and_given_root(void **
 	assert_true(strstr(text, "node-a") < root);
 	free(text);
 	e[0].exitcode = -40; /* a real-time signal: no name, as in Python */
-	text = report_format_root("t", "node-a", e, 2, 1);
+	text = report_format_root("t", "node-a", e, 2, 1, NULL);
 	assert_non_null(strstr(text, "  exitcode  : -40 (pid: 7)\n"));
+	free(text);
+}
+
+/* A node that is not node 0 prints its own failures, as torchrun's agents
+ * do: when the job's root cause ran elsewhere, its first is noted as only
+ * its own (with the late rank's note, if that applies too, after it). */
+static void test_a_nodes_own_first_failure_names_the_jobs_root_cause(void **state)
+{
+	struct report_entry e = {.global_rank = 3,
+				 .pid = 9,
+				 .exitcode = 1,
+				 .time_us = 9,
+				 .caused_by = "rank 2 (pid 12) did not arrive within the timeout",
+				 .message = "boom"};
+	const char *where = "rank 0 (local rank 0) on node 0 (host a)";
+	char *text = report_format_root("t", "b", &e, 1, 0, where);
+
+	assert_non_null(text);
+	assert_non_null(strstr(text, "Root Cause (first observed failure):\n[0]:\n"));
+	assert_non_null(strstr(
+		text, "  caused_by : rank 2 (pid 12) did not arrive within the timeout\n"
+		      "  note      : this node's first failure only: the job's root cause\n"
+		      "              is rank 0 (local rank 0) on node 0 (host a)\n"
+		      "              rank 2 (pid 12) has no failure of its own on record: it\n"));
+	free(text);
+	e.caused_by = NULL;
+	text = report_format_root("t", "b", &e, 1, 0, where);
+	assert_non_null(
+		strstr(text, "  error_file: <N/A>\n"
+			     "  note      : this node's first failure only: the job's root cause\n"
+			     "              is rank 0 (local rank 0) on node 0 (host a)\n"
+			     "  traceback : boom"));
+	free(text);
+	text = report_format_root("t", "b", &e, 1, 0, NULL);
+	assert_null(strstr(text, "note"));
 	free(text);
 }
 
@@ -574,6 +644,8 @@ int main(void)
 		cmocka_unit_test(test_format_narrow_and_alone),
 		cmocka_unit_test(test_a_rank_waited_for_in_vain_is_named),
 		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),
+		cmocka_unit_test(test_a_nodes_own_first_failure_names_the_jobs_root_cause),
+		cmocka_unit_test(test_root_cause_a_failure_after_the_stop_comes_last),
 		cmocka_unit_test(test_parent_error_file_gets_error_code),
 		cmocka_unit_test(test_tail_lines_as_a_terminal_shows_them),
 		cmocka_unit_test(test_guess_cause),
