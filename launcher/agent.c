@@ -571,10 +571,14 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 	if (a->cfg.parent_error_file == NULL || a->nfailures == 0)
 		return;
 	/* The job's root cause if it ran here, else this node's first failure,
-	 * as each of torchrun's agents writes its own. */
+	 * as each of torchrun's agents writes its own; not one after the stop,
+	 * which may be the stop's doing (the outer launcher would take it for
+	 * this node's failure). */
 	mine = agent_own_failure(a, &e[root]);
 	if (mine == NULL)
 		mine = &a->failures[report_root_cause(a->failures, a->nfailures)];
+	if (mine->late)
+		return;
 	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
 		char why[PATH_MAX + 64];
 		struct stat st;

@@ -215,7 +215,7 @@ static void conclude(struct coord *c, struct report_entry *e, size_t n, bool mis
 		agent_say("root cause (first observed failure): %s, exit status %d", where, status);
 	else if (root == n && status == COORD_EXIT_LOST && c->end.kind == RDZV_END_FAIL)
 		agent_say("not every node sent its failures in time, and every failure seen was "
-			  "caused by another rank's: a node was lost");
+			  "caused by another rank's or came after the stop: a node was lost");
 	c->status = status;
 	if (c->rank == 0)
 		agent_report(c->agent, e, n, root < n ? root : report_root_cause(e, n), NULL);

@@ -230,10 +230,18 @@ def test_a_failure_that_comes_after_the_other_nodes_word_is_reported(reaper, tmp
               'sleep 0.02; i=$((i+1)); done; exit 1; }; '
               + late_trap(tmp_path, "RuntimeError: seen too late") +
               'touch "$OUT/ready"; sleep 60 & wait')
-    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
+    out, port = tmp_path / "out", free_port()
+    out.mkdir()
+    parents = [tmp_path / f"parent{r}.json" for r in range(2)]
+    agents = [Agent(reaper, tmp_path, f"node{r}", node_args(2, r, port, 1, script),
+                    env=clean_env(OUT=str(out), TORCHELASTIC_ERROR_FILE=str(parents[r])))
+              for r in range(2)]
     for a in agents:
         assert a.wait() == 1, a.stderr()
     err0, err1 = agents[0].stderr(), agents[1].stderr()
+    # An outer launcher's error file on node 1 gets nothing: its failure may
+    # be the stop's doing.
+    assert not parents[1].exists(), parents[1].read_text()
     others, root = err0[err0.index("FAILED\n"):].split("Root Cause (first observed failure):")
     assert "rank      : 0 (local_rank: 0)" in root and "exitcode  : 1" in root, err0
     assert "rank      : 1 (local_rank: 0)" in others and "exitcode  : 2" in others, err0

@@ -47,6 +47,31 @@ static void test_a_consequence_that_ended_the_round_is_not_the_root_cause(void *
 	assert_int_equal(root, 0);
 }
 
+/* A failure after the stop (its error file came then: a SIGTERM handler
+ * that failed) neither ends as the root cause nor sets the status, even as a
+ * primary failure before a secondary one, or alone beside the end's own. */
+static void test_a_failure_after_the_stop_decides_nothing(void **state)
+{
+	struct report_entry e[2] = {
+		{.global_rank = 0, .exitcode = 3, .time_us = 100, .caused_by = CAUSE},
+		{.global_rank = 1, .exitcode = 2, .time_us = 50, .stopped = true, .late = true},
+	};
+	struct rdzv_end end = fail_end(0, 0, 3, 100, CAUSE);
+	size_t root;
+	int status;
+
+	coord_verdict(&end, e, 2, false, &status, &root);
+	assert_int_equal(status, 3);
+	assert_int_equal(root, 0);
+	/* Only the late one listed: the end's own failure decides. */
+	coord_verdict(&end, e + 1, 1, false, &status, &root);
+	assert_int_equal(status, 3);
+	assert_int_equal(root, 1); /* none of the list */
+	/* ... and a node that never told leaves it lost, as without it. */
+	coord_verdict(&end, e + 1, 1, true, &status, &root);
+	assert_int_equal(status, COORD_EXIT_LOST);
+}
+
 static void test_the_earliest_primary_failure_wins(void **state)
 {
 	struct report_entry e[3] = {
@@ -181,6 +206,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_a_consequence_that_ended_the_round_is_not_the_root_cause),
+		cmocka_unit_test(test_a_failure_after_the_stop_decides_nothing),
 		cmocka_unit_test(test_the_earliest_primary_failure_wins),
 		cmocka_unit_test(test_only_secondary_failures_the_earliest_decides),
 		cmocka_unit_test(test_a_node_that_never_told_with_only_consequences_seen_is_lost),
