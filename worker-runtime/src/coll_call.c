@@ -7,7 +7,7 @@
 void ddpi_call_describe(const struct ddpi_call *c, char *buf, size_t len)
 {
 	static const char *const ops[] = {"sum", "avg", "min", "max"};
-	unsigned long long n = (unsigned long long)c->count, seq = (unsigned long long)c->seq;
+	unsigned long long n = (unsigned long long)c->count, seq = (unsigned long long)c->seq + 1;
 
 	switch (c->kind) {
 	case DDPI_ALL_REDUCE:

@@ -27,7 +27,8 @@ struct ddpi_call {
 	uint64_t seq;	/* which collective call of this rank, from 0 */
 };
 
-/* "all_reduce(1000 x float32, sum) #7" */
+/* "all_reduce(1000 x float32, sum) #7": the number counts from 1 (seq + 1), as
+ * ddprun's hang verdict numbers the same call (progress.c's entered). */
 void ddpi_call_describe(const struct ddpi_call *c, char *buf, size_t len);
 /* The call's name as the program called it ("all_reduce"); NULL if unknown. */
 const char *ddpi_call_name(const struct ddpi_call *c);
