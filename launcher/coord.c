@@ -363,7 +363,8 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	}
 	c->phase = CP_HALT;
 	agent_halt(c->agent, status, /* finished() follows */
-		   e.kind == RDZV_END_FAIL && e.signal == 0 && e.status != HANG_EXIT);
+		   e.kind == RDZV_END_FAIL && e.signal == 0 &&
+			   (e.rank >= 0 || e.status != HANG_EXIT)); /* a worker's 124 is no hang */
 }
 
 /* ---- hooks ------------------------------------------------------------------------------ */

@@ -14,10 +14,10 @@
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
- *                     completed, op(, wait(, stopped))], ...] (wait only
- *                     when known or stopped follows, stopped only when 1:
- *                     the records of running ranks stay what an older
- *                     ddprun reads)
+ *                     completed, op(, wait)], ..., {"stopped": [rank,
+ *                     ...]}] (wait only when known; the object only when a
+ *                     rank is stopped: an older ddprun skips what is no
+ *                     record, and still reads every rank's place)
  *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
  *                     each sample that saw some, at most once a second and
  *                     4 times per timeout); a node whose own ranks stall
@@ -103,48 +103,90 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 	char *s;
 	size_t i;
 
+	cJSON *stopped = NULL;
+
 	for (i = 0; a != NULL && i < n; i++) {
-		double v[8] = {w[i].rank,
+		double v[7] = {w[i].rank,
 			       w[i].libddp,
 			       w[i].in,
 			       (double)w[i].entered,
 			       (double)w[i].completed,
 			       w[i].op,
-			       w[i].in ? w[i].wait : 0,
-			       w[i].stopped};
+			       w[i].wait};
 		cJSON *r;
 
 		if (w[i].rank < 0)
 			continue;
 		/* The wait only where it means something (inside a collective,
-		 * and known) or a stop follows; the reader takes six to eight. */
-		r = cJSON_CreateDoubleArray(v, w[i].stopped ? 8 : w[i].in && w[i].wait ? 7 : 6);
+		 * and known); the reader takes six or seven. */
+		r = cJSON_CreateDoubleArray(v, w[i].in && w[i].wait ? 7 : 6);
 		if (r == NULL || !cJSON_AddItemToArray(a, r)) {
 			cJSON_Delete(r);
-			cJSON_Delete(a);
-			return NULL;
+			goto fail;
+		}
+		if (!w[i].stopped)
+			continue;
+		if (stopped == NULL && (stopped = cJSON_CreateArray()) == NULL)
+			goto fail;
+		r = cJSON_CreateNumber(w[i].rank);
+		if (r == NULL || !cJSON_AddItemToArray(stopped, r)) {
+			cJSON_Delete(r);
+			goto fail;
+		}
+	}
+	if (a != NULL && stopped != NULL) {
+		cJSON *o = cJSON_CreateObject();
+
+		if (o == NULL || !cJSON_AddItemToObject(o, "stopped", stopped)) {
+			cJSON_Delete(o);
+			goto fail;
+		}
+		stopped = NULL;
+		if (!cJSON_AddItemToArray(a, o)) {
+			cJSON_Delete(o);
+			goto fail;
 		}
 	}
 	s = a ? cJSON_PrintUnformatted(a) : NULL;
 	cJSON_Delete(a);
 	return s;
+fail:
+	cJSON_Delete(stopped);
+	cJSON_Delete(a);
+	return NULL;
 }
 
-/* Each value of a record [rank, libddp, in, entered, completed, op, wait, stopped]
+/* Each value of a record [rank, libddp, in, entered, completed, op, wait]
  * within what its field holds, or the record is skipped: converting a
  * double out of range (1e300 to an int) is undefined. Counters are exact in a
  * double up to 2^53; the largest rank leaves room for a range's next one
  * (hang_rank_list adds 1). */
 #define WHERE_EXACT 9007199254740992.0
-static const double where_range[8][2] = {
+static const double where_range[7][2] = {
 	{-1, INT_MAX - 1}, {-DBL_MAX, DBL_MAX}, {-DBL_MAX, DBL_MAX}, {0, WHERE_EXACT},
-	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},     {-DBL_MAX, DBL_MAX},
+	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},
 };
+
+/* {"stopped": [rank, ...]}: marks those of w[from..n) (this value's). */
+static void mark_stopped(const cJSON *o, struct hang_where *w, size_t from, size_t n)
+{
+	const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(o, "stopped");
+
+	if (!cJSON_IsArray(list))
+		return;
+	cJSON_ArrayForEach(r, list)
+	{
+		for (size_t i = from; cJSON_IsNumber(r) && i < n; i++)
+			if ((double)w[i].rank == r->valuedouble)
+				w[i].stopped = true;
+	}
+}
 
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
 {
 	cJSON *a = cJSON_ParseWithLength(val, len);
 	const cJSON *r;
+	size_t from = *n;
 	int added = 0;
 
 	if (!cJSON_IsArray(a)) {
@@ -154,16 +196,16 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 	cJSON_ArrayForEach(r, a)
 	{
 		struct hang_where *p;
-		double v[8] = {0};
+		double v[7] = {0};
 		int i = 0;
 		const cJSON *x;
 
-		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 8)
+		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 7)
 			continue;
 		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
-		for (i = 0; i < 8 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
+		for (i = 0; i < 7 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
 			;
-		if (i < 8)
+		if (i < 7)
 			continue;
 		p = realloc(*w, (*n + 1) * sizeof(**w));
 		if (p == NULL)
@@ -175,10 +217,14 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 					    .entered = (uint64_t)v[3],
 					    .completed = (uint64_t)v[4],
 					    .op = (uint32_t)v[5],
-					    .wait = (uint32_t)v[6],
-					    .stopped = v[7] != 0};
+					    .wait = (uint32_t)v[6]};
 		(*n)++;
 		added++;
+	}
+	cJSON_ArrayForEach(r, a)
+	{
+		if (cJSON_IsObject(r))
+			mark_stopped(r, *w, from, *n);
 	}
 	cJSON_Delete(a);
 	return added;

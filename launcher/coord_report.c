@@ -42,8 +42,6 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "caused_by", e[i].caused_by);
 		if (e[i].stopped)
 			cJSON_AddTrueToObject(o, "stopped");
-		if (e[i].late)
-			cJSON_AddTrueToObject(o, "late");
 		if (e[i].error_file != NULL)
 			cJSON_AddStringToObject(o, "error_file", e[i].error_file);
 		cJSON_AddStringToObject(o, "message", e[i].message ? e[i].message : "");
@@ -61,6 +59,19 @@ static char *entries_json(const struct report_entry *e, size_t n, const char *ho
 			cJSON_AddStringToObject(o, "cause", e[i].cause);
 		if (e[i].interpreter != NULL)
 			cJSON_AddStringToObject(o, "interpreter", e[i].interpreter);
+		/* A failure after the stop goes as [{...}]: an older ddprun, which
+		 * skips what is no object, would take it for one before the stop
+		 * (and maybe the root cause). */
+		if (e[i].late) {
+			cJSON *wrap = cJSON_CreateArray();
+
+			if (wrap == NULL || !cJSON_AddItemToArray(wrap, o)) {
+				cJSON_Delete(wrap);
+				cJSON_Delete(o);
+				break;
+			}
+			o = wrap;
+		}
 		cJSON_AddItemToArray(list, o);
 	}
 	s = list ? cJSON_PrintUnformatted(list) : NULL;
@@ -89,23 +100,27 @@ static int num(const cJSON *o, const char *name)
 static int add_entries(const void *v, size_t len, struct report_entry **e, size_t *n)
 {
 	cJSON *list = len > 0 ? cJSON_ParseWithLength(v, len) : NULL;
-	const cJSON *o;
+	const cJSON *el;
 
 	if (!cJSON_IsArray(list)) {
 		cJSON_Delete(list);
 		return -1;
 	}
-	cJSON_ArrayForEach(o, list)
+	cJSON_ArrayForEach(el, list)
 	{
 		struct report_entry *grown = realloc(*e, (*n + 1) * sizeof(**e));
 		struct report_entry *x;
-		const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "time_us");
+		const cJSON *t;
+		bool late = cJSON_IsArray(el) && cJSON_GetArraySize(el) == 1;
+		/* [{...}]: after the stop (entries_json) */
+		const cJSON *o = late ? el->child : el;
 
 		if (grown == NULL)
 			break;
 		*e = grown;
 		if (!cJSON_IsObject(o))
 			continue;
+		t = cJSON_GetObjectItemCaseSensitive(o, "time_us");
 		x = &(*e)[*n];
 		memset(x, 0, sizeof(*x));
 		x->global_rank = num(o, "rank");
@@ -115,7 +130,7 @@ static int add_entries(const void *v, size_t len, struct report_entry **e, size_
 		x->time_us = cJSON_IsNumber(t) ? (int64_t)t->valuedouble : 0;
 		x->caused_by = dup_str(o, "caused_by", REPORT_CAUSE_MAX);
 		x->stopped = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "stopped"));
-		x->late = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "late"));
+		x->late = late;
 		x->error_file = dup_str(o, "error_file", 4096);
 		x->message = dup_str(o, "message", REPORT_MAX_ERROR_FILE);
 		x->host = dup_str(o, "host", RDZV_HOST_MAX);
@@ -207,10 +222,16 @@ static void conclude(struct coord *c, struct report_entry *e, size_t n, bool mis
 	int status;
 
 	coord_verdict(&c->end, e, n, missing, &status, &root);
-	if (root < n)
-		snprintf(where, sizeof(where), "rank %d (local rank %d) on node %d (host %.200s)",
-			 e[root].global_rank, e[root].local_rank, node_of(c, e[root].global_rank),
+	if (root < n) {
+		int node = node_of(c, e[root].global_rank);
+		int k = snprintf(where, sizeof(where), "rank %d (local rank %d) ",
+				 e[root].global_rank, e[root].local_rank);
+
+		if (node >= 0)
+			k += snprintf(where + k, sizeof(where) - (size_t)k, "on node %d ", node);
+		snprintf(where + k, sizeof(where) - (size_t)k, "(host %.200s)",
 			 e[root].host ? e[root].host : c->host);
+	}
 	if (root < n && e[root].global_rank != c->end.rank)
 		agent_say("root cause (first observed failure): %s, exit status %d", where, status);
 	else if (root == n && status == COORD_EXIT_LOST && c->end.kind == RDZV_END_FAIL)

@@ -246,6 +246,8 @@ def test_a_failure_that_comes_after_the_other_nodes_word_is_reported(reaper, tmp
     assert "rank      : 0 (local_rank: 0)" in root and "exitcode  : 1" in root, err0
     assert "rank      : 1 (local_rank: 0)" in others and "exitcode  : 2" in others, err0
     assert "RuntimeError: seen too late" in others, err0
+    # It came from node 1's list marked as after the stop.
+    assert "note      : failed after the stop began" in others, err0
     assert "exitcode  : 2" in err1 and "RuntimeError: seen too late" in err1, err1
     # Node 1's report is its own; its first failure is not the job's.
     assert ("  note      : this node's first failure only: the job's root cause\n"

@@ -213,8 +213,9 @@ static void test_a_stopped_rank_is_named_before_the_places(void **state)
 	assert_non_null(strstr(buf, "none uses libddp"));
 }
 
-/* Across nodes a stopped rank's record has an eighth value; the others keep
- * six or seven, as an older ddprun writes and reads them. */
+/* Across nodes the stopped ranks follow the records in an object, which an
+ * older ddprun skips: every record stays six or seven values, as it reads
+ * them. */
 static void test_a_stopped_rank_crosses_nodes(void **state)
 {
 	struct hang_where w[] = {OUT(1, 41), IN(2, 42, 1), GPU(3, 42, 1, DDPI_WAIT_GPU_PEERS)};
@@ -225,12 +226,21 @@ static void test_a_stopped_rank_crosses_nodes(void **state)
 	w[0].stopped = true;
 	s = hang_where_encode(w, 3);
 	assert_non_null(s);
-	assert_string_equal(s, "[[1,1,0,41,41,0,0,1],[2,1,1,42,41,1],[3,1,1,42,41,1,2]]");
+	assert_string_equal(s, "[[1,1,0,41,41,0],[2,1,1,42,41,1],[3,1,1,42,41,1,2],"
+			       "{\"stopped\":[1]}]");
 	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 3);
 	assert_true(back[0].stopped);
 	assert_false(back[1].stopped);
 	assert_false(back[2].stopped);
 	assert_int_equal(back[2].wait, DDPI_WAIT_GPU_PEERS);
+	/* A second node's value marks only its own records (rank 2 named: a bad
+	 * value, yet the first node's record of rank 2 does not change). */
+	const char *more = "[[4,1,0,41,41,0],{\"stopped\":[4,2,\"x\"]}]";
+	assert_int_equal(hang_where_decode(more, strlen(more), &back, &n), 1);
+	assert_int_equal(n, 4);
+	assert_true(back[3].stopped);
+	assert_true(back[0].stopped);
+	assert_false(back[1].stopped);
 	free(back);
 	free(s);
 }
