@@ -200,7 +200,8 @@ def test_the_timed_verdict_decides_the_path(reaper, store):
                       r"memcpy's time\): the single copy between local ranks takes only a "
                       r"window of sizes", "".join(errs))
     assert len(said) <= 1 and all("slow here" not in e for e in errs[1:]), errs
-    assert not said or float(said[0]) > 2.5, said
+    # Above 2.5x, printed to one decimal: 2.54 reads "2.5".
+    assert not said or float(said[0]) >= 2.5, said
     assert any(f"broadcast: {MIDWAY}" in e for e in errs) == (not said), errs
 
 
