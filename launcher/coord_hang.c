@@ -97,15 +97,36 @@ static void park(struct coord_hang *h);
 
 /* ---- positions as JSON ------------------------------------------------------- */
 
+/* Add rank to the list named name in o (made on first use); 0 or -ENOMEM. */
+static int add_to_list(cJSON *o, const char *name, int rank)
+{
+	cJSON *list = cJSON_GetObjectItemCaseSensitive(o, name), *r;
+
+	if (list == NULL &&
+	    ((list = cJSON_CreateArray()) == NULL || !cJSON_AddItemToObject(o, name, list))) {
+		cJSON_Delete(list);
+		return -ENOMEM;
+	}
+	r = cJSON_CreateNumber(rank);
+	if (r == NULL || !cJSON_AddItemToArray(list, r)) {
+		cJSON_Delete(r);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 char *hang_where_encode(const struct hang_where *w, size_t n)
 {
 	cJSON *a = cJSON_CreateArray();
+	/* What the records cannot say, in an object after them that an older
+	 * ddprun skips: {"stopped": [ranks], "init": [ranks in ddp_init]}. */
+	cJSON *more = cJSON_CreateObject();
 	char *s;
 	size_t i;
 
-	cJSON *stopped = NULL;
-
-	for (i = 0; a != NULL && i < n; i++) {
+	if (a == NULL || more == NULL)
+		goto fail;
+	for (i = 0; i < n; i++) {
 		double v[7] = {w[i].rank,
 			       w[i].libddp,
 			       w[i].in,
@@ -124,34 +145,21 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 			cJSON_Delete(r);
 			goto fail;
 		}
-		if (!w[i].stopped)
-			continue;
-		if (stopped == NULL && (stopped = cJSON_CreateArray()) == NULL)
+		if ((w[i].stopped && add_to_list(more, "stopped", w[i].rank) < 0) ||
+		    (w[i].init && add_to_list(more, "init", w[i].rank) < 0))
 			goto fail;
-		r = cJSON_CreateNumber(w[i].rank);
-		if (r == NULL || !cJSON_AddItemToArray(stopped, r)) {
-			cJSON_Delete(r);
-			goto fail;
-		}
 	}
-	if (a != NULL && stopped != NULL) {
-		cJSON *o = cJSON_CreateObject();
-
-		if (o == NULL || !cJSON_AddItemToObject(o, "stopped", stopped)) {
-			cJSON_Delete(o);
+	if (cJSON_GetArraySize(more) > 0) {
+		if (!cJSON_AddItemToArray(a, more))
 			goto fail;
-		}
-		stopped = NULL;
-		if (!cJSON_AddItemToArray(a, o)) {
-			cJSON_Delete(o);
-			goto fail;
-		}
+		more = NULL;
 	}
-	s = a ? cJSON_PrintUnformatted(a) : NULL;
+	s = cJSON_PrintUnformatted(a);
+	cJSON_Delete(more);
 	cJSON_Delete(a);
 	return s;
 fail:
-	cJSON_Delete(stopped);
+	cJSON_Delete(more);
 	cJSON_Delete(a);
 	return NULL;
 }
@@ -167,18 +175,28 @@ static const double where_range[7][2] = {
 	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},
 };
 
-/* {"stopped": [rank, ...]}: marks those of w[from..n) (this value's). */
-static void mark_stopped(const cJSON *o, struct hang_where *w, size_t from, size_t n)
+/* {"stopped": [rank, ...], "init": [rank, ...]}: marks those of w[from..n)
+ * (this value's). A rank in ddp_init is in no collective. */
+static void mark_lists(const cJSON *o, struct hang_where *w, size_t from, size_t n)
 {
-	const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(o, "stopped");
+	static const char *const names[] = {"stopped", "init"};
 
-	if (!cJSON_IsArray(list))
-		return;
-	cJSON_ArrayForEach(r, list)
-	{
-		for (size_t i = from; cJSON_IsNumber(r) && i < n; i++)
-			if ((double)w[i].rank == r->valuedouble)
-				w[i].stopped = true;
+	for (size_t k = 0; k < 2; k++) {
+		const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(o, names[k]);
+
+		if (!cJSON_IsArray(list))
+			continue;
+		cJSON_ArrayForEach(r, list)
+		{
+			for (size_t i = from; cJSON_IsNumber(r) && i < n; i++) {
+				if ((double)w[i].rank != r->valuedouble)
+					continue;
+				if (k == 0)
+					w[i].stopped = true;
+				else if (w[i].libddp && !w[i].in)
+					w[i].init = true;
+			}
+		}
 	}
 }
 
@@ -224,7 +242,7 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 	cJSON_ArrayForEach(r, a)
 	{
 		if (cJSON_IsObject(r))
-			mark_stopped(r, *w, from, *n);
+			mark_lists(r, *w, from, *n);
 	}
 	cJSON_Delete(a);
 	return added;

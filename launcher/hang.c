@@ -110,7 +110,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	const struct ddpi_progress_slot *s;
 
 	w->libddp = false;
-	w->in = false;
+	w->in = w->init = false;
 	w->entered = w->completed = 0;
 	w->op = w->wait = 0;
 	if (h->slots == NULL)
@@ -125,6 +125,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	w->op = __atomic_load_n(&s->op, __ATOMIC_RELAXED);
 	w->wait = __atomic_load_n(&s->wait, __ATOMIC_RELAXED);
 	w->in = w->entered > w->completed;
+	w->init = !w->in && __atomic_load_n(&s->phase, __ATOMIC_ACQUIRE) == DDPI_PHASE_INIT;
 	return true;
 }
 
@@ -190,8 +191,8 @@ static bool sample(struct hang *h)
 		n.at_ms = uv_now(a->loop);
 		n.out_ms = hang_last_output_ms(w);
 		n.mtime_ns = log_mtime(a, i);
-		/* Inside a collective, CPU time is waiting, not work. */
-		spinning = wh.libddp && wh.in;
+		/* Inside a collective or ddp_init, CPU time is waiting, not work. */
+		spinning = wh.libddp && (wh.in || wh.init);
 		if (!o->valid || n.entered != o->entered || n.completed != o->completed ||
 		    n.out_ms != o->out_ms || n.mtime_ns != o->mtime_ns ||
 		    (!spinning && cpu_worked(o, &n)))

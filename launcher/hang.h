@@ -83,6 +83,7 @@ struct hang_where {
 	int rank;
 	bool libddp; /* the rank reports collectives */
 	bool in;     /* inside collective number entered */
+	bool init;   /* inside ddp_init, joining its peers (not in a collective) */
 	uint64_t entered, completed;
 	uint32_t op;
 	uint32_t wait; /* enum ddpi_progress_wait, when in */

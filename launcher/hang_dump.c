@@ -53,13 +53,15 @@ static int cmp_int(const void *x, const void *y)
 	return (a > b) - (a < b);
 }
 
-/* "all_reduce #42", "all_reduce #42 (<what it waits for>)" or "no
- * collective (last completed #41)". */
+/* "all_reduce #42", "all_reduce #42 (<what it waits for>)", "ddp_init
+ * (joining its peers)" or "no collective (last completed #41)". */
 static void where_text(const struct hang_where *w, char *buf, size_t len)
 {
 	const char *wait = ddpi_progress_wait_text(w->wait);
 
-	if (w->in)
+	if (w->init)
+		snprintf(buf, len, "ddp_init (joining its peers)");
+	else if (w->in)
 		snprintf(buf, len, "%s #%llu%s%s%s", ddpi_progress_op_name(w->op),
 			 (unsigned long long)w->entered, *wait ? " (" : "", wait, *wait ? ")" : "");
 	else if (w->completed > 0)
@@ -76,11 +78,20 @@ static bool behind_own_work(const struct hang_where *w)
 	return w->in && w->wait == DDPI_WAIT_OWN_GPU_WORK;
 }
 
+/* Where a rank waits for its peers, in the order a rank gets there (0: it
+ * does not wait): ddp_init after collective #c (a later context's; 2c + 1)
+ * comes before collective #c + 1 (2c + 2). */
+static uint64_t wait_order(const struct hang_where *w)
+{
+	return w->in ? 2 * w->entered : w->init ? 2 * w->completed + 1 : 0;
+}
+
 static bool same_place(const struct hang_where *a, const struct hang_where *b)
 {
-	return a->in == b->in && (a->in ? a->entered == b->entered && a->op == b->op &&
-						  behind_own_work(a) == behind_own_work(b)
-					: a->completed == b->completed);
+	return a->in == b->in && a->init == b->init &&
+	       (a->in ? a->entered == b->entered && a->op == b->op &&
+				behind_own_work(a) == behind_own_work(b)
+		      : a->completed == b->completed);
 }
 
 /* Append one line: "<indent>ranks 0,2-3 wait in all_reduce #42". What they
@@ -96,7 +107,8 @@ static void group_line(struct text *t, const char *indent, const int *ranks, siz
 	hang_rank_list(ranks, n, list, sizeof(list));
 	where_text(&g, where, sizeof(where));
 	text_printf(t, "%s%s %s %s %s\n", indent, n == 1 ? "rank" : "ranks", list,
-		    w->in ? (n == 1 ? "waits in" : "wait in") : (n == 1 ? "is in" : "are in"),
+		    w->in || w->init ? (n == 1 ? "waits in" : "wait in")
+				     : (n == 1 ? "is in" : "are in"),
 		    where);
 	(void)waiters;
 }
@@ -153,9 +165,12 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			    indent, nstopped == 1 ? "rank" : "ranks", list,
 			    nstopped == 1 ? "is" : "are", nstopped == 1 ? "it is" : "they are");
 	}
-	/* The waiters: the ranks inside the furthest collective, those whose
-	 * collective runs rather than those still behind their own GPU work. */
+	/* The waiters: the ranks inside the furthest collective (or ddp_init),
+	 * those whose collective runs rather than those still behind their own
+	 * GPU work. */
 	for (i = 0; i < n; i++) {
+		uint64_t o = wait_order(&w[i]);
+
 		if (w[i].rank < 0)
 			continue;
 		if (!w[i].libddp) {
@@ -163,10 +178,9 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			continue;
 		}
 		nlib++;
-		if (w[i].in &&
-		    (w[i].entered > top || (w[i].entered == top && lead != NULL &&
-					    behind_own_work(lead) && !behind_own_work(&w[i])))) {
-			top = w[i].entered;
+		if (o > 0 && (o > top || (o == top && lead != NULL && behind_own_work(lead) &&
+					  !behind_own_work(&w[i])))) {
+			top = o;
 			lead = &w[i];
 		}
 	}
@@ -197,6 +211,15 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 				    "GPU work before it (a kernel or host function) is stuck or "
 				    "slow, not a peer\n",
 				    indent, k == 1 ? "its GPU" : "their GPUs");
+		} else if (lead->init && nother > 0) {
+			/* The join waits for every rank: those that never came. */
+			*culprits += (int)nother;
+		} else if (*culprits == 0 && nstopped == 0 && lead->init) {
+			text_printf(&t,
+				    "%severy rank is in ddp_init: the join itself does not "
+				    "complete (a peer's node or the store unreachable), not one "
+				    "rank's program\n",
+				    indent);
 		} else if (*culprits == 0 && nstopped == 0) {
 			text_printf(
 				&t,
@@ -218,10 +241,20 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 			char list[512];
 
 			hang_rank_list(ranks, k, list, sizeof(list));
-			text_printf(&t,
-				    "%s%s %s %s no collectives (not libddp, or not started yet)\n",
-				    indent, k == 1 ? "rank" : "ranks", list,
-				    k == 1 ? "reports" : "report");
+			if (lead != NULL && lead->init)
+				text_printf(&t,
+					    "%s%s %s never called ddp_init (%s in %s own code "
+					    "before it, or not libddp): the ranks in ddp_init "
+					    "wait for %s\n",
+					    indent, k == 1 ? "rank" : "ranks", list,
+					    k == 1 ? "it is" : "they are", k == 1 ? "its" : "their",
+					    k == 1 ? "it" : "them");
+			else
+				text_printf(&t,
+					    "%s%s %s %s no collectives (not libddp, or before "
+					    "ddp_init)\n",
+					    indent, k == 1 ? "rank" : "ranks", list,
+					    k == 1 ? "reports" : "report");
 		}
 	}
 out:
@@ -556,7 +589,7 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 	if (w->libddp)
 		where_text(w, where, sizeof(where));
 	else
-		snprintf(where, sizeof(where), "not reported (not libddp)");
+		snprintf(where, sizeof(where), "not reported (not libddp, or before ddp_init)");
 	text_printf(t,
 		    "ddprun: rank %d (local rank %d): pid %d (%s), state %c (%s), wchan %s, cpu "
 		    "%.2f s, %d thread%s, ",
@@ -567,7 +600,7 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 		text_printf(t, "no output seen, ");
 	else
 		text_printf(t, "last output %.1f s ago, ", age);
-	text_printf(t, "collective: %s\n", where);
+	text_printf(t, "%s%s\n", w->init ? "collective: none, in " : "collective: ", where);
 }
 
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,

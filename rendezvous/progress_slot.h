@@ -6,15 +6,17 @@
  *
  * The launcher gives every worker DDP_PROGRESS_FILE, a small file that holds
  * one slot of DDPI_PROGRESS_SLOT bytes per local rank (slot LOCAL_RANK is
- * this rank's). libddp maps it once, at its first collective, and from then
+ * this rank's). libddp maps it once, when ddp_init begins, and from then
  * on marks each collective's entry and completion with plain atomic stores
  * into the mapping: no system call per collective. The launcher reads the
  * slots whenever it wants (it maps the same file). Collectives are numbered
  * 1, 2, ... in the order this process issues them (public collectives and
  * gradient-bucket all-reduces alike; libddp issues them in the same order on
  * every rank, so equal numbers are the same collective on every rank).
- * Without the variable, or when the file cannot be mapped, nothing is
- * recorded and nothing fails. */
+ * It also marks the time inside ddp_init (phase), where a rank waits for its
+ * peers to join: a rank waiting there is told from one that never called
+ * ddp_init. Without the variable, or when the file cannot be mapped, nothing
+ * is recorded and nothing fails. */
 #ifndef DDP_PROGRESS_SLOT_H
 #define DDP_PROGRESS_SLOT_H
 
@@ -47,6 +49,15 @@ enum ddpi_progress_wait {
 	DDPI_WAIT_NKINDS
 };
 
+/* What a rank does outside its collectives, where it may wait for its peers
+ * (older libddp: always 0, and its slot is mapped only at the first
+ * collective). */
+enum ddpi_progress_phase {
+	DDPI_PHASE_NONE = 0,
+	DDPI_PHASE_INIT, /* inside ddp_init: joining its peers */
+	DDPI_PHASE_NKINDS
+};
+
 /* One slot. The writer stores op (and wait 0) before entered, and completed
  * last; the reader reads completed, then entered, then op and wait. entered >
  * completed: the rank is inside collective number entered. */
@@ -57,7 +68,9 @@ struct ddpi_progress_slot {
 	uint32_t wait;	    /* enum ddpi_progress_wait, inside collective number entered */
 	uint64_t entered;   /* number of the latest collective entered (0: none) */
 	uint64_t completed; /* number of the latest collective completed */
-	uint64_t spare[4];
+	uint32_t phase;	    /* enum ddpi_progress_phase (was spare: older libddp leaves 0) */
+	uint32_t spare32;
+	uint64_t spare[3];
 };
 
 _Static_assert(sizeof(struct ddpi_progress_slot) == DDPI_PROGRESS_SLOT, "one cache line");

@@ -87,6 +87,24 @@ def test_a_stopped_rank_is_named_and_ends_with_the_job():
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
 
 
+def test_a_rank_that_never_calls_ddp_init_is_named_not_its_waiting_peers():
+    # Rank 1 sleeps before ddp_init; the others wait in ddp_init for it to
+    # join. Before libddp marked its time in ddp_init, every rank read "not
+    # libddp, or not started yet" and nobody was named.
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--hang-timeout", "2",
+             prog("hang_coll"), "3", "late", "1"], timeout=120)
+    err = r.stderr
+    assert r.returncode == HANG_EXIT, err
+    assert "ranks 0,2 wait in ddp_init (joining its peers)" in err
+    assert ("rank 1 never called ddp_init (it is in its own code before it, or not libddp): "
+            "the ranks in ddp_init wait for it") in err
+    assert "collective: none, in ddp_init (joining its peers)" in rank_block(err, 0)
+    assert "collective: not reported (not libddp, or before ddp_init)" in rank_block(err, 1)
+    assert "hang_coll_sleeping_rank" in rank_block(err, 1)
+    pids = worker_pids(err)
+    wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
+
+
 def test_gdb_gives_the_stack_when_eu_stack_is_missing(tmp_path):
     tools = tmp_path / "bin"
     tools.mkdir()
@@ -367,6 +385,17 @@ def test_two_nodes_a_stopped_rank_on_the_other_node_is_named(reaper, tmp_path):
     assert "rank 2 is stopped (a stop signal" in both, both
     assert "ranks 0-1,3 wait in all_reduce #4" in both
     assert "state T (stopped)" in rank_block(agents[1].stderr(), 2)
+
+
+def test_two_nodes_the_rank_that_never_calls_ddp_init_is_named_across_nodes(reaper, tmp_path):
+    # Rank 2 on node 1 never calls ddp_init: whichever node gives the
+    # verdict has the other node's ranks in ddp_init from the store.
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "late", "2"])
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    both = agents[0].stderr() + agents[1].stderr()
+    assert "ranks 0-1,3 wait in ddp_init (joining its peers)" in both, both
+    assert "rank 2 never called ddp_init" in both, both
 
 
 def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(reaper,

@@ -13,7 +13,10 @@
  *                        all_reduce N+1; then every rank exits 0
  *   hang_coll N stop R   after N all_reduces rank R stops itself (SIGSTOP,
  *                        as ^Z would) while the others wait in all_reduce
- *                        N+1 */
+ *                        N+1
+ *   hang_coll N late R   rank R (its RANK) sleeps forever in
+ *                        hang_coll_sleeping_rank() before ddp_init, while
+ *                        the others wait in ddp_init for it to join */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,6 +53,9 @@ int main(int argc, char **argv)
 	bool slow = strcmp(mode, "slow") == 0;
 	int i, r;
 
+	if (strcmp(mode, "late") == 0 && argc > 3 && getenv("RANK") &&
+	    atoi(getenv("RANK")) == atoi(argv[3]))
+		hang_coll_sleeping_rank(atoi(argv[3]));
 	if (ddp_init(NULL, &ctx) < 0) {
 		fprintf(stderr, "hang_coll: %s\n", ddp_errmsg());
 		return 1;

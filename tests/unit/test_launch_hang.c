@@ -34,6 +34,11 @@
 		.rank = (r), .libddp = true, .in = true, .entered = (n), .completed = (n)-1, \
 		.op = (o), .wait = (w)                                                       \
 	}
+/* Inside ddp_init, after collective c (0: a first context). */
+#define INIT(r, c)                                                                          \
+	{                                                                                   \
+		.rank = (r), .libddp = true, .init = true, .entered = (c), .completed = (c) \
+	}
 #define GONE               \
 	{                  \
 		.rank = -1 \
@@ -100,7 +105,7 @@ static void test_ranks_without_libddp_are_listed_apart(void **state)
 	assert_string_equal(buf,
 			    "rank 1 is in no collective (last completed #1)\n"
 			    "rank 0 waits in all_reduce #2\n"
-			    "rank 2 reports no collectives (not libddp, or not started yet)\n");
+			    "rank 2 reports no collectives (not libddp, or before ddp_init)\n");
 }
 
 static void test_rank_lists_use_ranges(void **state)
@@ -245,6 +250,87 @@ static void test_a_stopped_rank_crosses_nodes(void **state)
 	free(s);
 }
 
+/* ddp_init waits for every rank to join: the ranks that never called it are
+ * the ones named, not lumped with programs that do not use libddp. */
+static void test_ranks_in_ddp_init_name_the_rank_that_never_came(void **state)
+{
+	struct hang_where one[] = {INIT(0, 0), INIT(1, 0), OTHER(2), INIT(3, 0)};
+	struct hang_where two[] = {OTHER(0), INIT(1, 0), OTHER(2)};
+	char buf[1024];
+
+	verdict(one, 4, 1, buf);
+	assert_string_equal(buf, "ranks 0-1,3 wait in ddp_init (joining its peers)\n"
+				 "rank 2 never called ddp_init (it is in its own code before it, "
+				 "or not libddp): the ranks in ddp_init wait for it\n");
+	verdict(two, 3, 2, buf);
+	assert_string_equal(buf,
+			    "rank 1 waits in ddp_init (joining its peers)\n"
+			    "ranks 0,2 never called ddp_init (they are in their own code "
+			    "before it, or not libddp): the ranks in ddp_init wait for them\n");
+}
+
+/* Every rank in ddp_init: the join itself hangs, no rank is to blame; a
+ * stopped one among them is. */
+static void test_every_rank_in_ddp_init_blames_the_join(void **state)
+{
+	struct hang_where w[] = {INIT(0, 0), INIT(1, 0)};
+	char buf[1024];
+
+	verdict(w, 2, 0, buf);
+	assert_non_null(strstr(buf, "ranks 0-1 wait in ddp_init (joining its peers)\n"));
+	assert_non_null(strstr(buf, "every rank is in ddp_init: the join itself"));
+	w[1].stopped = true;
+	verdict(w, 2, 1, buf);
+	assert_non_null(strstr(buf, "rank 1 is stopped"));
+	assert_null(strstr(buf, "the join itself"));
+}
+
+/* A later context's ddp_init comes after the collectives of the one before:
+ * a rank still in an earlier collective is behind it, one in a later
+ * collective ahead of it. */
+static void test_a_later_contexts_ddp_init_is_placed_among_the_collectives(void **state)
+{
+	struct hang_where behind[] = {INIT(0, 5), IN(1, 5, 1), INIT(2, 5)};
+	struct hang_where ahead[] = {INIT(0, 5), IN(1, 6, 1)};
+	char buf[1024];
+
+	verdict(behind, 3, 1, buf);
+	assert_string_equal(buf, "rank 1 waits in all_reduce #5\n"
+				 "ranks 0,2 wait in ddp_init (joining its peers)\n");
+	verdict(ahead, 2, 1, buf);
+	assert_string_equal(buf, "rank 0 waits in ddp_init (joining its peers)\n"
+				 "rank 1 waits in all_reduce #6\n");
+}
+
+/* Across nodes, the ranks in ddp_init go in the object after the records
+ * (an older ddprun reads them as libddp ranks in no collective). */
+static void test_ranks_in_ddp_init_cross_nodes(void **state)
+{
+	struct hang_where w[] = {INIT(0, 0), OUT(1, 0), INIT(2, 0)};
+	struct hang_where *back = NULL;
+	size_t n = 0;
+	char *s;
+
+	w[2].stopped = true;
+	s = hang_where_encode(w, 3);
+	assert_non_null(s);
+	assert_string_equal(s, "[[0,1,0,0,0,0],[1,1,0,0,0,0],[2,1,0,0,0,0],"
+			       "{\"init\":[0,2],\"stopped\":[2]}]");
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 3);
+	assert_true(back[0].init);
+	assert_false(back[1].init);
+	assert_true(back[2].init);
+	assert_true(back[2].stopped);
+	assert_false(back[0].stopped);
+	/* Only a libddp rank outside its collectives can be in ddp_init. */
+	const char *bad = "[[3,0,0,0,0,0],[4,1,1,2,1,1],{\"init\":[3,4]}]";
+	assert_int_equal(hang_where_decode(bad, strlen(bad), &back, &n), 2);
+	assert_false(back[3].init);
+	assert_false(back[4].init);
+	free(back);
+	free(s);
+}
+
 /* A record with a value its field cannot hold is skipped, not converted
  * (undefined for a double out of range; fuzz_launch_hang found 8.9e21). */
 static void test_positions_out_of_range_are_skipped(void **state)
@@ -310,6 +396,10 @@ int main(void)
 		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
 		cmocka_unit_test(test_a_stopped_rank_is_named_before_the_places),
 		cmocka_unit_test(test_a_stopped_rank_crosses_nodes),
+		cmocka_unit_test(test_ranks_in_ddp_init_name_the_rank_that_never_came),
+		cmocka_unit_test(test_every_rank_in_ddp_init_blames_the_join),
+		cmocka_unit_test(test_a_later_contexts_ddp_init_is_placed_among_the_collectives),
+		cmocka_unit_test(test_ranks_in_ddp_init_cross_nodes),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};

@@ -14,6 +14,7 @@
 
 #include "ddp_internal.h"
 #include "join.h"
+#include "progress.h"
 #include "store_client.h"
 #include "util.h"
 
@@ -178,6 +179,9 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	announce(ctx, why);
 
 	int64_t deadline = ddpi_deadline(ctx);
+	/* From here on the rank may wait for its peers: the launcher's hang
+	 * report tells these waiters from a rank that never came. */
+	ddpi_progress_phase(DDPI_PHASE_INIT);
 	if (ctx->env.use_store)
 		ctx->env.join_gen = joins_begun++;
 	if (ctx->env.use_store &&
@@ -199,9 +203,11 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 #endif
 	}
 	atomic_store(&live_ctx, ctx);
+	ddpi_progress_phase(DDPI_PHASE_NONE);
 	*out = ctx;
 	return 0;
 fail:
+	ddpi_progress_phase(DDPI_PHASE_NONE);
 	rc = ddpi_err_prefix(rc, "ddp_init");
 	ddpi_note_failure();
 	ddpi_print_restore(ctx);

@@ -59,6 +59,13 @@ void ddpi_progress_enter(enum ddpi_progress_op op)
 	__atomic_store_n(&slot->entered, seq, __ATOMIC_RELEASE);
 }
 
+void ddpi_progress_phase(enum ddpi_progress_phase ph)
+{
+	pthread_once(&once, map_slot);
+	if (slot != NULL)
+		__atomic_store_n(&slot->phase, (uint32_t)ph, __ATOMIC_RELEASE);
+}
+
 void ddpi_progress_wait(enum ddpi_progress_wait w)
 {
 	if (slot != NULL)
