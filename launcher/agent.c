@@ -1,16 +1,15 @@
-/* agent: the supervisor's state machine (see agent.h). */
+/* agent: the supervisor's state machine (see agent.h). Which worker exits
+ * are failures, and the report made of them, is agent_failure.c's. */
 #include "agent_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -158,22 +157,6 @@ static void on_kill_timer(uv_timer_t *t)
 	check_progress(a);
 }
 
-/* A worker whose error file is there (the run directory and the attempt are
- * new: it wrote it) is failing on its own, though not dead yet: however it
- * ends after the stop signals, it failed (all ranks hit the same error, and
- * one was first to exit). */
-static void note_failing(struct agent *a)
-{
-	int i;
-
-	for (i = 0; i < a->job->nproc; i++) {
-		struct agent_worker *w = &a->w[i];
-
-		w->failing =
-			w->running && w->error_file != NULL && access(w->error_file, F_OK) == 0;
-	}
-}
-
 /* Stop every worker group: sig (+SIGCONT so stopped workers see it), then
  * SIGKILL after the shutdown timeout. Once the workers have had a stop
  * signal in this attempt, a further stop (a halt from the coordinator after
@@ -191,7 +174,7 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	if (a->state == AS_RUNNING) {
 		if (!a->stop_had)
 			reap(a);
-		note_failing(a);
+		agent_failure_note_failing(a);
 	}
 	if (a->state == AS_RUNNING || a->state == AS_STOPPING) {
 		if (sig == SIGKILL) {
@@ -213,26 +196,6 @@ static void begin_stop(struct agent *a, int sig, enum agent_after after)
 	} else if (a->state == AS_STOPPING && after != AFTER_DECIDE) {
 		a->after = after; /* a signal or agent_stop overrides a restart */
 	}
-}
-
-/* stopped: it was still running when the stop began; late: its error file
- * came after that (failed_after_stop). */
-static void record_failure(struct agent *a, struct agent_worker *w, int wstatus, bool stopped,
-			   bool late)
-{
-	struct report_entry *e = &a->failures[a->nfailures];
-	int64_t t = report_failure_time_us(w->error_file, w->started_us, report_now_us());
-
-	/* The root-cause rule orders failures by this time. */
-	if (report_entry_init(e, a->world.rank_offset + w->local_rank, w->local_rank, w->pid,
-			      wstatus, w->error_file, t) != 0) {
-		report_entry_free(e);
-		return; /* out of memory: the exit status still tells */
-	}
-	e->stopped = stopped;
-	e->late = late;
-	agent_worker_failure_output(a, w, e);
-	a->nfailures++;
 }
 
 static struct agent_worker *find_worker(struct agent *a, pid_t pid)
@@ -264,30 +227,14 @@ static int update_groups(struct agent *a)
 	return live;
 }
 
-/* Whether w, gone after the stop signals, failed rather than stopped: 1, its
- * error file was there when they went (note_failing); 2, the stop is for a
- * failure and it wrote one since. This node's failing worker can be the one
- * that saw what went wrong (a ring's bad frame) and still be slower to exit
- * than the other nodes' word. A worker the stop merely ends writes none
- * (libddp leaves SIGTERM alone, torchrun's @record writes for an exception
- * only); one whose SIGTERM handler fails (a checkpoint against peers already
- * gone) does, so such failures come after every other (report.c). */
-static int failed_after_stop(const struct agent *a, const struct agent_worker *w)
-{
-	if (w->failing)
-		return 1;
-	return a->late_failures && w->error_file != NULL && access(w->error_file, F_OK) == 0 ? 2
-											     : 0;
-}
-
 /* Reap every exited child; true when a worker failed on its own while they
  * ran. Failures are recorded while the workers run: after the stop signals,
- * exits are ours to cause, but for those that failed (failed_after_stop). */
+ * exits are ours to cause, but for those that failed (agent_failure_exit). */
 static bool reap(struct agent *a)
 {
 	bool failed = false;
 	size_t before = a->nfailures;
-	int wstatus, how;
+	int wstatus;
 	pid_t pid;
 
 	for (;;) {
@@ -305,19 +252,14 @@ static bool reap(struct agent *a)
 		a->nrunning--;
 		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
 			continue;
-		if (a->state == AS_RUNNING) {
-			record_failure(a, w, wstatus, false, false);
+		if (agent_failure_exit(a, w, wstatus))
 			failed = true;
-		} else if ((how = failed_after_stop(a, w)) > 0) {
-			record_failure(a, w, wstatus, true, how == 2);
-		}
 	}
 	/* The attempt's first failures: tell the other nodes the root cause
 	 * among them at once. */
 	if (before == 0 && failed && a->has_coord && a->coord.failed != NULL &&
 	    !hang_declared(a)) { /* after a hang, coord_hang.c tells the nodes */
-		const struct report_entry *e =
-			&a->failures[report_root_cause(a->failures, a->nfailures)];
+		const struct report_entry *e = agent_failure_root(a);
 
 		a->coord.failed(a, e, report_exit_status(e), a->coord.arg);
 	}
@@ -425,8 +367,7 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	 * attempts) did not, the signal does (a wrapper that requeues on 143
 	 * must see a preemption that came during restarts as one). */
 	if (a->nfailures > 0 && !failure_restarts(a))
-		set_status(a, report_exit_status(
-				      &a->failures[report_root_cause(a->failures, a->nfailures)]));
+		set_status(a, report_exit_status(agent_failure_root(a)));
 	set_status(a, 128 + sig);
 	/* Slurm's reached the workers itself (only SIGCONT goes, for a worker
 	 * stopped meanwhile to see it); anyone else's is passed on even if they
@@ -440,7 +381,6 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 static void start_attempt(struct agent *a)
 {
 	char err[512];
-	size_t i;
 	int k, rc;
 
 	/* A stop signal that came before the workers start ends the job first:
@@ -448,9 +388,7 @@ static void start_attempt(struct agent *a)
 	agent_sig_drain(a->stops);
 	if (a->state != AS_RDZV)
 		return;
-	for (i = 0; i < a->nfailures; i++)
-		report_entry_free(&a->failures[i]);
-	a->nfailures = 0;
+	agent_failure_clear(a);
 	a->killed = false;
 	a->stop_had = false;
 	a->late_failures = false;
@@ -532,81 +470,6 @@ void agent_rendezvous_done(struct agent *a, int rc, const struct workenv_world *
 	start_attempt(a);
 }
 
-const struct report_entry *agent_own_failure(const struct agent *a, const struct report_entry *e)
-{
-	size_t i;
-
-	for (i = 0; i < a->nfailures; i++)
-		if (a->failures[i].global_rank == e->global_rank && a->failures[i].pid == e->pid &&
-		    a->failures[i].time_us == e->time_us)
-			return &a->failures[i];
-	return NULL;
-}
-
-void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_t root,
-		  const char *elsewhere)
-{
-	const struct report_entry *mine;
-	char *text;
-	size_t i;
-	int rc;
-
-	if (e == NULL) {
-		e = a->failures;
-		n = a->nfailures;
-		root = report_root_cause(e, n);
-	}
-	if (n == 0 || root >= n)
-		return;
-	text = report_format_root(a->job->prog.entrypoint, a->job->hostname, e, n, root, elsewhere);
-	if (text != NULL) {
-		output_console_write(2, text, strlen(text));
-		free(text);
-	}
-	/* A temporary log directory outlives the job only if the report points
-	 * into it. */
-	for (i = 0; i < a->nfailures; i++)
-		if (a->failures[i].error_file != NULL || a->failures[i].log_file != NULL)
-			a->keep_logdir = true;
-	if (a->cfg.parent_error_file == NULL || a->nfailures == 0)
-		return;
-	/* The job's root cause if it ran here, else this node's first failure,
-	 * as each of torchrun's agents writes its own; not one after the stop,
-	 * which may be the stop's doing (the outer launcher would take it for
-	 * this node's failure). */
-	mine = agent_own_failure(a, &e[root]);
-	if (mine == NULL)
-		mine = &a->failures[report_root_cause(a->failures, a->nfailures)];
-	if (mine->late)
-		return;
-	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0) {
-		char why[PATH_MAX + 64];
-		struct stat st;
-
-		if (rc == -EFBIG)
-			snprintf(why, sizeof(why), "the worker's error file is over %u MiB",
-				 REPORT_MAX_COPY >> 20);
-		else if (rc == -EBADMSG)
-			snprintf(why, sizeof(why), "the worker's error file (%s) is %s",
-				 mine->error_file ? mine->error_file : "?",
-				 mine->error_json && mine->error_json[0] ? "not JSON" : "empty");
-		else if (rc == -ETIMEDOUT)
-			snprintf(why, sizeof(why), "its reader took no data for %d s, gave up",
-				 REPORT_PARENT_STALL_MS / 1000);
-		else if (rc == -ENXIO && stat(a->cfg.parent_error_file, &st) == 0 &&
-			 (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
-			/* open() says ENXIO for both: "No such device or address" */
-			snprintf(why, sizeof(why), "%s",
-				 S_ISFIFO(st.st_mode) ? "a FIFO that no process reads"
-						      : "a socket, which cannot be opened");
-		else
-			snprintf(why, sizeof(why), "%s", strerror(-rc));
-		agent_say("warning: cannot write the root cause's error report to %s "
-			  "(TORCHELASTIC_ERROR_FILE): %s",
-			  a->cfg.parent_error_file, why);
-	}
-}
-
 static void print_report(struct agent *a)
 {
 	agent_report(a, NULL, 0, 0, NULL);
@@ -627,8 +490,7 @@ static void attempt_over(struct agent *a)
 	if (a->job->shm_nonce != NULL)
 		shmsweep_remove("/dev/shm", a->job->shm_nonce, say_removed, NULL);
 	if (a->nfailures > 0) {
-		const struct report_entry *root =
-			&a->failures[report_root_cause(a->failures, a->nfailures)];
+		const struct report_entry *root = agent_failure_root(a);
 
 		status = report_exit_status(root);
 		if (a->after == AFTER_DECIDE && !a->has_coord &&
@@ -744,12 +606,6 @@ void agent_halt(struct agent *a, int status, bool for_failure)
 bool agent_signalled(const struct agent *a)
 {
 	return a->signalled;
-}
-
-const struct report_entry *agent_failures(const struct agent *a, size_t *n)
-{
-	*n = a->nfailures;
-	return a->failures;
 }
 
 void agent_restart(struct agent *a)

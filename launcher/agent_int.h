@@ -1,5 +1,7 @@
 /* agent_int: the agent's private state, shared by agent.c (the state
- * machine) and agent_worker.c (starting and signalling one worker). */
+ * machine), agent_worker.c (starting and signalling one worker),
+ * agent_failure.c (recording the workers' failures) and the agent's other
+ * agent_*.c files. */
 #ifndef DDP_AGENT_INT_H
 #define DDP_AGENT_INT_H
 
@@ -117,6 +119,19 @@ void agent_abandon_stuck(struct agent *a);
 bool agent_test_no_sigkill(void);
 /* Tell the watchdog that w's group is gone for good. */
 void agent_watchdog_forget(struct agent *a, pid_t pgid);
+
+/* agent_failure.c: the record of this attempt's failures (a->failures).
+ * Before the stop signals go: mark each running worker whose error file is
+ * there as failing on its own. */
+void agent_failure_note_failing(struct agent *a);
+/* w exited with wstatus, not 0: record it if it is a failure (every exit
+ * while the workers run; after the stop, one of a worker that failed on its
+ * own). True when the workers were running (a failure that stops them). */
+bool agent_failure_exit(struct agent *a, struct agent_worker *w, int wstatus);
+/* The root cause among the recorded failures; only when there are some. */
+const struct report_entry *agent_failure_root(const struct agent *a);
+/* Forget the recorded failures (a new attempt, the end). */
+void agent_failure_clear(struct agent *a);
 
 /* agent_dup.c: --duplicate-std{out,err}-filters. Open this attempt's files
  * (0 or a negative errno with err set); close them; the line callback for

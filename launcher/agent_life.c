@@ -119,7 +119,6 @@ int agent_exit_status(const struct agent *a)
 
 void agent_destroy(struct agent *a)
 {
-	size_t k;
 	int i;
 
 	if (a == NULL)
@@ -134,8 +133,7 @@ void agent_destroy(struct agent *a)
 		output_stream_release(&a->w[i].stream[0]);
 		output_stream_release(&a->w[i].stream[1]);
 	}
-	for (k = 0; k < a->nfailures; k++)
-		report_entry_free(&a->failures[k]);
+	agent_failure_clear(a);
 	if (a->devnull >= 0)
 		close(a->devnull);
 	agent_dup_close(a);
