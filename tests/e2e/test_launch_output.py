@@ -45,6 +45,13 @@ def check_lines(text, nproc, lines, length):
         assert seen[r] == list(range(lines)), f"rank {r} lines missing or out of order"
 
 
+def unread(pipe):
+    """How many bytes wait in pipe (a reader's file object) that nobody has read."""
+    buf = array.array("i", [0])
+    fcntl.ioctl(pipe.fileno(), termios.FIONREAD, buf)
+    return buf[0]
+
+
 def test_four_workers_printing_long_lines_fast_never_interleave():
     # 4 x 300 lines of 20 KB, each written in three pieces, on stdout and stderr.
     r = ddprun("--nproc-per-node", "4", "sh", "-c",
@@ -241,13 +248,8 @@ def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
              timeout=5, what="pids written")
     pids = [int((tmp_path / f"pid.{r}").read_text()) for r in range(2)]
 
-    def unread():
-        buf = array.array("i", [0])
-        fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
-        return buf[0]
-
     # The pipe to the test is (nearly) full: ddprun's writes would block now.
-    wait_for(lambda: unread() >= 32768, timeout=20, what="ddprun's stdout pipe to fill")
+    wait_for(lambda: unread(p.stdout) >= 32768, timeout=20, what="ddprun's stdout pipe to fill")
     p.send_signal(signal.SIGTERM)
     for x in pids:
         wait_for(lambda: not pid_alive(x), timeout=20, what=f"worker {x} stopped")
@@ -271,9 +273,7 @@ def test_stderr_and_the_failure_report_do_not_wait_for_an_unread_stdout(reaper, 
                       'exit 3; else sleep 60; fi'],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = read_until(p, b"exitcode  : 3", stream=p.stderr)  # the failure report
-    buf = array.array("i", [0])
-    fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
-    assert buf[0] >= 32768, "stdout was meant to be full while the report came"
+    assert unread(p.stdout) >= 32768, "stdout was meant to be full while the report came"
     assert b"marker-0" in err
     out, rest = p.communicate(timeout=30)
     assert p.returncode == 3, err + rest
@@ -290,9 +290,7 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
                       'sleep 3; echo marker-$RANK >&2'],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = read_until(p, b"marker-1", stream=p.stderr)
-    buf = array.array("i", [0])
-    fcntl.ioctl(p.stdout.fileno(), termios.FIONREAD, buf)
-    assert buf[0] >= 32768, "stdout was meant to be backed up while rank 1 wrote"
+    assert unread(p.stdout) >= 32768, "stdout was meant to be backed up while rank 1 wrote"
     out, rest = p.communicate(timeout=60)
     assert p.returncode == 0, err + rest
     check_lines(out.decode(), 1, 20000, 1000)
