@@ -1,7 +1,8 @@
 /* Unit tests for launcher/output.c: the prefix only where a line starts
  * (and after a carriage return); live streams on a real loop: an incomplete
  * line shown before its newline, another stream's line never inside it,
- * the last bytes kept for the failure report, line_cb's whole lines. */
+ * nor let in by a pause of the console, the last bytes kept for the failure
+ * report, line_cb's whole lines. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "output.h"
@@ -172,6 +174,21 @@ static void put(int fd, const char *s)
 	assert_int_equal(write(fd, s, strlen(s)), (ssize_t)strlen(s));
 }
 
+/* End a and b (b NULL: none) as their workers' exit does: the write ends
+ * closed, then the streams finished. Returns all the console showed. */
+static const char *finish_streams(struct output_stream *a, int wa, struct output_stream *b, int wb)
+{
+	close(wa);
+	if (b != NULL)
+		close(wb);
+	output_stream_finish(a);
+	if (b != NULL)
+		output_stream_finish(b);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	read_console();
+	return seen.p;
+}
+
 static void test_partial_line_shown_before_its_newline(void **state)
 {
 	struct output_stream a;
@@ -184,12 +201,8 @@ static void test_partial_line_shown_before_its_newline(void **state)
 	assert_true(wait_console("step 2"));
 	put(wa, "\n");
 	assert_true(wait_console("\n"));
-	close(wa);
-	output_stream_finish(&a);
-	uv_run(&loop, UV_RUN_DEFAULT);
+	assert_string_equal(finish_streams(&a, wa, NULL, -1), "\r[a]step 1\r[a]step 2\n");
 	assert_int_equal(closed, 1);
-	read_console();
-	assert_string_equal(seen.p, "\r[a]step 1\r[a]step 2\n");
 }
 
 static void test_other_line_never_inside_an_open_line(void **state)
@@ -206,13 +219,7 @@ static void test_other_line_never_inside_an_open_line(void **state)
 	assert_true(wait_console("b says\n"));
 	put(wa, "yes\n");
 	assert_true(wait_console("yes\n"));
-	close(wa);
-	close(wb);
-	output_stream_finish(&a);
-	output_stream_finish(&b);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	read_console();
-	assert_string_equal(seen.p, "[a]prompt? \n[b]b says\n[a]yes\n");
+	assert_string_equal(finish_streams(&a, wa, &b, wb), "[a]prompt? \n[b]b says\n[a]yes\n");
 }
 
 static void test_open_line_completed_before_the_others(void **state)
@@ -228,15 +235,45 @@ static void test_open_line_completed_before_the_others(void **state)
 	put(wb, "other\n");
 	put(wa, "right\n");
 	assert_true(wait_console("other\n"));
-	close(wa);
-	close(wb);
-	output_stream_finish(&a);
-	output_stream_finish(&b);
-	uv_run(&loop, UV_RUN_DEFAULT);
-	read_console();
+	finish_streams(&a, wa, &b, wb);
 	/* a's bytes were read first (it was started last: the list's head). */
 	assert_true(strcmp(seen.p, "left right\nother\n") == 0 ||
 		    strcmp(seen.p, "left \nother\nright\n") == 0);
+}
+
+/* A pause of the console (output_pause: its queue backed up) is neither
+ * silence of the worker whose line is open there (it could not write) nor
+ * time another worker waited for that line (the e2e test of a paused
+ * console, on real time, caught a regression only now and then). The clock
+ * here is the loop's time, which moves only when the loop updates it: from
+ * the pause on the test never runs the loop but reads the pipes with
+ * output_stream_drain, so b decides at the very time the pause ended. The
+ * pause outlasts both OUTPUT_HOLD_IDLE_MS and OUTPUT_HOLD_MAX_MS: counting
+ * it towards either ends a's line at once. */
+static void test_paused_console_breaks_no_line(void **state)
+{
+	const long pause_ms = OUTPUT_HOLD_MAX_MS + 100;
+	const struct timespec pause = {pause_ms / 1000, pause_ms % 1000 * 1000000};
+	int k = output_console_sink(1);
+	struct output_stream a, b;
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "open");
+	assert_true(wait_console("[a]open"));
+	output_pause(k, true);
+	put(wb, "b says\n");
+	output_stream_drain(&b); /* b waits for a's line */
+	assert_int_equal(nanosleep(&pause, NULL), 0);
+	uv_update_time(&loop);
+	output_pause(k, false);
+	put(wb, "b again\n");
+	output_stream_drain(&b); /* b still waits: a's line is not ended here */
+	put(wa, " rest\n");	 /* a's line ends: b's lines follow */
+	output_stream_drain(&a);
+	assert_string_equal(finish_streams(&a, wa, &b, wb),
+			    "[a]open rest\n[b]b says\n[b]b again\n");
 }
 
 static struct output_buf got_lines;
@@ -309,6 +346,8 @@ int main(void)
 						live_setup, live_teardown),
 		cmocka_unit_test_setup_teardown(test_open_line_completed_before_the_others,
 						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_paused_console_breaks_no_line, live_setup,
+						live_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_and_lines_whatever_the_console,
 						live_setup, live_teardown),
 	};
