@@ -86,9 +86,13 @@ struct ddpi_zc_ctl {
 /* The direct paths (shm_direct.c) from: all_gather and broadcast, which only
  * copy, from 32 KiB (2 ranks, medians of 5: all_gather of 64 KiB each 2.7 us
  * against 4.1 through the kernel's single copy, 128 KiB 4.3 against 6.7;
- * broadcast of 64 KiB 1.9 against 3.7); all_reduce from 256 KiB (below, its
- * extra agreement step and the peers' cold lines lost to the staged path: 32
- * KiB 13.7 us against 5.9). ddp_alloc shares memory from the smaller. */
+ * broadcast of 64 KiB 1.9 against 3.7); all_reduce from 256 KiB. Since it
+ * sums with no wait in between (2026-12-06), the direct all_reduce beats the
+ * staged one from 64 KiB on shared buffers (2 ranks 64 KiB 2.9 us against
+ * 7.5, 128 KiB 3.4 against 13), but the step that agrees on it costs every
+ * call of that size about a microsecond, private buffers' too (6.6 us at 64
+ * KiB): a bucket is rarely that small. ddp_alloc shares memory from the
+ * smaller. */
 #define DDPI_ZC_MIN_BYTES	 (32 * 1024)
 #define DDPI_ZC_REDUCE_MIN_BYTES (256 * 1024)
 

@@ -23,8 +23,8 @@
  * lets the ranks read each other's memory, in one copy (shm_cma.c).
  *
  * An all_reduce of 256 KiB or more, an all_gather or a broadcast of 32 KiB
- * or more, whose buffers are memory the ranks share (shm_mem.c) reads the
- * peers' buffers in place instead (shm_direct.c). */
+ * or more, whose buffers are memory the ranks share (shm_mem.c) reads (an
+ * all_reduce also writes) the peers' buffers in place instead (shm_direct.c). */
 #include <string.h>
 
 #include "shm.h"

@@ -10,76 +10,43 @@
 
 #include "shm.h"
 
-/* A slice of every rank's buffer, summed into mine through a block in L1
- * and copied out of it: the slice's lines were last read by the peers, and
- * the sum's stores in place had to take each back from their caches first,
- * where memcpy's string copy writes whole lines. A Firecracker guest on AMD
- * EPYC (Zen 5, 2026-12-06), 2 ranks, float32, medians of 5 interleaved runs:
- * 256 KiB 27.3 us against 32.8 in place, 1 MiB 84.5 against 123.6, 4 MiB 298
- * against 436, 16 MiB 1.44 ms against 1.79, 64 MiB a tie. */
+/* Summed through a block in L1 and copied out of it with memcpy: the
+ * slice's lines were last read or written by the peers, and stores in
+ * place had to take each back from their caches first, where memcpy's
+ * string copy writes whole lines (AMD EPYC guest, 2026-12-06). */
 #define BLOCK_BYTES 8192 /* above glibc's string-copy threshold (2 KiB) */
 
-static void reduce_slice(char *const *peer, int n, int me, size_t from, size_t m, enum ddp_dtype dt,
-			 enum ddp_op op, int avg_div)
-{
-	_Alignas(64) char block[BLOCK_BYTES];
-	const void *src[DDPI_SHM_MAX_LOCAL];
-	size_t es = ddp_dtype_size(dt), per = BLOCK_BYTES / es;
-
-	for (size_t at = from; at < from + m; at += per) {
-		size_t k = from + m - at < per ? from + m - at : per;
-		for (int q = 0; q < n; q++)
-			src[q] = peer[q] + at * es;
-		ddpi_reduce(dt, op, block, src, n, k, avg_div);
-		memcpy(peer[me] + at * es, block, k * es);
-	}
-}
-
-/* all_reduce: my slice of
- * each chunk straight from every rank's buffer into mine, then the others'
- * slices out of their owners' buffers. Chunk j's slice q is read by its
- * owner q only, and then overwritten by the others only once q has said it
- * reduced chunk j (its counter: base + j + 1); nobody leaves before every
- * rank has copied out (the last step), so a buffer changes only once its
- * owner's call has returned. No copy in, but each rank reads the others'
- * buffers: since the staged sums stopped storing into lines the peers had
- * read (shm_coll.c), staging private copies of the same memory was faster
- * at 2 ranks up to 16 MiB (AMD EPYC guest, 2026-12-06, medians of 5
- * interleaved runs: 256 KiB 19.5 us against 30.1 direct, 1 MiB 75 against
- * 89, 16 MiB 1.48 ms against 1.77), slower at 64 MiB (8.8 against 7.0); at
- * 4 ranks on 2 cores the direct path led from 1 MiB (16 MiB 4.4 against
- * 5.7, 64 MiB 17 against 25) and tied at 256 KiB. It stays on from 256 KiB
- * (DDPI_ZC_REDUCE_MIN_BYTES): a bucket's size among more ranks than 2 is
- * where it pays. zc_begin's second step was the start (every rank in). */
+/* all_reduce: each rank sums its slice of every rank's buffer and writes
+ * the sum into every rank's buffer, its own and its peers'; then it waits
+ * until every rank has done the same. No rank reads or writes another's
+ * slice, so there is nothing to wait for in between: one step at the end.
+ * Each byte is read once from every buffer and written once into every
+ * buffer, where the staged and the former direct pipelines also copied the
+ * finished slices from their owners (reading every buffer about twice) and
+ * waited for each chunk's owners in turn. AMD EPYC guest, 2026-12-06, float32,
+ * interleaved runs against that pipeline: 2 ranks 256 KiB 10 us against 28, 1
+ * MiB 29 against 90, 16 MiB 0.56 ms against 1.26, 64 MiB 3.3 against 5.4; 4
+ * ranks on 2 cores 1 MiB 104 us against 220, 16 MiB 2.4 ms against 3.4, 64
+ * MiB 8.5-11 against 14.5. Every rank's result is the same block, copied:
+ * bit-identical everywhere. zc_begin's second step was the start (every
+ * rank in, its buffer ready); a buffer changes only once its owner's call
+ * has returned, which it does once every rank's writes are done. */
 int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t count,
 			       enum ddp_dtype dt, enum ddp_op op, int avg_div, int64_t deadline)
 {
-	size_t es = ddp_dtype_size(dt), per = s->slot_bytes / es;
-	size_t nchunks = (count + per - 1) / per;
-	uint32_t base = s->seq;
-	int rc;
+	_Alignas(64) char block[BLOCK_BYTES];
+	const void *src[DDPI_SHM_MAX_LOCAL];
+	size_t es = ddp_dtype_size(dt), per = BLOCK_BYTES / es, lo, hi;
+	int n = s->lws;
 
-	for (size_t j = 0; j <= nchunks; j++) {
-		if (j < nchunks) {
-			size_t off = j * per, m = count - off < per ? count - off : per, lo, hi;
-			ddpi_shm_slice_bounds(m, s->lws, s->me, es, &lo, &hi);
-			reduce_slice(peer, s->lws, s->me, off + lo, hi - lo, dt, op, avg_div);
-			ddpi_shm_publish(s);
-		}
-		if (j == 0)
-			continue;
-		/* The chunk before, whose slices its owners have had a step for. */
-		size_t off = (j - 1) * per, m = count - off < per ? count - off : per;
-		for (int k = 1; k < s->lws; k++) {
-			int q = (s->me + k) % s->lws; /* spread the readers over the owners */
-			size_t lo, hi;
-			if ((rc = ddpi_shm_wait(s, q, base + (uint32_t)j, deadline,
-						ddpi_shm_what(s, "all_reduce"))) < 0)
-				return rc;
-			ddpi_shm_slice_bounds(m, s->lws, q, es, &lo, &hi);
-			memcpy(peer[s->me] + (off + lo) * es, peer[q] + (off + lo) * es,
-			       (hi - lo) * es);
-		}
+	ddpi_shm_slice_bounds(count, n, s->me, es, &lo, &hi);
+	for (size_t at = lo; at < hi; at += per) {
+		size_t k = hi - at < per ? hi - at : per;
+		for (int q = 0; q < n; q++)
+			src[q] = peer[q] + at * es;
+		ddpi_reduce(dt, op, block, src, n, k, avg_div);
+		for (int q = 0; q < n; q++)
+			memcpy(peer[(s->me + q) % n] + at * es, block, k * es);
 	}
 	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "all_reduce"));
 }
