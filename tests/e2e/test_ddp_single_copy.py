@@ -240,6 +240,35 @@ def test_a_buffer_the_kernel_cannot_pin_is_staged(reaper, store, nproc):
     assert said, [err for _, _, err in results]
 
 
+def resume_after_the_others_gave_up(reaper, store, gate, nproc, args, extra):
+    """ddp_coll reuse GATE [OP] with rank 1 stopped in the call (extra says
+    where) and DDP_TIMEOUT 3: every other rank gives up, refills its buffer
+    and says so (every rank prints); then rank 1 is continued. Returns the
+    ranks' results."""
+    procs = launch(reaper, [prog("ddp_coll"), "reuse", str(gate), *args], nproc, store,
+                   "t" + uuid.uuid4().hex[:10],
+                   extra={"DDP_TIMEOUT": "3", "DDP_PRINT_RANKS": "all", **extra})
+    try:
+        for p in procs[:1] + procs[2:]:
+            # Bounded here too, in case a rank hangs instead.
+            ready = select.select([p.stdout], [], [], 60)[0]
+            line = p.stdout.readline() if ready else "(nothing within 60 s)"
+            assert line == "refilled\n", line
+        os.kill(procs[1].pid, signal.SIGCONT)
+        procs[1].wait(timeout=60)
+    finally:
+        gate.touch()
+        if procs[1].poll() is None:
+            os.kill(procs[1].pid, signal.SIGCONT)
+    results = wait_all(procs, timeout=120)
+    errs = "\n".join(err for _, _, err in results)
+    for rank, (rc, out, err) in enumerate(results):
+        if rank != 1:
+            assert "overwritten 0" in out, f"rank {rank}: {out}\n{errs}"
+    assert results[1][0] == 3 and "returned" not in results[1][2], errs
+    return results
+
+
 @pytest.mark.parametrize("nth", ["2", "3"])
 def test_a_peer_resuming_after_the_others_gave_up_writes_nothing(reaper, store, tmp_path, nth):
     """Rank 1 stops itself in a 64 MiB all_reduce (before its first write, or
@@ -247,26 +276,22 @@ def test_a_peer_resuming_after_the_others_gave_up_writes_nothing(reaper, store, 
     Continued, rank 1 must not read or write rank 0's buffer any more: its
     transfers see that a rank gave up, and it fails too. Before, it wrote
     its whole slice's sums (tens of MiB) over rank 0's new data."""
-    gate = tmp_path / "gate"
-    procs = launch(reaper, [prog("ddp_coll"), "reuse", str(gate)], 2, store,
-                   "t" + uuid.uuid4().hex[:10],
-                   extra={"DDP_SHM_CMA": "1", "DDP_TIMEOUT": "3",
-                          "DDP_TEST_CMA_FAIL": f"stop:1:{nth}"})
-    # Rank 0 gives up after DDP_TIMEOUT and refills; bounded here too, in
-    # case it hangs instead.
-    ready = select.select([procs[0].stdout], [], [], 60)[0]
-    line = procs[0].stdout.readline() if ready else "(nothing within 60 s)"
-    try:
-        assert line == "refilled\n", line
-        os.kill(procs[1].pid, signal.SIGCONT)
-        procs[1].wait(timeout=60)
-    finally:
-        gate.touch()
-        if procs[1].poll() is None:
-            os.kill(procs[1].pid, signal.SIGCONT)
-    (rc0, out0, err0), (rc1, out1, err1) = wait_all(procs, timeout=120)
-    assert "overwritten 0" in out0, f"{out0}\n{err0}\n{err1}"
-    assert rc1 == 3 and "returned" not in err1, err1
+    resume_after_the_others_gave_up(reaper, store, tmp_path / "gate", 2, [],
+                                    {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": f"stop:1:{nth}"})
+
+
+@pytest.mark.parametrize("op,nproc", [("shared", 2), ("bshared", 3)])
+@pytest.mark.parametrize("nth", ["1", "3"])
+def test_a_peer_resuming_in_a_direct_collective_writes_nothing(reaper, store, tmp_path, op,
+                                                                nproc, nth):
+    """The same on the direct paths (ddp_alloc buffers, read and written in
+    place): rank 1 stops before its first write into the buffers, or after
+    its first block, of a 64 MiB all_reduce or broadcast (from rank 0); the
+    others time out, return and refill. Continued, rank 1 writes nothing
+    into them and fails. Before, it wrote the rest of its slice (30 MiB)
+    over rank 0's new data and returned success with wrong sums."""
+    resume_after_the_others_gave_up(reaper, store, tmp_path / "gate", nproc, [op],
+                                    {"DDP_TEST_ZC_STOP": f"1:{nth}"})
 
 
 @pytest.mark.parametrize("refused", ["0", "1"])

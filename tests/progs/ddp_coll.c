@@ -64,13 +64,18 @@
  *   ddp_coll secret                     rank 1's buffer is memory from memfd_secret (the
  *                                       kernel will not let the peers read or pin it):
  *                                       all_reduces of 300000 floats, sum and max, exact
- *   ddp_coll reuse FILE                 an all_reduce of 64 MiB that fails on rank 0
- *                                       (DDP_TEST_CMA_FAIL=stop:1:N stops rank 1 in it,
- *                                       DDP_TIMEOUT ends rank 0's wait): rank 0 then
+ *   ddp_coll reuse FILE [OP]            a collective of 64 MiB that fails on every rank
+ *                                       but rank 1 (DDP_TEST_CMA_FAIL=stop:1:N, or
+ *                                       DDP_TEST_ZC_STOP=1:N, stops rank 1 in it,
+ *                                       DDP_TIMEOUT ends the others' wait): each then
  *                                       fills its buffer with -7, prints "refilled",
  *                                       waits (at most 120 s) for FILE and prints
  *                                       "overwritten K", the elements no longer -7;
- *                                       rank 1 prints how its call ended
+ *                                       rank 1 prints how its call ended. OP: an
+ *                                       all_reduce of private memory (none given),
+ *                                       shared (ddp_alloc: the direct path), or a
+ *                                       broadcast from rank 0 of shared memory
+ *                                       (bshared)
  *   ddp_coll [--spawn N] slowbkt NB MS [COUNT]   a reducer of NB buckets (one parameter
  *                                       of COUNT floats each, 1024 if not given, buckets the
  *                                       ranks share from 64 K); the last rank marks them ready one
@@ -660,26 +665,26 @@ static int run_secret(struct ddp_ctx *ctx)
 
 /* A rank that gave up on a collective reuses its buffer at once: a peer
  * that resumes later must not write into it (the single copy's transfers
- * look at the abort flag). */
-static int run_reuse(struct ddp_ctx *ctx, const char *gate)
+ * and the direct paths' writes look at the abort flag). */
+static int run_reuse(struct ddp_ctx *ctx, const char *gate, const char *op)
 {
 	size_t n = 16u << 20, bad = 0;
-	float *b = malloc(n * sizeof(float));
+	int shared = op && strstr(op, "shared"), bcast = op && !strcmp(op, "bshared");
+	float *b = shared ? ddp_alloc(ctx, n * sizeof(float)) : malloc(n * sizeof(float));
 	int me = ddp_rank(ctx), rc;
 
 	if (!b)
 		return 1;
 	for (size_t i = 0; i < n; i++)
 		b[i] = 1;
-	rc = ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
-	if (me != 0) {
+	rc = bcast ? ddp_broadcast(ctx, b, n * sizeof(float), 0)
+		   : ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
+	if (me == 1) {
 		fprintf(stderr, "rank %d: %s\n", me, rc < 0 ? ddp_errmsg() : "returned");
-		free(b);
 		return rc < 0 ? 3 : 0;
 	}
 	if (rc == 0) {
-		fprintf(stderr, "rank 0: returned\n");
-		free(b);
+		fprintf(stderr, "rank %d: returned\n", me);
 		return 1;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -691,7 +696,6 @@ static int run_reuse(struct ddp_ctx *ctx, const char *gate)
 	for (size_t i = 0; i < n; i++)
 		bad += b[i] != -7;
 	printf("overwritten %zu\n", bad);
-	free(b);
 	return 3;
 }
 
@@ -1085,7 +1089,7 @@ static int worker(int rank, void *p)
 	else if (!strcmp(mode, "secret"))
 		rc = run_secret(ctx);
 	else if (!strcmp(mode, "reuse") && a->argc >= 2)
-		rc = run_reuse(ctx, a->argv[1]);
+		rc = run_reuse(ctx, a->argv[1], a->argc >= 3 ? a->argv[2] : NULL);
 	else if (!strcmp(mode, "slowbkt") && a->argc >= 3)
 		rc = run_slow_buckets(ctx, atoi(a->argv[1]), atoi(a->argv[2]),
 				      a->argc > 3 ? strtoull(a->argv[3], NULL, 0) : 1024);

@@ -6,6 +6,7 @@
  * step) was the start: every rank is in the call, its buffer ready. The
  * last step of each keeps every rank in until no peer reads its buffer any
  * more: a buffer changes only once its owner's call has returned. */
+#include <signal.h>
 #include <string.h>
 
 #include "shm.h"
@@ -19,6 +20,30 @@
  * written into every reader's: within L2 (1 MiB here) for all the copies.
  * 16, 64 and 256 KiB measured alike within the noise (2026-12-06). */
 #define BCAST_BLOCK_BYTES (64 * 1024)
+
+/* Whether this rank may write into its peers' buffers now: not once a rank
+ * gave up on the collective (it timed out or failed, returned at once and
+ * may reuse its buffer), which a rank that was descheduled meanwhile must
+ * not write into when it resumes; at most the copy under way can still
+ * land, as in the single copy's transfers (shm_cma.c). Test hook
+ * (DDP_TEST_ZC_STOP): the rank stops itself before its nth write. */
+static int may_write(struct ddpi_shm *s)
+{
+	if (s->zc_test_stop_nth > 0 && --s->zc_test_stop_nth == 0)
+		raise(SIGSTOP);
+	return !ddpi_shm_aborted(s);
+}
+
+/* The step that ends a direct collective: every rank wrote all it had to
+ * (its publish comes after its writes), or one gave up, maybe after the
+ * others' last publish, while this rank still wrote: what it wrote, and
+ * what it read from a buffer its owner may have reused, is not the result. */
+static int finish(struct ddpi_shm *s, int64_t deadline, const char *what)
+{
+	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
+
+	return rc == 0 && ddpi_shm_aborted(s) ? ddpi_shm_abort_error(s, what) : rc;
+}
 
 /* all_reduce: each rank sums its slice of every rank's buffer and writes
  * the sum into every rank's buffer, its own and its peers'; then it waits
@@ -49,10 +74,13 @@ int ddpi_shm_all_reduce_direct(struct ddpi_shm *s, char *const *peer, size_t cou
 		for (int q = 0; q < n; q++)
 			src[q] = peer[q] + at * es;
 		ddpi_reduce(dt, op, block, src, n, k, avg_div);
-		for (int q = 0; q < n; q++)
+		for (int q = 0; q < n; q++) {
+			if (!may_write(s))
+				return ddpi_shm_abort_error(s, ddpi_shm_what(s, "all_reduce"));
 			memcpy(peer[(s->me + q) % n] + at * es, block, k * es);
+		}
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "all_reduce"));
+	return finish(s, deadline, ddpi_shm_what(s, "all_reduce"));
 }
 
 /* all_gather: every part straight from its owner's send buffer into recv
@@ -73,7 +101,7 @@ int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv
 		if (dst != peer[q])
 			ddpi_copy(dst, peer[q], bytes, stream);
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "all_gather"));
+	return finish(s, deadline, ddpi_shm_what(s, "all_gather"));
 }
 
 /* broadcast: each rank, the root too, reads its slice of the root's buffer
@@ -95,9 +123,12 @@ int ddpi_shm_broadcast_direct(struct ddpi_shm *s, char *const *peer, size_t byte
 		size_t k = hi - at < BCAST_BLOCK_BYTES ? hi - at : BCAST_BLOCK_BYTES;
 		for (int j = 0; j < n; j++) {
 			int q = (s->me + j) % n;
-			if (q != root)
-				ddpi_copy(peer[q] + at, peer[root] + at, k, stream);
+			if (q == root)
+				continue;
+			if (!may_write(s))
+				return ddpi_shm_abort_error(s, ddpi_shm_what(s, "broadcast"));
+			ddpi_copy(peer[q] + at, peer[root] + at, k, stream);
 		}
 	}
-	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, ddpi_shm_what(s, "broadcast"));
+	return finish(s, deadline, ddpi_shm_what(s, "broadcast"));
 }

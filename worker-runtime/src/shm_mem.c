@@ -312,6 +312,11 @@ int ddpi_shm_mem_init(struct ddpi_shm *s, int rank)
 
 	if (v && strchr(v, ':') && atoi(v) == rank)
 		s->zc_test_pause_ms = atoi(strchr(v, ':') + 1);
+	/* DDP_TEST_ZC_STOP=<rank>:<n>: that rank stops itself (SIGSTOP) before
+	 * its nth write into the buffers of a direct collective. */
+	v = getenv("DDP_TEST_ZC_STOP");
+	if (v && strchr(v, ':') && atoi(v) == rank)
+		s->zc_test_stop_nth = atoi(strchr(v, ':') + 1);
 	s->pmaps = calloc((size_t)s->lws * DDPI_ZC_CACHE, sizeof(*s->pmaps));
 	s->pmap_freed = calloc((size_t)s->lws, sizeof(*s->pmap_freed));
 	return s->pmaps && s->pmap_freed ? 0 : -ENOMEM;
