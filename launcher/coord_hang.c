@@ -127,8 +127,11 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 	if (a == NULL || more == NULL)
 		goto fail;
 	for (i = 0; i < n; i++) {
+		/* A rank in ddp_init goes as one without libddp, as an older
+		 * ddprun, which would take it for a rank in its own code, read
+		 * it before; the list after the records says where it is. */
 		double v[7] = {w[i].rank,
-			       w[i].libddp,
+			       w[i].libddp && !w[i].init,
 			       w[i].in,
 			       (double)w[i].entered,
 			       (double)w[i].completed,
@@ -138,6 +141,13 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 
 		if (w[i].rank < 0)
 			continue;
+		/* A rank that exited only in the list: an older ddprun would
+		 * take its record for a running rank. */
+		if (w[i].exited) {
+			if (add_to_list(more, "exited", w[i].rank) < 0)
+				goto fail;
+			continue;
+		}
 		/* The wait only where it means something (inside a collective,
 		 * and known); the reader takes six or seven. */
 		r = cJSON_CreateDoubleArray(v, w[i].in && w[i].wait ? 7 : 6);
@@ -175,29 +185,67 @@ static const double where_range[7][2] = {
 	{0, WHERE_EXACT},  {0, UINT32_MAX},	{0, UINT32_MAX},
 };
 
-/* {"stopped": [rank, ...], "init": [rank, ...]}: marks those of w[from..n)
- * (this value's). A rank in ddp_init is in no collective. */
-static void mark_lists(const cJSON *o, struct hang_where *w, size_t from, size_t n)
+/* Append rec to *w (grown); 0, or -1 out of memory. */
+static int append(struct hang_where **w, size_t *n, const struct hang_where *rec)
 {
-	static const char *const names[] = {"stopped", "init"};
+	struct hang_where *p = realloc(*w, (*n + 1) * sizeof(**w));
 
-	for (size_t k = 0; k < 2; k++) {
-		const cJSON *r, *list = cJSON_GetObjectItemCaseSensitive(o, names[k]);
+	if (p == NULL)
+		return -1;
+	*w = p;
+	p[(*n)++] = *rec;
+	return 0;
+}
 
-		if (!cJSON_IsArray(list))
-			continue;
-		cJSON_ArrayForEach(r, list)
+/* The object after one value's records, w[from..*n):
+ * {"stopped": [rank, ...], "init": [...], "exited": [...]}. Marks the
+ * records of stopped ranks and of ranks in ddp_init (no collective: sent as
+ * without libddp), and appends one for each rank that exited and has none;
+ * how many it appended. */
+static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_t *n)
+{
+	const cJSON *r;
+	const cJSON *stopped = cJSON_GetObjectItemCaseSensitive(o, "stopped");
+	const cJSON *init = cJSON_GetObjectItemCaseSensitive(o, "init");
+	const cJSON *exited = cJSON_GetObjectItemCaseSensitive(o, "exited");
+	size_t last = *n, i;
+	int added = 0;
+
+	/* Not a list: none (cJSON_ArrayForEach walks NULL as empty). */
+	stopped = cJSON_IsArray(stopped) ? stopped : NULL;
+	init = cJSON_IsArray(init) ? init : NULL;
+	exited = cJSON_IsArray(exited) ? exited : NULL;
+
+	for (i = from; i < last; i++) {
+		struct hang_where *x = &(*w)[i];
+
+		cJSON_ArrayForEach(r, stopped)
 		{
-			for (size_t i = from; cJSON_IsNumber(r) && i < n; i++) {
-				if ((double)w[i].rank != r->valuedouble)
-					continue;
-				if (k == 0)
-					w[i].stopped = true;
-				else if (w[i].libddp && !w[i].in)
-					w[i].init = true;
-			}
+			if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble)
+				x->stopped = true;
+		}
+		cJSON_ArrayForEach(r, init)
+		{
+			if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble && !x->in)
+				x->libddp = x->init = true;
 		}
 	}
+	cJSON_ArrayForEach(r, exited)
+	{
+		struct hang_where rec = {.exited = true};
+
+		/* A rank as a record's (where_range), and not one of them. */
+		if (!cJSON_IsNumber(r) || r->valuedouble < 0 || r->valuedouble > INT_MAX - 1 ||
+		    r->valuedouble != (double)(int)r->valuedouble)
+			continue;
+		rec.rank = (int)r->valuedouble;
+		for (i = from; i < *n && (*w)[i].rank != rec.rank; i++)
+			;
+		if (i < *n || append(w, n, &rec) < 0)
+			continue;
+		added++;
+	}
+	return added;
 }
 
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n)
@@ -213,7 +261,6 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 	}
 	cJSON_ArrayForEach(r, a)
 	{
-		struct hang_where *p;
 		double v[7] = {0};
 		int i = 0;
 		const cJSON *x;
@@ -225,24 +272,21 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 			;
 		if (i < 7)
 			continue;
-		p = realloc(*w, (*n + 1) * sizeof(**w));
-		if (p == NULL)
+		struct hang_where rec = {.rank = (int)v[0],
+					 .libddp = v[1] != 0,
+					 .in = v[2] != 0,
+					 .entered = (uint64_t)v[3],
+					 .completed = (uint64_t)v[4],
+					 .op = (uint32_t)v[5],
+					 .wait = (uint32_t)v[6]};
+		if (append(w, n, &rec) < 0)
 			break;
-		*w = p;
-		p[*n] = (struct hang_where){.rank = (int)v[0],
-					    .libddp = v[1] != 0,
-					    .in = v[2] != 0,
-					    .entered = (uint64_t)v[3],
-					    .completed = (uint64_t)v[4],
-					    .op = (uint32_t)v[5],
-					    .wait = (uint32_t)v[6]};
-		(*n)++;
 		added++;
 	}
 	cJSON_ArrayForEach(r, a)
 	{
 		if (cJSON_IsObject(r))
-			mark_lists(r, *w, from, *n);
+			added += apply_lists(r, w, from, n);
 	}
 	cJSON_Delete(a);
 	return added;

@@ -116,9 +116,15 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	if (h->slots == NULL)
 		return false;
 	s = &h->slots[lr];
-	if (__atomic_load_n(&s->magic, __ATOMIC_ACQUIRE) != DDPI_PROGRESS_MAGIC ||
-	    __atomic_load_n(&s->pid, __ATOMIC_RELAXED) != (int32_t)pid)
-		return false; /* a child of the worker may be the libddp rank: rare */
+	uint32_t magic = __atomic_load_n(&s->magic, __ATOMIC_ACQUIRE);
+	int32_t owner = __atomic_load_n(&s->pid, __ATOMIC_RELAXED);
+
+	if (magic != DDPI_PROGRESS_MAGIC && magic != DDPI_PROGRESS_MAGIC_EARLY)
+		return false;
+	/* The worker, or a process it started (a wrapper script's program):
+	 * not an earlier attempt's, whose pid may have been reused. */
+	if (owner != (int32_t)pid && !proc_descends((pid_t)owner, pid, 8))
+		return false;
 	w->libddp = true;
 	w->completed = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
 	w->entered = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
@@ -136,9 +142,15 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 	for (i = 0; i < a->job->nproc; i++) {
 		struct proc_info pi;
 
-		w[i].rank = a->w[i].running ? a->world.rank_offset + i : -1;
+		w[i] = (struct hang_where){.rank = a->world.rank_offset + i};
+		/* A worker that is gone exited 0 (a failure would have stopped
+		 * the job): the others may wait for it. */
+		if (!a->w[i].running) {
+			w[i].exited = true;
+			continue;
+		}
 		slot_read(a->hang, i, a->w[i].pid, &w[i]);
-		w[i].stopped = w[i].rank >= 0 && proc_info_read(a->w[i].pid, &pi) == 0 &&
+		w[i].stopped = proc_info_read(a->w[i].pid, &pi) == 0 &&
 			       (pi.state == 'T' || pi.state == 't');
 	}
 }

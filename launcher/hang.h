@@ -5,7 +5,8 @@
  * entering or completing a collective (rendezvous/progress_slot.h: each
  * rank marks them in a small shared file, no system call per collective),
  * bytes of output, and CPU time, except a libddp rank's CPU time while it is
- * inside a collective (the shm transport spins). When no local rank has made
+ * inside a collective or waits in ddp_init for its peers to join (the shm
+ * transport spins). When no local rank has made
  * progress for SEC (with several nodes: and no other node's, coord_hang.c),
  * the agent dumps every rank (hang_dump.c): /proc's state,
  * wait channel, CPU time, the age of its last output, where it is in its
@@ -88,12 +89,14 @@ struct hang_where {
 	uint32_t op;
 	uint32_t wait; /* enum ddpi_progress_wait, when in */
 	bool stopped;  /* /proc state T or t: a stop signal (^Z) or a tracer holds it */
+	bool exited;   /* the worker is gone (it exited 0: a failure stops the job) */
 };
 
 /* The verdict over w[0..n): one or more lines, each starting with indent, in
- * buf (always NUL-terminated), stopped ranks named first. *culprits: how many
- * ranks were not where the others were, else how many are stopped (0: none
- * can be told). */
+ * buf (always NUL-terminated), stopped ranks named first, then those that
+ * exited. *culprits: how many ranks were not where the others were (those
+ * that exited, and those that never called ddp_init while others wait
+ * there, included), else how many are stopped (0: none can be told). */
 void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
 		  int *culprits);
 /* A node's positions as JSON for the store (malloc'd; NULL: no memory), and

@@ -134,14 +134,46 @@ static size_t gather(const struct hang_where *w, size_t n, size_t from,
 	return k;
 }
 
+static bool is_stopped(const struct hang_where *w)
+{
+	return w->rank >= 0 && !w->exited && w->stopped;
+}
+
+static bool is_exited(const struct hang_where *w)
+{
+	return w->rank >= 0 && w->exited;
+}
+
+static bool is_other(const struct hang_where *w)
+{
+	return w->rank >= 0 && !w->exited && !w->libddp;
+}
+
+/* The ranks of w[0..n) that pred holds for, sorted into ranks and listed
+ * into list ("0-3,5"); how many. */
+static size_t ranks_that(const struct hang_where *w, size_t n,
+			 bool (*pred)(const struct hang_where *), int *ranks, char *list,
+			 size_t len)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		if (pred(&w[i]))
+			ranks[k++] = w[i].rank;
+	qsort(ranks, k, sizeof(int), cmp_int);
+	hang_rank_list(ranks, k, list, len);
+	return k;
+}
+
 void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
 		  int *culprits)
 {
+	char list[512];
 	struct text t = {0};
 	int *ranks = malloc((n + 1) * sizeof(int));
 	bool *done = calloc(n + 1, sizeof(bool));
 	uint64_t top = 0;
-	size_t i, j, k, nlib = 0, nother = 0, nstopped = 0;
+	size_t i, k, nlib = 0, nother = 0, nstopped = 0, nexited = 0;
 	bool same;
 	const struct hang_where *lead = NULL;
 
@@ -151,27 +183,29 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		goto out;
 	/* Stopped ranks first: nothing moves them until they are continued,
 	 * whatever the others wait for (ddprun's own stop sends SIGCONT). */
-	for (i = 0; i < n; i++)
-		if (w[i].rank >= 0 && w[i].stopped)
-			ranks[nstopped++] = w[i].rank;
-	if (nstopped > 0) {
-		char list[512];
-
-		qsort(ranks, nstopped, sizeof(int), cmp_int);
-		hang_rank_list(ranks, nstopped, list, sizeof(list));
+	nstopped = ranks_that(w, n, is_stopped, ranks, list, sizeof(list));
+	if (nstopped > 0)
 		text_printf(&t,
 			    "%s%s %s %s stopped (a stop signal, as ^Z sends, or a debugger): "
 			    "nothing runs there until %s continued (SIGCONT)\n",
 			    indent, nstopped == 1 ? "rank" : "ranks", list,
 			    nstopped == 1 ? "is" : "are", nstopped == 1 ? "it is" : "they are");
-	}
+	/* Then those that are gone: every collective, and ddp_init's join,
+	 * needs every rank, so the others can only wait for them. */
+	nexited = ranks_that(w, n, is_exited, ranks, list, sizeof(list));
+	if (nexited > 0)
+		text_printf(&t,
+			    "%s%s %s exited (status 0) while the others run: no collective or "
+			    "ddp_init they wait in can complete without %s\n",
+			    indent, nexited == 1 ? "rank" : "ranks", list,
+			    nexited == 1 ? "it" : "them");
 	/* The waiters: the ranks inside the furthest collective (or ddp_init),
 	 * those whose collective runs rather than those still behind their own
 	 * GPU work. */
 	for (i = 0; i < n; i++) {
 		uint64_t o = wait_order(&w[i]);
 
-		if (w[i].rank < 0)
+		if (w[i].rank < 0 || w[i].exited)
 			continue;
 		if (!w[i].libddp) {
 			nother++;
@@ -214,13 +248,13 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		} else if (lead->init && nother > 0) {
 			/* The join waits for every rank: those that never came. */
 			*culprits += (int)nother;
-		} else if (*culprits == 0 && nstopped == 0 && lead->init) {
+		} else if (*culprits == 0 && nstopped == 0 && nexited == 0 && lead->init) {
 			text_printf(&t,
 				    "%severy rank is in ddp_init: the join itself does not "
-				    "complete (a peer's node or the store unreachable), not one "
+				    "complete (a node or the store out of reach), not one "
 				    "rank's program\n",
 				    indent);
-		} else if (*culprits == 0 && nstopped == 0) {
+		} else if (*culprits == 0 && nstopped == 0 && nexited == 0) {
 			text_printf(
 				&t,
 				"%severy rank is in the same collective: the hang is inside it (a "
@@ -233,31 +267,22 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 		*culprits = 0;
 	}
 	if (nother > 0) {
-		for (j = 0, k = 0; j < n; j++)
-			if (w[j].rank >= 0 && !w[j].libddp)
-				ranks[k++] = w[j].rank;
-		qsort(ranks, k, sizeof(int), cmp_int);
-		{
-			char list[512];
-
-			hang_rank_list(ranks, k, list, sizeof(list));
-			if (lead != NULL && lead->init)
-				text_printf(&t,
-					    "%s%s %s never called ddp_init (%s in %s own code "
-					    "before it, or not libddp): the ranks in ddp_init "
-					    "wait for %s\n",
-					    indent, k == 1 ? "rank" : "ranks", list,
-					    k == 1 ? "it is" : "they are", k == 1 ? "its" : "their",
-					    k == 1 ? "it" : "them");
-			else
-				text_printf(&t,
-					    "%s%s %s %s no collectives (not libddp, or before "
-					    "ddp_init)\n",
-					    indent, k == 1 ? "rank" : "ranks", list,
-					    k == 1 ? "reports" : "report");
-		}
+		k = ranks_that(w, n, is_other, ranks, list, sizeof(list));
+		if (lead != NULL && lead->init)
+			text_printf(&t,
+				    "%s%s %s never called ddp_init (%s in %s own code before it, "
+				    "or not libddp): the ranks in ddp_init wait for %s\n",
+				    indent, k == 1 ? "rank" : "ranks", list,
+				    k == 1 ? "it is" : "they are", k == 1 ? "its" : "their",
+				    k == 1 ? "it" : "them");
+		else
+			text_printf(&t,
+				    "%s%s %s %s no collectives (not libddp, or before ddp_init)\n",
+				    indent, k == 1 ? "rank" : "ranks", list,
+				    k == 1 ? "reports" : "report");
 	}
 out:
+	*culprits += (int)nexited;
 	if (*culprits == 0)
 		*culprits = (int)nstopped; /* nobody else to name */
 	if (t.p != NULL)

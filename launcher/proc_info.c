@@ -125,6 +125,18 @@ uint64_t proc_tree_ticks(pid_t pid, int max)
 	return total;
 }
 
+bool proc_descends(pid_t pid, pid_t ancestor, int depth)
+{
+	struct proc_info pi;
+
+	while (depth-- > 0 && pid > 1 && read_stat(pid, &pi) == 0) {
+		if (pi.ppid == ancestor)
+			return true;
+		pid = pi.ppid;
+	}
+	return false;
+}
+
 const char *proc_state_name(char state)
 {
 	switch (state) {

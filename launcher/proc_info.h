@@ -22,6 +22,8 @@ struct proc_info {
 int proc_info_read(pid_t pid, struct proc_info *pi);
 /* CPU ticks of pid and its descendants (up to max processes), 0 if gone. */
 uint64_t proc_tree_ticks(pid_t pid, int max);
+/* Whether pid is a descendant of ancestor, at most depth generations down. */
+bool proc_descends(pid_t pid, pid_t ancestor, int depth);
 /* "sleeping" for 'S', ... */
 const char *proc_state_name(char state);
 /* True when pid's executable is a Python interpreter (python, python3, python3.11...). */

@@ -13,8 +13,8 @@
  * 1, 2, ... in the order this process issues them (public collectives and
  * gradient-bucket all-reduces alike; libddp issues them in the same order on
  * every rank, so equal numbers are the same collective on every rank).
- * It also marks the time inside ddp_init (phase), where a rank waits for its
- * peers to join: a rank waiting there is told from one that never called
+ * It also marks the time inside ddp_init where a rank waits for its peers
+ * to join (phase): a rank waiting there is told from one that never called
  * ddp_init. Without the variable, or when the file cannot be mapped, nothing
  * is recorded and nothing fails. */
 #ifndef DDP_PROGRESS_SLOT_H
@@ -25,7 +25,12 @@
 #include "workenv.h" /* the file's variable: WORKENV_DDP_PROGRESS_FILE */
 
 #define DDPI_PROGRESS_MAGIC 0x44445050u /* "DDPP": the slot is in use */
-#define DDPI_PROGRESS_SLOT  64		/* bytes per slot: one cache line */
+/* "DDPE": in use by a libddp that has entered no collective yet (ddp_init
+ * marks its phase): an older ddprun, which knows only DDPP, reads the rank
+ * as it always did until its first collective, not as a libddp rank in no
+ * collective. */
+#define DDPI_PROGRESS_MAGIC_EARLY 0x44445045u
+#define DDPI_PROGRESS_SLOT	  64 /* bytes per slot: one cache line */
 
 /* What the latest entered collective is. */
 enum ddpi_progress_op {
@@ -54,7 +59,9 @@ enum ddpi_progress_wait {
  * collective). */
 enum ddpi_progress_phase {
 	DDPI_PHASE_NONE = 0,
-	DDPI_PHASE_INIT, /* inside ddp_init: joining its peers */
+	DDPI_PHASE_INIT, /* inside ddp_init, joining its peers (the store's join, the
+			    node's segment and the ring between nodes; not NCCL's
+			    init, whose CPU time is work) */
 	DDPI_PHASE_NKINDS
 };
 

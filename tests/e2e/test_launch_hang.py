@@ -105,6 +105,32 @@ def test_a_rank_that_never_calls_ddp_init_is_named_not_its_waiting_peers():
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
 
 
+def test_a_rank_that_exited_before_ddp_init_is_named():
+    # Rank 2 exits 0 before ddp_init (a success does not stop the job); the
+    # others wait in ddp_init for it. Before, the verdict said the join
+    # itself could not complete, "not one rank's program".
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--hang-timeout", "2",
+             prog("hang_coll"), "3", "early", "2"], timeout=120)
+    err = r.stderr
+    assert r.returncode == HANG_EXIT, err
+    assert ("rank 2 exited (status 0) while the others run: no collective or ddp_init they "
+            "wait in can complete without it") in err
+    assert "ranks 0-1 wait in ddp_init (joining its peers)" in err
+    assert "the join itself" not in err
+
+
+def test_ranks_whose_libddp_process_is_a_child_of_the_worker_are_placed():
+    # Each worker is a shell that runs the program as its child (a wrapper
+    # script): its libddp process is not the worker itself. The verdict
+    # still knows where each rank is; before, it read "none uses libddp".
+    r = run([binary("ddprun"), "--nproc-per-node", "3", "--hang-timeout", "2", "sh", "-c",
+             f"{prog('hang_coll')} 3 1; exit $?"], timeout=120)
+    err = r.stderr
+    assert r.returncode == HANG_EXIT, err
+    assert "rank 1 is in no collective (last completed #3)" in err
+    assert "ranks 0,2 wait in all_reduce #4" in err
+
+
 def test_gdb_gives_the_stack_when_eu_stack_is_missing(tmp_path):
     tools = tmp_path / "bin"
     tools.mkdir()

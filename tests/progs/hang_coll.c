@@ -16,7 +16,9 @@
  *                        N+1
  *   hang_coll N late R   rank R (its RANK) sleeps forever in
  *                        hang_coll_sleeping_rank() before ddp_init, while
- *                        the others wait in ddp_init for it to join */
+ *                        the others wait in ddp_init for it to join
+ *   hang_coll N early R  rank R exits 0 before ddp_init, while the others
+ *                        wait in ddp_init for it to join */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -53,9 +55,12 @@ int main(int argc, char **argv)
 	bool slow = strcmp(mode, "slow") == 0;
 	int i, r;
 
-	if (strcmp(mode, "late") == 0 && argc > 3 && getenv("RANK") &&
-	    atoi(getenv("RANK")) == atoi(argv[3]))
+	if ((strcmp(mode, "late") == 0 || strcmp(mode, "early") == 0) && argc > 3 &&
+	    getenv("RANK") && atoi(getenv("RANK")) == atoi(argv[3])) {
+		if (strcmp(mode, "early") == 0)
+			return 0;
 		hang_coll_sleeping_rank(atoi(argv[3]));
+	}
 	if (ddp_init(NULL, &ctx) < 0) {
 		fprintf(stderr, "hang_coll: %s\n", ddp_errmsg());
 		return 1;

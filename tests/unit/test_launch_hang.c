@@ -39,6 +39,10 @@
 	{                                                                                   \
 		.rank = (r), .libddp = true, .init = true, .entered = (c), .completed = (c) \
 	}
+#define EXITED(r)                           \
+	{                                   \
+		.rank = (r), .exited = true \
+	}
 #define GONE               \
 	{                  \
 		.rank = -1 \
@@ -314,7 +318,10 @@ static void test_ranks_in_ddp_init_cross_nodes(void **state)
 	w[2].stopped = true;
 	s = hang_where_encode(w, 3);
 	assert_non_null(s);
-	assert_string_equal(s, "[[0,1,0,0,0,0],[1,1,0,0,0,0],[2,1,0,0,0,0],"
+	/* In the records as ranks without libddp, as an older ddprun read them
+	 * before (it would take a libddp rank in no collective for one in its
+	 * own code). */
+	assert_string_equal(s, "[[0,0,0,0,0,0],[1,1,0,0,0,0],[2,0,0,0,0,0],"
 			       "{\"init\":[0,2],\"stopped\":[2]}]");
 	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 3);
 	assert_true(back[0].init);
@@ -322,11 +329,62 @@ static void test_ranks_in_ddp_init_cross_nodes(void **state)
 	assert_true(back[2].init);
 	assert_true(back[2].stopped);
 	assert_false(back[0].stopped);
-	/* Only a libddp rank outside its collectives can be in ddp_init. */
+	assert_true(back[0].libddp);
+	/* A rank inside a collective is not in ddp_init. */
 	const char *bad = "[[3,0,0,0,0,0],[4,1,1,2,1,1],{\"init\":[3,4]}]";
 	assert_int_equal(hang_where_decode(bad, strlen(bad), &back, &n), 2);
-	assert_false(back[3].init);
+	assert_true(back[3].init);
 	assert_false(back[4].init);
+	free(back);
+	free(s);
+}
+
+/* A rank that exited (status 0: a failure would have stopped the job) while
+ * the others wait: named, and no claim that the hang is inside the
+ * collective or the join. */
+static void test_a_rank_that_exited_is_named(void **state)
+{
+	struct hang_where init[] = {INIT(0, 0), EXITED(1), INIT(2, 0)};
+	struct hang_where coll[] = {IN(0, 4, 1), EXITED(1), IN(2, 4, 1)};
+	struct hang_where none[] = {OTHER(0), EXITED(1)};
+	char buf[1024];
+
+	verdict(init, 3, 1, buf);
+	assert_string_equal(buf, "rank 1 exited (status 0) while the others run: no collective or "
+				 "ddp_init they wait in can complete without it\n"
+				 "ranks 0,2 wait in ddp_init (joining its peers)\n");
+	verdict(coll, 3, 1, buf);
+	assert_string_equal(buf, "rank 1 exited (status 0) while the others run: no collective or "
+				 "ddp_init they wait in can complete without it\n"
+				 "ranks 0,2 wait in all_reduce #4\n");
+	verdict(none, 2, 1, buf);
+	assert_non_null(strstr(buf, "rank 1 exited"));
+	assert_non_null(strstr(buf, "none uses libddp"));
+}
+
+/* Across nodes a rank that exited goes only in the object after the
+ * records (an older ddprun would take its record for a running rank); a
+ * reader adds it, once, and skips what is not a rank. */
+static void test_a_rank_that_exited_crosses_nodes(void **state)
+{
+	struct hang_where w[] = {IN(0, 4, 1), EXITED(1)};
+	struct hang_where *back = NULL;
+	size_t n = 0;
+	char *s = hang_where_encode(w, 2);
+
+	assert_non_null(s);
+	assert_string_equal(s, "[[0,1,1,4,3,1],{\"exited\":[1]}]");
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 2);
+	assert_int_equal(n, 2);
+	assert_int_equal(back[1].rank, 1);
+	assert_true(back[1].exited);
+	assert_false(back[1].libddp);
+	const char *odd = "[[2,1,0,3,3,0],{\"exited\":[2,3,3.5,-1,1e300,\"4\"]}]";
+	assert_int_equal(hang_where_decode(odd, strlen(odd), &back, &n), 2);
+	assert_int_equal(n, 4);
+	assert_false(back[2].exited);
+	assert_int_equal(back[3].rank, 3);
+	assert_true(back[3].exited);
 	free(back);
 	free(s);
 }
@@ -400,6 +458,8 @@ int main(void)
 		cmocka_unit_test(test_every_rank_in_ddp_init_blames_the_join),
 		cmocka_unit_test(test_a_later_contexts_ddp_init_is_placed_among_the_collectives),
 		cmocka_unit_test(test_ranks_in_ddp_init_cross_nodes),
+		cmocka_unit_test(test_a_rank_that_exited_is_named),
+		cmocka_unit_test(test_a_rank_that_exited_crosses_nodes),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};

@@ -192,6 +192,9 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	store_client_close(sc);
 	if (rc < 0)
 		goto fail;
+	/* Joined. NCCL's init that may follow works (CUDA's context, its
+	 * spinning settle): its CPU time is progress. */
+	ddpi_progress_phase(DDPI_PHASE_NONE);
 	if (ctx->backend == DDP_BACKEND_CPU) {
 		ctx->ops = &ddpi_cpu_ops;
 		ctx->be = ctx->cpu;
@@ -203,7 +206,6 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 #endif
 	}
 	atomic_store(&live_ctx, ctx);
-	ddpi_progress_phase(DDPI_PHASE_NONE);
 	*out = ctx;
 	return 0;
 fail:

@@ -45,7 +45,7 @@ static void map_slot(void)
 		return;
 	slot = (struct ddpi_progress_slot *)((char *)p + rank * DDPI_PROGRESS_SLOT);
 	__atomic_store_n(&slot->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
-	__atomic_store_n(&slot->magic, DDPI_PROGRESS_MAGIC, __ATOMIC_RELEASE);
+	__atomic_store_n(&slot->magic, DDPI_PROGRESS_MAGIC_EARLY, __ATOMIC_RELEASE);
 }
 
 void ddpi_progress_enter(enum ddpi_progress_op op)
@@ -57,13 +57,20 @@ void ddpi_progress_enter(enum ddpi_progress_op op)
 	__atomic_store_n(&slot->op, (uint32_t)op, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->wait, (uint32_t)DDPI_WAIT_UNKNOWN, __ATOMIC_RELAXED);
 	__atomic_store_n(&slot->entered, seq, __ATOMIC_RELEASE);
+	if (seq == 1) /* from now on an older ddprun may read it too */
+		__atomic_store_n(&slot->magic, DDPI_PROGRESS_MAGIC, __ATOMIC_RELEASE);
 }
 
 void ddpi_progress_phase(enum ddpi_progress_phase ph)
 {
 	pthread_once(&once, map_slot);
-	if (slot != NULL)
-		__atomic_store_n(&slot->phase, (uint32_t)ph, __ATOMIC_RELEASE);
+	if (slot == NULL)
+		return;
+	/* A new context: no collective of the one before is still under way
+	 * (one a broken context left unmarked would hide the join). */
+	if (ph == DDPI_PHASE_INIT)
+		__atomic_store_n(&slot->completed, seq, __ATOMIC_RELEASE);
+	__atomic_store_n(&slot->phase, (uint32_t)ph, __ATOMIC_RELEASE);
 }
 
 void ddpi_progress_wait(enum ddpi_progress_wait w)
