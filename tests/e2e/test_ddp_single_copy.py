@@ -280,16 +280,18 @@ def test_a_peer_resuming_after_the_others_gave_up_writes_nothing(reaper, store, 
                                     {"DDP_SHM_CMA": "1", "DDP_TEST_CMA_FAIL": f"stop:1:{nth}"})
 
 
-@pytest.mark.parametrize("op,nproc", [("shared", 2), ("bshared", 3)])
+@pytest.mark.parametrize("op,nproc", [("shared", 2), ("bshared", 3), ("gshared", 2)])
 @pytest.mark.parametrize("nth", ["1", "3"])
 def test_a_peer_resuming_in_a_direct_collective_writes_nothing(reaper, store, tmp_path, op,
                                                                 nproc, nth):
     """The same on the direct paths (ddp_alloc buffers, read and written in
-    place): rank 1 stops before its first write into the buffers, or after
-    its first block, of a 64 MiB all_reduce or broadcast (from rank 0); the
-    others time out, return and refill. Continued, rank 1 writes nothing
-    into them and fails. Before, it wrote the rest of its slice (30 MiB)
-    over rank 0's new data and returned success with wrong sums."""
+    place): rank 1 stops before its first copy, or after its first block, of
+    a 64 MiB all_reduce or broadcast (from rank 0), or at the last step of an
+    all_gather (its two copies done, from send buffers the others then
+    refill); the others time out, return and refill. Continued, rank 1
+    writes nothing into them and fails. Before, it wrote the rest of its
+    slice (30 MiB) over rank 0's new data and returned success with wrong
+    sums; the all_gather returned success with what it had copied."""
     resume_after_the_others_gave_up(reaper, store, tmp_path / "gate", nproc, [op],
                                     {"DDP_TEST_ZC_STOP": f"1:{nth}"})
 

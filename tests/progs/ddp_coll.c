@@ -73,9 +73,10 @@
  *                                       "overwritten K", the elements no longer -7;
  *                                       rank 1 prints how its call ended. OP: an
  *                                       all_reduce of private memory (none given),
- *                                       shared (ddp_alloc: the direct path), or a
+ *                                       shared (ddp_alloc: the direct path), a
  *                                       broadcast from rank 0 of shared memory
- *                                       (bshared)
+ *                                       (bshared) or an all_gather (gshared: the
+ *                                       buffer is the send buffer)
  *   ddp_coll [--spawn N] slowbkt NB MS [COUNT]   a reducer of NB buckets (one parameter
  *                                       of COUNT floats each, 1024 if not given, buckets the
  *                                       ranks share from 64 K); the last rank marks them ready one
@@ -670,15 +671,19 @@ static int run_reuse(struct ddp_ctx *ctx, const char *gate, const char *op)
 {
 	size_t n = 16u << 20, bad = 0;
 	int shared = op && strstr(op, "shared"), bcast = op && !strcmp(op, "bshared");
+	int gather = op && !strcmp(op, "gshared");
 	float *b = shared ? ddp_alloc(ctx, n * sizeof(float)) : malloc(n * sizeof(float));
+	float *all =
+		gather ? ddp_alloc(ctx, n * sizeof(float) * (size_t)ddp_world_size(ctx)) : NULL;
 	int me = ddp_rank(ctx), rc;
 
-	if (!b)
+	if (!b || (gather && !all))
 		return 1;
 	for (size_t i = 0; i < n; i++)
 		b[i] = 1;
-	rc = bcast ? ddp_broadcast(ctx, b, n * sizeof(float), 0)
-		   : ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
+	rc = gather  ? ddp_all_gather(ctx, b, all, n * sizeof(float))
+	     : bcast ? ddp_broadcast(ctx, b, n * sizeof(float), 0)
+		     : ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
 	if (me == 1) {
 		fprintf(stderr, "rank %d: %s\n", me, rc < 0 ? ddp_errmsg() : "returned");
 		return rc < 0 ? 3 : 0;

@@ -135,7 +135,7 @@ struct ddpi_shm {
 	uint64_t pmap_clock;	     /* for the least recently used mapping */
 	int zc_off;	      /* DDP_SHM_DIRECT=0, or a mapping failed (agreed): no direct path */
 	int zc_test_pause_ms; /* test hook (shm_mem.c) */
-	int zc_test_stop_nth; /* test hook (shm_direct.c): stop before the nth write */
+	int zc_test_stop_nth; /* test hook (shm_direct.c): stop before the nth copy */
 };
 
 /* The name errors give a step: the program's call it belongs to (a

@@ -21,16 +21,23 @@
  * 16, 64 and 256 KiB measured alike within the noise (2026-12-06). */
 #define BCAST_BLOCK_BYTES (64 * 1024)
 
-/* Whether this rank may write into its peers' buffers now: not once a rank
- * gave up on the collective (it timed out or failed, returned at once and
- * may reuse its buffer), which a rank that was descheduled meanwhile must
- * not write into when it resumes; at most the copy under way can still
- * land, as in the single copy's transfers (shm_cma.c). Test hook
- * (DDP_TEST_ZC_STOP): the rank stops itself before its nth write. */
-static int may_write(struct ddpi_shm *s)
+/* Test hook (DDP_TEST_ZC_STOP): the rank stops itself at its nth copy, or
+ * at the last step after its copies. */
+static void test_stop(struct ddpi_shm *s)
 {
 	if (s->zc_test_stop_nth > 0 && --s->zc_test_stop_nth == 0)
 		raise(SIGSTOP);
+}
+
+/* Whether this rank may copy into a buffer, its peers' or from them, now:
+ * not once a rank gave up on the collective (it timed out or failed,
+ * returned at once and may reuse its buffer), which a rank that was
+ * descheduled meanwhile must not write into, nor take as its input, when it
+ * resumes. At most the copy under way (a block) can still land, as in the
+ * single copy's transfers (shm_cma.c). */
+static int may_write(struct ddpi_shm *s)
+{
+	test_stop(s);
 	return !ddpi_shm_aborted(s);
 }
 
@@ -40,6 +47,7 @@ static int may_write(struct ddpi_shm *s)
  * what it read from a buffer its owner may have reused, is not the result. */
 static int finish(struct ddpi_shm *s, int64_t deadline, const char *what)
 {
+	test_stop(s);
 	int rc = ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, what);
 
 	return rc == 0 && ddpi_shm_aborted(s) ? ddpi_shm_abort_error(s, what) : rc;
@@ -98,8 +106,11 @@ int ddpi_shm_all_gather_direct(struct ddpi_shm *s, char *const *peer, void *recv
 {
 	for (int q = 0; q < s->lws; q++) {
 		char *dst = (char *)recv + (size_t)pos[q] * bytes;
-		if (dst != peer[q])
-			ddpi_copy(dst, peer[q], bytes, stream);
+		if (dst == peer[q])
+			continue;
+		if (!may_write(s))
+			return ddpi_shm_abort_error(s, ddpi_shm_what(s, "all_gather"));
+		ddpi_copy(dst, peer[q], bytes, stream);
 	}
 	return finish(s, deadline, ddpi_shm_what(s, "all_gather"));
 }

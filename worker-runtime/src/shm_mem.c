@@ -313,7 +313,7 @@ int ddpi_shm_mem_init(struct ddpi_shm *s, int rank)
 	if (v && strchr(v, ':') && atoi(v) == rank)
 		s->zc_test_pause_ms = atoi(strchr(v, ':') + 1);
 	/* DDP_TEST_ZC_STOP=<rank>:<n>: that rank stops itself (SIGSTOP) before
-	 * its nth write into the buffers of a direct collective. */
+	 * its nth copy of a direct collective, or at its last step after them. */
 	v = getenv("DDP_TEST_ZC_STOP");
 	if (v && strchr(v, ':') && atoi(v) == rank)
 		s->zc_test_stop_nth = atoi(strchr(v, ':') + 1);
