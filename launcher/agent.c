@@ -250,8 +250,10 @@ static bool reap(struct agent *a)
 			continue; /* an adopted orphan, the watchdog, a helper of ours */
 		w->running = false;
 		a->nrunning--;
-		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
+			w->exited_ok = true;
 			continue;
+		}
 		if (agent_failure_exit(a, w, wstatus))
 			failed = true;
 	}

@@ -207,6 +207,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 	}
 	w->pid = pid;
 	w->running = true;
+	w->exited_ok = false;
 	w->started_us = report_now_us();
 	w->group_live = true;
 	a->nrunning++;

@@ -14,10 +14,13 @@
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
- *                     completed, op(, wait)], ..., {"stopped": [rank,
- *                     ...]}] (wait only when known; the object only when a
- *                     rank is stopped: an older ddprun skips what is no
- *                     record, and still reads every rank's place)
+ *                     completed, op(, wait)], ..., {"stopped": [rank, ...],
+ *                     "init": [...], "exited": [...]}] (wait only when
+ *                     known; the object only when a list is not empty: an
+ *                     older ddprun skips what is no record, and still reads
+ *                     every rank's place; a rank in ddp_init is a record
+ *                     without libddp, as such a ddprun read it, and one
+ *                     that exited has none)
  *   hang/prog/<R>     ADD counter: node R's ranks made progress (bumped by
  *                     each sample that saw some, at most once a second and
  *                     4 times per timeout); a node whose own ranks stall
@@ -35,6 +38,7 @@
 
 #include <cJSON.h>
 
+#include "cli.h"
 #include "hang.h"
 #include "output.h"
 #include "store_async.h"
@@ -211,10 +215,14 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 	size_t last = *n, i;
 	int added = 0;
 
-	/* Not a list: none (cJSON_ArrayForEach walks NULL as empty). */
-	stopped = cJSON_IsArray(stopped) ? stopped : NULL;
-	init = cJSON_IsArray(init) ? init : NULL;
-	exited = cJSON_IsArray(exited) ? exited : NULL;
+	/* Not a list, or longer than a node's ranks: none (cJSON_ArrayForEach
+	 * walks NULL as empty); each entry is matched against the records, so
+	 * the bound keeps a value's cost bounded too. */
+	stopped = cJSON_IsArray(stopped) && cJSON_GetArraySize(stopped) <= CLI_MAX_NPROC ? stopped
+											 : NULL;
+	init = cJSON_IsArray(init) && cJSON_GetArraySize(init) <= CLI_MAX_NPROC ? init : NULL;
+	exited = cJSON_IsArray(exited) && cJSON_GetArraySize(exited) <= CLI_MAX_NPROC ? exited
+										      : NULL;
 
 	for (i = from; i < last; i++) {
 		struct hang_where *x = &(*w)[i];
@@ -267,6 +275,8 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 
 		if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) < 6 || cJSON_GetArraySize(r) > 7)
 			continue;
+		if (*n - from >= CLI_MAX_NPROC)
+			break; /* a node has no more ranks */
 		cJSON_ArrayForEach(x, r) v[i++] = cJSON_IsNumber(x) ? x->valuedouble : 0;
 		for (i = 0; i < 7 && v[i] >= where_range[i][0] && v[i] <= where_range[i][1]; i++)
 			;

@@ -135,6 +135,13 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	return true;
 }
 
+/* Whether a worker's exit 0 says where it is: while the job runs, not once
+ * its stop began (a worker may end well on SIGTERM). */
+static bool exits_count(const struct agent *a)
+{
+	return a->state == AS_RUNNING || a->state == AS_DRAINING || a->state == AS_WAITING;
+}
+
 void hang_where_local(struct agent *a, struct hang_where *w)
 {
 	int i;
@@ -143,10 +150,13 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 		struct proc_info pi;
 
 		w[i] = (struct hang_where){.rank = a->world.rank_offset + i};
-		/* A worker that is gone exited 0 (a failure would have stopped
-		 * the job): the others may wait for it. */
+		/* A worker that exited 0 while the job runs: the others may wait
+		 * for it. Any other end (a failure, the stop's signals, the
+		 * hang's SIGABRT) is the job's stop, not a place. */
 		if (!a->w[i].running) {
-			w[i].exited = true;
+			w[i].exited = a->w[i].exited_ok && exits_count(a);
+			if (!w[i].exited)
+				w[i].rank = -1;
 			continue;
 		}
 		slot_read(a->hang, i, a->w[i].pid, &w[i]);
@@ -514,6 +524,13 @@ void hang_remote_dump(struct agent *a, bool fail, const char *why,
 {
 	struct hang *h = a->hang;
 
+	/* Every worker here exited 0: nothing to dump, but the others may
+	 * wait for them, which the requester's verdict says. */
+	if (h != NULL && !a->failed && (a->state == AS_DRAINING || a->state == AS_WAITING)) {
+		hang_where_local(a, h->where);
+		done(arg, h->where, (size_t)a->job->nproc);
+		return;
+	}
 	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING) || h->holding ||
 	    h->dumping) {
 		struct hang_where none = {.rank = -1};

@@ -424,6 +424,20 @@ def test_two_nodes_the_rank_that_never_calls_ddp_init_is_named_across_nodes(reap
     assert "rank 2 never called ddp_init" in both, both
 
 
+def test_two_nodes_a_node_whose_workers_all_exited_gives_its_ranks(reaper, tmp_path):
+    # Node 1's ranks both exit 0 before ddp_init; node 1 waits for the job's
+    # end with no worker left, yet answers the requester: its ranks exited.
+    # Before, it sent no positions and the verdict said the join itself
+    # could not complete.
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "early", "2+"])
+    assert agents[0].wait(timeout=120) == HANG_EXIT, agents[0].stderr()
+    agents[1].wait(timeout=120)
+    err = agents[0].stderr()
+    assert "ranks 2-3 exited (status 0) while the others run" in err, err
+    assert "ranks 0-1 wait in ddp_init (joining its peers)" in err, err
+    assert "the join itself" not in err
+
+
 def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(reaper,
                                                                               tmp_path):
     """A store client numbers a hang request (hang/count) and writes none (a

@@ -17,8 +17,8 @@
  *   hang_coll N late R   rank R (its RANK) sleeps forever in
  *                        hang_coll_sleeping_rank() before ddp_init, while
  *                        the others wait in ddp_init for it to join
- *   hang_coll N early R  rank R exits 0 before ddp_init, while the others
- *                        wait in ddp_init for it to join */
+ *   hang_coll N early R  rank R (R+: every rank from R on) exits 0 before
+ *                        ddp_init, while the others wait in ddp_init */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -56,7 +56,9 @@ int main(int argc, char **argv)
 	int i, r;
 
 	if ((strcmp(mode, "late") == 0 || strcmp(mode, "early") == 0) && argc > 3 &&
-	    getenv("RANK") && atoi(getenv("RANK")) == atoi(argv[3])) {
+	    getenv("RANK") &&
+	    (atoi(getenv("RANK")) == atoi(argv[3]) ||
+	     (strchr(argv[3], '+') && atoi(getenv("RANK")) > atoi(argv[3])))) {
 		if (strcmp(mode, "early") == 0)
 			return 0;
 		hang_coll_sleeping_rank(atoi(argv[3]));

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "coord_int.h"
 #include "hang.h"
 #include "progress_slot.h"
@@ -389,6 +390,30 @@ static void test_a_rank_that_exited_crosses_nodes(void **state)
 	free(s);
 }
 
+/* A value holds at most a node's ranks (CLI_MAX_NPROC): longer lists are
+ * ignored and records beyond it dropped, so that no value costs more than
+ * that many matches per entry (the requester's loop waits meanwhile). */
+static void test_positions_beyond_a_nodes_ranks_are_dropped(void **state)
+{
+	size_t cap = CLI_MAX_NPROC, len = 64 + 32 * (cap + 2), k = 0;
+	char *s = malloc(len);
+	struct hang_where *back = NULL;
+	size_t n = 0;
+
+	assert_non_null(s);
+	k += (size_t)snprintf(s + k, len - k, "[");
+	for (size_t r = 0; r <= cap; r++)
+		k += (size_t)snprintf(s + k, len - k, "[%zu,1,0,0,0,0],", r);
+	k += (size_t)snprintf(s + k, len - k, "{\"exited\":[");
+	for (size_t r = 0; r <= cap; r++)
+		k += (size_t)snprintf(s + k, len - k, "%s%zu", r ? "," : "", cap + 1 + r);
+	snprintf(s + k, len - k, "]}]");
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), (int)cap);
+	assert_int_equal(n, cap);
+	free(back);
+	free(s);
+}
+
 /* A record with a value its field cannot hold is skipped, not converted
  * (undefined for a double out of range; fuzz_launch_hang found 8.9e21). */
 static void test_positions_out_of_range_are_skipped(void **state)
@@ -460,6 +485,7 @@ int main(void)
 		cmocka_unit_test(test_ranks_in_ddp_init_cross_nodes),
 		cmocka_unit_test(test_a_rank_that_exited_is_named),
 		cmocka_unit_test(test_a_rank_that_exited_crosses_nodes),
+		cmocka_unit_test(test_positions_beyond_a_nodes_ranks_are_dropped),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
