@@ -684,13 +684,10 @@ static int run_reuse(struct ddp_ctx *ctx, const char *gate, const char *op)
 	rc = gather  ? ddp_all_gather(ctx, b, all, n * sizeof(float))
 	     : bcast ? ddp_broadcast(ctx, b, n * sizeof(float), 0)
 		     : ddp_all_reduce(ctx, b, n, DDP_FLOAT32, DDP_SUM);
-	if (me == 1) {
+	if (me == 1 || rc == 0) {
 		fprintf(stderr, "rank %d: %s\n", me, rc < 0 ? ddp_errmsg() : "returned");
-		return rc < 0 ? 3 : 0;
-	}
-	if (rc == 0) {
-		fprintf(stderr, "rank %d: returned\n", me);
-		return 1;
+		rc = me == 1 && rc < 0 ? 3 : me == 1 ? 0 : 1;
+		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
 		b[i] = -7;
@@ -701,7 +698,18 @@ static int run_reuse(struct ddp_ctx *ctx, const char *gate, const char *op)
 	for (size_t i = 0; i < n; i++)
 		bad += b[i] != -7;
 	printf("overwritten %zu\n", bad);
-	return 3;
+	fflush(stdout);
+	rc = 3;
+out:
+	/* Freed, for the sanitizers' leak check (the shared memory: the
+	 * context's anyway). */
+	if (shared) {
+		ddp_free(ctx, b);
+		ddp_free(ctx, all);
+	} else {
+		free(b);
+	}
+	return rc;
 }
 
 /* A byte that tells rank r's byte i from any other's (not periodic in i). */
