@@ -251,7 +251,9 @@ static bool reap(struct agent *a)
 		w->running = false;
 		a->nrunning--;
 		if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) {
-			w->exited_ok = true;
+			/* Before any stop: where it is for a hang's verdict
+			 * (hang.c); after, the stop ended it, however well. */
+			w->exited_ok = a->state == AS_RUNNING && !a->stop_had;
 			continue;
 		}
 		if (agent_failure_exit(a, w, wstatus))

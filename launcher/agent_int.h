@@ -40,7 +40,7 @@ struct agent_worker {
 	int local_rank;
 	pid_t pid;	 /* also the process group id; 0: not started */
 	bool running;	 /* started and not yet reaped */
-	bool exited_ok;	 /* reaped with exit status 0 (this attempt) */
+	bool exited_ok;	 /* exited 0 before any stop of this attempt */
 	bool group_live; /* the process group may still have members */
 	char *error_file;
 	int64_t started_us; /* report_now_us() at its start */

@@ -135,13 +135,6 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	return true;
 }
 
-/* Whether a worker's exit 0 says where it is: while the job runs, not once
- * its stop began (a worker may end well on SIGTERM). */
-static bool exits_count(const struct agent *a)
-{
-	return a->state == AS_RUNNING || a->state == AS_DRAINING || a->state == AS_WAITING;
-}
-
 void hang_where_local(struct agent *a, struct hang_where *w)
 {
 	int i;
@@ -150,11 +143,12 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 		struct proc_info pi;
 
 		w[i] = (struct hang_where){.rank = a->world.rank_offset + i};
-		/* A worker that exited 0 while the job runs: the others may wait
-		 * for it. Any other end (a failure, the stop's signals, the
-		 * hang's SIGABRT) is the job's stop, not a place. */
+		/* A worker that exited 0 while the job ran (before any stop,
+		 * agent.c): the others may wait for it. Any other end (a
+		 * failure, the stop's signals, however well a worker ended on
+		 * them, the hang's SIGABRT) is the job's stop, not a place. */
 		if (!a->w[i].running) {
-			w[i].exited = a->w[i].exited_ok && exits_count(a);
+			w[i].exited = a->w[i].exited_ok;
 			if (!w[i].exited)
 				w[i].rank = -1;
 			continue;

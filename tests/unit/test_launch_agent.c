@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "agent_int.h"
+#include "hang.h"
 #include "cli.h"
 #include "prog.h"
 
@@ -37,6 +39,9 @@ struct fake {
 	uv_timer_t timer;
 	void (*later)(struct fake *f); /* see rendezvous_then_later */
 	struct agent *agent;
+	const char *ready_file; /* halt once it exists and local rank 0 is gone */
+	int polls;
+	struct hang_where where[2]; /* hang_where_local() at finished() */
 };
 
 static void fake_rendezvous(struct agent *a, int restart_count, void *arg)
@@ -78,6 +83,7 @@ static void fake_finished(struct agent *a, int status, void *arg)
 
 	f->finished_calls++;
 	f->finished_status = status;
+	hang_where_local(a, f->where);
 	f->signalled_at_finish = agent_signalled(a);
 	agent_failures(a, &f->nfailures_at_finish);
 	if (f->halt_on_finish) {
@@ -271,6 +277,59 @@ static void test_halt_stops_the_workers_and_hands_back_to_the_coordinator(void *
 	assert_false(f.signalled_at_finish);
 }
 
+/* Halt once local rank 0 has exited and f->ready_file exists (polled,
+ * bounded: a slow start is no failure). */
+static void on_poll_timer(uv_timer_t *t)
+{
+	struct fake *f = t->data;
+
+	if ((f->agent->w[0].running || access(f->ready_file, F_OK) != 0) && ++f->polls < 1000) {
+		uv_timer_start(t, on_poll_timer, 10, 0);
+		return;
+	}
+	uv_close((uv_handle_t *)t, NULL);
+	agent_halt(f->agent, 5, true);
+}
+
+static void rendezvous_then_poll(struct agent *a, int restart_count, void *arg)
+{
+	struct fake *f = arg;
+
+	fake_rendezvous(a, restart_count, arg);
+	uv_timer_init(agent_loop(a), &f->timer);
+	f->timer.data = f;
+	uv_timer_start(&f->timer, on_poll_timer, 10, 0);
+}
+
+/* A hang's report names a rank that exited 0 while its peers ran (they
+ * may wait for it), not one that exited 0 on the stop's SIGTERM: that one
+ * was stopped (it did: every worker reaped with status 0 counted, once the
+ * node had stopped and drained). */
+static void test_a_worker_that_ended_well_on_the_stop_is_not_an_exited_rank(void **state)
+{
+	char ready[] = "/tmp/ddp-test-agent-XXXXXX", script[256];
+	struct fake f = {.stop_on_finish = 5, .ready_file = ready};
+	int fd = mkstemp(ready);
+	char *words[] = {"ddprun", "--nproc-per-node=2", "sh", "-c", script, NULL};
+
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(ready);
+	snprintf(script, sizeof(script),
+		 "[ \"$LOCAL_RANK\" = 0 ] && exit 0; trap 'exit 0' TERM; : > %s; "
+		 "while :; do sleep 0.05; done",
+		 ready);
+	assert_int_equal(run_words(&f, words, rendezvous_then_poll), 5);
+	unlink(ready);
+	assert_true(f.polls < 1000);
+	assert_int_equal(f.failed_calls, 0);
+	assert_int_equal(f.finished_calls, 1);
+	assert_int_equal(f.where[0].rank, 2);
+	assert_true(f.where[0].exited);
+	assert_int_equal(f.where[1].rank, -1);
+	assert_false(f.where[1].exited);
+}
+
 static void signal_now(struct fake *f)
 {
 	raise(SIGTERM);
@@ -298,6 +357,7 @@ int main(void)
 		cmocka_unit_test(test_stop_from_the_coordinator_ends_running_workers),
 		cmocka_unit_test(test_the_agent_never_restarts_by_itself_under_a_coordinator),
 		cmocka_unit_test(test_halt_stops_the_workers_and_hands_back_to_the_coordinator),
+		cmocka_unit_test(test_a_worker_that_ended_well_on_the_stop_is_not_an_exited_rank),
 		cmocka_unit_test(
 			test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped),
 	};
