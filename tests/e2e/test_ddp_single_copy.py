@@ -149,22 +149,30 @@ def single_copied(reaper, store, op, nbytes, slow="1", cma="auto"):
 
 
 @TWO_CORES
-@pytest.mark.parametrize("op,least,most", [("all_gather", 64 << 10, 256 << 10),
-                                           ("broadcast", 128 << 10, 2 << 20)])
-def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(
-        reaper, store, op, least, most):
+def test_where_the_kernel_copies_slowly_only_a_window_of_sizes_is_single_copied(reaper, store):
     """Where the kernel copies much slower than memcpy (local rank 0 times
     both at init; DDP_TEST_CMA_SLOW=1 stands for its verdict), the single
-    copy takes all_gather from 64 KiB to 256 KiB (each rank's part),
-    broadcast from 128 KiB to 2 MiB; the slots the rest. Elsewhere (0) it
-    takes them from 16 KiB up (but for results streamed past 32 MiB), as
-    DDP_SHM_CMA=1 does at every size."""
-    assert [single_copied(reaper, store, op, n) for n in
+    copy takes a broadcast from 256 KiB to 2 MiB; the slots the rest. Elsewhere
+    (0) it takes it from 16 KiB up (but for results streamed past 32 MiB),
+    as DDP_SHM_CMA=1 does at every size."""
+    least, most = 256 << 10, 2 << 20
+    assert [single_copied(reaper, store, "broadcast", n) for n in
             (least - 4, least, most, most + 4)] == [False, True, True, False]
-    assert single_copied(reaper, store, op, least - 4, slow="0")
-    assert single_copied(reaper, store, op, most + 4, slow="0")
-    assert single_copied(reaper, store, op, least - 4, cma="1")
-    assert single_copied(reaper, store, op, most + 4, cma="1")
+    assert single_copied(reaper, store, "broadcast", least - 4, slow="0")
+    assert single_copied(reaper, store, "broadcast", most + 4, slow="0")
+    assert single_copied(reaper, store, "broadcast", least - 4, cma="1")
+    assert single_copied(reaper, store, "broadcast", most + 4, cma="1")
+
+
+@TWO_CORES
+@pytest.mark.parametrize("nbytes", [128 << 10, 256 << 10, 512 << 10])
+def test_where_the_kernel_copies_slowly_every_all_gather_is_staged(reaper, store, nbytes):
+    """There the staged all_gather beat the single copy at every size (it
+    took 64-256 KiB parts before its staged copies went in quarter slots);
+    elsewhere the single copy takes the same calls, and DDP_SHM_CMA=1 too."""
+    assert not single_copied(reaper, store, "all_gather", nbytes)
+    assert single_copied(reaper, store, "all_gather", nbytes, slow="0")
+    assert single_copied(reaper, store, "all_gather", nbytes, cma="1")
 
 
 @TWO_CORES

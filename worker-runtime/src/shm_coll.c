@@ -215,23 +215,23 @@ static int stage_left(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtyp
 enum cma_kind { CMA_REDUCE, CMA_GATHER, CMA_BCAST };
 
 /* Where the kernel copies slowly (cma_slow, shm_cma.c), the single copy's
- * window of sizes (bytes as the call counts them: an all_gather's each
- * rank's part), by collective. Measured on such a machine (a Firecracker
- * guest on AMD EPYC, 2026-12-05), 2 ranks, medians of 5-7 interleaved runs,
- * single copy against staged: all_gather (staged in GATHER_SPLIT chunks) of
- * parts of 32 KiB 8.7 us against 5.6, 64 KiB 9.6 against 8.9-10.0, 128 KiB
- * 12.1 against 15.3, 256 KiB 26.1 against 27.3, 512 KiB 55.4 against 46.4,
- * 4 MiB 0.61 ms against 0.43; broadcast 64 KiB 7.5 us against 7.1, 128 KiB
- * 9.6 against 12.0, 2 MiB a tie (90 us), 4 MiB 0.22 ms against 0.17-0.21,
- * 16 MiB 1.2-1.6 against 0.9, 64 MiB 8.9 against 3.9: a broadcast's staged
- * copies overlap (the root copies a chunk in while the readers copy the one
- * before out). */
+ * window of sizes (bytes as the call counts them), by collective; {0, 0}:
+ * none. Measured on such a machine (a Firecracker guest on AMD EPYC), 2
+ * ranks, medians of 5-7 interleaved runs, single copy against staged: a
+ * broadcast (2026-12-06) of 128 KiB 9.6 us against 6.7, 256 KiB 9.7 against
+ * 11.6, 512 KiB 17.4 against 22.4, 2 MiB 64 against 73, 4 MiB 144 against
+ * 149, 8 MiB 324 against 296 (2026-12-05: 16 MiB 1.2-1.6 ms against 0.9, 64
+ * MiB 8.9 against 3.9; a broadcast's staged copies overlap: the root copies
+ * a chunk in while the readers copy the one before out). An all_gather was
+ * single-copied from 64 to 256 KiB each rank's part until its staged copies
+ * went in quarter slots (GATHER_SPLIT); since, staged wins there too
+ * (2026-12-06, results of 128 KiB 8.1 us against 10.4, 256 KiB 12.6 against
+ * 14.5, 512 KiB 23.6 against 30.4; Open MPI's 256 KiB 11.0). */
 static const size_t slow_window[][2] = {
 	/* [CMA_REDUCE]: none, single_copy decides before */
-	[CMA_GATHER] = {64 << 10, 256 << 10},
-	[CMA_BCAST] = {128 << 10, 2 << 20},
+	[CMA_GATHER] = {0, 0},
+	[CMA_BCAST] = {256 << 10, 2 << 20},
 };
-
 /* cma_min and cma_slow are agreed and the sizes are compared: every rank
  * takes the same path (a rank with another size is caught at the start of
  * either). An all_reduce takes the single copy only where DDP_SHM_CMA=1
@@ -248,7 +248,8 @@ static int single_copy(const struct ddpi_shm *s, size_t bytes, enum cma_kind kin
 		return 0;
 	if (kind == CMA_REDUCE)
 		return s->cma_min == 1;
-	return !s->cma_slow || (bytes >= slow_window[kind][0] && bytes <= slow_window[kind][1]);
+	return !s->cma_slow || (slow_window[kind][1] != 0 && bytes >= slow_window[kind][0] &&
+				bytes <= slow_window[kind][1]);
 }
 
 int ddpi_shm_all_reduce(struct ddpi_shm *s, void *buf, size_t count, enum ddp_dtype dt,
