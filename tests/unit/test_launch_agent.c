@@ -215,6 +215,20 @@ static void on_later_timer(uv_timer_t *t)
 	uv_close((uv_handle_t *)t, NULL);
 }
 
+/* With f->ready_file, in place of f->later: halt once local rank 0 has
+ * exited and the file exists (polled, bounded: a slow start is no failure). */
+static void on_poll_timer(uv_timer_t *t)
+{
+	struct fake *f = t->data;
+
+	if ((f->agent->w[0].running || access(f->ready_file, F_OK) != 0) && ++f->polls < 1000) {
+		uv_timer_start(t, on_poll_timer, 10, 0);
+		return;
+	}
+	uv_close((uv_handle_t *)t, NULL);
+	agent_halt(f->agent, 5, true);
+}
+
 static void rendezvous_then_later(struct agent *a, int restart_count, void *arg)
 {
 	struct fake *f = arg;
@@ -222,7 +236,10 @@ static void rendezvous_then_later(struct agent *a, int restart_count, void *arg)
 	fake_rendezvous(a, restart_count, arg);
 	uv_timer_init(agent_loop(a), &f->timer);
 	f->timer.data = f;
-	uv_timer_start(&f->timer, on_later_timer, 200, 0);
+	if (f->ready_file != NULL)
+		uv_timer_start(&f->timer, on_poll_timer, 10, 0);
+	else
+		uv_timer_start(&f->timer, on_later_timer, 200, 0);
 }
 
 /* A failure on another node: stop every local worker now. */
@@ -277,30 +294,6 @@ static void test_halt_stops_the_workers_and_hands_back_to_the_coordinator(void *
 	assert_false(f.signalled_at_finish);
 }
 
-/* Halt once local rank 0 has exited and f->ready_file exists (polled,
- * bounded: a slow start is no failure). */
-static void on_poll_timer(uv_timer_t *t)
-{
-	struct fake *f = t->data;
-
-	if ((f->agent->w[0].running || access(f->ready_file, F_OK) != 0) && ++f->polls < 1000) {
-		uv_timer_start(t, on_poll_timer, 10, 0);
-		return;
-	}
-	uv_close((uv_handle_t *)t, NULL);
-	agent_halt(f->agent, 5, true);
-}
-
-static void rendezvous_then_poll(struct agent *a, int restart_count, void *arg)
-{
-	struct fake *f = arg;
-
-	fake_rendezvous(a, restart_count, arg);
-	uv_timer_init(agent_loop(a), &f->timer);
-	f->timer.data = f;
-	uv_timer_start(&f->timer, on_poll_timer, 10, 0);
-}
-
 /* A hang's report names a rank that exited 0 while its peers ran (they
  * may wait for it), not one that exited 0 on the stop's SIGTERM: that one
  * was stopped (it did: every worker reaped with status 0 counted, once the
@@ -319,7 +312,7 @@ static void test_a_worker_that_ended_well_on_the_stop_is_not_an_exited_rank(void
 		 "[ \"$LOCAL_RANK\" = 0 ] && exit 0; trap 'exit 0' TERM; : > %s; "
 		 "while :; do sleep 0.05; done",
 		 ready);
-	assert_int_equal(run_words(&f, words, rendezvous_then_poll), 5);
+	assert_int_equal(run_words(&f, words, rendezvous_then_later), 5);
 	unlink(ready);
 	assert_true(f.polls < 1000);
 	assert_int_equal(f.failed_calls, 0);
