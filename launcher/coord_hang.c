@@ -331,16 +331,21 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	struct op *o = arg;
 	struct coord_hang *h = o->h;
 	struct hang_where *w = NULL;
-	size_t nw = 0, i;
+	size_t nw = 0, i, nmiss = 0;
 	char verdict[8192], missing[512] = "";
-	int culprits, nmiss = 0, k = 0;
+	int culprits, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
 		if (lens[i] == 0 || hang_where_decode(vals[i], lens[i], &w, &nw) < 0) {
-			k += snprintf(missing + k, sizeof(missing) - (size_t)k, "%s%zu",
-				      nmiss ? "," : "", i);
+			if (miss != NULL)
+				miss[nmiss] = (int)i;
 			nmiss++;
 		}
+	if (miss != NULL)
+		hang_rank_list(miss, nmiss, missing, sizeof(missing));
+	else if (nmiss > 0)
+		snprintf(missing, sizeof(missing), "%zu of them", nmiss);
+	free(miss);
 	/* No positions read, no verdict: it would say that no rank uses libddp. */
 	if (status == 0)
 		hang_verdict(w, nw, "  ", verdict, sizeof(verdict), &culprits);

@@ -103,7 +103,8 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
  * back: append the records in val to *w (grown), the count added, or -1. */
 char *hang_where_encode(const struct hang_where *w, size_t n);
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n);
-/* "0-3,5" into buf. */
+/* "0-3,5" into buf (always NUL-terminated); entries that do not fit are
+ * counted instead: "0-3,5 and 12 more". */
 void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);
 
 /* The loop time of w's last output, either stream; -1: none. */

@@ -25,21 +25,35 @@ extern char **environ;
 #define STACK_TIMEOUT_MS 15000
 #define STACK_MAX_BYTES	 (64 * 1024)
 
+/* Room kept for " and 4294967295 more" while entries follow. */
+#define RANK_LIST_MORE 24
+
 void hang_rank_list(const int *r, size_t n, char *buf, size_t len)
 {
 	size_t i = 0, k = 0;
+	char item[32];
 
+	if (len == 0)
+		return;
 	buf[0] = '\0';
-	while (i < n && k < len) {
+	while (i < n) {
 		size_t j = i;
+		int m;
 
 		while (j + 1 < n && r[j + 1] == r[j] + 1)
 			j++;
 		if (j > i)
-			k += (size_t)snprintf(buf + k, len - k, "%s%d-%d", k ? "," : "", r[i],
-					      r[j]);
+			m = snprintf(item, sizeof(item), "%s%d-%d", k ? "," : "", r[i], r[j]);
 		else
-			k += (size_t)snprintf(buf + k, len - k, "%s%d", k ? "," : "", r[i]);
+			m = snprintf(item, sizeof(item), "%s%d", k ? "," : "", r[i]);
+		/* Whole entries only (a cut one names another rank), and room
+		 * to say how many did not fit. */
+		if (k + (size_t)m + (j + 1 < n ? RANK_LIST_MORE : 0) >= len) {
+			snprintf(buf + k, len - k, "%s%zu more", k ? " and " : "", n - i);
+			return;
+		}
+		memcpy(buf + k, item, (size_t)m + 1);
+		k += (size_t)m;
 		i = j + 1;
 	}
 }

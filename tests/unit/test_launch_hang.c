@@ -122,6 +122,57 @@ static void test_rank_lists_use_ranges(void **state)
 	assert_string_equal(buf, "0-2,4,6-7");
 }
 
+/* A list longer than its buffer keeps whole entries and counts the rest:
+ * it was cut in the middle of a number ("...,278,280,28" for 282, a rank
+ * named that was not in it). */
+static void test_a_long_rank_list_is_cut_between_entries(void **state)
+{
+	int r[4096];
+	char buf[64];
+
+	(void)state;
+	for (int i = 0; i < 4096; i++)
+		r[i] = 2 * i;
+	hang_rank_list(r, 4096, buf, sizeof(buf));
+	assert_string_equal(buf, "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28 and 4081 more");
+	hang_rank_list(r, 3, buf, 8);
+	assert_string_equal(buf, "3 more");
+	hang_rank_list(r, 3, buf, sizeof(buf));
+	assert_string_equal(buf, "0,2,4");
+}
+
+/* The same in a verdict over a node's most ranks, every other one stopped:
+ * every rank the stopped line names is one of them, in order. */
+static void test_a_verdict_over_many_ranks_names_only_theirs(void **state)
+{
+	static struct hang_where w[4096];
+	static char buf[65536];
+	const char *p, *end;
+	int culprits, prev = -1;
+
+	(void)state;
+	for (int i = 0; i < 4096; i++) {
+		w[i] = (struct hang_where)IN(i, 4, 1);
+		w[i].stopped = i % 2 == 0;
+	}
+	hang_verdict(w, 4096, "", buf, sizeof(buf), &culprits);
+	assert_int_equal(culprits, 2048);
+	assert_true(strncmp(buf, "ranks 0,2,4,", 12) == 0);
+	end = strstr(buf, " more are stopped (");
+	assert_non_null(end);
+	for (p = buf + 6; p < end;) {
+		char *q;
+		long v = strtol(p, &q, 10);
+
+		if (*q == ' ') /* " and N more" */
+			break;
+		assert_true(v > prev && v % 2 == 0);
+		prev = (int)v;
+		p = q + 1;
+	}
+	assert_true(prev > 0);
+}
+
 /* On the GPU: a rank whose collective never started (its own work before it
  * still runs) is not where the others are, though it entered the same one. */
 static void test_a_rank_behind_its_own_gpu_work_is_named(void **state)
@@ -474,6 +525,8 @@ int main(void)
 		cmocka_unit_test(test_no_libddp_rank_says_the_stacks_tell),
 		cmocka_unit_test(test_ranks_without_libddp_are_listed_apart),
 		cmocka_unit_test(test_rank_lists_use_ranges),
+		cmocka_unit_test(test_a_long_rank_list_is_cut_between_entries),
+		cmocka_unit_test(test_a_verdict_over_many_ranks_names_only_theirs),
 		cmocka_unit_test(test_a_rank_behind_its_own_gpu_work_is_named),
 		cmocka_unit_test(test_every_rank_behind_its_own_gpu_work_blames_no_peer),
 		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
