@@ -105,7 +105,9 @@ static int open_progress(struct hang *h, int nproc)
 	return 0;
 }
 
-static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where *w)
+/* Read local rank lr's slot into w, if the worker pid or a process it
+ * started wrote it; *who: that process (0: none). */
+static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where *w, pid_t *who)
 {
 	const struct ddpi_progress_slot *s;
 
@@ -113,6 +115,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	w->in = w->init = false;
 	w->entered = w->completed = 0;
 	w->op = w->wait = 0;
+	*who = 0;
 	if (h->slots == NULL)
 		return false;
 	s = &h->slots[lr];
@@ -126,6 +129,7 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	if (owner != (int32_t)pid && !proc_descends((pid_t)owner, pid, 8))
 		return false;
 	w->libddp = true;
+	*who = (pid_t)owner;
 	w->completed = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
 	w->entered = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
 	w->op = __atomic_load_n(&s->op, __ATOMIC_RELAXED);
@@ -135,12 +139,20 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	return true;
 }
 
+/* /proc state T or t: a stop signal (^Z) or a tracer holds it. */
+static bool is_stopped(pid_t pid)
+{
+	struct proc_info pi;
+
+	return proc_info_read(pid, &pi) == 0 && (pi.state == 'T' || pi.state == 't');
+}
+
 void hang_where_local(struct agent *a, struct hang_where *w)
 {
 	int i;
 
 	for (i = 0; i < a->job->nproc; i++) {
-		struct proc_info pi;
+		pid_t who;
 
 		w[i] = (struct hang_where){.rank = a->world.rank_offset + i};
 		/* A worker that exited 0 while the job ran (before any stop,
@@ -153,9 +165,11 @@ void hang_where_local(struct agent *a, struct hang_where *w)
 				w[i].rank = -1;
 			continue;
 		}
-		slot_read(a->hang, i, a->w[i].pid, &w[i]);
-		w[i].stopped = proc_info_read(a->w[i].pid, &pi) == 0 &&
-			       (pi.state == 'T' || pi.state == 't');
+		slot_read(a->hang, i, a->w[i].pid, &w[i], &who);
+		/* The program under a wrapper (sh -c, a Python launcher) is
+		 * the rank: stopped if it is, or the worker itself. */
+		w[i].stopped = is_stopped(a->w[i].pid) ||
+			       (who > 0 && who != a->w[i].pid && is_stopped(who));
 	}
 }
 
@@ -196,11 +210,12 @@ static bool sample(struct hang *h)
 		struct hang_sample n = {.valid = true};
 		struct hang_sample *o = &h->s[i];
 		struct hang_where wh;
+		pid_t who;
 		bool spinning;
 
 		if (!w->running)
 			continue;
-		slot_read(h, i, w->pid, &wh);
+		slot_read(h, i, w->pid, &wh, &who);
 		n.entered = wh.entered;
 		n.completed = wh.completed;
 		n.ticks = proc_tree_ticks(w->pid, 64);
