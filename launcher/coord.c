@@ -413,6 +413,20 @@ static void publish_fail(struct coord *c, const struct rdzv_end *e, store_async_
 	free(v);
 }
 
+void coord_publish_node_fail(struct coord *c, int status)
+{
+	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
+
+	if (c->phase != CP_RUN || c->end_known)
+		return;
+	e.node = c->rank;
+	snprintf(e.host, sizeof(e.host), "%s", c->host);
+	e.pid = (int)getpid();
+	e.status = status;
+	e.time_us = report_now_us();
+	publish_fail(c, &e, NULL);
+}
+
 static void hook_failed(struct agent *a, const struct report_entry *root, int status, void *arg)
 {
 	struct coord *c = arg;
@@ -524,20 +538,17 @@ static void hook_finished(struct agent *a, int status, void *arg)
 	case CP_RUN:
 		if (status == 0) {
 			coord_barrier(c);
-		} else { /* failed() published it, unless the workers never started */
-			struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
-
-			e.node = c->rank;
-			snprintf(e.host, sizeof(e.host), "%s", c->host);
-			e.pid = (int)getpid();
-			e.status = status;
-			e.time_us = report_now_us();
-			publish_fail(c, &e, NULL);
+		} else if (!coord_hang_await_end(c, status)) {
+			/* failed() published it, unless the workers never started */
+			coord_publish_node_fail(c, status);
 		}
 		break;
 	case CP_HALT:
 		c->phase = CP_REPORT;
-		coord_report(c);
+		/* A hang's verdict being gathered here comes first (its nodes'
+		 * positions are read from the store the report may close). */
+		if (!coord_hang_defer(c, coord_report))
+			coord_report(c);
 		break;
 	case CP_START:
 	case CP_QUIT:

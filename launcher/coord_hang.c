@@ -45,6 +45,9 @@
 
 /* The requester waits this long for every node's positions. */
 #define HANG_COLLECT_MS 30000
+/* A node that dumped for a hang waits this long for the requester's end
+ * (its gathering, then its write) before it ends the round itself. */
+#define HANG_END_WAIT_MS (HANG_COLLECT_MS + 10000)
 /* A node parked on request k looks this often whether k was numbered but
  * never came (a store client that added to hang/count but wrote no request,
  * a script cut short): k is skipped, or every later request, the job's own
@@ -75,6 +78,12 @@ struct coord_hang {
 	int64_t *seen; /* nnodes counters as last read (-1: none yet) */
 	bool reading;
 	uint64_t other_ms; /* uv_now when another node's counter last moved */
+	/* the requester's verdict: gathering the positions; what waits for it */
+	bool gathering;
+	void (*then)(struct coord *c);
+	/* this node's failure, held back for the requester's end */
+	int late_status;
+	int late_round;
 };
 
 /* One operation's context: the round and request it is about. */
@@ -370,7 +379,52 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	if (h->mine == o->k)
 		h->mine = 0;
 	free(o);
+	h->gathering = false;
+	if (h->then != NULL) { /* the report or the leave waited for this */
+		void (*then)(struct coord *) = h->then;
+
+		h->then = NULL;
+		if (h->c->phase != CP_LEAVE) /* not once hurried out meanwhile */
+			then(h->c);
+		return;
+	}
 	park(h);
+}
+
+bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c))
+{
+	struct coord_hang *h = c->hang;
+
+	if (h == NULL || !h->gathering)
+		return false;
+	h->then = then; /* a leave asked for meanwhile goes instead of the report */
+	return true;
+}
+
+static void on_end_late(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	struct coord_hang *h = c->hang;
+
+	if (h != NULL && c->round == h->late_round && c->phase == CP_RUN && !c->end_known) {
+		agent_say("the node that found the job hung has not ended it in %d s: ending it",
+			  HANG_END_WAIT_MS / 1000);
+		coord_publish_node_fail(c, h->late_status);
+	}
+}
+
+bool coord_hang_await_end(struct coord *c, int status)
+{
+	struct coord_hang *h = c->hang;
+
+	/* Its own failure would end the round first, not final (a restart
+	 * left would start the hung job again) and without the verdict. */
+	if (h == NULL || h->fail_round != c->round || !c->timers_on)
+		return false;
+	h->late_status = status;
+	h->late_round = c->round;
+	uv_timer_start(&c->timer, on_end_late, HANG_END_WAIT_MS, 0);
+	return true;
 }
 
 /* r<round>/<what>[<k>/]<R> for every node R (one malloc'd block). */
@@ -414,11 +468,13 @@ static void collect(struct op *o)
 {
 	struct coord_hang *h = o->h;
 	const char **keys = node_keys(h, o->round, "hang/where/", o->k);
-	int rc = keys == NULL	? -ENOMEM
-		 : h->H == NULL ? -ENOTCONN
-				: store_async_wait(h->H, keys, (size_t)h->c->nnodes,
-						   HANG_COLLECT_MS, on_collected, o);
+	int rc;
 
+	h->gathering = true;
+	rc = keys == NULL   ? -ENOMEM
+	     : h->H == NULL ? -ENOTCONN
+			    : store_async_wait(h->H, keys, (size_t)h->c->nnodes, HANG_COLLECT_MS,
+					       on_collected, o);
 	if (rc != 0)
 		on_positions(rc, 0, NULL, NULL, o);
 	free(keys);

@@ -207,6 +207,10 @@ void coord_leave(struct coord *c)
 
 	if (c->phase == CP_LEAVE)
 		return;
+	/* A hang's verdict being gathered here reads the store: first (but
+	 * not when hurried). */
+	if (!c->hurry && coord_hang_defer(c, coord_leave))
+		return;
 	/* Counted into an open dynamic round: leave it, as a death would (the
 	 * on-close registration is cleared on the way out). */
 	if (c->job->dynamic && c->phase == CP_JOIN && c->k > 0 && c->A != NULL && c->a_up) {

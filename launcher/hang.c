@@ -323,12 +323,30 @@ static void finish_hang(struct hang *h)
 		agent_stop(h->a, HANG_EXIT);
 }
 
+/* A remote dump's positions to coord_hang.c: those taken as it began, the
+ * hang's (the ranks it aborted are gone since, and would be no place). */
+static void remote_done(struct hang *h)
+{
+	void (*done)(void *, const struct hang_where *, size_t) = h->done;
+
+	h->holding = false;
+	h->done = NULL;
+	if (done != NULL)
+		done(h->done_arg, h->where, (size_t)h->a->job->nproc);
+}
+
 void hang_report(struct agent *a)
 {
-	if (a->hang != NULL) {
-		a->hang->holding = false;
-		print_verdict(a->hang);
-	}
+	struct hang *h = a->hang;
+
+	if (h == NULL)
+		return;
+	/* Every worker ended before the hold did (the aborted ones among
+	 * them): a remote dump's positions go now, before this node's end. */
+	if (h->done != NULL)
+		remote_done(h);
+	h->holding = false;
+	print_verdict(h);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -344,12 +362,7 @@ static void on_tick(uv_timer_t *t)
 		if (!hold_over(h))
 			return;
 		if (h->done != NULL) { /* a remote dump: coord_hang.c goes on */
-			void (*done)(void *, const struct hang_where *, size_t) = h->done;
-
-			h->holding = false;
-			h->done = NULL;
-			hang_where_local(a, h->where);
-			done(h->done_arg, h->where, (size_t)a->job->nproc);
+			remote_done(h);
 			return;
 		}
 		finish_hang(h);
@@ -524,8 +537,7 @@ static void after_remote_dump(struct agent *a, int naborted, void *arg)
 			uv_timer_start(&h->tick, on_tick, 100, 100);
 		return;
 	}
-	h->done = NULL;
-	done(h->done_arg, h->where, (size_t)a->job->nproc);
+	remote_done(h);
 }
 
 void hang_remote_dump(struct agent *a, bool fail, const char *why,

@@ -373,9 +373,9 @@ def test_file_timer_at_a_given_path_never_kills_a_process_outside_the_job(reaper
     assert not fifo.exists()
 
 
-def two_nodes(reaper, tmp_path, extra, args, port=None, nnodes=2):
+def two_nodes(reaper, tmp_path, extra, args, port=None, nnodes=2, wrap=()):
     """Two ddprun (or nnodes) on loopback (static rendezvous), 2 workers each,
-    running hang_coll."""
+    running hang_coll (under the command wrap, if any)."""
     from conftest import free_port
     from mnutil import Agent, clean_env
     port = port or free_port()
@@ -384,7 +384,8 @@ def two_nodes(reaper, tmp_path, extra, args, port=None, nnodes=2):
         agents.append(Agent(reaper, tmp_path, f"node{r}",
                             ["--nnodes", str(nnodes), "--node-rank", str(r), "--master-addr",
                              "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "2",
-                             "--shutdown-timeout", "5", *extra, prog("hang_coll"), *args],
+                             "--shutdown-timeout", "5", *extra, *wrap, prog("hang_coll"),
+                             *args],
                             env=clean_env()))
     return agents
 
@@ -406,6 +407,33 @@ def test_two_nodes_every_node_dumps_its_ranks_and_both_exit_124(reaper, tmp_path
     assert "rank 2 is in no collective (last completed #3)" in both
     assert "ranks 0-1,3 wait in all_reduce #4" in both
     assert "found the job hung (--hang-timeout)" in both
+
+
+def test_two_nodes_of_python_workers_still_get_the_verdict(reaper, tmp_path):
+    """Each worker is Python running the program as its child: the hang's
+    SIGABRT ends every one of them (faulthandler prints its stack), so each
+    node's workers are gone before its hold is over. The verdict still comes,
+    with the places the ranks were in when the dump began, and the job ends
+    124 everywhere. Before, no node printed a verdict: each node's own end,
+    published as its workers died, ended the round before the requester had
+    the positions (which had also been read again once the ranks were gone:
+    none left)."""
+    wrap = [PYTHON, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"]
+    agents = two_nodes(reaper, tmp_path, ["--hang-timeout", "2"], ["3", "2"], wrap=wrap)
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = [a.stderr() for a in agents]
+    both = err[0] + err[1]
+    # (A node's workers may fail on their own first: their peers' abort
+    # cut their connections.)
+    assert "Fatal Python error: Aborted" in both
+    assert both.count("the job hung: no rank made progress") == 1, both
+    assert "rank 2 is in no collective (last completed #3)" in both
+    assert "ranks 0-1,3 wait in all_reduce #4" in both
+    assert "found the job hung (--hang-timeout)" in both
+    # The round's end is the requester's, final: no node ended it for its
+    # own workers' deaths in the meantime.
+    assert "has not ended it" not in both
 
 
 def test_two_nodes_a_stopped_rank_on_the_other_node_is_named(reaper, tmp_path):
