@@ -345,6 +345,8 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	int fwd = sig;
 	char name[32];
 
+	if (!a->signalled)
+		a->signo = sig;
 	a->signalled = true;
 	a->late_failures = false; /* exits from here on are the signal's */
 	signame_of(sig, name, sizeof(name));
@@ -610,6 +612,11 @@ void agent_halt(struct agent *a, int status, bool for_failure)
 bool agent_signalled(const struct agent *a)
 {
 	return a->signalled;
+}
+
+int agent_signal(const struct agent *a)
+{
+	return a->signalled ? a->signo : 0;
 }
 
 void agent_restart(struct agent *a)

@@ -89,6 +89,9 @@ void agent_halt(struct agent *a, int status, bool for_failure);
 void agent_restart(struct agent *a);
 /* A signal from --signals-to-handle has reached ddprun. */
 bool agent_signalled(const struct agent *a);
+/* The first such signal (0: none), whatever the exit status says (a hang's
+ * 124, decided before it, stays). */
+int agent_signal(const struct agent *a);
 /* This attempt's local failures so far, in the order seen. */
 const struct report_entry *agent_failures(const struct agent *a, size_t *n);
 /* The entry of this node's failures that e is: one of the coordinator's,

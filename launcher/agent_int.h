@@ -77,6 +77,7 @@ struct agent {
 	bool keep_logdir;    /* the report names a file in a temporary log dir */
 	int sigints;
 	bool signalled; /* a handled signal arrived */
+	int signo;	/* the first one */
 	uv_signal_t sigchld;
 	struct agent_sig *stops; /* --signals-to-handle (agent_sig.h) */
 	uv_timer_t kill_timer;

@@ -466,7 +466,11 @@ static void on_signal(struct coord *c, int status)
 {
 	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
 	char key[64], msg[RDZV_HOST_MAX + 96], sname[32], *v;
-	int sig = status > 128 ? status - 128 : 0;
+	/* The signal, also where a hang declared before it decided the
+	 * status (124): the end says that this node received it. */
+	int sig = c->agent != NULL && agent_signal(c->agent) > 0 ? agent_signal(c->agent)
+		  : status > 128				 ? status - 128
+								 : 0;
 
 	c->status = status;
 	if (c->A == NULL || !c->a_up) {
@@ -538,7 +542,7 @@ static void hook_finished(struct agent *a, int status, void *arg)
 	case CP_RUN:
 		if (status == 0) {
 			coord_barrier(c);
-		} else if (!coord_hang_await_end(c, status)) {
+		} else if (!coord_hang_await_end(c)) {
 			/* failed() published it, unless the workers never started */
 			coord_publish_node_fail(c, status);
 		}
@@ -546,7 +550,9 @@ static void hook_finished(struct agent *a, int status, void *arg)
 	case CP_HALT:
 		c->phase = CP_REPORT;
 		/* A hang's verdict being gathered here comes first (its nodes'
-		 * positions are read from the store the report may close). */
+		 * positions are read from the store the report may close); this
+		 * node's failures go out now, the others' reports wait for them. */
+		coord_publish_failures(c);
 		if (!coord_hang_defer(c, coord_report))
 			coord_report(c);
 		break;

@@ -45,9 +45,10 @@
 
 /* The requester waits this long for every node's positions. */
 #define HANG_COLLECT_MS 30000
-/* A node that dumped for a hang waits this long for the requester's end
- * (its gathering, then its write) before it ends the round itself. */
-#define HANG_END_WAIT_MS (HANG_COLLECT_MS + 10000)
+/* A node whose workers are gone after it dumped for a hang waits this long
+ * for the requester's end before it ends the round itself: the requester's
+ * own dump, its hold for the aborted ranks and its gathering, with room. */
+#define HANG_END_WAIT_MS (HANG_STACK_TIMEOUT_MS + HANG_ABORT_GRACE_MS + HANG_COLLECT_MS + 10000)
 /* A node parked on request k looks this often whether k was numbered but
  * never came (a store client that added to hang/count but wrote no request,
  * a script cut short): k is skipped, or every later request, the job's own
@@ -81,9 +82,7 @@ struct coord_hang {
 	/* the requester's verdict: gathering the positions; what waits for it */
 	bool gathering;
 	void (*then)(struct coord *c);
-	/* this node's failure, held back for the requester's end */
-	int late_status;
-	int late_round;
+	int late_round; /* the round whose end this node leaves to the requester */
 };
 
 /* One operation's context: the round and request it is about. */
@@ -341,7 +340,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	struct coord_hang *h = o->h;
 	struct hang_where *w = NULL;
 	size_t nw = 0, i, nmiss = 0;
-	char verdict[8192], missing[512] = "";
+	char *verdict = NULL, missing[512] = "";
 	int culprits, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
@@ -357,7 +356,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	free(miss);
 	/* No positions read, no verdict: it would say that no rank uses libddp. */
 	if (status == 0)
-		hang_verdict(w, nw, "  ", verdict, sizeof(verdict), &culprits);
+		verdict = hang_verdict(w, nw, "  ", &culprits);
 	output_console_write(2, "============================================================\n",
 			     61);
 	if (o->fail)
@@ -367,8 +366,9 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 		agent_say("where the ranks of every node are (the job goes on):");
 	if (status != 0)
 		agent_say("  the nodes' positions could not be read: %s", strerror(-status));
-	else
+	else if (verdict != NULL)
 		output_console_write(2, verdict, strlen(verdict));
+	free(verdict);
 	if (status == 0 && nmiss > 0)
 		agent_say("  node%s %s sent no positions in time", nmiss == 1 ? "" : "s", missing);
 	output_console_write(2, "============================================================\n",
@@ -409,11 +409,11 @@ static void on_end_late(uv_timer_t *t)
 	if (h != NULL && c->round == h->late_round && c->phase == CP_RUN && !c->end_known) {
 		agent_say("the node that found the job hung has not ended it in %d s: ending it",
 			  HANG_END_WAIT_MS / 1000);
-		coord_publish_node_fail(c, h->late_status);
+		end_round(h, h->late_round); /* final, as its: no restart */
 	}
 }
 
-bool coord_hang_await_end(struct coord *c, int status)
+bool coord_hang_await_end(struct coord *c)
 {
 	struct coord_hang *h = c->hang;
 
@@ -421,7 +421,6 @@ bool coord_hang_await_end(struct coord *c, int status)
 	 * left would start the hung job again) and without the verdict. */
 	if (h == NULL || h->fail_round != c->round || !c->timers_on)
 		return false;
-	h->late_status = status;
 	h->late_round = c->round;
 	uv_timer_start(&c->timer, on_end_late, HANG_END_WAIT_MS, 0);
 	return true;
@@ -562,8 +561,11 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 		free(w);
 		return;
 	}
-	if (o->fail)
+	if (o->fail) {
 		h->fail_round = o->round;
+		if (h->mine != o->k) /* the requester's own: when it fired */
+			h->fired_us = report_now_us();
+	}
 	hang_remote_dump(c->agent, o->fail, text, on_local_done, o);
 }
 

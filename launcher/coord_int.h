@@ -239,11 +239,11 @@ int coord_local_status(struct coord *c);
 void coord_hang_round(struct coord *c);
 void coord_hang_close(struct coord *c);
 void coord_hang_destroy(struct coord *c);
-/* This node dumped its ranks for a hang this round: the node that found it
- * ends the round, final, once it has every node's positions; this node's
- * failure (status) goes out only if that end does not come in time
- * (coord_publish_node_fail). False: no such hang, publish it now. */
-bool coord_hang_await_end(struct coord *c, int status);
+/* This node dumped its ranks for a hang this round (true): the node that
+ * found it ends the round, final, once it has every node's positions; this
+ * node ends it the same way only if that end does not come in time. False:
+ * no such hang, this node's failure goes out now. */
+bool coord_hang_await_end(struct coord *c);
 /* This node gathers the nodes' positions for a verdict: then runs once it
  * is printed (bounded; a later call's then instead), and true; false: none
  * is gathered, go on now. */

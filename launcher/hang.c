@@ -20,8 +20,6 @@
 #include "workenv.h"
 #include "progress_slot.h"
 
-/* Python workers get this long to print their stacks after SIGABRT. */
-#define HANG_ABORT_GRACE_MS 5000
 /* CPU time counts as work from this share of one CPU up (in percent): an
  * idle runtime's background threads (gloo's event loop takes about 2%)
  * must not make a hung PyTorch job look busy for ever. */
@@ -296,22 +294,24 @@ static bool hold_over(struct hang *h)
 static void print_verdict(struct hang *h)
 {
 	struct agent *a = h->a;
-	char verdict[4096], head[256];
+	char *verdict, head[256];
 	int culprits;
 	int n;
 
 	if (!h->fired || h->reported)
 		return;
 	h->reported = true;
-	hang_verdict(h->where, (size_t)a->job->nproc, "  ", verdict, sizeof(verdict), &culprits);
+	verdict = hang_verdict(h->where, (size_t)a->job->nproc, "  ", &culprits);
 	n = snprintf(head, sizeof(head), "ddprun: the job hung: %s; stopping it (exit status %d)\n",
 		     h->why, HANG_EXIT);
 	output_console_write(2, "============================================================\n",
 			     61);
 	output_console_write(2, head, (size_t)n);
-	output_console_write(2, verdict, strlen(verdict));
+	if (verdict != NULL)
+		output_console_write(2, verdict, strlen(verdict));
 	output_console_write(2, "============================================================\n",
 			     61);
+	free(verdict);
 }
 
 static void finish_hang(struct hang *h)
@@ -388,13 +388,13 @@ static void on_tick(uv_timer_t *t)
 static void after_usr2(struct agent *a, int naborted, void *arg)
 {
 	struct hang *h = arg;
-	char verdict[4096];
 	int culprits;
+	char *verdict = hang_verdict(h->where, (size_t)a->job->nproc, "ddprun:   ", &culprits);
 
-	hang_verdict(h->where, (size_t)a->job->nproc, "ddprun:   ", verdict, sizeof(verdict),
-		     &culprits);
 	agent_say("where the ranks are (the job goes on):");
-	output_console_write(2, verdict, strlen(verdict));
+	if (verdict != NULL)
+		output_console_write(2, verdict, strlen(verdict));
+	free(verdict);
 }
 
 static void on_usr2(uv_signal_t *s, int sig)

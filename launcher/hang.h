@@ -30,6 +30,10 @@
 #include <stdint.h>
 
 #define HANG_EXIT 124 /* as timeout(1): the job hung and was stopped */
+/* A dump's stack tools get this long (all of them, side by side). */
+#define HANG_STACK_TIMEOUT_MS 15000
+/* Python workers get this long to print their stacks after SIGABRT. */
+#define HANG_ABORT_GRACE_MS 5000
 
 struct agent;
 struct workenv_job;
@@ -92,13 +96,13 @@ struct hang_where {
 	bool exited;   /* the worker is gone (it exited 0: a failure stops the job) */
 };
 
-/* The verdict over w[0..n): one or more lines, each starting with indent, in
- * buf (always NUL-terminated), stopped ranks named first, then those that
- * exited. *culprits: how many ranks were not where the others were (those
- * that exited, and those that never called ddp_init while others wait
- * there, included), else how many are stopped (0: none can be told). */
-void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
-		  int *culprits);
+/* The verdict over w[0..n): one or more lines, each starting with indent
+ * (malloc'd, however many ranks and places; NULL: no memory), stopped ranks
+ * named first, then those that exited. *culprits: how many ranks were not
+ * where the others were (those that exited, and those that never called
+ * ddp_init while others wait there, included), else how many are stopped
+ * (0: none can be told). */
+char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int *culprits);
 /* A node's positions as JSON for the store (malloc'd; NULL: no memory), and
  * back: append the records in val to *w (grown), the count added, or -1. */
 char *hang_where_encode(const struct hang_where *w, size_t n);

@@ -21,9 +21,8 @@
 
 extern char **environ;
 
-/* A stack tool gets this long per process, and this much output is kept. */
-#define STACK_TIMEOUT_MS 15000
-#define STACK_MAX_BYTES	 (64 * 1024)
+/* This much of a stack tool's output is kept (HANG_STACK_TIMEOUT_MS: how long). */
+#define STACK_MAX_BYTES (64 * 1024)
 
 /* Room kept for " and 4294967295 more" while entries follow. */
 #define RANK_LIST_MORE 24
@@ -179,8 +178,7 @@ static size_t ranks_that(const struct hang_where *w, size_t n,
 	return k;
 }
 
-void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char *buf, size_t len,
-		  int *culprits)
+char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int *culprits)
 {
 	char list[512];
 	struct text t = {0};
@@ -192,7 +190,6 @@ void hang_verdict(const struct hang_where *w, size_t n, const char *indent, char
 	const struct hang_where *lead = NULL;
 
 	*culprits = 0;
-	buf[0] = '\0';
 	if (ranks == NULL || done == NULL)
 		goto out;
 	/* Stopped ranks first: nothing moves them until they are continued,
@@ -299,11 +296,9 @@ out:
 	*culprits += (int)nexited;
 	if (*culprits == 0)
 		*culprits = (int)nstopped; /* nobody else to name */
-	if (t.p != NULL)
-		snprintf(buf, len, "%s", t.p);
-	free(t.p);
 	free(ranks);
 	free(done);
+	return t.p != NULL ? t.p : strdup("");
 }
 
 /* ---- stacks ---------------------------------------------------------------------- */
@@ -683,6 +678,6 @@ int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang
 		if (d->r[i].running && d->tool != NULL)
 			rank_start(d, &d->r[i]);
 	}
-	uv_timer_start(&d->timer, on_dump_timeout, d->pending > 0 ? STACK_TIMEOUT_MS : 0, 0);
+	uv_timer_start(&d->timer, on_dump_timeout, d->pending > 0 ? HANG_STACK_TIMEOUT_MS : 0, 0);
 	return 0;
 }

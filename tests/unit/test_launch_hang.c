@@ -53,21 +53,25 @@
 static void verdict(const struct hang_where *w, int n, int want, char *buf)
 {
 	int culprits;
+	char *v = hang_verdict(w, n, "", &culprits);
 
-	hang_verdict(w, n, "", buf, 1024, &culprits);
+	assert_non_null(v);
+	assert_true(strlen(v) < 1024);
+	strcpy(buf, v);
+	free(v);
 	assert_int_equal(culprits, want);
 }
 
 static void test_the_sleeping_rank_is_named_and_the_waiters_grouped(void **state)
 {
 	struct hang_where w[] = {IN(0, 42, 1), OUT(1, 41), IN(2, 42, 1), IN(3, 42, 1)};
-	char buf[1024];
 	int culprits;
+	char *buf = hang_verdict(w, 4, "  ", &culprits);
 
-	hang_verdict(w, 4, "  ", buf, sizeof(buf), &culprits);
 	assert_int_equal(culprits, 1);
 	assert_string_equal(buf, "  rank 1 is in no collective (last completed #41)\n"
 				 "  ranks 0,2-3 wait in all_reduce #42\n");
+	free(buf);
 }
 
 static void test_a_rank_in_an_earlier_collective_is_named_too(void **state)
@@ -146,7 +150,7 @@ static void test_a_long_rank_list_is_cut_between_entries(void **state)
 static void test_a_verdict_over_many_ranks_names_only_theirs(void **state)
 {
 	static struct hang_where w[4096];
-	static char buf[65536];
+	char *buf;
 	const char *p, *end;
 	int culprits, prev = -1;
 
@@ -155,7 +159,7 @@ static void test_a_verdict_over_many_ranks_names_only_theirs(void **state)
 		w[i] = (struct hang_where)IN(i, 4, 1);
 		w[i].stopped = i % 2 == 0;
 	}
-	hang_verdict(w, 4096, "", buf, sizeof(buf), &culprits);
+	buf = hang_verdict(w, 4096, "", &culprits);
 	assert_int_equal(culprits, 2048);
 	assert_true(strncmp(buf, "ranks 0,2,4,", 12) == 0);
 	end = strstr(buf, " more are stopped (");
@@ -171,6 +175,29 @@ static void test_a_verdict_over_many_ranks_names_only_theirs(void **state)
 		p = q + 1;
 	}
 	assert_true(prev > 0);
+	free(buf);
+}
+
+/* Ranks at many places: the verdict is not cut (it was, at 4096 bytes, in
+ * the middle of a line, and lost the waiters' line at its end). */
+static void test_a_verdict_over_many_places_keeps_every_line(void **state)
+{
+	static struct hang_where w[120];
+	char *buf;
+	int culprits;
+
+	(void)state;
+	for (int i = 0; i < 118; i++)
+		w[i] = (struct hang_where)OUT(i, i + 1);
+	w[118] = (struct hang_where)IN(118, 200, 1);
+	w[119] = (struct hang_where)IN(119, 200, 1);
+	buf = hang_verdict(w, 120, "  ", &culprits);
+	assert_int_equal(culprits, 118);
+	assert_true(strlen(buf) > 4096);
+	assert_non_null(strstr(buf, "  rank 80 is in no collective (last completed #81)\n"));
+	assert_non_null(strstr(buf, "  ranks 118-119 wait in all_reduce #200\n"));
+	assert_true(buf[strlen(buf) - 1] == '\n');
+	free(buf);
 }
 
 /* On the GPU: a rank whose collective never started (its own work before it
@@ -527,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_rank_lists_use_ranges),
 		cmocka_unit_test(test_a_long_rank_list_is_cut_between_entries),
 		cmocka_unit_test(test_a_verdict_over_many_ranks_names_only_theirs),
+		cmocka_unit_test(test_a_verdict_over_many_places_keeps_every_line),
 		cmocka_unit_test(test_a_rank_behind_its_own_gpu_work_is_named),
 		cmocka_unit_test(test_every_rank_behind_its_own_gpu_work_blames_no_peer),
 		cmocka_unit_test(test_positions_cross_nodes_with_their_wait),
