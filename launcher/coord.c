@@ -413,7 +413,9 @@ static void publish_fail(struct coord *c, const struct rdzv_end *e, store_async_
 	free(v);
 }
 
-void coord_publish_node_fail(struct coord *c, int status)
+/* This node's failure (its workers' status, no rank) as the round's end,
+ * unless it has one. */
+static void publish_node_fail(struct coord *c, int status)
 {
 	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
 
@@ -466,11 +468,13 @@ static void on_signal(struct coord *c, int status)
 {
 	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
 	char key[64], msg[RDZV_HOST_MAX + 96], sname[32], *v;
-	/* The signal, also where a hang declared before it decided the
-	 * status (124): the end says that this node received it. */
-	int sig = c->agent != NULL && agent_signal(c->agent) > 0 ? agent_signal(c->agent)
-		  : status > 128				 ? status - 128
-								 : 0;
+	int sig = status > 128 ? status - 128 : 0;
+
+	/* A hang declared before the signal decided the status (124), and
+	 * this node waits for its end: the end says it received the signal
+	 * (else "found the job hung", which another node did). */
+	if (c->agent != NULL && hang_declared(c->agent) && agent_signal(c->agent) > 0)
+		sig = agent_signal(c->agent);
 
 	c->status = status;
 	if (c->A == NULL || !c->a_up) {
@@ -544,7 +548,7 @@ static void hook_finished(struct agent *a, int status, void *arg)
 			coord_barrier(c);
 		} else if (!coord_hang_await_end(c)) {
 			/* failed() published it, unless the workers never started */
-			coord_publish_node_fail(c, status);
+			publish_node_fail(c, status);
 		}
 		break;
 	case CP_HALT:

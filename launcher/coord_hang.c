@@ -48,6 +48,9 @@
 /* A node whose workers are gone after it dumped for a hang waits this long
  * for the requester's end before it ends the round itself: the requester's
  * own dump, its hold for the aborted ranks and its gathering, with room. */
+/* What waits for a gathering waits at most this long (it asked the store
+ * for HANG_COLLECT_MS). */
+#define HANG_DEFER_MS	 (HANG_COLLECT_MS + 5000)
 #define HANG_END_WAIT_MS (HANG_STACK_TIMEOUT_MS + HANG_ABORT_GRACE_MS + HANG_COLLECT_MS + 10000)
 /* A node parked on request k looks this often whether k was numbered but
  * never came (a store client that added to hang/count but wrote no request,
@@ -79,9 +82,13 @@ struct coord_hang {
 	int64_t *seen; /* nnodes counters as last read (-1: none yet) */
 	bool reading;
 	uint64_t other_ms; /* uv_now when another node's counter last moved */
-	/* the requester's verdict: gathering the positions; what waits for it */
+	/* the requester's verdict: gathering the positions; what waits for it
+	 * (deferred in then_phase of then_round), at most until then_timer */
 	bool gathering;
 	void (*then)(struct coord *c);
+	int then_phase, then_round;
+	uv_timer_t then_timer;
+	bool then_timer_init;
 	int late_round; /* the round whose end this node leaves to the requester */
 };
 
@@ -106,6 +113,7 @@ static struct op *op_new(struct coord_hang *h, int round, int k)
 }
 
 static void park(struct coord_hang *h);
+static bool run_then(struct coord_hang *h);
 
 /* ---- positions as JSON ------------------------------------------------------- */
 
@@ -380,24 +388,52 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 		h->mine = 0;
 	free(o);
 	h->gathering = false;
-	if (h->then != NULL) { /* the report or the leave waited for this */
-		void (*then)(struct coord *) = h->then;
-
-		h->then = NULL;
-		if (h->c->phase != CP_LEAVE) /* not once hurried out meanwhile */
-			then(h->c);
+	if (run_then(h))
 		return;
-	}
 	park(h);
+}
+
+/* What waited for the gathering, now: true if something did. Not if the
+ * coordinator went on meanwhile (hurried out, a restart): where it is now
+ * another step follows. */
+static bool run_then(struct coord_hang *h)
+{
+	struct coord *c = h->c;
+	void (*then)(struct coord *) = h->then;
+
+	if (then == NULL)
+		return false;
+	h->then = NULL;
+	uv_timer_stop(&h->then_timer);
+	if ((int)c->phase == h->then_phase && c->round == h->then_round)
+		then(c);
+	return true;
+}
+
+/* The gathering's own wait is bounded by the store's answer to its cancel:
+ * a store that stopped answering (its host stopped, its connection up)
+ * must not hold the report or the leave. */
+static void on_then_late(uv_timer_t *t)
+{
+	struct coord_hang *h = t->data;
+
+	agent_say("the hang's verdict did not come in %d s: going on without it",
+		  HANG_DEFER_MS / 1000);
+	h->gathering = false; /* nothing waits for it any more */
+	run_then(h);
 }
 
 bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c))
 {
 	struct coord_hang *h = c->hang;
 
-	if (h == NULL || !h->gathering)
+	if (h == NULL || !h->gathering || !h->then_timer_init)
 		return false;
+	if (h->then == NULL)
+		uv_timer_start(&h->then_timer, on_then_late, HANG_DEFER_MS, 0);
 	h->then = then; /* a leave asked for meanwhile goes instead of the report */
+	h->then_phase = (int)c->phase;
+	h->then_round = c->round;
 	return true;
 }
 
@@ -804,6 +840,9 @@ void coord_hang_round(struct coord *c)
 			return;
 		}
 		c->hang = h;
+		uv_timer_init(c->loop, &h->then_timer);
+		h->then_timer.data = h;
+		h->then_timer_init = true;
 	} else if (h->parked_round >= 0 && h->parked_round != c->round && c->A != NULL) {
 		/* End the last round's parked waits (every node's), then park anew. */
 		char key[64];
@@ -829,6 +868,11 @@ void coord_hang_round(struct coord *c)
 		park(h);
 }
 
+static void on_then_timer_closed(uv_handle_t *t)
+{
+	coord_closed_one(t->data);
+}
+
 void coord_hang_close(struct coord *c)
 {
 	struct coord_hang *h = c->hang;
@@ -842,6 +886,12 @@ void coord_hang_close(struct coord *c)
 		c->open++;
 		store_async_close(h->H, coord_closed_one, c);
 		h->H = NULL;
+	}
+	if (h->then_timer_init && !uv_is_closing((uv_handle_t *)&h->then_timer)) {
+		h->then = NULL; /* the leave is under way */
+		c->open++;
+		h->then_timer.data = c;
+		uv_close((uv_handle_t *)&h->then_timer, on_then_timer_closed);
 	}
 	h->up = false;
 }

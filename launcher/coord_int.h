@@ -248,9 +248,6 @@ bool coord_hang_await_end(struct coord *c);
  * is printed (bounded; a later call's then instead), and true; false: none
  * is gathered, go on now. */
 bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c));
-/* coord.c: this node's failure (its workers' status, no rank) as the
- * round's end, unless it has one. */
-void coord_publish_node_fail(struct coord *c, int status);
 
 /* coord_fwd.c: forwarded signals across nodes (its keys r<r>/fwd/... are
  * described there): a round started (walk its log); closing. */

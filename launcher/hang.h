@@ -50,7 +50,9 @@ void hang_env(struct agent *a, struct workenv_job *j);
 /* True while Python workers print their stacks: a failure then must not
  * stop the others yet. */
 bool hang_holds(const struct agent *a);
-/* The attempt is over: print a hang's verdict if it is still due. */
+/* The attempt is over: print a hang's verdict if it is still due, and
+ * hand a remote dump's positions over if its hold has not yet (every
+ * worker ended before it did). */
 void hang_report(struct agent *a);
 /* Close the loop handles (the agent is ending). */
 void hang_close(struct agent *a);
@@ -74,8 +76,9 @@ void hang_set_remote(struct agent *a, const struct hang_remote *r);
 /* A node asked for a dump (why names it). fail: the job hung (Python
  * workers get SIGABRT, the exit status is HANG_EXIT, local failures from
  * now on are the hang's). done(arg, w, n) follows, once any aborted Python
- * worker has printed its stack: where the local ranks are (valid during the
- * call; rank -1: not running). */
+ * worker has printed its stack (or every worker is gone: hang_report):
+ * where the local ranks were as the dump began (valid during the call;
+ * rank -1: not running). */
 void hang_remote_dump(struct agent *a, bool fail, const char *why,
 		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg);
 /* True once this attempt's hang was declared: failures are its effect. */

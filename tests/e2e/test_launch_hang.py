@@ -436,6 +436,38 @@ def test_two_nodes_of_python_workers_still_get_the_verdict(reaper, tmp_path):
     assert "has not ended it" not in both
 
 
+def test_a_gathering_node_whose_store_stops_answering_still_ends(reaper, tmp_path):
+    """Node 1 gathers every node's positions (SIGUSR2) while node 2, stopped,
+    sends none; then the store's host (node 0) stops too, its connections
+    up: nothing answers the gathering's wait. Node 1 finds the store silent
+    (heartbeat), and its leave, which waits for the gathering, waits at most
+    35 s more: it exits 75 (lost). Before, the leave waited for an answer
+    that never came, and ddprun ran until killed."""
+    from conftest import free_port
+    from mnutil import Agent, clean_env
+    port = free_port()
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    ["--nnodes", "3", "--node-rank", str(r), "--master-addr", "127.0.0.1",
+                     "--master-port", str(port), "--nproc-per-node", "1",
+                     "--shutdown-timeout", "5", "--rdzv-conf", "heartbeat_timeout=10",
+                     "sleep", "300"], env=clean_env()) for r in range(3)]
+    try:
+        wait_for(lambda: all("round 0:" in a.stderr() for a in agents), timeout=60,
+                 what="every node in round 0")
+        agents[2].signal(signal.SIGSTOP)
+        agents[1].signal(signal.SIGUSR2)
+        wait_for(lambda: "stack dump of node 0" in agents[0].stderr(), timeout=30,
+                 what="node 0 dumped for node 1")
+        agents[0].signal(signal.SIGSTOP)
+        assert agents[1].wait(timeout=120) == 75, agents[1].stderr()
+        err = agents[1].stderr()
+        assert "the hang's verdict did not come in 35 s: going on without it" in err, err
+    finally:
+        for a in (agents[0], agents[2]):
+            a.signal(signal.SIGCONT)
+            a.signal(signal.SIGKILL)
+
+
 def test_two_nodes_a_stopped_rank_on_the_other_node_is_named(reaper, tmp_path):
     # Rank 2 on node 1 stops itself; whichever node gives the verdict has
     # its record from the store, stop included.
