@@ -7,7 +7,10 @@
  * positions and prints the job's verdict; after a hang it then ends the
  * round with a final failure, status HANG_EXIT, observed when the hang was
  * (before any SIGABRT it caused: those failures are marked secondary), so
- * every node stops and exits with 124. Keys, under "ddprun/<run_id>/r<r>/":
+ * every node stops and exits with 124. A node whose workers the dump ended
+ * leaves the round's end to it (bounded: HANG_END_WAIT_MS), and the
+ * requester's own report and leave wait for its gathering (HANG_DEFER_MS).
+ * Keys, under "ddprun/<run_id>/r<r>/":
  *   hang/count        ADD counter: request numbers k = 1, 2, ...
  *   hang/req/<k>      {"node": R, "fail": bool, "why": "..."} (R -1: from
  *                     outside, e.g. ddpstore; never "fail"), or
@@ -45,12 +48,12 @@
 
 /* The requester waits this long for every node's positions. */
 #define HANG_COLLECT_MS 30000
+/* What waits for a gathering waits at most this long (it asked the store
+ * for HANG_COLLECT_MS). */
+#define HANG_DEFER_MS (HANG_COLLECT_MS + 5000)
 /* A node whose workers are gone after it dumped for a hang waits this long
  * for the requester's end before it ends the round itself: the requester's
  * own dump, its hold for the aborted ranks and its gathering, with room. */
-/* What waits for a gathering waits at most this long (it asked the store
- * for HANG_COLLECT_MS). */
-#define HANG_DEFER_MS	 (HANG_COLLECT_MS + 5000)
 #define HANG_END_WAIT_MS (HANG_STACK_TIMEOUT_MS + HANG_ABORT_GRACE_MS + HANG_COLLECT_MS + 10000)
 /* A node parked on request k looks this often whether k was numbered but
  * never came (a store client that added to hang/count but wrote no request,

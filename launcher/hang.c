@@ -104,7 +104,7 @@ static int open_progress(struct hang *h, int nproc)
 }
 
 /* Read local rank lr's slot into w, if the worker pid or a process it
- * started wrote it; *who: that process (0: none). */
+ * started wrote it; *who (who may be NULL): that process (0: none). */
 static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where *w, pid_t *who)
 {
 	const struct ddpi_progress_slot *s;
@@ -113,7 +113,8 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	w->in = w->init = false;
 	w->entered = w->completed = 0;
 	w->op = w->wait = 0;
-	*who = 0;
+	if (who != NULL)
+		*who = 0;
 	if (h->slots == NULL)
 		return false;
 	s = &h->slots[lr];
@@ -127,7 +128,8 @@ static bool slot_read(const struct hang *h, int lr, pid_t pid, struct hang_where
 	if (owner != (int32_t)pid && !proc_descends((pid_t)owner, pid, 8))
 		return false;
 	w->libddp = true;
-	*who = (pid_t)owner;
+	if (who != NULL)
+		*who = (pid_t)owner;
 	w->completed = __atomic_load_n(&s->completed, __ATOMIC_ACQUIRE);
 	w->entered = __atomic_load_n(&s->entered, __ATOMIC_ACQUIRE);
 	w->op = __atomic_load_n(&s->op, __ATOMIC_RELAXED);
@@ -208,12 +210,11 @@ static bool sample(struct hang *h)
 		struct hang_sample n = {.valid = true};
 		struct hang_sample *o = &h->s[i];
 		struct hang_where wh;
-		pid_t who;
 		bool spinning;
 
 		if (!w->running)
 			continue;
-		slot_read(h, i, w->pid, &wh, &who);
+		slot_read(h, i, w->pid, &wh, NULL);
 		n.entered = wh.entered;
 		n.completed = wh.completed;
 		n.ticks = proc_tree_ticks(w->pid, 64);
