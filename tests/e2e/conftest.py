@@ -118,3 +118,14 @@ def reaper():
     r = Reaper()
     yield r
     r.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def private_tmpdir(monkeypatch, tmp_path):
+    """Every test's own $TMPDIR: what ddprun keeps there (the error files a
+    failure report names, what a kill -9 leaves) goes with the test's
+    directory, not into the machine's /tmp."""
+    d = tmp_path / "tmpdir"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+    return d

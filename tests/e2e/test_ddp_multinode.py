@@ -33,13 +33,6 @@ GATHERED = re.compile(r"^\[rank(\d+)\] gathered((?: \d+:\d+)*)$")
 TCP = re.compile(r"^\[rank(\d+)\] tcp (\S+) (\S+)$")
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def segments(run_id):
     return [n for n in os.listdir("/dev/shm") if run_id in n]
 

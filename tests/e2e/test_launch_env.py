@@ -7,14 +7,6 @@ import pytest
 from conftest import PYTHON, binary, run
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 CONTRACT = [
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",

@@ -12,14 +12,6 @@ import pytest
 from conftest import binary, pid_alive, prog, run, wait_for
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 # time: when ddprun saw the failure, to the microsecond; caused_by: only for
 # a failure libddp says another rank's caused.
 FAIL_RE = re.compile(

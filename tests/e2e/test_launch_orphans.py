@@ -59,14 +59,6 @@ time.sleep(1000)
 MODES = ["setsid", "daemon", "setpgid"]
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-    return d
-
-
 def start_escaping(reaper, tmp_path, mode, nproc=2):
     out = tmp_path / "out"
     out.mkdir()

@@ -18,15 +18,6 @@ import pytest
 from conftest import binary, pid_alive, prog, run, wait_for
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
-
 def ddprun(*args, **kw):
     return run([binary("ddprun"), *args], **kw)
 

@@ -16,14 +16,6 @@ from mnutil import RECORD, all_recorded, static_job
 URL = "https://pytorch.org/docs/stable/elastic/errors.html"
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def ddprun(*args, **kw):
     return run([binary("ddprun"), *args], **kw)
 

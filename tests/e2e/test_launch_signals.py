@@ -16,15 +16,6 @@ import pytest
 from conftest import binary, free_port, make_vars, pid_alive, prog, run, wait_for
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
-
 def start(reaper, tmp_path, *args, nproc=2, sigwait_args=(), **kw):
     """ddprun running launch_sigwait workers; returns once every worker is ready."""
     cmd = [binary("ddprun"), "--nproc-per-node", str(nproc), *args,

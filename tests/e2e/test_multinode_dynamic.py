@@ -17,13 +17,6 @@ from mnutil import (FAST, Agent, assert_all_dead, clean_env, dyn_agent, ipv6_loo
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def setup_out(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -15,13 +15,6 @@ from mnutil import (FAST, Agent, clean_env, dyn_agent, listening, node_args, rea
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def out_env(tmp_path, name):
     out = tmp_path / name
     out.mkdir()

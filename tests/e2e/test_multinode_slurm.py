@@ -8,13 +8,6 @@ from conftest import free_port
 from mnutil import Agent, clean_env, read_envs, record
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def test_two_slurm_tasks_form_one_job(reaper, tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -20,14 +20,6 @@ from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_en
                     node_args, read_envs, static_job, stop_process, wait_workers, worker_pids)
 
 
-@pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (and those a kill -9 leaves) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
-
-
 def check_world(envs, nprocs, port, restart=0):
     """Every worker's identity, as torchrun computes it."""
     world = sum(nprocs)
