@@ -78,6 +78,9 @@ struct coord_hang {
 	char why[200];
 	int64_t fired_us;
 	int fail_round; /* the round whose hang this node dumped; -1: none */
+	/* the node that found it (the request's): whom the end names */
+	int fail_node;
+	char fail_host[RDZV_HOST_MAX];
 	/* progress across nodes: each node counts its progress in
 	 * hang/prog/<R>; a stalled node reads every node's counter (both once
 	 * per sample of the hang monitor) */
@@ -323,7 +326,8 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 
 /* ---- the requester's verdict and end ----------------------------------------- */
 
-static void end_round(struct coord_hang *h, int round)
+/* The round's end, final: node (on host) found the job hung. */
+static void end_round(struct coord_hang *h, int round, int node, const char *host)
 {
 	struct coord *c = h->c;
 	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
@@ -331,8 +335,8 @@ static void end_round(struct coord_hang *h, int round)
 
 	if (c->phase != CP_RUN || c->round != round || c->A == NULL)
 		return;
-	e.node = c->rank;
-	snprintf(e.host, sizeof(e.host), "%s", c->host);
+	e.node = node;
+	snprintf(e.host, sizeof(e.host), "%s", host);
 	e.pid = (int)getpid();
 	e.status = HANG_EXIT;
 	e.final = true;
@@ -386,7 +390,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 			     61);
 	free(w);
 	if (o->fail)
-		end_round(h, o->round);
+		end_round(h, o->round, h->c->rank, h->c->host);
 	if (h->mine == o->k)
 		h->mine = 0;
 	free(o);
@@ -448,7 +452,9 @@ static void on_end_late(uv_timer_t *t)
 	if (h != NULL && c->round == h->late_round && c->phase == CP_RUN && !c->end_known) {
 		agent_say("the node that found the job hung has not ended it in %d s: ending it",
 			  HANG_END_WAIT_MS / 1000);
-		end_round(h, h->late_round); /* final, as its: no restart */
+		/* final, as its would be (no restart), and naming it: the
+		 * one that found the hang is the requester, not this node */
+		end_round(h, h->late_round, h->fail_node, h->fail_host);
 	}
 }
 
@@ -549,7 +555,8 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	const cJSON *node = cJSON_GetObjectItemCaseSensitive(j, "node");
 	const cJSON *fail = cJSON_GetObjectItemCaseSensitive(j, "fail");
 	const cJSON *why = cJSON_GetObjectItemCaseSensitive(j, "why");
-	char text[400];
+	const cJSON *host = cJSON_GetObjectItemCaseSensitive(j, "host");
+	char text[400], from_host[RDZV_HOST_MAX];
 
 	if (status == 0 && c->round == o->round && c->phase == CP_RUN && !cJSON_IsNumber(node) &&
 	    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "over"))) {
@@ -580,6 +587,8 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	else /* ddpstore, or any store client (ddprun(1), HUNG JOBS) */
 		snprintf(text, sizeof(text), "%.300s (asked through the store)",
 			 cJSON_IsString(why) ? why->valuestring : "on demand");
+	snprintf(from_host, sizeof(from_host), "%s",
+		 cJSON_IsString(host) ? host->valuestring : "?");
 	cJSON_Delete(j);
 	if (o->fail && h->fail_round == o->round && h->mine == o->k) {
 		/* This node's own hang request came after another node's: that
@@ -604,6 +613,8 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 		h->fail_round = o->round;
 		if (h->mine != o->k) /* the requester's own: when it fired */
 			h->fired_us = report_now_us();
+		h->fail_node = o->from;
+		snprintf(h->fail_host, sizeof(h->fail_host), "%s", from_host);
 	}
 	hang_remote_dump(c->agent, o->fail, text, on_local_done, o);
 }
@@ -698,6 +709,7 @@ static void on_numbered(int status, int64_t k, void *arg)
 	if (j == NULL)
 		return;
 	cJSON_AddNumberToObject(j, "node", c->rank);
+	cJSON_AddStringToObject(j, "host", c->host);
 	cJSON_AddBoolToObject(j, "fail", h->mine_fail);
 	cJSON_AddStringToObject(j, "why", h->why);
 	v = cJSON_PrintUnformatted(j);

@@ -19,11 +19,8 @@ HANG_EXIT = 124
 
 
 @pytest.fixture(autouse=True)
-def private_tmpdir(monkeypatch, tmp_path):
-    """ddprun's temporary directories (kept for a failure report) stay in the test's."""
-    d = tmp_path / "tmpdir"
-    d.mkdir()
-    monkeypatch.setenv("TMPDIR", str(d))
+def no_inherited_timers(monkeypatch):
+    """What the runner's environment would add to a rank's stack or timer."""
     monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
     monkeypatch.delenv("TORCHELASTIC_ENABLE_FILE_TIMER", raising=False)
     monkeypatch.delenv("TORCHELASTIC_TIMER_FILE", raising=False)
@@ -536,6 +533,40 @@ def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(
     assert "hang request 1 was numbered but never written: skipped" in err
     assert "hang request 2 is not one (not JSON): skipped" in err
     assert "ranks 0-1,3 wait in all_reduce #4" in err
+
+
+def test_a_requester_that_never_ends_the_round_is_named_by_the_node_that_does(reaper,
+                                                                             tmp_path):
+    """A store client writes node 1's hang request (host "elsewhere") as if
+    node 1's agent had asked and were slow to end the round (its stack tool
+    cut off late, its gathering waiting); both nodes dump, then their ranks
+    die (killed here, as Python ranks die of the dump's SIGABRT). Each node
+    waits 60 s for the requester's end, then ends the round itself, final.
+    The end names the node that found the hang; before, it named the node
+    that gave up waiting, with its own host."""
+    from conftest import free_port
+    port = free_port()
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job8"], ["3", "2"], port=port)
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job8"]
+    wait_for(lambda: all(f"rank {r} did 3" in agents[r // 2].stdout() for r in range(4)),
+             timeout=60, what="every rank past its third all_reduce")
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0, r.stderr
+    req = '{"node": 1, "host": "elsewhere", "fail": true, "why": "the job hung: a test"}'
+    assert run([*store, "set", f"r0/hang/req/{r.stdout.strip()}", req]).returncode == 0
+    pids = re.compile(r"^ddprun: rank \d+ \(local rank \d+\): pid (\d+) ", re.M)
+    wait_for(lambda: all(len(pids.findall(a.stderr())) == 2 for a in agents), timeout=60,
+             what="both nodes' dumps")
+    for a in agents:
+        for pid in pids.findall(a.stderr()):
+            os.kill(int(pid), signal.SIGKILL)  # ranks of ddprun started here
+    for a in agents:
+        assert a.wait(timeout=150) == HANG_EXIT, a.stderr()
+    both = agents[0].stderr() + agents[1].stderr()
+    assert "the node that found the job hung has not ended it in 60 s: ending it" in both, both
+    for a in agents:
+        assert "node 1 (host elsewhere) found the job hung" in a.stderr(), a.stderr()
+    assert "restarting" not in both
 
 
 def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):
