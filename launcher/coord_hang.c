@@ -7,13 +7,16 @@
  * positions and prints the job's verdict; after a hang it then ends the
  * round with a final failure, status HANG_EXIT, observed when the hang was
  * (before any SIGABRT it caused: those failures are marked secondary), so
- * every node stops and exits with 124. A node whose workers the dump ended
- * leaves the round's end to it (bounded: HANG_END_WAIT_MS), and the
- * requester's own report and leave wait for its gathering (HANG_DEFER_MS).
+ * every node stops and exits with 124. Every node that dumped for it leaves
+ * the round's end to it (bounded: HANG_END_WAIT_MS from the request), and
+ * the requester's own report and leave wait for its gathering
+ * (HANG_DEFER_MS). A hang found while this node's own on-demand request is
+ * gathered is asked for after it.
  * Keys, under "ddprun/<run_id>/r<r>/":
  *   hang/count        ADD counter: request numbers k = 1, 2, ...
- *   hang/req/<k>      {"node": R, "fail": bool, "why": "..."} (R -1: from
- *                     outside, e.g. ddpstore; never "fail"), or
+ *   hang/req/<k>      {"node": R, "host": "...", "fail": bool, "why": "..."}
+ *                     (R -1: from outside, e.g. ddpstore; never "fail";
+ *                     the host is for the end's words), or
  *                     {"over": true} (the round is over: the parked waits
  *                     of that round end)
  *   hang/where/<k>/<R>  node R's ranks: [[rank, libddp, in, entered,
@@ -51,9 +54,10 @@
 /* What waits for a gathering waits at most this long (it asked the store
  * for HANG_COLLECT_MS). */
 #define HANG_DEFER_MS (HANG_COLLECT_MS + 5000)
-/* A node whose workers are gone after it dumped for a hang waits this long
- * for the requester's end before it ends the round itself: the requester's
- * own dump, its hold for the aborted ranks and its gathering, with room. */
+/* A node that dumped for another node's hang waits this long from the
+ * request for the requester's end before it ends the round itself: the
+ * requester's own dump, its hold for the aborted ranks and its gathering,
+ * with room. */
 #define HANG_END_WAIT_MS (HANG_STACK_TIMEOUT_MS + HANG_ABORT_GRACE_MS + HANG_COLLECT_MS + 10000)
 /* A node parked on request k looks this often whether k was numbered but
  * never came (a store client that added to hang/count but wrote no request,
@@ -94,8 +98,14 @@ struct coord_hang {
 	void (*then)(struct coord *c);
 	int then_phase, then_round;
 	uv_timer_t then_timer;
-	bool then_timer_init;
-	int late_round; /* the round whose end this node leaves to the requester */
+	/* after another node's hang request: its end, awaited until end_timer */
+	uv_timer_t end_timer;
+	bool timers_init; /* then_timer and end_timer */
+	int late_round;	  /* the round whose end this node leaves to the requester */
+	/* a hang found while this node's own on-demand request was in flight:
+	 * asked for once that one is over */
+	bool queued_fail;
+	char queued_why[200];
 };
 
 /* One operation's context: the round and request it is about. */
@@ -120,6 +130,7 @@ static struct op *op_new(struct coord_hang *h, int round, int k)
 
 static void park(struct coord_hang *h);
 static bool run_then(struct coord_hang *h);
+static void ask_queued(struct coord_hang *h, int round);
 
 /* ---- positions as JSON ------------------------------------------------------- */
 
@@ -269,6 +280,8 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 		    r->valuedouble != (double)(int)r->valuedouble)
 			continue;
 		rec.rank = (int)r->valuedouble;
+		if (*n - from >= CLI_MAX_NPROC)
+			break; /* a node has no more ranks */
 		for (i = from; i < *n && (*w)[i].rank != rec.rank; i++)
 			;
 		if (i < *n || append(w, n, &rec) < 0)
@@ -315,13 +328,55 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 			break;
 		added++;
 	}
+	/* The one object (hang_where_encode writes no more): each costs its
+	 * lists times the records, so more would cost without bound. */
 	cJSON_ArrayForEach(r, a)
 	{
-		if (cJSON_IsObject(r))
+		if (cJSON_IsObject(r)) {
 			added += apply_lists(r, w, from, n);
+			break;
+		}
 	}
 	cJSON_Delete(a);
 	return added;
+}
+
+struct rank_at {
+	int rank;
+	size_t at;
+};
+
+static int by_rank_then_at(const void *x, const void *y)
+{
+	const struct rank_at *a = x, *b = y;
+
+	if (a->rank != b->rank)
+		return a->rank < b->rank ? -1 : 1;
+	return a->at < b->at ? -1 : a->at > b->at;
+}
+
+size_t hang_where_unique(struct hang_where *w, size_t n)
+{
+	struct rank_at *r = n > 1 ? malloc(n * sizeof(*r)) : NULL;
+	bool *drop = n > 1 ? calloc(n, sizeof(*drop)) : NULL;
+	size_t i, kept = 0;
+
+	if (r == NULL || drop == NULL) { /* n < 2, or no memory: as they are */
+		free(r);
+		free(drop);
+		return n;
+	}
+	for (i = 0; i < n; i++)
+		r[i] = (struct rank_at){w[i].rank, i};
+	qsort(r, n, sizeof(*r), by_rank_then_at);
+	for (i = 1; i < n; i++)
+		drop[r[i].at] = r[i].rank == r[i - 1].rank;
+	for (i = 0; i < n; i++)
+		if (!drop[i])
+			w[kept++] = w[i];
+	free(r);
+	free(drop);
+	return kept;
 }
 
 /* ---- the requester's verdict and end ----------------------------------------- */
@@ -356,7 +411,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	struct hang_where *w = NULL;
 	size_t nw = 0, i, nmiss = 0;
 	char *verdict = NULL, missing[512] = "";
-	int culprits, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
+	int culprits, round, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
 		if (lens[i] == 0 || hang_where_decode(vals[i], lens[i], &w, &nw) < 0) {
@@ -371,9 +426,8 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	free(miss);
 	/* No positions read, no verdict: it would say that no rank uses libddp. */
 	if (status == 0)
-		verdict = hang_verdict(w, nw, "  ", &culprits);
-	output_console_write(2, "============================================================\n",
-			     61);
+		verdict = hang_verdict(w, hang_where_unique(w, nw), "  ", &culprits);
+	hang_rule();
 	if (o->fail)
 		agent_say("the job hung: %s; stopping every node (exit status %d)", h->why,
 			  HANG_EXIT);
@@ -386,15 +440,16 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	free(verdict);
 	if (status == 0 && nmiss > 0)
 		agent_say("  node%s %s sent no positions in time", nmiss == 1 ? "" : "s", missing);
-	output_console_write(2, "============================================================\n",
-			     61);
+	hang_rule();
 	free(w);
 	if (o->fail)
 		end_round(h, o->round, h->c->rank, h->c->host);
-	if (h->mine == o->k)
+	round = o->round;
+	if (h->mine == o->k && round == h->c->round)
 		h->mine = 0;
 	free(o);
 	h->gathering = false;
+	ask_queued(h, round);
 	if (run_then(h))
 		return;
 	park(h);
@@ -434,7 +489,7 @@ bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c))
 {
 	struct coord_hang *h = c->hang;
 
-	if (h == NULL || !h->gathering || !h->then_timer_init)
+	if (h == NULL || !h->gathering || !h->timers_init)
 		return false;
 	if (h->then == NULL)
 		uv_timer_start(&h->then_timer, on_then_late, HANG_DEFER_MS, 0);
@@ -446,10 +501,10 @@ bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c))
 
 static void on_end_late(uv_timer_t *t)
 {
-	struct coord *c = t->data;
-	struct coord_hang *h = c->hang;
+	struct coord_hang *h = t->data;
+	struct coord *c = h->c;
 
-	if (h != NULL && c->round == h->late_round && c->phase == CP_RUN && !c->end_known) {
+	if (c->round == h->late_round && c->phase == CP_RUN && !c->end_known) {
 		agent_say("the node that found the job hung has not ended it in %d s: ending it",
 			  HANG_END_WAIT_MS / 1000);
 		/* final, as its would be (no restart), and naming it: the
@@ -458,17 +513,25 @@ static void on_end_late(uv_timer_t *t)
 	}
 }
 
+/* Wait for the requester's end from its request on (on_request): also
+ * while this node's workers still run, C ranks the dump did not end,
+ * which nothing else would stop if the requester never ended the round. */
+static void await_end(struct coord_hang *h, int round)
+{
+	if (!h->timers_init)
+		return;
+	h->late_round = round;
+	uv_timer_start(&h->end_timer, on_end_late, HANG_END_WAIT_MS, 0);
+}
+
 bool coord_hang_await_end(struct coord *c)
 {
 	struct coord_hang *h = c->hang;
 
 	/* Its own failure would end the round first, not final (a restart
-	 * left would start the hung job again) and without the verdict. */
-	if (h == NULL || h->fail_round != c->round || !c->timers_on)
-		return false;
-	h->late_round = c->round;
-	uv_timer_start(&c->timer, on_end_late, HANG_END_WAIT_MS, 0);
-	return true;
+	 * left would start the hung job again) and without the verdict; the
+	 * wait for the requester's end runs since the request came. */
+	return h != NULL && h->fail_round == c->round && h->late_round == c->round;
 }
 
 /* r<round>/<what>[<k>/]<R> for every node R (one malloc'd block). */
@@ -558,12 +621,15 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 	const cJSON *host = cJSON_GetObjectItemCaseSensitive(j, "host");
 	char text[400], from_host[RDZV_HOST_MAX];
 
-	if (status == 0 && c->round == o->round && c->phase == CP_RUN && !cJSON_IsNumber(node) &&
-	    !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "over"))) {
+	if (status == 0 && c->round == o->round && c->phase == CP_RUN && !cJSON_IsNumber(node)) {
 		/* Not a request (a store client wrote something else): skipped,
-		 * or every later request would wait behind it. */
-		agent_say("warning: hang request %d is not one (%s): skipped", o->k,
-			  j ? "no \"node\"" : "not JSON");
+		 * or every later request would wait behind it. So is "over"
+		 * while this node still runs the round (a node already in the
+		 * next one ended its waits, or a store client wrote it): parked
+		 * on it again, the wait would answer at once, for ever. */
+		if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "over")))
+			agent_say("warning: hang request %d is not one (%s): skipped", o->k,
+				  j ? "no \"node\"" : "not JSON");
 		cJSON_Delete(j);
 		h->next = o->k + 1;
 		free(o);
@@ -615,6 +681,7 @@ static void on_request(int status, const void *val, size_t len, void *arg)
 			h->fired_us = report_now_us();
 		h->fail_node = o->from;
 		snprintf(h->fail_host, sizeof(h->fail_host), "%s", from_host);
+		await_end(h, o->round);
 	}
 	hang_remote_dump(c->agent, o->fail, text, on_local_done, o);
 }
@@ -698,10 +765,16 @@ static void on_numbered(int status, int64_t k, void *arg)
 
 	if (status != 0 || c->A == NULL) {
 		/* The store is failing: coord.c hears of it too; make sure the
-		 * job ends with the hang's status anyway. */
+		 * job ends with the hang's status anyway, if it hung (not for
+		 * SIGUSR2: the store's loss decides). */
 		h->mine = 0;
-		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
-			   status != 0 ? strerror(-status) : "no connection");
+		if (h->mine_fail || h->queued_fail)
+			coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
+				   status != 0 ? strerror(-status) : "no connection");
+		else
+			agent_say("cannot ask the other nodes for their stacks: %s",
+				  status != 0 ? strerror(-status) : "no connection");
+		h->queued_fail = false;
 		return;
 	}
 	h->mine = (int)k;
@@ -729,8 +802,21 @@ static int request(void *arg, bool fail, const char *why)
 
 	if (h->H == NULL || !h->up || c->A == NULL || !c->a_up || c->phase != CP_RUN)
 		return -ENOTCONN;
-	if (h->mine != 0 || h->fail_round == c->round)
-		return 0; /* one in flight, or the hang was dumped already */
+	if (h->fail_round == c->round)
+		return 0; /* the hang was dumped already */
+	if (h->mine != 0) {
+		/* One in flight: a hang found meanwhile is asked for after an
+		 * on-demand one (SIGUSR2), or it would be lost: the monitor
+		 * takes this as asked, and asks no more. */
+		if (fail && !h->mine_fail && !h->queued_fail) {
+			h->queued_fail = true;
+			snprintf(h->queued_why, sizeof(h->queued_why), "%s", why);
+			agent_say("%s: asking every node for its ranks' stacks once the dump "
+				  "under way is over",
+				  why);
+		}
+		return 0;
+	}
 	h->mine = -1;
 	h->mine_fail = fail;
 	h->fired_us = report_now_us();
@@ -743,6 +829,22 @@ static int request(void *arg, bool fail, const char *why)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* The hang found while this node's request of round was in flight, now. */
+static void ask_queued(struct coord_hang *h, int round)
+{
+	struct coord *c = h->c;
+	int rc;
+
+	if (!h->queued_fail)
+		return;
+	h->queued_fail = false;
+	if (round != c->round || c->phase != CP_RUN)
+		return;
+	if ((rc = request(h, true, h->queued_why)) != 0)
+		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
+			   strerror(-rc));
 }
 
 /* ---- progress across nodes ---------------------------------------------------- */
@@ -856,8 +958,9 @@ void coord_hang_round(struct coord *c)
 		}
 		c->hang = h;
 		uv_timer_init(c->loop, &h->then_timer);
-		h->then_timer.data = h;
-		h->then_timer_init = true;
+		uv_timer_init(c->loop, &h->end_timer);
+		h->then_timer.data = h->end_timer.data = h;
+		h->timers_init = true;
 	} else if (h->parked_round >= 0 && h->parked_round != c->round && c->A != NULL) {
 		/* End the last round's parked waits (every node's), then park anew. */
 		char key[64];
@@ -871,6 +974,7 @@ void coord_hang_round(struct coord *c)
 	h->next = 1;
 	h->hole = 0;
 	h->mine = 0;
+	h->queued_fail = false;
 	free(h->seen); /* a new round: other nodes' counters start anew */
 	h->seen = NULL;
 	h->other_ms = 0;
@@ -883,9 +987,18 @@ void coord_hang_round(struct coord *c)
 		park(h);
 }
 
-static void on_then_timer_closed(uv_handle_t *t)
+static void on_timer_closed(uv_handle_t *t)
 {
 	coord_closed_one(t->data);
+}
+
+static void close_timer(struct coord *c, uv_timer_t *t)
+{
+	if (uv_is_closing((uv_handle_t *)t))
+		return;
+	c->open++;
+	t->data = c;
+	uv_close((uv_handle_t *)t, on_timer_closed);
 }
 
 void coord_hang_close(struct coord *c)
@@ -902,11 +1015,10 @@ void coord_hang_close(struct coord *c)
 		store_async_close(h->H, coord_closed_one, c);
 		h->H = NULL;
 	}
-	if (h->then_timer_init && !uv_is_closing((uv_handle_t *)&h->then_timer)) {
+	if (h->timers_init) {
 		h->then = NULL; /* the leave is under way */
-		c->open++;
-		h->then_timer.data = c;
-		uv_close((uv_handle_t *)&h->then_timer, on_then_timer_closed);
+		close_timer(c, &h->then_timer);
+		close_timer(c, &h->end_timer);
 	}
 	h->up = false;
 }

@@ -305,13 +305,11 @@ static void print_verdict(struct hang *h)
 	verdict = hang_verdict(h->where, (size_t)a->job->nproc, "  ", &culprits);
 	n = snprintf(head, sizeof(head), "ddprun: the job hung: %s; stopping it (exit status %d)\n",
 		     h->why, HANG_EXIT);
-	output_console_write(2, "============================================================\n",
-			     61);
+	hang_rule();
 	output_console_write(2, head, (size_t)n);
 	if (verdict != NULL)
 		output_console_write(2, verdict, strlen(verdict));
-	output_console_write(2, "============================================================\n",
-			     61);
+	hang_rule();
 	free(verdict);
 }
 

@@ -106,10 +106,17 @@ struct hang_where {
  * ddp_init while others wait there, included), else how many are stopped
  * (0: none can be told). */
 char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int *culprits);
+/* The rule above and below a verdict on the console (one node's or the
+ * job's), so that it stands out among the ranks' output. */
+void hang_rule(void);
 /* A node's positions as JSON for the store (malloc'd; NULL: no memory), and
  * back: append the records in val to *w (grown), the count added, or -1. */
 char *hang_where_encode(const struct hang_where *w, size_t n);
 int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t *n);
+/* Keep each rank's first record in w[0..n), in their order (a node that
+ * sent another node's rank, or one rank twice, is believed once); the
+ * count kept. */
+size_t hang_where_unique(struct hang_where *w, size_t n);
 /* "0-3,5" into buf (always NUL-terminated); entries that do not fit are
  * counted instead: "0-3,5 and 12 more". */
 void hang_rank_list(const int *ranks, size_t n, char *buf, size_t len);

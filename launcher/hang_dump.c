@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "agent_int.h"
+#include "output.h"
 #include "proc_info.h"
 #include "prog.h"
 #include "progress_slot.h"
@@ -26,6 +27,13 @@ extern char **environ;
 
 /* Room kept for " and 4294967295 more" while entries follow. */
 #define RANK_LIST_MORE 24
+
+void hang_rule(void)
+{
+	static const char rule[] = "============================================================\n";
+
+	output_console_write(2, rule, sizeof(rule) - 1);
+}
 
 void hang_rank_list(const int *r, size_t n, char *buf, size_t len)
 {

@@ -140,13 +140,10 @@ def test_a_secondary_failure_seen_first_does_not_hide_the_primary(reaper, tmp_pa
     ddprun exits 7 and names rank 2."""
     gate = tmp_path / "crash-now"
     err = tmp_path / "stderr"
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
     with open(err, "w") as e:
         p = reaper.popen([binary("ddprun"), "--nproc-per-node=4", prog("ddp_coll"), "crash",
                           "2", "--when", str(gate)], stdout=subprocess.DEVNULL, stderr=e,
-                         env=dict(os.environ, DDP_QUIET="1", DDP_TIMEOUT="600",
-                                  TMPDIR=str(tmpdir)))
+                         env=dict(os.environ, DDP_QUIET="1", DDP_TIMEOUT="600"))
     try:
         wait_for(lambda: "rank 2: waiting for" in err.read_text(), timeout=60,
                  what="rank 2 at the gate")

@@ -127,6 +127,8 @@ def dump_envs(d):
     """{rank: {name: value}} from the env.RANK files in d, which are removed."""
     out = {}
     for name in os.listdir(d):
+        if not name.startswith("env."):
+            continue  # the test's $TMPDIR (conftest.private_tmpdir)
         with open(d / name) as f:
             out[int(name[4:])] = dict(line.rstrip("\n").split("=", 1)
                                       for line in f if "=" in line)

@@ -513,10 +513,12 @@ def test_two_nodes_a_node_whose_workers_all_exited_gives_its_ranks(reaper, tmp_p
 def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(reaper,
                                                                               tmp_path):
     """A store client numbers a hang request (hang/count) and writes none (a
-    script cut short), then writes one that is not JSON: every node waited
-    on the first for ever, and the job's own hang verdict behind it never
-    came (the job hung on). Now both are skipped: every node dumps and
-    exits 124."""
+    script cut short), then writes one that is not JSON, then {"over":
+    true} (what a node in the next round writes to end the last round's
+    waits): every node waited on the first for ever, and on the last parked
+    again and again (a busy loop); the job's own hang verdict behind them
+    never came (the job hung on). Now all three are skipped: every node
+    dumps and exits 124."""
     from conftest import free_port
     port = free_port()
     agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job9", "--hang-timeout", "4"],
@@ -527,6 +529,10 @@ def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(
     r = run([*store, "add", "r0/hang/count", "1"])
     assert r.returncode == 0, r.stderr
     assert run([*store, "set", f"r0/hang/req/{r.stdout.strip()}", "garbage"]).returncode == 0
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0, r.stderr
+    over = '{"over": true}'
+    assert run([*store, "set", f"r0/hang/req/{r.stdout.strip()}", over]).returncode == 0
     for a in agents:
         assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
     err = agents[0].stderr() + agents[1].stderr()
@@ -535,15 +541,13 @@ def test_two_nodes_a_request_never_written_or_not_one_does_not_stop_the_verdict(
     assert "ranks 0-1,3 wait in all_reduce #4" in err
 
 
-def test_a_requester_that_never_ends_the_round_is_named_by_the_node_that_does(reaper,
-                                                                             tmp_path):
-    """A store client writes node 1's hang request (host "elsewhere") as if
-    node 1's agent had asked and were slow to end the round (its stack tool
-    cut off late, its gathering waiting); both nodes dump, then their ranks
-    die (killed here, as Python ranks die of the dump's SIGABRT). Each node
-    waits 60 s for the requester's end, then ends the round itself, final.
-    The end names the node that found the hang; before, it named the node
-    that gave up waiting, with its own host."""
+DUMPED_RANK = re.compile(r"^ddprun: rank \d+ \(local rank \d+\): pid (\d+) ", re.M)
+
+
+def node_1_asked_and_every_node_dumped(reaper, tmp_path):
+    """Two nodes of hang_coll 3 2 (no --hang-timeout), and node 1's hang
+    request written through the store as if from host "elsewhere"; returns
+    the agents once both have dumped their two ranks."""
     from conftest import free_port
     port = free_port()
     agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job8"], ["3", "2"], port=port)
@@ -554,12 +558,30 @@ def test_a_requester_that_never_ends_the_round_is_named_by_the_node_that_does(re
     assert r.returncode == 0, r.stderr
     req = '{"node": 1, "host": "elsewhere", "fail": true, "why": "the job hung: a test"}'
     assert run([*store, "set", f"r0/hang/req/{r.stdout.strip()}", req]).returncode == 0
-    pids = re.compile(r"^ddprun: rank \d+ \(local rank \d+\): pid (\d+) ", re.M)
-    wait_for(lambda: all(len(pids.findall(a.stderr())) == 2 for a in agents), timeout=60,
-             what="both nodes' dumps")
-    for a in agents:
-        for pid in pids.findall(a.stderr()):
-            os.kill(int(pid), signal.SIGKILL)  # ranks of ddprun started here
+    wait_for(lambda: all(len(DUMPED_RANK.findall(a.stderr())) == 2 for a in agents),
+             timeout=60, what="both nodes' dumps")
+    return agents
+
+
+def test_a_requester_that_never_ends_the_round_is_named_by_the_node_that_does(reaper,
+                                                                             tmp_path):
+    """A store client writes node 1's hang request (host "elsewhere") as if
+    node 1's agent had asked and never ended the round; both nodes dump.
+    Node 1's ranks then die (killed here, as Python ranks die of the dump's
+    SIGABRT); node 0's, C ranks the dump did not end, stay hung. Each node
+    waits 60 s from the request for the requester's end, then ends the
+    round itself, final, naming the node that found the hang. Before, node
+    0 waited only once its ranks were gone: for ever; and the end named the
+    node that gave up waiting, with its own host."""
+    agents = node_1_asked_and_every_node_dumped(reaper, tmp_path)
+    for pid in map(int, DUMPED_RANK.findall(agents[1].stderr())):
+        try:  # still node 1's ddprun's child (not gone, its pid not reused)
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid == agents[1].p.pid:
+                os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # gone already
     for a in agents:
         assert a.wait(timeout=150) == HANG_EXIT, a.stderr()
     both = agents[0].stderr() + agents[1].stderr()
@@ -567,6 +589,49 @@ def test_a_requester_that_never_ends_the_round_is_named_by_the_node_that_does(re
     for a in agents:
         assert "node 1 (host elsewhere) found the job hung" in a.stderr(), a.stderr()
     assert "restarting" not in both
+
+
+def test_a_signal_after_the_hang_is_named_in_the_end(reaper, tmp_path):
+    """Node 1's hang request (written here) has every node dump and wait
+    for its end; meanwhile node 0 gets SIGTERM. Its end goes out first and
+    says so: the status stays the hang's, 124, but the reason is the signal
+    (the end said node 0 "found the job hung", which it did not)."""
+    agents = node_1_asked_and_every_node_dumped(reaper, tmp_path)
+    agents[0].signal(signal.SIGTERM)
+    for a in agents:
+        assert a.wait(timeout=60) == HANG_EXIT, a.stderr()
+    err = agents[1].stderr()
+    assert re.search(r"node 0 \(host [^)]*\) received SIGTERM: stopping the workers", err), err
+    assert "found the job hung" not in err, err
+
+
+def test_a_hang_found_during_an_on_demand_dump_is_still_asked_for(reaper, tmp_path):
+    """Node 0 gathers every node's positions for SIGUSR2 while node 1,
+    stopped, sends none; meanwhile node 0 finds its ranks hung (node 1's
+    exited early). The hang was taken as asked for and lost: node 0 ran on
+    for ever. Now it is asked for once the gathering is over: the job ends
+    124 with the verdict."""
+    agents = two_nodes(reaper, tmp_path,
+                       ["--hang-timeout", "8", "--rdzv-conf", "heartbeat_timeout=60"],
+                       ["3", "early", "2+"])
+    wait_for(lambda: all("round 0:" in a.stderr() for a in agents), timeout=60,
+             what="every node in round 0")
+    time.sleep(2)  # node 0's ranks in ddp_init (a dump before says less, no harm)
+    agents[1].signal(signal.SIGSTOP)
+    try:
+        agents[0].signal(signal.SIGUSR2)
+        wait_for(lambda: "stack dump of node 0" in agents[0].stderr(), timeout=30,
+                 what="node 0's dump for SIGUSR2")
+        wait_for(lambda: "no rank made progress" in agents[0].stderr(), timeout=60,
+                 what="node 0 finding the hang")
+    finally:
+        agents[1].signal(signal.SIGCONT)
+    assert agents[0].wait(timeout=120) == HANG_EXIT, agents[0].stderr()
+    agents[1].wait(timeout=60)
+    err = agents[0].stderr()
+    assert "where the ranks of every node are (the job goes on)" in err, err
+    assert "the job hung: no rank made progress" in err, err
+    assert "ranks 0-1 wait in ddp_init (joining its peers)" in err, err
 
 
 def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):

@@ -1,6 +1,6 @@
 /* libFuzzer target for a node's hang positions as read from the store
  * (launcher/hang.h: hang_where_decode), then judged as the requester does
- * (hang_verdict) and encoded back. */
+ * (hang_verdict), encoded back, and each rank kept once (hang_where_unique). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +39,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		k++;
 	}
 	CHECK(k == n2);
+	/* Each rank once, the first record of it kept where it was. */
+	k = hang_where_unique(w, n);
+	CHECK(k <= n);
+	for (i = 0; i < k; i++)
+		for (size_t j = i + 1; j < k; j++)
+			CHECK(w[i].rank != w[j].rank);
 	free(s);
 	free(w);
 	free(w2);

@@ -143,6 +143,16 @@ def cluster():
 
 
 @pytest.fixture(autouse=True)
+def job_tmpdir(monkeypatch, tmp_path):
+    """The jobs' $TMPDIR (sbatch passes the environment on) is the test's:
+    a node lost with every process on it leaves its ddprun's temporary
+    directory behind, which must not pile up in the machine's /tmp."""
+    d = tmp_path / "jobtmp"
+    d.mkdir()
+    monkeypatch.setenv("TMPDIR", str(d))
+
+
+@pytest.fixture(autouse=True)
 def no_job_outlives_its_test(request):
     """A test that fails with its job still running cancels it and waits
     (bounded) until the nodes are clear, so the next test starts clean."""

@@ -492,6 +492,66 @@ static void test_positions_beyond_a_nodes_ranks_are_dropped(void **state)
 	free(s);
 }
 
+/* A rank's record counts once, the first node's: a node that also sends
+ * another node's rank, or one of its own twice, named it twice in the
+ * verdict ("ranks 0,0 wait in ..."). */
+static void test_a_rank_sent_twice_is_counted_once(void **state)
+{
+	const char *node0 = "[[0,1,1,5,4,1],[1,1,0,4,4,0]]";
+	const char *node1 = "[[2,1,1,5,4,1],[0,1,0,3,3,0],[3,1,1,5,4,1],[2,1,1,5,4,1]]";
+	struct hang_where *w = NULL;
+	size_t n = 0;
+	char buf[1024];
+
+	assert_int_equal(hang_where_decode(node0, strlen(node0), &w, &n), 2);
+	assert_int_equal(hang_where_decode(node1, strlen(node1), &w, &n), 4);
+	n = hang_where_unique(w, n);
+	assert_int_equal(n, 4);
+	for (int r = 0; r < 4; r++)
+		assert_int_equal(w[r].rank, r);
+	assert_true(w[0].in); /* node 0's rank 0, not node 1's */
+	verdict(w, (int)n, 1, buf);
+	assert_non_null(strstr(buf, "rank 1 is in no collective (last completed #4)"));
+	assert_non_null(strstr(buf, "ranks 0,2-3 wait in"));
+	assert_int_equal(hang_where_unique(w, 1), 1);
+	assert_int_equal(hang_where_unique(w, 0), 0);
+	free(w);
+	(void)state;
+}
+
+/* One object of lists per value (the encoder writes no more; each costs
+ * its lists times the records, so a store client's thousand made the
+ * requester's loop stall for minutes), and its exited ranks only up to a
+ * node's bound. */
+static void test_a_values_lists_are_read_once_and_bounded(void **state)
+{
+	const char *two = "[[0,1,0,3,3,0],[1,1,0,3,3,0],{\"stopped\":[0]},{\"stopped\":[1]}]";
+	size_t cap = CLI_MAX_NPROC, len = 64 + 32 * cap, k = 0;
+	char *s = malloc(len);
+	struct hang_where *w = NULL;
+	size_t n = 0;
+
+	assert_int_equal(hang_where_decode(two, strlen(two), &w, &n), 2);
+	assert_true(w[0].stopped);
+	assert_false(w[1].stopped);
+	free(w);
+	w = NULL;
+	n = 0;
+	/* cap - 2 records, then 10 ranks that exited: 2 of them fit. */
+	assert_non_null(s);
+	k += (size_t)snprintf(s + k, len - k, "[");
+	for (size_t r = 0; r < cap - 2; r++)
+		k += (size_t)snprintf(s + k, len - k, "[%zu,1,0,0,0,0],", r);
+	snprintf(s + k, len - k, "{\"exited\":[%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu,%zu]}]", cap,
+		 cap + 1, cap + 2, cap + 3, cap + 4, cap + 5, cap + 6, cap + 7, cap + 8, cap + 9);
+	assert_int_equal(hang_where_decode(s, strlen(s), &w, &n), (int)cap);
+	assert_int_equal(n, cap);
+	assert_true(w[cap - 1].exited);
+	free(w);
+	free(s);
+	(void)state;
+}
+
 /* A record with a value its field cannot hold is skipped, not converted
  * (undefined for a double out of range; fuzz_launch_hang found 8.9e21). */
 static void test_positions_out_of_range_are_skipped(void **state)
@@ -567,6 +627,8 @@ int main(void)
 		cmocka_unit_test(test_a_rank_that_exited_is_named),
 		cmocka_unit_test(test_a_rank_that_exited_crosses_nodes),
 		cmocka_unit_test(test_positions_beyond_a_nodes_ranks_are_dropped),
+		cmocka_unit_test(test_a_rank_sent_twice_is_counted_once),
+		cmocka_unit_test(test_a_values_lists_are_read_once_and_bounded),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
