@@ -763,6 +763,19 @@ static void on_numbered(int status, int64_t k, void *arg)
 	cJSON *j;
 	char key[64], *v;
 
+	if (status == 0 && (k < 1 || k > INT_MAX)) {
+		/* A counter a store client set far off (or negative): no number
+		 * a request key of this ddprun can have, nor that it waits for.
+		 * The store is well: the hang ends the job from here. */
+		agent_say("cannot ask the other nodes for their stacks: the store's hang/count "
+			  "is %lld",
+			  (long long)k);
+		h->mine = 0;
+		if (h->mine_fail || h->queued_fail)
+			hang_ask_failed(c->agent);
+		h->queued_fail = false;
+		return;
+	}
 	if (status != 0 || c->A == NULL) {
 		/* The store is failing: coord.c hears of it too; make sure the
 		 * job ends with the hang's status anyway, if it hung (not for
@@ -842,9 +855,10 @@ static void ask_queued(struct coord_hang *h, int round)
 	h->queued_fail = false;
 	if (round != c->round || c->phase != CP_RUN)
 		return;
-	if ((rc = request(h, true, h->queued_why)) != 0)
-		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
-			   strerror(-rc));
+	if ((rc = request(h, true, h->queued_why)) != 0) {
+		agent_say("cannot ask the other nodes for their stacks: %s", strerror(-rc));
+		hang_ask_failed(c->agent);
+	}
 }
 
 /* ---- progress across nodes ---------------------------------------------------- */

@@ -250,6 +250,16 @@ static void after_dump(struct agent *a, int naborted, void *arg)
 	finish_hang(h);
 }
 
+/* This node's ranks only: their dump, their verdict, and the hang's end. */
+static void dump_here(struct hang *h)
+{
+	h->dumping = true;
+	if (hang_dump_start(h->a, h->why, h->aborted, h->where, after_dump, h) != 0) {
+		h->dumping = false;
+		finish_hang(h);
+	}
+}
+
 static void fire(struct hang *h)
 {
 	struct agent *a = h->a;
@@ -268,11 +278,19 @@ static void fire(struct hang *h)
 		h->reported = true;
 		return;
 	}
-	h->dumping = true;
-	if (hang_dump_start(a, h->why, h->aborted, h->where, after_dump, h) != 0) {
-		h->dumping = false;
-		finish_hang(h);
-	}
+	dump_here(h);
+}
+
+void hang_ask_failed(struct agent *a)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL || !h->fired || !h->reported || h->dumping || h->holding ||
+	    a->state != AS_RUNNING)
+		return;
+	agent_say("the job hung; dumping this node's ranks only");
+	h->reported = false;
+	dump_here(h);
 }
 
 /* Every aborted worker is gone and its output read, or the grace is over. */
@@ -317,8 +335,12 @@ static void finish_hang(struct hang *h)
 {
 	h->holding = false;
 	print_verdict(h);
-	/* A signal or the end may have come meanwhile: theirs is the stop. */
-	if (h->a->state == AS_RUNNING)
+	/* A signal or the end may have come meanwhile: theirs is the stop.
+	 * With several nodes the coordinator ends the round once the workers
+	 * are gone (agent_stop is its own word: it would not be told). */
+	if (h->a->state == AS_RUNNING && h->a->has_coord)
+		agent_halt(h->a, HANG_EXIT, false);
+	else if (h->a->state == AS_RUNNING)
 		agent_stop(h->a, HANG_EXIT);
 }
 

@@ -83,6 +83,10 @@ void hang_remote_dump(struct agent *a, bool fail, const char *why,
 		      void (*done)(void *arg, const struct hang_where *w, size_t n), void *arg);
 /* True once this attempt's hang was declared: failures are its effect. */
 bool hang_declared(const struct agent *a);
+/* The hang declared here could not be asked for after all (the store's
+ * request counter is off, the requests' connection is down): this node's
+ * ranks are dumped and the hang ends the job as on a single node. */
+void hang_ask_failed(struct agent *a);
 
 /* ---- shared with hang_dump.c, hang_ftimer.c and coord_hang.c ---------------- */
 

@@ -634,6 +634,25 @@ def test_a_hang_found_during_an_on_demand_dump_is_still_asked_for(reaper, tmp_pa
     assert "ranks 0-1 wait in ddp_init (joining its peers)" in err, err
 
 
+def test_a_request_counter_set_beyond_any_number_still_ends_the_hung_job(reaper, tmp_path):
+    """A store client adds 2^31-1 to hang/count: the number each node's hang
+    request then got did not fit an int, so the request went under a key no
+    node reads and the asker waited for it for ever (its hang counted as
+    asked): the job hung on. Now the number is refused and each node's hang
+    ends the job as on one node (its own ranks' dump and verdict), 124."""
+    from conftest import free_port
+    port = free_port()
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job5", "--hang-timeout", "4"],
+                       ["3", "2"], port=port)
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job5"]
+    wait_for(lambda: run([*store, "add", "r0/hang/count", str(2**31 - 1)]).returncode == 0,
+             timeout=60, what="the store")
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    err = agents[0].stderr() + agents[1].stderr()
+    assert "cannot ask the other nodes for their stacks: the store's hang/count is 2147483648" in err
+
+
 def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):
     """Rank 3 (node 1) stops calling; every node finds the hang within a
     sample of the others, and most runs two or three ask at once. Each asker
