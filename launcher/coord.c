@@ -425,6 +425,9 @@ static void publish_node_fail(struct coord *c, int status)
 	snprintf(e.host, sizeof(e.host), "%s", c->host);
 	e.pid = (int)getpid();
 	e.status = status;
+	/* A hang ended from here alone (hang_ask_failed): final, as the
+	 * verdict's end is, or a restart left would start the hung job again. */
+	e.final = c->agent != NULL && hang_declared(c->agent);
 	e.time_us = report_now_us();
 	publish_fail(c, &e, NULL);
 }

@@ -639,11 +639,12 @@ def test_a_request_counter_set_beyond_any_number_still_ends_the_hung_job(reaper,
     request then got did not fit an int, so the request went under a key no
     node reads and the asker waited for it for ever (its hang counted as
     asked): the job hung on. Now the number is refused and each node's hang
-    ends the job as on one node (its own ranks' dump and verdict), 124."""
+    ends the job as on one node (its own ranks' dump and verdict), 124,
+    final: the restart left does not start the hung job again."""
     from conftest import free_port
     port = free_port()
-    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job5", "--hang-timeout", "4"],
-                       ["3", "2"], port=port)
+    agents = two_nodes(reaper, tmp_path, ["--rdzv-id", "job5", "--hang-timeout", "4",
+                                          "--max-restarts", "1"], ["3", "2"], port=port)
     store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job5"]
     wait_for(lambda: run([*store, "add", "r0/hang/count", str(2**31 - 1)]).returncode == 0,
              timeout=60, what="the store")
@@ -651,6 +652,8 @@ def test_a_request_counter_set_beyond_any_number_still_ends_the_hung_job(reaper,
         assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
     err = agents[0].stderr() + agents[1].stderr()
     assert "cannot ask the other nodes for their stacks: the store's hang/count is 2147483648" in err
+    assert "found the job hung (--hang-timeout): stopping the workers" in err, err
+    assert "restarting" not in err, err
 
 
 def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):
