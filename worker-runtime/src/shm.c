@@ -546,9 +546,18 @@ int ddpi_shm_wait(struct ddpi_shm *s, int q, uint32_t target, int64_t deadline, 
 		}
 		/* Liveness costs four syscalls: look at most every 100 ms. */
 		if (s->liveness && now >= s->next_check) {
-			/* A rank may publish its last step and exit: look once more. */
-			if (!pid_alive(s->hdr->pids[q]) &&
-			    (int32_t)(atomic_load(&c->seq) - target) < 0) {
+			/* A rank may publish its last step, its abort (a leader
+			 * whose node failed) or its finish, and exit, since this
+			 * loop looked: look once more, or the reason it gave is
+			 * lost for "exited". */
+			if (!pid_alive(s->hdr->pids[q])) {
+				if ((int32_t)(atomic_load(&c->seq) - target) >= 0)
+					return 0;
+				if (atomic_load(&s->hdr->abort))
+					return ddpi_shm_abort_error(s, what);
+				fin = atomic_load(&s->hdr->finished[q]);
+				if (fin != 0)
+					return finished_error(s, q, fin - 1, what);
 				ddpi_err(DDP_EPEER, "%s: rank %d (pid %d) exited", what,
 					 s->hdr->ranks[q], s->hdr->pids[q]);
 				ddpi_caused_by(DDP_EPEER, "rank %d (pid %d) exited",
