@@ -756,55 +756,63 @@ static void park(struct coord_hang *h)
 
 /* ---- this node asks ------------------------------------------------------------ */
 
+/* This node's request cannot be made, for why. hung (a hang was found, not
+ * only a SIGUSR2): the job ends from here. store_down: the store is failing,
+ * and coord.c hears of it too: the job ends with the hang's status, and no
+ * dump that needs the store. Otherwise the store is well and only this
+ * request is lost: this node's ranks are dumped, the verdict given, and the
+ * other nodes told the job's end as for any failure. */
+static void ask_failed(struct coord_hang *h, bool hung, bool store_down, const char *why)
+{
+	struct coord *c = h->c;
+
+	h->mine = 0;
+	h->queued_fail = false;
+	if (hung && store_down) {
+		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s", why);
+		return;
+	}
+	agent_say("cannot ask the other nodes for their stacks: %s", why);
+	if (hung)
+		hang_ask_failed(c->agent);
+}
+
 static void on_numbered(int status, int64_t k, void *arg)
 {
 	struct coord_hang *h = arg;
 	struct coord *c = h->c;
+	bool hung = h->mine_fail || h->queued_fail;
 	cJSON *j;
-	char key[64], *v;
+	char key[64], why[64], *v = NULL;
+	int rc = -ENOMEM;
 
-	if (status == 0 && (k < 1 || k > INT_MAX)) {
-		/* A counter a store client set far off (or negative): no number
-		 * a request key of this ddprun can have, nor that it waits for.
-		 * The store is well: the hang ends the job from here. */
-		agent_say("cannot ask the other nodes for their stacks: the store's hang/count "
-			  "is %lld",
-			  (long long)k);
-		h->mine = 0;
-		if (h->mine_fail || h->queued_fail)
-			hang_ask_failed(c->agent);
-		h->queued_fail = false;
+	if (status != 0 || c->A == NULL) {
+		ask_failed(h, hung, true, status != 0 ? strerror(-status) : "no connection");
 		return;
 	}
-	if (status != 0 || c->A == NULL) {
-		/* The store is failing: coord.c hears of it too; make sure the
-		 * job ends with the hang's status anyway, if it hung (not for
-		 * SIGUSR2: the store's loss decides). */
-		h->mine = 0;
-		if (h->mine_fail || h->queued_fail)
-			coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s",
-				   status != 0 ? strerror(-status) : "no connection");
-		else
-			agent_say("cannot ask the other nodes for their stacks: %s",
-				  status != 0 ? strerror(-status) : "no connection");
-		h->queued_fail = false;
+	if (k < 1 || k > INT_MAX) {
+		/* A counter a store client set far off (or negative): no number
+		 * a request key of this ddprun can have, nor that it waits for. */
+		snprintf(why, sizeof(why), "the store's hang/count is %lld", (long long)k);
+		ask_failed(h, hung, false, why);
 		return;
 	}
 	h->mine = (int)k;
 	j = cJSON_CreateObject();
-	if (j == NULL)
-		return;
-	cJSON_AddNumberToObject(j, "node", c->rank);
-	cJSON_AddStringToObject(j, "host", c->host);
-	cJSON_AddBoolToObject(j, "fail", h->mine_fail);
-	cJSON_AddStringToObject(j, "why", h->why);
-	v = cJSON_PrintUnformatted(j);
+	if (j != NULL && cJSON_AddNumberToObject(j, "node", c->rank) != NULL &&
+	    cJSON_AddStringToObject(j, "host", c->host) != NULL &&
+	    cJSON_AddBoolToObject(j, "fail", h->mine_fail) != NULL &&
+	    cJSON_AddStringToObject(j, "why", h->why) != NULL)
+		v = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
-	if (v == NULL)
-		return;
-	store_async_set(c->A, coord_key(c, key, sizeof(key), "hang/req/%d", (int)k), v, strlen(v),
-			NULL, NULL);
+	/* Numbered but never written: the other nodes skip the hole; this
+	 * node must not wait for its own request either. */
+	if (v != NULL)
+		rc = store_async_set(c->A, coord_key(c, key, sizeof(key), "hang/req/%d", (int)k), v,
+				     strlen(v), NULL, NULL);
 	free(v);
+	if (rc != 0)
+		ask_failed(h, hung, false, strerror(-rc));
 }
 
 static int request(void *arg, bool fail, const char *why)
@@ -816,12 +824,14 @@ static int request(void *arg, bool fail, const char *why)
 	if (h->H == NULL || !h->up || c->A == NULL || !c->a_up || c->phase != CP_RUN)
 		return -ENOTCONN;
 	if (h->fail_round == c->round)
-		return 0; /* the hang was dumped already */
+		return fail ? 0 : -EBUSY; /* the hang was dumped already */
+	if (h->mine != 0 && !fail)
+		return -EBUSY;
 	if (h->mine != 0) {
 		/* One in flight: a hang found meanwhile is asked for after an
 		 * on-demand one (SIGUSR2), or it would be lost: the monitor
 		 * takes this as asked, and asks no more. */
-		if (fail && !h->mine_fail && !h->queued_fail) {
+		if (!h->mine_fail && !h->queued_fail) {
 			h->queued_fail = true;
 			snprintf(h->queued_why, sizeof(h->queued_why), "%s", why);
 			agent_say("%s: asking every node for its ranks' stacks once the dump "
@@ -855,10 +865,8 @@ static void ask_queued(struct coord_hang *h, int round)
 	h->queued_fail = false;
 	if (round != c->round || c->phase != CP_RUN)
 		return;
-	if ((rc = request(h, true, h->queued_why)) != 0) {
-		agent_say("cannot ask the other nodes for their stacks: %s", strerror(-rc));
-		hang_ask_failed(c->agent);
-	}
+	if ((rc = request(h, true, h->queued_why)) != 0)
+		ask_failed(h, true, false, strerror(-rc));
 }
 
 /* ---- progress across nodes ---------------------------------------------------- */

@@ -422,15 +422,19 @@ static void on_usr2(uv_signal_t *s, int sig)
 {
 	struct hang *h = s->data;
 	struct agent *a = h->a;
+	int rc;
 
 	if (a->state != AS_RUNNING && a->state != AS_STOPPING) {
 		agent_say("SIGUSR2: no workers are running");
 		return;
 	}
-	if (h->remote.request != NULL &&
-	    h->remote.request(h->remote.arg, false, "on demand (SIGUSR2)") == 0)
+	rc = h->remote.request != NULL
+		     ? h->remote.request(h->remote.arg, false, "on demand (SIGUSR2)")
+		     : -ENOTCONN;
+	if (rc == 0)
 		return;
-	if (hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
+	if (rc == -EBUSY ||
+	    hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
 		agent_say("SIGUSR2: a stack dump is already being made");
 }
 

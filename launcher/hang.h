@@ -63,7 +63,9 @@ void hang_destroy(struct agent *a);
 
 /* How a node asks every node for a dump. request returns 0 once asked (the
  * dump then comes back through hang_remote_dump on every node, this one
- * included), or a negative errno (then the dump is local only). */
+ * included), -EBUSY for an on-demand dump (fail false) while one is under
+ * way or the hang's was made (none is made), or another negative errno
+ * (then the dump is local only). */
 struct hang_remote {
 	int (*request)(void *arg, bool fail, const char *why);
 	/* Each sample of the hang monitor: whether local ranks made progress;

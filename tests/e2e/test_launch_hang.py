@@ -610,7 +610,8 @@ def test_a_hang_found_during_an_on_demand_dump_is_still_asked_for(reaper, tmp_pa
     stopped, sends none; meanwhile node 0 finds its ranks hung (node 1's
     exited early). The hang was taken as asked for and lost: node 0 ran on
     for ever. Now it is asked for once the gathering is over: the job ends
-    124 with the verdict."""
+    124 with the verdict. A second SIGUSR2 during the gathering is answered
+    (it was ignored without a word)."""
     agents = two_nodes(reaper, tmp_path,
                        ["--hang-timeout", "8", "--rdzv-conf", "heartbeat_timeout=60"],
                        ["3", "early", "2+"])
@@ -622,6 +623,9 @@ def test_a_hang_found_during_an_on_demand_dump_is_still_asked_for(reaper, tmp_pa
         agents[0].signal(signal.SIGUSR2)
         wait_for(lambda: "stack dump of node 0" in agents[0].stderr(), timeout=30,
                  what="node 0's dump for SIGUSR2")
+        agents[0].signal(signal.SIGUSR2)
+        wait_for(lambda: "SIGUSR2: a stack dump is already being made" in agents[0].stderr(),
+                 timeout=30, what="the second SIGUSR2 answered")
         wait_for(lambda: "no rank made progress" in agents[0].stderr(), timeout=60,
                  what="node 0 finding the hang")
     finally:
