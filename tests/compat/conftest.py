@@ -2,6 +2,7 @@
 torchroot.py): host 1.13, trixie 2.6, sid's newest; a version whose root is
 absent is skipped with the reason. The versions that ran are written to
 $DDP_BUILD/tests/compat-versions for tests/run.sh's summary line."""
+import fcntl
 import importlib.util
 import os
 import sys
@@ -35,10 +36,16 @@ def pytest_runtest_setup(item):
 
 
 def pytest_sessionfinish(session):
+    """Adds this process's versions to the file: with pytest-xdist each
+    worker ran some of the tests (tests/run.sh removes the file first)."""
     if not _ran:
         return
     d = os.path.join(torchroot.BUILD, "tests")
     os.makedirs(d, exist_ok=True)
     key = lambda v: [int(x) if x.isdigit() else 0 for x in v.split(".")]  # noqa: E731
-    with open(os.path.join(d, "compat-versions"), "w") as f:
-        f.write(", ".join(sorted(_ran, key=key)) + "\n")
+    with open(os.path.join(d, "compat-versions"), "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        ran = _ran | {v.strip() for v in f.read().split(",") if v.strip()}
+        f.truncate(0)
+        f.write(", ".join(sorted(ran, key=key)) + "\n")
