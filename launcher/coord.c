@@ -294,7 +294,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	char what[RDZV_WHY_MAX + RDZV_HOST_MAX + 64];
 
 	if (rdzv_end_decode(val, len, &e) != 0) {
-		coord_fail(c, 1, "the round's end value in the store is malformed");
+		coord_fail(c, 1, "error: round %d's end value in the store is malformed", c->round);
 		return;
 	}
 	c->end = e;

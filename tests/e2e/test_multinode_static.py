@@ -622,3 +622,19 @@ def test_node_0_writes_its_own_failure_when_the_root_cause_ran_elsewhere(reaper,
     mine = [json.loads(p.read_text())["message"] for p in parents]
     assert mine[1]["message"] == "boom1" and mine[1]["errorCode"] == 3
     assert mine[0]["message"] == "boom0", mine[0]
+
+
+def test_a_malformed_end_value_in_the_store_ends_every_node(reaper, tmp_path):
+    """A store client writes what no ddprun writes as the running round's
+    end: every node says so and ends with status 1, its workers stopped;
+    none waits for an end it can read, and the store's host does not wait
+    for ever for the others to leave."""
+    agents, out, port = static_job(reaper, tmp_path, [1, 2], RECORD + "exec sleep 60")
+    wait_workers(out, 3)
+    r = run([binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--timeout", "5",
+             "set", "ddprun/none/r0/end", "{not an end"])
+    assert r.returncode == 0, r.stderr
+    for a in agents:
+        assert a.wait(timeout=60) == 1, a.stderr()
+        assert "error: round 0's end value in the store is malformed" in a.stderr(), a.stderr()
+    assert_all_dead(worker_pids(out))
