@@ -14,12 +14,12 @@ what=${1:-all}; shift || true
 B=${B:-build}
 PY=/usr/bin/python3
 UNIT_TIMEOUT=${UNIT_TIMEOUT:-300}
-declare -A pass fail
+declare -A pass fail took
 failed_names=()
 
 run_unit() {
-  pass[unit]=0; fail[unit]=0
-  local t
+  pass[unit]=0; fail[unit]=0; took[unit]=0
+  local t t0=$SECONDS
   for t in "$B"/tests/unit/test_*; do
     [[ -x $t ]] || continue
     if timeout -k 5 "$UNIT_TIMEOUT" "$t"; then
@@ -28,11 +28,13 @@ run_unit() {
       fail[unit]=$((fail[unit] + 1)); failed_names+=("unit:$(basename "$t")")
     fi
   done
+  took[unit]=$((SECONDS - t0))
 }
 
 run_pytest() {  # suite dir
   local suite=$1; shift
-  pass[$suite]=0; fail[$suite]=0
+  local t0=$SECONDS
+  pass[$suite]=0; fail[$suite]=0; took[$suite]=0
   local files=(tests/"$suite"/test_*.py)
   [[ -e ${files[0]} ]] || return 0
   local junit="$B/tests/$suite-junit.xml"
@@ -41,6 +43,7 @@ run_pytest() {  # suite dir
   DDP_BUILD="$PWD/$B" "$PY" -m pytest -q -p no:cacheprovider --junitxml="$junit" \
     "tests/$suite" "$@"
   local rc=$?
+  took[$suite]=$((SECONDS - t0))
   # Counts from the junit report; a crash before it is written counts as a failure.
   if [[ -s $junit ]]; then
     read -r n f e s < <("$PY" - "$junit" <<'PYEOF'
@@ -111,7 +114,8 @@ for s in unit e2e compat slurm; do
   [[ -n ${pass[$s]+x} ]] || continue
   label=$s
   if [[ -s $B/tests/$s-versions ]]; then label+=" (torch $(<"$B/tests/$s-versions"))"; fi
-  summary+=" $label ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped};"
+  summary+=" $label ${pass[$s]} passed, ${fail[$s]} failed${skip[$s]:+, ${skip[$s]} skipped}"
+  summary+=" ($((took[$s] / 60))m$((took[$s] % 60))s);"
   total_fail=$((total_fail + fail[$s]))
 done
 if [[ $total_fail -eq 0 ]]; then
