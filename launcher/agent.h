@@ -65,6 +65,7 @@ struct agent_config {
 	const int *dfl_sigs;	       /* dispositions workers must not inherit */
 	int ndfl_sigs;
 	const struct rlimit *nofile; /* RLIMIT_NOFILE for the workers; NULL: ddprun's */
+	pid_t ptracer;		     /* each worker's ptracer (spawn_worker.h); 0: none */
 };
 
 struct agent_coord {

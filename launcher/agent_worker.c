@@ -172,6 +172,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		.dfl_sigs = a->cfg.dfl_sigs,
 		.ndfl_sigs = a->cfg.ndfl_sigs,
 		.nofile = a->cfg.nofile,
+		.ptracer = a->cfg.ptracer,
 	};
 	char **env = NULL, **argv = NULL;
 	pid_t pid;

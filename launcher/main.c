@@ -18,6 +18,7 @@
 #include "job.h"
 #include "output.h"
 #include "store_server.h"
+#include "util.h"
 #include "watchdog.h"
 #include "workenv.h"
 
@@ -130,6 +131,9 @@ int main(int argc, char **argv)
 	 * descriptors as the hard limit does (the workers get the original). */
 	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && store_server_raise_nofile(&fdlimit) == 0)
 		cfg.nofile = &nofile;
+	/* The hang dump's stack tool attaches to the workers (spawn_worker.c). */
+	if (util_yama_ptrace_scope() == 1)
+		cfg.ptracer = getpid();
 
 	rc = watchdog_start(&wd, job.shm_nonce);
 	if (rc != 0)

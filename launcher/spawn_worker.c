@@ -69,6 +69,12 @@ static void child(const struct spawn_req *r, pid_t parent, const sigset_t *mask)
 	 * between refuse it, the worker runs unpinned rather than not at all. */
 	if (r->affinity != NULL)
 		(void)sched_setaffinity(0, sizeof(*r->affinity), r->affinity);
+	/* Under Yama's ptrace_scope 1 the hang dump's stack tool, ddprun's
+	 * child and not the worker's ancestor, may attach only if the worker
+	 * names ddprun (whose descendants it then may be traced by). It holds
+	 * across exec; not for the worker's own children. */
+	if (r->ptracer > 0)
+		(void)prctl(PR_SET_PTRACER, (unsigned long)r->ptracer, 0, 0, 0);
 	sigprocmask(SIG_SETMASK, mask, NULL);
 	execve(r->path, r->argv, r->envp);
 	if (errno == ENOEXEC) {

@@ -32,6 +32,7 @@ struct spawn_req {
 	int ndfl_sigs;
 	const struct rlimit *nofile; /* RLIMIT_NOFILE to give back; NULL: keep */
 	const cpu_set_t *affinity;   /* --numa-binding's CPUs (numa.h); NULL: keep */
+	pid_t ptracer;		     /* > 0: named the worker's ptracer (Yama) */
 };
 
 /* The pid of the new worker, or a negative errno (clone failed). */

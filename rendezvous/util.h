@@ -47,4 +47,9 @@ void util_one_line(char *s);
 /* Write all of buf to fd, retrying on EINTR and short writes. 0 or -errno. */
 int util_write_all(int fd, const void *buf, size_t len);
 
+/* Yama's ptrace_scope (kernel/yama/ptrace_scope): 1, a process may ptrace
+ * only its descendants and the processes that named it (PR_SET_PTRACER);
+ * 0 where Yama is absent or unrestricted. */
+int util_yama_ptrace_scope(void);
+
 #endif

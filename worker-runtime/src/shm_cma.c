@@ -148,19 +148,6 @@ static int sync_init(struct ddpi_shm *s, int64_t deadline)
 	return ddpi_shm_wait_all(s, ddpi_shm_publish(s), deadline, "init");
 }
 
-static int yama_scope(void)
-{
-	FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
-	int v = 0;
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%d", &v) != 1)
-		v = 0;
-	fclose(f);
-	return v;
-}
-
 /* Whether the kernel backs anonymous memory, and so the buffers the single
  * copy reads, with transparent huge pages by itself ("always"; "madvise"
  * only where a program asks). Pinning a 2 MiB page costs what pinning a
@@ -267,7 +254,7 @@ int ddpi_shm_cma_init(struct ddpi_shm *s, const struct ddp_env *env, int64_t dea
 		return rc;
 	for (int q = 0; q < s->lws; q++)
 		same_parent &= ddpi_shm_cma_ctl(s, q)->ppid == my->ppid;
-	if (env->shm_cma != 0 && same_parent && my->ppid > 1 && yama_scope() == 1)
+	if (env->shm_cma != 0 && same_parent && my->ppid > 1 && util_yama_ptrace_scope() == 1)
 		prctl(PR_SET_PTRACER, (unsigned long)my->ppid, 0, 0, 0);
 	/* Every rank has named its ptracer before any reads. */
 	if ((rc = sync_init(s, deadline)) < 0)
