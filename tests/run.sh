@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test runner: unit (cmocka binaries), e2e, compat and slurm (pytest on /usr/bin/python3).
 #   tests/run.sh all|unit|e2e|compat|slurm [pytest args...]
-#   TEST_JOBS=N: e2e's and compat's tests N at a time (default: the cores, at most 4)
+#   TEST_JOBS=N: N tests at a time (default: the cores, at most 4)
 # slurm (a real cluster, tests/slurm/README) is part of all where this machine can
 # make one; otherwise all says why it left it out.
 # Each unit binary runs alone under a timeout. Ends with one summary line and a
@@ -82,20 +82,22 @@ run_slurm_if_possible() {
     echo "run.sh: slurm suite skipped: $why"
     return 0
   fi
-  run_pytest slurm "$@"
+  run_pytest slurm "${slurm_par[@]}" "$@"
 }
 
-# e2e and compat run on TEST_JOBS pytest-xdist workers (default: one a core, at
-# most 4): e2e's tests mostly wait (timeouts, heartbeats, sleeping ranks), so two
+# Each suite runs on TEST_JOBS pytest-xdist workers (default: one a core, at
+# most 4): the tests mostly wait (timeouts, heartbeats, sleeping ranks), so two
 # at once on two cores take about 60% of the time. TEST_JOBS=1, or no xdist
 # (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb need.
-# slurm stays serial: each module brings up its own cluster of namespaces.
-par=()
+# slurm's modules stay whole on one worker (--dist loadfile): each brings up
+# its own cluster (own namespaces, addresses and munge), once.
+par=() slurm_par=()
 jobs=${TEST_JOBS:-$(nproc)}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
 if ((jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
   par=(-n "$jobs")
+  slurm_par=("${par[@]}" --dist loadfile)
 fi
 
 declare -A skip
@@ -103,7 +105,7 @@ case $what in
   unit) run_unit ;;
   e2e) run_pytest e2e "${par[@]}" "$@" ;;
   compat) run_pytest compat "${par[@]}" "$@" ;;
-  slurm) run_pytest slurm "$@" ;;
+  slurm) run_pytest slurm "${slurm_par[@]}" "$@" ;;
   all) run_unit; run_pytest e2e "${par[@]}" "$@"; run_pytest compat "${par[@]}" "$@"
        run_slurm_if_possible "$@" ;;
   *) echo "run.sh: unknown suite '$what' (all, unit, e2e, compat, slurm)" >&2; exit 2 ;;
