@@ -308,10 +308,13 @@ $(B)/bench/%: $(B)/obj/bench/%.o $(LIB_A)
 	$(Q)$(CC) $(ALL_LDFLAGS) -o $@ $< $(LINK_DDP)
 
 # Regenerated on every build: PREFIX is not part of the configuration stamp.
+# Renamed into place: a make install beside it (the tests run two) never
+# copies it half-written.
 $(PC_FILE): worker-runtime/ddp.pc.in FORCE
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-		-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(SYS_LIBS))|g' $< > $@
+		-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(SYS_LIBS))|g' $< > $@.$$$$ && \
+		mv -f $@.$$$$ $@
 
 # ---- dependencies (Debian packages) ---------------------------------------------
 deps:

@@ -89,15 +89,17 @@ run_slurm_if_possible() {
 # most 4): the tests mostly wait (timeouts, heartbeats, sleeping ranks), so two
 # at once on two cores take about 60% of the time. TEST_JOBS=1, or no xdist
 # (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb need.
-# slurm's modules stay whole on one worker (--dist loadfile): each brings up
-# its own cluster (own namespaces, addresses and munge), once.
+# A module marked xdist_group stays whole on one worker (--dist loadgroup): its
+# module-scoped fixture runs once (make install, a training run, a server).
+# slurm's modules all do (--dist loadfile): each brings up its own cluster
+# (own namespaces, addresses and munge), once.
 par=() slurm_par=()
 jobs=${TEST_JOBS:-$(nproc)}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
 if ((jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
-  par=(-n "$jobs")
-  slurm_par=("${par[@]}" --dist loadfile)
+  par=(-n "$jobs" --dist loadgroup)
+  slurm_par=(-n "$jobs" --dist loadfile)
 fi
 
 declare -A skip

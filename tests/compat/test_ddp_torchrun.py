@@ -6,10 +6,11 @@ through shared memory alone (rank 0 says so once), a multi-node job fails
 with a clear error instead of hanging."""
 import os
 import select
-import socket
 import subprocess
 import textwrap
 import uuid
+
+from conftest import free_port
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
@@ -17,12 +18,6 @@ PYTHON = "/usr/bin/python3"
 TORCHRUN = [PYTHON, os.path.join(REPO, "bench", "launch", "torchrun_fixed.py")]
 COLL = os.path.join(BUILD, "tests", "progs", "ddp_coll")
 NOTICE = "speaks an older protocol than TCPStore 2.x (torchrun 1.x?)"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**kw):

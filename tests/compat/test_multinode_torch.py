@@ -7,11 +7,10 @@ node 0's workers wait in a collective stops node 0 at once (under torchrun
 they would hang until gloo's timeout), with node 1's @record traceback in
 node 0's report. 2.x runs with the use_libuv default fix (nolibuv/)."""
 import os
-import random
-import socket
 import subprocess
 import textwrap
 
+from conftest import free_port
 from mnutil import enter
 from test_multinode_netns import two_hosts  # noqa: F401 (a fixture)
 
@@ -69,39 +68,6 @@ FAILS = textwrap.dedent("""
     if __name__ == "__main__":
         main()
 """)
-
-
-def bindable(family, port):
-    """Can the store listen on family's wildcard at port (a family this host
-    lacks does not count)?"""
-    try:
-        s = socket.socket(family)
-    except OSError:
-        return True
-    with s:
-        if family == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        try:
-            s.bind(("0.0.0.0" if family == socket.AF_INET else "::", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port():
-    """A port nothing holds, below the kernel's ephemeral range: a port from
-    that range may be taken by any other socket's bind(0) between this pick
-    and the agents' bind (a CI run once found its endpoint port taken so)."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    rng = random.Random()
-    for _ in range(200):  # bounded; each try is one bind
-        port = rng.randrange(max(1024, low - 8000), low)
-        if all(bindable(family, port) for family in (socket.AF_INET, socket.AF_INET6)):
-            return port
-    with socket.socket() as s:  # a crowded range: the kernel's pick
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ends(text, head=1500, tail=2500):

@@ -27,6 +27,10 @@ import time
 
 import pytest
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_store_torch")
+
 _spec = importlib.util.spec_from_file_location(
     "storeutil", os.path.join(os.path.dirname(__file__), "..", "e2e", "storeutil.py"))
 storeutil = importlib.util.module_from_spec(_spec)

@@ -86,10 +86,11 @@ class Torch:
             os.makedirs(d, exist_ok=True)
             binds = " ".join(sorted({REPO, BUILD}))
             path = os.path.join(d, f"python-{self.name}")
-            with open(path + ".new", "w") as f:
+            new = f"{path}.{os.getpid()}.new"  # tests run in several processes at once
+            with open(new, "w") as f:
                 f.write(WRAPPER % {"root": self.root, "binds": binds})
-            os.chmod(path + ".new", stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP)
-            os.replace(path + ".new", path)
+            os.chmod(new, stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP)
+            os.replace(new, path)
             self._exe = path
         return self._exe
 

@@ -1,6 +1,7 @@
 """Shared helpers for the end-to-end tests: where the binaries are, free ports,
 bounded waits, and process-tree checks. Every wait here is bounded."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,8 +32,43 @@ def prog(name):
     return path
 
 
+def pytest_configure(config):
+    # pytest-xdist registers it too; without xdist (TEST_JOBS=1 where it is
+    # missing) the mark is known all the same.
+    config.addinivalue_line("markers", "xdist_group(name): one worker runs the group")
+
+
+def bindable(family, port):
+    """Can a store listen on family's wildcard at port (a family this host
+    lacks does not count)?"""
+    try:
+        s = socket.socket(family)
+    except OSError:
+        return True
+    with s:
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            s.bind(("0.0.0.0" if family == socket.AF_INET else "::", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port(family=socket.AF_INET, host="127.0.0.1"):
-    with socket.socket(family, socket.SOCK_STREAM) as s:
+    """A port nothing holds, below the kernel's ephemeral range: a port from
+    that range may be taken by any other socket's bind(0) (another test's
+    store, an outgoing connection) between this pick and the agents' bind
+    (a CI run once found its endpoint port taken so; tests run two at once).
+    Free on both families: a store listens on every address of a name."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    rng = random.Random()
+    for _ in range(200):  # bounded; each try is one bind
+        port = rng.randrange(max(1024, low - 8000), low)
+        if all(bindable(f, port) for f in (socket.AF_INET, socket.AF_INET6)):
+            return port
+    with socket.socket(family, socket.SOCK_STREAM) as s:  # a crowded range: the kernel's
         s.bind((host, 0))
         return s.getsockname()[1]
 

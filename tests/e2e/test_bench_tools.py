@@ -14,6 +14,10 @@ import pytest
 from conftest import BUILD, REPO
 from storeutil import MAGIC, OK, V2, Server, cli, i64, recv_exact, s
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_bench_tools")
+
 STOREBENCH = os.path.join(BUILD, "bench", "store", "storebench")
 PROBE = os.path.join(REPO, "bench", "torch2", "probe.sh")
 

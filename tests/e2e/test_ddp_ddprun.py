@@ -14,6 +14,10 @@ import pytest
 
 from conftest import binary, prog, run, wait_for
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_ddp_ddprun")
+
 
 def ddprun(nproc, cmd, timeout=120, rdzv_id=None, extra=(), env=None):
     args = [binary("ddprun"), f"--nproc-per-node={nproc}"]

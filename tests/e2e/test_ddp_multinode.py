@@ -27,6 +27,10 @@ import pytest
 from conftest import binary, free_port, prog, run, wait_for
 from mnutil import FAST, Agent, clean_env
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_ddp_multinode")
+
 WHERE = re.compile(r"^\[rank(\d+)\] where rank (\d+) local (\d+) of (\d+) node (\d+) of (\d+) "
                    r"world (\d+) launcher (\d+)$")
 GATHERED = re.compile(r"^\[rank(\d+)\] gathered((?: \d+:\d+)*)$")

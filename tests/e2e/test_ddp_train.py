@@ -11,6 +11,10 @@ import pytest
 from conftest import binary
 from ddp_launch import launch, start_store, wait_all
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_ddp_train")
+
 
 def train(reaper, nproc, args, tmp_path, nnodes=1, port=None, extra=None):
     dump = tmp_path / f"params-{nnodes}x{nproc}-{uuid.uuid4().hex[:6]}.bin"

@@ -8,6 +8,10 @@ import pytest
 
 from conftest import BUILD, REPO, make_vars, run
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_install")
+
 PREFIX = "/usr/local"
 
 PROGRAM = r"""

@@ -14,6 +14,10 @@ from conftest import binary
 from storeutil import (CAS_FAILED, CONN, DDPSTORE, NOT_FOUND, OK, TIMEOUT, USAGE, Server,
                        cli)
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_store_cli")
+
 
 @pytest.fixture(scope="module")
 def srv():

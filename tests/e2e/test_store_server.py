@@ -15,6 +15,10 @@ import pytest
 from storeutil import (CONN, DDPSTORE, OK, V1, V2, VALIDATE, Server, cli, closed_by_peer, connect, i64,
                        keys, recv_bytes, recv_exact, recv_i64, recv_list, rss_kib, s, vmhwm_kib)
 
+# One worker runs the whole module (tests/run.sh: --dist loadgroup): its
+# module-scoped fixture, once.
+pytestmark = pytest.mark.xdist_group("test_store_server")
+
 
 def _uring_usable():
     """Can ddpstore serve with io_uring here (kernel, sysctl, seccomp)?"""
