@@ -760,8 +760,9 @@ static void park(struct coord_hang *h)
  * only a SIGUSR2): the job ends from here. store_down: the store is failing,
  * and coord.c hears of it too: the job ends with the hang's status, and no
  * dump that needs the store. Otherwise the store is well and only this
- * request is lost: this node's ranks are dumped, the verdict given, and the
- * other nodes told the job's end as for any failure. */
+ * request is lost: this node's ranks are dumped (for a SIGUSR2 as on one
+ * node), for a hang the verdict given and the other nodes told the job's
+ * end as for any failure. */
 static void ask_failed(struct coord_hang *h, bool hung, bool store_down, const char *why)
 {
 	struct coord *c = h->c;
@@ -775,17 +776,26 @@ static void ask_failed(struct coord_hang *h, bool hung, bool store_down, const c
 	agent_say("cannot ask the other nodes for their stacks: %s", why);
 	if (hung)
 		hang_ask_failed(c->agent);
+	else
+		hang_dump_on_demand(c->agent);
 }
 
 static void on_numbered(int status, int64_t k, void *arg)
 {
-	struct coord_hang *h = arg;
+	struct op *o = arg;
+	struct coord_hang *h = o->h;
 	struct coord *c = h->c;
-	bool hung = h->mine_fail || h->queued_fail;
+	bool hung = h->mine_fail || h->queued_fail, stale = o->round != c->round;
 	cJSON *j;
 	char key[64], why[64], *v = NULL;
 	int rc = -ENOMEM;
 
+	free(o);
+	/* Numbered in a round a restart ended (coord_hang_round cleared mine):
+	 * written now, it would take the new round's number, and this node's
+	 * next request would wait for a number already used. */
+	if (stale)
+		return;
 	if (status != 0 || c->A == NULL) {
 		ask_failed(h, hung, true, status != 0 ? strerror(-status) : "no connection");
 		return;
@@ -819,12 +829,13 @@ static int request(void *arg, bool fail, const char *why)
 {
 	struct coord_hang *h = arg;
 	struct coord *c = h->c;
+	struct op *o;
 	char key[64];
 
 	if (h->H == NULL || !h->up || c->A == NULL || !c->a_up || c->phase != CP_RUN)
 		return -ENOTCONN;
 	if (h->fail_round == c->round)
-		return fail ? 0 : -EBUSY; /* the hang was dumped already */
+		return fail ? 0 : -EALREADY; /* the hang was dumped already */
 	if (h->mine != 0 && !fail)
 		return -EBUSY;
 	if (h->mine != 0) {
@@ -840,6 +851,8 @@ static int request(void *arg, bool fail, const char *why)
 		}
 		return 0;
 	}
+	if ((o = op_new(h, c->round, 0)) == NULL)
+		return -ENOMEM;
 	h->mine = -1;
 	h->mine_fail = fail;
 	h->fired_us = report_now_us();
@@ -847,7 +860,8 @@ static int request(void *arg, bool fail, const char *why)
 	if (fail)
 		agent_say("%s: asking every node for its ranks' stacks", why);
 	if (store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/count"), 1, on_numbered,
-			    h) != 0) {
+			    o) != 0) {
+		free(o);
 		h->mine = 0;
 		return -ENOMEM;
 	}

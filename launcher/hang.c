@@ -418,6 +418,8 @@ static void after_usr2(struct agent *a, int naborted, void *arg)
 	free(verdict);
 }
 
+#define USR2_BUSY "SIGUSR2: a stack dump is already being made"
+
 static void on_usr2(uv_signal_t *s, int sig)
 {
 	struct hang *h = s->data;
@@ -433,9 +435,22 @@ static void on_usr2(uv_signal_t *s, int sig)
 		     : -ENOTCONN;
 	if (rc == 0)
 		return;
-	if (rc == -EBUSY ||
-	    hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
-		agent_say("SIGUSR2: a stack dump is already being made");
+	if (rc == -EALREADY)
+		agent_say("SIGUSR2: the job hung and its stacks were dumped; it is ending");
+	else if (rc == -EBUSY)
+		agent_say("%s", USR2_BUSY);
+	else
+		hang_dump_on_demand(a);
+}
+
+void hang_dump_on_demand(struct agent *a)
+{
+	struct hang *h = a->hang;
+
+	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING))
+		return;
+	if (hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
+		agent_say("%s", USR2_BUSY);
 }
 
 /* SIGUSR2 is ours unless the user asked ddprun to forward it (to stop the

@@ -63,9 +63,9 @@ void hang_destroy(struct agent *a);
 
 /* How a node asks every node for a dump. request returns 0 once asked (the
  * dump then comes back through hang_remote_dump on every node, this one
- * included), -EBUSY for an on-demand dump (fail false) while one is under
- * way or the hang's was made (none is made), or another negative errno
- * (then the dump is local only). */
+ * included); for an on-demand dump (fail false) -EBUSY while one is under
+ * way, -EALREADY once the hang's was made (none is made then); or another
+ * negative errno (then the dump is local only). */
 struct hang_remote {
 	int (*request)(void *arg, bool fail, const char *why);
 	/* Each sample of the hang monitor: whether local ranks made progress;
@@ -89,6 +89,9 @@ bool hang_declared(const struct agent *a);
  * request counter is off, the requests' connection is down): this node's
  * ranks are dumped and the hang ends the job as on a single node. */
 void hang_ask_failed(struct agent *a);
+/* SIGUSR2's dump, of this node's ranks alone (one node, or the request to
+ * every node could not be made). */
+void hang_dump_on_demand(struct agent *a);
 
 /* ---- shared with hang_dump.c, hang_ftimer.c and coord_hang.c ---------------- */
 

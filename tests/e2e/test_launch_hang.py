@@ -595,8 +595,12 @@ def test_a_signal_after_the_hang_is_named_in_the_end(reaper, tmp_path):
     """Node 1's hang request (written here) has every node dump and wait
     for its end; meanwhile node 0 gets SIGTERM. Its end goes out first and
     says so: the status stays the hang's, 124, but the reason is the signal
-    (the end said node 0 "found the job hung", which it did not)."""
+    (the end said node 0 "found the job hung", which it did not). A SIGUSR2
+    before it, the hang's stacks dumped, is answered so (it said nothing)."""
     agents = node_1_asked_and_every_node_dumped(reaper, tmp_path)
+    agents[0].signal(signal.SIGUSR2)
+    wait_for(lambda: "SIGUSR2: the job hung and its stacks were dumped; it is ending"
+             in agents[0].stderr(), timeout=30, what="node 0's answer to SIGUSR2")
     agents[0].signal(signal.SIGTERM)
     for a in agents:
         assert a.wait(timeout=60) == HANG_EXIT, a.stderr()
