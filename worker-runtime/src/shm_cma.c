@@ -134,8 +134,11 @@ static int xfer(struct ddpi_shm *s, int q, int write, void *local, uint64_t remo
 			  : process_vm_readv(pid, &l, 1, &r, 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
+		/* A peer that aborted (its reason in the segment) and exited
+		 * since the look above fails the call with ESRCH: no fault of
+		 * the single copy's, nothing to say about it. */
 		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
+			return ddpi_shm_aborted(s) ? -ECANCELED : n < 0 ? -errno : -EIO;
 		local = (char *)local + n;
 		remote += (uint64_t)n;
 		len -= (size_t)n;
