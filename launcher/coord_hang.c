@@ -776,7 +776,7 @@ static void ask_failed(struct coord_hang *h, bool hung, bool store_down, const c
 	agent_say("cannot ask the other nodes for their stacks: %s", why);
 	if (hung)
 		hang_ask_failed(c->agent);
-	else
+	else if (!store_down) /* the store's loss ends the job now: no dump */
 		hang_dump_on_demand(c->agent);
 }
 
@@ -796,6 +796,10 @@ static void on_numbered(int status, int64_t k, void *arg)
 	 * next request would wait for a number already used. */
 	if (stale)
 		return;
+	if (c->phase != CP_RUN && !hung) { /* a SIGUSR2's, the job ending meanwhile */
+		h->mine = 0;
+		return;
+	}
 	if (status != 0 || c->A == NULL) {
 		ask_failed(h, hung, true, status != 0 ? strerror(-status) : "no connection");
 		return;

@@ -418,7 +418,8 @@ static void after_usr2(struct agent *a, int naborted, void *arg)
 	free(verdict);
 }
 
-#define USR2_BUSY "SIGUSR2: a stack dump is already being made"
+#define USR2_BUSY   "SIGUSR2: a stack dump is already being made"
+#define USR2_ENDING "SIGUSR2: the job hung and its stacks were dumped; it is ending"
 
 static void on_usr2(uv_signal_t *s, int sig)
 {
@@ -436,7 +437,7 @@ static void on_usr2(uv_signal_t *s, int sig)
 	if (rc == 0)
 		return;
 	if (rc == -EALREADY)
-		agent_say("SIGUSR2: the job hung and its stacks were dumped; it is ending");
+		agent_say("%s", USR2_ENDING);
 	else if (rc == -EBUSY)
 		agent_say("%s", USR2_BUSY);
 	else
@@ -449,7 +450,11 @@ void hang_dump_on_demand(struct agent *a)
 
 	if (h == NULL || (a->state != AS_RUNNING && a->state != AS_STOPPING))
 		return;
-	if (hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
+	/* Not over the hang's dump: its positions (h->where) are the verdict's. */
+	if (h->fired)
+		agent_say("%s", USR2_ENDING);
+	else if (h->dumping || h->holding ||
+		 hang_dump_start(a, "on demand (SIGUSR2)", NULL, h->where, after_usr2, h) != 0)
 		agent_say("%s", USR2_BUSY);
 }
 

@@ -748,3 +748,22 @@ def test_a_stack_tool_that_hangs_is_cut_off_and_the_job_still_ends(tmp_path):
     assert "partial stack of" in block
     assert "(the stack tool did not finish in time)" in block
     assert "rank 1 is in no collective (last completed #2)" in r.stderr
+
+
+def test_sigusr2_after_the_hangs_dump_does_not_dump_again(reaper, tmp_path):
+    """The hang dumped and judged, ddprun stops the ranks, which ignore
+    SIGTERM here: the stop lasts its shutdown timeout. A SIGUSR2 meanwhile
+    says the job is ending; it dumped the stopping ranks again, over the
+    positions the hang's verdict had used."""
+    from mnutil import Agent, clean_env
+    a = Agent(reaper, tmp_path, "node0",
+              ["--nproc-per-node", "2", "--hang-timeout", "2", "--shutdown-timeout", "20",
+               "sh", "-c", "trap '' TERM; exec \"$0\" \"$@\"", prog("hang_coll"), "3", "1"],
+              env=clean_env())
+    wait_for(lambda: f"stopping it (exit status {HANG_EXIT})" in a.stderr(), timeout=60,
+             what="the hang's verdict")
+    a.signal(signal.SIGUSR2)
+    wait_for(lambda: "SIGUSR2: the job hung and its stacks were dumped; it is ending"
+             in a.stderr(), timeout=30, what="the answer to SIGUSR2")
+    assert a.wait(timeout=60) == HANG_EXIT, a.stderr()
+    assert a.stderr().count("stack dump of") == 1, a.stderr()

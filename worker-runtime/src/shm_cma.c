@@ -136,7 +136,8 @@ static int xfer(struct ddpi_shm *s, int q, int write, void *local, uint64_t remo
 			continue;
 		/* A peer that aborted (its reason in the segment) and exited
 		 * since the look above fails the call with ESRCH: no fault of
-		 * the single copy's, nothing to say about it. */
+		 * the single copy's, nothing to say about it (as for an abort
+		 * seen before the call). */
 		if (n <= 0)
 			return ddpi_shm_aborted(s) ? -ECANCELED : n < 0 ? -errno : -EIO;
 		local = (char *)local + n;
