@@ -3,6 +3,7 @@ the ddpstore CLI, and raw TCPStore wire messages for both dialects.
 Self-contained (no conftest import) so tests/compat can load it by path.
 Every wait here is bounded."""
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -105,6 +106,7 @@ class Server:
     """A `ddpstore serve` on loopback; its stderr goes to a file (log())."""
 
     def __init__(self, *args, host="127.0.0.1", preexec_fn=None, env=None, wrap=()):
+        self.final_log = None
         self.dir = tempfile.mkdtemp(prefix="ddpstore-test-")
         self.port_file = os.path.join(self.dir, "port")
         self.log_path = os.path.join(self.dir, "stderr")
@@ -129,8 +131,18 @@ class Server:
         self.addr = f"127.0.0.1:{self.port}"
 
     def log(self):
+        if self.final_log is not None:
+            return self.final_log
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
+
+    def _remove_dir(self):
+        """Once the server is gone: its log is kept for log(), its directory
+        removed (each test run left ~40 of them in the machine's /tmp)."""
+        self.errf.close()
+        if self.final_log is None:
+            self.final_log = self.log()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def wait_log(self, text, timeout=10.0):
         deadline = time.monotonic() + timeout
@@ -149,7 +161,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=10)
-        self.errf.close()
+        self._remove_dir()
         return self.proc.returncode
 
     def close(self):
@@ -167,7 +179,7 @@ class Server:
             except ProcessLookupError:
                 pass
             self.proc.wait(timeout=10)
-        self.errf.close()
+        self._remove_dir()
 
 
 def cli(addr, *args, input=None, timeout=30, env=None, text=False):
