@@ -106,6 +106,9 @@ struct coord_hang {
 	 * asked for once that one is over */
 	bool queued_fail;
 	char queued_why[200];
+	/* test hook: a hang's request numbered only once ask_timer is over */
+	uv_timer_t ask_timer;
+	struct op *delayed;
 };
 
 /* One operation's context: the round and request it is about. */
@@ -829,6 +832,32 @@ static void on_numbered(int status, int64_t k, void *arg)
 		ask_failed(h, hung, false, strerror(-rc));
 }
 
+/* Test hook (tests/e2e/test_launch_hang.py): DDPRUN_TEST_HANG_ASK_DELAY_MS
+ * holds a hang's request back that long before it is numbered, so that a
+ * test can have another node's request dumped here first (the store's
+ * answers come too fast to order them from outside). 0: none. */
+static uint64_t test_ask_delay_ms(void)
+{
+	const char *v = getenv("DDPRUN_TEST_HANG_ASK_DELAY_MS");
+
+	return v != NULL ? strtoull(v, NULL, 10) : 0;
+}
+
+static void on_ask_delayed(uv_timer_t *t)
+{
+	struct coord_hang *h = t->data;
+	struct coord *c = h->c;
+	struct op *o = h->delayed;
+	char key[64];
+
+	h->delayed = NULL;
+	if (c->A == NULL || store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/count"), 1,
+					    on_numbered, o) != 0) {
+		free(o);
+		ask_failed(h, true, true, "no connection");
+	}
+}
+
 static int request(void *arg, bool fail, const char *why)
 {
 	struct coord_hang *h = arg;
@@ -863,6 +892,11 @@ static int request(void *arg, bool fail, const char *why)
 	snprintf(h->why, sizeof(h->why), "%s", why);
 	if (fail)
 		agent_say("%s: asking every node for its ranks' stacks", why);
+	if (fail && h->timers_init && test_ask_delay_ms() > 0) {
+		h->delayed = o;
+		uv_timer_start(&h->ask_timer, on_ask_delayed, test_ask_delay_ms(), 0);
+		return 0;
+	}
 	if (store_async_add(c->A, coord_key(c, key, sizeof(key), "hang/count"), 1, on_numbered,
 			    o) != 0) {
 		free(o);
@@ -999,7 +1033,8 @@ void coord_hang_round(struct coord *c)
 		c->hang = h;
 		uv_timer_init(c->loop, &h->then_timer);
 		uv_timer_init(c->loop, &h->end_timer);
-		h->then_timer.data = h->end_timer.data = h;
+		uv_timer_init(c->loop, &h->ask_timer);
+		h->then_timer.data = h->end_timer.data = h->ask_timer.data = h;
 		h->timers_init = true;
 	} else if (h->parked_round >= 0 && h->parked_round != c->round && c->A != NULL) {
 		/* End the last round's parked waits (every node's), then park anew. */
@@ -1059,7 +1094,10 @@ void coord_hang_close(struct coord *c)
 		h->then = NULL; /* the leave is under way */
 		close_timer(c, &h->then_timer);
 		close_timer(c, &h->end_timer);
+		close_timer(c, &h->ask_timer);
 	}
+	free(h->delayed);
+	h->delayed = NULL;
 	h->up = false;
 }
 

@@ -61,11 +61,13 @@ struct hang {
 	struct hang_sample *s;
 	struct hang_where *where;
 	uint64_t last_progress_ms;
-	bool fired;    /* this attempt's hang was declared */
-	bool dumping;  /* a dump of ours runs (hang_dump_start) */
-	bool closed;   /* hang_close: the agent is ending */
-	bool reported; /* its verdict was printed */
-	bool holding;  /* Python workers print their stacks */
+	bool fired;	/* this attempt's hang was declared */
+	bool dumping;	/* a dump of ours runs (hang_dump_start) */
+	bool closed;	/* hang_close: the agent is ending */
+	bool reported;	/* its verdict was printed */
+	bool holding;	/* Python workers print their stacks */
+	bool for_hang;	/* the dump under way is for another node's hang */
+	bool ask_again; /* this node's hang request failed during that dump */
 	bool *aborted;
 	uint64_t hold_until_ms;
 	char why[160];
@@ -285,12 +287,28 @@ void hang_ask_failed(struct agent *a)
 {
 	struct hang *h = a->hang;
 
-	if (h == NULL || !h->fired || !h->reported || h->dumping || h->holding ||
-	    a->state != AS_RUNNING)
+	if (h == NULL || !h->fired || !h->reported || a->state != AS_RUNNING)
 		return;
+	/* Another node's request is being dumped here (this node's hang was
+	 * found as it came): ours goes once it is over, or the hang is lost;
+	 * unless that request is a hang's, whose requester ends the job. */
+	if (h->dumping || h->holding) {
+		h->ask_again = !h->for_hang;
+		return;
+	}
 	agent_say("the job hung; dumping this node's ranks only");
 	h->reported = false;
 	dump_here(h);
+}
+
+/* The dump under way is over: this node's hang, if its request failed
+ * meanwhile (hang_ask_failed). */
+static void ask_again(struct hang *h)
+{
+	if (!h->ask_again)
+		return;
+	h->ask_again = false;
+	hang_ask_failed(h->a);
 }
 
 /* Every aborted worker is gone and its output read, or the grace is over. */
@@ -354,6 +372,7 @@ static void remote_done(struct hang *h)
 	h->done = NULL;
 	if (done != NULL)
 		done(h->done_arg, h->where, (size_t)h->a->job->nproc);
+	ask_again(h);
 }
 
 void hang_report(struct agent *a)
@@ -536,6 +555,8 @@ void hang_attempt(struct agent *a)
 	h->reported = false;
 	h->holding = false;
 	h->dumping = false;
+	h->for_hang = false;
+	h->ask_again = false;
 	h->done = NULL;
 	h->last_progress_ms = uv_now(a->loop);
 	if (h->tick_init && (h->timeout_ms > 0)) {
@@ -614,6 +635,7 @@ void hang_remote_dump(struct agent *a, bool fail, const char *why,
 	h->done = done;
 	h->done_arg = arg;
 	h->dumping = true;
+	h->for_hang = fail;
 	if (hang_dump_start(a, why, fail ? h->aborted : NULL, h->where, after_remote_dump, h) !=
 	    0) {
 		h->dumping = false;

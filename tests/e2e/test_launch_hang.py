@@ -664,6 +664,53 @@ def test_a_request_counter_set_beyond_any_number_still_ends_the_hung_job(reaper,
     assert "restarting" not in err, err
 
 
+def test_a_hang_whose_request_fails_during_an_on_demand_dump_still_ends_the_job(reaper,
+                                                                              tmp_path):
+    """Each node finds the hang and asks (its request held back 2 s by the
+    test hook); meanwhile a store client's on-demand request comes and the
+    counter is set beyond any number, so each node's request is refused
+    while it dumps for the on-demand one (its stack tool takes 4 s here).
+    The refusal was dropped (a dump was under way): the hang was lost, and
+    the job ran on for ever. Now each node dumps its ranks once that dump
+    is over, and the job ends 124 with the verdict."""
+    from conftest import free_port
+    from mnutil import Agent, clean_env
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "eu-stack").write_text("#!/bin/sh\necho slow stack of $2\nexec sleep 4\n")
+    (tools / "eu-stack").chmod(0o755)
+    port = free_port()
+    env = clean_env(DDPRUN_TEST_HANG_ASK_DELAY_MS="2000", PATH=f"{tools}:/usr/bin:/bin")
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    ["--nnodes", "2", "--node-rank", str(r), "--master-addr", "127.0.0.1",
+                     "--master-port", str(port), "--rdzv-id", "job4", "--nproc-per-node", "2",
+                     "--shutdown-timeout", "5", "--hang-timeout", "3", prog("hang_coll"), "3",
+                     "2"], env=env)
+              for r in range(2)]
+    wait_for(lambda: any("asking every node for its ranks' stacks" in a.stderr()
+                         for a in agents), timeout=60, what="a node finding the hang")
+    store = [binary("ddpstore"), "--addr", f"127.0.0.1:{port}", "--prefix", "ddprun/job4"]
+    r = run([*store, "add", "r0/hang/count", "1"])
+    assert r.returncode == 0 and r.stdout.strip() == "1", (r.stdout, r.stderr)
+    assert run([*store, "add", "r0/hang/count", str(2**31 - 2)]).returncode == 0
+    req = '{"node": -1, "fail": false, "why": "asked by a test"}'
+    assert run([*store, "set", "r0/hang/req/1", req]).returncode == 0
+    for a in agents:
+        assert a.wait(timeout=120) == HANG_EXIT, a.stderr()
+    during = 0
+    for a in agents:
+        err = a.stderr()
+        asked = err.find("asking every node for its ranks' stacks")
+        on_demand = err.find("asked by a test (asked through the store)")
+        refused = err.find("the store's hang/count is 21474836")
+        assert 0 <= on_demand < refused and asked >= 0, err
+        # Found before the on-demand dump, refused during it.
+        during += asked < on_demand
+        assert "the job hung; dumping this node's ranks only" in err[refused:], err
+        assert "the job hung: no rank made progress" in err[refused:], err
+    assert during >= 1, [a.stderr() for a in agents]
+
+
 def test_three_nodes_that_find_the_hang_at_once_give_one_true_verdict(reaper, tmp_path):
     """Rank 3 (node 1) stops calling; every node finds the hang within a
     sample of the others, and most runs two or three ask at once. Each asker
