@@ -411,7 +411,8 @@ lint:
 	$(Q)clang-format --dry-run -Werror $(C_FILES)
 	$(Q)$(foreach p,$(PARTS),$(if $(call files_of,$(p)),\
 		$(CPPCHECK) $(INC_$(p)) $(call files_of,$(p)) &&)) true
-	@echo "lint: clang-format and cppcheck clean"
+	$(Q)/usr/bin/python3 -m pyflakes tests bench examples .ci
+	@echo "lint: clang-format, cppcheck and pyflakes clean"
 format:
 	$(Q)clang-format -i $(C_FILES)
 

@@ -7,7 +7,7 @@ set -euo pipefail
 
 build=(build-essential pkg-config libuv1-dev libcjson-dev liburing-dev)
 test=(libcmocka-dev python3-pytest python3-pytest-xdist python3-torch mandoc groff iproute2 procps clang
-      libclang-rt-14-dev cppcheck clang-format valgrind elfutils gdb slurm-wlm munge
+      libclang-rt-14-dev cppcheck clang-format python3-pyflakes valgrind elfutils gdb slurm-wlm munge
       debootstrap)
 bench=(python3-torch openmpi-bin libopenmpi-dev hyperfine)
 

@@ -10,7 +10,6 @@ Prints one line per measurement:
 Every wait is bounded; a side that fails prints "ring side=S nodes=N failed"."""
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile

@@ -1,7 +1,7 @@
 # On PYTHONPATH for PyTorch 2.x from Debian, which is built without libuv while
 # TCPStore defaults to use_libuv=True (so its torchrun fails at start): change
 # that one default, nothing else (../../README.md, Benchmarks).
-import sys
+import importlib
 try:
     import torch.distributed as _dist
 except Exception:  # not every python here has torch
@@ -15,5 +15,4 @@ if _dist is not None and hasattr(_dist, "TCPStore"):
             super().__init__(*args, **kwargs)
 
     _dist.TCPStore = TCPStore
-    import torch.distributed.rendezvous  # noqa: F401  (the module, via sys.modules)
-    sys.modules["torch.distributed.rendezvous"].TCPStore = TCPStore
+    importlib.import_module("torch.distributed.rendezvous").TCPStore = TCPStore

@@ -12,11 +12,13 @@ import textwrap
 
 from conftest import free_port
 from mnutil import enter
-from test_multinode_netns import two_hosts  # noqa: F401 (a fixture)
+import test_multinode_netns
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 DDPRUN = os.path.join(BUILD, "bin", "ddprun")
+# The network namespaces of the e2e suite, a fixture here too.
+two_hosts = test_multinode_netns.two_hosts
 
 TRAIN = textwrap.dedent("""
     import os

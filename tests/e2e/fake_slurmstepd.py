@@ -12,7 +12,6 @@ ready, or took nothing, within 30 s).
     python3 fake_slurmstepd.py OUT NPROC SIG PROCTRACK DDPRUN ARGS..."""
 import ctypes
 import os
-import signal
 import subprocess
 import sys
 import time

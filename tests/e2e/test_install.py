@@ -2,7 +2,6 @@
 man pages under DESTDIR/PREFIX; pkg-config then builds a C program against the
 installed library (shared and static), and make uninstall removes it all."""
 import os
-import subprocess
 
 import pytest
 

@@ -7,7 +7,6 @@ import os
 import re
 import select
 import signal
-import stat
 import subprocess
 import time
 
