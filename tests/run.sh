@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test runner: unit (cmocka binaries), e2e, compat and slurm (pytest on /usr/bin/python3).
 #   tests/run.sh all|unit|e2e|compat|slurm [pytest args...]
-#   TEST_JOBS=N: N tests at a time (default: the cores, at most 4)
+#   TEST_JOBS=N: N tests at a time (default: the cores it may use, at most 4)
 # slurm (a real cluster, tests/slurm/README) is part of all where this machine can
 # make one; otherwise all says why it left it out.
 # Each unit binary runs alone under a timeout. Ends with one summary line and a
@@ -85,16 +85,17 @@ run_slurm_if_possible() {
   run_pytest slurm "${slurm_par[@]}" "$@"
 }
 
-# Each suite runs on TEST_JOBS pytest-xdist workers (default: one a core, at
-# most 4): the tests mostly wait (timeouts, heartbeats, sleeping ranks), so two
-# at once on two cores take about 60% of the time. TEST_JOBS=1, or no xdist
+# Each suite runs on TEST_JOBS pytest-xdist workers (default: one a core
+# this run may use, tests/cores.sh, at most 4): the tests mostly wait
+# (timeouts, heartbeats, sleeping ranks), so two at once on two cores take
+# about 60% of the time. TEST_JOBS=1, or no xdist
 # (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb need.
 # A module marked xdist_group stays whole on one worker (--dist loadgroup): its
 # module-scoped fixture runs once (make install, a training run, a server).
 # slurm's modules all do (--dist loadfile): each brings up its own cluster
 # (own namespaces, addresses and munge), once.
 par=() slurm_par=()
-jobs=${TEST_JOBS:-$(nproc)}
+jobs=${TEST_JOBS:-$(tests/cores.sh)}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
 if ((jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
