@@ -89,7 +89,7 @@ run_slurm_if_possible() {
 # this run may use, tests/cores.sh, at most 4): the tests mostly wait
 # (timeouts, heartbeats, sleeping ranks), so two at once on two cores take
 # about 60% of the time. TEST_JOBS=1, or no xdist
-# (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb need.
+# (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb do.
 # A module marked xdist_group stays whole on one worker (--dist loadgroup): its
 # module-scoped fixture runs once (make install, a training run, a server).
 # slurm's modules all do (--dist loadfile): each brings up its own cluster
@@ -98,6 +98,16 @@ par=() slurm_par=()
 jobs=${TEST_JOBS:-$(tests/cores.sh)}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
+# pytest arguments that need the tests in this process (output shown, a
+# debugger), or that turn xdist off: one at a time, not an error.
+prev=
+for arg in "$@"; do
+  case $arg in
+    -s | --capture=no | --pdb | --trace | -pno:xdist) jobs=1 ;;
+    no:xdist) [[ $prev == -p ]] && jobs=1 ;;
+  esac
+  prev=$arg
+done
 if ((jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
   par=(-n "$jobs" --dist loadgroup)
   slurm_par=(-n "$jobs" --dist loadfile)

@@ -9,6 +9,8 @@ import pytest
 from conftest import REPO
 
 CORES = os.path.join(REPO, "tests", "cores.sh")
+# The runs of run.sh here share its JUnit file: one at a time.
+pytestmark = pytest.mark.xdist_group("test_test_runner")
 
 
 def cores_under(files):
@@ -51,3 +53,18 @@ def test_a_test_jobs_that_is_no_number_is_refused_with_one_line():
                        stderr=subprocess.PIPE, text=True, timeout=60)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert r.stderr == "run.sh: TEST_JOBS must be a number, not 'two'\n", r.stderr
+
+
+@pytest.mark.parametrize("args", [["-s"], ["--capture=no"], ["--pdb"], ["-p", "no:xdist"],
+                                  ["-pno:xdist"]],
+                         ids=["s", "capture-no", "pdb", "p-no-xdist", "pno-xdist"])
+def test_pytest_arguments_that_need_one_process_run_the_tests_one_at_a_time(args):
+    """-s and --pdb need the tests in pytest's own process, and -p no:xdist
+    turns xdist off: run.sh runs the tests one at a time for them (-p
+    no:xdist was a usage error beside the -n it passed; -s showed nothing)."""
+    r = subprocess.run([os.path.join(REPO, "tests", "run.sh"), "e2e", *args, "-k",
+                        "no_test_has_this_name"], env=dict(os.environ, TEST_JOBS="2"),
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    assert "e2e:pytest-exit-5" in r.stdout, r.stdout  # no tests ran; no usage error (4)
+    assert "bringing up nodes" not in r.stdout, r.stdout  # no xdist workers
