@@ -543,6 +543,11 @@ void agent_stream_closed(struct output_stream *s)
 	check_progress(a);
 }
 
+void agent_dump_over(struct agent *a)
+{
+	check_progress(a);
+}
+
 static void check_progress(struct agent *a)
 {
 	int i;
@@ -579,7 +584,9 @@ static void check_progress(struct agent *a)
 			output_stream_finish(&a->w[i].stream[1]);
 		}
 	}
-	if (a->state == AS_DRAINING && a->open_streams == 0)
+	/* A stack dump's ranks come before the end's summary (and a hang's
+	 * verdict after them): it is bounded (HANG_STACK_TIMEOUT_MS). */
+	if (a->state == AS_DRAINING && a->open_streams == 0 && !hang_dump_running())
 		attempt_over(a);
 }
 

@@ -107,6 +107,8 @@ void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct
 void agent_worker_signal(struct agent_worker *w, int sig);
 /* Closed-stream bookkeeping, called by the output streams. */
 void agent_stream_closed(struct output_stream *s);
+/* A stack dump is over (hang_dump.c): the attempt's end may have waited. */
+void agent_dump_over(struct agent *a);
 /* How long ddprun waits for workers after SIGKILL: one in uninterruptible
  * sleep (D: a hung NFS or FUSE read, a driver call) outlives even that. */
 #define AGENT_STUCK_WAIT_MS 5000

@@ -145,6 +145,9 @@ void hang_where_local(struct agent *a, struct hang_where *w);
 typedef void (*hang_dump_cb)(struct agent *a, int naborted, void *arg);
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
 		    hang_dump_cb done, void *arg);
+/* A dump is under way: the attempt's end (its failure summary, the exit)
+ * waits for it, which agent_dump_over then lets go on. */
+bool hang_dump_running(void);
 
 /* File timer (hang_ftimer.c). */
 struct hang_ftimer;

@@ -503,6 +503,12 @@ static void dump_finish(struct hang_dump *d)
 	uv_close((uv_handle_t *)&d->timer, on_dump_closed);
 	if (d->done != NULL)
 		d->done(a, naborted, d->arg);
+	agent_dump_over(a);
+}
+
+bool hang_dump_running(void)
+{
+	return current != NULL;
 }
 
 static void rank_closed(uv_handle_t *h)

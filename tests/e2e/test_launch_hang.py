@@ -284,6 +284,33 @@ def test_sigusr2_dumps_every_rank_and_the_job_goes_on(reaper, tmp_path):
     assert "the job hung" not in err
 
 
+def test_a_rank_failing_during_a_sigusr2_dump_is_summed_up_after_the_dump(reaper, tmp_path):
+    """The rank fails while its stack is being taken (the stack tool takes
+    4 s here): the dump comes first, says the job is ending, and the
+    failure summary follows it. The summary came first, and the dump after
+    it said "the job goes on" of a job that had ended."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "eu-stack").write_text("#!/bin/sh\necho slow stack of $2\nexec sleep 4\n")
+    (tools / "eu-stack").chmod(0o755)
+    flag = tmp_path / "go"
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c",
+                      f"echo ready; while [ ! -e {flag} ]; do sleep 0.1; done; exit 3"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                     env=dict(os.environ, PATH=f"{tools}:/usr/bin:/bin"))
+    read_until(p.stdout, "ready", "")
+    p.send_signal(signal.SIGUSR2)
+    err = read_until(p.stderr, "stack dump of node 0", "")
+    flag.write_text("")  # the rank exits 3 while its stack is taken
+    rest_out, rest_err = p.communicate(timeout=60)
+    err += rest_err
+    assert p.returncode == 3, err
+    stack, verdict = err.find("slow stack of"), err.find("where the ranks are (the job is ending)")
+    summary = err.find("Root Cause (first observed failure)")
+    assert 0 <= stack < verdict < summary, err
+    assert "the job goes on" not in err, err
+
+
 def test_sigusr2_named_in_signals_to_handle_is_forwarded_instead(reaper, tmp_path):
     p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--signals-to-handle",
                       "SIGTERM,SIGUSR2", prog("launch_sigwait"), str(tmp_path)],
