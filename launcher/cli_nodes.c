@@ -37,6 +37,10 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	/* c10d ranks nodes by arrival at --rdzv-endpoint's store: SLURM_NODEID
 	 * and the first host would be taken (and said) for nothing. */
 	bool c10d = strcmp(o->rdzv_backend, "c10d") == 0;
+	/* --nnodes 1: node 0, hosting its store here. Slurm's first node is
+	 * where several meet, and need not be this one (salloc's shell on a
+	 * login node), nor SLURM_NODEID this node's rank in a job of one. */
+	bool alone = g->nnodes && o->max_nodes == 1;
 	struct slurm_info si;
 	unsigned need = (g->nnodes ? 0 : SLURM_NEED_NNODES) |
 			(g->node_rank || c10d ? 0 : SLURM_NEED_NODE_RANK) |
@@ -46,6 +50,8 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 
 	if (need == 0 && !c10d)
 		return 0;
+	if (alone) /* the run id still comes from Slurm */
+		need &= ~(unsigned)(SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER);
 	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {
 		snprintf(err, errlen, "%s", why);
@@ -65,11 +71,11 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		o->min_nodes = o->max_nodes = si.nnodes;
 		o->slurm_nnodes = true;
 	}
-	if (!g->node_rank && si.node_rank >= 0) {
+	if (!g->node_rank && si.node_rank >= 0 && !alone) {
 		o->node_rank = si.node_rank;
 		o->slurm_node_rank = true;
 	}
-	if (!g->master_addr && si.master[0] != '\0') {
+	if (!g->master_addr && si.master[0] != '\0' && !alone) {
 		snprintf(o->slurm_master, sizeof(o->slurm_master), "%s", si.master);
 		o->master_addr = o->slurm_master;
 		o->slurm_master_addr = true;

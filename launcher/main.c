@@ -161,8 +161,8 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		coord_hooks(coord, &hooks);
-		say_slurm(&o);
 	}
+	say_slurm(&o);
 	/* From here on, a reader that stalls on our stdout cannot stall the job. */
 	output_console_open(&loop);
 	rc = agent_create(&loop, &cfg, coord ? &hooks : NULL, &agent, err, sizeof(err));

@@ -45,6 +45,22 @@ def test_flags_win_over_slurm(reaper, tmp_path):
     assert "Slurm" not in a.stderr()
 
 
+def test_one_node_in_an_allocation_of_two_runs_off_its_first_node(reaper, tmp_path):
+    """salloc's shell runs on a login node, not the allocation's first node:
+    --nnodes 1 (what ddprun(1) says to give there) took the first node's
+    address for its store and failed (not an address of this machine), and
+    a SLURM_NODEID of 1 made it a usage error. It hosts its store here, as
+    node 0, and says what it took from Slurm: the run id."""
+    env = clean_env(SLURM_JOB_ID="4242", SLURM_NNODES="2", SLURM_NODEID="1",
+                    SLURM_JOB_NODELIST="10.255.0.1,10.255.0.2")
+    a = Agent(reaper, tmp_path, "single",
+              ["--nnodes", "1", "sh", "-c",
+               'echo "$WORLD_SIZE $GROUP_RANK $MASTER_ADDR $TORCHELASTIC_RUN_ID"'], env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout().split() == ["1", "0", "127.0.0.1", "4242"]
+    assert a.stderr() == "ddprun: from Slurm: --rdzv-id 4242\n", a.stderr()
+
+
 @pytest.mark.parametrize("bad, flag", [
     ({"SLURM_NNODES": "x"}, ["--nnodes", "1"]),
     ({"SLURM_NODEID": "-1"}, ["--node-rank", "0"]),

@@ -618,6 +618,31 @@ static void test_slurm_gives_nodes_rank_and_master_unless_flags_do(void **state)
 	cli_free(&o);
 }
 
+static void test_slurm_one_node_of_an_allocation_hosts_its_own_store(void **state)
+{
+	struct cli_opts o;
+
+	/* salloc's shell (no step) on a login node: the allocation's first
+	 * node is not this one, nor SLURM_NODEID this node's rank. --nnodes 1
+	 * took both (listening on the first node's address failed, and a
+	 * SLURM_NODEID of 1 was a usage error); the run id is still the job's. */
+	set_env("SLURM_JOB_ID", "42");
+	set_env("SLURM_NNODES", "2");
+	set_env("SLURM_NODEID", "1");
+	set_env("SLURM_JOB_NODELIST", "node[07-08]");
+	assert_int_equal(parse(&o, ARGS("--nnodes", "1", "p")), CLI_OK);
+	assert_int_equal(o.node_rank, 0);
+	assert_false(o.slurm_node_rank || o.slurm_master_addr);
+	assert_string_equal(o.master_addr, "127.0.0.1");
+	assert_string_equal(o.rdzv_id, "42");
+	assert_true(o.slurm_rdzv_id);
+	cli_free(&o);
+	/* A node list it does not need is not read. */
+	set_env("SLURM_JOB_NODELIST", "node[07-");
+	assert_int_equal(parse(&o, ARGS("--nnodes", "1", "p")), CLI_OK);
+	cli_free(&o);
+}
+
 static void test_slurm_errors_name_the_variable(void **state)
 {
 	set_env("SLURM_JOB_ID", "42");
@@ -830,6 +855,8 @@ int main(void)
 		cmocka_unit_test_setup(test_torchrun2_flags, setup),
 		cmocka_unit_test_setup(test_node_options_and_rendezvous_settings, setup),
 		cmocka_unit_test_setup(test_slurm_gives_nodes_rank_and_master_unless_flags_do,
+				       setup),
+		cmocka_unit_test_setup(test_slurm_one_node_of_an_allocation_hosts_its_own_store,
 				       setup),
 		cmocka_unit_test_setup(test_slurm_errors_name_the_variable, setup),
 		cmocka_unit_test_setup(test_std_parse, setup),
