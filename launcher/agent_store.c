@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store_addr.h"
 #include "store_proto.h"
 #include "store_server.h"
 #include "util.h"
@@ -45,6 +46,11 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 				 "node hosts the store: give an address of its own as "
 				 "--master-addr, or leave it out)",
 				 host);
+		else if (rc == -EHOSTUNREACH) /* a name that does not resolve */
+			snprintf(err, errlen,
+				 "cannot resolve the rendezvous store's host %.200s (%s): %s", host,
+				 job_store_host_source(a->job),
+				 store_addr_gai_text(host, port, true));
 		else
 			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
 				 store_strerror(rc));

@@ -41,16 +41,7 @@ struct resolve_work {
  * thread only). */
 static const char *host_source(const struct coord *c)
 {
-	static char buf[128];
-
-	if (c->job->dynamic)
-		return "--rdzv-endpoint";
-	if (c->job->slurm_master_var != NULL) {
-		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
-			 c->job->slurm_master_var);
-		return buf;
-	}
-	return "--master-addr";
+	return job_store_host_source(c->job);
 }
 
 static void resolve_work(uv_work_t *req)

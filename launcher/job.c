@@ -214,6 +214,20 @@ void job_free(struct job *j)
 	j->cpu_sets = NULL;
 }
 
+const char *job_store_host_source(const struct job *j)
+{
+	static char buf[128];
+
+	if (j->dynamic)
+		return "--rdzv-endpoint";
+	if (j->slurm_master_var != NULL) {
+		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
+			 j->slurm_master_var);
+		return buf;
+	}
+	return "--master-addr";
+}
+
 bool job_rank_shown(const struct job *j, int local_rank)
 {
 	return cli_ranks_have(j->ranks_filter, j->nranks_filter, local_rank);

@@ -8,12 +8,14 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "store_addr.h"
 #include "store_client.h"
 #include "store_kv.h"
 #include "store_proto.h"
@@ -67,8 +69,9 @@ static int client_connect(const struct ddpstore_opts *o, char *buf, size_t len, 
 			  bool *said, struct store_client **out)
 {
 	char host[256];
-	int port = 0, rc;
+	int port = 0, rc, gai = 0;
 	int64_t op_ms;
+	struct addrinfo *ai;
 
 	*said = false;
 	*addr = o->addr;
@@ -88,6 +91,17 @@ static int client_connect(const struct ddpstore_opts *o, char *buf, size_t len, 
 		usage_error("bad address '%s' (want HOST:PORT)", *addr);
 		return -EINVAL;
 	}
+	/* A name the resolver does not know fails now, with its reason (as
+	 * ddprun's --master-addr does): no server that starts later makes it
+	 * resolve. One it cannot look up now (EAI_AGAIN) is retried. */
+	if (store_addr_resolve(host, port, false, &ai, &gai) == 0) {
+		freeaddrinfo(ai);
+	} else if (gai != EAI_AGAIN && gai != EAI_MEMORY) {
+		*said = true;
+		ddpstore_err("cannot connect to %s: the name '%s' does not resolve (%s)", *addr,
+			     host, gai_strerror(gai));
+		return -EHOSTUNREACH;
+	}
 	/* --timeout bounds waiting commands; every other request gets the same
 	 * bound, or the default, so a dead server never hangs a script. */
 	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
@@ -106,7 +120,7 @@ static int client_open(const struct ddpstore_opts *o, struct store_client **out)
 	int rc = client_connect(o, buf, sizeof(buf), &addr, &said, out);
 
 	if (said)
-		return EXIT_USAGE;
+		return rc == -EHOSTUNREACH ? EXIT_CONN : EXIT_USAGE;
 	if (rc < 0) {
 		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
 			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"

@@ -43,6 +43,20 @@ def test_an_unresolvable_master_addr_is_named_with_the_reason(reaper, tmp_path, 
             "Temporary failure in name resolution, for 2 s (join_timeout)") in a.stderr()
 
 
+def test_one_node_whose_master_addr_does_not_resolve_says_so_with_the_reason(reaper,
+                                                                            tmp_path):
+    """One node hosts its store at --master-addr: a name the resolver
+    refuses (an empty label: no query) is named as on several nodes, with
+    the resolver's reason (it said "cannot listen on ...: host not found or
+    unreachable")."""
+    a = Agent(reaper, tmp_path, "single", ["--master-addr", "bad..name", "--master-port",
+                                           "29500", "true"], prefix=["unshare", "-n"])
+    assert a.wait() == 1, a.stderr()
+    assert a.stderr().startswith("ddprun: error: cannot resolve the rendezvous store's host "
+                                 "bad..name (--master-addr): "), a.stderr()
+    assert "unreachable" not in a.stderr(), a.stderr()
+
+
 def test_an_unresolvable_first_slurm_node_is_named(reaper, tmp_path, no_route_ns):
     env = clean_env(SLURM_JOB_ID="7", SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="1",
                     SLURM_JOB_NODELIST=f"{BAD_HOST},other")

@@ -238,6 +238,20 @@ def test_serve_host_that_does_not_resolve_is_named():
         assert "unreachable" not in r.stderr and r.stderr.count("\n") == 1
 
 
+def test_a_client_address_that_does_not_resolve_is_named_at_once():
+    """A name the resolver refuses fails at once, exit 5, naming it and the
+    resolver's reason (it was retried for --connect-timeout, 30 s, and then
+    said "host not found or unreachable"). Looked up as above: nothing
+    leaves the machine."""
+    wrap = (["unshare", "-n"] if os.geteuid() == 0 and shutil.which("unshare") else [])
+    r = subprocess.run(wrap + [DDPSTORE, "--addr", "bad..name:29500", "ping"],
+                       stderr=subprocess.PIPE, timeout=60, text=True)
+    assert r.returncode == CONN, r.stderr
+    assert r.stderr.startswith("ddpstore: cannot connect to bad..name:29500: the name "
+                               "'bad..name' does not resolve ("), r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--max-value-len", "1"], "bad value '1' for --max-value-len (out of range: a number from 65536 "
                                "to 1073741824)"),
