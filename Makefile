@@ -198,7 +198,7 @@ PC_FILE := $(B)/lib/pkgconfig/ddp.pc
 
 TARGETS := $(BIN_DDPRUN) $(BIN_DDPSTORE) $(LIB_A) $(LIB_SO) $(BIN_TRAIN) $(BIN_TRAIN_CUDA) $(if $(LIB_A),$(PC_FILE))
 
-.PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz print-cflags \
+.PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz print-cflags print-libs \
 	install uninstall clean deps deps-test deps-bench
 all: $(TARGETS)
 
@@ -313,7 +313,7 @@ $(B)/bench/%: $(B)/obj/bench/%.o $(LIB_A)
 $(PC_FILE): worker-runtime/ddp.pc.in FORCE
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-		-e 's|@LIBS_PRIVATE@|$(strip $(CUDA_LIBS) $(SYS_LIBS))|g' $< > $@.$$$$ && \
+		-e 's|@LIBS_PRIVATE@|$(DDP_STATIC_LIBS)|g' $< > $@.$$$$ && \
 		mv -f $@.$$$$ $@
 
 # ---- dependencies (Debian packages) ---------------------------------------------
@@ -420,6 +420,12 @@ format:
 # not exist (FILE=rendezvous/x.c), as the compile rule passes them: for
 # tests/e2e/test_layers.py, which compiles probes with them.
 print_part = $(or $(PART),$(if $(FILE),$(call part_of,$(FILE))))
+# What a program linking build/lib/libddp.a adds (libddp(3)); ddp.pc's
+# Libs.private too.
+DDP_STATIC_LIBS = $(strip $(CUDA_LIBS) $(SYS_LIBS))
+print-libs:
+	$(info $(DDP_STATIC_LIBS))
+	@:
 print-cflags:
 	$(if $(filter $(print_part),$(PARTS)),,$(error give FILE=path.c or PART=, one of $(PARTS)))
 	$(info $(ALL_CFLAGS) $(INC_$(print_part)))

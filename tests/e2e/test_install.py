@@ -192,6 +192,24 @@ def test_uninstall_removes_everything(tmp_path):
     assert left == []
 
 
+def test_program_links_inside_the_source_tree_as_libddp_3_says(tmp_path):
+    """libddp(3): build/lib/libddp.a and the libraries make print-libs
+    prints. The page named -luv -lcjson -lpthread -lm only, which a CUDA
+    build (NCCL, the CUDA runtime) does not link with."""
+    r = run(["make", "--no-print-directory", "-s", "-C", REPO, f"B={BUILD}", *make_vars(),
+             "print-libs"])
+    assert r.returncode == 0, r.stderr
+    src = tmp_path / "hello.c"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "hello"
+    r = run(["cc", "-std=gnu11", *san_flags(), str(src), "-o", str(exe),
+             f"-I{REPO}/worker-runtime/include", f"{BUILD}/lib/libddp.a", *r.stdout.split()])
+    assert r.returncode == 0, r.stderr
+    r = run_alone(exe, "")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("x=21.5 backend=cpu"), r.stdout
+
+
 def test_readme_c_program_builds_with_pkg_config_and_runs_under_ddprun(destdir, tmp_path):
     """The README's libddp example, compiled as the README says, prints what it says."""
     readme = open(os.path.join(REPO, "README.md")).read()
