@@ -450,6 +450,8 @@ static void rendezvous(struct agent *a)
 	w.group_world_size = 1;
 	w.rank_offset = 0;
 	w.world_size = a->job->nproc;
+	w.role_rank_offset = 0;
+	w.role_world_size = a->job->nproc;
 	w.restart_count = a->world.restart_count;
 	agent_store_world(a, &w);
 	agent_rendezvous_done(a, 0, &w);

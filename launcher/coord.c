@@ -159,9 +159,17 @@ void coord_round_start(struct coord *c)
 	char key[64];
 
 	for (i = 0; i < c->nnodes; i++) {
+		/* torchrun's role ranks: its --role's workers only, in group
+		 * rank order (the descriptors hold each node's role as given). */
+		bool mine = strcmp(c->nodes[i].role, c->nodes[c->rank].role) == 0;
+
 		if (i < c->rank)
 			first += c->nodes[i].nproc;
 		world += c->nodes[i].nproc;
+		if (mine && i < c->rank)
+			w.role_rank_offset += c->nodes[i].nproc;
+		if (mine)
+			w.role_world_size += c->nodes[i].nproc;
 	}
 	w.group_rank = c->rank;
 	w.group_world_size = c->nnodes;

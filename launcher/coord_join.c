@@ -34,6 +34,7 @@ static void my_desc(struct coord *c, struct rdzv_node *n, int rank, int worker_p
 	n->pid = (int)getpid();
 	n->node_rank = rank;
 	n->worker_port = worker_port;
+	snprintf(n->role, sizeof(n->role), "%s", c->job->role);
 }
 
 static void set_closed(struct coord *c, int n)

@@ -22,6 +22,8 @@
 
 #define RDZV_HOST_MAX 256
 #define RDZV_ADDR_MAX 64
+/* --role, with its NUL: nodes of one role count their ROLE_RANKs together. */
+#define RDZV_ROLE_MAX 128
 #define RDZV_WHY_MAX  256
 
 struct rdzv_node {
@@ -29,8 +31,9 @@ struct rdzv_node {
 	char addr[RDZV_ADDR_MAX]; /* numeric; where other nodes reach this one */
 	int nproc;
 	int pid;
-	int node_rank;	 /* static: --node-rank; dynamic: arrival order */
-	int worker_port; /* dynamic, group rank 0: its workers' store; else 0 */
+	int node_rank;		  /* static: --node-rank; dynamic: arrival order */
+	int worker_port;	  /* dynamic, group rank 0: its workers' store; else 0 */
+	char role[RDZV_ROLE_MAX]; /* --role ("" omitted) */
 };
 
 char *rdzv_node_encode(const struct rdzv_node *n);

@@ -103,8 +103,8 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	ADDI(WORKENV_LOCAL_WORLD_SIZE, j->local_world_size);
 	ADDI(WORKENV_GROUP_RANK, j->world.group_rank);
 	ADDI(WORKENV_GROUP_WORLD_SIZE, j->world.group_world_size);
-	ADDI(WORKENV_ROLE_RANK, rank);
-	ADDI(WORKENV_ROLE_WORLD_SIZE, j->world.world_size);
+	ADDI(WORKENV_ROLE_RANK, j->world.role_rank_offset + local_rank);
+	ADDI(WORKENV_ROLE_WORLD_SIZE, j->world.role_world_size);
 	ADD(WORKENV_ROLE_NAME, j->role);
 	if (j->world.master_addr != NULL) {
 		ADD(WORKENV_MASTER_ADDR, j->world.master_addr);

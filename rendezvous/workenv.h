@@ -25,10 +25,14 @@
  * current one (launcher/agent.h); the rest of a worker's environment is
  * fixed for the whole job. */
 struct workenv_world {
-	int group_rank;		 /* GROUP_RANK: this node's rank */
-	int group_world_size;	 /* GROUP_WORLD_SIZE: nodes */
-	int rank_offset;	 /* global rank of local rank 0 */
-	int world_size;		 /* WORLD_SIZE: workers in the job */
+	int group_rank;	      /* GROUP_RANK: this node's rank */
+	int group_world_size; /* GROUP_WORLD_SIZE: nodes */
+	int rank_offset;      /* global rank of local rank 0 */
+	int world_size;	      /* WORLD_SIZE: workers in the job */
+	/* ROLE_RANK of local rank 0 and ROLE_WORLD_SIZE: torchrun's, counted
+	 * over the nodes of this node's --role, in group rank order */
+	int role_rank_offset;
+	int role_world_size;
 	const char *master_addr; /* MASTER_ADDR; NULL: no MASTER_ADDR nor MASTER_PORT */
 	int master_port;	 /* MASTER_PORT */
 	bool use_agent_store;	 /* TORCHELASTIC_USE_AGENT_STORE */

@@ -48,6 +48,27 @@ def test_two_nodes_with_different_worker_counts(reaper, tmp_path):
     check_world(read_envs(out), [2, 3], port)
 
 
+def test_role_ranks_count_the_workers_of_each_role_as_torchrun_does(reaper, tmp_path):
+    """Nodes of different --role: ROLE_RANK and ROLE_WORLD_SIZE count each
+    role's workers apart, in group rank order (torchrun's
+    _assign_worker_ranks); they were the global rank and world size, so no
+    ps worker was its role's rank 0."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    env = clean_env(OUT=str(out))
+    roles, nprocs = ["trainer", "ps", "trainer"], [2, 1, 1]
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    node_args(3, r, port, nprocs[r], RECORD, ["--role", roles[r]]), env=env)
+              for r in range(3)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+    got = {rank: (e["ROLE_NAME"], e["ROLE_RANK"], e["ROLE_WORLD_SIZE"])
+           for (rank, _), e in read_envs(out).items()}
+    assert got == {0: ("trainer", "0", "3"), 1: ("trainer", "1", "3"), 2: ("ps", "0", "1"),
+                   3: ("trainer", "2", "3")}, got
+
+
 def test_rdzv_endpoint_is_the_store_of_a_static_job(reaper, tmp_path):
     """torchrun's get_rdzv_endpoint: with the static backend, --rdzv-endpoint
     HOST:PORT replaces --master-addr and --master-port (it was passed over:

@@ -52,6 +52,8 @@ static void fake_rendezvous(struct agent *a, int restart_count, void *arg)
 				  .group_world_size = 2,
 				  .rank_offset = 2,
 				  .world_size = 4,
+				  .role_rank_offset = 2,
+				  .role_world_size = 4,
 				  .master_addr = "127.0.0.1",
 				  .master_port = 1,
 				  .use_agent_store = false,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "rdzv_msg.h"
 #include "job.h"
 
 /* A fake environment for getenv_fn. */
@@ -260,6 +261,17 @@ static void test_short_options_take_a_value_after_equals(void **state)
 	cli_free(&o);
 	expect_error("invalid value '=3' for --redirects", ARGS("-r==3", "p"));
 	expect_error("invalid value '' for --tee", ARGS("-t=", "p"));
+	{ /* the rendezvous carries the role: at most RDZV_ROLE_MAX - 1 bytes */
+		char role[RDZV_ROLE_MAX + 1];
+
+		memset(role, 'r', sizeof(role) - 1);
+		role[sizeof(role) - 1] = '\0';
+		expect_error("for --role: expected a name of at most 127 bytes",
+			     ARGS("--role", role, "p"));
+		role[RDZV_ROLE_MAX - 1] = '\0';
+		assert_int_equal(parse(&o, ARGS("--role", role, "p")), CLI_OK);
+		cli_free(&o);
+	}
 	expect_error("option --module takes no value", ARGS("-m=1", "p"));
 	expect_error("option --module takes no value", ARGS("-m=", "p"));
 	expect_error("option --help takes no value", ARGS("-h=1", "p"));

@@ -187,10 +187,13 @@ static void test_workenv(void **state)
 			  "DDP_TIMEOUT=5",
 			  NULL};
 	char *outer[] = {"MASTER_ADDR=outer", "MASTER_PORT=1", "TORCHELASTIC_ERROR_FILE=/o", NULL};
+	/* Node 1 of 2; the role's ranks (another role on node 0) count apart. */
 	struct workenv_job j = {.world = {.world_size = 8,
 					  .group_rank = 1,
 					  .group_world_size = 2,
 					  .rank_offset = 4,
+					  .role_rank_offset = 0,
+					  .role_world_size = 4,
 					  .master_addr = "10.0.0.1",
 					  .master_port = 29500,
 					  .restart_count = 2,
@@ -206,12 +209,12 @@ static void test_workenv(void **state)
 	assert_non_null(env);
 	assert_string_equal(env_get(env, "RANK"), "5");
 	assert_string_equal(env_get(env, "LOCAL_RANK"), "1");
-	assert_string_equal(env_get(env, "ROLE_RANK"), "5");
+	assert_string_equal(env_get(env, "ROLE_RANK"), "1");
 	assert_string_equal(env_get(env, "WORLD_SIZE"), "8");
 	assert_string_equal(env_get(env, "LOCAL_WORLD_SIZE"), "4");
 	assert_string_equal(env_get(env, "GROUP_RANK"), "1");
 	assert_string_equal(env_get(env, "GROUP_WORLD_SIZE"), "2");
-	assert_string_equal(env_get(env, "ROLE_WORLD_SIZE"), "8");
+	assert_string_equal(env_get(env, "ROLE_WORLD_SIZE"), "4");
 	assert_string_equal(env_get(env, "ROLE_NAME"), "trainer");
 	assert_string_equal(env_get(env, "MASTER_ADDR"), "10.0.0.1");
 	assert_string_equal(env_get(env, "MASTER_PORT"), "29500");
