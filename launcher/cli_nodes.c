@@ -48,7 +48,10 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	char why[300];
 	int rc;
 
-	if (need == 0 && !c10d)
+	/* --standalone is one node of its own, whatever the allocation (the
+	 * run id too is its own): torchrun's single-node command line runs as
+	 * it does outside Slurm, in a batch script or in every task of a step. */
+	if ((need == 0 && !c10d) || o->standalone)
 		return 0;
 	if (alone) /* the run id still comes from Slurm */
 		need &= ~(unsigned)(SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER);

@@ -653,6 +653,20 @@ static void test_slurm_one_node_of_an_allocation_hosts_its_own_store(void **stat
 	set_env("SLURM_JOB_NODELIST", "node[07-");
 	assert_int_equal(parse(&o, ARGS("--nnodes", "1", "p")), CLI_OK);
 	cli_free(&o);
+	/* --standalone is a node of its own: nothing from Slurm, in the batch
+	 * script or in each task of a step (it was refused either way). */
+	set_env("SLURM_JOB_NODELIST", "node[07-08]");
+	assert_int_equal(parse(&o, ARGS("--standalone", "p")), CLI_OK);
+	assert_int_equal(o.max_nodes, 1);
+	assert_int_equal(o.node_rank, 0);
+	assert_false(o.slurm_nnodes || o.slurm_node_rank || o.slurm_master_addr || o.slurm_rdzv_id);
+	cli_free(&o);
+	set_env("SLURM_STEP_ID", "0");
+	set_env("SLURM_STEP_NUM_NODES", "2");
+	assert_int_equal(parse(&o, ARGS("--standalone", "p")), CLI_OK);
+	assert_int_equal(o.max_nodes, 1);
+	assert_false(cli_multinode(&o));
+	cli_free(&o);
 }
 
 static void test_slurm_errors_name_the_variable(void **state)
