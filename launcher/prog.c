@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -79,11 +80,33 @@ int prog_lookup(const char *name, const char *path_env, char **out)
 	return denied ? -EACCES : other ? other : -ENOENT;
 }
 
+/* In any case: tr.PY is Python to Python (and to torchrun). */
 static bool ends_with(const char *s, const char *suffix)
 {
 	size_t n = strlen(s), k = strlen(suffix);
 
-	return n >= k && strcmp(s + n - k, suffix) == 0;
+	return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+/* What Python runs and an exec cannot: a script (.py, .pyw), a zip
+ * application (.pyz), or a directory with a __main__.py. A directory is
+ * taken only where the name is not a command on PATH (as execvp would find
+ * it), or is a path. */
+static bool python_program(const char *script, const char *path_env)
+{
+	struct stat st;
+	char *found = NULL;
+	bool command;
+
+	if (ends_with(script, ".py") || ends_with(script, ".pyw") || ends_with(script, ".pyz"))
+		return true;
+	if (stat(script, &st) != 0 || !S_ISDIR(st.st_mode))
+		return false;
+	if (strchr(script, '/') != NULL)
+		return true;
+	command = prog_lookup(script, path_env, &found) == 0;
+	free(found);
+	return !command;
 }
 
 static bool is_ident(char c)
@@ -204,6 +227,11 @@ static int resolve_error(int rc, const char *what, char *err, size_t errlen)
 			 what, what);
 	else if (rc == -ENOENT)
 		snprintf(err, errlen, "%.300s: command not found", what);
+	else if (rc == -EACCES && stat(what, &st) == 0 && S_ISREG(st.st_mode))
+		snprintf(err, errlen,
+			 "%.300s: permission denied (not an executable file; Python runs a name "
+			 "ending in .py, or give it as: python3 %.300s)",
+			 what, what);
 	else if (rc == -EACCES)
 		snprintf(err, errlen, "%.300s: permission denied (not an executable file)", what);
 	else
@@ -292,7 +320,7 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	else if (o->no_python)
 		python = false;
 	else
-		python = module || ends_with(script, ".py");
+		python = module || python_program(script, getenv_fn("PATH"));
 	/* execvp("") fails with ENOENT, as the shell's '' is "command not found";
 	 * only an unset or empty PYTHON_EXEC means python3. */
 	if (script[0] == '\0' && !module) {

@@ -1,7 +1,8 @@
 /* prog: what each worker runs, decided once before any worker starts.
  *
  * Rules (ddprun's, close to torchrun's): --run-path or a PROGRAM ending in
- * ".py" runs "$PYTHON_EXEC -u PROGRAM ARGS" (PYTHON_EXEC defaults to python3);
+ * ".py", ".pyw" or ".pyz" (any case), or a directory with a __main__.py,
+ * runs "$PYTHON_EXEC -u PROGRAM ARGS" (PYTHON_EXEC defaults to python3);
  * -m runs "$PYTHON_EXEC -u -m MODULE ARGS"; anything else, or --no-python, is
  * exec'd directly. The executable is looked up on PATH exactly as execvp
  * does, and the resolved path is what the workers exec, so a program that is

@@ -325,6 +325,28 @@ def test_run_path_runs_a_directory_and_wins_over_module_and_no_python(tmp_path):
     assert r.returncode == 127 and "cannot open envmod" in one_error_line(r), r
 
 
+def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
+    """A directory with a __main__.py, a zip application and a script named
+    .PY run with Python, as torchrun runs every program (they were exec'd:
+    "command not found", 127); a file that is not executable says how to run
+    it with Python."""
+    import zipapp
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__main__.py").write_text('import os; print("main", os.environ["RANK"])\n')
+    zipapp.create_archive(pkg, tmp_path / "app.pyz")
+    (tmp_path / "tr2.PY").write_text('import os; print("main", os.environ["RANK"])\n')
+    for name in ("pkg", "app.pyz", "tr2.PY"):
+        r = ddprun("--nproc-per-node", "2", name, cwd=tmp_path)
+        assert r.returncode == 0 and sorted(r.stdout.splitlines()) == ["main 0", "main 1"], r
+    (tmp_path / "trainer").write_text('print("main")\n')
+    r = ddprun("./trainer", cwd=tmp_path)
+    assert r.returncode == 126
+    assert one_error_line(r) == ("ddprun: error: ./trainer: permission denied (not an "
+                                 "executable file; Python runs a name ending in .py, or give "
+                                 "it as: python3 ./trainer)"), r
+
+
 def test_program_is_found_on_path_like_exec(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()

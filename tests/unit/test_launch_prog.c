@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,58 @@ static void test_resolve_python_script_and_module(void **state)
 	assert_false(p.has_macro);
 	assert_ptr_equal(prog_argv_for(&p, 0), p.argv);
 	prog_free(&p);
+}
+
+/* What Python runs and an exec cannot is run with Python, as torchrun runs
+ * every program: a zip application, a script named .PY, a directory with a
+ * __main__.py (given as a path, or a name no command on PATH has). They
+ * were exec'd: "command not found", exit 127. */
+static void test_resolve_what_python_runs_by_its_name_or_kind(void **state)
+{
+	char dir[] = "/tmp/test_launch_prog_XXXXXX", main_py[64], app[64], upper[64];
+	const char *words[1];
+	struct prog p;
+	char err[256];
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(main_py, sizeof(main_py), "%s/__main__.py", dir);
+	snprintf(app, sizeof(app), "%s/app.pyz", dir);
+	snprintf(upper, sizeof(upper), "%s/tr2.PY", dir);
+	close(open(main_py, O_CREAT | O_WRONLY, 0644));
+	close(open(app, O_CREAT | O_WRONLY, 0644));
+	close(open(upper, O_CREAT | O_WRONLY, 0644));
+	words[0] = dir;
+	resolve(words, 1, false, &p);
+	assert_true(p.python);
+	assert_string_equal(p.argv[2], dir);
+	prog_free(&p);
+	words[0] = app;
+	resolve(words, 1, false, &p);
+	assert_true(p.python);
+	prog_free(&p);
+	words[0] = upper;
+	resolve(words, 1, false, &p);
+	assert_true(p.python);
+	prog_free(&p);
+	/* A directory named as a command on PATH is not taken for Python. */
+	{
+		char cwd[4096];
+		struct cli_opts o = {.prog_argv = (char **)words, .prog_argc = 1};
+
+		assert_non_null(getcwd(cwd, sizeof(cwd)));
+		assert_int_equal(chdir(dir), 0);
+		assert_int_equal(mkdir("sh", 0755), 0);
+		words[0] = "sh";
+		assert_int_equal(prog_resolve(&o, python_env, &p, err, sizeof(err)), 0);
+		assert_false(p.python);
+		prog_free(&p);
+		assert_int_equal(rmdir("sh"), 0);
+		assert_int_equal(chdir(cwd), 0);
+	}
+	unlink(main_py);
+	unlink(app);
+	unlink(upper);
+	rmdir(dir);
 }
 
 static void test_resolve_errors(void **state)
@@ -300,6 +353,7 @@ int main(void)
 		cmocka_unit_test(test_template),
 		cmocka_unit_test(test_lookup_like_execvp),
 		cmocka_unit_test(test_resolve_python_script_and_module),
+		cmocka_unit_test(test_resolve_what_python_runs_by_its_name_or_kind),
 		cmocka_unit_test(test_resolve_errors),
 		cmocka_unit_test(test_resolve_empty_name),
 		cmocka_unit_test(test_workenv),
