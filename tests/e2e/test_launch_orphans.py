@@ -122,6 +122,23 @@ def test_escaped_processes_die_when_the_workers_succeed(tmp_path):
         kill_left(pids)
 
 
+def test_a_process_started_to_outlive_the_job_as_ddprun_1_says_does(tmp_path):
+    """ddprun(1), DIFFERENCES FROM TORCHRUN: a process that must outlive the
+    job (a background upload) is started in a session of its own without
+    DDP_SHM_NONCE in its environment: it finishes its work after the job
+    has ended, as under torchrun."""
+    done = tmp_path / "uploaded"
+    worker = ("import os, subprocess, sys; "
+              "env = {k: v for k, v in os.environ.items() if k != 'DDP_SHM_NONCE'}; "
+              "subprocess.Popen(['sh', '-c', 'sleep 1; echo ok > \"$1\"', 'sh', sys.argv[1]], "
+              "start_new_session=True, env=env)")
+    r = run([binary("ddprun"), "--nproc-per-node", "1", sys.executable, "-c", worker,
+             str(done)], timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    # Killed with the job, it would never write it.
+    wait_for(done.exists, timeout=30, what="the upload to finish after the job")
+
+
 def test_a_child_left_in_the_workers_group_dies_without_being_called_escaped(tmp_path):
     """`sleep &` in a shell worker stays in its group: the group kill ends it.
     The sweep right after found it still exiting and said 'killed the
