@@ -61,7 +61,7 @@ static int exit_code_of(int rc)
 static int child_env(int rank, int nprocs, const char *run_id, int daemon)
 {
 	struct workenv_job j = {
-		.world = {.world_size = nprocs, .group_world_size = 1},
+		.world = {.world_size = nprocs, .group_world_size = 1, .role_world_size = nprocs},
 		.local_world_size = nprocs,
 		.role = "default",
 		.run_id = run_id,
