@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "cli_nodes.h"
-#include "rdzv_msg.h"
 #include "signame.h"
 #include "store_server.h"
 #include "util.h"
@@ -756,9 +755,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	if (strcmp(o->start_method, "spawn") != 0 && strcmp(o->start_method, "fork") != 0 &&
 	    strcmp(o->start_method, "forkserver") != 0)
 		return bad_value(p, O_START_METHOD, "spawn, fork or forkserver");
-	o->role = r[O_ROLE].val;	      /* "" too, as torchrun takes it (ROLE_NAME empty) */
-	if (strlen(o->role) >= RDZV_ROLE_MAX) /* the rendezvous carries it */
-		return bad_value(p, O_ROLE, "a name of at most %d bytes", RDZV_ROLE_MAX - 1);
+	o->role = r[O_ROLE].val; /* "" too, as torchrun takes it (ROLE_NAME empty) */
 	if ((rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0 ||
 	    (rc = parse_flag(p, O_MODULE, &o->module)) != 0 ||
 	    (rc = parse_flag(p, O_NO_PYTHON, &o->no_python)) != 0 ||

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "rdzv_msg.h"
 #include "slurm.h"
 #include "util.h"
 
@@ -48,12 +49,15 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	char why[300];
 	int rc;
 
+	if (need == 0 && !c10d)
+		return 0;
 	/* --standalone is one node of its own, whatever the allocation (the
 	 * run id too is its own): torchrun's single-node command line runs as
-	 * it does outside Slurm, in a batch script or in every task of a step. */
-	if ((need == 0 && !c10d) || o->standalone)
-		return 0;
-	if (alone) /* the run id still comes from Slurm */
+	 * it does outside Slurm, in a batch script or in a step, whose checks
+	 * (one task a node) still hold. */
+	if (o->standalone)
+		need = 0;
+	else if (alone) /* the run id still comes from Slurm */
 		need &= ~(unsigned)(SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER);
 	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {
@@ -61,7 +65,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		return -EINVAL;
 	}
 	o->slurm_stray = si.stray;
-	if (!si.in_allocation)
+	if (!si.in_allocation || o->standalone)
 		return 0;
 	if (check_given_nnodes(o, g, getenv_fn, err, errlen) != 0)
 		return -EINVAL;
@@ -159,6 +163,13 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 	}
 	if (c10d && o->rdzv_endpoint[0] == '\0') {
 		snprintf(err, errlen, "--rdzv-backend c10d needs --rdzv-endpoint HOST[:PORT]");
+		return -EINVAL;
+	}
+	if (cli_multinode(o) && strlen(o->role) >= RDZV_ROLE_MAX) {
+		snprintf(err, errlen,
+			 "--role: a job of several nodes takes a name of at most %d bytes (the "
+			 "rendezvous carries it to the other nodes)",
+			 RDZV_ROLE_MAX - 1);
 		return -EINVAL;
 	}
 	return 0;

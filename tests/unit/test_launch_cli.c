@@ -261,15 +261,18 @@ static void test_short_options_take_a_value_after_equals(void **state)
 	cli_free(&o);
 	expect_error("invalid value '=3' for --redirects", ARGS("-r==3", "p"));
 	expect_error("invalid value '' for --tee", ARGS("-t=", "p"));
-	{ /* the rendezvous carries the role: at most RDZV_ROLE_MAX - 1 bytes */
+	{ /* several nodes: the rendezvous carries the role, RDZV_ROLE_MAX - 1
+	   * bytes at most; one node takes any */
 		char role[RDZV_ROLE_MAX + 1];
 
 		memset(role, 'r', sizeof(role) - 1);
 		role[sizeof(role) - 1] = '\0';
-		expect_error("for --role: expected a name of at most 127 bytes",
-			     ARGS("--role", role, "p"));
-		role[RDZV_ROLE_MAX - 1] = '\0';
+		expect_error("--role: a job of several nodes takes a name of at most 127 bytes",
+			     ARGS("--nnodes", "2", "--role", role, "p"));
 		assert_int_equal(parse(&o, ARGS("--role", role, "p")), CLI_OK);
+		cli_free(&o);
+		role[RDZV_ROLE_MAX - 1] = '\0';
+		assert_int_equal(parse(&o, ARGS("--nnodes", "2", "--role", role, "p")), CLI_OK);
 		cli_free(&o);
 	}
 	expect_error("option --module takes no value", ARGS("-m=1", "p"));
@@ -667,6 +670,9 @@ static void test_slurm_one_node_of_an_allocation_hosts_its_own_store(void **stat
 	assert_int_equal(o.max_nodes, 1);
 	assert_false(cli_multinode(&o));
 	cli_free(&o);
+	/* The step's own checks still hold: one task a node. */
+	set_env("SLURM_STEP_NUM_TASKS", "4");
+	expect_error("srun started 4 tasks on 2 nodes", ARGS("--standalone", "p"));
 }
 
 static void test_slurm_errors_name_the_variable(void **state)
