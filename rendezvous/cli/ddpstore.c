@@ -91,21 +91,28 @@ static int client_connect(const struct ddpstore_opts *o, char *buf, size_t len, 
 		usage_error("bad address '%s' (want HOST:PORT)", *addr);
 		return -EINVAL;
 	}
-	/* A name the resolver does not know fails now, with its reason (as
-	 * ddprun's --master-addr does): no server that starts later makes it
-	 * resolve. One it cannot look up now (EAI_AGAIN) is retried. */
+	/* A name that does not resolve is retried within --connect-timeout as
+	 * well (a server's name may come only once it starts, as a Kubernetes
+	 * pod's does; PyTorch's client retries it too), but said at once, and
+	 * at the end with the resolver's reason (not "host not found"). */
 	if (store_addr_resolve(host, port, false, &ai, &gai) == 0) {
 		freeaddrinfo(ai);
-	} else if (gai != EAI_AGAIN && gai != EAI_MEMORY) {
-		*said = true;
-		ddpstore_err("cannot connect to %s: the name '%s' does not resolve (%s)", *addr,
-			     host, gai_strerror(gai));
-		return -EHOSTUNREACH;
+	} else if (gai != EAI_MEMORY && o->connect_timeout_ms > 0) {
+		ddpstore_err("the name '%s' does not resolve yet (%s): retrying for up to %g s "
+			     "(--connect-timeout)",
+			     host, gai_strerror(gai), (double)o->connect_timeout_ms / 1000.0);
 	}
 	/* --timeout bounds waiting commands; every other request gets the same
 	 * bound, or the default, so a dead server never hangs a script. */
 	op_ms = o->timeout_ms < 0 ? DEFAULT_WAIT_MS : o->timeout_ms; /* 0: no limit */
 	rc = store_client_connect(host, port, o->connect_timeout_ms, op_ms, out);
+	if (rc == -EHOSTUNREACH && gai != 0 &&
+	    store_addr_resolve(host, port, false, &ai, &gai) != 0) {
+		*said = true;
+		ddpstore_err("cannot connect to %s: the name '%s' does not resolve (%s)", *addr,
+			     host, gai_strerror(gai));
+		return rc;
+	}
 	if (rc == 0 && o->prefix)
 		store_client_set_prefix(*out, o->prefix);
 	return rc;
