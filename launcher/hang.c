@@ -431,9 +431,10 @@ static void after_usr2(struct agent *a, int naborted, void *arg)
 	int culprits;
 	char *verdict = hang_verdict(h->where, (size_t)a->job->nproc, "ddprun:   ", &culprits);
 
-	/* The workers may have ended (or failed) during the dump. */
+	/* The workers may have ended (or failed) during the dump: the job
+	 * ends, or restarts. */
 	agent_say("where the ranks are (%s):",
-		  a->state == AS_RUNNING ? "the job goes on" : "the job is ending");
+		  a->state == AS_RUNNING ? "the job goes on" : "the workers have stopped");
 	if (verdict != NULL)
 		output_console_write(2, verdict, strlen(verdict));
 	free(verdict);

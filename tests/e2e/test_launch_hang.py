@@ -286,7 +286,7 @@ def test_sigusr2_dumps_every_rank_and_the_job_goes_on(reaper, tmp_path):
 
 def test_a_rank_failing_during_a_sigusr2_dump_is_summed_up_after_the_dump(reaper, tmp_path):
     """The rank fails while its stack is being taken (the stack tool takes
-    4 s here): the dump comes first, says the job is ending, and the
+    4 s here): the dump comes first, says the workers have stopped, and the
     failure summary follows it. The summary came first, and the dump after
     it said "the job goes on" of a job that had ended."""
     tools = tmp_path / "bin"
@@ -305,7 +305,8 @@ def test_a_rank_failing_during_a_sigusr2_dump_is_summed_up_after_the_dump(reaper
     rest_out, rest_err = p.communicate(timeout=60)
     err += rest_err
     assert p.returncode == 3, err
-    stack, verdict = err.find("slow stack of"), err.find("where the ranks are (the job is ending)")
+    stack = err.find("slow stack of")
+    verdict = err.find("where the ranks are (the workers have stopped)")
     summary = err.find("Root Cause (first observed failure)")
     assert 0 <= stack < verdict < summary, err
     assert "the job goes on" not in err, err
