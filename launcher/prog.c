@@ -227,11 +227,6 @@ static int resolve_error(int rc, const char *what, char *err, size_t errlen)
 			 what, what);
 	else if (rc == -ENOENT)
 		snprintf(err, errlen, "%.300s: command not found", what);
-	else if (rc == -EACCES && stat(what, &st) == 0 && S_ISREG(st.st_mode))
-		snprintf(err, errlen,
-			 "%.300s: permission denied (not an executable file; Python runs a name "
-			 "ending in .py, or give it as: python3 %.300s)",
-			 what, what);
 	else if (rc == -EACCES)
 		snprintf(err, errlen, "%.300s: permission denied (not an executable file)", what);
 	else
@@ -285,6 +280,27 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 	return -ENOEXEC;
 }
 
+/* A file given by its path that torchrun would have run with Python: text
+ * with no "#!" line, or one naming a python. */
+static bool reads_as_python(const char *path)
+{
+	char head[PROG_SHEBANG_MAX + 1];
+	ssize_t n;
+	int fd;
+
+	if (strchr(path, '/') == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+		return false;
+	n = read(fd, head, PROG_SHEBANG_MAX);
+	close(fd);
+	if (n <= 0 || memchr(head, '\0', (size_t)n) != NULL) /* empty, or binary */
+		return false;
+	head[n] = '\0';
+	if (n < 2 || head[0] != '#' || head[1] != '!')
+		return true;
+	head[strcspn(head, "\n")] = '\0';
+	return strstr(head, "python") != NULL;
+}
+
 /* A directory given to Python as its script: it runs the __main__.py in it,
  * which must be there and readable (Python: "can't find '__main__' module"). */
 static int python_dir_ok(const char *dir, char *err, size_t errlen)
@@ -334,6 +350,15 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	p->python = python;
 	p->exe_name = exe;
 	rc = prog_lookup(exe, getenv_fn("PATH"), &p->path);
+	if (rc == -EACCES && !python && reads_as_python(exe)) {
+		const char *py = getenv_fn("PYTHON_EXEC");
+
+		snprintf(err, errlen,
+			 "%.300s: permission denied (not an executable file; a Python script: run "
+			 "it as %.200s %.300s, or name it .py)",
+			 exe, py != NULL && py[0] != '\0' ? py : "python3", exe);
+		return rc;
+	}
 	if (rc != 0)
 		return resolve_error(rc, exe, err, errlen);
 	if ((rc = check_interpreter(p->path, err, errlen)) != 0)

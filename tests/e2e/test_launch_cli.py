@@ -343,8 +343,18 @@ def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     r = ddprun("./trainer", cwd=tmp_path)
     assert r.returncode == 126
     assert one_error_line(r) == ("ddprun: error: ./trainer: permission denied (not an "
-                                 "executable file; Python runs a name ending in .py, or give "
-                                 "it as: python3 ./trainer)"), r
+                                 "executable file; a Python script: run it as python3 "
+                                 "./trainer, or name it .py)"), r
+    # Not for a script of another interpreter, nor for PYTHON_EXEC itself.
+    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    r = ddprun("./run.sh", cwd=tmp_path)
+    assert r.returncode == 126
+    assert one_error_line(r) == ("ddprun: error: ./run.sh: permission denied (not an "
+                                 "executable file)"), r
+    r = ddprun("tr2.PY", cwd=tmp_path, env=dict(os.environ, PYTHON_EXEC=str(tmp_path / "trainer")))
+    assert r.returncode == 126
+    assert one_error_line(r) == (f"ddprun: error: {tmp_path}/trainer: permission denied (not "
+                                 "an executable file)"), r
 
 
 def test_program_is_found_on_path_like_exec(tmp_path):
