@@ -99,12 +99,19 @@ jobs=${TEST_JOBS:-$(tests/cores.sh)}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
 # pytest arguments that need the tests in this process (output shown, a
-# debugger), or that turn xdist off: one at a time, not an error.
+# debugger), or that turn xdist off: one at a time, not an error. -s may be
+# among other short flags (-vs, -xs) before one that takes a value (-k...).
 prev=
 for arg in "$@"; do
   case $arg in
-    -s | --capture=no | --pdb | --trace | -pno:xdist) jobs=1 ;;
+    --capture=no | --pdb | --trace | -pno:xdist) jobs=1 ;;
+    no) [[ $prev == --capture ]] && jobs=1 ;;
     no:xdist) [[ $prev == -p ]] && jobs=1 ;;
+    -[!-]*)
+      flags=${arg#-}
+      flags=${flags%%[kmprcoWn]*}
+      [[ $flags == *s* ]] && jobs=1
+      ;;
   esac
   prev=$arg
 done

@@ -55,9 +55,11 @@ def test_a_test_jobs_that_is_no_number_is_refused_with_one_line():
     assert r.stderr == "run.sh: TEST_JOBS must be a number, not 'two'\n", r.stderr
 
 
-@pytest.mark.parametrize("args", [["-s"], ["--capture=no"], ["--pdb"], ["-p", "no:xdist"],
+@pytest.mark.parametrize("args", [["-s"], ["-vs"], ["-xs"], ["--capture=no"],
+                                  ["--capture", "no"], ["--pdb"], ["-p", "no:xdist"],
                                   ["-pno:xdist"]],
-                         ids=["s", "capture-no", "pdb", "p-no-xdist", "pno-xdist"])
+                         ids=["s", "vs", "xs", "capture-no", "capture_no", "pdb", "p-no-xdist",
+                              "pno-xdist"])
 def test_pytest_arguments_that_need_one_process_run_the_tests_one_at_a_time(args):
     """-s and --pdb need the tests in pytest's own process, and -p no:xdist
     turns xdist off: run.sh runs the tests one at a time for them (-p
@@ -67,4 +69,17 @@ def test_pytest_arguments_that_need_one_process_run_the_tests_one_at_a_time(args
                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=120)
     assert "e2e:pytest-exit-5" in r.stdout, r.stdout  # no tests ran; no usage error (4)
-    assert "bringing up nodes" not in r.stdout, r.stdout  # no xdist workers
+    # No xdist workers (it says so, or names them under -v).
+    assert "bringing up nodes" not in r.stdout and "gw0" not in r.stdout, r.stdout
+
+
+def test_a_value_that_holds_an_s_keeps_the_tests_parallel():
+    """-k's expression (attached: -ktest_slurm) is no -s."""
+    r = subprocess.run([os.path.join(REPO, "tests", "run.sh"), "e2e", "-ktest_no_such_s"],
+                       env=dict(os.environ, TEST_JOBS="2"), stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    if "bringing up nodes" not in r.stdout:
+        import importlib.util
+        if importlib.util.find_spec("xdist") is None:
+            pytest.skip("no pytest-xdist here")
+    assert "bringing up nodes" in r.stdout, r.stdout
