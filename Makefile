@@ -84,7 +84,8 @@ endif
 
 ifeq ($(SAN),1)
   ALL_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  ALL_LDFLAGS += -fsanitize=address,undefined
+  SAN_LDFLAGS := -fsanitize=address,undefined
+  ALL_LDFLAGS += $(SAN_LDFLAGS)
 endif
 
 CUDA_LIBS :=
@@ -421,10 +422,10 @@ format:
 # tests/e2e/test_layers.py, which compiles probes with them.
 print_part = $(or $(PART),$(if $(FILE),$(call part_of,$(FILE))))
 # What a program linking build/lib/libddp.a adds (libddp(3)); ddp.pc's
-# Libs.private too.
+# Libs.private too. A SAN=1 archive needs the sanitizers' runtimes as well.
 DDP_STATIC_LIBS = $(strip $(CUDA_LIBS) $(SYS_LIBS))
 print-libs:
-	$(info $(DDP_STATIC_LIBS))
+	$(info $(strip $(DDP_STATIC_LIBS) $(SAN_LDFLAGS)))
 	@:
 print-cflags:
 	$(if $(filter $(print_part),$(PARTS)),,$(error give FILE=path.c or PART=, one of $(PARTS)))
