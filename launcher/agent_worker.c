@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <termios.h>
 #include <unistd.h>
 
 #include "hang.h"
@@ -97,41 +95,6 @@ int agent_worker_fds(const struct job *job)
 	return n;
 }
 
-/* A stream that goes to ddprun's terminal gets a terminal of its own (a
- * pseudo-terminal), as under torchrun, whose workers write to the terminal
- * itself: what colours its output or draws progress where isatty() says so
- * does here too, and C stdio is line-buffered. ddprun reads it as a pipe,
- * line by line; the output stays as written ("\n" not made "\r\n": ddprun's
- * terminal does that), the size is the terminal's. 0, or -errno where none
- * can be had (no /dev/pts in a container): a pipe then. */
-static int open_pty(int like_fd, int *master, int *slave)
-{
-	struct termios t;
-	struct winsize ws;
-	char name[64];
-	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC), s;
-
-	if (m < 0)
-		return -errno;
-	if (grantpt(m) != 0 || unlockpt(m) != 0 || ptsname_r(m, name, sizeof(name)) != 0 ||
-	    (s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
-		int rc = errno ? -errno : -EIO;
-
-		close(m);
-		return rc;
-	}
-	if (tcgetattr(s, &t) == 0) {
-		t.c_oflag &= ~(tcflag_t)OPOST;
-		t.c_lflag &= ~(tcflag_t)(ECHO | ICANON | ISIG | IEXTEN);
-		tcsetattr(s, TCSANOW, &t);
-	}
-	if (ioctl(like_fd, TIOCGWINSZ, &ws) == 0)
-		ioctl(s, TIOCSWINSZ, &ws);
-	*master = m;
-	*slave = s;
-	return 0;
-}
-
 /* Decide where stream s (0 stdout, 1 stderr) of w goes. On success *child_fd
  * is what the worker gets (a file, /dev/null or a pipe's write end), and for
  * a pumped stream *read_fd / *file_fd are the pipe's read end and the tee
@@ -160,11 +123,7 @@ static int plan_stream(struct agent *a, struct agent_worker *w, int s, int *chil
 		*child_fd = a->devnull;
 		return 0;
 	}
-	/* Shown on ddprun's terminal, not tee'd (torchrun's tee is a file). */
-	if (way == WAY_PIPE && job_rank_shown(a->job, w->local_rank) && isatty(s + 1) &&
-	    open_pty(s + 1, &p[0], &p[1]) == 0) {
-		/* the pipe's ends: read here, write in the worker */
-	} else if (pipe2(p, O_CLOEXEC) != 0) {
+	if (pipe2(p, O_CLOEXEC) != 0) {
 		int rc = -errno;
 
 		snprintf(err, errlen, "cannot make a pipe: %s", strerror(errno));

@@ -161,6 +161,51 @@ def run_dir(logdir, run_id="*"):
     return dirs[0]
 
 
+TTY_PROBE = ('import os, sys; print("rank", os.environ["RANK"], sys.stdout.isatty(), '
+             'sys.stderr.isatty(), flush=True); print("to err", file=sys.stderr)')
+
+
+def run_on_a_terminal(args, timeout=60):
+    """ddprun ARGS with a pseudo-terminal as its stdin, stdout and stderr
+    (raw: its bytes unchanged); (status, what it wrote)."""
+    import pty
+    master, slave = pty.openpty()
+    attrs = termios.tcgetattr(slave)
+    attrs[1] &= ~termios.OPOST  # no "\n" -> "\r\n" on the way out
+    termios.tcsetattr(slave, termios.TCSANOW, attrs)
+    p = subprocess.Popen([binary("ddprun"), *args], stdin=slave, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: every writer is gone
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    return p.wait(timeout=timeout), out.decode()
+
+
+def test_workers_output_is_a_pipe_even_on_a_terminal(tmp_path):
+    """ddprun(1), DIFFERENCES FROM TORCHRUN: on a terminal too, a worker's
+    output is a pipe (a pager started there would wait for keys nothing can
+    send: git log in a worker hung for ever when it was a pseudo-terminal);
+    a worker's last lines before it exits are all there."""
+    script = tmp_path / "probe.py"
+    script.write_text(TTY_PROBE + "\nimport sys\nsys.stdout.write(''.join("
+                      "f'line {i:05d} ' + 'x' * 60 + '\\n' for i in range(2000)))\n"
+                      "print('last line', flush=True)\n")
+    rc, out = run_on_a_terminal(["--nproc-per-node", "2", str(script)])
+    assert rc == 0, out
+    assert sorted(line for line in out.splitlines() if line.startswith("rank")) == [
+        "rank 0 False False", "rank 1 False False"], out
+    assert out.count("to err\n") == 2 and out.count("last line\n") == 2, out[-2000:]
+    assert out.count("\nline 01999 ") == 2, out[-2000:]
+
+
 def test_redirects_write_torchrun_layout_and_keep_console_clean(tmp_path):
     r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-r", "3",
                "sh", "-c", 'echo "out $RANK"; echo "err $RANK" >&2')
@@ -447,55 +492,3 @@ def test_an_open_line_is_ended_early_for_another_workers_line(reaper, tmp_path):
     out = early + p.stdout.read()
     assert p.wait(timeout=30) == 0
     assert out == b"[rank0]: open\n[rank1]: from b\n[rank0]:  rest\n"
-
-
-TTY_PROBE = ('import os, sys; print("rank", os.environ["RANK"], sys.stdout.isatty(), '
-             'sys.stderr.isatty(), os.get_terminal_size().columns if sys.stdout.isatty() '
-             'else 0, flush=True); print("to err", file=sys.stderr)')
-
-
-def run_on_a_terminal(args, cols=97, timeout=60):
-    """ddprun ARGS with a pseudo-terminal of cols columns as its stdin,
-    stdout and stderr (raw: its bytes unchanged); (status, what it wrote)."""
-    import pty
-    master, slave = pty.openpty()
-    attrs = termios.tcgetattr(slave)
-    attrs[1] &= ~termios.OPOST  # no "\n" -> "\r\n" on the way out
-    termios.tcsetattr(slave, termios.TCSANOW, attrs)
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, array.array("H", [24, cols, 0, 0]))
-    p = subprocess.Popen([binary("ddprun"), *args], stdin=slave, stdout=slave, stderr=slave)
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # EIO: every writer is gone
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return p.wait(timeout=timeout), out.decode()
-
-
-def test_workers_writing_to_the_terminal_get_a_terminal_as_under_torchrun(tmp_path):
-    """ddprun's output on a terminal: each shown worker's stdout and stderr
-    are terminals too, of its size (torchrun's workers write to the terminal
-    itself): libraries that colour or draw progress for a terminal do so;
-    they were pipes. Each line arrives once, whole, as written. A tee'd
-    stream stays a pipe (torchrun tees through a file), and so does every
-    stream when ddprun's output is not a terminal."""
-    script = tmp_path / "probe.py"
-    script.write_text(TTY_PROBE + "\n")
-    rc, out = run_on_a_terminal(["--nproc-per-node", "2", str(script)])
-    assert rc == 0, out
-    assert sorted(line for line in out.splitlines() if line.startswith("rank")) == [
-        "rank 0 True True 97", "rank 1 True True 97"], out
-    assert out.count("to err\n") == 2 and "\r" not in out, repr(out)
-    rc, out = run_on_a_terminal(["--nproc-per-node", "2", "--tee", "3", "--log-dir",
-                                 str(tmp_path / "logs"), str(script)])
-    assert rc == 0, out
-    assert re.findall(r"rank \d (\w+) (\w+)", out) == [("False", "False")] * 2, out
-    r = ddprun("--nproc-per-node", "1", str(script))
-    assert r.returncode == 0 and r.stdout == "rank 0 False False 0\n", r
