@@ -49,7 +49,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	char why[300];
 	int rc;
 
-	if (need == 0 && !c10d)
+	if (need == 0 && !c10d && !o->standalone)
 		return 0;
 	/* --standalone is one node of its own, whatever the allocation (the
 	 * run id too is its own): torchrun's single-node command line runs as

@@ -280,25 +280,29 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 	return -ENOEXEC;
 }
 
-/* A file given by its path that torchrun would have run with Python: text
- * with no "#!" line, or one naming a python. */
+/* A file given by its path that reads as a Python script torchrun would
+ * have run: a "#!" line naming a python, or (none) text under a name with
+ * no extension, such as "trainer" (job.sh, prog.c are not). */
 static bool reads_as_python(const char *path)
 {
-	char head[PROG_SHEBANG_MAX + 1];
+	char head[PROG_SHEBANG_MAX + 1], *h = head;
+	const char *base = strrchr(path, '/');
 	ssize_t n;
 	int fd;
 
-	if (strchr(path, '/') == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+	if (base == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
 		return false;
 	n = read(fd, head, PROG_SHEBANG_MAX);
 	close(fd);
 	if (n <= 0 || memchr(head, '\0', (size_t)n) != NULL) /* empty, or binary */
 		return false;
 	head[n] = '\0';
-	if (n < 2 || head[0] != '#' || head[1] != '!')
-		return true;
-	head[strcspn(head, "\n")] = '\0';
-	return strstr(head, "python") != NULL;
+	if (strncmp(h, "\xef\xbb\xbf", 3) == 0) /* a UTF-8 byte order mark */
+		h += 3;
+	if (h[0] != '#' || h[1] != '!')
+		return strchr(base + 1, '.') == NULL;
+	h[strcspn(h, "\n")] = '\0';
+	return strstr(h, "python") != NULL;
 }
 
 /* A directory given to Python as its script: it runs the __main__.py in it,

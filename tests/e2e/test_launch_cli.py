@@ -345,12 +345,15 @@ def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     assert one_error_line(r) == ("ddprun: error: ./trainer: permission denied (not an "
                                  "executable file; a Python script: run it as python3 "
                                  "./trainer, or name it .py)"), r
-    # Not for a script of another interpreter, nor for PYTHON_EXEC itself.
-    (tmp_path / "run.sh").write_text("#!/bin/sh\necho hi\n")
-    r = ddprun("./run.sh", cwd=tmp_path)
-    assert r.returncode == 126
-    assert one_error_line(r) == ("ddprun: error: ./run.sh: permission denied (not an "
-                                 "executable file)"), r
+    # Not for a script of another interpreter (with a byte order mark too),
+    # nor for a file named as something else, nor for PYTHON_EXEC itself.
+    for name, text in (("run.sh", "#!/bin/sh\necho hi\n"), ("bom", "\ufeff#!/bin/sh\necho\n"),
+                       ("job.sh", "echo hi\n")):
+        (tmp_path / name).write_text(text)
+        r = ddprun(f"./{name}", cwd=tmp_path)
+        assert r.returncode == 126
+        assert one_error_line(r) == (f"ddprun: error: ./{name}: permission denied (not an "
+                                     "executable file)"), r
     r = ddprun("tr2.PY", cwd=tmp_path, env=dict(os.environ, PYTHON_EXEC=str(tmp_path / "trainer")))
     assert r.returncode == 126
     assert one_error_line(r) == (f"ddprun: error: {tmp_path}/trainer: permission denied (not "

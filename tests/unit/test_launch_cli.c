@@ -673,6 +673,9 @@ static void test_slurm_one_node_of_an_allocation_hosts_its_own_store(void **stat
 	/* The step's own checks still hold: one task a node. */
 	set_env("SLURM_STEP_NUM_TASKS", "4");
 	expect_error("srun started 4 tasks on 2 nodes", ARGS("--standalone", "p"));
+	expect_error("srun started 4 tasks on 2 nodes",
+		     ARGS("--standalone", "--nnodes", "1", "--node-rank", "0", "--master-addr",
+			  "127.0.0.1", "p"));
 }
 
 static void test_slurm_errors_name_the_variable(void **state)
