@@ -37,13 +37,6 @@ struct resolve_work {
 	unsigned fams; /* 1: IPv4, 2: IPv6 among the addresses */
 };
 
-/* Which option or setting gave the store's host (for messages; the loop's
- * thread only). */
-static const char *host_source(const struct coord *c)
-{
-	return job_store_host_source(c->job);
-}
-
 static void resolve_work(uv_work_t *req)
 {
 	struct resolve_work *w = req->data;
@@ -242,7 +235,7 @@ static void on_connect_wait(uv_timer_t *t)
 	 * others (COORD_BAD_RANK_CONNECT_MS), not join_timeout. */
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "
 		  "retrying for up to %.0f s more (%s)",
-		  c->store_host, c->store_port, host_source(c), why,
+		  c->store_host, c->store_port, job_store_host_source(c->job), why,
 		  left > 0 ? (double)left / 1000.0 : 0.0,
 		  c->connect_timeout_ms < c->conf->join_timeout_ms
 			  ? "only to tell the other nodes of this node's error"
@@ -296,7 +289,7 @@ static void host_and_connect(struct coord *c, unsigned fams)
 		rc = family_free(family, c->store_port);
 		if (rc == -EADDRINUSE)
 			snprintf(fam, sizeof(fam), " for %s, the family of %.100s %.60s",
-				 family == AF_INET ? "IPv4" : "IPv6", host_source(c),
+				 family == AF_INET ? "IPv4" : "IPv6", job_store_host_source(c->job),
 				 c->store_host);
 		else
 			rc = 0;
@@ -352,7 +345,7 @@ static void after_resolve(uv_work_t *req, int status)
 		if (!c->resolve_said)
 			agent_say("cannot resolve %s (%s) yet: %s; retrying for up to %.0f s "
 				  "(join_timeout)",
-				  c->store_host, host_source(c), gai_strerror(rc),
+				  c->store_host, job_store_host_source(c->job), gai_strerror(rc),
 				  (double)left / 1000.0);
 		c->resolve_said = true;
 		uv_timer_start(&c->timer, on_resolve_retry,
@@ -363,11 +356,11 @@ static void after_resolve(uv_work_t *req, int status)
 		coord_fail(c, 1,
 			   "error: cannot resolve the rendezvous store's host %s (%s): %s, for "
 			   "%.0f s (join_timeout)",
-			   c->store_host, host_source(c), gai_strerror(rc),
+			   c->store_host, job_store_host_source(c->job), gai_strerror(rc),
 			   (double)c->conf->join_timeout_ms / 1000.0);
 	else
 		coord_fail(c, 1, "error: cannot resolve the rendezvous store's host %s (%s): %s",
-			   c->store_host, host_source(c), gai_strerror(rc));
+			   c->store_host, job_store_host_source(c->job), gai_strerror(rc));
 }
 
 void coord_start(struct coord *c)

@@ -105,7 +105,7 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 void job_free(struct job *j);
 
 /* Where the store's host came from, for the messages about it: the flag,
- * or Slurm's variable. */
+ * or Slurm's variable (a static buffer: the main thread only). */
 const char *job_store_host_source(const struct job *j);
 /* True when local_rank is shown on the console (--local-ranks-filter). */
 bool job_rank_shown(const struct job *j, int local_rank);
