@@ -234,6 +234,7 @@ static void on_retry(uv_timer_t *t)
 static void attempt_failed(struct store_async *a, int err)
 {
 	struct aop *op;
+	int64_t left;
 
 	a->last_err = err;
 	close_tcp(a);
@@ -242,11 +243,19 @@ static void attempt_failed(struct store_async *a, int err)
 		op = store_async_pop(&a->replyq, &a->replyq_tail);
 		store_async_op_free(op);
 	}
-	if (util_now_ms() + a->backoff >= a->deadline) {
+	left = a->deadline - util_now_ms();
+	if (left <= 0) {
 		connect_failed(a, err);
 		return;
 	}
-	uv_timer_start(&a->retry_timer, on_retry, (uint64_t)a->backoff, 0);
+	/* Tries go on until the deadline timer ends them: within the last
+	 * backoff step they halve what is left, so that a store that comes up
+	 * in the last second is still found (and one that refuses is still
+	 * named by its refusal when the deadline comes). */
+	if (a->backoff < left)
+		uv_timer_start(&a->retry_timer, on_retry, (uint64_t)a->backoff, 0);
+	else if (left >= 2)
+		uv_timer_start(&a->retry_timer, on_retry, (uint64_t)(left / 2), 0);
 	a->backoff = a->backoff * 2 > 1000 ? 1000 : a->backoff * 2;
 }
 
@@ -531,6 +540,9 @@ int store_async_connect(uv_loop_t *loop, const char *host, int port, int64_t con
 	a->nonce = (uint32_t)util_now_ms();
 	if (cbs)
 		a->cbs = *cbs;
+	/* The deadline timer counts from the loop's time: bring it to now, or
+	 * a loop that has been idle a while ends the attempts early. */
+	uv_update_time(loop);
 	a->deadline = util_now_ms() + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
 	uv_timer_init(loop, &a->retry_timer);
 	uv_timer_init(loop, &a->deadline_timer);

@@ -37,11 +37,15 @@ static int poll_fd(int fd, short events, int64_t deadline)
 		int64_t left = deadline < 0 ? -1 : deadline - util_now_ms();
 		int rc;
 
-		if (deadline >= 0 && left <= 0)
-			return -ETIMEDOUT;
-		rc = poll(&p, 1, left < 0 ? -1 : (left > 1000000 ? 1000000 : (int)left));
+		/* Past the deadline it still looks once: what has already come
+		 * (a connection the last try made at the deadline) is no time out. */
+		rc = poll(&p, 1,
+			  deadline < 0 ? -1
+				       : (left <= 0 ? 0 : (left > 1000000 ? 1000000 : (int)left)));
 		if (rc > 0)
 			return 0;
+		if (deadline >= 0 && left <= 0 && rc == 0)
+			return -ETIMEDOUT;
 		if (rc < 0 && errno != EINTR)
 			return -errno;
 	}
@@ -186,7 +190,7 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 			 int64_t op_timeout_ms, struct store_client **out)
 {
 	struct store_client *c;
-	int64_t deadline = store_client_deadline(connect_timeout_ms), backoff = 10;
+	int64_t deadline = store_client_deadline(connect_timeout_ms), backoff = 10, left;
 	int rc = -ECONNREFUSED, one = 1, answer = 0;
 
 	if (host == NULL || port <= 0 || port > UTIL_PORT_MAX)
@@ -218,12 +222,15 @@ int store_client_connect(const char *host, int port, int64_t connect_timeout_ms,
 			freeaddrinfo(ai);
 		if (rc == 0)
 			break;
-		if (deadline < 0 || util_now_ms() + backoff >= deadline) {
+		left = deadline < 0 ? 0 : deadline - util_now_ms();
+		if (left <= 0) {
 			if (rc == -ETIMEDOUT && answer < 0)
 				rc = answer;
 			goto fail;
 		}
-		util_sleep_ms(backoff);
+		/* The last sleep is cut to the deadline, where one more try goes:
+		 * a server that comes up in the last second is still found. */
+		util_sleep_ms(backoff < left ? backoff : left);
 		backoff = backoff * 2 > 1000 ? 1000 : backoff * 2;
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -22,6 +22,7 @@
 #include "store_async.h"
 #include "store_proto.h"
 #include "store_server.h"
+#include "util.h"
 
 struct env {
 	uv_loop_t loop;
@@ -430,12 +431,18 @@ static void test_connect_failure_fails_queued_ops(void **state)
 	struct env *e = *state;
 	struct store_async *a;
 
+	int64_t t0;
+
 	free_the_port(e);
+	t0 = util_now_ms();
 	assert_int_equal(store_async_connect(&e->loop, "127.0.0.1", e->port, 200, &cbs, &a), 0);
 	store_async_ping(a, done_cb, "ping");
 	run_until(e, 3);
 	assert_string_equal(events[1], "ping -111"); /* -ECONNREFUSED */
 	assert_string_equal(events[2], "connect -111");
+	/* Only at the deadline: the backoff's last step no longer gives up
+	 * early (it did at 150 ms here, up to 1 s before longer timeouts). */
+	assert_true(util_now_ms() - t0 >= 200);
 	close_and_wait(e, a, "a");
 }
 

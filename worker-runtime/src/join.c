@@ -88,9 +88,9 @@ static int is_older_store(int rc)
  * that says nothing until the timeout (600 s by default) looks hung: say once
  * what it waits for. */
 #define QUIET_CONNECT_MS 5000
-/* store_client_connect gives up a backoff step before its timeout, so each
- * phase is tried again until less than this is left; a shorter try could time
- * out before even a refusal arrives, hiding the real error. */
+/* A try that ends before its phase does (a handshake that failed) is made
+ * again until less than this is left; a shorter try could time out before
+ * even a refusal arrives, hiding the real error. */
 #define MIN_TRY_MS 10
 
 /* Why a connection failed, for the notice and the error. */
