@@ -21,6 +21,10 @@
 #include "hang.h"
 #include "shmsweep.h"
 #include "signame.h"
+#include "util.h"
+
+/* How often one node tries again a store host whose lookup failed for now. */
+#define STORE_RETRY_MS 1000
 
 static void check_progress(struct agent *a);
 static bool reap(struct agent *a);
@@ -89,6 +93,7 @@ static void finish(struct agent *a, int status)
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
 	close_handle(a, (uv_handle_t *)&a->stuck_timer);
+	close_handle(a, (uv_handle_t *)&a->store_timer);
 	agent_sig_close(a->stops);
 	if (a->store != NULL) {
 		a->open_handles++;
@@ -648,6 +653,49 @@ void agent_restart(struct agent *a)
 	check_progress(a);
 }
 
+static void open_store(struct agent *a);
+
+static void on_store_retry(uv_timer_t *t)
+{
+	open_store(t->data);
+}
+
+/* One node hosts its store at --master-addr. A name whose lookup fails
+ * only for a while (no resolver answers yet) is tried again for
+ * join_timeout, as several nodes do (coord_start.c): said once at once,
+ * and with how long it was tried when it ends the job. */
+static void open_store(struct agent *a)
+{
+	char err[512];
+	int64_t left;
+	int rc;
+
+	if (a->state != AS_RDZV)
+		return;
+	rc = agent_store_open(a, err, sizeof(err));
+	if (rc == 0) {
+		rendezvous(a);
+		return;
+	}
+	left = a->store_deadline_ms - util_now_ms();
+	if (rc == -EAGAIN && left > 0) {
+		if (!a->store_said)
+			agent_say("%s; retrying for up to %.0f s (join_timeout)", err,
+				  (double)left / 1000.0);
+		a->store_said = true;
+		uv_timer_start(&a->store_timer, on_store_retry,
+			       (uint64_t)(left < STORE_RETRY_MS ? left : STORE_RETRY_MS), 0);
+		return;
+	}
+	if (a->store_said)
+		agent_say("error: %s, for %.0f s (join_timeout)", err,
+			  (double)a->job->rdzv.join_timeout_ms / 1000.0);
+	else
+		agent_say("error: %s", err);
+	a->failed = true;
+	finish(a, 1);
+}
+
 static int init_handle(struct agent *a, uv_handle_t *h, int rc)
 {
 	if (rc == 0) {
@@ -684,6 +732,9 @@ int agent_start(struct agent *a)
 		rc = init_handle(a, (uv_handle_t *)&a->stuck_timer,
 				 uv_timer_init(a->loop, &a->stuck_timer));
 	if (rc == 0)
+		rc = init_handle(a, (uv_handle_t *)&a->store_timer,
+				 uv_timer_init(a->loop, &a->store_timer));
+	if (rc == 0)
 		rc = watch_signals(a);
 	if (rc == 0)
 		rc = agent_fwd_start(a);
@@ -694,17 +745,12 @@ int agent_start(struct agent *a)
 		finish(a, 1);
 		return rc;
 	}
-	if (!a->has_coord) {
-		char err[512];
-
-		rc = agent_store_open(a, err, sizeof(err));
-		if (rc != 0) {
-			agent_say("error: %s", err);
-			a->failed = true;
-			finish(a, 1);
-			return rc;
-		}
+	if (a->has_coord) {
+		rendezvous(a);
+		return 0;
 	}
-	rendezvous(a);
+	a->state = AS_RDZV; /* a stop signal while the store waits ends the job */
+	a->store_deadline_ms = util_now_ms() + a->job->rdzv.join_timeout_ms;
+	open_store(a);
 	return 0;
 }

@@ -89,6 +89,9 @@ struct agent {
 	bool stuck_timer_on;
 	int open_handles;	    /* loop handles not yet closed */
 	struct store_server *store; /* the store this agent hosts, or NULL */
+	uv_timer_t store_timer;	    /* retries a name that cannot resolve yet */
+	int64_t store_deadline_ms;  /* ... until then (join_timeout) */
+	bool store_said;	    /* the first such failure was said */
 	char *store_host;
 	int store_port;
 	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */

@@ -4,6 +4,7 @@
 #include "agent_store.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,26 @@
 #include "store_proto.h"
 #include "store_server.h"
 #include "util.h"
+
+/* The store's host name did not resolve: -EAGAIN where the lookup failed
+ * only for now (no resolver answered, or it resolves on a second look),
+ * -EHOSTUNREACH where it does not exist. */
+static int cannot_resolve(struct agent *a, const char *host, int port, char *err, size_t errlen)
+{
+	struct addrinfo *ai;
+	int gai = 0;
+
+	if (store_addr_resolve(host, port, true, &ai, &gai) == 0) {
+		freeaddrinfo(ai);
+		snprintf(err, errlen,
+			 "cannot resolve the rendezvous store's host %.200s (%s) at first", host,
+			 job_store_host_source(a->job));
+		return -EAGAIN;
+	}
+	snprintf(err, errlen, "cannot resolve the rendezvous store's host %.200s (%s): %s", host,
+		 job_store_host_source(a->job), gai_strerror(gai));
+	return gai == EAI_AGAIN ? -EAGAIN : -EHOSTUNREACH;
+}
 
 int agent_store_open(struct agent *a, char *err, size_t errlen)
 {
@@ -47,10 +68,7 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 				 "--master-addr, or leave it out)",
 				 host);
 		else if (rc == -EHOSTUNREACH) /* a name that does not resolve */
-			snprintf(err, errlen,
-				 "cannot resolve the rendezvous store's host %.200s (%s): %s", host,
-				 job_store_host_source(a->job),
-				 store_addr_gai_text(host, port, true));
+			return cannot_resolve(a, host, port, err, errlen);
 		else
 			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
 				 store_strerror(rc));

@@ -55,18 +55,6 @@ int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo
 	return 0;
 }
 
-const char *store_addr_gai_text(const char *host, int port, bool passive)
-{
-	struct addrinfo *ai;
-	int gai = 0;
-
-	if (store_addr_resolve(host, port, passive, &ai, &gai) == 0) {
-		freeaddrinfo(ai);
-		return "it resolves now (a lookup that failed only for a while)";
-	}
-	return gai_strerror(gai);
-}
-
 int store_sock_keepalive(int fd, int idle_s)
 {
 	int on = 1, intvl = idle_s / 3 > 0 ? idle_s / 3 : 1, cnt = 3;

@@ -1,16 +1,19 @@
 """Before the first round: a store host name that does not resolve is named
 with the reason (looked up only inside a network namespace of the test's own
 with nothing but loopback, so no resolver is reachable and the machine's DNS
-is never asked), a master port that another process holds for the family of
+is never asked; a temporary failure is retried for join_timeout, one node's
+too), a master port that another process holds for the family of
 --master-addr is "in use", and a node rank 0 started twice ends both with 2."""
 import os
 import random
 import shutil
+import signal
 import socket
+import subprocess
 
 import pytest
 
-from conftest import free_port
+from conftest import binary, free_port
 from mnutil import (Agent, clean_env, enter, ip, ipv6_loopback, listening, node_args, wait_for,
                     wait_stderr)
 
@@ -57,6 +60,64 @@ def test_one_node_whose_master_addr_does_not_resolve_says_so_with_the_reason(rea
     assert a.stderr().startswith("ddprun: error: cannot resolve the rendezvous store's host "
                                  "bad..name (--master-addr): "), a.stderr()
     assert "unreachable" not in a.stderr(), a.stderr()
+
+
+def test_one_node_retries_a_master_addr_whose_lookup_fails_for_now(reaper, tmp_path,
+                                                                   no_route_ns):
+    """One node hosts its store at --master-addr: a temporary failure (no
+    resolver answers in there) is tried again for join_timeout, as on several
+    nodes (it ended the job at once), and said at once."""
+    a = Agent(reaper, tmp_path, "single", ["--master-addr", BAD_HOST, "--rdzv-conf",
+                                           "join_timeout=2", "true"],
+              prefix=enter(no_route_ns))
+    assert a.wait() == 1, a.stderr()
+    what = f"cannot resolve the rendezvous store's host {BAD_HOST} (--master-addr)"
+    assert a.stderr() == (f"ddprun: {what}: Temporary failure in name resolution; retrying for "
+                          "up to 2 s (join_timeout)\n"
+                          f"ddprun: error: {what}: Temporary failure in name resolution, for "
+                          "2 s (join_timeout)\n"), a.stderr()
+
+
+def test_a_stop_signal_while_one_node_retries_its_store_host_ends_it(reaper, tmp_path,
+                                                                      no_route_ns):
+    a = Agent(reaper, tmp_path, "single", ["--master-addr", BAD_HOST, "true"],
+              prefix=enter(no_route_ns))
+    wait_stderr(a, "retrying for up to 600 s (join_timeout)")
+    a.signal(signal.SIGTERM)
+    assert a.wait() == 143, a.stderr()
+    assert "received SIGTERM" in a.stderr(), a.stderr()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root: a mount and network namespace of its own")
+def test_one_node_finds_a_master_addr_that_resolves_later(tmp_path):
+    """The name comes while ddprun retries (a DNS server back, a pod's name
+    published), and the job runs. In mount and network namespaces of the
+    test's own: a hosts file of its own, then DNS at 127.0.0.1 there, where
+    nothing answers (a temporary failure); no query leaves them."""
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    script = f"""
+set -e
+for f in hosts nsswitch.conf resolv.conf; do mount --bind {tmp_path}/$f /etc/$f; done
+ip link set lo up
+{binary("ddprun")} --master-addr master-0.test --rdzv-conf join_timeout=60 \\
+    sh -c 'echo "$MASTER_ADDR"' > {tmp_path}/out 2> {tmp_path}/err &
+job=$!
+i=0
+until grep -qs retrying {tmp_path}/err || [ $i -ge 300 ]; do sleep 0.1; i=$((i+1)); done
+echo "127.0.0.1 master-0.test" >> /etc/hosts
+rc=0; wait $job || rc=$?
+exit $rc
+"""
+    r = subprocess.run(["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script],
+                       stderr=subprocess.PIPE, timeout=90, text=True)
+    err = (tmp_path / "err").read_text()
+    assert r.returncode == 0, r.stderr + err
+    assert ("cannot resolve the rendezvous store's host master-0.test (--master-addr): Temporary "
+            "failure in name resolution; retrying") in err, err
+    assert (tmp_path / "out").read_text() == "127.0.0.1\n"
 
 
 def test_an_unresolvable_first_slurm_node_is_named(reaper, tmp_path, no_route_ns):
