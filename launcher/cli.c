@@ -715,6 +715,24 @@ static int static_endpoint(struct parse *p, struct cli_opts *o)
 	return 0;
 }
 
+/* A node that runs alone hosts its store on a free port of this machine,
+ * as torchrun's --standalone (c10d at localhost:0) does, which never reads
+ * the master address, port or node rank: their PET_ variables (a Kubeflow
+ * pod exports them all) are passed over, the options noted for a warning. */
+static void run_alone(struct parse *p, struct cli_opts *o)
+{
+	static const int opt[] = {O_MASTER_ADDR, O_MASTER_PORT, O_NODE_RANK};
+	size_t i, n = 0;
+
+	for (i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
+		if (p->raw[opt[i]].src != NULL && !from_env(p, opt[i]))
+			n += (size_t)snprintf(o->ignored + n, sizeof(o->ignored) - n, "%s--%s",
+					      n > 0 ? ", " : "", opts[opt[i]].name);
+	o->master_addr = opts[O_MASTER_ADDR].def;
+	o->master_port = 0;
+	o->master_port_given = false;
+}
+
 static int parse_values(struct parse *p, struct cli_opts *o, const char *(*getenv_fn)(const char *))
 {
 	struct raw *r = p->raw;
@@ -806,7 +824,11 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	given.node_rank = r[O_NODE_RANK].src != NULL;
 	given.master_addr = r[O_MASTER_ADDR].src != NULL;
 	given.rdzv_id = r[O_RDZV_ID].src != NULL;
-	return cli_nodes_resolve(o, &given, getenv_fn, p->err, p->errlen);
+	if ((rc = cli_nodes_resolve(o, &given, getenv_fn, p->err, p->errlen)) != 0)
+		return rc;
+	if (cli_runs_alone(o))
+		run_alone(p, o);
+	return 0;
 }
 
 int cli_parse(int argc, char **argv, const char *(*getenv_fn)(const char *name), struct cli_opts *o,

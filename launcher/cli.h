@@ -115,7 +115,12 @@ struct cli_opts {
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */
 	const char *slurm_stray; /* SLURM_* set outside an allocation (warned about) */
-	char **prog_argv;	 /* the program and its arguments (NULL-terminated) */
+	/* Options given on the command line that a node running alone does not
+	 * read (--master-addr, --master-port, --node-rank: cli_runs_alone),
+	 * as "--a, --b"; warned about. Their PET_ variables are passed over
+	 * silently, as torchrun's. */
+	char ignored[64];
+	char **prog_argv; /* the program and its arguments (NULL-terminated) */
 	int prog_argc;
 };
 
@@ -127,6 +132,10 @@ void cli_usage(FILE *f);
 /* More than one node, or a c10d rendezvous at an endpoint: the job needs
  * the node rendezvous (launcher/coord.h). */
 bool cli_multinode(const struct cli_opts *o);
+/* --standalone, or c10d at an endpoint of port 0 with one node: a private
+ * store on a free port of this machine, whatever --master-addr,
+ * --master-port and --node-rank say (torchrun's --standalone). */
+bool cli_runs_alone(const struct cli_opts *o);
 
 /* The stream code for one local rank. */
 int cli_std_get(const struct cli_std *s, int local_rank);

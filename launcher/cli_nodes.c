@@ -78,7 +78,7 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		o->min_nodes = o->max_nodes = si.nnodes;
 		o->slurm_nnodes = true;
 	}
-	if (!g->node_rank && si.node_rank >= 0 && !alone) {
+	if (!g->node_rank && si.node_rank >= 0 && !alone && !c10d) {
 		o->node_rank = si.node_rank;
 		o->slurm_node_rank = true;
 	}
@@ -110,6 +110,11 @@ static bool c10d_alone(const struct cli_opts *o)
 	       util_parse_endpoint(o->rdzv_endpoint, host, sizeof(host), CLI_RDZV_PORT, &port) ==
 		       0 &&
 	       port == 0;
+}
+
+bool cli_runs_alone(const struct cli_opts *o)
+{
+	return o->standalone || (strcmp(o->rdzv_backend, "c10d") == 0 && c10d_alone(o));
 }
 
 bool cli_multinode(const struct cli_opts *o)
@@ -146,8 +151,10 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 		return -EINVAL;
 	}
 	/* One node has no rendezvous to tell: a bad rank is a plain usage error.
-	 * A static job's nodes are told by the rendezvous (coord_join.c). */
-	if (o->max_nodes == 1 && o->node_rank >= 1) {
+	 * A static job's nodes are told by the rendezvous (coord_join.c). c10d
+	 * ranks nodes by arrival: it reads no rank (a Kubeflow pod exports
+	 * PET_NODE_RANK whatever the backend). */
+	if (!c10d && !o->standalone && o->max_nodes == 1 && o->node_rank >= 1) {
 		snprintf(err, errlen, "--node-rank %d is not below the number of nodes (1)",
 			 o->node_rank);
 		return -EINVAL;

@@ -122,6 +122,13 @@ void cli_torch2_warn(const struct cli_opts *o, int nproc, FILE *f)
 					    "--duplicate-stderr-filters"};
 	int s;
 
+	if (o->ignored[0] != '\0')
+		fprintf(f,
+			"ddprun: warning: %s %s ignored: %s runs this node alone, with its store "
+			"on a "
+			"free port of this machine (as torchrun's)\n",
+			o->ignored, strchr(o->ignored, ',') ? "are" : "is",
+			o->standalone ? "--standalone" : "--rdzv-endpoint with port 0");
 	if (o->rdzv.unknown[0] != '\0')
 		fprintf(f,
 			"ddprun: warning: --rdzv-conf: ddprun does not use %s (passed over, as "

@@ -2,6 +2,7 @@
 usage errors (one line, exit 2), and programs that cannot run (127/126)."""
 import os
 import re
+import socket
 import subprocess
 
 import pytest
@@ -120,6 +121,43 @@ def test_one_c10d_node_at_port_0_runs_alone_as_standalone(nnodes):
     lines = sorted(r.stdout.splitlines())
     assert [ln.rsplit(" ", 1)[0] for ln in lines] == ["0 2 1 job7", "1 2 1 job7"], r.stdout
     assert {ln.rsplit(" ", 1)[1] for ln in lines} != {"0"}, r.stdout
+
+
+@pytest.mark.parametrize("alone", [["--standalone"],
+                                   ["--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0"]])
+def test_a_node_alone_reads_no_master_address_port_or_node_rank(alone):
+    """torchrun's --standalone never reads them, and a Kubeflow pod exports
+    PET_MASTER_ADDR, PET_MASTER_PORT and PET_NODE_RANK whatever runs in it:
+    ddprun resolved the address, listened on the port (in use: status 1) and
+    refused the rank (status 2). Given on the command line they get a
+    warning."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        show = ["--nproc-per-node", "2", "sh", "-c", 'echo "$MASTER_ADDR $MASTER_PORT $GROUP_RANK"']
+        r = ddprun(*alone, *show, env={"PET_MASTER_ADDR": "bad..name",
+                                       "PET_MASTER_PORT": str(port), "PET_NODE_RANK": "1"})
+        assert r.returncode == 0 and r.stderr == "", r
+        for line in r.stdout.splitlines():
+            addr, got, group = line.split()
+            assert (addr, group) == ("127.0.0.1", "0") and int(got) not in (0, port), r.stdout
+        r = ddprun(*alone, "--master-addr", "10.255.255.1", "--master-port", str(port),
+                   "--node-rank", "1", *show)
+    assert r.returncode == 0, r
+    assert r.stderr == ("ddprun: warning: --master-addr, --master-port, --node-rank are ignored: "
+                        f"{'--standalone' if len(alone) == 1 else '--rdzv-endpoint with port 0'} "
+                        "runs this node alone, with its store on a free port of this machine (as "
+                        "torchrun's)\n"), r.stderr
+    assert all(line.startswith("127.0.0.1 ") for line in r.stdout.splitlines()), r.stdout
+
+
+def test_a_c10d_node_reads_no_node_rank():
+    """c10d ranks nodes by arrival: --node-rank 3 of one node was a usage
+    error (torchrun passes it over)."""
+    r = ddprun("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+               "--node-rank", "3", "sh", "-c", 'echo "$GROUP_RANK"')
+    assert r.returncode == 0 and r.stdout == "0\n", r
 
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
