@@ -19,11 +19,9 @@
  * -EHOSTUNREACH where it does not exist. */
 static int cannot_resolve(struct agent *a, const char *host, int port, char *err, size_t errlen)
 {
-	struct addrinfo *ai;
-	int gai = 0;
+	int gai = store_addr_gai(host, port, true);
 
-	if (store_addr_resolve(host, port, true, &ai, &gai) == 0) {
-		freeaddrinfo(ai);
+	if (gai == 0) {
 		snprintf(err, errlen,
 			 "cannot resolve the rendezvous store's host %.200s (%s) at first", host,
 			 job_store_host_source(a->job));

@@ -690,6 +690,23 @@ static int check_master_addr(struct parse *p)
 	return 0;
 }
 
+/* --local-addr: a host this node is reached at (an IPv6 address bare or in
+ * brackets), as --master-addr; its port is ddprun's choice. A port there
+ * failed only after the rendezvous, as a name that does not resolve. */
+static int parse_local_addr(struct parse *p, struct cli_opts *o)
+{
+	int port;
+
+	if (util_parse_hostport(o->local_addr, o->local_host, sizeof(o->local_host), -1, &port) !=
+		    0 ||
+	    o->local_host[0] == '\0')
+		return bad_value(p, O_LOCAL_ADDR, "a host name or address");
+	if (port != -1)
+		return bad_value(p, O_LOCAL_ADDR, "a host without a port (ddprun picks the port)");
+	o->local_addr = o->local_host;
+	return 0;
+}
+
 /* torchrun's get_rdzv_endpoint: a static job given --rdzv-endpoint HOST:PORT
  * meets there, in place of --master-addr and --master-port. */
 static int static_endpoint(struct parse *p, struct cli_opts *o)
@@ -801,6 +818,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	o->local_addr = r[O_LOCAL_ADDR].val;
 	if (o->local_addr != NULL && o->local_addr[0] == '\0')
 		o->local_addr = NULL;
+	if (o->local_addr != NULL && (rc = parse_local_addr(p, o)) != 0)
+		return rc;
 	if (store_server_io_parse(getenv_fn("DDP_STORE_IO"), &o->store_io) < 0)
 		return fail(p, "bad DDP_STORE_IO '%s' (auto, uring or uv)",
 			    getenv_fn("DDP_STORE_IO"));

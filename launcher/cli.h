@@ -91,7 +91,8 @@ struct cli_opts {
 	struct cli_std redirects, tee;
 	int *ranks_filter; /* local ranks shown on the console; NULL: all */
 	int nranks_filter;
-	const char *local_addr;
+	const char *local_addr; /* --local-addr's host, out of any brackets; NULL: none */
+	char local_host[256];
 	int store_io; /* STORE_IO_* from DDP_STORE_IO, for the stores ddprun hosts */
 	int signals[CLI_MAX_SIGNALS]; /* --signals-to-handle, less fwd_signals */
 	int nsignals;

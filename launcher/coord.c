@@ -203,9 +203,12 @@ void coord_round_start(struct coord *c)
 	coord_live_start(c);
 	coord_hang_round(c);
 	coord_fwd_round(c);
-	agent_say("round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d", c->round,
-		  c->rank, c->nnodes, c->host, first, first + c->job->nproc - 1, world,
-		  w.master_addr, w.master_port);
+	agent_say(
+		strchr(w.master_addr, ':')
+			? "round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store [%s]:%d"
+			: "round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d",
+		c->round, c->rank, c->nnodes, c->host, first, first + c->job->nproc - 1, world,
+		w.master_addr, w.master_port);
 	agent_rendezvous_done(c->agent, 0, &w);
 }
 

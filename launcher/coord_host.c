@@ -122,12 +122,26 @@ int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t
 	store_server_opts_init(&so);
 	so.io = c->job->store_io;
 	rc = store_server_start(c->loop, &so, c->job->local_addr, want, &c->wstore);
+	if (rc == -EHOSTUNREACH) { /* only a name can fail so: --local-addr's */
+		int gai = store_addr_gai(c->job->local_addr, want, true);
+
+		c->wstore = NULL;
+		snprintf(err, errlen, "node on host %.200s cannot resolve --local-addr %.200s: %s",
+			 c->host, c->job->local_addr,
+			 gai != 0 ? gai_strerror(gai) : "it resolves now (it failed for a while)");
+		return rc;
+	}
 	if (rc != 0) {
+		const char *h = c->job->local_addr ? c->job->local_addr : "*";
+
 		c->wstore = NULL;
 		snprintf(err, errlen,
-			 "node on host %.200s cannot listen for its workers' store (%s:%d): %s",
-			 c->host, c->job->local_addr ? c->job->local_addr : "*", want,
-			 store_strerror(rc));
+			 strchr(h, ':')
+				 ? "node on host %.200s cannot listen for its workers' store "
+				   "([%s]:%d): %s"
+				 : "node on host %.200s cannot listen for its workers' store "
+				   "(%s:%d): %s",
+			 c->host, h, want, store_strerror(rc));
 		return rc;
 	}
 	*port = store_server_port(c->wstore);

@@ -55,6 +55,16 @@ int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo
 	return 0;
 }
 
+int store_addr_gai(const char *host, int port, bool passive)
+{
+	struct addrinfo *ai;
+	int gai = 0;
+
+	if (store_addr_resolve(host, port, passive, &ai, &gai) == 0)
+		freeaddrinfo(ai);
+	return gai;
+}
+
 int store_sock_keepalive(int fd, int idle_s)
 {
 	int on = 1, intvl = idle_s / 3 > 0 ? idle_s / 3 : 1, cnt = 3;

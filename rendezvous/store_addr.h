@@ -27,6 +27,10 @@ int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size
  * -EHOSTUNREACH (name does not resolve; text via gai in *gai_err if not NULL). */
 int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,
 		       int *gai_err);
+/* Why host did not resolve, for a message after store_addr_resolve (or a
+ * caller of it) failed: getaddrinfo's code on a second look, 0 where it
+ * resolves now (a lookup that failed only for a while). */
+int store_addr_gai(const char *host, int port, bool passive);
 
 /* TCP keepalive on fd: probe after idle_s idle seconds, then every
  * idle_s / 3 (at least 1 s), give up after 3 probes -- a peer whose host died

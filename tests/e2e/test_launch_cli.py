@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 from conftest import REPO, binary, free_port, prog, run
+from mnutil import ipv6_loopback
 
 
 TRUE = "/bin/true"
@@ -158,6 +159,23 @@ def test_a_c10d_node_reads_no_node_rank():
     r = ddprun("--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
                "--node-rank", "3", "sh", "-c", 'echo "$GROUP_RANK"')
     assert r.returncode == 0 and r.stdout == "0\n", r
+
+
+def test_local_addr_names_what_it_cannot_resolve_and_brackets_ipv6():
+    """A --local-addr name that does not resolve (an empty label: no query
+    leaves the machine) said 'host not found or unreachable' of
+    'bad..name:0'; the round line wrote an IPv6 store as '::1:PORT'."""
+    c10d = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+            "--rdzv-conf", "join_timeout=10", TRUE]
+    r = ddprun("--local-addr", "bad..name", *c10d)
+    assert r.returncode == 1, r
+    assert "cannot resolve --local-addr bad..name: " in r.stderr, r.stderr
+    assert "unreachable" not in r.stderr and "bad..name:0" not in r.stderr, r.stderr
+    if not ipv6_loopback():
+        return
+    r = ddprun("--local-addr", "[::1]", *c10d)
+    assert r.returncode == 0, r
+    assert re.search(r"store \[::1\]:[0-9]+$", r.stderr.strip()), r.stderr
 
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")

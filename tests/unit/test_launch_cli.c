@@ -364,6 +364,20 @@ static void test_empty_is_unset(void **state)
 	assert_int_equal(parse(&o, ARGS("--local-addr", "10.0.0.1", "p")), CLI_OK);
 	assert_string_equal(o.local_addr, "10.0.0.1");
 	cli_free(&o);
+	/* An IPv6 address bare or in brackets, as --master-addr; a port (ddprun
+	 * picks it) failed only after the rendezvous, as a name not found. */
+	assert_int_equal(parse(&o, ARGS("--local-addr", "[fe80::1]", "p")), CLI_OK);
+	assert_string_equal(o.local_addr, "fe80::1");
+	cli_free(&o);
+	assert_int_equal(parse(&o, ARGS("--local-addr", "::1", "p")), CLI_OK);
+	assert_string_equal(o.local_addr, "::1");
+	cli_free(&o);
+	expect_error("invalid value '10.0.0.1:5' for --local-addr: expected a host without a port",
+		     ARGS("--local-addr", "10.0.0.1:5", "p"));
+	expect_error("invalid value '[::1]:5' for --local-addr: expected a host without a port",
+		     ARGS("--local-addr", "[::1]:5", "p"));
+	expect_error("invalid value '[]' for --local-addr: expected a host name or address",
+		     ARGS("--local-addr", "[]", "p"));
 	/* torchrun's `if not log_dir`: a temporary directory, as unset */
 	assert_int_equal(parse(&o, ARGS("--log-dir", "", "p")), CLI_OK);
 	assert_null(o.log_dir);
