@@ -76,6 +76,10 @@ int util_parse_seconds_ms(const char *s, int64_t *out_ms)
 	if (errno == ERANGE || v < 0 || v > UTIL_SECONDS_MAX)
 		return -ERANGE;
 	*out_ms = (int64_t)(v * 1000.0 + 0.5);
+	/* Above 0 stays above 0: 0 means "never" or "none" to several options
+	 * (--hang-timeout 0.0001 turned hang detection off). */
+	if (*out_ms == 0 && v > 0)
+		*out_ms = 1;
 	return 0;
 }
 

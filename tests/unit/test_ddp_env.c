@@ -206,15 +206,16 @@ static void test_inconsistent_values_are_clear_errors(void **state)
 	expect_eenv((const char *[]){"DDP_BACKEND=gloo", NULL}, "DDP_BACKEND='gloo'");
 	expect_eenv((const char *[]){"DDP_TIMEOUT=0", NULL}, "DDP_TIMEOUT");
 	expect_eenv((const char *[]){"DDP_TIMEOUT=soon", NULL}, "DDP_TIMEOUT");
-	/* Positive, but under the millisecond the timeout counts in: the
-	 * message once called it "not a positive number". */
-	expect_eenv((const char *[]){"DDP_TIMEOUT=0.0001", NULL},
-		    "DDP_TIMEOUT='0.0001' is not a number of seconds from 0.001 (a millisecond) "
-		    "to 1000000000");
-	/* Past the upper limit: the message says where it is. */
+	{ /* Under a millisecond is one, not 0 (it was an error). */
+		struct ddp_env e;
+
+		assert_int_equal(parse((const char *[]){"DDP_TIMEOUT=0.0001", NULL}, &e), 0);
+		assert_int_equal(e.timeout_ms, 1);
+	}
+	/* Past the upper limit: the message says where it is. (Under the
+	 * millisecond the timeout counts in is one: util_parse_seconds_ms.) */
 	expect_eenv((const char *[]){"DDP_TIMEOUT=1e10", NULL},
-		    "DDP_TIMEOUT='1e10' is not a number of seconds from 0.001 (a millisecond) "
-		    "to 1000000000");
+		    "DDP_TIMEOUT='1e10' is not a number of seconds above 0, at most 1000000000");
 	expect_eenv((const char *[]){"DDP_PRINT_RANKS=1,,2", NULL}, "DDP_PRINT_RANKS");
 	expect_eenv((const char *[]){"DDP_QUIET=yes", NULL}, "DDP_QUIET");
 	expect_eenv((const char *[]){"DDP_ASYNC=2", NULL}, "DDP_ASYNC");

@@ -39,6 +39,11 @@ static void test_parse_seconds(void **state)
 	assert_int_equal(ms, 30000);
 	assert_int_equal(util_parse_seconds_ms("0.1", &ms), 0);
 	assert_int_equal(ms, 100);
+	/* Below half a millisecond is still more than 0 (1 ms), not 0. */
+	assert_int_equal(util_parse_seconds_ms("0.0001", &ms), 0);
+	assert_int_equal(ms, 1);
+	assert_int_equal(util_parse_seconds_ms("0.0", &ms), 0);
+	assert_int_equal(ms, 0);
 	assert_int_equal(util_parse_seconds_ms("-1", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("abc", &ms), -EINVAL);
 	assert_int_equal(util_parse_seconds_ms("nan", &ms), -EINVAL);

@@ -269,8 +269,8 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 		int64_t ms;
 		if (util_parse_seconds_ms(v, &ms) < 0 || ms <= 0)
 			return ddpi_err(DDP_EENV,
-					"DDP_TIMEOUT='%s' is not a number of seconds from 0.001 "
-					"(a millisecond) to %d",
+					"DDP_TIMEOUT='%s' is not a number of seconds above 0, at "
+					"most %d",
 					v, UTIL_SECONDS_MAX);
 		e->timeout_ms = ms;
 	}
