@@ -201,14 +201,18 @@ static int find_long(const char *s, size_t len)
 /* An ambiguous prefix, with the options it could be (argparse names them). */
 static int fail_ambiguous(struct parse *p, const char *s, size_t len)
 {
+	enum { SHOWN = 8 }; /* a short prefix matches most of them */
 	char list[512] = "";
 	size_t n = 0;
-	int i;
+	int i, k = 0;
 
-	for (i = 0; i < O_COUNT && n < sizeof(list); i++)
-		if (long_prefix(s, len, i))
+	for (i = 0; i < O_COUNT; i++)
+		if (long_prefix(s, len, i) && k++ < SHOWN)
 			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s--%s",
 					      n > 0 ? ", " : "", opts[i].name);
+	if (k > SHOWN)
+		return fail(p, "ambiguous option '%.*s' (it could be %s, or %d more)", (int)len + 2,
+			    s - 2, list, k - SHOWN);
 	return fail(p, "ambiguous option '%.*s' (it could be %s)", (int)len + 2, s - 2, list);
 }
 
@@ -649,8 +653,11 @@ static int parse_rdzv_conf(struct parse *p, struct cli_opts *o)
 	char why[400];
 
 	rdzv_conf_default(&o->rdzv);
+	/* why names --rdzv-conf: only another source is said. */
 	if (rdzv_conf_parse(p->raw[O_RDZV_CONF].val, &o->rdzv, why, sizeof(why)) != 0)
-		return fail(p, "%s (from %s)", why, src_of(p, O_RDZV_CONF));
+		return from_env(p, O_RDZV_CONF)
+			       ? fail(p, "%s (from %s)", why, src_of(p, O_RDZV_CONF))
+			       : fail(p, "%s", why);
 	return 0;
 }
 
@@ -714,8 +721,20 @@ static int static_endpoint(struct parse *p, struct cli_opts *o)
 	struct raw *r = p->raw;
 	int port;
 
-	if (strcmp(o->rdzv_backend, "static") != 0 || o->rdzv_endpoint[0] == '\0' || o->standalone)
+	if (o->rdzv_endpoint[0] == '\0' || o->standalone)
 		return 0;
+	/* c10d's endpoint is read when the rendezvous starts: a bad one is a
+	 * usage error all the same, said here. */
+	if (strcmp(o->rdzv_backend, "static") != 0) {
+		char host[256];
+
+		if (util_parse_endpoint(o->rdzv_endpoint, host, sizeof(host), CLI_RDZV_PORT,
+					&port) != 0 ||
+		    host[0] == '\0')
+			return bad_value(p, O_RDZV_ENDPOINT, "HOST[:PORT], a port from 0 to %d",
+					 CLI_MAX_PORT);
+		return 0;
+	}
 	if (util_parse_endpoint(o->rdzv_endpoint, o->endpoint_host, sizeof(o->endpoint_host), -1,
 				&port) != 0 ||
 	    o->endpoint_host[0] == '\0')

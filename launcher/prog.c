@@ -213,9 +213,17 @@ void prog_argv_free(const struct prog *p, char **argv)
 	free(argv);
 }
 
-static int resolve_error(int rc, const char *what, char *err, size_t errlen)
+static int resolve_error(int rc, const char *what, bool from_env, char *err, size_t errlen)
 {
 	struct stat st;
+
+	/* Python's own name came from PYTHON_EXEC: that is what to mend. */
+	if (from_env && (rc == -ENOENT || rc == -EACCES)) {
+		snprintf(err, errlen, "%.300s: %s (%sthe Python that PYTHON_EXEC names)", what,
+			 rc == -ENOENT ? "command not found" : "permission denied",
+			 rc == -ENOENT ? "" : "not an executable file: ");
+		return rc;
+	}
 
 	/* As execvp, a name without '/' is looked up on PATH only; mpirun and
 	 * srun users expect `a.out` of the current directory to run. */
@@ -227,6 +235,8 @@ static int resolve_error(int rc, const char *what, char *err, size_t errlen)
 			 what, what);
 	else if (rc == -ENOENT)
 		snprintf(err, errlen, "%.300s: command not found", what);
+	else if (rc == -EACCES && stat(what, &st) == 0 && S_ISDIR(st.st_mode))
+		snprintf(err, errlen, "%.300s: is a directory", what);
 	else if (rc == -EACCES)
 		snprintf(err, errlen, "%.300s: permission denied (not an executable file)", what);
 	else
@@ -364,7 +374,7 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 		return rc;
 	}
 	if (rc != 0)
-		return resolve_error(rc, exe, err, errlen);
+		return resolve_error(rc, exe, p->exe_from_env, err, errlen);
 	if ((rc = check_interpreter(p->path, err, errlen)) != 0)
 		return rc;
 	if (python && !module && !has_macro(script)) {

@@ -318,6 +318,19 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert not marker.exists()
 
 
+def test_a_python_that_python_exec_names_and_a_directory_are_said_so(tmp_path):
+    """PYTHON_EXEC=nosuchpython said only 'nosuchpython: command not found',
+    and a directory run with --no-python was 'not an executable file'."""
+    (tmp_path / "x.py").write_text("print(1)\n")
+    r = ddprun(str(tmp_path / "x.py"), env={"PYTHON_EXEC": "nosuchpython"})
+    assert r.returncode == 127, r
+    assert one_error_line(r) == ("ddprun: error: nosuchpython: command not found (the Python "
+                                 "that PYTHON_EXEC names)")
+    r = ddprun("--no-python", str(tmp_path))
+    assert r.returncode == 126, r
+    assert one_error_line(r) == f"ddprun: error: {tmp_path}: is a directory"
+
+
 def test_a_program_in_the_current_directory_but_not_on_path_is_named(tmp_path):
     """`ddprun a.out` runs a.out of the current directory under mpirun and srun;
     here, as execvp, only from PATH: the line says how to run the one here."""
@@ -413,7 +426,7 @@ def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     r = ddprun("tr2.PY", cwd=tmp_path, env=dict(os.environ, PYTHON_EXEC=str(tmp_path / "trainer")))
     assert r.returncode == 126
     assert one_error_line(r) == (f"ddprun: error: {tmp_path}/trainer: permission denied (not "
-                                 "an executable file)"), r
+                                 "an executable file: the Python that PYTHON_EXEC names)"), r
 
 
 def test_program_is_found_on_path_like_exec(tmp_path):

@@ -431,6 +431,25 @@ static void test_errors(void **state)
 	expect_error("unrecognized option '--frob'", ARGS("--frob", "p"));
 	expect_error("unrecognized option '-x'", ARGS("-x", "p"));
 	expect_error("ambiguous option '--n'", ARGS("--n", "1", "p"));
+	/* A prefix of nearly every option names a few and counts the rest
+	 * (the list was cut at 512 bytes, mid-name, its parenthesis open). */
+	expect_error("ambiguous option '--' (it could be --nnodes, --nproc-per-node, ",
+		     ARGS("--=3", "p"));
+	assert_int_equal(strcmp(err + strlen(err) - 6, " more)"), 0);
+	/* A c10d endpoint is checked with the other options (its error came at
+	 * the rendezvous' start, with no pointer to --help). */
+	expect_error("invalid value 'localhost:65536' for --rdzv-endpoint: expected HOST[:PORT], a "
+		     "port from 0 to 65535",
+		     ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:65536", "p"));
+	expect_error("invalid value ':29400' for --rdzv-endpoint",
+		     ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", ":29400", "p"));
+	/* The option's own message names it once (it said "(from --rdzv-conf)"
+	 * after it); a PET_ variable is said. */
+	expect_error("--rdzv-conf: 'a' is not KEY=VALUE", ARGS("--rdzv-conf", "a", "p"));
+	assert_null(strstr(err, "(from"));
+	set_env("PET_RDZV_CONF", "a");
+	expect_error("--rdzv-conf: 'a' is not KEY=VALUE (from PET_RDZV_CONF)", ARGS("p"));
+	set_env("PET_RDZV_CONF", NULL);
 	expect_error("--nproc-per-node expects a value", ARGS("--nproc-per-node"));
 	expect_error("invalid value '0' for --nproc-per-node", ARGS("--nproc-per-node", "0", "p"));
 	expect_error("invalid value '4097' for --nproc-per-node",
