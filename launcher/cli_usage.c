@@ -41,8 +41,8 @@ void cli_usage(FILE *f)
 	      "  --rdzv-backend static|c10d how nodes meet (static)\n",
 	      f);
 	fprintf(f, "  --rdzv-endpoint HOST[:PORT]  c10d: the store (port %d)\n", CLI_RDZV_PORT);
-	fputs("  --rdzv-id ID               run id; jobs on one store stay apart (none; Slurm:\n"
-	      "                             JOB.STEP)\n"
+	fputs("  --rdzv-id ID               run id; jobs on one store stay apart (none; one\n"
+	      "                             node: a random uuid4; Slurm: JOB.STEP)\n"
 	      "  --rdzv-conf K=V,...        join_timeout, last_call_timeout, heartbeat_timeout,\n"
 	      "                             keep_alive_interval, exit_barrier_timeout, is_host\n"
 	      "                             (other keys: passed over with a warning)\n"
@@ -52,17 +52,18 @@ void cli_usage(FILE *f)
 	      "  --virtual-local-rank       LOCAL_RANK=0, CUDA_VISIBLE_DEVICES = the worker's GPU\n"
 	      "  --numa-binding node|socket|exclusive|core-complex\n"
 	      "                             pin each worker to the CPUs near its GPU\n"
-	      "Accepted for compatibility: --monitor-interval SEC, --start-method M,\n"
-	      "  --event-log-handler NAME, --logs-specs NAME (ignored, with a warning)\n"
+	      "Accepted for compatibility, not used: --monitor-interval SEC, --start-method M,\n"
+	      "  --event-log-handler NAME, --logs-specs NAME (these two with a warning)\n"
 	      "\n"
 	      "  -h, --help                 show this help\n"
 	      "  --version                  show the version\n"
 	      "\n"
 	      "Options also read PET_<NAME> from the environment (PET_NPROC_PER_NODE=4).\n"
 	      "Exit status: 0, the failed worker's exit code or 128+signal (on every node),\n"
-	      "2 for usage errors or settings that differ between nodes, 75 when a node or\n"
-	      "the store was lost, 124 when --hang-timeout stopped a hung job, 126/127 when\n"
-	      "PROGRAM is not executable / not found.\n"
+	      "1 when ddprun could not run the job, 2 for usage errors or settings that\n"
+	      "differ between nodes, 75 when a node or the store was lost, 124 when\n"
+	      "--hang-timeout stopped a hung job, 126/127 when PROGRAM is not executable /\n"
+	      "not found.\n"
 	      "See ddprun(1).\n",
 	      f);
 }

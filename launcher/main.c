@@ -92,12 +92,17 @@ int main(int argc, char **argv)
 	ensure_std_fds();
 	unblock_signals();
 	rc = cli_parse(argc, argv, env_get, &o, err, sizeof(err));
-	if (rc == CLI_HELP) {
-		cli_usage(stdout);
-		return 0;
-	}
-	if (rc == CLI_VERSION) {
-		printf("ddprun %s\n", DDP_VERSION);
+	if (rc == CLI_HELP || rc == CLI_VERSION) {
+		if (rc == CLI_HELP)
+			cli_usage(stdout);
+		else
+			printf("ddprun %s\n", DDP_VERSION);
+		/* A full disk or a closed pipe is said, not taken for success. */
+		if (fflush(stdout) != 0 || ferror(stdout)) {
+			fprintf(stderr, "ddprun: error: cannot write to standard output: %s\n",
+				strerror(errno));
+			return 1;
+		}
 		return 0;
 	}
 	if (rc != 0) {

@@ -20,6 +20,19 @@ def ddprun(*args, env=None, **kw):
     return run([binary("ddprun"), *args], env=e, **kw)
 
 
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_that_cannot_be_written_fail(flag):
+    """Written to a full disk they said nothing and exited 0."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([binary("ddprun"), flag], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=30)
+    assert r.returncode == 1, r
+    assert r.stderr == ("ddprun: error: cannot write to standard output: No space left on "
+                        "device\n"), r.stderr
+
+
 def one_error_line(r):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
