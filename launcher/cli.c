@@ -675,9 +675,17 @@ static int parse_torch2(struct parse *p, struct cli_opts *o)
 	if (r[O_NUMA_BINDING].val != NULL &&
 	    cli_numa_mode_parse(r[O_NUMA_BINDING].val, &o->numa_binding) != 0)
 		return bad_value(p, O_NUMA_BINDING, "node, socket, exclusive or core-complex");
-	if (cli_filters_parse(r[O_DUP_STDOUT].val, &o->dup_filters[0]) != 0 ||
-	    cli_filters_parse(r[O_DUP_STDERR].val, &o->dup_filters[1]) != 0)
-		return fail(p, "out of memory");
+	for (int s = 0; s < 2; s++) {
+		int i = s == 0 ? O_DUP_STDOUT : O_DUP_STDERR;
+		int rc = cli_filters_parse(r[i].val, &o->dup_filters[s]);
+
+		if (rc == -EINVAL)
+			return bad_value(p, i,
+					 "substrings separated by commas, none empty (an empty one "
+					 "would match every line; ',,' is a comma)");
+		if (rc != 0)
+			return fail(p, "out of memory");
+	}
 	return 0;
 }
 
@@ -778,6 +786,9 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 
 	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
 		return rc;
+	/* (raw's names live in p, which ends here: the job keeps these) */
+	o->nnodes_from = from_env(p, O_NNODES) ? "PET_NNODES" : NULL;
+	o->node_rank_from = from_env(p, O_NODE_RANK) ? "PET_NODE_RANK" : NULL;
 	if (py_int_str(r[O_NODE_RANK].val, 0, CLI_MAX_NODES - 1, &o->node_rank) != 0)
 		return bad_value(p, O_NODE_RANK, "an integer from 0 to %d (below --nnodes)",
 				 CLI_MAX_NODES - 1);

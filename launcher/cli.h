@@ -67,6 +67,9 @@ struct cli_opts {
 	int nproc; /* for CLI_NPROC_NUM */
 	int min_nodes, max_nodes;
 	int node_rank;
+	/* Where they came from when not their option, for messages:
+	 * "PET_NNODES", "SLURM_NNODES", ...; NULL: the option or the default. */
+	const char *nnodes_from, *node_rank_from;
 	const char *master_addr;
 	int master_port;
 	bool master_port_given; /* --master-port or PET_MASTER_PORT */
@@ -137,6 +140,9 @@ bool cli_multinode(const struct cli_opts *o);
  * store on a free port of this machine, whatever --master-addr,
  * --master-port and --node-rank say (torchrun's --standalone). */
 bool cli_runs_alone(const struct cli_opts *o);
+/* " (from NAME)" for a value that came from NAME, "" for NULL (a thread's
+ * buffer: one use per message). */
+const char *cli_from(const char *from);
 
 /* The stream code for one local rank. */
 int cli_std_get(const struct cli_std *s, int local_rank);
@@ -153,7 +159,8 @@ bool cli_event_handler_known(const char *name);
 int cli_numa_mode_parse(const char *s, enum cli_numa *out);
 const char *cli_numa_mode_name(enum cli_numa m);
 /* Split at ',' with ",," standing for a literal comma, as torchrun does; ""
- * gives no filter. 0 or -ENOMEM. */
+ * gives no filter. 0, -EINVAL for an empty item (a stray comma: it would
+ * match every line), or -ENOMEM. */
 int cli_filters_parse(const char *s, struct cli_filters *f);
 void cli_filters_free(struct cli_filters *f);
 bool cli_filters_match(const struct cli_filters *f, const char *line, size_t n);

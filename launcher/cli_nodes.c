@@ -77,10 +77,12 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		}
 		o->min_nodes = o->max_nodes = si.nnodes;
 		o->slurm_nnodes = true;
+		o->nnodes_from = "SLURM_NNODES";
 	}
 	if (!g->node_rank && si.node_rank >= 0 && !alone && !c10d) {
 		o->node_rank = si.node_rank;
 		o->slurm_node_rank = true;
+		o->node_rank_from = "SLURM_NODEID";
 	}
 	if (!g->master_addr && si.master[0] != '\0' && !alone) {
 		snprintf(o->slurm_master, sizeof(o->slurm_master), "%s", si.master);
@@ -110,6 +112,16 @@ static bool c10d_alone(const struct cli_opts *o)
 	       util_parse_endpoint(o->rdzv_endpoint, host, sizeof(host), CLI_RDZV_PORT, &port) ==
 		       0 &&
 	       port == 0;
+}
+
+const char *cli_from(const char *from)
+{
+	static __thread char buf[64];
+
+	if (from == NULL)
+		return "";
+	snprintf(buf, sizeof(buf), " (from %s)", from);
+	return buf;
 }
 
 bool cli_runs_alone(const struct cli_opts *o)
@@ -155,17 +167,17 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 	 * ranks nodes by arrival: it reads no rank (a Kubeflow pod exports
 	 * PET_NODE_RANK whatever the backend). */
 	if (!c10d && !o->standalone && o->max_nodes == 1 && o->node_rank >= 1) {
-		snprintf(err, errlen, "--node-rank %d is not below the number of nodes (1)",
-			 o->node_rank);
+		snprintf(err, errlen, "--node-rank %d%s is not below the number of nodes (1)",
+			 o->node_rank, cli_from(o->node_rank_from));
 		return -EINVAL;
 	}
 	if (o->max_nodes == 1 || o->standalone)
 		return 0;
 	if (!c10d && o->min_nodes != o->max_nodes) {
 		snprintf(err, errlen,
-			 "--nnodes %d:%d: a range needs --rdzv-backend c10d (the static "
+			 "--nnodes %d:%d%s: a range needs --rdzv-backend c10d (the static "
 			 "rendezvous has a fixed number of nodes)",
-			 o->min_nodes, o->max_nodes);
+			 o->min_nodes, o->max_nodes, cli_from(o->nnodes_from));
 		return -EINVAL;
 	}
 	if (c10d && o->rdzv_endpoint[0] == '\0') {

@@ -74,6 +74,12 @@ int cli_filters_parse(const char *s, struct cli_filters *f)
 		}
 		item[k] = '\0';
 		f->s[f->n++] = item;
+		/* An empty item matches every line (torchrun's does): a stray
+		 * comma would copy everything, which no one means. */
+		if (k == 0) {
+			cli_filters_free(f);
+			return -EINVAL;
+		}
 	}
 	return 0;
 }

@@ -123,6 +123,8 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 	j->min_nodes = o->min_nodes;
 	j->max_nodes = o->max_nodes;
 	j->node_rank = o->node_rank;
+	j->nnodes_from = o->nnodes_from;
+	j->node_rank_from = o->node_rank_from;
 	j->master_addr = o->master_addr;
 	j->master_port = o->master_port;
 	j->master_port_given = o->master_port_given;

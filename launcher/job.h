@@ -61,13 +61,14 @@ struct job {
 	bool tag_output;
 	struct cli_filters dup_filters[2]; /* [0] stdout, [1] stderr */
 	/* The nodes. */
-	bool multinode;		   /* a coordinator runs the node rendezvous (cli_multinode) */
-	bool dynamic;		   /* --rdzv-backend c10d: ranks by arrival; else static */
-	int min_nodes, max_nodes;  /* --nnodes MIN:MAX */
-	int node_rank;		   /* static: --node-rank */
-	const char *rdzv_backend;  /* as given: the nodes check they agree */
-	const char *rdzv_endpoint; /* dynamic: the store's HOST[:PORT] */
-	struct rdzv_conf rdzv;	   /* --rdzv-conf over ddprun's defaults */
+	bool multinode;		  /* a coordinator runs the node rendezvous (cli_multinode) */
+	bool dynamic;		  /* --rdzv-backend c10d: ranks by arrival; else static */
+	int min_nodes, max_nodes; /* --nnodes MIN:MAX */
+	int node_rank;		  /* static: --node-rank */
+	const char *nnodes_from, *node_rank_from; /* cli_opts' */
+	const char *rdzv_backend;		  /* as given: the nodes check they agree */
+	const char *rdzv_endpoint;		  /* dynamic: the store's HOST[:PORT] */
+	struct rdzv_conf rdzv;			  /* --rdzv-conf over ddprun's defaults */
 	/* The store: static, node 0's at --master-addr (one node: the agent's). */
 	const char *master_addr;
 	int master_port;

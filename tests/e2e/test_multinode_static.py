@@ -149,6 +149,12 @@ def test_a_node_rank_out_of_range_with_no_store_is_still_a_usage_error():
     lines = r.stderr.splitlines()
     assert "--node-rank 5 is not below --nnodes 2" in lines[0]
     assert "could not tell the other nodes" in r.stderr
+    # From PET_ variables (a Kubeflow pod's), they are said to be.
+    r = run([binary("ddprun"), "--master-port", str(free_port()), "--rdzv-conf", "join_timeout=1",
+             "true"], env=clean_env(PET_NNODES="2", PET_NODE_RANK="5"), timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("ddprun: error: --node-rank 5 (from PET_NODE_RANK) is not below "
+                               "--nnodes 2 (from PET_NNODES) (telling the other nodes)\n"), r.stderr
 
 
 def test_a_bad_node_waiting_only_to_tell_the_others_says_so(reaper, tmp_path):

@@ -336,6 +336,15 @@ static void test_torchrun2_flags(void **state)
 	assert_int_equal(o.numa_binding, CLI_NUMA_NONE);
 	assert_string_equal(o.event_log_handler, "null");
 	cli_free(&o);
+	/* An empty item (a stray comma) would match every line, as torchrun's
+	 * does: a usage error. ",," stays a comma. */
+	expect_error("invalid value 'a,' for --duplicate-stdout-filters: expected substrings "
+		     "separated by commas, none empty",
+		     ARGS("--duplicate-stdout-filters", "a,", "p"));
+	expect_error("invalid value ',' for --duplicate-stderr-filters",
+		     ARGS("--duplicate-stderr-filters", ",", "p"));
+	expect_error("invalid value 'a,,,' for --duplicate-stdout-filters",
+		     ARGS("--duplicate-stdout-filters", "a,,,", "p"));
 }
 
 /* An empty --local-addr or template is unset, as torchrun's truth tests:
@@ -398,24 +407,30 @@ static void test_duplicate_filters_take_memory_by_their_length(void **state)
 
 	for (i = 0; i < 4000; i += 2)
 		memcpy(s + i, "a,", 2);
-	s[4000] = '\0';
+	s[3999] = s[4000] = '\0'; /* "a,...,a" */
 	assert_int_equal(cli_filters_parse(s, &f), 0);
-	assert_int_equal(f.n, 2001);
+	assert_int_equal(f.n, 2000);
 	for (i = 0; i < f.n; i++) {
-		assert_string_equal(f.s[i], i < 2000 ? "a" : "");
+		assert_string_equal(f.s[i], "a");
 		assert_true(malloc_usable_size(f.s[i]) < 64);
 	}
 	cli_filters_free(&f);
-	assert_int_equal(cli_filters_parse(",,,", &f), 0);
+	assert_int_equal(cli_filters_parse(",,,x", &f), 0);
 	assert_int_equal(f.n, 2);
 	assert_string_equal(f.s[0], ",");
-	assert_string_equal(f.s[1], "");
+	assert_string_equal(f.s[1], "x");
 	cli_filters_free(&f);
-	assert_int_equal(cli_filters_parse("x,,,,y,", &f), 0);
-	assert_int_equal(f.n, 2);
+	assert_int_equal(cli_filters_parse("x,,,,y", &f), 0);
+	assert_int_equal(f.n, 1);
 	assert_string_equal(f.s[0], "x,,y");
-	assert_string_equal(f.s[1], "");
 	cli_filters_free(&f);
+	/* An empty item, last or not: refused, nothing kept. */
+	assert_int_equal(cli_filters_parse("x,,,,y,", &f), -EINVAL);
+	assert_null(f.s);
+	assert_int_equal(f.n, 0);
+	assert_int_equal(cli_filters_parse(",,,", &f), -EINVAL);
+	s[3999] = ','; /* "a,...,a," */
+	assert_int_equal(cli_filters_parse(s, &f), -EINVAL);
 }
 
 static void test_errors(void **state)
@@ -443,6 +458,15 @@ static void test_errors(void **state)
 		     ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:65536", "p"));
 	expect_error("invalid value ':29400' for --rdzv-endpoint",
 		     ARGS("--rdzv-backend", "c10d", "--rdzv-endpoint", ":29400", "p"));
+	/* A value from a PET_ variable is said to be (it read as the option's). */
+	set_env("PET_NNODES", "1:2");
+	expect_error("--nnodes 1:2 (from PET_NNODES): a range needs --rdzv-backend c10d",
+		     ARGS("p"));
+	set_env("PET_NNODES", NULL);
+	set_env("PET_NODE_RANK", "1");
+	expect_error("--node-rank 1 (from PET_NODE_RANK) is not below the number of nodes (1)",
+		     ARGS("p"));
+	set_env("PET_NODE_RANK", NULL);
 	/* The option's own message names it once (it said "(from --rdzv-conf)"
 	 * after it); a PET_ variable is said. */
 	expect_error("--rdzv-conf: 'a' is not KEY=VALUE", ARGS("--rdzv-conf", "a", "p"));
