@@ -260,6 +260,18 @@ static int listen_host(struct store_server *s, const char *host, int *port, int 
 	return rc;
 }
 
+int store_server_host_check(const char *host)
+{
+	size_t n = strlen(host);
+
+	/* strtok_r passes over empty items: "127.0.0.1,,::1" would listen on
+	 * both in silence, ",::1" on one, "" (read as a list) on every
+	 * interface. */
+	if (n == 0 || host[0] == ',' || host[n - 1] == ',' || strstr(host, ",,"))
+		return -EINVAL;
+	return 0;
+}
+
 /* host: NULL, "" or "*" for all interfaces, else one or more names or
  * literals separated by commas ("127.0.0.1,::1"). Returns the port or a
  * negative errno. */
@@ -271,6 +283,8 @@ static int listen_all(struct store_server *s, const char *host, int port)
 	if (host == NULL || *host == '\0' || strcmp(host, "*") == 0) {
 		rc = listen_host(s, NULL, &port, &bound, &first_err);
 	} else {
+		if (store_server_host_check(host) < 0)
+			return -EINVAL;
 		list = strdup(host);
 		if (list == NULL)
 			return -ENOMEM;

@@ -43,14 +43,19 @@ void store_server_opts_init(struct store_server_opts *o);
 struct store_server;
 
 /* Bind host:port (IPv4/IPv6 literal or name, every address it resolves to;
- * several separated by commas; NULL, "" or "*": all interfaces, IPv4 and
- * IPv6; port 0 picks a free port, the same on every address)
- * and start serving on loop. *out is owned by the caller until
+ * several separated by commas, none empty (else -EINVAL); NULL, "" or "*":
+ * all interfaces, IPv4 and IPv6; port 0 picks a free port, the same on every
+ * address) and start serving on loop. *out is owned by the caller until
  * store_server_close's callback has run. On failure there is nothing to
  * free, but handles may still be closing: run the loop before
  * uv_loop_close(). */
 int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const char *host,
 		       int port, struct store_server **out);
+/* 0 if host is one or more names or literals separated by commas, none of
+ * them empty; else -EINVAL (a list such as "127.0.0.1,,::1", which
+ * store_server_start refuses, or "", which it takes for all interfaces:
+ * for a command line that must not read an empty value so). */
+int store_server_host_check(const char *host);
 /* The bound port (useful after port 0). */
 int store_server_port(const struct store_server *s);
 /* The numeric text of the first address bound ("127.0.0.1", "::1"): what a

@@ -106,6 +106,18 @@ int ddpstore_serve(const struct ddpstore_opts *o)
 
 	memset(&sv, 0, sizeof(sv));
 	store_server_opts_init(&so);
+	/* The server reads "" as every interface: here it is a mistake (an
+	 * unset variable), as an empty item of a list is. */
+	if (o->host && store_server_host_check(o->host) < 0) {
+		if (*o->host == '\0')
+			ddpstore_err("--host is empty (leave it out to listen on every interface; "
+				     "see ddpstore --help)");
+		else
+			ddpstore_err("bad value '%s' for --host (an empty item in the list; see "
+				     "ddpstore --help)",
+				     o->host);
+		return EXIT_USAGE;
+	}
 	if (store_server_io_parse(getenv("DDP_STORE_IO"), &so.io) < 0) {
 		ddpstore_err("bad DDP_STORE_IO '%s' (auto, uring or uv)", getenv("DDP_STORE_IO"));
 		return EXIT_USAGE;

@@ -224,6 +224,22 @@ def test_serve_exits_0_on_sigterm():
     assert s.stop() == 0
 
 
+@pytest.mark.parametrize("host,needle", [
+    ("", "--host is empty (leave it out to listen on every interface"),
+    ("127.0.0.1,,::1", "bad value '127.0.0.1,,::1' for --host (an empty item in the list"),
+    (",127.0.0.1", "an empty item in the list"),
+    ("127.0.0.1,", "an empty item in the list"),
+])
+def test_serve_empty_host_is_a_usage_error(host, needle):
+    """An empty --host, or an empty item of a list, is a usage error (it
+    listened on every interface, "serving on  port N", or passed the item
+    over in silence)."""
+    r = subprocess.run([DDPSTORE, "serve", "--host", host, "--port", "0"],
+                       stderr=subprocess.PIPE, timeout=30, text=True)
+    assert r.returncode == USAGE, r.stderr
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+
+
 def test_serve_host_that_does_not_resolve_is_named():
     """A --host name that does not resolve says so, naming it (it read "host
     is unreachable"). The names are ones the resolver refuses without a query

@@ -459,6 +459,30 @@ static void test_a_port_taken_on_any_family_fails_the_start(void **state)
 	}
 }
 
+/* A host list with an empty item is refused, not shortened: strtok_r passed
+ * over it, so "127.0.0.1,,::1" listened on both and ",::1" on one. */
+static void test_a_host_list_with_an_empty_item_is_refused(void **state)
+{
+	static const char *const bad[] = {"", ",", "127.0.0.1,,::1", ",::1", "::1,"};
+	static const char *const good[] = {"127.0.0.1", "127.0.0.1,::1", "*", "localhost"};
+	struct store_server_opts o;
+	struct store_server *s = NULL;
+	uv_loop_t loop;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(store_server_host_check(bad[i]), -EINVAL);
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		assert_int_equal(store_server_host_check(good[i]), 0);
+	uv_loop_init(&loop);
+	store_server_opts_init(&o);
+	assert_int_equal(store_server_start(&loop, &o, "127.0.0.1,,::1", 0, &s), -EINVAL);
+	assert_int_equal(store_server_start(&loop, &o, ",127.0.0.1", 0, &s), -EINVAL);
+	uv_run(&loop, UV_RUN_DEFAULT); /* the failed starts' handles close */
+	assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -477,6 +501,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_connect_waits_for_a_late_server, setup,
 						teardown),
 		cmocka_unit_test(test_a_port_taken_on_any_family_fails_the_start),
+		cmocka_unit_test(test_a_host_list_with_an_empty_item_is_refused),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
