@@ -359,6 +359,19 @@ static int read_value(const char *arg, void **val, size_t *len)
 	return 0;
 }
 
+/* read_value's error, said. The client sends no value past STORE_MAX_VALUE
+ * (the clients refuse what a server of default limits would), whatever the
+ * server's --max-value-len: so nothing raises it, and the line says none. */
+static int fail_value(const char *what, int err)
+{
+	if (err != -EMSGSIZE)
+		return fail_op("reading the value", err);
+	ddpstore_err("%s: the value on standard input is longer than %d bytes (%d MiB), the most "
+		     "ddpstore sends, whatever the server's --max-value-len",
+		     what, STORE_MAX_VALUE, STORE_MAX_VALUE >> 20);
+	return EXIT_ERROR;
+}
+
 static void free_value(const char *arg, void *val)
 {
 	if (strcmp(arg, "-") == 0)
@@ -390,7 +403,7 @@ static int write_cmd(struct store_client *c, char **a, const char *name,
 	int rc = read_value(a[1], &v, &len);
 
 	if (rc < 0)
-		return fail_op("reading the value", rc);
+		return fail_value(name, rc);
 	rc = op(c, a[0], v, len);
 	free_value(a[1], v);
 	if (rc == 0)
@@ -520,7 +533,7 @@ static int cmd_cas(struct store_client *c, const struct ddpstore_opts *o, char *
 	bool swapped;
 
 	if (rc < 0)
-		return fail_op("reading the value", rc);
+		return fail_value("cas", rc);
 	rc = store_client_compare_set(c, a[0], a[1], strlen(a[1]), des, dlen, &cur, &clen);
 	if (rc < 0) {
 		free_value(a[2], des);

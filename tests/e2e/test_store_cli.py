@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import binary
-from storeutil import (CAS_FAILED, CONN, DDPSTORE, NOT_FOUND, OK, TIMEOUT, USAGE, Server,
-                       cli)
+from storeutil import (CAS_FAILED, CONN, DDPSTORE, ERROR, NOT_FOUND, OK, TIMEOUT, USAGE,
+                       Server, cli)
 
 # One worker runs the whole module (tests/run.sh: --dist loadgroup): its
 # module-scoped fixture, once.
@@ -44,6 +44,21 @@ def test_value_dash_reads_stdin_binary_safe(srv):
     assert cli(srv.addr, "set", "blob", "-", input=blob).returncode == OK
     r = cli(srv.addr, "get", "blob")
     assert r.returncode == OK and r.stdout == blob
+
+
+def test_a_value_on_stdin_past_the_limit_names_it(srv):
+    """A value of 8 MiB from stdin is sent; one byte more is refused with the
+    limit in bytes and MiB, and that the server's --max-value-len does not
+    raise it (it said "value too long")."""
+    limit = 8 * 1024 * 1024
+    assert cli(srv.addr, "set", "big", "-", input=b"x" * limit).returncode == OK
+    for args in (["set", "big", "-"], ["append", "big", "-"], ["cas", "big", "", "-"]):
+        r = cli(srv.addr, *args, input=b"y" * (limit + 1), text=True)
+        assert r.returncode == ERROR and r.stdout == ""
+        assert r.stderr == (f"ddpstore: {args[0]}: the value on standard input is longer than "
+                            f"{limit} bytes (8 MiB), the most ddpstore sends, whatever the "
+                            "server's --max-value-len\n")
+    assert cli(srv.addr, "get", "big").stdout == b"x" * limit
 
 
 def test_add_keeps_decimal_text_and_takes_negatives(srv):
