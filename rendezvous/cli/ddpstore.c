@@ -37,6 +37,7 @@ static const char usage_text[] =
 	"A VALUE of - is read from stdin. --addr defaults to $MASTER_ADDR:$MASTER_PORT.\n"
 	"Exit: 0 ok, 1 error, 2 usage, 3 not found, 4 timeout, 5 connection failed,\n"
 	"      6 cas mismatch. See ddpstore(1).\n";
+static const char version_text[] = "ddpstore " DDP_VERSION "\n";
 
 void ddpstore_err(const char *fmt, ...)
 {
@@ -190,9 +191,10 @@ static int set_opt(struct ddpstore_opts *o, const struct optdef *d, const char *
 	return -EINVAL;
 }
 
-/* Split argv into options and positionals (pos[0] is the command). */
+/* Split argv into options and positionals (pos[0] is the command); *info:
+ * the text that --help or --version asks for, else NULL. */
 static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos, int *npos,
-		      bool *help)
+		      const char **info)
 {
 	bool only_pos = false;
 	const struct optdef *seen[sizeof(optdefs) / sizeof(optdefs[0])];
@@ -210,19 +212,19 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 				continue;
 			}
 			if (!only_pos && strcmp(a, "-h") == 0) {
-				*help = true;
+				*info = usage_text;
 				continue;
 			}
 			pos[(*npos)++] = argv[i];
 			continue;
 		}
 		if (strcmp(a, "--help") == 0) {
-			*help = true;
+			*info = usage_text;
 			continue;
 		}
 		if (strcmp(a, "--version") == 0) {
-			printf("ddpstore %s\n", DDP_VERSION);
-			exit(EXIT_OK);
+			*info = version_text; /* whatever follows */
+			return 0;
 		}
 		eq = strchr(a, '=');
 		nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
@@ -263,7 +265,7 @@ static int parse_args(int argc, char **argv, struct ddpstore_opts *o, char **pos
 			return usage_error("bad value '%s' for --%s", val, d->name);
 		seen[nseen++ % (int)(sizeof(seen) / sizeof(seen[0]))] = d;
 	}
-	if (*help)
+	if (*info)
 		return 0;
 	if (*npos == 0)
 		return usage_error("no command given");
@@ -378,13 +380,28 @@ static void free_value(const char *arg, void *val)
 		free(val);
 }
 
+static int stdout_failed(int err)
+{
+	ddpstore_err("cannot write to standard output: %s", strerror(err));
+	return EXIT_ERROR;
+}
+
+/* A value, raw, past stdio. */
 static int write_out(const void *p, size_t n)
 {
-	if (util_write_all(STDOUT_FILENO, p, n) < 0) {
-		ddpstore_err("cannot write to stdout: %s", strerror(errno));
-		return EXIT_ERROR;
+	return util_write_all(STDOUT_FILENO, p, n) < 0 ? stdout_failed(errno) : EXIT_OK;
+}
+
+/* What went through stdio (--help, add's sum, keys, status) is written at the
+ * latest here: a write that failed (a full disk) is said, and no success. */
+static int stdout_done(int rc)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		int e = stdout_failed(errno);
+
+		return rc == EXIT_OK ? e : rc;
 	}
-	return EXIT_OK;
+	return rc;
 }
 
 struct cmd {
@@ -543,7 +560,7 @@ static int cmd_cas(struct store_client *c, const struct ddpstore_opts *o, char *
 	free_value(a[2], des);
 	rc = write_out(cur, clen);
 	free(cur);
-	return rc != EXIT_OK ? rc : (swapped ? EXIT_OK : EXIT_CAS_FAILED);
+	return swapped ? rc : EXIT_CAS_FAILED; /* a failed write, said, is 1 for a success only */
 }
 
 static int cmd_check(struct store_client *c, const struct ddpstore_opts *o, char **a, int n)
@@ -631,8 +648,8 @@ int main(int argc, char **argv)
 {
 	struct ddpstore_opts o;
 	char **pos = calloc((size_t)argc + 1, sizeof(char *));
+	const char *info = NULL;
 	int npos = 0, rc;
-	bool help = false;
 	size_t i;
 
 	if (pos == NULL)
@@ -641,17 +658,17 @@ int main(int argc, char **argv)
 	o.timeout_ms = -1;
 	o.connect_timeout_ms = DEFAULT_CONNECT_MS;
 	o.port = -1;
-	rc = parse_args(argc, argv, &o, pos, &npos, &help);
-	if (rc != 0 || help) {
-		if (help)
-			fputs(usage_text, stdout);
-		free(pos);
-		return help ? EXIT_OK : rc;
+	rc = parse_args(argc, argv, &o, pos, &npos, &info);
+	if (info) {
+		fputs(info, stdout);
+		rc = EXIT_OK; /* as before: --help wins over a usage error after it */
+		goto out;
 	}
+	if (rc != 0)
+		goto out;
 	if (strcmp(pos[0], "serve") == 0) {
 		rc = npos == 1 ? ddpstore_serve(&o) : usage_error("serve takes no arguments");
-		free(pos);
-		return rc;
+		goto out;
 	}
 	for (i = 0; i < NCMDS + sizeof(more_cmds) / sizeof(more_cmds[0]); i++) {
 		const struct cmd *cmd = i < NCMDS ? &cmds[i] : &more_cmds[i - NCMDS];
@@ -659,17 +676,16 @@ int main(int argc, char **argv)
 
 		if (strcmp(pos[0], cmd->name) != 0)
 			continue;
-		if (n < cmd->min_args || (cmd->max_args >= 0 && n > cmd->max_args)) {
+		if (n < cmd->min_args || (cmd->max_args >= 0 && n > cmd->max_args))
 			rc = usage_error("%s: wrong number of arguments", cmd->name);
-		} else if (o.wait && strcmp(cmd->name, "get") != 0) {
+		else if (o.wait && strcmp(cmd->name, "get") != 0)
 			rc = usage_error("--wait is an option of get only");
-		} else {
+		else
 			rc = run_client(cmd, &o, pos + 1, n);
-		}
-		free(pos);
-		return rc;
+		goto out;
 	}
 	rc = usage_error("unknown command '%s'", pos[0]);
+out:
 	free(pos);
-	return rc;
+	return stdout_done(rc);
 }

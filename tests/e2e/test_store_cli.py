@@ -206,6 +206,40 @@ def test_help_and_version():
     assert r.returncode == OK and r.stdout.startswith("ddpstore ")
 
 
+def to_full(*args):
+    """ddpstore args with its standard output on /dev/full (a full disk)."""
+    with open("/dev/full", "wb") as full:
+        return subprocess.run([DDPSTORE, *args], stdout=full, stderr=subprocess.PIPE,
+                              timeout=30, text=True)
+
+
+FULL = "ddpstore: cannot write to standard output: No space left on device\n"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--version"], ["ping", "--help"]])
+def test_help_and_version_that_cannot_be_written_fail(args):
+    # They exited 0, the text lost in silence.
+    r = to_full(*args)
+    assert r.returncode == ERROR and r.stderr == FULL
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_output_that_cannot_be_written_fails(srv):
+    """Every command that prints says a write that fails, exit 1 where it
+    would succeed (add, numkeys and keys exited 0); a status of its own
+    stays (cas's mismatch, status's not found)."""
+    assert cli(srv.addr, "set", "full", "v").returncode == OK
+    for args in (["get", "full"], ["add", "full-ctr", "1"], ["numkeys"], ["keys"],
+                 ["cas", "full", "v", "w"]):
+        r = to_full("--addr", srv.addr, *args)
+        assert r.returncode == ERROR and r.stderr == FULL, (args, r.stderr)
+    r = to_full("--addr", srv.addr, "cas", "full", "v", "x")
+    assert r.returncode == CAS_FAILED and r.stderr == FULL
+    r = to_full("--addr", srv.addr, "status", "--rdzv-id", "no-such-run")
+    assert r.returncode == NOT_FOUND and r.stderr.endswith(FULL)
+
+
 def test_port_file_holds_the_chosen_port(srv):
     with open(srv.port_file) as f:
         text = f.read()
