@@ -76,3 +76,30 @@ int store_sock_keepalive(int fd, int idle_s)
 		return -errno;
 	return 0;
 }
+
+bool store_sock_is_self(int fd)
+{
+	struct sockaddr_storage me, peer;
+	socklen_t ml = sizeof(me), pl = sizeof(peer);
+	struct linger now = {.l_onoff = 1, .l_linger = 0};
+
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) != 0 ||
+	    getpeername(fd, (struct sockaddr *)&peer, &pl) != 0 || me.ss_family != peer.ss_family)
+		return false;
+	if (me.ss_family == AF_INET) {
+		const struct sockaddr_in *a = (const void *)&me, *b = (const void *)&peer;
+
+		if (a->sin_port != b->sin_port || a->sin_addr.s_addr != b->sin_addr.s_addr)
+			return false;
+	} else if (me.ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const void *)&me, *b = (const void *)&peer;
+
+		if (a->sin6_port != b->sin6_port ||
+		    memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) != 0)
+			return false;
+	} else {
+		return false;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
+	return true;
+}

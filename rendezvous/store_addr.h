@@ -36,5 +36,12 @@ int store_addr_gai(const char *host, int port, bool passive);
  * idle_s / 3 (at least 1 s), give up after 3 probes -- a peer whose host died
  * is noticed in about twice idle_s. 0 or a negative errno. */
 int store_sock_keepalive(int fd, int idle_s);
+/* Whether connected socket fd reached itself: a connection to a port of this
+ * host where nothing listens can take that port as its own source (TCP's
+ * simultaneous open), when the port is in the ephemeral range. Such a socket
+ * is set to close with a reset, not TIME_WAIT, which would keep the store's
+ * host from binding the port for a minute ("in use"). The caller closes it
+ * and takes it for a refusal. */
+bool store_sock_is_self(int fd);
 
 #endif

@@ -111,10 +111,22 @@ static void on_timer_closed(uv_handle_t *h)
 	maybe_finish_close(a);
 }
 
+/* Whether t's connection reached itself (store_sock_is_self: then it is
+ * set to close with a reset). */
+static bool tcp_is_self(uv_tcp_t *t)
+{
+	uv_os_fd_t fd;
+
+	return uv_fileno((uv_handle_t *)t, &fd) == 0 && store_sock_is_self(fd);
+}
+
 static void close_tcp(struct store_async *a)
 {
 	if (a->tcp == NULL)
 		return;
+	/* An attempt that reached itself may end here before on_connected
+	 * looks at it (the deadline, or a close, came first). */
+	tcp_is_self(a->tcp);
 	a->nclosing++;
 	uv_close((uv_handle_t *)a->tcp, on_tcp_closed);
 	a->tcp = NULL;
@@ -334,6 +346,7 @@ static void on_connected(uv_connect_t *req, int status)
 	struct store_async *a = req->data;
 	struct store_msg hello[] = {{.op = STORE_OP_VALIDATE}, {.op = STORE_OP_PING}};
 	struct aop *ping;
+	uv_os_fd_t fd;
 	int rc;
 	bool stale = a->state != AS_CONNECTING || req->handle != (uv_stream_t *)a->tcp;
 
@@ -341,6 +354,8 @@ static void on_connected(uv_connect_t *req, int status)
 	if (stale)
 		return;			/* closed meanwhile */
 	uv_timer_stop(&a->retry_timer); /* on_addr_silent's */
+	if (status == 0 && tcp_is_self(a->tcp))
+		status = -ECONNREFUSED; /* nothing listens there */
 	if (status < 0) {
 		a->last_err = status;
 		close_tcp(a);
@@ -351,13 +366,9 @@ static void on_connected(uv_connect_t *req, int status)
 	freeaddrinfo(a->ai);
 	a->ai = a->ai_cur = NULL;
 	uv_tcp_nodelay(a->tcp, 1);
-	{
-		uv_os_fd_t fd;
-
-		/* A connection to a dead host must end (and fail its ops). */
-		if (uv_fileno((uv_handle_t *)a->tcp, &fd) == 0)
-			store_sock_keepalive(fd, 15);
-	}
+	/* A connection to a dead host must end (and fail its ops). */
+	if (uv_fileno((uv_handle_t *)a->tcp, &fd) == 0)
+		store_sock_keepalive(fd, 15);
 	ping = calloc(1, sizeof(*ping));
 	if (ping == NULL) {
 		attempt_failed(a, -ENOMEM);

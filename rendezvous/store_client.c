@@ -162,6 +162,10 @@ static int connect_one(const struct addrinfo *a, int64_t deadline, int *fd_out)
 			return rc;
 		}
 	}
+	if (store_sock_is_self(fd)) { /* nothing listens there */
+		close(fd);
+		return -ECONNREFUSED;
+	}
 	*fd_out = fd;
 	return 0;
 }

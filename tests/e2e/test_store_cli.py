@@ -320,6 +320,41 @@ def test_a_client_address_that_does_not_resolve_is_named_with_the_reason():
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root: a network namespace of its own")
+def test_a_client_that_reaches_itself_leaves_the_port_free(tmp_path):
+    """A connection to a port of this host where nothing listens can take
+    that port as its own source, when it is in the ephemeral range, and so
+    reach itself. Such a socket closed normally sat in TIME_WAIT for a
+    minute, and the store's host could not bind the port ('in use'). In a
+    network namespace of the test's own whose only ephemeral port is the
+    store's, every try does so: the blocking client's (ddpstore) and the
+    event loop's (a waiting node's ddprun)."""
+    port = 40123
+    script = f"""
+ip link set lo up
+echo "{port} {port}" > /proc/sys/net/ipv4/ip_local_port_range
+{DDPSTORE} --addr 127.0.0.1:{port} --connect-timeout 1 ping 2> {tmp_path}/ping
+echo "ping $?"
+{binary("ddprun")} --nnodes 2 --node-rank 1 --master-port {port} --rdzv-conf join_timeout=1 \\
+    true 2> {tmp_path}/node1
+echo "node1 $?"
+echo "time-wait $(ss -Htan state time-wait | wc -l)"
+timeout 2 {DDPSTORE} serve --host 127.0.0.1 --port {port}
+echo "serve $?"
+"""
+    r = subprocess.run(["unshare", "-n", "sh", "-c", script], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=90, text=True)
+    out = r.stdout + r.stderr + (tmp_path / "ping").read_text() + (tmp_path / "node1").read_text()
+    assert "ping 5\n" in r.stdout, out
+    assert "connection refused" in (tmp_path / "ping").read_text(), out
+    assert "node1 1\n" in r.stdout, out
+    assert "time-wait 0\n" in r.stdout, out
+    # The port is free: the server listens until its timeout ends it.
+    assert "serve 124\n" in r.stdout, out
+    assert f"serving on 127.0.0.1 port {port}" in r.stderr and "in use" not in out, out
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                     reason="needs root: a mount and network namespace of its own")
 def test_a_server_whose_name_comes_once_it_starts_is_reached(tmp_path):
     """A server's name that resolves only once it starts (a Kubernetes pod's):
