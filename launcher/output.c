@@ -363,14 +363,35 @@ static void lines(struct output_stream *s, const char *data, size_t n, bool fina
 	}
 }
 
+/* A tee file that cannot be written (a full disk, a file size limit) is
+ * closed, the console going on; said once, with the file, for the file is
+ * no longer exact. */
+static void file_failed(struct output_stream *s, int err)
+{
+	char link[64], path[512], msg[700];
+	ssize_t n;
+	int len;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", s->file_fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	path[n > 0 ? n : 0] = '\0';
+	len = snprintf(msg, sizeof(msg),
+		       "ddprun: warning: cannot write %s: %s (the rest of this stream is not "
+		       "written there)\n",
+		       n > 0 ? path : "a worker's log file", strerror(-err));
+	close(s->file_fd);
+	s->file_fd = -1;
+	output_console_write(2, msg, len > 0 && (size_t)len < sizeof(msg) ? (size_t)len : 0);
+}
+
 static void consume(struct output_stream *s, const char *data, size_t n, bool final)
 {
 	if (n > 0) {
+		int rc;
+
 		s->last_ms = (int64_t)uv_now(s->pipe.loop);
-		if (s->file_fd >= 0 && util_write_all(s->file_fd, data, n) != 0) {
-			close(s->file_fd); /* disk full or similar: keep the console going */
-			s->file_fd = -1;
-		}
+		if (s->file_fd >= 0 && (rc = util_write_all(s->file_fd, data, n)) != 0)
+			file_failed(s, rc);
 		if (s->keep_tail)
 			tail_add(s, data, n);
 	}

@@ -11,7 +11,14 @@
  * workers' errors, ddprun's failure report). Above CONSOLE_HIGH queued bytes
  * the workers' pipes shown on that console are paused (they then block on
  * their own writes, as they would on a slow terminal); below CONSOLE_LOW
- * they resume. A reader that goes away (EPIPE) drops that fd's output. */
+ * they resume. A reader that goes away (EPIPE) drops that fd's output.
+ *
+ * A socket (journald's stdout of a service, a harness's socketpair), or a
+ * pipe that cannot be reopened (another user's, under sudo or runuser), is
+ * written with RWF_NOWAIT instead, which never blocks either and leaves the
+ * shared description's flags alone; libuv's poll would set O_NONBLOCK on it,
+ * so a timer tries again while output waits. Where the kernel does not take
+ * RWF_NOWAIT (a terminal) the write blocks, as it did. */
 #include "output.h"
 
 #include <errno.h>
@@ -22,10 +29,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define CONSOLE_HIGH (8u << 20)
 #define CONSOLE_LOW  (1u << 20)
+/* How often a console written with RWF_NOWAIT is tried again while its
+ * reader is behind. */
+#define NOWAIT_RETRY_MS 10
 
 struct chunk {
 	struct chunk *next;
@@ -36,9 +47,12 @@ struct chunk {
 
 static struct {
 	bool open;
-	int wfd[3];	   /* where output for 1 and 2 is written */
-	bool nonblock[3];  /* wfd is our own non-blocking description */
-	bool gone[3];	   /* the reader went away */
+	int wfd[3];	  /* where output for 1 and 2 is written */
+	bool nonblock[3]; /* wfd is our own non-blocking description */
+	bool nowait[3];	  /* else wfd is written with RWF_NOWAIT */
+	uv_timer_t retry; /* tries the RWF_NOWAIT ones again */
+	bool retry_init;
+	bool gone[3];	   /* the reader went away, or a write failed */
 	uv_poll_t poll[3]; /* on wfd, while output for it waits */
 	bool poll_init[3];
 	bool polling[3];
@@ -54,7 +68,14 @@ static struct {
 static int write_some(int fd, const char *p, size_t len, size_t *off)
 {
 	while (*off < len) {
-		ssize_t w = write(con.wfd[fd], p + *off, len - *off);
+		struct iovec v = {.iov_base = (char *)p + *off, .iov_len = len - *off};
+		ssize_t w = con.nowait[fd] ? pwritev2(con.wfd[fd], &v, 1, -1, RWF_NOWAIT)
+					   : write(con.wfd[fd], p + *off, len - *off);
+
+		if (w < 0 && errno == EOPNOTSUPP && con.nowait[fd]) {
+			con.nowait[fd] = false; /* a terminal: blocking writes, as before */
+			continue;
+		}
 
 		if (w > 0) {
 			*off += (size_t)w;
@@ -63,7 +84,7 @@ static int write_some(int fd, const char *p, size_t len, size_t *off)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0 && errno == EAGAIN) {
-			if (con.nonblock[fd])
+			if (con.nonblock[fd] || con.nowait[fd])
 				return 0;
 			/* Somebody made the shared description non-blocking. */
 			struct pollfd pfd = {.fd = con.wfd[fd], .events = POLLOUT};
@@ -76,6 +97,25 @@ static int write_some(int fd, const char *p, size_t len, size_t *off)
 	return 1;
 }
 
+/* Console fd's writes failed with errno (saved by write_some): its output
+ * is dropped from now on. A reader that went away (EPIPE: `| head`) is
+ * normal; any other failure (a full disk, a file size limit) is said, once,
+ * on stderr when that is another file still written. */
+static void lost(int fd, int err)
+{
+	char msg[200];
+	int n;
+
+	con.gone[fd] = true;
+	if (err == EPIPE || fd != 1 || !con.split || con.gone[2])
+		return;
+	n = snprintf(msg, sizeof(msg),
+		     "ddprun: warning: cannot write to standard output: %s (the workers' output "
+		     "there is dropped from now on)\n",
+		     strerror(err));
+	output_console_write(2, msg, (size_t)n);
+}
+
 static void set_polling(int fd, bool on);
 static void flush_queue(int k);
 
@@ -84,8 +124,22 @@ static void on_writable(uv_poll_t *h, int status, int events)
 	flush_queue(output_console_sink(h == &con.poll[1] ? 1 : 2));
 }
 
+static void on_retry(uv_timer_t *t)
+{
+	for (int k = 0; k < 2; k++)
+		flush_queue(k);
+}
+
 static void set_polling(int fd, bool on)
 {
+	if (con.nowait[fd] && con.retry_init) {
+		con.polling[fd] = on;
+		if (!con.polling[1] && !con.polling[2])
+			uv_timer_stop(&con.retry);
+		else if (!uv_is_active((uv_handle_t *)&con.retry))
+			uv_timer_start(&con.retry, on_retry, NOWAIT_RETRY_MS, NOWAIT_RETRY_MS);
+		return;
+	}
 	if (!con.poll_init[fd] || con.polling[fd] == on)
 		return;
 	if (on)
@@ -113,16 +167,16 @@ static void flush_queue(int k)
 
 	while (q->head != NULL) {
 		struct chunk *c = q->head;
-		int rc = con.gone[c->fd] ? -1 : write_some(c->fd, c->data, c->len, &c->off);
+		int rc = con.gone[c->fd] ? 0 : write_some(c->fd, c->data, c->len, &c->off);
 
-		if (rc == 0) {
+		if (rc == 0 && !con.gone[c->fd]) {
 			set_polling(c->fd, true);
 			if (!con.split)
 				set_polling(3 - c->fd, false);
 			return;
 		}
 		if (rc < 0)
-			con.gone[c->fd] = true;
+			lost(c->fd, errno);
 		pop(q);
 	}
 	for (int fd = 1; fd <= 2; fd++)
@@ -168,10 +222,10 @@ void output_console_write(int fd, const char *buf, size_t len)
 	if (con.q[output_console_sink(fd)].head == NULL) {
 		int rc = write_some(fd, buf, len, &off);
 
-		if (rc != 0) {
-			con.gone[fd] = rc < 0;
+		if (rc < 0)
+			lost(fd, errno);
+		if (rc != 0)
 			return;
-		}
 	}
 	enqueue(fd, buf + off, len - off);
 	flush_queue(output_console_sink(fd));
@@ -192,19 +246,24 @@ int output_console_open(uv_loop_t *loop)
 	con.split = fstat(1, &s1) == 0 && fstat(2, &s2) == 0 &&
 		    (s1.st_dev != s2.st_dev || s1.st_ino != s2.st_ino);
 
+	con.retry_init = uv_timer_init(loop, &con.retry) == 0;
 	for (fd = 1; fd <= 2; fd++) {
 		struct stat st;
 		char path[32];
-		int nb;
+		int nb = -1;
 
-		if (fstat(fd, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)))
-			continue; /* files never block; sockets stay blocking */
+		if (fstat(fd, &st) != 0 ||
+		    !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode)))
+			continue; /* files never block */
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		nb = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-		if (nb < 0)
-			continue;
-		if (uv_poll_init(loop, &con.poll[fd], nb) != 0) {
+		if (!S_ISSOCK(st.st_mode)) /* a socket cannot be opened so */
+			nb = open(path, O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (nb >= 0 && uv_poll_init(loop, &con.poll[fd], nb) != 0) {
 			close(nb);
+			nb = -1;
+		}
+		if (nb < 0) {
+			con.nowait[fd] = con.retry_init;
 			continue;
 		}
 		con.wfd[fd] = nb;
@@ -225,6 +284,9 @@ void output_console_close(void)
 		con.polling[fd] = false;
 		con.poll_init[fd] = false;
 	}
+	if (con.retry_init && !uv_is_closing((uv_handle_t *)&con.retry))
+		uv_close((uv_handle_t *)&con.retry, NULL);
+	con.retry_init = false;
 }
 
 void output_console_finish(void)
@@ -234,7 +296,7 @@ void output_console_finish(void)
 	/* The loop is over: wait for the readers, however long they take (the
 	 * signal handlers are gone, so SIGINT/SIGTERM still end ddprun). */
 	for (fd = 1; fd <= 2; fd++)
-		con.nonblock[fd] = false;
+		con.nonblock[fd] = con.nowait[fd] = false;
 	/* stderr first when it is a console of its own: the failure report
 	 * and the workers' last errors do not wait for a slow stdout. */
 	for (int k = 1; k >= 0; k--) {
@@ -244,9 +306,11 @@ void output_console_finish(void)
 			struct chunk *c = q->head;
 
 			if (!con.gone[c->fd] && write_some(c->fd, c->data, c->len, &c->off) < 0)
-				con.gone[c->fd] = true;
+				lost(c->fd, errno); /* its warning goes to stderr's queue */
 			pop(q);
 		}
+		if (k == 0 && con.q[1].head != NULL)
+			k = 2; /* stderr's once more, then stdout's (empty) */
 	}
 	for (fd = 1; fd <= 2; fd++) {
 		if (con.wfd[fd] != fd && con.wfd[fd] >= 0)

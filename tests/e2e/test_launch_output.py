@@ -9,6 +9,7 @@ import glob
 import os
 import re
 import signal
+import socket
 import subprocess
 import termios
 import time
@@ -331,6 +332,65 @@ def test_stderr_and_the_failure_report_do_not_wait_for_an_unread_stdout(reaper, 
     out, rest = p.communicate(timeout=30)
     assert p.returncode == 3, err + rest
     check_lines(out.decode(), 1, 300, 1000)
+
+
+def test_a_socket_nobody_reads_holds_back_neither_failures_nor_the_report(reaper, tmp_path):
+    """ddprun's stdout a socket (journald's for a service, a harness's
+    socketpair) that nobody reads: it stayed a blocking write in the event
+    loop, which froze there: a worker's failure was never seen (a zombie),
+    no report came, and a SIGTERM waited for the reader. It is written with
+    RWF_NOWAIT now; the rest waits for the reader, as on a pipe, and all of
+    it arrives once it reads."""
+    spew = prog("launch_spew")
+    ours, theirs = socket.socketpair()
+    with ours:
+        with theirs:
+            p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                              f'if [ "$RANK" = 0 ]; then {spew} 3000 1000; echo marker-$RANK >&2; '
+                              'exit 3; else sleep 60; fi'],
+                             stdout=theirs.fileno(), stderr=subprocess.PIPE)
+        err = read_until(p, b"exitcode  : 3", stream=p.stderr)  # the failure report
+        assert b"marker-0" in err
+        # Every line spewed comes once the socket is read, and ddprun ends.
+        out = b""
+        while True:
+            chunk = ours.recv(1 << 20)
+            if not chunk:
+                break
+            out += chunk
+        os.set_blocking(p.stderr.fileno(), True)
+        rest = p.stderr.read()
+        assert p.wait(timeout=30) == 3, err + rest
+    check_lines(out.decode(), 1, 3000, 1000)
+
+
+def test_a_console_or_log_file_that_cannot_be_written_is_said(tmp_path):
+    """A full disk under stdout, or a tee'd file past its size limit, lost
+    the output without a word (exit 0 either way; torchrun's workers failed
+    on their own writes there). One warning each now, naming the file."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    say = ["--nproc-per-node", "2", "sh", "-c", "for i in 1 2 3; do echo line$i; done"]
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([binary("ddprun"), *say], stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=60)
+    assert r.returncode == 0, r
+    assert r.stderr == ("ddprun: warning: cannot write to standard output: No space left on "
+                        "device (the workers' output there is dropped from now on)\n"), r.stderr
+
+    def small_files():
+        import resource
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+    logs = tmp_path / "logs"
+    r = subprocess.run([binary("ddprun"), "--log-dir", str(logs), "-t", "1", "sh", "-c",
+                        "head -c 20000 /dev/zero | tr '\\0' x"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=60, preexec_fn=small_files)
+    assert r.returncode == 0, r
+    (log,) = glob.glob(f"{logs}/*/attempt_0/0/stdout.log")
+    assert os.path.getsize(log) == 8192
+    assert r.stderr == (f"ddprun: warning: cannot write {log}: File too large (the rest of "
+                        "this stream is not written there)\n"), r.stderr
 
 
 def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
