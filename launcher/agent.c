@@ -368,8 +368,11 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 			  "signals every process of the step, this node's workers included: not "
 			  "sent again)",
 			  name);
-	} else if (a->nrunning > 0) {
+	} else if (a->nrunning > 0 && a->state == AS_RUNNING) {
 		agent_say("received %s: stopping the workers", name);
+	} else if (a->nrunning > 0) {
+		agent_say("received %s: passing it on to the workers, which are stopping already",
+			  name);
 	} else { /* in the rendezvous, or between attempts */
 		agent_say("received %s: stopping (no worker is running)", name);
 	}
@@ -626,6 +629,13 @@ void agent_halt(struct agent *a, int status, bool for_failure)
 bool agent_signalled(const struct agent *a)
 {
 	return a->signalled;
+}
+
+const char *agent_stop_words(const struct agent *a)
+{
+	if (a->nrunning == 0)
+		return "the job ends";
+	return a->state == AS_RUNNING ? "stopping the workers" : "the workers are stopping already";
 }
 
 int agent_signal(const struct agent *a)

@@ -90,6 +90,10 @@ void agent_halt(struct agent *a, int status, bool for_failure);
 void agent_restart(struct agent *a);
 /* A signal from --signals-to-handle has reached ddprun. */
 bool agent_signalled(const struct agent *a);
+/* What a cause of the job's end does to the workers, for its message:
+ * "stopping the workers", "the workers are stopping already" or, with none
+ * running (between attempts, after their success), "the job ends". */
+const char *agent_stop_words(const struct agent *a);
 /* The first such signal (0: none), whatever the exit status says (a hang's
  * 124, decided before it, stays). */
 int agent_signal(const struct agent *a);

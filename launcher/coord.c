@@ -349,7 +349,8 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		agent_say("%s: restarting every node (restart %d of %d)", what, next,
 			  c->job->max_restarts);
 	else if (c->phase == CP_RUN)
-		agent_say("%s: stopping the workers", what);
+		agent_say("%s: %s", what,
+			  c->agent != NULL ? agent_stop_words(c->agent) : "stopping the workers");
 	else
 		agent_say("%s: the job ends", what);
 	if (restart) {
@@ -546,7 +547,7 @@ static void hook_finished(struct agent *a, int status, void *arg)
 			coord_hurry(c);
 		return;
 	}
-	if (agent_signalled(a)) {
+	if (agent_signalled(a) && !(c->phase == CP_HALT && !c->signal_seen)) {
 		if (!c->signal_seen) {
 			c->signal_seen = true;
 			on_signal(c, status);
@@ -556,6 +557,12 @@ static void hook_finished(struct agent *a, int status, void *arg)
 		}
 		return;
 	}
+	/* The round had ended (a failure, here or elsewhere) when the workers
+	 * stopped: a signal meanwhile is one more failure, at its time, and the
+	 * report still comes (it went, and node 0's log lost the job's
+	 * explanation to an impatient Ctrl-C). A second signal hurries. */
+	if (agent_signalled(a))
+		c->signal_seen = true;
 	switch (c->phase) {
 	case CP_RUN:
 		if (status == 0) {

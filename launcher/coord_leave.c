@@ -258,7 +258,9 @@ bool coord_signalled(const struct coord *c)
 
 const char *coord_fail_words(const struct coord *c)
 {
-	return coord_signalled(c) ? "leaving without it" : "stopping the workers";
+	if (coord_signalled(c))
+		return "leaving without it";
+	return c->agent != NULL ? agent_stop_words(c->agent) : "stopping the workers";
 }
 
 void coord_fail(struct coord *c, int status, const char *fmt, ...)

@@ -192,11 +192,15 @@ int coord_local_status(struct coord *c)
 	const struct report_entry *mine = NULL;
 	size_t n = 0, root;
 	int status;
+	/* Between attempts the failures on record are of one the job restarts
+	 * after, and the round's end was its: what ends the job now is the
+	 * loss alone (75; it was the last attempt's worker status). */
+	bool between = c->phase == CP_MOVE || (c->phase == CP_JOIN && c->round > 0);
 
-	if (c->agent != NULL)
+	if (c->agent != NULL && !between)
 		mine = agent_failures(c->agent, &n);
-	coord_verdict(c->end_known && c->end.kind == RDZV_END_FAIL ? &c->end : &lost, mine, n, true,
-		      &status, &root);
+	coord_verdict(!between && c->end_known && c->end.kind == RDZV_END_FAIL ? &c->end : &lost,
+		      mine, n, true, &status, &root);
 	return status;
 }
 

@@ -17,7 +17,8 @@ import pytest
 
 from conftest import binary, free_port, pid_alive, run, wait_for
 from mnutil import (FAST, RECORD, Agent, all_recorded, assert_all_dead, clean_env, ipv6_loopback,
-                    node_args, read_envs, static_job, stop_process, wait_workers, worker_pids)
+                    node_args, read_envs, static_job, stop_process, wait_stderr, wait_workers,
+                    worker_pids)
 
 
 def check_world(envs, nprocs, port, restart=0):
@@ -665,3 +666,41 @@ def test_a_malformed_end_value_in_the_store_ends_every_node(reaper, tmp_path):
         assert a.wait(timeout=60) == 1, a.stderr()
         assert "error: round 0's end value in the store is malformed" in a.stderr(), a.stderr()
     assert_all_dead(worker_pids(out))
+
+
+def test_a_signal_while_the_workers_stop_after_a_failure_keeps_the_report(reaper, tmp_path):
+    """Rank 1 fails; node 0's worker takes its time to stop, and node 0's
+    ddprun gets SIGTERM meanwhile (an impatient Ctrl-C, a scancel): its
+    status stayed the failure's, but the job's failure summary, which node 0
+    prints, was gone."""
+    port = free_port()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(2, 0, port, 1, 'trap "" TERM; sleep 30'))
+    a1 = Agent(reaper, tmp_path, "node1",
+               node_args(2, 1, port, 1, "sleep 1; echo boom >&2; exit 5"))
+    wait_stderr(a0, "failed with exit status 5: stopping the workers")
+    a0.signal(signal.SIGTERM)
+    assert a0.wait(timeout=60) == 5, a0.stderr()
+    assert a1.wait(timeout=60) == 5, a1.stderr()
+    err = a0.stderr()
+    assert "received SIGTERM: passing it on to the workers, which are stopping already" in err, err
+    assert "Root Cause (first observed failure):" in err and "    boom\n" in err, err
+
+
+def test_the_store_lost_between_attempts_ends_the_job_with_75(reaper, tmp_path):
+    """Rank 1 fails and every node restarts; node 0, the store's host, dies
+    while its worker still stops: node 1, waiting for the next round, ended
+    with the restarted attempt's worker status (5), which a wrapper that
+    retries on 75 takes for the program's own failure, and said it stopped
+    workers it did not have."""
+    port = free_port()
+    extra = ["--max-restarts", "2"]
+    a0 = Agent(reaper, tmp_path, "node0",
+               node_args(2, 0, port, 1, 'trap "sleep 3; exit 0" TERM; sleep 100 & wait', extra))
+    a1 = Agent(reaper, tmp_path, "node1",
+               node_args(2, 1, port, 1, 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 1; '
+                         "exit 5; fi; sleep 100", extra))
+    wait_stderr(a1, "restarting every node (restart 1 of 2)")
+    a0.signal(signal.SIGKILL)
+    assert a1.wait(timeout=60) == 75, a1.stderr()
+    assert re.search(r"lost the rendezvous store at \S+ \([^)]*\): the job ends\n",
+                     a1.stderr()), a1.stderr()
