@@ -216,6 +216,23 @@ static int fail_ambiguous(struct parse *p, const char *s, size_t len)
 	return fail(p, "ambiguous option '%.*s' (it could be %s)", (int)len + 2, s - 2, list);
 }
 
+/* An unknown long option s ("--name", len the name's length); one that is
+ * a rendezvous setting (--join-timeout) says where that goes. */
+static int fail_unknown(struct parse *p, const char *s, size_t len)
+{
+	char key[40];
+	size_t i;
+
+	for (i = 0; i < len && i + 1 < sizeof(key); i++)
+		key[i] = s[2 + i] == '-' ? '_' : (char)tolower((unsigned char)s[2 + i]);
+	key[i] = '\0';
+	if (i == len && rdzv_conf_has_key(key))
+		return fail(p,
+			    "unrecognized option '%.*s' (a rendezvous setting: --rdzv-conf %s=...)",
+			    (int)len + 2, s, key);
+	return fail(p, "unrecognized option '%.*s'", (int)len + 2, s);
+}
+
 static int find_short(char c)
 {
 	int i;
@@ -305,7 +322,7 @@ static int scan_argv(struct parse *p, int argc, char **argv)
 			if (i == -2)
 				return fail_ambiguous(p, s + 2, len);
 			if (i < 0)
-				return fail(p, "unrecognized option '%.*s'", (int)len + 2, s);
+				return fail_unknown(p, s, len);
 			if (eq != NULL)
 				val = eq + 1;
 		} else {

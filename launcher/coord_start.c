@@ -228,9 +228,12 @@ static void on_connect_wait(uv_timer_t *t)
 		snprintf(why, sizeof(why),
 			 ", and the port is taken on this host by something that does not "
 			 "answer (this agent tries to host the store again)");
-	else if (c->server != NULL) /* its own store silent for seconds: say over what */
-		snprintf(why, sizeof(why), ", though this agent hosts it (over %s)",
-			 store_server_io(c->server));
+	else if (c->server != NULL) /* its own store silent for seconds: a wrong address,
+				      * mostly (the I/O said for the rest) */
+		snprintf(why, sizeof(why),
+			 ", though this agent hosts the store on every address of this host (is "
+			 "%.60s one, or routed to one? store I/O: %s)",
+			 c->store_host, store_server_io(c->server));
 	/* A node that failed before it started only waits a while to tell the
 	 * others (COORD_BAD_RANK_CONNECT_MS), not join_timeout. */
 	agent_say("waiting for the rendezvous store at %s:%d (%s): nothing answers there yet%s; "

@@ -233,6 +233,8 @@ static int resolve_error(int rc, const char *what, bool from_env, char *err, siz
 			 "%.300s: command not found (it is not on PATH; for the one in this "
 			 "directory write ./%.300s)",
 			 what, what);
+	else if (rc == -ENOENT && strchr(what, '/') != NULL) /* a path, as bash says it */
+		snprintf(err, errlen, "%.300s: no such file or directory", what);
 	else if (rc == -ENOENT)
 		snprintf(err, errlen, "%.300s: command not found", what);
 	else if (rc == -EACCES && stat(what, &st) == 0 && S_ISDIR(st.st_mode))

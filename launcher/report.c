@@ -179,8 +179,11 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 			return 0;
 		snprintf(buf, sizeof(buf), "%s", REPORT_BAD_ERROR_FILE);
 	} else if (e->exitcode < 0) {
+		/* One without a name is torchrun's "<N/A>" (signal.Signals has
+		 * none for it). */
+		signame_of(-e->exitcode, sname, sizeof(sname));
 		snprintf(buf, sizeof(buf), "Signal %d (%s) received by PID %d", -e->exitcode,
-			 signame_of(-e->exitcode, sname, sizeof(sname)), (int)pid);
+			 isdigit((unsigned char)sname[3]) ? "<N/A>" : sname, (int)pid);
 	} else {
 		snprintf(buf, sizeof(buf), "%s", NO_TRACEBACK);
 	}

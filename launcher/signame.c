@@ -50,6 +50,12 @@ const char *signame_of(int sig, char *buf, size_t len)
 {
 	const char *abbrev = sig > 0 && sig < NSIG ? sigabbrev_np(sig) : NULL;
 
+	/* The real-time signals' ends have names, as Python's signal.Signals
+	 * (torchrun's) gives them; those between have none. */
+	if (abbrev == NULL && sig == SIGRTMIN)
+		abbrev = "RTMIN";
+	else if (abbrev == NULL && sig == SIGRTMAX)
+		abbrev = "RTMAX";
 	if (abbrev != NULL)
 		snprintf(buf, len, "SIG%s", abbrev);
 	else

@@ -96,6 +96,15 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 	return 1;
 }
 
+bool rdzv_conf_has_key(const char *k)
+{
+	struct rdzv_conf scratch;
+	char err[8];
+
+	rdzv_conf_default(&scratch);
+	return set_key(&scratch, k, "1", err, sizeof(err)) != 1;
+}
+
 /* Note an unknown key once (the list is cut, never overflowed). */
 static void note_unknown(struct rdzv_conf *c, const char *k)
 {

@@ -19,6 +19,7 @@
 #ifndef DDP_RDZV_CONF_H
 #define DDP_RDZV_CONF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,5 +40,7 @@ struct rdzv_conf {
 void rdzv_conf_default(struct rdzv_conf *c);
 /* Parse s over the defaults already in c. NULL or "" changes nothing. */
 int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen);
+/* Whether k is a key ddprun reads (join_timeout, is_host, ...). */
+bool rdzv_conf_has_key(const char *k);
 
 #endif

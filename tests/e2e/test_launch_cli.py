@@ -324,6 +324,11 @@ def test_missing_program_is_127_before_any_worker(tmp_path):
     assert "no-such-program-xyz: command not found" in one_error_line(r)
     r = ddprun(str(tmp_path / "missing.py"))
     assert r.returncode == 127
+    # A path that is not there is said as bash says it (not "not found").
+    r = ddprun("./no-such-program-xyz", cwd=tmp_path)
+    assert r.returncode == 127
+    assert one_error_line(r) == ("ddprun: error: ./no-such-program-xyz: no such file or "
+                                 "directory")
     # An empty name is not found either (it once ran python3 on stdin, exit 0).
     r = ddprun("--nproc-per-node", "2", "", "-c", f"open({str(marker)!r}, 'w')")
     assert r.returncode == 127

@@ -182,7 +182,7 @@ UNTIL_GO = ('echo "hi $RANK"; i=0; while [ ! -e "$OUT/go" ] && [ $i -lt 1200 ]; 
     (3, 2, 1, None, 2, "--nnodes differs: 3 on node 2 (host {host}), 2 on node "),
     (3, 1, 1, None, 2, "--nnodes differs: 3 on node 1 (host {host}), 2 on node "),
     (2, 5, 1, None, 2, "--node-rank 5 is not below --nnodes 2"),
-    (2, 1, 1, "/nonexistent/prog", 127, "/nonexistent/prog: command not found"),
+    (2, 1, 1, "/nonexistent/prog", 127, "/nonexistent/prog: no such file or directory"),
 ], ids=["rank-taken", "rank-taken-other-nproc", "rank-0-taken", "rank-beyond-the-jobs-nnodes",
         "other-nnodes", "rank-out-of-range", "no-program"])
 def test_a_node_that_comes_after_the_round_closed_ends_alone_and_the_job_runs_on(
@@ -535,7 +535,7 @@ def test_a_silent_store_host_is_noticed_by_the_others(reaper, tmp_path):
 
 
 @pytest.mark.parametrize("prog, status, says", [
-    ("/nonexistent/prog", 127, "/nonexistent/prog: command not found"),
+    ("/nonexistent/prog", 127, "/nonexistent/prog: no such file or directory"),
     ("/usr/share", 126, "/usr/share"),
 ])
 def test_a_program_missing_on_one_node_ends_every_node_with_its_status(reaper, tmp_path, prog, status,
@@ -598,7 +598,7 @@ def test_a_program_missing_on_the_store_host_still_tells_a_late_node(reaper, tmp
     a1 = Agent(reaper, tmp_path, "node1", node_args(2, 1, port, 1, "sleep 20"), env=env)
     for a in (a1, bad):
         assert a.wait() == 127, a.stderr()
-    assert "/nonexistent/prog: command not found (on host " in a1.stderr()
+    assert "/nonexistent/prog: no such file or directory (on host " in a1.stderr()
 
 
 @pytest.mark.parametrize("failing_node", [0, 1])

@@ -444,6 +444,14 @@ static void test_errors(void **state)
 	expect_error("missing the program to run (--log-dir took 'train' as its value)",
 		     ARGS("--nnodes", "1", "--log-dir", "train"));
 	expect_error("unrecognized option '--frob'", ARGS("--frob", "p"));
+	assert_null(strstr(err, "rendezvous setting"));
+	/* A rendezvous setting written as an option says where it goes. */
+	expect_error("unrecognized option '--join-timeout' (a rendezvous setting: --rdzv-conf "
+		     "join_timeout=...)",
+		     ARGS("--join-timeout", "5", "p"));
+	expect_error(
+		"unrecognized option '--is_host' (a rendezvous setting: --rdzv-conf is_host=...)",
+		ARGS("--is_host=1", "p"));
 	expect_error("unrecognized option '-x'", ARGS("-x", "p"));
 	expect_error("ambiguous option '--n'", ARGS("--n", "1", "p"));
 	/* A prefix of nearly every option names a few and counts the rest

@@ -152,6 +152,17 @@ static void test_entry_without_error_file(void **state)
 	assert_string_equal(e.message, "Signal 11 (SIGSEGV) received by PID 77");
 	assert_int_equal(report_exit_status(&e), 139);
 	report_entry_free(&e);
+	/* Real-time signals as Python's signal.Signals names them: the ends
+	 * only, the others torchrun's "<N/A>" (they read SIG34, SIG37). */
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN), NULL, 100), 0);
+	assert_string_equal(e.message, "Signal 34 (SIGRTMIN) received by PID 77");
+	report_entry_free(&e);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN + 3), NULL, 100), 0);
+	assert_string_equal(e.message, "Signal 37 (<N/A>) received by PID 77");
+	report_entry_free(&e);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMAX), NULL, 100), 0);
+	assert_string_equal(e.message, "Signal 64 (SIGRTMAX) received by PID 77");
+	report_entry_free(&e);
 }
 
 /* A failure dates from the worker's error file when the file was written
