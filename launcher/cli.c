@@ -876,7 +876,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		r[O_SHUTDOWN_TIMEOUT].val = to;
 		r[O_SHUTDOWN_TIMEOUT].src = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 	}
-	o->shutdown_timeout_ms = 30000;
+	o->shutdown_timeout_ms = CLI_SHUTDOWN_TIMEOUT_MS;
 	if (to != NULL && util_parse_seconds_ms(to, &o->shutdown_timeout_ms) != 0)
 		return bad_value(p, O_SHUTDOWN_TIMEOUT, SECONDS);
 	/* --hang-timeout SEC (hang.h); 0 or unset: off */

@@ -38,6 +38,8 @@
  * default), and --rdzv-endpoint's when it names none (c10d). */
 #define CLI_MASTER_PORT UTIL_STR(UTIL_MASTER_PORT)
 #define CLI_RDZV_PORT	29400
+/* --shutdown-timeout's default, torchrun's 30 s */
+#define CLI_SHUTDOWN_TIMEOUT_MS 30000
 
 enum { CLI_OK = 0, CLI_HELP = 1, CLI_VERSION = 2 };
 

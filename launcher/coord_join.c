@@ -627,6 +627,10 @@ static void my_config(struct coord *c, struct rdzv_config *cfg)
 	if (c->job->hang_timeout_ms > 0)
 		snprintf(cfg->hang_timeout, sizeof(cfg->hang_timeout), "%g",
 			 (double)c->job->hang_timeout_ms / 1000.0);
+	/* The default goes as none, as an older ddprun writes it. */
+	if (c->job->shutdown_timeout_ms != CLI_SHUTDOWN_TIMEOUT_MS)
+		snprintf(cfg->shutdown_timeout, sizeof(cfg->shutdown_timeout), "%g",
+			 (double)c->job->shutdown_timeout_ms / 1000.0);
 }
 
 static void on_config(int status, const void *val, size_t len, void *arg)

@@ -30,6 +30,7 @@ static const struct rdzv_field config_fields[] = {
 	RDZV_INT(struct rdzv_config, node_rank, -1, INT_MAX),
 	RDZV_STR(struct rdzv_config, host, 0),
 	RDZV_STR(struct rdzv_config, hang_timeout, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_config, shutdown_timeout, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef config_msg = RDZV_MSGDEF(NULL, config_fields);
 
@@ -117,6 +118,12 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 		snprintf(a, sizeof(a), "%s", mine->hang_timeout[0] ? mine->hang_timeout : "off");
 		snprintf(b, sizeof(b), "%s",
 			 theirs->hang_timeout[0] ? theirs->hang_timeout : "off");
+	} else if (strcmp(mine->shutdown_timeout, theirs->shutdown_timeout) != 0) {
+		what = "--shutdown-timeout";
+		snprintf(a, sizeof(a), "%s",
+			 mine->shutdown_timeout[0] ? mine->shutdown_timeout : "the default");
+		snprintf(b, sizeof(b), "%s",
+			 theirs->shutdown_timeout[0] ? theirs->shutdown_timeout : "the default");
 	} else {
 		return 0;
 	}

@@ -1,7 +1,8 @@
 /* rdzv_msg: the values a node rendezvous keeps in the store, as text.
  *
  *   config       {"backend","nnodes":"MIN:MAX","max_restarts","version",
- *                 "node_rank","host"(,"hang_timeout")}: the job settings every
+ *                 "node_rank","host"(,"hang_timeout","shutdown_timeout")}: the job
+ *                 settings every
  *                 node must share (node_rank and host say who wrote them)
  *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
  *   closed       "<N>" or "<N>:<arrival ranges>" (the round's participants), or
@@ -49,6 +50,9 @@ struct rdzv_config {
 	 * progress for the others, and one with it declare a hang in a job
 	 * that computes elsewhere. */
 	char hang_timeout[24];
+	/* --shutdown-timeout in seconds ("" the default, 30): the waits for
+	 * the others' failure lists and leaving count on every node's. */
+	char shutdown_timeout[24];
 };
 
 char *rdzv_config_encode(const struct rdzv_config *c);

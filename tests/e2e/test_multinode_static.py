@@ -111,6 +111,8 @@ def test_two_nodes_claiming_one_rank_fail_everywhere(reaper, tmp_path):
     ("--max-restarts", "0", "1", "--max-restarts differs"),
     # one node's hang check declared a job that computed elsewhere hung
     ("--hang-timeout", "3", "0", "--hang-timeout differs"),
+    # the waits for the others' failure lists and leaving count on every node's
+    ("--shutdown-timeout", "5", "30", "--shutdown-timeout differs"),
 ])
 def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag, n0, n1, says):
     port = free_port()
@@ -118,9 +120,9 @@ def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag
     args = [node_args(2, r, port, 1, "exit 0") for r in (0, 1)]
     args[0][:0] = [flag, n0]
     args[1][:0] = [flag, n1]
-    if flag == "--nnodes":  # node_args' own --nnodes comes later and would win
-        args[0][args[0].index("--nnodes", 2) + 1] = n0
-        args[1][args[1].index("--nnodes", 2) + 1] = n1
+    if flag in ("--nnodes", "--shutdown-timeout"):  # node_args' own comes later and would win
+        args[0][args[0].index(flag, 2) + 1] = n0
+        args[1][args[1].index(flag, 2) + 1] = n1
     a0 = Agent(reaper, tmp_path, "node0", args[0], env=env)
     a1 = Agent(reaper, tmp_path, "node1", args[1], env=env)
     for a in (a0, a1):
@@ -129,6 +131,8 @@ def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag
         assert says in err and "node 0 (host" in err and "node 1 (host" in err, err
         if flag == "--hang-timeout":
             assert "3 on node 0 (host" in err and "off on node 1 (host" in err, err
+        if flag == "--shutdown-timeout":
+            assert "5 on node 0 (host" in err and "the default on node 1 (host" in err, err
 
 
 def test_a_node_rank_out_of_range_fails_the_others_too(reaper, tmp_path):

@@ -194,6 +194,12 @@ static void test_config_diff_names_both_nodes(void **state)
 	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
 	assert_string_equal(msg, "--hang-timeout differs: off on node 1 (host b), 30 on node 0 "
 				 "(host a)");
+	/* The waits for the others' lists and leaving count on every node's. */
+	c = b;
+	strcpy(c.shutdown_timeout, "5");
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_string_equal(msg, "--shutdown-timeout differs: the default on node 1 (host b), 5 "
+				 "on node 0 (host a)");
 }
 
 static void test_closed_is_a_count_or_an_error(void **state)
