@@ -580,6 +580,10 @@ static void check_progress(struct agent *a)
 			struct agent_worker *w = &a->w[i];
 
 			if (w->group_live) {
+				/* After a stop they had its signal and grace; after
+				 * success nothing asked them to end: say so. */
+				if (a->state == AS_RUNNING)
+					agent_say_group_left(a, w);
 				kill(-w->pid, SIGKILL);
 				w->group_live = false;
 				agent_watchdog_forget(a, w->pid);

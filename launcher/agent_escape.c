@@ -1,6 +1,9 @@
 /* agent_escape: what the workers leave beyond their process groups, and
  * workers that outlive SIGKILL. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,59 @@
 #include "procsweep.h"
 
 #define SWEEP_BUF (64 * 1024)
+
+/* How many processes are in process group pgid; *first: one of them (0:
+ * none). A bounded scan of /proc, for a message. */
+static int group_members(pid_t pgid, pid_t *first)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	int n = 0;
+
+	*first = 0;
+	while (d != NULL && (de = readdir(d)) != NULL) {
+		char path[64], buf[512], *end;
+		long pid = strtol(de->d_name, &end, 10), pgrp;
+		ssize_t len;
+		char state;
+		int fd;
+
+		if (*end != '\0' || pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+			continue;
+		len = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		buf[len > 0 ? len : 0] = '\0';
+		/* "pid (comm) state ppid pgrp ...": comm may hold anything */
+		end = strrchr(buf, ')');
+		if (end == NULL || sscanf(end + 1, " %c %*d %ld", &state, &pgrp) != 2 ||
+		    pgrp != pgid || state == 'Z') /* an exit not reaped yet */
+			continue;
+		if (n++ == 0)
+			*first = (pid_t)pid;
+	}
+	if (d != NULL)
+		closedir(d);
+	return n;
+}
+
+void agent_say_group_left(struct agent *a, const struct agent_worker *w)
+{
+	struct proc_info pi;
+	pid_t first;
+	int n = group_members(w->pid, &first);
+
+	if (n == 0)
+		return;
+	if (proc_info_read(first, &pi) != 0)
+		snprintf(pi.comm, sizeof(pi.comm), "?");
+	agent_say("killing %d process%s that rank %d (local rank %d) left in its process group "
+		  "when the workers ended (pid %d, %s%s)",
+		  n, n == 1 ? "" : "es", a->world.rank_offset + w->local_rank, w->local_rank,
+		  (int)first, pi.comm, n > 1 ? ", ..." : "");
+}
 
 void agent_kill_escaped(struct agent *a)
 {

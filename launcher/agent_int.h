@@ -118,6 +118,9 @@ void agent_dump_over(struct agent *a);
 /* SIGKILL what the workers left outside their process groups
  * (procsweep.h); once every worker has exited. */
 void agent_kill_escaped(struct agent *a);
+/* Say what w left in its process group once every worker exited (killed
+ * next, as every group is then), naming one of them; nothing when none. */
+void agent_say_group_left(struct agent *a, const struct agent_worker *w);
 /* The workers still running AGENT_STUCK_WAIT_MS after SIGKILL: name each
  * (pid, state, wchan) and stop waiting for it. */
 void agent_abandon_stuck(struct agent *a);

@@ -14,6 +14,7 @@ leaves on disk (issue 11, items 6, 7, 10, 11):
   DDPRUN_TEST_NO_SIGKILL=1 (a test hook) keeps ddprun's SIGKILL from the
   workers, which then look to ddprun exactly like ones in D state."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,13 +143,22 @@ def test_a_process_started_to_outlive_the_job_as_ddprun_1_says_does(tmp_path):
 def test_a_child_left_in_the_workers_group_dies_without_being_called_escaped(tmp_path):
     """`sleep &` in a shell worker stays in its group: the group kill ends it.
     The sweep right after found it still exiting and said 'killed the
-    processes the workers left outside their process groups', every time."""
+    processes the workers left outside their process groups', every time.
+    One line per rank says what it left, which nothing had asked to end (it
+    was killed without a word)."""
     pidfile = tmp_path / "bg"
     r = run([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
              f'sleep 1000 & echo $! > {pidfile}.$RANK'], timeout=60)
     pids = [int((tmp_path / f"bg.{rank}").read_text()) for rank in range(2)]
     try:
-        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert r.returncode == 0, r.stderr
+        said = sorted(r.stderr.splitlines())
+        assert len(said) == 2, r.stderr
+        for rank, line in enumerate(said):
+            # (the fork may not have become sleep yet)
+            assert re.fullmatch(rf"ddprun: killing 1 process that rank {rank} \(local rank "
+                                rf"{rank}\) left in its process group when the workers ended "
+                                rf"\(pid {pids[rank]}, (sleep|sh)\)", line), r.stderr
         for x in pids:
             wait_for(lambda: not pid_alive(x), timeout=20, what=f"background pid {x} to die")
     finally:
