@@ -72,12 +72,16 @@ static void on_connect(struct store_async *h, int status, void *arg)
 		return;
 	}
 	if (status < 0) {
-		coord_fail(c, 1, "cannot reach the rendezvous store at %s:%d within %.0f s: %s%s",
-			   c->store_host, c->store_port, (double)c->connect_timeout_ms / 1000.0,
-			   store_strerror(status),
-			   c->host_deferred ? "; yet the port is taken on this host, by something "
-					      "that does not answer as a store"
-					    : "");
+		coord_fail(
+			c, 1, "cannot reach the rendezvous store at %s:%d within %.0f s: %s%s",
+			c->store_host, c->store_port, (double)c->connect_timeout_ms / 1000.0,
+			store_strerror(status),
+			c->host_deferred ? "; yet the port is taken on this host, by something "
+					   "that does not answer as a store"
+			: store_async_unanswered(h)
+				? "; something there accepts connections but does not answer as a "
+				  "store (another program on that port?)"
+				: "");
 		return;
 	}
 	if (h == c->W) {

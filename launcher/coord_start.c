@@ -228,6 +228,10 @@ static void on_connect_wait(uv_timer_t *t)
 		snprintf(why, sizeof(why),
 			 ", and the port is taken on this host by something that does not "
 			 "answer (this agent tries to host the store again)");
+	else if (c->A != NULL && store_async_unanswered(c->A))
+		snprintf(why, sizeof(why),
+			 ": something there accepts connections but does not answer as a store "
+			 "(another program on that port?)");
 	else if (c->server != NULL) /* its own store silent for seconds: a wrong address,
 				      * mostly (the I/O said for the rest) */
 		snprintf(why, sizeof(why),

@@ -127,6 +127,7 @@ static void close_tcp(struct store_async *a)
 	/* An attempt that reached itself may end here before on_connected
 	 * looks at it (the deadline, or a close, came first). */
 	tcp_is_self(a->tcp);
+	a->tcp_up = false;
 	a->nclosing++;
 	uv_close((uv_handle_t *)a->tcp, on_tcp_closed);
 	a->tcp = NULL;
@@ -228,6 +229,7 @@ static void try_next_addr(struct store_async *a);
 
 static void connect_failed(struct store_async *a, int err)
 {
+	a->answerless = a->tcp_up;
 	a->state = AS_LOST;
 	uv_timer_stop(&a->retry_timer);
 	uv_timer_stop(&a->deadline_timer);
@@ -365,6 +367,7 @@ static void on_connected(uv_connect_t *req, int status)
 	}
 	freeaddrinfo(a->ai);
 	a->ai = a->ai_cur = NULL;
+	a->tcp_up = true;
 	uv_tcp_nodelay(a->tcp, 1);
 	/* A connection to a dead host must end (and fail its ops). */
 	if (uv_fileno((uv_handle_t *)a->tcp, &fd) == 0)
@@ -599,6 +602,11 @@ static int sock_addr(const struct store_async *a, bool peer, char *buf, size_t l
 	if (rc < 0)
 		return rc;
 	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+}
+
+bool store_async_unanswered(const struct store_async *a)
+{
+	return a->answerless || (a->state == AS_CONNECTING && a->tcp_up);
 }
 
 int store_async_local_addr(const struct store_async *a, char *buf, size_t len)

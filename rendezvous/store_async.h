@@ -18,6 +18,7 @@
 #ifndef DDP_STORE_ASYNC_H
 #define DDP_STORE_ASYNC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -53,6 +54,10 @@ void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg
  * when len is too small. The local address is the one the server's peers reach this
  * host by (when they share its network). */
 int store_async_local_addr(const struct store_async *a, char *buf, size_t len);
+/* While connecting, or once that failed: something accepted the connection
+ * but gave no answer to the handshake (no store, or not one: another
+ * program on the port). */
+bool store_async_unanswered(const struct store_async *a);
 int store_async_peer_addr(const struct store_async *a, char *buf, size_t len);
 /* Key prefix like PrefixStore (NULL or "" removes it); applies to later ops. */
 int store_async_set_prefix(struct store_async *a, const char *prefix);

@@ -56,7 +56,9 @@ struct store_async {
 	uv_getaddrinfo_t gai;
 	bool gai_busy;
 	struct addrinfo *ai, *ai_cur;
-	uv_tcp_t *tcp; /* current attempt or connection; malloc'd */
+	uv_tcp_t *tcp;	 /* current attempt or connection; malloc'd */
+	bool tcp_up;	 /* connected: while connecting, the handshake's answer awaited */
+	bool answerless; /* connecting failed while a connection awaited it */
 	uv_timer_t retry_timer, deadline_timer, wait_timer;
 	unsigned nclosing;
 	struct aop *sendq, *sendq_tail, *replyq, *replyq_tail;

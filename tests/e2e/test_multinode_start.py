@@ -160,3 +160,21 @@ def test_an_unresolvable_rdzv_endpoint_is_named(reaper, tmp_path, no_route_ns):
     assert a.wait() == 1, a.stderr()
     assert (f"cannot resolve the rendezvous store's host {BAD_HOST} (--rdzv-endpoint): "
             "Temporary failure in name resolution") in a.stderr()
+
+
+def test_a_program_that_accepts_on_the_store_port_without_answering_is_said(reaper, tmp_path):
+    """Node 1 finds something on --master-port that takes its connection and
+    never answers (another program on the port): it said only "nothing
+    answers there yet", then "timed out"."""
+    with socket.socket(socket.AF_INET) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)  # the kernel accepts; nothing ever answers
+        port = s.getsockname()[1]
+        a = Agent(reaper, tmp_path, "node1",
+                  ["--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                   "--master-port", str(port), "--rdzv-conf", "join_timeout=7", "true"])
+        assert a.wait(timeout=60) == 1, a.stderr()
+    err = a.stderr()
+    hint = "something there accepts connections but does not answer as a store"
+    assert f"nothing answers there yet: {hint}" in err, err
+    assert f"within 7 s: timed out; {hint} (another program on that port?)\n" in err, err
