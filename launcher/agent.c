@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
@@ -674,40 +675,67 @@ static void on_store_retry(uv_timer_t *t)
 	open_store(t->data);
 }
 
-/* One node hosts its store at --master-addr. A name whose lookup fails
- * only for a while (no resolver answers yet) is tried again for
- * join_timeout, as several nodes do (coord_start.c): said once at once,
- * and with how long it was tried when it ends the job. */
-static void open_store(struct agent *a)
+static void store_failed(struct agent *a, const char *err)
+{
+	agent_say("error: %s", err);
+	a->failed = true;
+	finish(a, 1);
+}
+
+/* The store's host looked up (gai 0: numeric lists its addresses; NULL for
+ * --master-addr as it is). A lookup that fails only for now (no resolver
+ * answers) is tried again for join_timeout, as several nodes do
+ * (coord_start.c): said once at once, and with how long when it ends the
+ * job. */
+static void store_host_found(struct agent *a, int gai, const char *numeric)
 {
 	char err[512];
 	int64_t left;
-	int rc;
 
-	if (a->state != AS_RDZV)
+	if (a->state != AS_RDZV) /* stopped meanwhile */
 		return;
-	rc = agent_store_open(a, err, sizeof(err));
-	if (rc == 0) {
-		rendezvous(a);
+	if (gai == 0) {
+		if (agent_store_open(a, numeric, err, sizeof(err)) != 0)
+			store_failed(a, err);
+		else
+			rendezvous(a);
 		return;
 	}
+	agent_store_gai_error(a, gai, err, sizeof(err));
 	left = a->store_deadline_ms - util_now_ms();
-	if (rc == -EAGAIN && left > 0) {
+	if (gai == EAI_AGAIN && left > 0) {
 		if (!a->store_said)
 			agent_say("%s; retrying for up to %.0f s (join_timeout)", err,
 				  (double)left / 1000.0);
 		a->store_said = true;
+		uv_update_time(a->loop); /* timed from now */
 		uv_timer_start(&a->store_timer, on_store_retry,
 			       (uint64_t)(left < STORE_RETRY_MS ? left : STORE_RETRY_MS), 0);
 		return;
 	}
-	if (a->store_said)
-		agent_say("error: %s, for %.0f s (join_timeout)", err,
-			  (double)a->job->rdzv.join_timeout_ms / 1000.0);
-	else
-		agent_say("error: %s", err);
-	a->failed = true;
-	finish(a, 1);
+	if (gai == EAI_AGAIN && a->store_said) /* for join_timeout, to its end */
+		snprintf(err + strlen(err), sizeof(err) - strlen(err),
+			 ", for %.0f s (join_timeout)",
+			 (double)a->job->rdzv.join_timeout_ms / 1000.0);
+	store_failed(a, err);
+}
+
+/* One node hosts its store at --master-addr, looked up off the loop. */
+static void open_store(struct agent *a)
+{
+	char err[512];
+	int rc;
+
+	if (a->state != AS_RDZV)
+		return;
+	rc = agent_store_lookup(a, store_host_found);
+	if (rc == 1) {
+		store_host_found(a, 0, NULL);
+	} else if (rc < 0) {
+		snprintf(err, sizeof(err), "cannot look the rendezvous store's host up: %s",
+			 strerror(-rc));
+		store_failed(a, err);
+	}
 }
 
 static int init_handle(struct agent *a, uv_handle_t *h, int rc)

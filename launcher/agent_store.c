@@ -3,6 +3,7 @@
  * TORCHELASTIC_USE_AGENT_STORE=True, exactly as under torchrun. */
 #include "agent_store.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -14,25 +15,87 @@
 #include "store_server.h"
 #include "util.h"
 
-/* The store's host name did not resolve: -EAGAIN where the lookup failed
- * only for now (no resolver answered, or it resolves on a second look),
- * -EHOSTUNREACH where it does not exist. */
-static int cannot_resolve(struct agent *a, const char *host, int port, char *err, size_t errlen)
-{
-	int gai = store_addr_gai(host, port, true);
+/* The lookup of the store's host, off the loop: a resolver that does not
+ * answer takes seconds a try, which the loop (signals) must not wait. */
+struct lookup {
+	uv_work_t req;
+	struct agent *a;
+	void (*done)(struct agent *a, int gai, const char *numeric);
+	char host[256];
+	int gai;	   /* getaddrinfo's */
+	char numeric[512]; /* its addresses, "a,b": store_server's list */
+};
 
-	if (gai == 0) {
-		snprintf(err, errlen,
-			 "cannot resolve the rendezvous store's host %.200s (%s) at first", host,
-			 job_store_host_source(a->job));
-		return -EAGAIN;
+static void lookup_work(uv_work_t *req)
+{
+	struct lookup *l = req->data;
+	struct addrinfo hints, *ai = NULL, *p;
+	size_t n = 0;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	l->gai = getaddrinfo(l->host, NULL, &hints, &ai);
+	for (p = l->gai == 0 ? ai : NULL; p != NULL; p = p->ai_next) {
+		char one[64];
+
+		if (store_addr_format(p->ai_addr, false, one, sizeof(one)) != 0 ||
+		    strstr(l->numeric, one) != NULL || n + strlen(one) + 2 > sizeof(l->numeric))
+			continue; /* (a repeat, as for each socket type: once) */
+		n += (size_t)snprintf(l->numeric + n, sizeof(l->numeric) - n, "%s%s",
+				      n > 0 ? "," : "", one);
 	}
-	snprintf(err, errlen, "cannot resolve the rendezvous store's host %.200s (%s): %s", host,
-		 job_store_host_source(a->job), gai_strerror(gai));
-	return gai == EAI_AGAIN ? -EAGAIN : -EHOSTUNREACH;
+	if (ai != NULL)
+		freeaddrinfo(ai);
+	if (l->gai == 0 && n == 0)
+		l->gai = EAI_NONAME;
 }
 
-int agent_store_open(struct agent *a, char *err, size_t errlen)
+static void lookup_done(uv_work_t *req, int status)
+{
+	struct lookup *l = req->data;
+
+	l->done(l->a, status == 0 ? l->gai : EAI_SYSTEM, l->numeric);
+	free(l);
+}
+
+int agent_store_lookup(struct agent *a, void (*done)(struct agent *a, int gai, const char *numeric))
+{
+	struct lookup *l;
+	unsigned char bin[16];
+	int port;
+
+	l = calloc(1, sizeof(*l));
+	if (l == NULL)
+		return -ENOMEM;
+	if (util_parse_hostport(a->job->master_addr, l->host, sizeof(l->host), 0, &port) != 0 ||
+	    inet_pton(AF_INET, l->host, bin) == 1 || inet_pton(AF_INET6, l->host, bin) == 1) {
+		free(l); /* an address, or what agent_store_open names as wrong */
+		return 1;
+	}
+	l->a = a;
+	l->done = done;
+	l->req.data = l;
+	if (uv_queue_work(a->loop, &l->req, lookup_work, lookup_done) != 0) {
+		free(l);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+void agent_store_gai_error(struct agent *a, int gai, char *err, size_t errlen)
+{
+	char host[256];
+	int port;
+
+	if (util_parse_hostport(a->job->master_addr, host, sizeof(host), 0, &port) != 0)
+		snprintf(host, sizeof(host), "%s", a->job->master_addr);
+	snprintf(err, errlen, "cannot resolve the rendezvous store's host %.200s (%s): %s", host,
+		 job_store_host_source(a->job), gai_strerror(gai));
+}
+
+int agent_store_open(struct agent *a, const char *addrs, char *err, size_t errlen)
 {
 	struct store_server_opts so;
 	char host[256], numeric[64];
@@ -51,7 +114,7 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 		port = 0;
 	store_server_opts_init(&so);
 	so.io = a->job->store_io;
-	rc = store_server_start(a->loop, &so, host, port, &a->store);
+	rc = store_server_start(a->loop, &so, addrs != NULL ? addrs : host, port, &a->store);
 	if (rc != 0) {
 		a->store = NULL;
 		if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)
@@ -65,8 +128,10 @@ int agent_store_open(struct agent *a, char *err, size_t errlen)
 				 "node hosts the store: give an address of its own as "
 				 "--master-addr, or leave it out)",
 				 host);
-		else if (rc == -EHOSTUNREACH) /* a name that does not resolve */
-			return cannot_resolve(a, host, port, err, errlen);
+		else if (rc == -EHOSTUNREACH) /* a name: agent_store_lookup first */
+			snprintf(err, errlen,
+				 "cannot resolve the rendezvous store's host %.200s (%s)", host,
+				 job_store_host_source(a->job));
 		else
 			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
 				 store_strerror(rc));

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -178,3 +179,42 @@ def test_a_program_that_accepts_on_the_store_port_without_answering_is_said(reap
     hint = "something there accepts connections but does not answer as a store"
     assert f"nothing answers there yet: {hint}" in err, err
     assert f"within 7 s: timed out; {hint} (another program on that port?)\n" in err, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root: a mount and network namespace of its own")
+def test_one_node_looks_its_store_host_up_off_the_loop(tmp_path):
+    """A resolver that takes its time (here a DNS server of the test's own
+    that never answers, 10 s a try): one node looked --master-addr up in
+    its event loop, so a SIGTERM went unheard until the try ended. It is
+    heard at once now; the exit still waits for the try, as on several
+    nodes. In mount and network namespaces of the test's own."""
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:10 attempts:1\n")
+    (tmp_path / "dns.py").write_text(
+        "import socket, time\n"
+        "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 53))\n"
+        "open(__file__ + '.up', 'w').close(); time.sleep(60)\n")
+    script = f"""
+for f in hosts nsswitch.conf resolv.conf; do mount --bind {tmp_path}/$f /etc/$f; done
+ip link set lo up
+{sys.executable} {tmp_path}/dns.py & dns=$!
+i=0; until [ -e {tmp_path}/dns.py.up ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
+{binary("ddprun")} --master-addr master-0.test true 2> {tmp_path}/err & job=$!
+sleep 1
+kill -TERM $job
+i=0; until grep -qs SIGTERM {tmp_path}/err || [ $i -ge 50 ]; do sleep 0.1; i=$((i+1)); done
+echo "heard $i"
+rc=0; wait $job || rc=$?
+echo "rc $rc"
+kill $dns
+"""
+    r = subprocess.run(["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=90, text=True)
+    err = (tmp_path / "err").read_text()
+    assert "rc 143\n" in r.stdout, r.stdout + r.stderr + err
+    # Heard within 5 s of the signal (the try it waited for took 10).
+    heard = int(r.stdout.split("heard ")[1].split()[0])
+    assert heard < 50, r.stdout + err
+    assert err == "ddprun: received SIGTERM: stopping (no worker is running)\n", err
