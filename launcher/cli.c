@@ -713,8 +713,9 @@ static int check_master_addr(struct parse *p)
 	char host[256];
 	int port;
 
+	/* (a comma would make it a list of hosts to the store's server) */
 	if (util_parse_hostport(p->raw[O_MASTER_ADDR].val, host, sizeof(host), -1, &port) != 0 ||
-	    host[0] == '\0')
+	    host[0] == '\0' || strchr(host, ',') != NULL)
 		return bad_value(p, O_MASTER_ADDR, "a host name or address");
 	if (port != -1)
 		return bad_value(p, O_MASTER_ADDR,
@@ -780,15 +781,16 @@ static int static_endpoint(struct parse *p, struct cli_opts *o)
  * as torchrun's --standalone (c10d at localhost:0) does, which never reads
  * the master address, port or node rank: their PET_ variables (a Kubeflow
  * pod exports them all) are passed over, the options noted for a warning. */
+static const int not_alone[] = {O_MASTER_ADDR, O_MASTER_PORT, O_NODE_RANK};
+
 static void run_alone(struct parse *p, struct cli_opts *o)
 {
-	static const int opt[] = {O_MASTER_ADDR, O_MASTER_PORT, O_NODE_RANK};
 	size_t i, n = 0;
 
-	for (i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
-		if (p->raw[opt[i]].src != NULL && !from_env(p, opt[i]))
+	for (i = 0; i < sizeof(not_alone) / sizeof(not_alone[0]); i++)
+		if (p->raw[not_alone[i]].src != NULL && !from_env(p, not_alone[i]))
 			n += (size_t)snprintf(o->ignored + n, sizeof(o->ignored) - n, "%s--%s",
-					      n > 0 ? ", " : "", opts[opt[i]].name);
+					      n > 0 ? ", " : "", opts[not_alone[i]].name);
 	o->master_addr = opts[O_MASTER_ADDR].def;
 	o->master_port = 0;
 	o->master_port_given = false;
@@ -801,8 +803,17 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	const char *to;
 	int rc;
 
-	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0)
+	if ((rc = parse_nnodes(p, o)) != 0 || (rc = parse_nproc(p, o)) != 0 ||
+	    (rc = parse_flag(p, O_STANDALONE, &o->standalone)) != 0)
 		return rc;
+	/* --standalone reads no master address, port or node rank: what their
+	 * PET_ variables hold is not even checked (run_alone). */
+	if (o->standalone)
+		for (size_t k = 0; k < sizeof(not_alone) / sizeof(not_alone[0]); k++)
+			if (from_env(p, not_alone[k])) {
+				r[not_alone[k]].val = opts[not_alone[k]].def;
+				r[not_alone[k]].src = NULL;
+			}
 	/* (raw's names live in p, which ends here: the job keeps these) */
 	o->nnodes_from = from_env(p, O_NNODES) ? "PET_NNODES" : NULL;
 	o->node_rank_from = from_env(p, O_NODE_RANK) ? "PET_NODE_RANK" : NULL;

@@ -219,9 +219,13 @@ static int resolve_error(int rc, const char *what, bool from_env, char *err, siz
 
 	/* Python's own name came from PYTHON_EXEC: that is what to mend. */
 	if (from_env && (rc == -ENOENT || rc == -EACCES)) {
-		snprintf(err, errlen, "%.300s: %s (%sthe Python that PYTHON_EXEC names)", what,
-			 rc == -ENOENT ? "command not found" : "permission denied",
-			 rc == -ENOENT ? "" : "not an executable file: ");
+		const char *why = rc == -EACCES ? "permission denied (not an executable file: "
+				  : strchr(what, '/') ? "no such file or directory ("
+						      : "command not found (";
+
+		if (rc == -EACCES && stat(what, &st) == 0 && S_ISDIR(st.st_mode))
+			why = "is a directory (";
+		snprintf(err, errlen, "%.300s: %sthe Python that PYTHON_EXEC names)", what, why);
 		return rc;
 	}
 

@@ -156,6 +156,10 @@ def test_a_node_alone_reads_no_master_address_port_or_node_rank(alone):
         for line in r.stdout.splitlines():
             addr, got, group = line.split()
             assert (addr, group) == ("127.0.0.1", "0") and int(got) not in (0, port), r.stdout
+        if len(alone) == 1:  # not even checked (they were usage errors)
+            r = ddprun(*alone, *show, env={"PET_MASTER_ADDR": "", "PET_MASTER_PORT": "99999",
+                                           "PET_NODE_RANK": "-1"})
+            assert r.returncode == 0 and r.stderr == "", r
         r = ddprun(*alone, "--master-addr", "10.255.255.1", "--master-port", str(port),
                    "--node-rank", "1", *show)
     assert r.returncode == 0, r
@@ -347,6 +351,15 @@ def test_a_python_that_python_exec_names_and_a_directory_are_said_so(tmp_path):
     r = ddprun("--no-python", str(tmp_path))
     assert r.returncode == 126, r
     assert one_error_line(r) == f"ddprun: error: {tmp_path}: is a directory"
+    # A path, or a directory, named by PYTHON_EXEC is said as such too.
+    r = ddprun(str(tmp_path / "x.py"), env={"PYTHON_EXEC": "/nonexistent/python"})
+    assert r.returncode == 127, r
+    assert one_error_line(r) == ("ddprun: error: /nonexistent/python: no such file or "
+                                 "directory (the Python that PYTHON_EXEC names)")
+    r = ddprun(str(tmp_path / "x.py"), env={"PYTHON_EXEC": str(tmp_path)})
+    assert r.returncode == 126, r
+    assert one_error_line(r) == (f"ddprun: error: {tmp_path}: is a directory (the Python "
+                                 "that PYTHON_EXEC names)")
 
 
 def test_a_program_in_the_current_directory_but_not_on_path_is_named(tmp_path):

@@ -387,6 +387,11 @@ static void test_empty_is_unset(void **state)
 		     ARGS("--local-addr", "[::1]:5", "p"));
 	expect_error("invalid value '[]' for --local-addr: expected a host name or address",
 		     ARGS("--local-addr", "[]", "p"));
+	/* A stray comma made --master-addr a list to the store's server: the
+	 * job failed with 1, 'cannot listen on 127.0.0.1,:0'. */
+	expect_error("invalid value '127.0.0.1,' for --master-addr: expected a host name or "
+		     "address",
+		     ARGS("--master-addr", "127.0.0.1,", "p"));
 	/* torchrun's `if not log_dir`: a temporary directory, as unset */
 	assert_int_equal(parse(&o, ARGS("--log-dir", "", "p")), CLI_OK);
 	assert_null(o.log_dir);
