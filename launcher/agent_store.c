@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,17 @@ struct lookup {
 	char numeric[512]; /* its addresses, "a,b": store_server's list */
 };
 
+/* Whether item is one of list's ("a,b"), whole (10.0.0.1 is not 10.0.0.11). */
+static bool listed(const char *list, const char *item)
+{
+	size_t n = strlen(item);
+
+	for (const char *p = list; (p = strstr(p, item)) != NULL; p++)
+		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
 static void lookup_work(uv_work_t *req)
 {
 	struct lookup *l = req->data;
@@ -41,7 +53,7 @@ static void lookup_work(uv_work_t *req)
 		char one[64];
 
 		if (store_addr_format(p->ai_addr, false, one, sizeof(one)) != 0 ||
-		    strstr(l->numeric, one) != NULL || n + strlen(one) + 2 > sizeof(l->numeric))
+		    listed(l->numeric, one) || n + strlen(one) + 2 > sizeof(l->numeric))
 			continue; /* (a repeat, as for each socket type: once) */
 		n += (size_t)snprintf(l->numeric + n, sizeof(l->numeric) - n, "%s%s",
 				      n > 0 ? "," : "", one);
@@ -128,10 +140,6 @@ int agent_store_open(struct agent *a, const char *addrs, char *err, size_t errle
 				 "node hosts the store: give an address of its own as "
 				 "--master-addr, or leave it out)",
 				 host);
-		else if (rc == -EHOSTUNREACH) /* a name: agent_store_lookup first */
-			snprintf(err, errlen,
-				 "cannot resolve the rendezvous store's host %.200s (%s)", host,
-				 job_store_host_source(a->job));
 		else
 			snprintf(err, errlen, "cannot listen on %.200s:%d: %s", host, port,
 				 store_strerror(rc));

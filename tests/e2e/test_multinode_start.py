@@ -218,3 +218,27 @@ kill $dns
     heard = int(r.stdout.split("heard ")[1].split()[0])
     assert heard < 50, r.stdout + err
     assert err == "ddprun: received SIGTERM: stopping (no worker is running)\n", err
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root: a mount and network namespace of its own")
+def test_one_node_listens_on_every_address_its_store_host_has(tmp_path):
+    """--master-addr a name of two addresses, one inside the other as text
+    (127.0.0.1, 27.0.0.1, the first sorted first): the store listens on both
+    (a repeat was found by substring, so the second was passed over). In
+    mount and network namespaces of the test's own, from a hosts file of its
+    own, with 27.0.0.1 on their loopback."""
+    (tmp_path / "hosts").write_text("127.0.0.1 master-0.test\n27.0.0.1 master-0.test\n")
+    (tmp_path / "nsswitch.conf").write_text("hosts: files\n")
+    script = f"""
+for f in hosts nsswitch.conf; do mount --bind {tmp_path}/$f /etc/$f; done
+ip link set lo up
+ip addr add 27.0.0.1/32 dev lo
+{binary("ddprun")} --master-addr master-0.test sh -c \\
+    'ss -Htln "sport = :$MASTER_PORT" | sort'
+"""
+    r = subprocess.run(["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    listening = [line.split()[3].rsplit(":", 1)[0] for line in r.stdout.splitlines()]
+    assert sorted(listening) == ["127.0.0.1", "27.0.0.1"], r.stdout + r.stderr
