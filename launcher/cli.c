@@ -706,37 +706,19 @@ static int parse_torch2(struct parse *p, struct cli_opts *o)
 	return 0;
 }
 
-/* A host (an IPv6 address bare or in brackets), as torchrun takes it: its
- * port is --master-port's, so "host:port" would have been passed over. */
-static int check_master_addr(struct parse *p)
-{
-	char host[256];
-	int port;
-
-	/* (a comma would make it a list of hosts to the store's server) */
-	if (util_parse_hostport(p->raw[O_MASTER_ADDR].val, host, sizeof(host), -1, &port) != 0 ||
-	    host[0] == '\0' || strchr(host, ',') != NULL)
-		return bad_value(p, O_MASTER_ADDR, "a host name or address");
-	if (port != -1)
-		return bad_value(p, O_MASTER_ADDR,
-				 "a host without a port (--master-port gives the port)");
-	return 0;
-}
-
-/* --local-addr: a host this node is reached at (an IPv6 address bare or in
- * brackets), as --master-addr; its port is ddprun's choice. A port there
- * failed only after the rendezvous, as a name that does not resolve. */
-static int parse_local_addr(struct parse *p, struct cli_opts *o)
+/* Option i's value as a host (an IPv6 address bare or in brackets, as
+ * torchrun takes it) into host[len]; a port is a usage error that says whose
+ * it is ("host:port" would have been passed over), a comma too (it would make
+ * a list of hosts to the store's server). */
+static int parse_host(struct parse *p, int i, char *host, size_t len, const char *port_is)
 {
 	int port;
 
-	if (util_parse_hostport(o->local_addr, o->local_host, sizeof(o->local_host), -1, &port) !=
-		    0 ||
-	    o->local_host[0] == '\0')
-		return bad_value(p, O_LOCAL_ADDR, "a host name or address");
+	if (util_parse_hostport(p->raw[i].val, host, len, -1, &port) != 0 || host[0] == '\0' ||
+	    strchr(host, ',') != NULL)
+		return bad_value(p, i, "a host name or address");
 	if (port != -1)
-		return bad_value(p, O_LOCAL_ADDR, "a host without a port (ddprun picks the port)");
-	o->local_addr = o->local_host;
+		return bad_value(p, i, "a host without a port (%s)", port_is);
 	return 0;
 }
 
@@ -800,6 +782,7 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 {
 	struct raw *r = p->raw;
 	struct cli_given given;
+	char host[256];
 	const char *to;
 	int rc;
 
@@ -821,7 +804,8 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		return bad_value(p, O_NODE_RANK, "an integer from 0 to %d (below --nnodes)",
 				 CLI_MAX_NODES - 1);
 	o->master_addr = r[O_MASTER_ADDR].val;
-	if ((rc = check_master_addr(p)) != 0)
+	if ((rc = parse_host(p, O_MASTER_ADDR, host, sizeof(host),
+			     "--master-port gives the port")) != 0)
 		return rc;
 	if (py_int_str(r[O_MASTER_PORT].val, 0, CLI_MAX_PORT, &o->master_port) != 0)
 		return bad_value(p, O_MASTER_PORT, "a port number from 0 to %d", CLI_MAX_PORT);
@@ -876,8 +860,13 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 	o->local_addr = r[O_LOCAL_ADDR].val;
 	if (o->local_addr != NULL && o->local_addr[0] == '\0')
 		o->local_addr = NULL;
-	if (o->local_addr != NULL && (rc = parse_local_addr(p, o)) != 0)
-		return rc;
+	if (o->local_addr != NULL) {
+		rc = parse_host(p, O_LOCAL_ADDR, o->local_host, sizeof(o->local_host),
+				"ddprun picks the port");
+		if (rc != 0)
+			return rc;
+		o->local_addr = o->local_host;
+	}
 	if (store_server_io_parse(getenv_fn("DDP_STORE_IO"), &o->store_io) < 0)
 		return fail(p, "bad DDP_STORE_IO '%s' (auto, uring or uv)",
 			    getenv_fn("DDP_STORE_IO"));

@@ -142,9 +142,9 @@ bool cli_multinode(const struct cli_opts *o);
  * store on a free port of this machine, whatever --master-addr,
  * --master-port and --node-rank say (torchrun's --standalone). */
 bool cli_runs_alone(const struct cli_opts *o);
-/* " (from NAME)" for a value that came from NAME, "" for NULL (a thread's
- * buffer: one use per message). */
-const char *cli_from(const char *from);
+/* " (from NAME)" after a value that came from NAME, nothing for NULL: the
+ * format's "%s%s%s" takes CLI_FROM(name). */
+#define CLI_FROM(f) (f) != NULL ? " (from " : "", (f) != NULL ? (f) : "", (f) != NULL ? ")" : ""
 
 /* The stream code for one local rank. */
 int cli_std_get(const struct cli_std *s, int local_rank);

@@ -114,16 +114,6 @@ static bool c10d_alone(const struct cli_opts *o)
 	       port == 0;
 }
 
-const char *cli_from(const char *from)
-{
-	static __thread char buf[64];
-
-	if (from == NULL)
-		return "";
-	snprintf(buf, sizeof(buf), " (from %s)", from);
-	return buf;
-}
-
 bool cli_runs_alone(const struct cli_opts *o)
 {
 	return o->standalone || (strcmp(o->rdzv_backend, "c10d") == 0 && c10d_alone(o));
@@ -167,17 +157,17 @@ int cli_nodes_resolve(struct cli_opts *o, const struct cli_given *g,
 	 * ranks nodes by arrival: it reads no rank (a Kubeflow pod exports
 	 * PET_NODE_RANK whatever the backend). */
 	if (!c10d && !o->standalone && o->max_nodes == 1 && o->node_rank >= 1) {
-		snprintf(err, errlen, "--node-rank %d%s is not below the number of nodes (1)",
-			 o->node_rank, cli_from(o->node_rank_from));
+		snprintf(err, errlen, "--node-rank %d%s%s%s is not below the number of nodes (1)",
+			 o->node_rank, CLI_FROM(o->node_rank_from));
 		return -EINVAL;
 	}
 	if (o->max_nodes == 1 || o->standalone)
 		return 0;
 	if (!c10d && o->min_nodes != o->max_nodes) {
 		snprintf(err, errlen,
-			 "--nnodes %d:%d%s: a range needs --rdzv-backend c10d (the static "
+			 "--nnodes %d:%d%s%s%s: a range needs --rdzv-backend c10d (the static "
 			 "rendezvous has a fixed number of nodes)",
-			 o->min_nodes, o->max_nodes, cli_from(o->nnodes_from));
+			 o->min_nodes, o->max_nodes, CLI_FROM(o->nnodes_from));
 		return -EINVAL;
 	}
 	if (c10d && o->rdzv_endpoint[0] == '\0') {

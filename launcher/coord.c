@@ -631,13 +631,10 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	if (!job->dynamic && job->node_rank >= job->max_nodes) {
 		/* Said at once; the other nodes are told through the store, but
 		 * only for a while if nothing listens. */
-		char from[80];
-
-		/* cli_from's buffer serves one use a message. */
-		snprintf(from, sizeof(from), "%s", cli_from(job->node_rank_from));
-		agent_say("error: --node-rank %d%s is not below --nnodes %d%s (telling the other "
-			  "nodes)",
-			  job->node_rank, from, job->max_nodes, cli_from(job->nnodes_from));
+		agent_say("error: --node-rank %d%s%s%s is not below --nnodes %d%s%s%s (telling the "
+			  "other nodes)",
+			  job->node_rank, CLI_FROM(job->node_rank_from), job->max_nodes,
+			  CLI_FROM(job->nnodes_from));
 		if (c->connect_timeout_ms > COORD_BAD_RANK_CONNECT_MS)
 			c->connect_timeout_ms = COORD_BAD_RANK_CONNECT_MS;
 	}
