@@ -24,9 +24,6 @@
 #include "signame.h"
 #include "util.h"
 
-/* How often one node tries again a store host whose lookup failed for now. */
-#define STORE_RETRY_MS 1000
-
 static void check_progress(struct agent *a);
 static bool reap(struct agent *a);
 
@@ -709,8 +706,9 @@ static void store_host_found(struct agent *a, int gai, const char *numeric)
 				  (double)left / 1000.0);
 		a->store_said = true;
 		uv_update_time(a->loop); /* timed from now */
-		uv_timer_start(&a->store_timer, on_store_retry,
-			       (uint64_t)(left < STORE_RETRY_MS ? left : STORE_RETRY_MS), 0);
+		uv_timer_start(
+			&a->store_timer, on_store_retry,
+			(uint64_t)(left < JOB_RESOLVE_RETRY_MS ? left : JOB_RESOLVE_RETRY_MS), 0);
 		return;
 	}
 	if (gai == EAI_AGAIN && a->store_said) /* for join_timeout, to its end */

@@ -20,7 +20,6 @@
 #include "store_server.h"
 #include "util.h"
 
-#define RESOLVE_RETRY_MS 1000
 /* How long a node 0 whose port is taken looks for this job's store there. */
 #define PROBE_MS 3000
 /* The first "nothing answers" line; then every COORD_WATCH_MS. */
@@ -355,8 +354,9 @@ static void after_resolve(uv_work_t *req, int status)
 				  c->store_host, job_store_host_source(c->job), gai_strerror(rc),
 				  (double)left / 1000.0);
 		c->resolve_said = true;
-		uv_timer_start(&c->timer, on_resolve_retry,
-			       (uint64_t)(left < RESOLVE_RETRY_MS ? left : RESOLVE_RETRY_MS), 0);
+		uv_timer_start(
+			&c->timer, on_resolve_retry,
+			(uint64_t)(left < JOB_RESOLVE_RETRY_MS ? left : JOB_RESOLVE_RETRY_MS), 0);
 		return;
 	}
 	if (c->resolve_said)

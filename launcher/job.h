@@ -91,6 +91,10 @@ struct job {
 };
 
 #define JOB_EXIT_USAGE 2 /* bad usage: ddprun's exit status (ddprun(1)) */
+/* How often the store's host name is looked up again while its lookup fails
+ * only for now (no resolver answers), within join_timeout: on one node
+ * (agent.c) and on several (coord_start.c). */
+#define JOB_RESOLVE_RETRY_MS 1000
 
 /* Everything main() decides before the loop: --standalone's run id, nproc
  * (and the warnings and checks that need it), NUMA pinning, the program,
