@@ -92,6 +92,7 @@ static void finish(struct agent *a, int status)
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
 	close_handle(a, (uv_handle_t *)&a->stuck_timer);
 	close_handle(a, (uv_handle_t *)&a->store_timer);
+	store_lookup_cancel(&a->lookup); /* never waited for: store_lookup.h */
 	agent_sig_close(a->stops);
 	if (a->store != NULL) {
 		a->open_handles++;
@@ -679,20 +680,22 @@ static void store_failed(struct agent *a, const char *err)
 	finish(a, 1);
 }
 
-/* The store's host looked up (gai 0: numeric lists its addresses; NULL for
- * --master-addr as it is). A lookup that fails only for now (no resolver
+/* The store's host looked up (r NULL: --master-addr is an address). A lookup that fails only for now (no resolver
  * answers) is tried again for join_timeout, as several nodes do
  * (coord_start.c): said once at once, and with how long when it ends the
  * job. */
-static void store_host_found(struct agent *a, int gai, const char *numeric)
+static void store_host_found(void *arg, const struct store_lookup_result *r)
 {
+	struct agent *a = arg;
+	int gai = r != NULL ? r->gai : 0;
 	char err[512];
 	int64_t left;
 
+	a->lookup = NULL;
 	if (a->state != AS_RDZV) /* stopped meanwhile */
 		return;
 	if (gai == 0) {
-		if (agent_store_open(a, numeric, err, sizeof(err)) != 0)
+		if (agent_store_open(a, r, err, sizeof(err)) != 0)
 			store_failed(a, err);
 		else
 			rendezvous(a);
@@ -728,7 +731,7 @@ static void open_store(struct agent *a)
 		return;
 	rc = agent_store_lookup(a, store_host_found);
 	if (rc == 1) {
-		store_host_found(a, 0, NULL);
+		store_host_found(a, NULL);
 	} else if (rc < 0) {
 		snprintf(err, sizeof(err), "cannot look the rendezvous store's host up: %s",
 			 strerror(-rc));

@@ -14,6 +14,7 @@
 #include "output.h"
 
 struct store_server;
+struct store_lookup;
 struct hang;
 struct agent_fwd;
 struct agent_sig;
@@ -87,11 +88,12 @@ struct agent {
 	bool late_failures;	/* the stop is for a failure (here or elsewhere) */
 	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;
-	int open_handles;	    /* loop handles not yet closed */
-	struct store_server *store; /* the store this agent hosts, or NULL */
-	uv_timer_t store_timer;	    /* retries a name that cannot resolve yet */
-	int64_t store_deadline_ms;  /* ... until then (join_timeout) */
-	bool store_said;	    /* the first such failure was said */
+	int open_handles;	     /* loop handles not yet closed */
+	struct store_server *store;  /* the store this agent hosts, or NULL */
+	struct store_lookup *lookup; /* its host's lookup under way (store_lookup.h) */
+	uv_timer_t store_timer;	     /* retries a name that cannot resolve yet */
+	int64_t store_deadline_ms;   /* ... until then (join_timeout) */
+	bool store_said;	     /* the first such failure was said */
 	char *store_host;
 	int store_port;
 	struct hang *hang;     /* hang detection and dumps (hang.h); NULL: none */

@@ -6,7 +6,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,84 +15,16 @@
 #include "store_server.h"
 #include "util.h"
 
-/* The lookup of the store's host, off the loop: a resolver that does not
- * answer takes seconds a try, which the loop (signals) must not wait. */
-struct lookup {
-	uv_work_t req;
-	struct agent *a;
-	void (*done)(struct agent *a, int gai, const char *numeric);
+int agent_store_lookup(struct agent *a, void (*done)(void *a, const struct store_lookup_result *r))
+{
 	char host[256];
-	int gai;	   /* getaddrinfo's */
-	char numeric[512]; /* its addresses, "a,b": store_server's list */
-};
-
-/* Whether item is one of list's ("a,b"), whole (10.0.0.1 is not 10.0.0.11). */
-static bool listed(const char *list, const char *item)
-{
-	size_t n = strlen(item);
-
-	for (const char *p = list; (p = strstr(p, item)) != NULL; p++)
-		if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-			return true;
-	return false;
-}
-
-static void lookup_work(uv_work_t *req)
-{
-	struct lookup *l = req->data;
-	struct addrinfo hints, *ai = NULL, *p;
-	size_t n = 0;
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	l->gai = getaddrinfo(l->host, NULL, &hints, &ai);
-	for (p = l->gai == 0 ? ai : NULL; p != NULL; p = p->ai_next) {
-		char one[64];
-
-		if (store_addr_format(p->ai_addr, false, one, sizeof(one)) != 0 ||
-		    listed(l->numeric, one) || n + strlen(one) + 2 > sizeof(l->numeric))
-			continue; /* (a repeat, as for each socket type: once) */
-		n += (size_t)snprintf(l->numeric + n, sizeof(l->numeric) - n, "%s%s",
-				      n > 0 ? "," : "", one);
-	}
-	if (ai != NULL)
-		freeaddrinfo(ai);
-	if (l->gai == 0 && n == 0)
-		l->gai = EAI_NONAME;
-}
-
-static void lookup_done(uv_work_t *req, int status)
-{
-	struct lookup *l = req->data;
-
-	l->done(l->a, status == 0 ? l->gai : EAI_SYSTEM, l->numeric);
-	free(l);
-}
-
-int agent_store_lookup(struct agent *a, void (*done)(struct agent *a, int gai, const char *numeric))
-{
-	struct lookup *l;
 	unsigned char bin[16];
 	int port;
 
-	l = calloc(1, sizeof(*l));
-	if (l == NULL)
-		return -ENOMEM;
-	if (util_parse_hostport(a->job->master_addr, l->host, sizeof(l->host), 0, &port) != 0 ||
-	    inet_pton(AF_INET, l->host, bin) == 1 || inet_pton(AF_INET6, l->host, bin) == 1) {
-		free(l); /* an address, or what agent_store_open names as wrong */
-		return 1;
-	}
-	l->a = a;
-	l->done = done;
-	l->req.data = l;
-	if (uv_queue_work(a->loop, &l->req, lookup_work, lookup_done) != 0) {
-		free(l);
-		return -EAGAIN;
-	}
-	return 0;
+	if (util_parse_hostport(a->job->master_addr, host, sizeof(host), 0, &port) != 0 ||
+	    inet_pton(AF_INET, host, bin) == 1 || inet_pton(AF_INET6, host, bin) == 1)
+		return 1; /* an address, or what agent_store_open names as wrong */
+	return store_lookup_start(a->loop, host, done, a, &a->lookup);
 }
 
 void agent_store_gai_error(struct agent *a, int gai, char *err, size_t errlen)
@@ -107,10 +38,28 @@ void agent_store_gai_error(struct agent *a, int gai, char *err, size_t errlen)
 		 job_store_host_source(a->job), gai_strerror(gai));
 }
 
-int agent_store_open(struct agent *a, const char *addrs, char *err, size_t errlen)
+/* The addresses of r as store_server_start's list, "a,b". */
+static int addr_list(const struct store_lookup_result *r, char *list, size_t size)
+{
+	size_t n = 0;
+
+	list[0] = '\0';
+	for (int i = 0; i < r->n; i++) {
+		char one[64];
+
+		if (store_addr_format((const struct sockaddr *)&r->addr[i], false, one,
+				      sizeof(one)) != 0 ||
+		    n + strlen(one) + 2 > size)
+			continue;
+		n += (size_t)snprintf(list + n, size - n, "%s%s", n > 0 ? "," : "", one);
+	}
+	return n > 0 ? 0 : -EADDRNOTAVAIL;
+}
+
+int agent_store_open(struct agent *a, const struct store_lookup_result *r, char *err, size_t errlen)
 {
 	struct store_server_opts so;
-	char host[256], numeric[64];
+	char host[256], numeric[64], addrs[STORE_LOOKUP_MAX * 48];
 	int port, rc;
 
 	rc = util_parse_hostport(a->job->master_addr, host, sizeof(host), a->job->master_port,
@@ -126,7 +75,9 @@ int agent_store_open(struct agent *a, const char *addrs, char *err, size_t errle
 		port = 0;
 	store_server_opts_init(&so);
 	so.io = a->job->store_io;
-	rc = store_server_start(a->loop, &so, addrs != NULL ? addrs : host, port, &a->store);
+	rc = r != NULL ? addr_list(r, addrs, sizeof(addrs)) : 0;
+	if (rc == 0)
+		rc = store_server_start(a->loop, &so, r != NULL ? addrs : host, port, &a->store);
 	if (rc != 0) {
 		a->store = NULL;
 		if (rc == -EADDRINUSE || rc == UV_EADDRINUSE)

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "store_lookup.h"
 #include "store_addr.h"
 #include "store_proto.h"
 #include "store_server.h"
@@ -39,24 +40,19 @@ static bool same_addr(const struct sockaddr *a, const struct sockaddr *b)
 	return false;
 }
 
-/* Does host name one of this machine's interface addresses? */
-static bool is_local(const char *host)
+bool coord_host_is_local(const struct store_lookup_result *r)
 {
 	uv_interface_address_t *ifs = NULL;
-	struct addrinfo *ai = NULL, *p;
 	bool local = false;
-	int n = 0, i;
+	int n = 0, i, j;
 
-	if (store_addr_resolve(host, 1, false, &ai, NULL) != 0)
+	if (uv_interface_addresses(&ifs, &n) != 0)
 		return false;
-	if (uv_interface_addresses(&ifs, &n) == 0) {
-		for (p = ai; p != NULL && !local; p = p->ai_next)
-			for (i = 0; i < n && !local; i++)
-				local = same_addr(p->ai_addr,
-						  (const struct sockaddr *)&ifs[i].address);
-		uv_free_interface_addresses(ifs, n);
-	}
-	freeaddrinfo(ai);
+	for (j = 0; j < r->n && !local; j++)
+		for (i = 0; i < n && !local; i++)
+			local = same_addr((const struct sockaddr *)&r->addr[j],
+					  (const struct sockaddr *)&ifs[i].address);
+	uv_free_interface_addresses(ifs, n);
 	return local;
 }
 
@@ -70,9 +66,8 @@ int coord_host_start(struct coord *c, char *err, size_t errlen)
 		return 0;
 	if (c->job->dynamic && c->conf->is_host == 0)
 		return 0;
-	/* A try again (host_deferred) knows the host is this one; the first
-	 * look may block on a name lookup, so it is done once. */
-	if (c->job->dynamic && !forced && !c->host_deferred && !is_local(c->store_host))
+	/* Is the endpoint's host this one (its lookup's addresses)? */
+	if (c->job->dynamic && !forced && !c->host_deferred && !c->store_local)
 		return 0;
 	store_server_opts_init(&so);
 	so.io = c->job->store_io;

@@ -27,6 +27,8 @@
 struct store_async;
 struct store_async_callbacks;
 struct store_server;
+struct store_lookup;
+struct store_lookup_result;
 
 /* How long the store's host waits for the others to be done with it once
  * the job ends (plus the shutdown timeout after a failure). */
@@ -125,6 +127,8 @@ struct coord {
 	bool awaiting_all_left; /* the store's host waits for r<round>/all_left */
 	int64_t left_at_ms;	/* since when (util_now_ms) */
 	/* coord_start.c */
+	struct store_lookup *lookup; /* the store host's lookup under way (store_lookup.h) */
+	bool store_local;	     /* the store host is an address of this host */
 	int64_t resolve_deadline_ms;
 	int64_t connect_deadline_ms; /* for the line while nothing answers */
 	bool resolve_said;	     /* the first temporary failure was said */
@@ -257,6 +261,8 @@ void coord_fwd_destroy(struct coord *c);
 
 /* coord_host.c */
 int coord_host_start(struct coord *c, char *err, size_t errlen);
+/* Whether one of r's addresses is one of this host's interfaces'. */
+bool coord_host_is_local(const struct store_lookup_result *r);
 /* The round's workers' store; first: the round's first arrival, which takes
  * --master-port when given (the others take any port). */
 int coord_wstore_start(struct coord *c, bool first, int *port, char *err, size_t errlen);

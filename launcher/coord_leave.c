@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store_lookup.h"
 #include "store_async.h"
 #include "util.h"
 
@@ -221,6 +222,7 @@ void coord_leave(struct coord *c)
 				strlen(why), NULL, NULL);
 	}
 	c->phase = CP_LEAVE;
+	store_lookup_cancel(&c->lookup); /* never waited for: store_lookup.h */
 	coord_live_stop(c);
 	if (c->timers_on) {
 		uv_timer_stop(&c->timer);

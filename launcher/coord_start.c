@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "store_lookup.h"
 #include "store_async.h"
 #include "store_proto.h"
 #include "store_server.h"
@@ -28,31 +29,8 @@
  * host while nothing answers there (the holder is no store). */
 #define HOST_RETRY_MS 1000
 
-struct resolve_work {
-	uv_work_t req;
-	struct coord *c;
-	char host[256];
-	int rc;	       /* getaddrinfo's */
-	unsigned fams; /* 1: IPv4, 2: IPv6 among the addresses */
-};
-
-static void resolve_work(uv_work_t *req)
-{
-	struct resolve_work *w = req->data;
-	struct addrinfo hints, *ai = NULL, *p;
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	w->rc = getaddrinfo(w->host, NULL, &hints, &ai);
-	for (p = w->rc == 0 ? ai : NULL; p != NULL; p = p->ai_next)
-		w->fams |= p->ai_family == AF_INET ? 1u : p->ai_family == AF_INET6 ? 2u : 0u;
-	if (ai != NULL)
-		freeaddrinfo(ai);
-}
-
 static void resolve(struct coord *c);
-static void after_resolve(uv_work_t *req, int status);
+static void after_resolve(void *arg, const struct store_lookup_result *r);
 
 static void on_resolve_retry(uv_timer_t *t)
 {
@@ -64,21 +42,10 @@ static void on_resolve_retry(uv_timer_t *t)
 
 static void resolve(struct coord *c)
 {
-	struct resolve_work *w = calloc(1, sizeof(*w));
+	int rc = store_lookup_start(c->loop, c->store_host, after_resolve, c, &c->lookup);
 
-	if (w == NULL) {
-		coord_fail(c, 1, "error: out of memory");
-		return;
-	}
-	w->c = c;
-	w->req.data = w;
-	snprintf(w->host, sizeof(w->host), "%s", c->store_host);
-	if (uv_queue_work(c->loop, &w->req, resolve_work, after_resolve) != 0) {
-		free(w);
-		coord_fail(c, 1, "error: cannot resolve %s: no thread for it", c->store_host);
-		return;
-	}
-	c->open++; /* leaving waits for it */
+	if (rc != 0)
+		coord_fail(c, 1, "error: cannot look %s up: %s", c->store_host, strerror(-rc));
 }
 
 /* ---- a taken port --------------------------------------------------------------- */
@@ -326,21 +293,20 @@ static void host_and_connect(struct coord *c, unsigned fams)
 		uv_timer_start(&c->timer, on_host_retry, HOST_RETRY_MS, HOST_RETRY_MS);
 }
 
-static void after_resolve(uv_work_t *req, int status)
+static void after_resolve(void *arg, const struct store_lookup_result *r)
 {
-	struct resolve_work *w = req->data;
-	struct coord *c = w->c;
-	int rc = status == 0 ? w->rc : EAI_SYSTEM;
-	unsigned fams = w->fams;
+	struct coord *c = arg;
+	int rc = r->gai;
+	unsigned fams = 0;
 	int64_t left;
 
-	free(w);
-	if (c->phase != CP_START) { /* leaving: it may have waited for this */
-		coord_closed_one(c);
+	c->lookup = NULL;
+	if (c->phase != CP_START) /* cancelled when leaving: not seen here */
 		return;
-	}
-	c->open--;
 	if (rc == 0) {
+		for (int i = 0; i < r->n; i++)
+			fams |= r->addr[i].ss_family == AF_INET ? 1u : 2u;
+		c->store_local = coord_host_is_local(r);
 		host_and_connect(c, fams);
 		return;
 	}

@@ -69,7 +69,7 @@ static void maybe_finish_close(struct store_async *a)
 {
 	struct aop *op;
 
-	if (a->state != AS_CLOSING || a->nclosing > 0 || a->gai_busy)
+	if (a->state != AS_CLOSING || a->nclosing > 0)
 		return;
 	while ((op = store_async_pop(&a->replyq, &a->replyq_tail)) ||
 	       (op = store_async_pop(&a->sendq, &a->sendq_tail))) {
@@ -78,8 +78,6 @@ static void maybe_finish_close(struct store_async *a)
 		else
 			store_async_op_fail(op, -ECANCELED);
 	}
-	if (a->ai)
-		freeaddrinfo(a->ai);
 	free(a->rbuf);
 	free(a->host);
 	free(a->prefix);
@@ -280,8 +278,7 @@ static void on_deadline(uv_timer_t *t)
 
 	if (a->state != AS_CONNECTING)
 		return;
-	if (a->gai_busy)
-		uv_cancel((uv_req_t *)&a->gai);
+	store_lookup_cancel(&a->lookup);
 	/* An attempt that has waited STORE_ANSWER_MS got no answer: what an
 	 * earlier one said (a refusal) no longer holds. */
 	if (a->tcp && util_now_ms() - a->attempt_ms >= STORE_ANSWER_MS)
@@ -295,11 +292,11 @@ static void on_addr_silent(uv_timer_t *t)
 {
 	struct store_async *a = t->data;
 
-	if (a->state != AS_CONNECTING || !a->tcp || !a->ai_cur)
+	if (a->state != AS_CONNECTING || !a->tcp || a->addr_i >= a->addrs.n)
 		return;
 	a->last_err = -ETIMEDOUT;
 	close_tcp(a);
-	a->ai_cur = a->ai_cur->ai_next;
+	a->addr_i++;
 	try_next_addr(a);
 }
 
@@ -361,12 +358,11 @@ static void on_connected(uv_connect_t *req, int status)
 	if (status < 0) {
 		a->last_err = status;
 		close_tcp(a);
-		a->ai_cur = a->ai_cur->ai_next;
+		a->addr_i++;
 		try_next_addr(a);
 		return;
 	}
-	freeaddrinfo(a->ai);
-	a->ai = a->ai_cur = NULL;
+	a->addr_i = a->addrs.n = 0;
 	a->tcp_up = true;
 	uv_tcp_nodelay(a->tcp, 1);
 	/* A connection to a dead host must end (and fail its ops). */
@@ -401,16 +397,18 @@ static void on_connected(uv_connect_t *req, int status)
 static void try_next_addr(struct store_async *a)
 {
 	uv_connect_t *creq;
+	struct sockaddr_storage to;
 
-	while (a->ai_cur && a->ai_cur->ai_family != AF_INET && a->ai_cur->ai_family != AF_INET6)
-		a->ai_cur = a->ai_cur->ai_next;
-	if (a->ai_cur == NULL) {
-		if (a->ai)
-			freeaddrinfo(a->ai);
-		a->ai = NULL;
+	if (a->addr_i >= a->addrs.n) {
+		a->addr_i = a->addrs.n = 0;
 		attempt_failed(a, a->last_err ? a->last_err : -ECONNREFUSED);
 		return;
 	}
+	to = a->addrs.addr[a->addr_i];
+	if (to.ss_family == AF_INET)
+		((struct sockaddr_in *)&to)->sin_port = htons((uint16_t)a->port);
+	else
+		((struct sockaddr_in6 *)&to)->sin6_port = htons((uint16_t)a->port);
 	a->tcp = malloc(sizeof(*a->tcp));
 	if (a->tcp == NULL) {
 		attempt_failed(a, -ENOMEM);
@@ -425,55 +423,39 @@ static void try_next_addr(struct store_async *a)
 		creq->data = a;
 	else
 		a->last_err = -ENOMEM;
-	if (!creq || uv_tcp_connect(creq, a->tcp, a->ai_cur->ai_addr, on_connected) < 0) {
+	if (!creq || uv_tcp_connect(creq, a->tcp, (struct sockaddr *)&to, on_connected) < 0) {
 		free(creq);
 		close_tcp(a);
-		a->ai_cur = a->ai_cur->ai_next;
+		a->addr_i++;
 		try_next_addr(a);
 		return;
 	}
 	a->attempt_ms = util_now_ms();
 	/* The retry timer is idle while an attempt runs. */
-	if (a->ai_cur->ai_next)
+	if (a->addr_i + 1 < a->addrs.n)
 		uv_timer_start(&a->retry_timer, on_addr_silent, STORE_ADDR_TRY_MS, 0);
 }
 
-static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+/* Closing and the deadline cancel a lookup under way: this runs only while
+ * connecting. */
+static void on_resolved(void *arg, const struct store_lookup_result *r)
 {
-	struct store_async *a = req->data;
+	struct store_async *a = arg;
 
-	a->gai_busy = false;
-	if (a->state != AS_CONNECTING) {
-		if (res)
-			uv_freeaddrinfo(res);
-		maybe_finish_close(a);
-		return;
-	}
-	if (status < 0) {
+	a->lookup = NULL;
+	if (r->gai != 0) {
 		attempt_failed(a, -EHOSTUNREACH);
 		return;
 	}
-	a->ai = a->ai_cur = res;
+	a->addrs = *r;
+	a->addr_i = 0;
 	try_next_addr(a);
 }
 
 static void start_attempt(struct store_async *a)
 {
-	struct addrinfo hints;
-	char port[16];
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_protocol = IPPROTO_TCP;
-	hints.ai_flags = AI_NUMERICSERV;
-	snprintf(port, sizeof(port), "%d", a->port);
-	a->gai.data = a;
-	if (uv_getaddrinfo(a->loop, &a->gai, on_resolved, a->host, port, &hints) < 0) {
+	if (store_lookup_start(a->loop, a->host, on_resolved, a, &a->lookup) != 0)
 		attempt_failed(a, -EHOSTUNREACH);
-		return;
-	}
-	a->gai_busy = true;
 }
 
 /* ---- replies ---------------------------------------------------------------------------- */
@@ -586,8 +568,7 @@ void store_async_close(struct store_async *a, void (*done)(void *arg), void *arg
 		uv_close((uv_handle_t *)timers[i], on_timer_closed);
 	}
 	close_tcp(a);
-	if (a->gai_busy)
-		uv_cancel((uv_req_t *)&a->gai);
+	store_lookup_cancel(&a->lookup);
 }
 
 static int sock_addr(const struct store_async *a, bool peer, char *buf, size_t len)

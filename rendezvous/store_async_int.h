@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "store_async.h"
+#include "store_lookup.h"
 #include "store_proto.h"
 
 #define STORE_ASYNC_HANDSHAKE_MS 30000 /* bound when connect_timeout_ms <= 0 */
@@ -53,10 +54,10 @@ struct store_async {
 	int64_t deadline, backoff;
 	int64_t attempt_ms; /* when the current address's attempt began */
 	int last_err;
-	uv_getaddrinfo_t gai;
-	bool gai_busy;
-	struct addrinfo *ai, *ai_cur;
-	uv_tcp_t *tcp;	 /* current attempt or connection; malloc'd */
+	struct store_lookup *lookup;	  /* the host's lookup under way, or NULL */
+	struct store_lookup_result addrs; /* its answer: the addresses to try */
+	int addr_i;			  /* the one being tried; addrs.n: none left */
+	uv_tcp_t *tcp;			  /* current attempt or connection; malloc'd */
 	bool tcp_up;	 /* connected: while connecting, the handshake's answer awaited */
 	bool answerless; /* connecting failed while a connection awaited it */
 	uv_timer_t retry_timer, deadline_timer, wait_timer;
