@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import uuid
 
 import pytest
@@ -128,6 +129,48 @@ def test_every_collective_across_two_nodes(reaper, tmp_path, rdzv, nprocs):
     for a in agents:
         assert "removed /dev/shm" not in a.stderr()
     assert segments(rid) == []
+
+
+WIDE = re.compile(r"^\[rank(\d+)\] wide (\S+ \S+) (\S+)$")
+
+
+def f16(x):
+    """x rounded to float16, to nearest even (as struct packs it)."""
+    return struct.unpack("<e", struct.pack("<e", x))[0]
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def bf16(x):
+    """x (a float32) rounded to bfloat16, to nearest even."""
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return struct.unpack("<f", struct.pack("<I", u << 16))[0]
+
+
+@pytest.mark.parametrize("rdzv,nprocs", [("static", [2, 2]), ("static", [2, 1]),
+                                         ("static", [1, 1, 1])],
+                         ids=["static-2+2", "static-2+1", "static-1+1+1"])
+def test_16_bit_floats_accumulate_in_float32_across_nodes(reaper, tmp_path, rdzv, nprocs):
+    """float16 and bfloat16 sums and averages accumulate in float32 and are
+    rounded once, across nodes as on one: a node's partial sum was rounded
+    to 16 bits, and again at each step of the ring, so the average of 65504
+    (the largest float16) over three ranks on two nodes was inf, and 2048 +
+    1 + 1 lost its ones."""
+    agents, _ = two_nodes(reaper, tmp_path, rdzv, nprocs, [prog("ddp_coll"), "wide"])
+    for a, rc in zip(agents, finish(agents)):
+        assert rc == 0, a.stdout() + a.stderr()
+    w = sum(nprocs)
+    want = {"float16 avg": 65504.0, "float16 sum": f16(2048 + w - 1),
+            "bfloat16 sum": bf16(256 + w - 1), "bfloat16 avg": bf16(f32((256 + w - 1) / w))}
+    got = {}
+    for a in agents:
+        for line in a.stdout().splitlines():
+            if m := WIDE.match(line):
+                got.setdefault(m[2], {})[int(m[1])] = float(m[3])
+    assert got == {k: {r: v for r in range(w)} for k, v in want.items()}
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,11 @@
  *                                       all_reduce reads them directly), plus float32 max
  *                                       and avg, and on memory from ddp_alloc; prints
  *                                       "[rankR] shared maps N", the
- *                                       memfd mappings of libddp's shared memory it has;
+ *                                       memfd mappings of libddp's shared memory it has,
+ *                                       and "[rankR] shared own N", those it made;
  *                                       then big, its buffers from ddp_alloc, and one more
- *                                       all_reduce of a bucket: "[rankR] shared maps after N"
+ *                                       all_reduce of a bucket: "[rankR] shared maps after N",
+ *                                       "[rankR] shared own after N"
  *   ddp_coll [--spawn N] zcrace         broadcasts from rank 0 whose buffer is private
  *                                       while the others' are from ddp_alloc, then the last
  *                                       rank's private and the others' from ddp_alloc,
@@ -393,6 +395,46 @@ static int run_where(struct ddp_ctx *ctx)
 	free(all);
 	free(line);
 	return run_check(ctx, 0);
+}
+
+/* 16-bit floats accumulate in float32 (ddp.h), on one node as across nodes:
+ * each result is printed for the test to compare with the exact sum
+ * rounded once. Every element must be the same (the ring splits them). */
+static int run_wide(struct ddp_ctx *ctx)
+{
+	static const struct {
+		enum ddp_dtype dt;
+		enum ddp_op op;
+		const char *name;
+		double first, rest; /* rank 0's value, every other rank's */
+	} cases[] = {
+		{DDP_FLOAT16, DDP_AVG, "float16 avg", 65504, 65504}, /* the largest half */
+		{DDP_FLOAT16, DDP_SUM, "float16 sum", 2048, 1},	     /* 2048 + 1 is a tie */
+		{DDP_BFLOAT16, DDP_SUM, "bfloat16 sum", 256, 1},
+		{DDP_BFLOAT16, DDP_AVG, "bfloat16 avg", 256, 1},
+	};
+	size_t n = 3001;
+	unsigned short *buf = malloc(n * sizeof(*buf));
+
+	if (!buf)
+		return 1;
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		double v = ddp_rank(ctx) == 0 ? cases[k].first : cases[k].rest;
+
+		for (size_t i = 0; i < n; i++)
+			put(buf, cases[k].dt, i, v);
+		CHECK(ctx, ddp_all_reduce(ctx, buf, n, cases[k].dt, cases[k].op));
+		for (size_t i = 1; i < n; i++)
+			if (buf[i] != buf[0]) {
+				ddp_print_force(ctx, "wide %s: element %zu differs\n",
+						cases[k].name, i);
+				free(buf);
+				return 1;
+			}
+		ddp_print_force(ctx, "wide %s %.17g\n", cases[k].name, get(buf, cases[k].dt, 0));
+	}
+	free(buf);
+	return 0;
 }
 
 static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
@@ -922,6 +964,30 @@ static int shared_maps(void)
 	return n;
 }
 
+/* libddp's own shared regions: it keeps each one's descriptor open (a
+ * peer's it maps and closes). */
+static int shared_own(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)) != NULL) {
+		char path[300], to[256];
+		ssize_t k;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		k = readlink(path, to, sizeof(to) - 1);
+		if (k > 0) {
+			to[k] = '\0';
+			n += strncmp(to, "/memfd:libddp-shared", 20) == 0;
+		}
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static int run_shared(struct ddp_ctx *ctx)
 {
 	struct ddp_param params[NSAME_DT * NSAME];
@@ -948,6 +1014,7 @@ static int run_shared(struct ddp_ctx *ctx)
 	bad |= check_all_reduce_in(ctx, b, DDP_FLOAT32, DDP_SUM, n) |
 	       check_all_reduce_in(ctx, b + 4096, DDP_FLOAT32, DDP_MIN, n - 4096);
 	ddp_print_force(ctx, "shared maps %d\n", shared_maps());
+	ddp_print_force(ctx, "shared own %d\n", shared_own());
 	ddp_free(ctx, b);
 	bad |= run_big(ctx, 1);
 	/* Freed regions (b, big's): the next direct call makes the peers let
@@ -955,6 +1022,7 @@ static int run_shared(struct ddp_ctx *ctx)
 	bad |= check_all_reduce_in(ctx, ddp_reducer_grad(r, NSAME - 1), DDP_FLOAT32, DDP_SUM,
 				   same_sizes[NSAME - 1]);
 	ddp_print_force(ctx, "shared maps after %d\n", shared_maps());
+	ddp_print_force(ctx, "shared own after %d\n", shared_own());
 	ddp_reducer_destroy(r);
 	/* Its buckets are gone; the peers' stay mapped until evicted or the end. */
 	free(data);
@@ -1089,6 +1157,8 @@ static int worker(int rank, void *p)
 		rc = run_check(ctx, a->argc > 1 && !strcmp(a->argv[1], "shared"));
 	else if (!strcmp(mode, "where"))
 		rc = run_where(ctx);
+	else if (!strcmp(mode, "wide"))
+		rc = run_wide(ctx);
 	else if (!strcmp(mode, "big"))
 		rc = run_big(ctx, 0);
 	else if (!strcmp(mode, "cc"))

@@ -74,8 +74,8 @@ struct ddp_ctx;
 enum ddp_dtype {
 	DDP_FLOAT32,
 	DDP_FLOAT64,
-	DDP_FLOAT16,  /* IEEE 754 binary16 (reductions accumulate in float32) */
-	DDP_BFLOAT16, /* bfloat16 (reductions accumulate in float32) */
+	DDP_FLOAT16,  /* IEEE 754 binary16 (cpu: sums accumulate in float32) */
+	DDP_BFLOAT16, /* bfloat16 (cpu: sums accumulate in float32) */
 	DDP_INT32,
 	DDP_INT64,
 };

@@ -2,6 +2,7 @@
  * (shm_coll.c); between nodes only the node leaders (local rank 0) talk, over
  * TCP (tcp.c), and then hand the result to their node through shared memory. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,8 @@ struct ddpi_cpu {
 	int *pos;	      /* local rank -> global rank (all_gather positions) */
 	void *tmp;	      /* scratch for multi-node all_gather */
 	size_t tmp_len;
+	float *wide; /* a 16-bit float all_reduce across nodes, in float32 */
+	size_t wide_len;
 	uint64_t ncalls; /* collective calls so far: the sequence number all compare */
 };
 
@@ -71,6 +74,7 @@ void ddpi_cpu_close(struct ddpi_cpu *c)
 	ddpi_shm_close(c->shm);
 	free(c->pos);
 	free(c->tmp);
+	free(c->wide);
 	free(c);
 }
 
@@ -117,6 +121,46 @@ static int all_reduce_steps(void *be, const struct ddpi_call *call, void *buf, s
 	}
 	if (c->shm)
 		return ddpi_shm_broadcast(c->shm, buf, count * ddp_dtype_size(dt), 0, deadline);
+	return 0;
+}
+
+/* float16 and bfloat16 sums and averages accumulate in float32
+ * (ddp.h). Inside a node they do (shm_coll.c), but a node's partial result
+ * stored back in 16 bits, and rounded again at every step of the ring
+ * between nodes, lost precision and overflowed: the average of 65504 over 3
+ * ranks on 2 nodes was inf. Across nodes every rank works on a float32 copy
+ * (the node steps and the ring carry twice the bytes) and rounds once, at
+ * the end, the same on every rank. The call checks compare the caller's
+ * call (call), not this copy's dtype. */
+static int all_reduce_wide(struct ddpi_cpu *c, const struct ddpi_call *call, void *buf,
+			   size_t count, enum ddp_dtype dt, enum ddp_op op, int64_t deadline)
+{
+	int rc;
+
+	if (count > c->wide_len) {
+		float *w = count <= SIZE_MAX / sizeof(float) ? malloc(count * sizeof(float)) : NULL;
+
+		if (w == NULL)
+			return ddpi_err(
+				-ENOMEM,
+				"out of memory for a float32 copy of a %s all_reduce of %zu "
+				"elements across nodes",
+				ddpi_dtype_name(dt), count);
+		free(c->wide);
+		c->wide = w;
+		c->wide_len = count;
+	}
+	if (dt == DDP_FLOAT16)
+		ddpi_f16_to_f32_n(c->wide, buf, count);
+	else
+		ddpi_bf16_to_f32_n(c->wide, buf, count);
+	rc = all_reduce_steps(c, call, c->wide, count, DDP_FLOAT32, op, deadline);
+	if (rc < 0)
+		return rc;
+	if (dt == DDP_FLOAT16)
+		ddpi_f32_to_f16_n(buf, c->wide, count);
+	else
+		ddpi_f32_to_bf16_n(buf, c->wide, count);
 	return 0;
 }
 
@@ -244,6 +288,9 @@ static int cpu_all_reduce(void *be, void *buf, size_t count, enum ddp_dtype dt, 
 
 	if (c->shm)
 		c->shm->outer = &call;
+	if (rc == 0 && c->env.nnodes > 1 && (dt == DDP_FLOAT16 || dt == DDP_BFLOAT16) &&
+	    op != DDP_MIN && op != DDP_MAX) /* (these two are exact in 16 bits) */
+		return call_end(c, all_reduce_wide(c, &call, buf, count, dt, op, deadline));
 	return call_end(c, rc < 0 ? rc : all_reduce_steps(be, &call, buf, count, dt, op, deadline));
 }
 
