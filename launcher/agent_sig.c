@@ -52,9 +52,11 @@ static pid_t find_stepd(void)
 {
 	struct proc_info pi;
 	pid_t pid = getppid();
+	char why[300];
 	int i;
 
-	if (getenv("SLURM_JOB_ID") == NULL || slurm_step_id(env_of) == NULL ||
+	if (getenv("SLURM_JOB_ID") == NULL ||
+	    slurm_step(env_of, why, sizeof(why)) != SLURM_STEP_SRUN ||
 	    !slurm_proctrack_linuxproc(getenv("SLURM_CONF")))
 		return 0;
 	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {

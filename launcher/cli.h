@@ -120,7 +120,8 @@ struct cli_opts {
 	char slurm_run_id[136];			   /* rdzv_id points here then: JOB[.STEP] */
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */
-	const char *slurm_stray; /* SLURM_* set outside an allocation (warned about) */
+	const char *slurm_stray;      /* SLURM_* set outside an allocation (warned about) */
+	char slurm_step_ignored[300]; /* SLURM_STEP_* not this job's: why (warned about) */
 	/* Options given on the command line that a node running alone does not
 	 * read (--master-addr, --master-port, --node-rank: cli_runs_alone),
 	 * as "--a, --b"; warned about. Their PET_ variables are passed over

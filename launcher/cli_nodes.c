@@ -16,12 +16,13 @@ static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *
 			      const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
 {
 	const char *v = getenv_fn("SLURM_NNODES");
+	char why[300];
 	int n;
 
 	/* Outside a step (the batch script) --nnodes 1 is how to run alone. */
 	if (!g->nnodes || g->node_rank || o->standalone || strcmp(o->rdzv_backend, "static") != 0 ||
-	    slurm_step_id(getenv_fn) == NULL || v == NULL ||
-	    util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n)
+	    v == NULL || util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n ||
+	    slurm_step(getenv_fn, why, sizeof(why)) != SLURM_STEP_SRUN)
 		return 0;
 	snprintf(err, errlen,
 		 "--nnodes %d is below the %d nodes of this srun step (SLURM_NNODES), whose node "
@@ -67,6 +68,12 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 	o->slurm_stray = si.stray;
 	if (!si.in_allocation || o->standalone)
 		return 0;
+	snprintf(o->slurm_step_ignored, sizeof(o->slurm_step_ignored), "%s", si.step_ignored);
+	/* A job of one node from Slurm is one too: SLURM_NODELIST's first node
+	 * need not be this one either (salloc's shell on a login node, step
+	 * variables another job left). */
+	if (!g->nnodes && si.nnodes == 1)
+		alone = true;
 	if (check_given_nnodes(o, g, getenv_fn, err, errlen) != 0)
 		return -EINVAL;
 	if (!g->nnodes && si.nnodes > 0) {

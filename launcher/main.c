@@ -115,6 +115,9 @@ int main(int argc, char **argv)
 			"allocation, so ddprun ignores SLURM_* (run it under srun, or give "
 			"--nnodes, --node-rank and --master-addr)\n",
 			o.slurm_stray);
+	if (o.slurm_step_ignored[0] != '\0')
+		fprintf(stderr, "ddprun: warning: ignoring SLURM_STEP_*: %s\n",
+			o.slurm_step_ignored);
 	status = job_resolve(&job, &o, env_get);
 	if (status != 0)
 		goto out;

@@ -323,6 +323,8 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 		    struct slurm_info *info, char *err, size_t errlen)
 {
 	const char *v, *name;
+	char why[300];
+	bool in_step;
 	int rc;
 
 	memset(info, 0, sizeof(*info));
@@ -341,9 +343,19 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 	}
 	info->in_allocation = 1;
 	snprintf(info->job_id, sizeof(info->job_id), "%s", v);
-	v = slurm_step_id(getenv_fn);
-	if (v != NULL)
-		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id, v);
+	switch (slurm_step(getenv_fn, why, sizeof(why))) {
+	case SLURM_STEP_SRUN:
+		in_step = true;
+		break;
+	case SLURM_STEP_STALE:
+		snprintf(info->step_ignored, sizeof(info->step_ignored), "%s", why);
+		/* fallthrough */
+	default:
+		in_step = false;
+	}
+	if (in_step)
+		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id,
+			 slurm_step_id(getenv_fn));
 	else
 		snprintf(info->run_id, sizeof(info->run_id), "%s", info->job_id);
 
@@ -363,26 +375,31 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 			 info->node_rank, info->nnodes);
 		return -EINVAL;
 	}
-	if (info->nnodes > 1 && slurm_step_id(getenv_fn) == NULL) {
+	if (info->nnodes > 1 && !in_step) {
 		/* The batch script (or salloc's shell): nobody starts the other
 		 * nodes' ddprun, whom node 0 would wait for until join_timeout. */
 		snprintf(err, errlen,
-			 "SLURM_NNODES=%d, but this is no srun step (SLURM_STEP_ID is not set: "
-			 "the batch script or salloc's shell), so no other node starts ddprun: "
-			 "run it as srun ddprun ... (one per node), or give --nnodes 1 to run on "
-			 "this node alone",
-			 info->nnodes);
+			 "SLURM_NNODES=%d, but this is no srun step (%s), so no other node starts "
+			 "ddprun: run it as srun ddprun ... (one per node), or give --nnodes 1 to "
+			 "run on this node alone",
+			 info->nnodes, why);
 		return -EINVAL;
 	}
-	rc = check_one_task_per_node(getenv_fn, err, errlen);
-	if (rc != 0)
+	if (in_step && (rc = check_one_task_per_node(getenv_fn, err, errlen)) != 0)
 		return rc;
-	/* A step may run on fewer nodes than the job has (srun -N1): its own
-	 * list comes first. */
 	if (!(need & SLURM_NEED_MASTER))
 		return 0;
+	/* A step may run on fewer nodes than the job has (srun -N1): its own
+	 * list comes first; a heterogeneous one's node 0 need not come first
+	 * there. */
+	if (in_step) {
+		rc = slurm_het_first(getenv_fn, info->master, sizeof(info->master),
+				     &info->master_var, err, errlen);
+		if (rc <= 0)
+			return rc;
+	}
 	name = "SLURM_STEP_NODELIST";
-	v = getenv_fn(name);
+	v = in_step ? getenv_fn(name) : NULL;
 	if (v == NULL)
 		v = getenv_fn(name = "SLURM_JOB_NODELIST");
 	if (v == NULL)

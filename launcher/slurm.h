@@ -39,6 +39,9 @@ struct slurm_info {
 	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
 	 * set anyway (worth a warning: it is not used), or NULL. */
 	const char *stray;
+	/* SLURM_STEP_* set but not this job's (slurm_step: SLURM_STEP_STALE),
+	 * so not used: why, for a warning; else "". */
+	char step_ignored[300];
 };
 
 /* What the caller needs of slurm_info (the others stay -1 / "", unread). */
@@ -53,12 +56,33 @@ struct slurm_info {
  * SLURM_NODELIST. -EINVAL with the reason in err (size errlen): a needed
  * variable present but malformed (named), a step with more tasks than
  * nodes (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per
- * node), or several nodes needed outside a step (no SLURM_STEP_ID: the
- * batch script, where no other node runs ddprun). A variable not needed is not read, so a flag overrides a malformed
- * one. */
+ * node), or several nodes needed outside an srun step (slurm_step: the
+ * batch script, salloc's shell or interactive step, where no other node
+ * runs ddprun). Outside an srun step SLURM_STEP_* are not read. A variable
+ * not needed is not read, so a flag overrides a malformed one. */
 /* SLURM_STEP_ID (or the older SLURM_STEPID): set in an srun step, not in the
  * batch script or salloc's shell; NULL there. */
 const char *slurm_step_id(const char *(*getenv_fn)(const char *name));
+
+/* Where this process runs in the allocation. Only in SLURM_STEP_SRUN do
+ * SLURM_NNODES, SLURM_NODEID and SLURM_STEP_* describe a step that srun
+ * started on every node of it. */
+enum slurm_step {
+	SLURM_STEP_SRUN,  /* an srun step of this job */
+	SLURM_STEP_NONE,  /* no step id: the batch script, salloc's shell */
+	SLURM_STEP_OWN,	  /* one of Slurm's own step ids: salloc's interactive step */
+	SLURM_STEP_STALE, /* step variables that another job's or step's environment left
+			   * (sbatch passes its caller's on): not this job's nodes */
+};
+/* The kind, and for any but SLURM_STEP_SRUN why, for a message, in why. */
+enum slurm_step slurm_step(const char *(*getenv_fn)(const char *name), char *why, size_t whylen);
+/* In a heterogeneous step (SLURM_HET_SIZE, or SLURM_PACK_SIZE, above 1),
+ * whose SLURM_NODEID goes component by component while SLURM_STEP_NODELIST
+ * is sorted: node 0's host into buf, and in *var the variable it came from,
+ * where the step spans the job's components exactly; else -EINVAL with the
+ * reason in err. 1: no heterogeneous step. */
+int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_t len,
+		    const char **var, char *err, size_t errlen);
 
 int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 		    struct slurm_info *info, char *err, size_t errlen);

@@ -1,11 +1,13 @@
 """Job steps whose shape is not one ddprun per node of the job: two tasks
 per node are refused (they would claim the same node rank), a one-node step
 in a three-node job is a one-node job on that step's node; two jobs that
-share nodes and a port are told apart."""
+share nodes and a port are told apart. A batch script whose SLURM_STEP_*
+are another job's (sbatch run from inside a step passes them on) does not
+use them; a heterogeneous step's node 0 hosts the store."""
 import os
 
 from conftest import job_script, rcs, read, start_waiting_job
-from test_slurm_job import RECORD, address_of, envs
+from test_slurm_job import RECORD, envs
 
 
 def test_two_tasks_per_node_refused(cluster, tmp_path):
@@ -36,8 +38,10 @@ def test_one_node_step_in_three_node_job(cluster, tmp_path):
     assert sorted(got) == [0, 1], log
     for e in got.values():
         assert e["HOST"] == "n2" and e["WORLD_SIZE"] == "2"
-        # A one-node job passes the host on as it took it.
-        assert e["MASTER_ADDR"] in ("n2", address_of(cluster, "n2")), log
+        # A job of one node hosts its store on loopback, as --nnodes 1
+        # does: Slurm's first node is not looked for.
+        assert e["MASTER_ADDR"] == "127.0.0.1", log
+    assert f"from Slurm: --nnodes 1 --rdzv-id {jobid}.0\n" in log, log
 
 
 def test_two_steps_one_after_the_other(cluster, tmp_path):
@@ -95,3 +99,66 @@ def test_ddprun_without_srun_in_a_three_node_job_refused(cluster, tmp_path):
     log = read(tmp_path / "job.out")
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "2:0", log
     assert "SLURM_NNODES=3, but this is no srun step" in log and "worker ran" not in log
+
+
+# What sbatch run from `srun --pty bash` on n3 passes on to the batch script
+# (its default --export=ALL): that step's variables.
+OTHER_STEP = {"SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n3", "SLURM_STEP_NUM_NODES": "1",
+              "SLURM_STEP_NUM_TASKS": "1"}
+
+
+def test_a_batch_script_of_one_node_ignores_another_jobs_step_variables(cluster, tmp_path):
+    """A one-node job's script may run ddprun itself: it took the store's
+    host from the inherited SLURM_STEP_NODELIST (n3, the other job's node)
+    and ended with "cannot listen on n3"."""
+    script = job_script(tmp_path / "job.sh",
+                        "ddprun --nproc-per-node=2 sh -c "
+                        "'echo rank $RANK of $WORLD_SIZE on $(hostname) run $TORCHELASTIC_RUN_ID'",
+                        nodes=1, extra="--nodelist=n1")
+    jobid = cluster.sbatch(script, env=cluster.env(**OTHER_STEP))
+    j = cluster.wait_job(jobid, timeout=30)
+    log = read(tmp_path / "job.out")
+    assert j["JobState"] == "COMPLETED" and j["ExitCode"] == "0:0", log
+    assert ("ddprun: warning: ignoring SLURM_STEP_*: SLURM_STEP_NODELIST=n3 is not within "
+            "SLURM_JOB_NODELIST=n1: the SLURM_STEP_* variables are another job's") in log, log
+    assert f"from Slurm: --nnodes 1 --rdzv-id {jobid}\n" in log, log
+    for rank in range(2):
+        assert f"rank {rank} of 2 on n1 run {jobid}\n" in log, log
+
+
+def test_a_batch_script_of_two_nodes_with_another_jobs_step_variables_is_refused(cluster,
+                                                                                 tmp_path):
+    """srun forgotten in a 2-node job whose script inherited another job's
+    step variables: refused at once with 2, as without them (it took the
+    other job's node as the store's host and waited join_timeout there)."""
+    script = job_script(tmp_path / "job.sh",
+                        "ddprun --nproc-per-node=1 sh -c 'echo worker ran'", nodes=2)
+    jobid = cluster.sbatch(script, env=cluster.env(**OTHER_STEP))
+    j = cluster.wait_job(jobid, timeout=30)
+    log = read(tmp_path / "job.out")
+    assert j["JobState"] == "FAILED" and j["ExitCode"] == "2:0", log
+    assert ("SLURM_NNODES=2, but this is no srun step (SLURM_STEP_NUM_NODES=1 is not "
+            "SLURM_NNODES=2: the SLURM_STEP_* variables are another job's") in log, log
+    assert "worker ran" not in log
+
+
+def test_a_heterogeneous_step_meets_at_its_first_components_node(cluster, tmp_path):
+    """srun --het-group=0,1 over components n3 and n[1-2]: Slurm numbers
+    the nodes component by component (n3 is node 0) but lists them sorted
+    (n[1-3]). The store was looked for on n1 while n3 hosted it: every node
+    waited join_timeout."""
+    (tmp_path / "job.sh").write_text(
+        "#!/bin/sh\n"
+        f"#SBATCH --nodes=1 --nodelist=n3 --output={tmp_path}/job.out\n"
+        "#SBATCH hetjob\n"
+        "#SBATCH --nodes=2 --nodelist=n[1-2]\n"
+        "srun --het-group=0,1 ddprun --nproc-per-node=1 --master-port=29511 "
+        "--rdzv-conf join_timeout=20 sh -c 'echo rank $RANK of $WORLD_SIZE on $(hostname)'\n")
+    jobid = cluster.sbatch(tmp_path / "job.sh")
+    j = cluster.wait_job(jobid, timeout=50)
+    log = read(tmp_path / "job.out")
+    assert j["JobState"] == "COMPLETED", log
+    for rank, host in enumerate(["n3", "n1", "n2"]):
+        assert f"rank {rank} of 3 on {host}\n" in log, log
+        assert (f"from Slurm: --nnodes 3 --node-rank {rank} --master-addr n3 "
+                f"--rdzv-id {jobid}.0") in log, log

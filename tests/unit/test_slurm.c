@@ -155,10 +155,10 @@ static void test_info_nothing_stray(void **state)
 /* srun -N1 in a 3-node job: the step's own node hosts the store. */
 static void test_info_step_nodelist_first(void **state)
 {
-	static const char *const env[] = {"SLURM_JOB_ID=7",	    "SLURM_NNODES=1",
-					  "SLURM_NODEID=0",	    "SLURM_JOB_NODELIST=n[1-3]",
-					  "SLURM_STEP_NODELIST=n2", "SLURM_STEP_NUM_NODES=1",
-					  "SLURM_STEP_NUM_TASKS=1", NULL};
+	static const char *const env[] = {
+		"SLURM_JOB_ID=7",	  "SLURM_STEP_ID=1",	       "SLURM_NNODES=1",
+		"SLURM_NODEID=0",	  "SLURM_JOB_NODELIST=n[1-3]", "SLURM_STEP_NODELIST=n2",
+		"SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1",    NULL};
 	struct slurm_info info;
 	char err[256] = "";
 
@@ -231,6 +231,133 @@ static void test_info_batch_script_of_several_nodes(void **state)
 	fake_env = one;
 	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_string_equal(info.run_id, "123"); /* no step */
+}
+
+/* sbatch run from inside a step (srun --pty bash) passes that step's
+ * variables on to the batch script: not this job's, so not used (the store
+ * was looked for on the other job's node), and said. */
+static void test_info_step_variables_of_another_job(void **state)
+{
+	static const char *const one[] = {
+		"SLURM_JOB_ID=9",	  "SLURM_NNODES=1",	    "SLURM_NODEID=0",
+		"SLURM_JOB_NODELIST=n1",  "SLURM_STEP_ID=0",	    "SLURM_STEP_NODELIST=n3",
+		"SLURM_STEP_NUM_NODES=1", "SLURM_STEP_NUM_TASKS=1", NULL};
+	static const char *const two[] = {"SLURM_JOB_ID=7",
+					  "SLURM_NNODES=2",
+					  "SLURM_NODEID=0",
+					  "SLURM_JOB_NODELIST=n[1-2]",
+					  "SLURM_STEP_ID=0",
+					  "SLURM_STEP_NODELIST=n1",
+					  "SLURM_STEP_NUM_NODES=1",
+					  "SLURM_STEP_NUM_TASKS=1",
+					  NULL};
+	struct slurm_info info;
+	char err[400] = "";
+
+	(void)state;
+	fake_env = one;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.master, "n1");
+	assert_string_equal(info.master_var, "SLURM_JOB_NODELIST");
+	assert_string_equal(info.run_id, "9");
+	assert_non_null(strstr(info.step_ignored,
+			       "SLURM_STEP_NODELIST=n3 is not within SLURM_JOB_NODELIST=n1"));
+	fake_env = two;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES=2, but this is no srun step "
+				    "(SLURM_STEP_NUM_NODES=1 is not SLURM_NNODES=2: the "
+				    "SLURM_STEP_* variables are another job's"));
+	assert_int_equal(slurm_step(fake_getenv, err, sizeof(err)), SLURM_STEP_STALE);
+}
+
+/* salloc's shell under LaunchParameters=use_interactive_step is a step of
+ * Slurm's own on one node, with the job's SLURM_NNODES: no other node
+ * starts ddprun there (it waited for them until join_timeout). */
+static void test_info_interactive_step(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=3",
+					  "SLURM_NNODES=3",
+					  "SLURM_NODEID=0",
+					  "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_ID=4294967290",
+					  "SLURM_STEP_NODELIST=n1",
+					  "SLURM_STEP_NUM_NODES=1",
+					  "SLURM_STEP_NUM_TASKS=1",
+					  NULL};
+	struct slurm_info info;
+	char err[400] = "";
+
+	(void)state;
+	fake_env = env;
+	assert_int_equal(slurm_step(fake_getenv, err, sizeof(err)), SLURM_STEP_OWN);
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "SLURM_NNODES=3, but this is no srun step (SLURM_STEP_ID="
+				    "4294967290: salloc's interactive step"));
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER,
+					 &info, err, sizeof(err)),
+			 0);
+	assert_string_equal(info.run_id, "3");
+	assert_string_equal(info.step_ignored, "");
+}
+
+/* srun --het-group=0,1: SLURM_NODEID goes component by component (n3 of
+ * component 0 is node 0), SLURM_STEP_NODELIST is sorted (n1 first): the
+ * store was looked for on n1 while n3 hosted it. */
+static void test_info_heterogeneous_step(void **state)
+{
+	static const char *const het[] = {"SLURM_JOB_ID=3",
+					  "SLURM_STEP_ID=0",
+					  "SLURM_NNODES=3",
+					  "SLURM_NODEID=1",
+					  "SLURM_JOB_NODELIST=n[1-3]",
+					  "SLURM_STEP_NODELIST=n[1-3]",
+					  "SLURM_STEP_NUM_NODES=3",
+					  "SLURM_STEP_NUM_TASKS=3",
+					  "SLURM_HET_SIZE=2",
+					  "SLURM_JOB_NODELIST_HET_GROUP_0=n3",
+					  "SLURM_JOB_NODELIST_HET_GROUP_1=n[1-2]",
+					  NULL};
+	static const char *const pack[] = {"SLURM_JOB_ID=3",
+					   "SLURM_STEP_ID=0",
+					   "SLURM_NNODES=3",
+					   "SLURM_STEP_NODELIST=n[1-3]",
+					   "SLURM_PACK_SIZE=2",
+					   "SLURM_JOB_NODELIST_PACK_GROUP_0=n[2-3]",
+					   "SLURM_JOB_NODELIST_PACK_GROUP_1=n1",
+					   NULL};
+	/* Components 1 and 2 of three (--het-group=1,2): not the job's first
+	 * two, so node 0 cannot be told. */
+	static const char *const part[] = {"SLURM_JOB_ID=3",
+					   "SLURM_STEP_ID=0",
+					   "SLURM_NNODES=2",
+					   "SLURM_STEP_NODELIST=n[1-2]",
+					   "SLURM_HET_SIZE=2",
+					   "SLURM_JOB_NODELIST_HET_GROUP_0=n3",
+					   "SLURM_JOB_NODELIST_HET_GROUP_1=n1",
+					   NULL};
+	struct slurm_info info;
+	char err[600] = "";
+
+	(void)state;
+	fake_env = het;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.master, "n3");
+	assert_string_equal(info.master_var, "SLURM_JOB_NODELIST_HET_GROUP_0");
+	fake_env = pack;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_MASTER, &info, err, sizeof(err)),
+			 0);
+	assert_string_equal(info.master, "n2");
+	assert_string_equal(info.master_var, "SLURM_JOB_NODELIST_PACK_GROUP_0");
+	fake_env = part;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "a heterogeneous step (SLURM_HET_SIZE=2)"));
+	assert_non_null(strstr(err, "--master-addr"));
+	/* Without a --master-addr to find, nothing to refuse. */
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_NNODES, &info, err, sizeof(err)),
+			 0);
 }
 
 static void test_info_alternate_names(void **state)
@@ -350,6 +477,9 @@ int main(void)
 		cmocka_unit_test(test_info_allocation),
 		cmocka_unit_test(test_info_batch_script_of_several_nodes),
 		cmocka_unit_test(test_info_alternate_names),
+		cmocka_unit_test(test_info_step_variables_of_another_job),
+		cmocka_unit_test(test_info_interactive_step),
+		cmocka_unit_test(test_info_heterogeneous_step),
 		cmocka_unit_test(test_info_reads_only_what_is_needed),
 		cmocka_unit_test(test_info_malformed),
 		cmocka_unit_test(test_conf_value_last_line_wins_any_case),
