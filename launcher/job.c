@@ -223,7 +223,8 @@ const char *job_store_host_source(const struct job *j)
 	if (j->dynamic)
 		return "--rdzv-endpoint";
 	if (j->slurm_master_var != NULL) {
-		snprintf(buf, sizeof(buf), "Slurm's first node of %s (--master-addr overrides it)",
+		snprintf(buf, sizeof(buf),
+			 "Slurm's first node of %s, which --master-addr overrides",
 			 j->slurm_master_var);
 		return buf;
 	}

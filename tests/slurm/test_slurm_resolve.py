@@ -25,5 +25,5 @@ def test_unresolvable_first_host_is_named(cluster, tmp_path):
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "1:0", log
     assert "worker ran" not in log
     said = ("error: cannot resolve the rendezvous store's host n1 (Slurm's first node of "
-            "SLURM_STEP_NODELIST (--master-addr overrides it))")
+            "SLURM_STEP_NODELIST, which --master-addr overrides)")
     assert log.count(said) == 3, log
