@@ -271,6 +271,9 @@ $(foreach t,$(UNIT_BIN),$(eval $(t): $(UNIT_OBJ_$(call unit_part,$(t)))))
 # only the client pieces libddp holds.
 $(B)/tests/unit/test_ddp_join: $(RDZV_OBJ)
 $(B)/tests/unit/test_ddp_join: UNIT_LIBS_worker-runtime += $(URING_LIBS)
+# test_ddp_reuse stands between libddp and malloc, to hand a freed block
+# straight back as an allocator may.
+$(B)/tests/unit/test_ddp_reuse: UNIT_LIBS_worker-runtime += -Wl,--wrap=calloc -Wl,--wrap=free
 $(B)/tests/unit/%: $(B)/obj/tests/unit/%.o
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")

@@ -161,7 +161,10 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out);
 /* Waits for pending gradient reductions, releases the communicators, restores
  * stdout and frees ctx (NULL is a no-op). Once freed, every call refuses
  * ctx (-EINVAL, "no context (NULL or finalized)"; a second ddp_finalize
- * "not a live context"; the getters answer as for NULL). No barrier: call ddp_barrier() first
+ * "not a live context"; the getters answer as for NULL), also once a later
+ * ddp_init made another context: a finalized context's address is never
+ * reused (its struct, under 2 KiB, stays allocated until the process ends).
+ * No barrier: call ddp_barrier() first
  * if ranks must leave together; a peer still making a call after this one
  * finalized fails at once naming it (the cpu backend: -EINVAL, "rank R
  * finished (ddp_finalize) after N collective calls ...", or "... after its

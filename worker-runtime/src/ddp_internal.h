@@ -244,7 +244,8 @@ struct ddp_ctx {
 	 * tells a foreign or freed pointer from its own. */
 	struct ddp_reducer *reducers;
 	struct ddpi_block *blocks;
-	pthread_mutex_t mem_lock; /* reducers and blocks: any thread may add or take one */
+	pthread_mutex_t mem_lock;  /* reducers and blocks: any thread may add or take one */
+	struct ddp_ctx *tomb_next; /* finalized: the one finalized before (init.c) */
 };
 
 /* ctx where it is the live context (ddp_init gave it, ddp_finalize has not

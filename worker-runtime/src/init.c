@@ -21,9 +21,26 @@
 /* One context per process: a second one would share the node's segment name. */
 static _Atomic int live_contexts;
 /* The context ddp_init gave and ddp_finalize has not taken back (one a
- * process): a call given any other, one finalized and freed, takes it as
- * NULL instead of reading freed memory (ddpi_ctx_live). */
+ * process): a call given any other, one finalized, takes it as NULL instead
+ * of reading what is left of it (ddpi_ctx_live). */
 static struct ddp_ctx *_Atomic live_ctx;
+/* Finalized contexts, zeroed and never freed: free() would let the next
+ * ddp_init's calloc return the same address, and a stale handle the program
+ * still holds would then be the live context (its second ddp_finalize tore
+ * the new one down). Only the struct stays (sizeof(struct ddp_ctx), under
+ * 2 KiB, per finalized context; a process makes a handful), linked so that
+ * leak checkers see it reachable. Nothing on a collective's path reads this. */
+static struct ddp_ctx *tombstones;
+static pthread_mutex_t tombstones_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void bury(struct ddp_ctx *ctx)
+{
+	memset(ctx, 0, sizeof(*ctx));
+	pthread_mutex_lock(&tombstones_lock);
+	ctx->tomb_next = tombstones;
+	tombstones = ctx;
+	pthread_mutex_unlock(&tombstones_lock);
+}
 
 struct ddp_ctx *ddpi_ctx_live(const struct ddp_ctx *ctx)
 {
@@ -256,7 +273,7 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	ddpi_print_restore(ctx);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->mem_lock);
-	free(ctx);
+	bury(ctx);
 	atomic_fetch_sub(&live_contexts, 1);
 	return rc;
 }
