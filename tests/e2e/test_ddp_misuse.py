@@ -85,3 +85,21 @@ def test_ddp_alloc_fails_where_malloc_does():
         m, d = l.split()[1], l.split()[3]
         assert m == d, l
         assert m == "1" or "ddp_alloc: cannot allocate" in l, l
+
+
+def test_a_forked_child_cannot_use_the_parents_context():
+    """fork() after ddp_init: the child's all_reduce joined the parents' (their
+    sums came out wrong, status 0), and its ddp_finalize made the parents
+    fail, "rank 0 finished (ddp_finalize)". Now the child's calls are
+    refused, naming the fork, and the parents go on untouched."""
+    for what in ("coll", "fin"):
+        r = ddprun(2, ["fork", what])
+        assert r.returncode == 0, r.stdout + r.stderr
+        for rank in range(2):
+            assert r.stderr.count(f"parent {rank} sum 2\n") == 3, r.stderr
+            line = [l for l in r.stderr.splitlines() if l.startswith(f"child {rank} rc ")]
+            assert len(line) == 1, r.stderr
+            assert line[0].startswith(f"child {rank} rc -22 "), line
+            assert "used in a forked child (pid " in line[0], line
+            assert "of the process that ran ddp_init (pid " in line[0], line
+        assert r.stderr.count("ok\n") == 2, r.stderr

@@ -10,12 +10,18 @@
  *                         "malloc M ddp_alloc D" (1: succeeded), and ddp_errmsg
  *   ddp_misuse caps       a reducer whose last rank gives other bucket caps:
  *                         "create: <ddp_errmsg>", then an all_reduce still works
+ *   ddp_misuse fork WHAT  an all_reduce, then a forked child calls ddp_all_reduce
+ *                         (WHAT coll) or ddp_finalize (fin) and prints "child
+ *                         R rc C <ddp_errmsg>"; the parent then sums 1 three
+ *                         times: "parent R sum S"
  * Every rank prints "ok" (or "failed: <ddp_errmsg>") on stderr at the end. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "ddp.h"
 
@@ -124,6 +130,37 @@ static int caps(struct ddp_ctx *ctx)
 	return x == ddp_world_size(ctx) ? 0 : fail(-1);
 }
 
+/* A forked child holds a copy of the context: its collective mixed into the
+ * parents' and its ddp_finalize told the peers that the rank had finished. */
+static int forked(struct ddp_ctx *ctx, const char *what)
+{
+	float x = 1;
+	int rc, status;
+	pid_t pid;
+
+	if ((rc = ddp_all_reduce(ctx, &x, 1, DDP_FLOAT32, DDP_SUM)) < 0)
+		return fail(rc);
+	fflush(NULL);
+	if ((pid = fork()) < 0)
+		return fail(-errno);
+	if (pid == 0) {
+		float y = 100;
+		rc = !strcmp(what, "fin") ? ddp_finalize(ctx)
+					  : ddp_all_reduce(ctx, &y, 1, DDP_FLOAT32, DDP_SUM);
+		fprintf(stderr, "child %d rc %d %s\n", ddp_rank(ctx), rc, rc ? ddp_errmsg() : "");
+		_exit(0);
+	}
+	if (waitpid(pid, &status, 0) != pid)
+		return fail(-errno);
+	for (int i = 0; i < 3; i++) {
+		x = 1;
+		if ((rc = ddp_all_reduce(ctx, &x, 1, DDP_FLOAT32, DDP_SUM)) < 0)
+			return fail(rc);
+		fprintf(stderr, "parent %d sum %g\n", ddp_rank(ctx), x);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct ddp_ctx *ctx;
@@ -146,6 +183,8 @@ int main(int argc, char **argv)
 			rc = bigalloc(ctx);
 		else if (!strcmp(argv[1], "caps"))
 			rc = caps(ctx);
+		else if (!strcmp(argv[1], "fork") && argc > 2)
+			rc = forked(ctx, argv[2]);
 		else
 			rc = 2;
 		if (ddp_finalize(ctx) < 0 && rc == 0)

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -200,6 +201,69 @@ static void test_a_finalized_context_is_taken_as_null(void **state)
 	assert_int_equal(ddp_finalize(ctx), 0);
 }
 
+/* In a forked child: which check failed (its exit status), 0 if none. */
+static int forked_child_checks(struct ddp_ctx *ctx, struct ddp_reducer *r, pid_t parent)
+{
+	char why[160];
+	struct ddp_ctx *c2;
+	float x = 1;
+
+	snprintf(why, sizeof(why),
+		 "used in a forked child (pid %d) of the process that ran ddp_init (pid %d)",
+		 (int)getpid(), (int)parent);
+	if (ddp_all_reduce(ctx, &x, 1, DDP_FLOAT32, DDP_SUM) != -EINVAL ||
+	    !strstr(ddp_errmsg(), "all_reduce: the context is ") || !strstr(ddp_errmsg(), why))
+		return 10;
+	if (ddp_barrier(ctx) != -EINVAL || ddp_broadcast(ctx, &x, 4, 0) != -EINVAL ||
+	    ddp_all_gather(ctx, &x, &x, 4) != -EINVAL || ddp_set_timeout(ctx, 5) != -EINVAL)
+		return 11;
+	if (ddp_alloc(ctx, 64) || !strstr(ddp_errmsg(), why))
+		return 12;
+	if (ddp_reducer_mark_ready(r, 0) != -EINVAL || !strstr(ddp_errmsg(), why) ||
+	    ddp_reducer_finish(r) != -EINVAL || ddp_reducer_zero_grad(r) != -EINVAL ||
+	    ddp_reducer_grad(r, 0) || ddp_reducer_num_buckets(r) != 0)
+		return 13;
+	/* reading the identity touches nothing shared: the parent's */
+	if (ddp_rank(ctx) != 0 || ddp_world_size(ctx) != 1 || ddp_print_enabled(ctx) != 1)
+		return 14;
+	if (ddp_init(NULL, &c2) != -EBUSY || !strstr(ddp_errmsg(), "forked child"))
+		return 15;
+	if (ddp_finalize(ctx) != -EINVAL || !strstr(ddp_errmsg(), why))
+		return 16;
+	ddp_reducer_destroy(r); /* its own memory only */
+	return 0;
+}
+
+/* fork() after ddp_init: the child's copy of the context named the parent's
+ * rank, segment and peers; its collectives ran (with peers, they mixed into
+ * the parents' sums) and its ddp_finalize tore down what it shares with the
+ * parent. Every call from the child is refused; the parent goes on. */
+static void test_a_forked_child_cannot_use_the_context(void **state)
+{
+	struct ddp_ctx *ctx = world_of_one(NULL);
+	static float w[10];
+	struct ddp_param p[] = {{"w", w, 10, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+	pid_t parent = getpid(), pid;
+	int status;
+	float x = 2;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(forked_child_checks(ctx, r, parent));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(ddp_all_reduce(ctx, &x, 1, DDP_FLOAT32, DDP_SUM), 0);
+	assert_true(x == 2);
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_reducer_finish(r), 0);
+	ddp_reducer_destroy(r);
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
 static int return_0(int rank, void *arg)
 {
 	return 0;
@@ -341,6 +405,7 @@ int main(void)
 		cmocka_unit_test(test_a_reducer_outliving_its_context_is_only_destroyed),
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
 		cmocka_unit_test(test_a_finalized_context_is_taken_as_null),
+		cmocka_unit_test(test_a_forked_child_cannot_use_the_context),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
 		cmocka_unit_test(test_every_failing_call_says_why),
 		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),

@@ -24,6 +24,16 @@
  *     broken by an earlier failure: ... rank 1 (pid 4711) exited").
  *   - Collectives are issued by one thread at a time, in the same order on
  *     every rank (like MPI and torch.distributed).
+ *   - A context belongs to the process that ran ddp_init. In a child of fork()
+ *     (torch.distributed forbids a process group there too) every call given
+ *     the parent's context fails with -EINVAL, "...: the context is used in a
+ *     forked child (pid X) of the process that ran ddp_init (pid Y)":
+ *     collectives, ddp_alloc/ddp_free, reducers, ddp_set_timeout, and
+ *     ddp_finalize, which then tears nothing down (the node's segment, the
+ *     sockets and the peers stay the parent's). What only reads the parent's
+ *     identity still works there: the getters, ddp_print_enabled,
+ *     ddp_print_force, ddp_fatal, ddp_sampler_init_ctx. ddp_init in such a
+ *     child fails with -EBUSY; a child that execs starts afresh.
  *   - Buffers live in the memory of the context's device: host memory for the
  *     cpu backend; GPU memory for nccl (host buffers are staged through the GPU).
  */

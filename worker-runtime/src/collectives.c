@@ -35,7 +35,7 @@ static int begin(struct ddp_ctx *ctx, const char *what, enum ddpi_progress_op op
 	int rc;
 
 	if (!ddpi_ctx_live(ctx))
-		return ddpi_err(-EINVAL, "%s: no context (NULL or finalized)", what);
+		return ddpi_ctx_refuse(ctx, what);
 	if ((rc = ddpi_ctx_check(ctx, what)) < 0 ||
 	    (ctx->async && (rc = ddpi_async_wait(ctx->async, what)) < 0))
 		return rc;

@@ -252,6 +252,12 @@ struct ddp_ctx {
  * taken it back), else NULL: every public call takes a finalized one as
  * NULL. */
 struct ddp_ctx *ddpi_ctx_live(const struct ddp_ctx *ctx);
+/* ctx where it is live, or the context a forked child inherited (whose
+ * identity the getters still read: nothing shared is touched), else NULL. */
+const struct ddp_ctx *ddpi_ctx_known(const struct ddp_ctx *ctx);
+/* The error of a call given a context that is not live: -EINVAL, "what: no
+ * context (NULL or finalized)" or, in a forked child, why it is refused. */
+int ddpi_ctx_refuse(const struct ddp_ctx *ctx, const char *what);
 
 /* ddp_finalize: every reducer still alive waits for its buckets and gives
  * them back; its later calls fail (destroy still frees it). First error. */

@@ -252,7 +252,7 @@ void ddp_fatal(struct ddp_ctx *ctx, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
-	int rank = ddpi_ctx_live(ctx) ? ctx->env.rank : log_rank;
+	int rank = ddpi_ctx_known(ctx) ? ctx->env.rank : log_rank;
 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);

@@ -42,11 +42,57 @@ static void bury(struct ddp_ctx *ctx)
 	pthread_mutex_unlock(&tombstones_lock);
 }
 
+/* fork(): the child's copy of the context names the parent's rank, shared
+ * segment, sockets and peers; a collective from it mixed into the parents'
+ * (wrong sums, rc 0) and its ddp_finalize told the peers that the rank had
+ * finished. As torch.distributed forbids a process group in a forked child,
+ * the child's handler takes the context out of live_ctx, so the one check
+ * every call makes already refuses it (no cost on a collective's path), and
+ * remembers it to say why. */
+static pid_t live_pid;			   /* the process that ran ddp_init of live_ctx */
+static struct ddp_ctx *_Atomic forked_ctx; /* a forked child's inherited context */
+static pid_t forked_pid;		   /* and the process that ran its ddp_init */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static int atfork_rc;
+
+static void forget_in_child(void)
+{
+	struct ddp_ctx *live = atomic_exchange(&live_ctx, NULL);
+
+	if (live) {
+		forked_pid = live_pid;
+		atomic_store(&forked_ctx, live);
+	}
+}
+
+static void register_atfork(void)
+{
+	atfork_rc = -pthread_atfork(NULL, NULL, forget_in_child);
+}
+
 struct ddp_ctx *ddpi_ctx_live(const struct ddp_ctx *ctx)
 {
 	struct ddp_ctx *live = atomic_load(&live_ctx);
 
 	return ctx && ctx == live ? live : NULL;
+}
+
+const struct ddp_ctx *ddpi_ctx_known(const struct ddp_ctx *ctx)
+{
+	if (!ctx)
+		return NULL;
+	return ctx == atomic_load(&live_ctx) || ctx == atomic_load(&forked_ctx) ? ctx : NULL;
+}
+
+int ddpi_ctx_refuse(const struct ddp_ctx *ctx, const char *what)
+{
+	if (ctx && ctx == atomic_load(&forked_ctx))
+		return ddpi_err(-EINVAL,
+				"%s: the context is used in a forked child (pid %d) of the "
+				"process that ran ddp_init (pid %d); a child may not use its "
+				"parent's context",
+				what, (int)getpid(), (int)forked_pid);
+	return ddpi_err(-EINVAL, "%s: no context (NULL or finalized)", what);
 }
 /* Joins at the store this process began: a later context (ddp_init after
  * ddp_finalize, on every rank) joins in a key space of its own, where the
@@ -157,8 +203,18 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		ddp_options_init(&defaults);
 		o = &defaults;
 	}
+	pthread_once(&atfork_once, register_atfork);
+	if (atfork_rc < 0)
+		return ddpi_err(atfork_rc, "ddp_init: pthread_atfork: %s", strerror(-atfork_rc));
 	if (atomic_fetch_add(&live_contexts, 1) != 0) {
 		atomic_fetch_sub(&live_contexts, 1);
+		if (atomic_load(&forked_ctx))
+			return ddpi_err(-EBUSY,
+					"ddp_init: this process is a forked child (pid %d) of the "
+					"process that ran ddp_init (pid %d), whose context it "
+					"holds a copy of: it can neither use that one nor make "
+					"another",
+					(int)getpid(), (int)forked_pid);
 		return ddpi_err(-EBUSY, "ddp_init: this process already has a context "
 					"(call ddp_finalize first)");
 	}
@@ -222,6 +278,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		ctx->ops = &ddpi_nccl_ops;
 #endif
 	}
+	live_pid = getpid();
 	atomic_store(&live_ctx, ctx);
 	*out = ctx;
 	return 0;
@@ -246,6 +303,10 @@ int ddp_finalize(struct ddp_ctx *ctx)
 	if (!ctx)
 		return 0;
 	/* Once: a second call (or a racing one) must not free it again. */
+	/* In a forked child nothing is torn down: the segment, the sockets and
+	 * the peers are the parent's. */
+	if (ctx == atomic_load(&forked_ctx))
+		return ddpi_ctx_refuse(ctx, "ddp_finalize");
 	if (!atomic_compare_exchange_strong(&live_ctx, &live, NULL))
 		return ddpi_err(-EINVAL, "ddp_finalize: not a live context (finalized already?)");
 	if (ctx->async) {
@@ -280,48 +341,48 @@ int ddp_finalize(struct ddp_ctx *ctx)
 
 int ddp_rank(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.rank : 0;
+	return ddpi_ctx_known(ctx) ? ctx->env.rank : 0;
 }
 
 int ddp_world_size(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.world : 1;
+	return ddpi_ctx_known(ctx) ? ctx->env.world : 1;
 }
 
 int ddp_local_rank(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.local_rank : 0;
+	return ddpi_ctx_known(ctx) ? ctx->env.local_rank : 0;
 }
 
 int ddp_local_world_size(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.local_world : 1;
+	return ddpi_ctx_known(ctx) ? ctx->env.local_world : 1;
 }
 
 int ddp_node_rank(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.node : 0;
+	return ddpi_ctx_known(ctx) ? ctx->env.node : 0;
 }
 
 int ddp_num_nodes(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->env.nnodes : 1;
+	return ddpi_ctx_known(ctx) ? ctx->env.nnodes : 1;
 }
 
 enum ddp_backend ddp_backend(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->backend : DDP_BACKEND_CPU;
+	return ddpi_ctx_known(ctx) ? ctx->backend : DDP_BACKEND_CPU;
 }
 
 int ddp_device(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->device : -1;
+	return ddpi_ctx_known(ctx) ? ctx->device : -1;
 }
 
 int ddp_set_timeout(struct ddp_ctx *ctx, int64_t timeout_ms)
 {
 	if (!ddpi_ctx_live(ctx))
-		return ddpi_err(-EINVAL, "ddp_set_timeout: no context (NULL or finalized)");
+		return ddpi_ctx_refuse(ctx, "ddp_set_timeout");
 	if (timeout_ms <= 0)
 		return ddpi_err(-EINVAL, "ddp_set_timeout: the timeout must be positive");
 	ctx->timeout_ms = timeout_ms < DDPI_TIMEOUT_MAX_MS ? timeout_ms : DDPI_TIMEOUT_MAX_MS;

@@ -23,7 +23,7 @@ void *ddp_alloc(struct ddp_ctx *ctx, size_t bytes)
 	int rc;
 
 	if (!ddpi_ctx_live(ctx)) {
-		ddpi_err(-EINVAL, "ddp_alloc: no context (NULL or finalized)");
+		ddpi_ctx_refuse(ctx, "ddp_alloc");
 		return NULL;
 	}
 	if (!(b = malloc(sizeof(*b)))) {
@@ -47,8 +47,12 @@ void ddp_free(struct ddp_ctx *ctx, void *p)
 {
 	struct ddpi_block **pp, *b = NULL;
 
-	if (!ddpi_ctx_live(ctx) || !p)
+	if (!p)
 		return;
+	if (!ddpi_ctx_live(ctx)) {
+		ddpi_ctx_refuse(ctx, "ddp_free");
+		return;
+	}
 	pthread_mutex_lock(&ctx->mem_lock);
 	for (pp = &ctx->blocks; *pp; pp = &(*pp)->next)
 		if ((*pp)->p == p) {

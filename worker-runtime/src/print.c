@@ -109,22 +109,21 @@ void ddpi_print_restore(struct ddp_ctx *ctx)
 
 int ddp_print_enabled(const struct ddp_ctx *ctx)
 {
-	return ddpi_ctx_live(ctx) ? ctx->print_enabled : 1;
+	return ddpi_ctx_known(ctx) ? ctx->print_enabled : 1;
 }
 
 int ddp_print_force(struct ddp_ctx *ctx, const char *fmt, ...)
 {
 	char stackbuf[1024], *buf = stackbuf;
-	int real;
-
-	ctx = ddpi_ctx_live(ctx);
-	real = ctx ? ctx->saved_stdout : atomic_load(&real_stdout);
+	/* A forked child prints too: its stdout copy is its own to write. */
+	const struct ddp_ctx *c = ddpi_ctx_known(ctx);
+	int real = c ? c->saved_stdout : atomic_load(&real_stdout);
 	int fd = real >= 0 ? real : STDOUT_FILENO;
 	int pre = 0, n, rc;
 	va_list ap;
 
-	if (ctx)
-		pre = snprintf(buf, sizeof(stackbuf), "[rank%d] ", ctx->env.rank);
+	if (c)
+		pre = snprintf(buf, sizeof(stackbuf), "[rank%d] ", c->env.rank);
 	va_start(ap, fmt);
 	n = vsnprintf(buf + pre, sizeof(stackbuf) - pre, fmt, ap);
 	va_end(ap);

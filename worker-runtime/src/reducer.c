@@ -157,7 +157,9 @@ int ddp_reducer_create(struct ddp_ctx *ctx, const struct ddp_param *params, size
 	struct ddp_reducer *r;
 	int rc;
 
-	if (!ddpi_ctx_live(ctx) || !out || (!params && nparams))
+	if (ctx && !ddpi_ctx_live(ctx))
+		return ddpi_ctx_refuse(ctx, "reducer");
+	if (!ctx || !out || (!params && nparams))
 		return ddpi_err(-EINVAL,
 				"reducer: bad arguments (or no context: NULL or finalized)");
 	if (!o) {
@@ -309,7 +311,9 @@ int ddpi_reducers_detach(struct ddp_ctx *ctx)
 	}
 }
 
-/* A reducer outlives its context only to be destroyed. */
+/* A reducer outlives its context only to be destroyed. In a forked child
+ * its buckets are the parent's (shared with the node) and no communication
+ * thread runs: it is refused as its context is. */
 static int detached(const struct ddp_reducer *r)
 {
 	if (!r)
@@ -317,6 +321,8 @@ static int detached(const struct ddp_reducer *r)
 	if (!r->ctx)
 		return ddpi_err(-EINVAL, "reducer: its context was finalized (ddp_reducer_destroy "
 					 "is all that is left to call)");
+	if (!ddpi_ctx_live(r->ctx))
+		return ddpi_ctx_refuse(r->ctx, "reducer");
 	return 0;
 }
 
@@ -324,7 +330,9 @@ void ddp_reducer_destroy(struct ddp_reducer *r)
 {
 	if (!r)
 		return;
-	if (r->ctx) {
+	/* A forked child frees its own copy only: the buckets, the context's
+	 * list and its lock are the parent's. */
+	if (r->ctx && ddpi_ctx_live(r->ctx)) {
 		struct ddp_reducer **pp = &r->ctx->reducers;
 		pthread_mutex_lock(&r->ctx->mem_lock);
 		while (*pp && *pp != r)
@@ -484,14 +492,15 @@ int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
 
 size_t ddp_reducer_num_buckets(const struct ddp_reducer *r)
 {
-	return r && r->ctx ? r->nbuckets : 0; /* finalized: the buckets are gone */
+	/* finalized: the buckets are gone; a forked child's are the parent's */
+	return r && r->ctx && ddpi_ctx_live(r->ctx) ? r->nbuckets : 0;
 }
 
 int ddp_reducer_bucket_info(const struct ddp_reducer *r, size_t b, size_t *bytes, size_t *nparams)
 {
 	if (!r)
 		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: no reducer (NULL)");
-	if (!r->ctx)
+	if (!r->ctx || !ddpi_ctx_live(r->ctx))
 		return detached(r);
 	if (b >= r->nbuckets)
 		return ddpi_err(-EINVAL, "ddp_reducer_bucket_info: bucket %zu of %zu", b,

@@ -121,7 +121,7 @@ int ddp_sampler_init(struct ddp_sampler *s, uint64_t dataset_len, int num_replic
 int ddp_sampler_init_ctx(struct ddp_sampler *s, const struct ddp_ctx *ctx, uint64_t dataset_len,
 			 int shuffle, uint64_t seed, int drop_last)
 {
-	if (!ddpi_ctx_live(ctx))
+	if (!ddpi_ctx_known(ctx)) /* a forked child may: it reads the rank only */
 		return ddpi_err(-EINVAL, "sampler: no context (NULL or finalized)");
 	return ddp_sampler_init(s, dataset_len, ddp_world_size(ctx), ddp_rank(ctx), shuffle, seed,
 				drop_last);
