@@ -75,6 +75,36 @@ def test_a_failed_fork_stops_only_the_children_forked_so_far():
     wait_for(group_gone, timeout=10, what="the forked children to be gone")
 
 
+def test_a_failure_is_seen_with_sigchld_ignored():
+    """With SIGCHLD ignored the kernel reaped the children, waitpid failed
+    with ECHILD, and that counted as exit status 0: a child returning 3 gave
+    "spawn ok". ddp_spawn makes SIGCHLD reapable while its children run,
+    and puts the program's disposition back, in the children too."""
+    r = run([prog("ddp_spawn_prog"), "--sigchld", "ign", "2", "exit", "1", "3"], timeout=30,
+            env=env())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "spawn failed: ddp_spawn: process 1 terminated with exit code 3" in r.stdout
+    assert "failure rank=1 code=3 signal=0" in r.stdout
+    assert "sigchld after ign" in r.stdout
+    r = run([prog("ddp_spawn_prog"), "--sigchld", "ign", "2", "quick", "0"], timeout=30,
+            env=env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "sigchld child ign" in r.stderr and "sigchld after ign" in r.stdout
+
+
+def test_a_status_the_programs_own_reaper_took_is_not_a_success():
+    """A SIGCHLD handler that reaps with waitpid(-1) takes the statuses first:
+    that counted as exit status 0 ("spawn ok" for a child that returned 3).
+    Whichever waitpid wins, ddp_spawn fails: with the status, or saying it
+    is unknown."""
+    r = run([prog("ddp_spawn_prog"), "--sigchld", "reaper", "2", "quick", "3"], timeout=30,
+            env=env())
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("terminated with exit code 3" in r.stdout
+            or "exited with a status that is unknown: another waitpid in this program "
+               "(a SIGCHLD handler?) reaped it first" in r.stdout), r.stdout
+
+
 def test_a_signal_is_reported_by_name():
     r = run([prog("ddp_spawn_prog"), "2", "signal", "0"], timeout=30, env=env())
     assert r.returncode == 1

@@ -1,11 +1,17 @@
 /* ddp_spawn_prog: ddp_spawn driven from the command line, for tests.
- *   ddp_spawn_prog [--spawn-method] [--daemon] [--no-join] [--forks K] N MODE [ARG]
+ *   ddp_spawn_prog [--spawn-method] [--daemon] [--no-join] [--forks K]
+ *                  [--sigchld ign|reaper] N MODE [ARG]
  * --forks K: fork() fails with EAGAIN after K successful calls (this program's
  * fork replaces libc's for libddp too), as at RLIMIT_NPROC.
+ * --sigchld: SIGCHLD ignored, or a handler that reaps every child
+ * (waitpid(-1)), set before ddp_spawn; "sigchld child ign|other" (a child
+ * of ign: the disposition fn runs with) and "sigchld after ign|other" then
+ * tell the disposition.
  * Modes (fn(rank)):
  *   ok           every rank calls ddp_init, all_reduces its rank, prints the sum
  *                and (stdout of rank 0) the MASTER_ADDR and DDP_STORE it was given
  *   exit R C     rank R exits with code C after 0.2 s; others sleep 30 s
+ *   quick C      every rank exits with code C after 0.2 s
  *   signal R     rank R kills itself with SIGKILL; others sleep 30 s
  *   sleep        every rank prints its pid and sleeps 30 s (daemon tests)
  *   env          every rank writes its environment to $ENV_DUMP_DIR/env.RANK
@@ -16,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ddp.h"
@@ -42,9 +49,34 @@ struct args {
 	int a, b;
 };
 
+static const char *sigchld_now(void)
+{
+	struct sigaction sa;
+
+	sigaction(SIGCHLD, NULL, &sa);
+	return sa.sa_handler == SIG_IGN ? "ign" : "other";
+}
+
+static void reaper(int sig)
+{
+	int saved = errno;
+
+	(void)sig;
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	errno = saved;
+}
+
 static int fn(int rank, void *p)
 {
 	struct args *a = p;
+
+	if (!strcmp(a->mode, "quick")) {
+		if (rank == 0)
+			fprintf(stderr, "sigchld child %s\n", sigchld_now());
+		usleep(200000);
+		return a->a;
+	}
 
 	if (!strcmp(a->mode, "ok")) {
 		struct ddp_ctx *ctx;
@@ -111,6 +143,13 @@ int main(int argc, char **argv)
 			o.join = 0;
 		else if (!strcmp(argv[i], "--forks") && i + 1 < argc)
 			forks_left = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--sigchld") && i + 1 < argc) {
+			struct sigaction sa;
+			memset(&sa, 0, sizeof(sa));
+			sa.sa_handler = !strcmp(argv[++i], "ign") ? SIG_IGN : reaper;
+			sa.sa_flags = SA_RESTART;
+			sigaction(SIGCHLD, &sa, NULL);
+		}
 	}
 	if (argc - i < 2)
 		return 2;
@@ -120,6 +159,7 @@ int main(int argc, char **argv)
 	a.b = argc - i > 3 ? atoi(argv[i + 3]) : 0;
 	o.grace_ms = 2000;
 	rc = ddp_spawn(fn, &a, n, &o, &sc);
+	printf("sigchld after %s\n", sigchld_now());
 	if (rc == 0 && !o.join) {
 		printf("parent pid %d\n", (int)getpid());
 		fflush(stdout);

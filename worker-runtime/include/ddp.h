@@ -396,7 +396,15 @@ struct ddp_spawn_ctx;
  * succeeded, or DDP_ECHILD after stopping the others when one failed
  * (ddp_errmsg: "ddp_spawn: process 2 terminated with exit code 3" / "... with signal
  * SIGKILL"); *out may then be NULL. Without join, *out receives the context to
- * pass to ddp_spawn_join(). */
+ * pass to ddp_spawn_join().
+ * A status it did not see is never a success: while the children run,
+ * SIGCHLD is made reapable (SIG_IGN becomes SIG_DFL, SA_NOCLDWAIT is
+ * cleared, a handler stays) and the program's disposition is put back after
+ * the last child is reaped (fn runs with it too); a status that the program's
+ * own waitpid took first (a SIGCHLD handler reaping every child) gives
+ * DDP_ECHILD once the others are done ("... exited with a status that is
+ * unknown: another waitpid in this program (a SIGCHLD handler?) reaped it
+ * first"; ddp_spawn_failure: exit code -1, signal 0). */
 int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	      const struct ddp_spawn_options *o, struct ddp_spawn_ctx **out);
 

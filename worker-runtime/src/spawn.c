@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,11 +34,50 @@ struct ddp_spawn_ctx {
 	int *done;   /* reaped */
 	int nleft;
 	int failed_rank, exit_code, signo;
+	int unknown_rank; /* first child whose status another waitpid took, or -1 */
+	int holds_sigchld;
 	int64_t grace_ms;
 };
 
 static int spawn_counter;
 static int spawn_child_ran;
+
+/* With SIGCHLD ignored (or SA_NOCLDWAIT) the kernel reaps the children
+ * itself and waitpid fails with ECHILD: their statuses would be lost. While
+ * children of ddp_spawn run, SIGCHLD is made reapable (the program's handler
+ * kept, SIG_IGN made SIG_DFL), and put back once the last of them is reaped
+ * (or freed). Children get the program's disposition back before fn. */
+static pthread_mutex_t sigchld_lock = PTHREAD_MUTEX_INITIALIZER;
+static int sigchld_holders, sigchld_changed;
+static struct sigaction sigchld_saved;
+
+static void hold_sigchld(struct ddp_spawn_ctx *sc)
+{
+	pthread_mutex_lock(&sigchld_lock);
+	if (sigchld_holders++ == 0 && sigaction(SIGCHLD, NULL, &sigchld_saved) == 0 &&
+	    (sigchld_saved.sa_handler == SIG_IGN || (sigchld_saved.sa_flags & SA_NOCLDWAIT))) {
+		struct sigaction sa = sigchld_saved;
+		if (sa.sa_handler == SIG_IGN)
+			sa.sa_handler = SIG_DFL;
+		sa.sa_flags &= ~SA_NOCLDWAIT;
+		sigchld_changed = sigaction(SIGCHLD, &sa, NULL) == 0;
+	}
+	pthread_mutex_unlock(&sigchld_lock);
+	sc->holds_sigchld = 1;
+}
+
+static void release_sigchld(struct ddp_spawn_ctx *sc)
+{
+	if (!sc->holds_sigchld)
+		return;
+	sc->holds_sigchld = 0;
+	pthread_mutex_lock(&sigchld_lock);
+	if (--sigchld_holders == 0 && sigchld_changed) {
+		sigaction(SIGCHLD, &sigchld_saved, NULL);
+		sigchld_changed = 0;
+	}
+	pthread_mutex_unlock(&sigchld_lock);
+}
 
 void ddp_spawn_options_init(struct ddp_spawn_options *o)
 {
@@ -121,15 +161,22 @@ static char **self_argv(void)
 	return argv; /* argv[0] points at buf: freed together by the caller */
 }
 
-static void reap_one(struct ddp_spawn_ctx *sc, int i, int status)
+/* status NULL: the child is gone but another waitpid of this program (a
+ * SIGCHLD handler's) took its status: it is not counted a success. */
+static void reap_one(struct ddp_spawn_ctx *sc, int i, const int *status_p)
 {
+	int status = status_p ? *status_p : 0;
+
 	sc->done[i] = 1;
-	sc->nleft--;
+	if (--sc->nleft == 0)
+		release_sigchld(sc);
 	if (sc->pidfds[i] >= 0) {
 		close(sc->pidfds[i]);
 		sc->pidfds[i] = -1;
 	}
-	if (sc->failed_rank >= 0)
+	if (!status_p && sc->unknown_rank < 0)
+		sc->unknown_rank = i;
+	if (sc->failed_rank >= 0 || !status_p)
 		return;
 	if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
 		sc->failed_rank = i;
@@ -151,9 +198,9 @@ static int reap(struct ddp_spawn_ctx *sc)
 			continue;
 		pid_t p = waitpid(sc->pids[i], &status, WNOHANG);
 		if (p == sc->pids[i])
-			reap_one(sc, i, status);
+			reap_one(sc, i, &status);
 		else if (p < 0 && errno == ECHILD)
-			reap_one(sc, i, 0); /* reaped elsewhere: count as done */
+			reap_one(sc, i, NULL); /* reaped elsewhere: its status is unknown */
 	}
 	return sc->nleft;
 }
@@ -203,6 +250,12 @@ static void stop_all(struct ddp_spawn_ctx *sc)
 
 static int failure_error(const struct ddp_spawn_ctx *sc)
 {
+	if (sc->failed_rank == sc->unknown_rank)
+		return ddpi_err(DDP_ECHILD,
+				"ddp_spawn: process %d (pid %d) exited with a status that is "
+				"unknown: another waitpid in this program (a SIGCHLD handler?) "
+				"reaped it first",
+				sc->failed_rank, sc->pids[sc->failed_rank]);
 	if (sc->signo) {
 		const char *abbrev = sigabbrev_np(sc->signo);
 		return ddpi_err(DDP_ECHILD, "ddp_spawn: process %d terminated with signal SIG%s",
@@ -224,6 +277,14 @@ int ddp_spawn_join(struct ddp_spawn_ctx *sc, int64_t timeout_ms)
 		int left = reap(sc);
 		if (sc->failed_rank >= 0) {
 			stop_all(sc);
+			return failure_error(sc);
+		}
+		/* A status taken by another waitpid does not stop the others
+		 * (it may have been 0); it fails the whole once they are done. */
+		if (left == 0 && sc->unknown_rank >= 0) {
+			sc->failed_rank = sc->unknown_rank;
+			sc->exit_code = -1;
+			sc->signo = 0;
 			return failure_error(sc);
 		}
 		if (left == 0)
@@ -261,6 +322,7 @@ void ddp_spawn_free(struct ddp_spawn_ctx *sc)
 		return;
 	if (sc->nleft > 0)
 		stop_all(sc);
+	release_sigchld(sc);
 	for (int i = 0; i < sc->nprocs; i++)
 		if (sc->pidfds[i] >= 0)
 			close(sc->pidfds[i]);
@@ -325,6 +387,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	}
 	sc->nprocs = nprocs;
 	sc->failed_rank = -1;
+	sc->unknown_rank = -1;
 	sc->grace_ms = o->grace_ms <= 0			   ? 5000
 		       : o->grace_ms > DDPI_TIMEOUT_MAX_MS ? DDPI_TIMEOUT_MAX_MS
 							   : o->grace_ms;
@@ -332,6 +395,7 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 		sc->pidfds[i] = -1;
 	snprintf(run_id, sizeof(run_id), "spawn-%d-%d", (int)getpid(), spawn_counter++);
 	fflush(NULL); /* a child must not print the parent's buffered output again */
+	hold_sigchld(sc);
 
 	for (int r = 0; r < nprocs; r++) {
 		pid_t parent = getpid();
@@ -345,6 +409,8 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 			goto out_err;
 		}
 		if (pid == 0) {
+			if (sigchld_changed) /* fn runs as the program set it up */
+				sigaction(SIGCHLD, &sigchld_saved, NULL);
 			if (o->daemon &&
 			    (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
 				_exit(1);
