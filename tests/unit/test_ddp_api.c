@@ -201,6 +201,50 @@ static void test_a_finalized_context_is_taken_as_null(void **state)
 	assert_int_equal(ddp_finalize(ctx), 0);
 }
 
+/* An option documented to override a DDP_* variable failed ddp_init on a
+ * bad value of that variable (DDP_EENV): every variable was checked before
+ * the options were looked at. A variable that is used is still checked. */
+static void test_an_option_overrides_a_bad_variable(void **state)
+{
+	static const char *const vars[][2] = {{"DDP_BACKEND", "gpu"},
+					      {"DDP_PRINT_RANKS", "bogus"},
+					      {"DDP_QUIET", "yes"},
+					      {"DDP_TIMEOUT", "0"}};
+	struct ddp_options o;
+	struct ddp_ctx *ctx;
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		setenv(vars[i][0], vars[i][1], 1);
+	ddp_options_init(&o);
+	o.print_ranks = "all";
+	o.timeout_ms = 5000;
+	ctx = world_of_one(&o); /* backend cpu and quiet set too */
+	assert_int_equal(ddp_backend(ctx), DDP_BACKEND_CPU);
+	assert_int_equal(ddp_finalize(ctx), 0);
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		struct ddp_ctx *c = NULL;
+		setenv(vars[i][0], vars[i][1], 1); /* world_of_one unset DDP_TIMEOUT */
+		ddp_options_init(&o);		   /* this one not set: the variable is used */
+		o.backend = DDP_BACKEND_CPU;
+		o.quiet = 1;
+		o.print_ranks = "0";
+		o.timeout_ms = 5000;
+		if (!strcmp(vars[i][0], "DDP_BACKEND"))
+			o.backend = DDP_BACKEND_AUTO;
+		else if (!strcmp(vars[i][0], "DDP_PRINT_RANKS"))
+			o.print_ranks = NULL;
+		else if (!strcmp(vars[i][0], "DDP_QUIET"))
+			o.quiet = 0;
+		else
+			o.timeout_ms = 0;
+		assert_int_equal(ddp_init(&o, &c), DDP_EENV);
+		assert_non_null(strstr(ddp_errmsg(), vars[i][0]));
+		assert_null(c);
+	}
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i][0]);
+}
+
 /* In a forked child: which check failed (its exit status), 0 if none. */
 static int forked_child_checks(struct ddp_ctx *ctx, struct ddp_reducer *r, pid_t parent)
 {
@@ -406,6 +450,7 @@ int main(void)
 		cmocka_unit_test(test_ddp_free_refuses_what_is_not_its_block),
 		cmocka_unit_test(test_a_finalized_context_is_taken_as_null),
 		cmocka_unit_test(test_a_forked_child_cannot_use_the_context),
+		cmocka_unit_test(test_an_option_overrides_a_bad_variable),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
 		cmocka_unit_test(test_every_failing_call_says_why),
 		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),

@@ -109,6 +109,9 @@ const char *ddp_backend_name(enum ddp_backend b);
 
 /* ---- init ------------------------------------------------------------------------ */
 
+/* A field set here overrides its environment variable, which ddp_init then
+ * does not read at all: a malformed value of it is no error (one it reads
+ * is: DDP_EENV). */
 struct ddp_options {
 	/* DDP_BACKEND_AUTO: take $DDP_BACKEND (auto|cpu|nccl), else auto. Any other
 	 * value forces that backend whatever the environment says. */

@@ -99,8 +99,19 @@ int ddpi_ctx_refuse(const struct ddp_ctx *ctx, const char *what)
  * earlier one's records cannot make it look started twice. */
 static int joins_begun;
 
-static const char *real_getenv(const char *name, void *arg)
+/* The environment as ddp_init reads it: a DDP_* variable that an explicit
+ * option overrides is not read at all, so a bad value of it cannot fail
+ * ddp_init (the options are documented to win); one that is used is
+ * checked as ever. */
+static const char *options_getenv(const char *name, void *arg)
 {
+	const struct ddp_options *o = arg;
+
+	if ((o->backend != DDP_BACKEND_AUTO && !strcmp(name, "DDP_BACKEND")) ||
+	    (o->print_ranks && !strcmp(name, "DDP_PRINT_RANKS")) ||
+	    (o->quiet && !strcmp(name, "DDP_QUIET")) ||
+	    (o->timeout_ms > 0 && !strcmp(name, "DDP_TIMEOUT")))
+		return NULL;
 	return getenv(name);
 }
 
@@ -228,7 +239,7 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 	ctx->print_enabled = 1;
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->mem_lock, NULL);
-	if ((rc = ddpi_env_parse(real_getenv, NULL, &ctx->env)) < 0)
+	if ((rc = ddpi_env_parse(options_getenv, (void *)o, &ctx->env)) < 0)
 		goto fail;
 	ddpi_set_log_rank(ctx->env.rank);
 	if (ctx->env.under_launcher)
