@@ -449,6 +449,14 @@ install: all
 	$(if $(LIB_A),install -m 644 $(PC_FILE) $(DESTDIR)$(PCDIR)/ddp.pc)
 	for m in $(filter %.1,$(MANPAGES)); do install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/; done
 	for m in $(filter %.3,$(MANPAGES)); do install -m 644 $$m $(DESTDIR)$(MANDIR)/man3/; done
+	$(if $(INSTALL_LDCONFIG),ldconfig)
+
+# ld.so finds a new libddp.so.0 in /usr/lib or /usr/local/lib only once its
+# cache is rebuilt: done for a real install there as root, never for a staged
+# one (DESTDIR), another prefix (the tests') or a user, who are told what to
+# do in the README (LD_LIBRARY_PATH, ldconfig, or -Wl,-rpath).
+INSTALL_LDCONFIG = $(and $(LIB_SO),$(if $(DESTDIR),,1),\
+	$(filter /usr /usr/local,$(patsubst %/,%,$(PREFIX))),$(filter 0,$(shell id -u)))
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/ddprun $(DESTDIR)$(BINDIR)/ddpstore \

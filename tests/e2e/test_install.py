@@ -210,6 +210,66 @@ def test_program_links_inside_the_source_tree_as_libddp_3_says(tmp_path):
     assert r.stdout.startswith("x=21.5 backend=cpu"), r.stdout
 
 
+def documented_pkg_config(destdir, tmp_path):
+    """The environment of a shell in which a documented recipe's pkg-config
+    finds the staged tree as if it were PREFIX (a wrapper ahead in PATH)."""
+    bindir = tmp_path / "pkgbin"
+    bindir.mkdir()
+    wrapper = bindir / "pkg-config"
+    wrapper.write_text("#!/bin/sh\nexec /usr/bin/pkg-config "
+                       f"--define-variable=prefix={destdir}{PREFIX} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}",
+                PKG_CONFIG_PATH=f"{destdir}{PREFIX}/lib/pkgconfig")
+
+
+def test_the_static_recipe_of_libddp_3_links_libddp_in(destdir, tmp_path):
+    """libddp(3)'s EXAMPLES built with $(pkg-config --cflags --libs --static
+    ddp), whose -lddp the linker took from libddp.so: the program needed
+    libddp.so.0 at run time, and without LD_LIBRARY_PATH did not start. The
+    recipe as the page prints it, then the program under ddprun with no
+    LD_LIBRARY_PATH."""
+    man = open(os.path.join(REPO, "man", "libddp.3")).read()
+    examples = man.split(".SH EXAMPLES", 1)[1]
+    recipe = [l for l in examples.splitlines() if l.startswith("$ cc ")]
+    assert len(recipe) == 1, recipe
+    readme = open(os.path.join(REPO, "README.md")).read()
+    (tmp_path / "hello.c").write_text(readme.split("```c\n", 1)[1].split("```", 1)[0])
+    cmd = recipe[0][2:].replace("\\-", "-") + " " + " ".join(san_flags())
+    r = run(["sh", "-c", cmd], cwd=tmp_path, env=documented_pkg_config(destdir, tmp_path))
+    assert r.returncode == 0, cmd + "\n" + r.stderr
+    exe = tmp_path / "hello"
+    needed = run(["readelf", "-d", str(exe)]).stdout
+    assert "(NEEDED)" in needed and "libddp" not in needed, needed
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    ldd = run(["ldd", str(exe)], env=env)
+    assert ldd.returncode == 0 and "libddp" not in ldd.stdout, ldd.stdout
+    env["DDP_QUIET"] = "1"
+    r = run([f"{destdir}{PREFIX}/bin/ddprun", "--nproc-per-node=2", str(exe)], env=env,
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "sum of ranks: 1\n"
+
+
+def test_install_runs_ldconfig_only_for_a_real_system_install_as_root():
+    """make install left ld.so's cache alone, so that after the README's
+    make install the program failed: "libddp.so.0: cannot open shared object
+    file". It runs ldconfig for PREFIX /usr/local or /usr, no DESTDIR, as
+    root; never otherwise (staged, another prefix, a user: the README says
+    what to do). Checked with make -n: nothing is installed."""
+    def runs_ldconfig(prefix, destdir):
+        r = run(["make", "--no-print-directory", "-n", "-C", REPO, f"B={BUILD}",
+                 f"PREFIX={prefix}", f"DESTDIR={destdir}", *make_vars(), "install"],
+                timeout=300)
+        assert r.returncode == 0, r.stderr
+        return "ldconfig" in r.stdout.split()
+    root = os.geteuid() == 0
+    assert runs_ldconfig("/usr/local", "") == root
+    assert runs_ldconfig("/usr/", "") == root
+    assert not runs_ldconfig("/usr/local", "/tmp/staged")
+    assert not runs_ldconfig("/opt/ddp", "")
+
+
 def test_readme_c_program_builds_with_pkg_config_and_runs_under_ddprun(destdir, tmp_path):
     """The README's libddp example, compiled as the README says, prints what it says."""
     readme = open(os.path.join(REPO, "README.md")).read()
