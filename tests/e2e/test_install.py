@@ -165,6 +165,21 @@ def test_program_with_names_like_libddp_internals_links_and_runs(destdir, tmp_pa
     assert r.stdout == "x=1.5 own=103,1.5,-7\n", r.stdout
 
 
+@pytest.mark.parametrize("compiler", [["cc", "-std=c89"], ["cc", "-std=c99"],
+                                      ["c++", "-std=c++98", "-x", "c++"],
+                                      ["c++", "-std=c++11", "-x", "c++"]])
+def test_the_installed_header_is_clean_under_pedantic_old_standards(destdir, tmp_path,
+                                                                     compiler):
+    """ddp.h under -std=c89 -pedantic or C++98 -pedantic: "comma at end of
+    enumerator list" (a C99 and C++11 feature) in five enums."""
+    src = tmp_path / "hdr.c"
+    src.write_text("#include <ddp.h>\nint main(void)\n{\n\tstruct ddp_ctx *c = 0;\n"
+                   "\t(void)c;\n\treturn (int)ddp_dtype_size(DDP_FLOAT32) - 4;\n}\n")
+    r = run([*compiler, "-pedantic-errors", "-Wall", "-Wextra", "-Werror", "-c", str(src),
+             "-o", str(tmp_path / "hdr.o"), *pkg_config(destdir, "--cflags")])
+    assert r.returncode == 0, r.stderr
+
+
 def test_the_static_library_exports_only_the_public_api(destdir):
     lib = os.path.join(f"{destdir}{PREFIX}", "lib", "libddp.a")
     out = run(["nm", "-g", "--defined-only", lib]).stdout

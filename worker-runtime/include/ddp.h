@@ -67,7 +67,7 @@ enum {
 	DDP_ENOTREADY = -4006, /* ddp_reducer_finish: a parameter was never marked ready */
 	DDP_EPEER = -4007,     /* a peer rank exited or closed its connection */
 	DDP_ECHILD = -4008,    /* ddp_spawn: a child process failed */
-	DDP_EENV = -4009,      /* inconsistent launcher environment (RANK, WORLD_SIZE, ...) */
+	DDP_EENV = -4009       /* inconsistent launcher environment (RANK, WORLD_SIZE, ...) */
 };
 
 /* Text for any code returned by libddp (negative errno or DDP_E*). Static. */
@@ -87,20 +87,20 @@ enum ddp_dtype {
 	DDP_FLOAT16,  /* IEEE 754 binary16 (cpu: sums accumulate in float32) */
 	DDP_BFLOAT16, /* bfloat16 (cpu: sums accumulate in float32) */
 	DDP_INT32,
-	DDP_INT64,
+	DDP_INT64
 };
 
 enum ddp_op {
 	DDP_SUM,
 	DDP_AVG, /* sum divided by the world size (integers: truncated) */
 	DDP_MIN, /* NaN propagates for floating types */
-	DDP_MAX,
+	DDP_MAX
 };
 
 enum ddp_backend {
 	DDP_BACKEND_AUTO, /* nccl if built with CUDA and a GPU is visible, else cpu */
 	DDP_BACKEND_CPU,  /* shared memory inside a node, TCP between nodes */
-	DDP_BACKEND_NCCL, /* NCCL on the GPU local_rank % visible devices */
+	DDP_BACKEND_NCCL  /* NCCL on the GPU local_rank % visible devices */
 };
 
 /* Size in bytes of one element (0 for an invalid dtype). */
@@ -370,8 +370,8 @@ int ddp_randperm(uint64_t n, uint64_t seed, uint64_t *out);
 /* ---- spawn ----------------------------------------------------------------------------------------- */
 
 enum ddp_start_method {
-	DDP_START_FORK,	 /* fork(); fn runs in a copy of the parent */
-	DDP_START_SPAWN, /* re-exec /proc/self/exe with the same argv: the child runs
+	DDP_START_FORK, /* fork(); fn runs in a copy of the parent */
+	DDP_START_SPAWN /* re-exec /proc/self/exe with the same argv: the child runs
 			  * main() again and its own ddp_spawn() call (the first one
 			  * in the process) runs fn(rank, arg) and exits */
 };
