@@ -271,6 +271,11 @@ $(foreach t,$(UNIT_BIN),$(eval $(t): $(UNIT_OBJ_$(call unit_part,$(t)))))
 # only the client pieces libddp holds.
 $(B)/tests/unit/test_ddp_join: $(RDZV_OBJ)
 $(B)/tests/unit/test_ddp_join: UNIT_LIBS_worker-runtime += $(URING_LIBS)
+# test_ddp_reduce compiles reduce.c's kernels itself with signed overflow
+# trapping (no sanitizer runtime to link): their integer sums must wrap
+# without it.
+$(B)/obj/tests/unit/test_ddp_reduce.o: ALL_CFLAGS += -fsanitize=signed-integer-overflow \
+	-fsanitize-undefined-trap-on-error
 # test_ddp_reuse stands between libddp and malloc, to hand a freed block
 # straight back as an allocator may.
 $(B)/tests/unit/test_ddp_reuse: UNIT_LIBS_worker-runtime += -Wl,--wrap=calloc -Wl,--wrap=free

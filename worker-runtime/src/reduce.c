@@ -34,8 +34,12 @@
 /* A kernel's extra parameter: the divisor of an average. */
 #define WITH_DIVISOR , float d
 
-#define DEFINE_COMBINE(T, NAME)                                                              \
-	DEFINE_KERNEL(T, NAME##_sum, a[i] + b[i])                                            \
+/* U: the type the sum is done in. For the integers, the unsigned one: a
+ * signed sum that overflows is undefined behaviour, an unsigned one wraps,
+ * and its conversion back (GCC and clang: modulo 2^N) gives the two's
+ * complement wrap-around the kernels always gave, still vectorized. */
+#define DEFINE_COMBINE(T, U, NAME)                                                           \
+	DEFINE_KERNEL(T, NAME##_sum, (T)((U)a[i] + (U)b[i]))                                 \
 	DEFINE_KERNEL(T, NAME##_min, (b[i] < a[i] || b[i] != b[i]) ? b[i] : a[i])            \
 	DEFINE_KERNEL(T, NAME##_max, (b[i] > a[i] || b[i] != b[i]) ? b[i] : a[i])            \
 	DDPI_CLONES DDPI_VEC static void NAME##_div(T *acc, T d, size_t n)                   \
@@ -53,10 +57,10 @@
 			NAME##_sum(out, a, b, n);                                            \
 	}
 
-DEFINE_COMBINE(float, f32)
-DEFINE_COMBINE(double, f64)
-DEFINE_COMBINE(int32_t, i32)
-DEFINE_COMBINE(int64_t, i64)
+DEFINE_COMBINE(float, float, f32)
+DEFINE_COMBINE(double, double, f64)
+DEFINE_COMBINE(int32_t, uint32_t, i32)
+DEFINE_COMBINE(int64_t, uint64_t, i64)
 
 /* One block of a natively typed reduction: sources are combined pairwise
  * through an L1 accumulator, the last combination writing dst directly
