@@ -245,6 +245,24 @@ static void test_an_option_overrides_a_bad_variable(void **state)
 		unsetenv(vars[i][0]);
 }
 
+/* A negative timeout_ms was taken for 0 (DDP_TIMEOUT, else 600 s), where a
+ * -1 meant "forever" (as in ddp_spawn_join) became 600 s without a word. */
+static void test_a_negative_timeout_option_is_refused(void **state)
+{
+	struct ddp_options o;
+	struct ddp_ctx *ctx = NULL;
+
+	ddp_options_init(&o);
+	o.backend = DDP_BACKEND_CPU;
+	o.quiet = 1;
+	o.timeout_ms = -1;
+	assert_int_equal(ddp_init(&o, &ctx), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "timeout_ms=-1 is negative"));
+	assert_null(ctx);
+	ctx = world_of_one(NULL); /* nothing was left behind */
+	assert_int_equal(ddp_finalize(ctx), 0);
+}
+
 /* In a forked child: which check failed (its exit status), 0 if none. */
 static int forked_child_checks(struct ddp_ctx *ctx, struct ddp_reducer *r, pid_t parent)
 {
@@ -451,6 +469,7 @@ int main(void)
 		cmocka_unit_test(test_a_finalized_context_is_taken_as_null),
 		cmocka_unit_test(test_a_forked_child_cannot_use_the_context),
 		cmocka_unit_test(test_an_option_overrides_a_bad_variable),
+		cmocka_unit_test(test_a_negative_timeout_option_is_refused),
 		cmocka_unit_test(test_a_spawned_child_with_no_fn_exits_1),
 		cmocka_unit_test(test_every_failing_call_says_why),
 		cmocka_unit_test(test_reducers_come_and_go_on_several_threads),

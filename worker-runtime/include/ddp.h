@@ -121,7 +121,8 @@ struct ddp_options {
 	const char *print_ranks;
 	/* Default deadline of every blocking call in ms; 0: $DDP_TIMEOUT (seconds),
 	 * else 600 s. Above 10^12 ms (DDP_TIMEOUT's limit, 10^9 s): that limit, so
-	 * INT64_MAX serves as "forever". */
+	 * INT64_MAX serves as "forever". Negative: ddp_init fails with -EINVAL
+	 * (unlike ddp_spawn_join, where it means forever). */
 	int64_t timeout_ms;
 	/* 1: do not print the one line on rank 0 saying which backend is used
 	 * (also $DDP_QUIET=1). */

@@ -214,6 +214,13 @@ int ddp_init(const struct ddp_options *o, struct ddp_ctx **out)
 		ddp_options_init(&defaults);
 		o = &defaults;
 	}
+	/* Not the default: ddp_spawn_join reads a negative timeout as forever,
+	 * and a -1 meant so must not silently become 600 s. */
+	if (o->timeout_ms < 0)
+		return ddpi_err(-EINVAL,
+				"ddp_init: options timeout_ms=%lld is negative (0: DDP_TIMEOUT or "
+				"600 s; INT64_MAX: no deadline)",
+				(long long)o->timeout_ms);
 	pthread_once(&atfork_once, register_atfork);
 	if (atfork_rc < 0)
 		return ddpi_err(atfork_rc, "ddp_init: pthread_atfork: %s", strerror(-atfork_rc));
