@@ -2,6 +2,8 @@
  * real PyTorch. Reads one case per line on stdin, answers one line each:
  *   sampler LEN REPLICAS RANK SHUFFLE SEED EPOCH DROP_LAST -> the rank's indices
  *   randperm N SEED                                        -> the permutation
+ *   permsum N SEED                                         -> sum of (i + 1) * perm[i]
+ *                                                            mod 2^64, then perm[0..4]
  *   buckets FIRST_CAP CAP COUNT:DTYPE...                   -> "0,2 1 3" (torch's order,
  *           i.e. before DDP reverses it; dtype names as in ddp.h: f32 f64 f16 bf16 i32 i64)
  * SEED may be negative (taken modulo 2^64, like torch.Generator.manual_seed). */
@@ -91,6 +93,20 @@ int main(void)
 			uint64_t *out = malloc((n + 1) * sizeof(uint64_t));
 			if (out && ddp_randperm(n, (uint64_t)seed, out) == 0) {
 				put_list(out, n);
+				rc = 0;
+			}
+			free(out);
+		} else if (sscanf(line, "permsum %llu %lld", &n, &seed) == 2) {
+			/* A permutation too long to print: sum of (i + 1) * r[i]
+			 * modulo 2^64, then its first five values. */
+			uint64_t *out = malloc((n + 1) * sizeof(uint64_t)), sum = 0;
+			if (out && ddp_randperm(n, (uint64_t)seed, out) == 0) {
+				for (uint64_t i = 0; i < n; i++)
+					sum += (i + 1) * out[i];
+				printf("%llu", (unsigned long long)sum);
+				for (uint64_t i = 0; i < n && i < 5; i++)
+					printf(" %llu", (unsigned long long)out[i]);
+				printf("\n");
 				rc = 0;
 			}
 			free(out);

@@ -363,9 +363,10 @@ void ddp_sampler_set_epoch(struct ddp_sampler *s, uint64_t epoch);
  * truncation with drop_last). Needs dataset_len * 8 bytes of temporary memory. */
 int ddp_sampler_indices(const struct ddp_sampler *s, uint64_t *out);
 
-/* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the CPU:
- * out receives n values. Exposed for tests and for programs that shuffle
- * without a sampler. */
+/* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the CPU
+ * of PyTorch 2.x: out receives n values. From n = 214748364 on, PyTorch 2.1
+ * and later draw another way than 1.13 did; libddp draws as 2.x. Exposed for
+ * tests and for programs that shuffle without a sampler. */
 int ddp_randperm(uint64_t n, uint64_t seed, uint64_t *out);
 
 /* ---- spawn ----------------------------------------------------------------------------------------- */

@@ -8,9 +8,12 @@
  *                 truncated with drop_last) to total_size; then
  *                 indices[rank : total_size : n]
  *   randperm    = r[i] = i; for i in 0..len-2: z = gen() % (len - i),
- *                 swap(r[i], r[i + z]); gen() is a 32-bit mt19937 draw
- *   mt19937     = the standard generator seeded with the low 32 bits of seed.
- * (PyTorch >= 2.1 draws differently for len >= 2^32 / 20; 1.13 does not.) */
+ *                 swap(r[i], r[i + z]); gen() is a 32-bit mt19937 draw;
+ *                 from len = (2^32 - 1) / 20 on (PyTorch >= 2.1; 1.13 kept
+ *                 the first way), "inside-out": for i in 0..len-1:
+ *                 z = gen64() % (i + 1), r[i] = r[z], r[z] = i, where gen64()
+ *                 is two draws, the first the high half
+ *   mt19937     = the standard generator seeded with the low 32 bits of seed. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,9 @@
 
 #define MT_N 624
 #define MT_M 397
+/* aten's randperm_cpu: n < std::numeric_limits<uint32_t>::max() / 20 draws
+ * the first way. */
+#define RANDPERM_WIDE_FROM (UINT32_MAX / 20)
 
 void ddpi_mt19937_seed(struct ddpi_mt19937 *m, uint64_t seed)
 {
@@ -74,6 +80,19 @@ int ddp_randperm(uint64_t n, uint64_t seed, uint64_t *out)
 	if (!m)
 		return ddpi_err(-ENOMEM, "ddp_randperm: out of memory");
 	ddpi_mt19937_seed(m, seed);
+	if (n >= RANDPERM_WIDE_FROM) {
+		/* A 32-bit draw modulo a length of its order is far from uniform. */
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t hi = ddpi_mt19937_next(m), lo = ddpi_mt19937_next(m);
+			uint64_t z = ((hi << 32) | lo) % (i + 1);
+
+			out[i] = i; /* (z may be i) */
+			out[i] = out[z];
+			out[z] = i;
+		}
+		free(m);
+		return 0;
+	}
 	for (uint64_t i = 0; i < n; i++)
 		out[i] = i;
 	for (uint64_t i = 0; i + 1 < n; i++) {
