@@ -1,6 +1,7 @@
 /* proc_info: /proc readers (see proc_info.h). */
 #include "proc_info.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@ static ssize_t read_small(const char *path, char *buf, size_t len)
 static int read_stat(pid_t pid, struct proc_info *pi)
 {
 	char path[64], buf[1024], *p, *end, *open_paren;
-	unsigned long long utime = 0, stime = 0;
+	unsigned long long utime = 0, stime = 0, cutime = 0, cstime = 0;
 	long threads = 0;
 	int field;
 
@@ -47,7 +48,7 @@ static int read_stat(pid_t pid, struct proc_info *pi)
 	p = end + 2;
 	pi->state = *p;
 	/* Fields after comm, counted from 3 (state): ppid 4, utime 14,
-	 * stime 15, num_threads 20. */
+	 * stime 15, cutime 16, cstime 17, num_threads 20. */
 	for (field = 3; *p != '\0' && field <= 20; field++) {
 		if (field == 4)
 			pi->ppid = (pid_t)strtol(p, NULL, 10);
@@ -55,6 +56,10 @@ static int read_stat(pid_t pid, struct proc_info *pi)
 			utime = strtoull(p, NULL, 10);
 		else if (field == 15)
 			stime = strtoull(p, NULL, 10);
+		else if (field == 16)
+			cutime = strtoull(p, NULL, 10);
+		else if (field == 17)
+			cstime = strtoull(p, NULL, 10);
 		else if (field == 20)
 			threads = strtol(p, NULL, 10);
 		p = strchr(p, ' ');
@@ -63,6 +68,7 @@ static int read_stat(pid_t pid, struct proc_info *pi)
 		p++;
 	}
 	pi->cpu_ticks = utime + stime;
+	pi->child_ticks = cutime + cstime;
 	pi->nthreads = (int)threads;
 	return 0;
 }
@@ -86,14 +92,12 @@ int proc_info_read(pid_t pid, struct proc_info *pi)
 	return 0;
 }
 
-/* Children of every thread of pid, appended to out (at most max in all). */
-static int children(pid_t pid, pid_t *out, int n, int max)
+/* Children of one thread tid of pid, appended to out (at most max in all). */
+static int thread_children(pid_t pid, const char *tid, pid_t *out, int n, int max)
 {
-	char path[64], buf[4096], *p, *end;
+	char path[96], buf[4096], *p, *end;
 
-	/* The main thread's list holds the children it forked; threads that
-	 * fork are rare in workers and are not followed. */
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/children", (int)pid, tid);
 	if (read_small(path, buf, sizeof(buf)) <= 0)
 		return n;
 	for (p = buf; n < max; p = end) {
@@ -103,6 +107,25 @@ static int children(pid_t pid, pid_t *out, int n, int max)
 			break;
 		out[n++] = (pid_t)c;
 	}
+	return n;
+}
+
+/* Children of every thread of pid: each lists those it forked itself (a
+ * subprocess started from a Python thread is not the main thread's). */
+static int children(pid_t pid, pid_t *out, int n, int max)
+{
+	char path[64];
+	struct dirent *e;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (d == NULL)
+		return n;
+	while (n < max && (e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n = thread_children(pid, e->d_name, out, n, max);
+	closedir(d);
 	return n;
 }
 
@@ -118,8 +141,11 @@ uint64_t proc_tree_ticks(pid_t pid, int max)
 	for (i = 0; i < n; i++) {
 		struct proc_info pi;
 
+		/* A child's CPU counts while it runs (walked here) and once it
+		 * is reaped (its parent's cutime): a rank that runs short
+		 * subprocesses works, though none is alive at a sample. */
 		if (read_stat(list[i], &pi) == 0)
-			total += pi.cpu_ticks;
+			total += pi.cpu_ticks + pi.child_ticks;
 		n = children(list[i], list, n, max);
 	}
 	return total;

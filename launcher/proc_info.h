@@ -10,9 +10,10 @@
 #include <sys/types.h>
 
 struct proc_info {
-	char state;	    /* R, S, D, T, Z, ...; '?' when unknown */
-	pid_t ppid;	    /* 0 when unknown */
-	uint64_t cpu_ticks; /* utime + stime, clock ticks (all threads) */
+	char state;	      /* R, S, D, T, Z, ...; '?' when unknown */
+	pid_t ppid;	      /* 0 when unknown */
+	uint64_t cpu_ticks;   /* utime + stime, clock ticks (all threads) */
+	uint64_t child_ticks; /* cutime + cstime: of its children it waited for */
 	int nthreads;
 	char wchan[64]; /* kernel function it waits in; "-" when running or unknown */
 	char comm[32];
@@ -20,7 +21,9 @@ struct proc_info {
 
 /* Fill pi for pid. 0 or a negative errno (-ESRCH: gone). */
 int proc_info_read(pid_t pid, struct proc_info *pi);
-/* CPU ticks of pid and its descendants (up to max processes), 0 if gone. */
+/* CPU ticks of pid and its descendants (up to max processes, the children
+ * of every thread), with what the children it waited for had used, 0 if
+ * gone. */
 uint64_t proc_tree_ticks(pid_t pid, int max);
 /* Whether pid is a descendant of ancestor, at most depth generations down. */
 bool proc_descends(pid_t pid, pid_t ancestor, int depth);

@@ -228,6 +228,34 @@ def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path
     assert "stack dump" not in r.stderr
 
 
+@pytest.mark.parametrize("how", ["short-children", "thread-child"])
+def test_a_rank_whose_work_runs_in_child_processes_is_not_hung(tmp_path, how):
+    """Rank 0 works for 4 s in child processes (short ones one after the
+    other, or one started from a thread), silent; rank 1 waits. The CPU of
+    children already reaped was not counted (only live ones', and only the
+    main thread's), so the job was killed as hung (124)."""
+    script = tmp_path / "kids.py"
+    script.write_text(
+        "import os, subprocess, sys, threading, time\n"
+        "def busy(s):\n"
+        "    subprocess.run([sys.executable, '-c', 'import time\\nt = time.monotonic()\\n'\n"
+        "                    f'while time.monotonic() - t < {s}: pass'])\n"
+        "if os.environ['RANK'] != '0':\n"
+        "    time.sleep(4)\n"
+        f"elif '{how}' == 'short-children':\n"
+        "    t = time.monotonic()\n"
+        "    while time.monotonic() - t < 4:\n"
+        "        busy(0.05)\n"
+        "else:\n"
+        "    th = threading.Thread(target=busy, args=(4,))\n"
+        "    th.start(); th.join()\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
+            env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "stack dump" not in r.stderr
+
+
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
     """Every rank waits for ever while a thread wakes 20 times a second for
     a millisecond (an idle runtime's event loop: gloo's takes about 2% of a
