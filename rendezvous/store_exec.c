@@ -221,7 +221,7 @@ static int barrier(struct store_conn *c, const struct store_req *r)
 
 	if (rc == -EINVAL || rc == -ERANGE) {
 		store_conn_close(c, rc == -EINVAL ? "BARRIER on a value that is not an integer"
-						  : "BARRIER counter overflows int64");
+						  : "BARRIER on a value beyond int64");
 		return 0;
 	}
 	if (rc == 1)
@@ -279,7 +279,7 @@ void store_exec(struct store_conn *c, const struct store_req *r)
 		rc = store_kv_add(kv, r->key, r->key_len, r->num, &n);
 		if (rc == -EINVAL || rc == -ERANGE) {
 			store_conn_close(c, rc == -EINVAL ? "ADD to a value that is not an integer"
-							  : "ADD overflows int64");
+							  : "ADD to a value beyond int64");
 			return;
 		}
 		if (rc == 0)

@@ -355,10 +355,10 @@ int store_kv_add(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t d
 		if (rc < 0)
 			return rc;
 	}
-	if (__builtin_add_overflow(cur, delta, &sum)) {
-		maybe_drop(kv, e);
-		return -ERANGE;
-	}
+	/* PyTorch's servers compute stoll(old) + delta and store what comes
+	 * out: past int64 it wraps (two's complement), and so must ours, with
+	 * no undefined behaviour on the way. */
+	sum = (int64_t)((uint64_t)cur + (uint64_t)delta);
 	n = snprintf(text, sizeof(text), "%" PRId64, sum);
 	d = dup_bytes((const uint8_t *)text, (size_t)n);
 	if (d == NULL) {

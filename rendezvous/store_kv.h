@@ -59,7 +59,9 @@ int store_kv_set(struct store_kv *kv, const uint8_t *key, size_t klen, const uin
  * leading white space, a sign, at least one digit; the rest is ignored.
  * -EINVAL without a digit, -ERANGE beyond int64. */
 int store_kv_parse_counter(const uint8_t *s, size_t n, int64_t *out);
-/* -EINVAL if the current value is not a decimal integer, -ERANGE on overflow. */
+/* -EINVAL if the current value is not a decimal integer, -ERANGE if it is
+ * beyond int64 (store_kv_parse_counter). The sum wraps around past int64,
+ * as PyTorch's servers' does. */
 int store_kv_add(struct store_kv *kv, const uint8_t *key, size_t klen, int64_t delta,
 		 int64_t *result);
 /* PyTorch's compare_set; *cur points at the reply (valid until the next write). */

@@ -467,10 +467,10 @@ static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char *
 #define EXPLAIN_MS 3000
 
 /* ADD has no error reply: the server closes the connection when the value is
- * not a counter or the sum leaves int64, as it does when it ends. A second
+ * not a counter (a sum past int64 wraps, as in PyTorch's servers), as it
+ * does when it ends. A second
  * connection reads the value to say which (unless it changed in between). */
-void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key,
-			    int64_t delta)
+void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key)
 {
 	struct ddpstore_opts quick = *o;
 	struct store_client *c;
@@ -478,7 +478,7 @@ void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, con
 	char buf[300];
 	void *v = NULL;
 	size_t len;
-	int64_t cur, sum;
+	int64_t cur;
 	bool said;
 	int rc;
 
@@ -511,10 +511,6 @@ void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, con
 		ddpstore_err("%s: the server closed the connection: the value of '%s' is out "
 			     "of the int64 range",
 			     what, key);
-	else if (__builtin_add_overflow(cur, delta, &sum))
-		ddpstore_err("%s: the server closed the connection: the value of '%s', %" PRId64
-			     ", plus %" PRId64 " is out of the int64 range",
-			     what, key, cur, delta);
 	else
 		ddpstore_err("%s: the server closed the connection", what);
 	free(v);
@@ -533,7 +529,7 @@ static int cmd_add(struct store_client *c, const struct ddpstore_opts *o, char *
 		return usage_error("add: '%s' is not an integer", a[1]);
 	rc = store_client_add(c, a[0], delta, &r);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
-		ddpstore_explain_reset(o, "add", a[0], delta);
+		ddpstore_explain_reset(o, "add", a[0]);
 		return EXIT_CONN;
 	}
 	if (rc < 0)

@@ -56,10 +56,9 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 /* ddpstore_status.c: the status command. */
 int ddpstore_status(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The server closed the connection of what (add, barrier), which adds delta
- * to key's counter: say why, as a second connection finds it (the value is
- * no counter, the sum leaves int64, or the server has ended). */
-void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key,
-			    int64_t delta);
+/* The server closed the connection of what (add, barrier), which adds to
+ * key's counter: say why, as a second connection finds it (the value is no
+ * counter, or is beyond int64, or the server has ended). */
+void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key);
 
 #endif

@@ -64,7 +64,7 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 		return EXIT_TIMEOUT;
 	}
 	if (rc == -ECONNRESET || rc == -EPIPE) {
-		ddpstore_explain_reset(o, "barrier", a[0], 1);
+		ddpstore_explain_reset(o, "barrier", a[0]);
 		return EXIT_CONN;
 	}
 	if (rc < 0) {

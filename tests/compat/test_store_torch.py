@@ -325,3 +325,56 @@ def test_stalled_client_freezes_torchs_own_server_but_not_ours(pt, srv):
         legacy.wait(timeout=10)
     # ...ours serves the others meanwhile.
     assert _stall_then_use(pt, srv.port, timeout_s=10) == "served"
+
+
+# The same requests against PyTorch's own server (argv[1] "torch": one in
+# this process; 2.x: the legacy one, Debian has no libuv) or ours (a port):
+# each line its result, so the two runs must print the same.
+AS_TORCH = textwrap.dedent("""
+    import sys
+    from datetime import timedelta
+    import torch.distributed as dist
+    if sys.argv[1] == "torch":
+        master = dist.TCPStore("127.0.0.1", 0, is_master=True, timeout=timedelta(seconds=60))
+        port = master.port
+    else:
+        port = int(sys.argv[1])
+    def client():
+        return dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
+    def show(name, fn):
+        try:
+            out = repr(fn())
+        except Exception as e:
+            out = "error " + type(e).__name__
+        print(name, out, flush=True)
+    c = client()
+    for what in sys.argv[2:]:
+        exec(what)
+""")
+
+
+def _same_as_torch(pt, *lines):
+    """Run lines through AS_TORCH against PyTorch's server, then ours: both
+    outputs, which the caller checks (the two must be equal)."""
+    r = pt.run(["-c", AS_TORCH, "torch", *lines], timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sv = Server()
+    try:
+        o = pt.run(["-c", AS_TORCH, str(sv.port), *lines], timeout=300)
+        assert o.returncode == 0, o.stderr[-3000:]
+    finally:
+        assert sv.close() == 0
+    assert o.stdout == r.stdout, (r.stdout, o.stdout)
+    return o.stdout.splitlines()
+
+
+def test_add_wraps_around_past_int64_as_torchs_server(pt):
+    """stoll(old) + delta in PyTorch's servers wraps (two's complement); ours
+    closed the connection instead, which the client saw as an error."""
+    out = _same_as_torch(
+        pt, 'c.set("w", b"9223372036854775807")', 'show("max+1", lambda: c.add("w", 1))',
+        'show("get", lambda: client().get("w"))', 'show("min-1", lambda: c.add("w", -1))',
+        'show("get", lambda: client().get("w"))')
+    assert out == ["max+1 -9223372036854775808", "get b'-9223372036854775808'",
+                   "min-1 9223372036854775807", "get b'9223372036854775807'"]
+

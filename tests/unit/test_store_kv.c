@@ -128,8 +128,16 @@ static void test_add_keeps_decimal_text(void **state)
 	store_kv_set(kv, K("bad"), K("abc"));
 	assert_int_equal(store_kv_add(kv, K("bad"), 1, &r), -EINVAL);
 	assert_value(kv, "bad", "abc");
+	/* Past int64 the sum wraps around, as PyTorch's stoll(old) + delta. */
 	store_kv_set(kv, K("big"), K("9223372036854775807"));
-	assert_int_equal(store_kv_add(kv, K("big"), 1, &r), -ERANGE);
+	assert_int_equal(store_kv_add(kv, K("big"), 1, &r), 0);
+	assert_true(r == INT64_MIN);
+	assert_value(kv, "big", "-9223372036854775808");
+	assert_int_equal(store_kv_add(kv, K("big"), -1, &r), 0);
+	assert_true(r == INT64_MAX);
+	assert_value(kv, "big", "9223372036854775807");
+	assert_int_equal(store_kv_add(kv, K("big"), INT64_MIN, &r), 0);
+	assert_true(r == -1);
 	store_kv_set(kv, K("huge"), K("99999999999999999999"));
 	assert_int_equal(store_kv_add(kv, K("huge"), 0, &r), -ERANGE);
 }
@@ -391,7 +399,7 @@ static void test_barrier_counts_parks_and_releases_all(void **state)
 	/* ADD's errors. */
 	store_kv_set(kv, K("txt"), K("abc"));
 	assert_int_equal(store_kv_barrier(kv, K("txt"), 2, &o1, &n, &w1), -EINVAL);
-	store_kv_set(kv, K("max"), K("9223372036854775807"));
+	store_kv_set(kv, K("max"), K("99999999999999999999"));
 	assert_int_equal(store_kv_barrier(kv, K("max"), 2, &o1, &n, &w1), -ERANGE);
 	/* Parked at free time: freed with the table (the teardown). */
 	assert_int_equal(store_kv_barrier(kv, K("left"), 2, &o1, &n, &w1), 0);
