@@ -307,10 +307,12 @@ void store_exec(struct store_conn *c, const struct store_req *r)
 		rc = store_kv_append(kv, r->key, r->key_len, r->val, r->val_len);
 		/* APPEND has no reply: refusing it can only close. */
 		if (rc == -EFBIG) {
-			char why[96];
+			char why[128];
 
-			snprintf(why, sizeof(why), "APPEND would grow the value past the limit %zu",
-				 c->s->o.max_value_len);
+			snprintf(why, sizeof(why),
+				 "APPEND would grow the value past %zu bytes, the most "
+				 "APPENDs may grow one",
+				 c->s->kv_max_appended);
 			store_conn_close(c, why);
 			return;
 		}

@@ -427,8 +427,21 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		return -ENOMEM;
 	if (!e->present)
 		return store_kv_set(kv, key, klen, val, vlen);
-	if (e->val_len + vlen > kv->max_value)
+	if (vlen > kv->max_value || e->val_len > kv->max_value - vlen)
 		return -EFBIG;
+	if (e->watches == NULL) {
+		/* In place: a value grown by many appends is not copied whole
+		 * each time (realloc moves large blocks by remapping). Present,
+		 * so no waiter is parked on it and nobody watches the old bytes. */
+		d = realloc(e->val, e->val_len + vlen ? e->val_len + vlen : 1);
+		if (d == NULL)
+			return -ENOMEM;
+		if (vlen)
+			memcpy(d + e->val_len, val, vlen);
+		e->val = d;
+		e->val_len += vlen;
+		return 0;
+	}
 	d = malloc(e->val_len + vlen ? e->val_len + vlen : 1);
 	if (d == NULL)
 		return -ENOMEM;

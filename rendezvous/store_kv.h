@@ -71,7 +71,8 @@ int store_kv_compare_set(struct store_kv *kv, const uint8_t *key, size_t klen, c
 /* 1 if deleted, 0 if absent. Waiters are not affected. */
 int store_kv_delete(struct store_kv *kv, const uint8_t *key, size_t klen);
 /* -EFBIG (nothing changed) if the value would grow past the limit that
- * store_kv_limit_value set (none by default). */
+ * store_kv_limit_value set (none by default). The limit is on the whole
+ * value: the length of one APPEND's own bytes is the parser's business. */
 int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const uint8_t *val,
 		    size_t vlen);
 void store_kv_limit_value(struct store_kv *kv, size_t max);

@@ -131,6 +131,12 @@ const char *store_op_name(enum store_op op);
  * --max-value-len, so that it reads whatever a server holds, yet a bound on a
  * garbage length. */
 #define STORE_MAX_REPLY ((size_t)1 << 30)
+/* The longest value APPENDs may grow. PyTorch's libuv server limits each
+ * APPEND's own bytes (8 MiB) and lets the value grow past that; ours does
+ * the same with --max-value-len, but a value that grows without end would
+ * take the server's memory, so it stops at what a client takes in a reply
+ * (an APPEND past it closes its connection, the value unchanged). */
+#define STORE_MAX_APPENDED STORE_MAX_REPLY
 
 struct store_limits {
 	size_t max_key_len;    /* default STORE_MAX_KEY */

@@ -383,7 +383,11 @@ int store_server_start(uv_loop_t *loop, const struct store_server_opts *o, const
 		free(s);
 		return rc;
 	}
-	store_kv_limit_value(s->kv, s->o.max_value_len);
+	/* Not max_value_len: that bounds each APPEND's own bytes (the
+	 * parser), as in PyTorch's libuv server; values may grow past it. */
+	s->kv_max_appended =
+		s->o.max_value_len > STORE_MAX_APPENDED ? s->o.max_value_len : STORE_MAX_APPENDED;
+	store_kv_limit_value(s->kv, s->kv_max_appended);
 	uv_check_init(loop, &s->flush);
 	s->flush.data = s;
 	uv_check_start(&s->flush, store_server_flush);

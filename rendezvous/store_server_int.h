@@ -50,6 +50,7 @@ struct store_server {
 	int nlisteners;
 	int port;
 	struct store_kv *kv;
+	size_t kv_max_appended; /* the longest value APPENDs may grow */
 	struct store_conn *conns;
 	unsigned nconns;
 	struct store_conn *dirty;

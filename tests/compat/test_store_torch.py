@@ -378,3 +378,17 @@ def test_add_wraps_around_past_int64_as_torchs_server(pt):
     assert out == ["max+1 -9223372036854775808", "get b'-9223372036854775808'",
                    "min-1 9223372036854775807", "get b'9223372036854775807'"]
 
+
+def test_append_grows_a_value_past_8_mib_as_torchs_server(pt):
+    """A value grows past the 8 MiB value limit by APPENDs (upstream's libuv
+    server checks each APPEND's own bytes). Ours dropped such an APPEND and
+    closed the connection, and the client, which gets no reply to APPEND,
+    lost the data without a word."""
+    if pt.major < 2:
+        pytest.skip("PyTorch 1.x's client has no append")
+    out = _same_as_torch(
+        pt, 'V = b"\\0x" * (4 << 20)', 'c.set("a", V)', 'c.append("a", b"z")',
+        'c.append("a", V)', 'c.append("a", V)',
+        'show("len", lambda: len(client().get("a")))',
+        'show("tail", lambda: client().get("a")[-3:])')
+    assert out == ["len 25165825", "tail b'x\\x00x'"]
