@@ -9,9 +9,11 @@
  * a uv_check handle). A connection whose unsent replies pass max_conn_buffer
  * is not read (and its buffered requests not executed) until they drain; one
  * that passes twice that through pushes it did not ask for (watch events) is
- * closed. A single reply over max_conn_buffer is refused before it is built
- * (store_exec), and a MULTI_SET comes from the parser pair by pair, so what a
- * connection holds stays near twice max_conn_buffer whatever it asks for.
+ * closed. A single reply may pass max_conn_buffer only as far as the data in
+ * the store goes (store_exec refuses more before building it), and a
+ * MULTI_SET comes from the parser pair by pair, so what a connection holds
+ * stays near max_conn_buffer plus one reply of the store's data, whatever it
+ * asks for.
  * The bytes themselves move through the server's transport (store_transport.h:
  * libuv streams or io_uring); nothing here knows which. */
 #include <errno.h>

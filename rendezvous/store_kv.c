@@ -268,6 +268,7 @@ static void put_value(struct store_kv *kv, struct store_entry *e, uint8_t *buf, 
 
 	e->val = buf;
 	e->val_len = len;
+	kv->value_bytes += len - oldlen;
 	if (created) {
 		e->present = true;
 		kv->npresent++;
@@ -409,6 +410,7 @@ int store_kv_delete(struct store_kv *kv, const uint8_t *key, size_t klen)
 	if (e->watches)
 		notify_watch(kv, e, STORE_WATCH_DELETED, e->val, e->val_len);
 	free(e->val);
+	kv->value_bytes -= e->val_len;
 	e->val = NULL;
 	e->val_len = 0;
 	e->present = false;
@@ -440,6 +442,7 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 			memcpy(d + e->val_len, val, vlen);
 		e->val = d;
 		e->val_len += vlen;
+		kv->value_bytes += vlen;
 		return 0;
 	}
 	d = malloc(e->val_len + vlen ? e->val_len + vlen : 1);
@@ -461,6 +464,11 @@ void store_kv_limit_value(struct store_kv *kv, size_t max)
 int64_t store_kv_num_keys(const struct store_kv *kv)
 {
 	return kv->npresent;
+}
+
+size_t store_kv_value_bytes(const struct store_kv *kv)
+{
+	return kv->value_bytes;
 }
 
 static bool entry_ready(const struct store_entry *e)

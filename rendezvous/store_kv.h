@@ -77,6 +77,8 @@ int store_kv_append(struct store_kv *kv, const uint8_t *key, size_t klen, const 
 		    size_t vlen);
 void store_kv_limit_value(struct store_kv *kv, size_t max);
 int64_t store_kv_num_keys(const struct store_kv *kv);
+/* Bytes of every value now stored (queues not counted). */
+size_t store_kv_value_bytes(const struct store_kv *kv);
 /* Drop every value and queue whose key does not start with keep (NULL: keep
  * nothing); watches see the deletions, parked waiters stay parked. 0 or
  * -ENOMEM. */

@@ -44,6 +44,7 @@ struct store_kv {
 	size_t nbuckets; /* power of two */
 	size_t nentries;
 	int64_t npresent;
+	size_t value_bytes; /* of every value (not queues): bounds one reply */
 	uint64_t seed;
 	size_t max_value; /* APPEND may not grow a value past it */
 	struct store_kv_events ev;

@@ -392,3 +392,17 @@ def test_append_grows_a_value_past_8_mib_as_torchs_server(pt):
         'show("len", lambda: len(client().get("a")))',
         'show("tail", lambda: client().get("a")[-3:])')
     assert out == ["len 25165825", "tail b'x\\x00x'"]
+
+
+def test_multi_get_of_64_mib_as_torchs_server(pt):
+    """8 values of 8 MiB in one multi_get pass the 64 MiB buffer limit of a
+    connection; PyTorch's servers cap no reply, and ours closed the
+    connection."""
+    if pt.major < 2:
+        pytest.skip("PyTorch 1.x's client has no multi_get")
+    out = _same_as_torch(
+        pt, 'ks = ["m%d" % i for i in range(8)]',
+        'c.multi_set(ks, [bytes([i]) * (8 << 20) for i in range(8)])',
+        'show("lens", lambda: [len(v) for v in client().multi_get(ks)])',
+        'show("firsts", lambda: [v[0] for v in c.multi_get(ks)])')
+    assert out == ["lens %r" % ([8 << 20] * 8), "firsts %r" % list(range(8))]

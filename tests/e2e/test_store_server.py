@@ -658,6 +658,29 @@ def test_multi_get_reply_over_the_buffer_limit_closes_that_connection():
         assert sv.close() == 0
 
 
+def test_multi_get_reply_of_the_stores_data_may_pass_the_buffer_limit():
+    """8 values of 8 MiB in one MULTI_GET: 64 MiB and 64 bytes, over the 64
+    MiB buffer limit. PyTorch's servers cap no reply; ours closed the
+    connection. Data the store holds bounds the reply: it is answered, and
+    the connection goes on."""
+    sv = Server()
+    try:
+        vals = [bytes([i]) * (8 << 20) for i in range(8)]
+        c = connect(sv.port, timeout=120)
+        for i, v in enumerate(vals):
+            c.sendall(bytes([V2["SET"]]) + s(f"/v{i}") + s(v))
+        for _ in range(2):
+            c.sendall(bytes([V2["MULTI_GET"]]) + keys(*[f"/v{i}" for i in range(8)]))
+            for v in vals:
+                assert recv_bytes(c) == v
+        c.sendall(bytes([V2["PING"]]) + struct.pack("<I", 7))
+        assert recv_exact(c, 4) == struct.pack("<I", 7)
+        c.close()
+        assert "closing connection" not in sv.log()
+    finally:
+        assert sv.close() == 0
+
+
 def test_append_grows_a_value_past_the_value_limit():
     """As PyTorch's libuv server: the value limit bounds each APPEND's own
     bytes, and the value grows past it. An APPEND that passed the limit was

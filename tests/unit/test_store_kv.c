@@ -351,6 +351,28 @@ static void test_many_keys_grow_table(void **state)
 	}
 }
 
+/* The server lets one reply pass the buffer limit by this much. */
+static void test_value_bytes_counts_every_value(void **state)
+{
+	struct store_kv *kv = KV(state);
+	int64_t r;
+
+	assert_int_equal(store_kv_value_bytes(kv), 0);
+	store_kv_set(kv, K("a"), K("abc"));
+	assert_int_equal(store_kv_append(kv, K("a"), K("de")), 0); /* in place */
+	assert_int_equal(store_kv_append(kv, K("b"), K("x")), 0);  /* creates */
+	assert_int_equal(store_kv_value_bytes(kv), 6);
+	store_kv_set(kv, K("a"), K("z"));
+	assert_int_equal(store_kv_add(kv, K("n"), 100, &r), 0);
+	assert_int_equal(store_kv_value_bytes(kv), 5);
+	assert_int_equal(store_kv_queue_push(kv, K("q"), K("queued")), 0);
+	assert_int_equal(store_kv_value_bytes(kv), 5);
+	assert_int_equal(store_kv_delete(kv, K("n")), 1);
+	assert_int_equal(store_kv_value_bytes(kv), 2);
+	assert_int_equal(store_kv_clear(kv, NULL), 0);
+	assert_int_equal(store_kv_value_bytes(kv), 0);
+}
+
 static void test_append_stops_at_the_value_limit(void **state)
 {
 	struct store_kv *kv = KV(state);
@@ -500,6 +522,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_queue_fifo_and_wakes_one, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_keys_grow_table, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_value_bytes_counts_every_value, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_append_stops_at_the_value_limit, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_barrier_counts_parks_and_releases_all, setup,
