@@ -130,9 +130,16 @@ static int client_open(const struct ddpstore_opts *o, struct store_client **out)
 	if (said)
 		return rc == -EHOSTUNREACH ? EXIT_CONN : EXIT_USAGE;
 	if (rc < 0) {
-		ddpstore_err("cannot connect to %s: %s%s", addr, store_strerror(rc),
-			     rc == -ECONNRESET ? " during the handshake (at its connection limit?)"
-					       : "");
+		/* A 1.x server reads the 2.x handshake as a SET with a key
+		 * length of about 1 GB and drops the connection. */
+		if (rc == -ECONNRESET || rc == -EPIPE)
+			ddpstore_err(
+				"cannot connect to %s: the server closed the connection at the "
+				"handshake: a PyTorch 1.x server, whose dialect ddpstore does "
+				"not speak as a client, or one at its connection limit",
+				addr);
+		else
+			ddpstore_err("cannot connect to %s: %s", addr, store_strerror(rc));
 		return EXIT_CONN;
 	}
 	return EXIT_OK;
@@ -299,6 +306,13 @@ int ddpstore_exit_for(int err)
 	default:
 		return EXIT_ERROR;
 	}
+}
+
+void ddpstore_err_unsupported(const char *what, const char *op)
+{
+	ddpstore_err("%s: the server closed the connection on %s: it may not support that "
+		     "operation (an older PyTorch server: 2.6's lacks it, 2.14's has it)",
+		     what, op);
 }
 
 static int fail_op(const char *what, int err)
@@ -468,8 +482,10 @@ static int cmd_get(struct store_client *c, const struct ddpstore_opts *o, char *
 
 /* ADD has no error reply: the server closes the connection when the value is
  * not a counter (a sum past int64 wraps, as in PyTorch's servers), as it
- * does when it ends. A second
- * connection reads the value to say which (unless it changed in between). */
+ * does when it ends. A second connection reads the value to say which
+ * (unless it changed in between). A BARRIER that left no counter behind met
+ * a server that does not know the operation (it closes on an unknown
+ * opcode). */
 void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, const char *key)
 {
 	struct ddpstore_opts quick = *o;
@@ -498,6 +514,10 @@ void ddpstore_explain_reset(const struct ddpstore_opts *o, const char *what, con
 	}
 	rc = store_client_try_get(c, key, &v, &len);
 	store_client_close(c);
+	if (rc == -ENOENT && strcmp(what, "barrier") == 0) {
+		ddpstore_err_unsupported(what, "BARRIER");
+		return;
+	}
 	if (rc < 0) {
 		ddpstore_err("%s: the server closed the connection", what);
 		return;

@@ -56,6 +56,9 @@ int ddpstore_cmd_barrier(struct store_client *c, const struct ddpstore_opts *o, 
 /* ddpstore_status.c: the status command. */
 int ddpstore_status(struct store_client *c, const struct ddpstore_opts *o, char **a, int n);
 void ddpstore_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* what failed because the server closed the connection on op, which it may
+ * not know (PyTorch's servers close on an unknown opcode): say so. */
+void ddpstore_err_unsupported(const char *what, const char *op);
 /* The server closed the connection of what (add, barrier), which adds to
  * key's counter: say why, as a second connection finds it (the value is no
  * counter, or is beyond int64, or the server has ended). */

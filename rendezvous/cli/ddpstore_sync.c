@@ -23,6 +23,10 @@ int ddpstore_cmd_keys(struct store_client *c, const struct ddpstore_opts *o, cha
 	int rc = store_client_list_keys(c, &keys, &nk);
 
 	(void)o;
+	if (rc == -ECONNRESET || rc == -EPIPE) {
+		ddpstore_err_unsupported("keys", "LIST_KEYS");
+		return EXIT_CONN;
+	}
 	if (rc < 0) {
 		ddpstore_err("keys: %s", store_strerror(rc));
 		return ddpstore_exit_for(rc);

@@ -406,3 +406,33 @@ def test_multi_get_of_64_mib_as_torchs_server(pt):
         'show("lens", lambda: [len(v) for v in client().multi_get(ks)])',
         'show("firsts", lambda: [v[0] for v in c.multi_get(ks)])')
     assert out == ["lens %r" % ([8 << 20] * 8), "firsts %r" % list(range(8))]
+
+
+def test_ddpstore_cli_says_what_a_torch_server_lacks(pt):
+    """The CLI, a 2.x-dialect client, against PyTorch's own servers: 1.13's
+    drops the handshake (it reads a SET of a 1 GB key), and the CLI blamed a
+    connection limit; 2.6's closes on LIST_KEYS and BARRIER, which it does
+    not know, and the CLI said only that the connection was closed."""
+    legacy = pt.popen(["-c", TORCH_SERVER], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        ready, _, _ = select.select([legacy.stdout], [], [], 120)
+        assert ready, "the torch TCPStore server did not start"
+        addr = "127.0.0.1:" + legacy.stdout.readline().strip()
+        base = ("--timeout", "10", "--connect-timeout", "10")
+        if pt.major < 2:
+            r = cli(addr, *base, "ping", text=True)
+            assert r.returncode == storeutil.CONN and r.stderr.count("\n") == 1, r.stderr
+            assert "a PyTorch 1.x server, whose dialect ddpstore does not speak" in r.stderr
+            assert "at its connection limit" in r.stderr
+            return
+        if "list_keys" in methods_of(pt):
+            pytest.skip("this PyTorch's server knows LIST_KEYS and BARRIER")
+        assert cli(addr, *base, "set", "k", "v").returncode == storeutil.OK
+        for args, op in ((("keys",), "LIST_KEYS"), (("barrier", "b", "1"), "BARRIER")):
+            r = cli(addr, *base, *args, text=True)
+            assert r.returncode == storeutil.CONN and r.stderr.count("\n") == 1, r.stderr
+            assert (f"{args[0]}: the server closed the connection on {op}: it may not "
+                    "support that operation" in r.stderr), r.stderr
+    finally:
+        legacy.kill()
+        legacy.wait(timeout=10)
