@@ -562,6 +562,13 @@ static void check_progress(struct agent *a)
 	int i;
 
 	if ((a->state == AS_RUNNING || a->state == AS_STOPPING) && a->nrunning == 0) {
+		/* A hang's aborts ended the workers (no failure's stop followed
+		 * their exits, so as not to hurry their stacks): what they left
+		 * in their groups is stopped as after a failure, SIGTERM first
+		 * (a DataLoader's processes clean their semaphores up then), not
+		 * killed as after a success. */
+		if (a->state == AS_RUNNING && hang_declared(a) && update_groups(a) > 0)
+			begin_stop(a, SIGTERM, AFTER_EXIT);
 		/* Stopping: give what the workers left in their groups the same
 		 * grace (until the groups are empty or the kill timer fires). */
 		if (update_groups(a) > 0 && a->state == AS_STOPPING && !a->killed)

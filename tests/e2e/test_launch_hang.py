@@ -256,6 +256,33 @@ def test_a_rank_whose_work_runs_in_child_processes_is_not_hung(tmp_path, how):
     assert "stack dump" not in r.stderr
 
 
+def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
+    """Each rank starts a helper in its process group that cleans up on
+    SIGTERM (as multiprocessing's resource tracker does its semaphores),
+    then waits for ever. The hang's aborts ended the ranks, and what they
+    left was SIGKILLed at once as after a success ("left in its process
+    group when the workers ended"): no clean-up, /dev/shm/sem.mp-* left."""
+    script = tmp_path / "grp.py"
+    script.write_text(
+        "import os, subprocess, sys, threading\n"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, sys, time\\n'\n"
+        "    'def bye(*a):\\n'\n"
+        f"    '    open(\"{tmp_path}/clean.%s\" % sys.argv[1], \"w\").close(); sys.exit(0)\\n'\n"
+        "    'signal.signal(signal.SIGTERM, bye)\\n'\n"
+        f"    'open(\"{tmp_path}/up.%s\" % sys.argv[1], \"w\").close()\\n'\n"
+        "    'while True: time.sleep(1)', os.environ['RANK']])\n"
+        "threading.Event().wait()\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2",
+             "--shutdown-timeout", "20", str(script)], env=env, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("up.")) == \
+        ["up.0", "up.1"], r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("clean.")) == \
+        ["clean.0", "clean.1"], r.stderr
+    assert "left in its process group when the workers ended" not in r.stderr
+
+
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
     """Every rank waits for ever while a thread wakes 20 times a second for
     a millisecond (an idle runtime's event loop: gloo's takes about 2% of a
