@@ -404,6 +404,7 @@ static double age_s(struct agent *a, struct agent_worker *w)
 struct dump_rank {
 	struct hang_dump *d;
 	bool running, py;
+	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
 	struct text head, raw;
 	uv_pipe_t pipe;
@@ -465,12 +466,29 @@ static void dump_finish(struct hang_dump *d)
 		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];
 		struct text t = {0};
+		bool abort_it = r->running && r->py && !r->stopped && d->aborted != NULL &&
+				wk->running && wk->pid == r->pid;
 
 		if (r->head.p != NULL)
 			text_add(&t, r->head.p, r->head.len);
 		if (r->running && d->tool != NULL)
 			format_stack(&t, d->tool, r->pid, &r->raw);
-		if (r->running && r->py && d->aborted != NULL && wk->running && wk->pid == r->pid) {
+		if (r->stopped && d->aborted != NULL && wk->running && wk->pid == r->pid) {
+			char msg[600];
+
+			/* Nothing runs there: no Python stack comes, and this rank,
+			 * not those waiting for it, is the failure to name first
+			 * (written before theirs, and as no consequence). */
+			if (r->py)
+				text_puts(&t, "  Python stack: none, the rank is stopped (it would "
+					      "print it only once continued)\n");
+			snprintf(msg, sizeof(msg),
+				 "Hang: the rank was stopped (a stop signal, as ^Z sends, or a "
+				 "debugger), so nothing ran there: %s",
+				 d->why);
+			hang_write_error_file(wk->error_file, msg, NULL);
+		}
+		if (abort_it) {
 			char msg[600];
 
 			text_printf(&t,
@@ -492,7 +510,7 @@ static void dump_finish(struct hang_dump *d)
 		free(t.p);
 		if (d->aborted != NULL) {
 			d->aborted[i] = false;
-			if (r->running && r->py && wk->running && wk->pid == r->pid) {
+			if (abort_it) {
 				kill(r->pid, SIGABRT);
 				d->aborted[i] = true;
 				naborted++;
@@ -632,6 +650,7 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 	}
 	if (proc_info_read(wk->pid, &pi) != 0)
 		snprintf(pi.comm, sizeof(pi.comm), "?");
+	r->stopped = pi.state == 'T' || pi.state == 't';
 	age = age_s(a, wk);
 	r->py = proc_is_python(wk->pid);
 	if (w->libddp)

@@ -86,8 +86,36 @@ def test_a_stopped_rank_is_named_and_ends_with_the_job(wrapped):
     assert "ranks 0,2 wait in all_reduce #4" in err
     if not wrapped:
         assert re.search(r"state T \(stopped\)", rank_block(err, 1)), rank_block(err, 1)
+        # The summary agrees with the verdict: the stopped rank is the
+        # root cause (it named another, which only waited).
+        root = err[err.index("Root Cause"):]
+        assert "rank      : 1 (local_rank: 1)" in root, root
+        assert "traceback : Hang: the rank was stopped" in root, root
     pids = worker_pids(err)
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout=10, what="workers gone")
+
+
+def test_a_stopped_python_rank_gets_no_sigabrt_nor_a_false_error_file(tmp_path):
+    """Python ranks, rank 1 stopped (SIGSTOP to itself): it was sent
+    SIGABRT, which waits while it is stopped, and given an error file
+    saying "faulthandler printed the rank's Python stack", which it never
+    did; the summary named rank 0, which only waited, as the root cause."""
+    script = tmp_path / "stop.py"
+    script.write_text("import os, signal, threading\n"
+                      "if os.environ['RANK'] == '1':\n"
+                      "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+                      "threading.Event().wait()\n")
+    env = dict(os.environ, PYTHON_EXEC=PYTHON)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
+            env=env, timeout=120)
+    err = r.stderr
+    assert r.returncode == HANG_EXIT, err
+    assert "Python stack: none, the rank is stopped" in rank_block(err, 1), err
+    assert err.count("Fatal Python error: Aborted") == 1, err
+    root = err[err.index("Root Cause"):]
+    assert "rank      : 1 (local_rank: 1)" in root, root
+    assert "traceback : Hang: the rank was stopped" in root, root
+    assert "faulthandler printed" not in root, root
 
 
 def test_a_rank_that_never_calls_ddp_init_is_named_not_its_waiting_peers():
