@@ -2,6 +2,7 @@
 output and its documented exit status, waiters across clients, stdin values,
 the MASTER_ADDR/MASTER_PORT default, the port file, IPv4 and IPv6."""
 import contextlib
+import errno
 import os
 import shutil
 import socket
@@ -544,6 +545,25 @@ def silent_port(addr, port):
             yield
 
 
+def served_with_silent_twin(serving, silent):
+    """A Server at serving and, at silent on the same port, silent_port
+    (entered): (server, an ExitStack that leaves it). The port is the server's pick for its
+    own family; where another program holds it on the other family, a new
+    server picks again (a bounded few times)."""
+    for _ in range(5):
+        s = Server(host=serving)
+        twin = contextlib.ExitStack()
+        try:
+            twin.enter_context(silent_port(silent, s.port))
+        except OSError as e:
+            assert s.close() == 0
+            if e.errno != errno.EADDRINUSE:
+                raise
+            continue
+        return s, twin
+    pytest.fail(f"no port free on both {serving} and {silent} in 5 tries")
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="needs root and unshare(1): a mount namespace with its own /etc/hosts")
 @pytest.mark.parametrize("serving,silent", [("127.0.0.1", "::1"), ("::1", "127.0.0.1")])
@@ -554,9 +574,9 @@ def test_a_name_with_two_addresses_reaches_the_one_that_serves(tmp_path, serving
     silent one for a bounded while, whichever the resolver puts first. Until
     2026-12-05 the client tried only the first address, to the end of its
     connect timeout."""
-    s = Server(host=serving)
+    s, twin = served_with_silent_twin(serving, silent)
     try:
-        with silent_port(silent, s.port):
+        with twin:
             r = subprocess.run(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
                                           [DDPSTORE, "--addr", f"dual:{s.port}",
                                            "--connect-timeout", "30", "ping"]),
@@ -574,11 +594,11 @@ def test_the_launcher_reaches_a_store_at_a_name_with_two_addresses(tmp_path, ser
     rendezvous whose --master-addr is the dual-stack name, a silent address
     first or second. It has reached the store once it counts the nodes there
     ("1 of 2 joined"); node 0 never comes, and ddprun is stopped by pid."""
-    s = Server(host=serving)
+    s, twin = served_with_silent_twin(serving, silent)
     p = None
     err = b""
     try:
-        with silent_port(silent, s.port):
+        with twin:
             p = subprocess.Popen(with_hosts(tmp_path, "::1 dual\n127.0.0.1 dual\n",
                                             [binary("ddprun"), "--nnodes", "2",
                                              "--node-rank", "1", "--master-addr", "dual",
