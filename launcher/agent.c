@@ -645,7 +645,7 @@ const char *agent_stop_words(const struct agent *a)
 {
 	if (a->nrunning == 0)
 		return "the job ends";
-	return a->state == AS_RUNNING ? "stopping the workers" : "the workers are stopping already";
+	return a->state == AS_RUNNING ? "stopping the workers" : "the workers are stopping";
 }
 
 int agent_signal(const struct agent *a)

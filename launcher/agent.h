@@ -91,7 +91,8 @@ void agent_restart(struct agent *a);
 /* A signal from --signals-to-handle has reached ddprun. */
 bool agent_signalled(const struct agent *a);
 /* What a cause of the job's end does to the workers, for its message:
- * "stopping the workers", "the workers are stopping already" or, with none
+ * "stopping the workers", "the workers are stopping" (by this cause or an
+ * earlier one) or, with none
  * running (between attempts, after their success), "the job ends". */
 const char *agent_stop_words(const struct agent *a);
 /* The first such signal (0: none), whatever the exit status says (a hang's

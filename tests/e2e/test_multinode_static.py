@@ -690,6 +690,23 @@ def test_a_signal_while_the_workers_stop_after_a_failure_keeps_the_report(reaper
     assert "Root Cause (first observed failure):" in err and "    boom\n" in err, err
 
 
+def test_the_failing_nodes_own_line_does_not_say_its_workers_were_stopping_already(reaper,
+                                                                                    tmp_path):
+    """Local rank 1 of node 1 fails while its local rank 0 runs: node 1's
+    line about it said "the workers are stopping already", as if something
+    else had stopped them; its own failure is what stops them."""
+    port = free_port()
+    a0 = Agent(reaper, tmp_path, "node0", node_args(2, 0, port, 1, "sleep 30"))
+    a1 = Agent(reaper, tmp_path, "node1", node_args(
+        2, 1, port, 2, 'if [ "$LOCAL_RANK" = 1 ]; then sleep 1; exit 5; fi; sleep 30'))
+    assert a1.wait(timeout=60) == 5, a1.stderr()
+    assert a0.wait(timeout=60) == 5, a0.stderr()
+    err = a1.stderr()
+    assert re.search(r"rank 2 \(local rank 1\) on node 1 \(host [^)]*\) failed with exit "
+                     r"status 5: (stopping the workers|the workers are stopping)\n", err), err
+    assert "stopping already" not in err, err
+
+
 def test_the_store_lost_between_attempts_ends_the_job_with_75(reaper, tmp_path):
     """Rank 1 fails and every node restarts; node 0, the store's host, dies
     while its worker still stops: node 1, waiting for the next round, ended
