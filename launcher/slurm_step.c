@@ -126,7 +126,9 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 	if (v == NULL || util_parse_int(v, 1, 1 << 20, &size) != 0 || size < 2 || step == NULL)
 		return 1;
 	/* The step spans the job's components 0..size-1 exactly: node 0 is
-	 * component 0's first (their lists, joined, are one hostlist). */
+	 * component 0's first (their lists, joined, are one hostlist). A step
+	 * of one component (plain srun in the job's script runs on component
+	 * 0; the script's SLURM_HET_SIZE stays) numbers its sorted list. */
 	for (g = 0; g < size && rc == 0; g++) {
 		char name[64];
 		const char *list;
@@ -135,6 +137,10 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 		snprintf(name, sizeof(name), "SLURM_JOB_NODELIST_%s_GROUP_%d",
 			 pack ? "PACK" : "HET", g);
 		list = getenv_fn(name);
+		if (list != NULL && hosts_within(step, list, true) == 1) {
+			free(all);
+			return 1;
+		}
 		grown = list != NULL ? realloc(all, n + strlen(list) + 2) : NULL;
 		if (grown == NULL) {
 			rc = -ENOENT;
@@ -150,13 +156,10 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 		*var = first[pack];
 		return 0;
 	}
-	snprintf(
-		err, errlen,
-		"a heterogeneous step (%s=%d) numbers its nodes (SLURM_NODEID) component by "
-		"component, not in the order of SLURM_STEP_NODELIST, and this step's nodes are not "
-		"those of the job's %d components: which one is node 0 is not known here (give "
-		"--master-addr the first node of the step's first component, or use "
-		"--rdzv-backend c10d)",
-		size_var, size, size);
+	snprintf(err, errlen,
+		 "a heterogeneous step (%s=%d) numbers its nodes component by component, and "
+		 "this one's are not the job's %d components: node 0 is unknown (give "
+		 "--master-addr its first node, or --rdzv-backend c10d)",
+		 size_var, size, size);
 	return -EINVAL;
 }

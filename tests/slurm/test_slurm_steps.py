@@ -146,19 +146,24 @@ def test_a_heterogeneous_step_meets_at_its_first_components_node(cluster, tmp_pa
     """srun --het-group=0,1 over components n3 and n[1-2]: Slurm numbers
     the nodes component by component (n3 is node 0) but lists them sorted
     (n[1-3]). The store was looked for on n1 while n3 hosted it: every node
-    waited join_timeout."""
+    waited join_timeout. A plain srun in the same script runs on component
+    0 alone, a job of its own."""
     (tmp_path / "job.sh").write_text(
         "#!/bin/sh\n"
         f"#SBATCH --nodes=1 --nodelist=n3 --output={tmp_path}/job.out\n"
         "#SBATCH hetjob\n"
         "#SBATCH --nodes=2 --nodelist=n[1-2]\n"
+        # Plain srun: component 0 only, the script's SLURM_HET_SIZE kept.
+        "srun ddprun --nproc-per-node=1 sh -c 'echo plain rank $RANK of $WORLD_SIZE on "
+        "$(hostname)'\n"
         "srun --het-group=0,1 ddprun --nproc-per-node=1 --master-port=29511 "
         "--rdzv-conf join_timeout=20 sh -c 'echo rank $RANK of $WORLD_SIZE on $(hostname)'\n")
     jobid = cluster.sbatch(tmp_path / "job.sh")
     j = cluster.wait_job(jobid, timeout=50)
     log = read(tmp_path / "job.out")
     assert j["JobState"] == "COMPLETED", log
+    assert "plain rank 0 of 1 on n3\n" in log, log
     for rank, host in enumerate(["n3", "n1", "n2"]):
         assert f"rank {rank} of 3 on {host}\n" in log, log
         assert (f"from Slurm: --nnodes 3 --node-rank {rank} --master-addr n3 "
-                f"--rdzv-id {jobid}.0") in log, log
+                f"--rdzv-id {jobid}.1") in log, log

@@ -327,6 +327,16 @@ static void test_info_heterogeneous_step(void **state)
 					   "SLURM_JOB_NODELIST_PACK_GROUP_0=n[2-3]",
 					   "SLURM_JOB_NODELIST_PACK_GROUP_1=n1",
 					   NULL};
+	static const char *const one[] = {"SLURM_JOB_ID=3",
+					  "SLURM_STEP_ID=1",
+					  "SLURM_NNODES=2",
+					  "SLURM_NODEID=0",
+					  "SLURM_STEP_NODELIST=n[1-2]",
+					  "SLURM_STEP_NUM_NODES=2",
+					  "SLURM_HET_SIZE=2",
+					  "SLURM_JOB_NODELIST_HET_GROUP_0=n[1-2]",
+					  "SLURM_JOB_NODELIST_HET_GROUP_1=n3",
+					  NULL};
 	/* Components 1 and 2 of three (--het-group=1,2): not the job's first
 	 * two, so node 0 cannot be told. */
 	static const char *const part[] = {"SLURM_JOB_ID=3",
@@ -350,6 +360,12 @@ static void test_info_heterogeneous_step(void **state)
 			 0);
 	assert_string_equal(info.master, "n2");
 	assert_string_equal(info.master_var, "SLURM_JOB_NODELIST_PACK_GROUP_0");
+	/* One component's step (srun without --het-group: component 0; the
+	 * script's SLURM_HET_SIZE inherited): its sorted list numbers it. */
+	fake_env = one;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.master, "n1");
+	assert_string_equal(info.master_var, "SLURM_STEP_NODELIST");
 	fake_env = part;
 	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
 			 -EINVAL);
