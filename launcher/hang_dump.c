@@ -450,6 +450,26 @@ static void on_dump_closed(uv_handle_t *h)
 		dump_free(d);
 }
 
+/* The stacks faulthandler prints after the SIGABRT say no rank: without a
+ * prefix of its own (--tag-output, --tee), the rank's stderr gets one from
+ * here on, so that two ranks' stacks are told apart. */
+static void tag_stack(struct agent *a, struct agent_worker *wk)
+{
+	char buf[32];
+	char *p;
+
+	if (wk->stream[1].prefix_len > 0 || !wk->stream[1].open)
+		return;
+	snprintf(buf, sizeof(buf), "[rank%d]: ", a->world.rank_offset + wk->local_rank);
+	p = strdup(buf);
+	if (p == NULL)
+		return;
+	free(wk->prefix[1]);
+	wk->prefix[1] = p;
+	wk->stream[1].prefix = p;
+	wk->stream[1].prefix_len = strlen(p);
+}
+
 /* Every stack is in: print the ranks in order, then SIGABRT the Python
  * workers (after their native stacks: faulthandler output follows). */
 static void dump_finish(struct hang_dump *d)
@@ -511,6 +531,7 @@ static void dump_finish(struct hang_dump *d)
 		if (d->aborted != NULL) {
 			d->aborted[i] = false;
 			if (abort_it) {
+				tag_stack(a, wk);
 				kill(r->pid, SIGABRT);
 				d->aborted[i] = true;
 				naborted++;

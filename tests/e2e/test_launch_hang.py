@@ -224,8 +224,12 @@ def test_hung_python_ranks_print_every_threads_python_stack(tmp_path):
     assert r.returncode == HANG_EXIT, r.stderr
     err = r.stderr
     assert "Python stack: SIGABRT to pid" in rank_block(err, 0)
-    # faulthandler's dump of each rank, every thread, reached the console.
+    # faulthandler's dump of each rank, every thread, reached the console,
+    # each line tagged with its rank (faulthandler names none).
     assert err.count("Fatal Python error: Aborted") == 2
+    for rank in range(2):
+        assert f"[rank{rank}]: Fatal Python error: Aborted" in err, err
+    assert re.search(r'\[rank1\]: +File ".*hang\.py", line \d+ in rank_one_sleeps_here', err)
     assert re.search(r'File ".*hang\.py", line \d+ in rank_one_sleeps_here', err)
     assert re.search(r'File ".*hang\.py", line \d+ in rank_zero_deadlocks_here', err)
     assert re.search(r'File ".*hang\.py", line \d+ in helper_thread_waits_here', err)
