@@ -92,6 +92,20 @@ def test_a_failure_is_seen_with_sigchld_ignored():
     assert "sigchld child ign" in r.stderr and "sigchld after ign" in r.stdout
 
 
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_ddp_spawn_inside_a_spawned_child_sees_its_childs_status(code):
+    """SIGCHLD ignored, and a spawned child runs a ddp_spawn of its own: the
+    child inherited the parent's hold (it counted itself a later holder) and
+    left SIGCHLD ignored, so the kernel reaped its children: a success was
+    "a status that is unknown", and exit code 3 was lost."""
+    r = run([prog("ddp_spawn_prog"), "--sigchld", "ign", "1", "nested", str(code)],
+            timeout=30, env=env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    want = ("nested rc 0: ok" if code == 0 else
+            "ddp_spawn: process 0 terminated with exit code 3")
+    assert want in r.stderr, r.stderr
+
+
 def test_a_status_the_programs_own_reaper_took_is_not_a_success():
     """A SIGCHLD handler that reaps with waitpid(-1) takes the statuses first:
     that counted as exit status 0 ("spawn ok" for a child that returned 3).

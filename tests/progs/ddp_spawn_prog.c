@@ -12,6 +12,8 @@
  *                and (stdout of rank 0) the MASTER_ADDR and DDP_STORE it was given
  *   exit R C     rank R exits with code C after 0.2 s; others sleep 30 s
  *   quick C      every rank exits with code C after 0.2 s
+ *   nested C     every rank runs a ddp_spawn of one process that returns C,
+ *                and prints "nested rc RC: its error or ok" on stderr
  *   signal R     rank R kills itself with SIGKILL; others sleep 30 s
  *   sleep        every rank prints its pid and sleeps 30 s (daemon tests)
  *   env          every rank writes its environment to $ENV_DUMP_DIR/env.RANK
@@ -67,9 +69,27 @@ static void reaper(int sig)
 	errno = saved;
 }
 
+static int inner(int rank, void *p)
+{
+	(void)rank;
+	return ((struct args *)p)->a;
+}
+
 static int fn(int rank, void *p)
 {
 	struct args *a = p;
+
+	if (!strcmp(a->mode, "nested")) {
+		struct ddp_spawn_options o;
+		struct ddp_spawn_ctx *sc = NULL;
+		int rc;
+
+		ddp_spawn_options_init(&o);
+		rc = ddp_spawn(inner, a, 1, &o, &sc);
+		fprintf(stderr, "nested rc %d: %s\n", rc, rc ? ddp_errmsg() : "ok");
+		ddp_spawn_free(sc);
+		return 0;
+	}
 
 	if (!strcmp(a->mode, "quick")) {
 		if (rank == 0)

@@ -411,6 +411,13 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 		if (pid == 0) {
 			if (sigchld_changed) /* fn runs as the program set it up */
 				sigaction(SIGCHLD, &sigchld_saved, NULL);
+			/* The parent's holds are not this process's: a ddp_spawn
+			 * in fn must make SIGCHLD reapable anew (it counted itself
+			 * a later holder, and its own children's statuses were lost
+			 * to an ignored SIGCHLD). Single-threaded here. */
+			sigchld_holders = 0;
+			sigchld_changed = 0;
+			pthread_mutex_init(&sigchld_lock, NULL);
 			if (o->daemon &&
 			    (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent))
 				_exit(1);
