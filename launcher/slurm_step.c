@@ -127,8 +127,9 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 		return 1;
 	/* The step spans the job's components 0..size-1 exactly: node 0 is
 	 * component 0's first (their lists, joined, are one hostlist). A step
-	 * of one component (plain srun in the job's script runs on component
-	 * 0; the script's SLURM_HET_SIZE stays) numbers its sorted list. */
+	 * within one component (plain srun in the job's script runs on
+	 * component 0; the script's SLURM_HET_SIZE stays) numbers its sorted
+	 * list, as any step. */
 	for (g = 0; g < size && rc == 0; g++) {
 		char name[64];
 		const char *list;
@@ -137,7 +138,7 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 		snprintf(name, sizeof(name), "SLURM_JOB_NODELIST_%s_GROUP_%d",
 			 pack ? "PACK" : "HET", g);
 		list = getenv_fn(name);
-		if (list != NULL && hosts_within(step, list, true) == 1) {
+		if (list != NULL && hosts_within(step, list, false) == 1) {
 			free(all);
 			return 1;
 		}

@@ -337,6 +337,16 @@ static void test_info_heterogeneous_step(void **state)
 					  "SLURM_JOB_NODELIST_HET_GROUP_0=n[1-2]",
 					  "SLURM_JOB_NODELIST_HET_GROUP_1=n3",
 					  NULL};
+	static const char *const within[] = {"SLURM_JOB_ID=3",
+					     "SLURM_STEP_ID=2",
+					     "SLURM_NNODES=2",
+					     "SLURM_NODEID=0",
+					     "SLURM_STEP_NODELIST=n[2-3]",
+					     "SLURM_STEP_NUM_NODES=2",
+					     "SLURM_HET_SIZE=2",
+					     "SLURM_JOB_NODELIST_HET_GROUP_0=n[1-3]",
+					     "SLURM_JOB_NODELIST_HET_GROUP_1=n4",
+					     NULL};
 	/* Components 1 and 2 of three (--het-group=1,2): not the job's first
 	 * two, so node 0 cannot be told. */
 	static const char *const part[] = {"SLURM_JOB_ID=3",
@@ -366,6 +376,10 @@ static void test_info_heterogeneous_step(void **state)
 	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
 	assert_string_equal(info.master, "n1");
 	assert_string_equal(info.master_var, "SLURM_STEP_NODELIST");
+	/* Part of one component (srun -N2 in a component of 3): the same. */
+	fake_env = within;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.master, "n2");
 	fake_env = part;
 	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_ALL, &info, err, sizeof(err)),
 			 -EINVAL);
