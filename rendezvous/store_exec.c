@@ -175,7 +175,8 @@ static void multi_get(struct store_conn *c, const struct store_req *r)
 	for (i = 0; i < r->count; i++) {
 		store_list_next(&pos, &k, &kl);
 		v = store_kv_get(c->s->kv, k, kl, &vl);
-		bytes += 8 + (v ? vl : 0); /* no overflow: count and vl are capped */
+		/* No overflow: count is capped, and vl at STORE_MAX_APPENDED. */
+		bytes += 8 + (v ? vl : 0);
 	}
 	if (reply_too_big(c, r, bytes))
 		return;

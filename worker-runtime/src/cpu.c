@@ -137,8 +137,12 @@ static int all_reduce_wide(struct ddpi_cpu *c, const struct ddpi_call *call, voi
 {
 	int rc;
 
-	if (count > c->wide_len) {
-		float *w = count <= SIZE_MAX / sizeof(float) ? malloc(count * sizeof(float)) : NULL;
+	/* Kept for the next call, but not four times a call's size: one huge
+	 * call must not hold twice its bytes for the context's life. */
+	if (count > c->wide_len || count < c->wide_len / 4) {
+		float *w = count <= SIZE_MAX / sizeof(float)
+				   ? malloc((count ? count : 1) * sizeof(float))
+				   : NULL;
 
 		if (w == NULL)
 			return ddpi_err(
