@@ -190,19 +190,20 @@ def test_a_program_that_accepts_on_the_store_port_without_answering_is_said(reap
 ], ids=["one-node", "static-node-1", "c10d"])
 def test_a_signal_ends_ddprun_during_a_slow_store_host_lookup(tmp_path, nodes):
     """A resolver that takes its time (here a DNS server of the test's own
-    that never answers, 10 s a try): one node looked --master-addr up in
-    its event loop, so a SIGTERM went unheard until the try ended; and on
-    every kind of job the exit waited for the try (libuv's thread pool
-    cannot drop a call under way). Both are at once now: the lookup's
-    thread is left to end alone. In mount and network namespaces of the
-    test's own."""
+    that never answers, 30 s a try, twice): one node looked --master-addr
+    up in its event loop, so a SIGTERM went unheard until the try ended;
+    and on every kind of job the exit waited for the try (libuv's thread
+    pool cannot drop a call under way). Now the lookup's thread is left to
+    end alone: ddprun ends long before the resolver would (no timing is
+    asserted beyond that order; the wait for it is bounded at 30 s, then
+    SIGKILL). In mount and network namespaces of the test's own."""
     (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
     (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
-    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:10 attempts:1\n")
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:30 attempts:2\n")
     (tmp_path / "dns.py").write_text(
         "import socket, time\n"
         "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 53))\n"
-        "open(__file__ + '.up', 'w').close(); time.sleep(60)\n")
+        "open(__file__ + '.up', 'w').close(); time.sleep(120)\n")
     args = " ".join(nodes) if nodes else "--master-addr master-0.test"
     if nodes and nodes[0] == "--nnodes" and "c10d" not in nodes:
         args += " --master-addr master-0.test"
@@ -214,10 +215,8 @@ i=0; until [ -e {tmp_path}/dns.py.up ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1
 {binary("ddprun")} {args} true 2> {tmp_path}/err & job=$!
 sleep 1
 kill -TERM $job
-i=0; until grep -qs SIGTERM {tmp_path}/err || [ $i -ge 50 ]; do sleep 0.1; i=$((i+1)); done
-echo "heard $i"
-i=0; while kill -0 $job 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-echo "gone $i"
+i=0; while kill -0 $job 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+kill -0 $job 2>/dev/null && echo "still running" && kill -KILL $job
 rc=0; wait $job || rc=$?
 echo "rc $rc"
 kill $dns
@@ -225,11 +224,8 @@ kill $dns
     r = subprocess.run(["unshare", "-m", "-n", "--propagation", "private", "sh", "-c", script],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=90, text=True)
     err = (tmp_path / "err").read_text()
+    assert "still running" not in r.stdout, r.stdout + err
     assert "rc 143\n" in r.stdout, r.stdout + r.stderr + err
-    # Heard, and ended, within 5 s of the signal (the try took 10).
-    heard = int(r.stdout.split("heard ")[1].split()[0])
-    gone = int(r.stdout.split("gone ")[1].split()[0])
-    assert heard < 50 and gone < 50, r.stdout + err
     assert "ddprun: received SIGTERM: stopping" in err, err
     if not nodes:
         assert err == "ddprun: received SIGTERM: stopping (no worker is running)\n", err
