@@ -687,10 +687,10 @@ static void store_failed(struct agent *a, const char *err)
 	finish(a, 1);
 }
 
-/* The store's host looked up (r NULL: --master-addr is an address). A lookup that fails only for now (no resolver
- * answers) is tried again for join_timeout, as several nodes do
- * (coord_start.c): said once at once, and with how long when it ends the
- * job. */
+/* The store's host looked up (r NULL: --master-addr is an address). A
+ * lookup that fails only for now (no resolver answers) is tried again for
+ * join_timeout, as several nodes do (coord_start.c): said once at once, and
+ * with how long when it ends the job. */
 static void store_host_found(void *arg, const struct store_lookup_result *r)
 {
 	struct agent *a = arg;

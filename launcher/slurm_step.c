@@ -130,7 +130,7 @@ int slurm_het_first(const char *(*getenv_fn)(const char *name), char *buf, size_
 	 * within one component (plain srun in the job's script runs on
 	 * component 0; the script's SLURM_HET_SIZE stays) numbers its sorted
 	 * list, as any step. */
-	for (g = 0; g < size && rc == 0; g++) {
+	for (g = 0; g < size; g++) {
 		char name[64];
 		const char *list;
 		char *grown;
