@@ -105,9 +105,7 @@ def test_a_stopped_python_rank_gets_no_sigabrt_nor_a_false_error_file(tmp_path):
                       "if os.environ['RANK'] == '1':\n"
                       "    os.kill(os.getpid(), signal.SIGSTOP)\n"
                       "threading.Event().wait()\n")
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
-            env=env, timeout=120)
+    r = run_py_ranks(script)
     err = r.stderr
     assert r.returncode == HANG_EXIT, err
     assert "Python stack: none, the rank is stopped" in rank_block(err, 1), err
@@ -189,6 +187,12 @@ def test_without_eu_stack_or_gdb_the_dump_says_so(tmp_path):
     assert "rank 1 waits in all_reduce #3" in r.stderr
 
 
+def run_py_ranks(script, *args):
+    """Two Python ranks of script under ddprun --hang-timeout 2 (and args)."""
+    return run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", *args,
+                str(script)], env=dict(os.environ, PYTHON_EXEC=PYTHON), timeout=120)
+
+
 PY_HANG = """\
 import os, threading, time
 
@@ -218,9 +222,7 @@ else:
 def test_hung_python_ranks_print_every_threads_python_stack(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(PY_HANG)
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
-            env=env, timeout=120)
+    r = run_py_ranks(script)
     assert r.returncode == HANG_EXIT, r.stderr
     err = r.stderr
     assert "Python stack: SIGABRT to pid" in rank_block(err, 0)
@@ -249,9 +251,7 @@ def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path
                       "        print('.', flush=True); time.sleep(0.2)\n"
                       "    else:\n"
                       "        pass\n")
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
-            env=env, timeout=120)
+    r = run_py_ranks(script)
     assert r.returncode == 0, r.stderr
     assert "stack dump" not in r.stderr
     r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
@@ -281,9 +281,7 @@ def test_a_rank_whose_work_runs_in_child_processes_is_not_hung(tmp_path, how):
         "else:\n"
         "    th = threading.Thread(target=busy, args=(4,))\n"
         "    th.start(); th.join()\n")
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
-            env=env, timeout=120)
+    r = run_py_ranks(script)
     assert r.returncode == 0, r.stderr
     assert "stack dump" not in r.stderr
 
@@ -304,9 +302,7 @@ def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
         f"    'open(\"{tmp_path}/up.%s\" % sys.argv[1], \"w\").close()\\n'\n"
         "    'while True: time.sleep(1)', os.environ['RANK']])\n"
         "threading.Event().wait()\n")
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2",
-             "--shutdown-timeout", "20", str(script)], env=env, timeout=120)
+    r = run_py_ranks(script, "--shutdown-timeout", "20")
     assert r.returncode == HANG_EXIT, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("up.")) == \
         ["up.0", "up.1"], r.stderr
@@ -330,9 +326,7 @@ def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
                       "        time.sleep(0.05)\n"
                       "threading.Thread(target=loop, daemon=True).start()\n"
                       "threading.Event().wait()\n")
-    env = dict(os.environ, PYTHON_EXEC=PYTHON)
-    r = run([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "2", str(script)],
-            env=env, timeout=120)
+    r = run_py_ranks(script)
     assert r.returncode == HANG_EXIT, r.stderr
     assert "no rank made progress" in r.stderr
 
