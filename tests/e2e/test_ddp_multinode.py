@@ -173,6 +173,28 @@ def test_16_bit_floats_accumulate_in_float32_across_nodes(reaper, tmp_path, rdzv
     assert got == {k: {r: v for r in range(w)} for k, v in want.items()}
 
 
+@pytest.mark.parametrize("victim,peer", [(1, 0), (2, 3)], ids=["local-rank", "leader"])
+def test_a_rank_without_memory_for_the_float32_copy_tells_its_peers_at_once(reaper, tmp_path,
+                                                                            victim, peer):
+    """The victim's address space is capped, so its float32 copy of a
+    float16 all_reduce across nodes cannot be made; it returns the error
+    before any step and lives 20 s more (a program that saves its work).
+    Its node's other rank waited for it in shared memory: until its
+    deadline, or until the victim's ddp_finalize, and then blamed "different
+    numbers of calls". Now it fails at once with the victim's reason."""
+    agents, _ = two_nodes(reaper, tmp_path, "static", [2, 2],
+                          [prog("ddp_coll"), "wideoom", str(victim)])
+    for a in agents:
+        assert a.wait(timeout=120) != 0, a.stdout() + a.stderr()
+    out = "".join(a.stdout() for a in agents)
+    oom = "out of memory for a float32 copy of a float16 all_reduce of 8388608 elements"
+    assert f"[rank{victim}] rank {victim}: wideoom: -12: {oom}" in out, out
+    # Told by the victim, before it ended (20 s later: the job's end then
+    # would have killed the peer before it printed).
+    assert re.search(rf"^\[rank{peer}\] rank {peer}: wideoom: -\d+: all_reduce: rank {victim} "
+                     rf"failed: {oom}", out, re.M), out
+
+
 @pytest.fixture(scope="module")
 def single_rank():
     """Rank 0's output of one rank on one node, per command line."""

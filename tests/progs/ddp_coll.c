@@ -63,6 +63,13 @@
  *                                       every rank prints "rank R: late all_reduce: RC:
  *                                       ERROR" (exit 3 where it failed; SIGTERM held)
  *   ddp_coll [--spawn N] stop RANK      RANK stops itself (SIGSTOP) in the middle
+ *   ddp_coll wideoom RANK               a float16 sum of 8 M elements, after RANK capped
+ *                                       its address space (RLIMIT_AS) 8 MiB above what it
+ *                                       maps: across nodes its float32 copy cannot be
+ *                                       made. Each rank prints "rank R: wideoom: RC:
+ *                                       ERROR" (or "... ok") and exits 3 where it failed;
+ *                                       RANK then lives 20 s more, as a program that
+ *                                       saves its work, before it exits
  *   ddp_coll secret                     rank 1's buffer is memory from memfd_secret (the
  *                                       kernel will not let the peers read or pin it):
  *                                       all_reduces of 300000 floats, sum and max, exact
@@ -129,6 +136,7 @@
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -435,6 +443,47 @@ static int run_wide(struct ddp_ctx *ctx)
 	}
 	free(buf);
 	return 0;
+}
+
+/* The caller's address space, in bytes (/proc/self/statm's first field). */
+static long mapped_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	long pages = -1;
+
+	if (f) {
+		if (fscanf(f, "%ld", &pages) != 1)
+			pages = -1;
+		fclose(f);
+	}
+	return pages < 0 ? -1 : pages * sysconf(_SC_PAGESIZE);
+}
+
+static int run_wideoom(struct ddp_ctx *ctx, int victim)
+{
+	size_t n = (size_t)8 << 20;
+	unsigned short *buf = calloc(n, sizeof(*buf));
+	int me = ddp_rank(ctx), rc;
+
+	if (!buf)
+		return 1;
+	CHECK(ctx, ddp_barrier(ctx));
+	if (me == victim) {
+		long have = mapped_bytes();
+		struct rlimit rl;
+
+		if (have < 0 || getrlimit(RLIMIT_AS, &rl) < 0)
+			return 1;
+		rl.rlim_cur = (rlim_t)have + ((rlim_t)8 << 20);
+		if (setrlimit(RLIMIT_AS, &rl) < 0)
+			return 1;
+	}
+	rc = ddp_all_reduce(ctx, buf, n, DDP_FLOAT16, DDP_SUM);
+	ddp_print_force(ctx, "rank %d: wideoom: %d: %s\n", me, rc, rc < 0 ? ddp_errmsg() : "ok");
+	free(buf);
+	if (me == victim)
+		sleep(20);
+	return rc < 0 ? 3 : 0;
 }
 
 static int run_bench(struct ddp_ctx *ctx, size_t bytes, int iters)
@@ -1159,6 +1208,8 @@ static int worker(int rank, void *p)
 		rc = run_where(ctx);
 	else if (!strcmp(mode, "wide"))
 		rc = run_wide(ctx);
+	else if (!strcmp(mode, "wideoom") && a->argc >= 2)
+		rc = run_wideoom(ctx, atoi(a->argv[1]));
 	else if (!strcmp(mode, "big"))
 		rc = run_big(ctx, 0);
 	else if (!strcmp(mode, "cc"))

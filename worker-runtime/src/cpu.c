@@ -91,14 +91,6 @@ void ddpi_cpu_finish(struct ddpi_cpu *c, const char *refused)
 	ddpi_shm_finish(c->shm, c->ncalls, refused);
 }
 
-/* A leader's failure must reach its node's ranks waiting in shared memory. */
-static int leader_fail(struct ddpi_cpu *c, int rc)
-{
-	if (c->shm)
-		ddpi_shm_abort(c->shm, rc, ddp_errmsg());
-	return rc;
-}
-
 static int all_reduce_steps(void *be, const struct ddpi_call *call, void *buf, size_t count,
 			    enum ddp_dtype dt, enum ddp_op op, int64_t deadline)
 {
@@ -115,7 +107,7 @@ static int all_reduce_steps(void *be, const struct ddpi_call *call, void *buf, s
 		return rc;
 	if (c->tcp) {
 		if ((rc = ddpi_tcp_all_reduce(c->tcp, call, buf, count, dt, partial, deadline)) < 0)
-			return leader_fail(c, rc);
+			return rc;
 		if (op == DDP_AVG)
 			ddpi_scale_div(dt, buf, count, c->env.world);
 	}
@@ -185,12 +177,12 @@ static int broadcast_steps(void *be, const struct ddpi_call *call, void *buf, si
 	if (c->shm && (rc = ddpi_shm_agree(c->shm, deadline, "broadcast")) < 0)
 		return rc;
 	if (c->tcp && (rc = ddpi_tcp_agree(c->tcp, call, deadline, "broadcast")) < 0)
-		return leader_fail(c, rc);
+		return rc;
 	if (root_local >= 0 && c->shm &&
 	    (rc = ddpi_shm_broadcast(c->shm, buf, bytes, root_local, deadline)) < 0)
 		return rc;
 	if (c->tcp && (rc = ddpi_tcp_broadcast(c->tcp, buf, bytes, root, deadline)) < 0)
-		return leader_fail(c, rc);
+		return rc;
 	if (root_local < 0 && c->shm)
 		return ddpi_shm_broadcast(c->shm, buf, bytes, 0, deadline);
 	return 0;
@@ -219,7 +211,7 @@ static int all_gather_steps(void *be, const struct ddpi_call *call, const void *
 		return rc;
 	if (c->tcp && ((rc = ddpi_tcp_agree(c->tcp, call, deadline, "all_gather")) < 0 ||
 		       (rc = ddpi_tcp_all_gather(c->tcp, recv, bytes, deadline)) < 0))
-		return leader_fail(c, rc);
+		return rc;
 	if (c->shm)
 		return ddpi_shm_broadcast(c->shm, recv, bytes * (size_t)c->env.world, 0, deadline);
 	return 0;
@@ -237,17 +229,23 @@ static int barrier_steps(void *be, const struct ddpi_call *call, int64_t deadlin
 	/* The calls' gather is a barrier itself: every leader's call reached every
 	 * leader, so every node has entered it. */
 	if (c->tcp && (rc = ddpi_tcp_agree(c->tcp, call, deadline, "barrier")) < 0)
-		return leader_fail(c, rc);
+		return rc;
 	return c->shm ? ddpi_shm_barrier(c->shm, deadline) : 0;
 }
 
-/* Any failure breaks the context for good (collectives.c): a leader tells the
- * other nodes at once, and why, by shutting its ring down, even if this
- * process goes on living (a program that catches the error, a slow exit). */
+/* Any failure breaks the context for good (collectives.c), and the rank
+ * tells its peers at once, and why, even if this process goes on living (a
+ * program that catches the error, a slow exit): the node's ranks through the
+ * shared segment (a no-op where a step aborted it already, or a peer did),
+ * a leader the other nodes by shutting its ring down. A failure before any
+ * step (no memory for all_reduce_wide's copy) left the peers waiting for
+ * this rank until their deadline, or until it finalized. */
 static int broken(void *be, int rc)
 {
 	struct ddpi_cpu *c = be;
 
+	if (rc < 0 && c->shm)
+		ddpi_shm_abort(c->shm, rc, ddp_errmsg());
 	if (rc < 0 && c->tcp)
 		ddpi_tcp_abort(c->tcp, rc, ddp_errmsg(), c->ncalls - 1); /* the call that failed */
 	return rc;
