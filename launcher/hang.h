@@ -11,8 +11,9 @@
  * the agent dumps every rank (hang_dump.c): /proc's state,
  * wait channel, CPU time, the age of its last output, where it is in its
  * collectives, and its native stack (eu-stack, else gdb); Python workers
- * (started with PYTHONFAULTHANDLER=1 unless set) then get SIGABRT so that
- * faulthandler prints every thread's Python stack. Once those have exited
+ * (started with PYTHONFAULTHANDLER=1 unless set), and the Python processes
+ * of any rank (its DataLoader's workers, a wrapper script's program), then
+ * get SIGABRT so that faulthandler prints every thread's Python stack. Once those have exited
  * (bounded), the verdict names the ranks that were not where the others
  * were, and the job ends with HANG_EXIT. With several nodes the hang is
  * announced through the store and every node dumps its own ranks

@@ -25,6 +25,18 @@ extern char **environ;
 /* This much of a stack tool's output is kept (HANG_STACK_TIMEOUT_MS: how long). */
 #define STACK_MAX_BYTES (64 * 1024)
 
+/* A rank's processes (its descendants) looked at, and how many are listed. */
+#define DUMP_TREE_MAX	64
+#define DUMP_KIDS_SHOWN 16
+/* A rank's processes share its stderr, so their SIGABRTs go one at a time:
+ * the next once this one is gone (its stack out) or after this long, all
+ * of them within HANG_ABORT_GRACE_MS. They and the rank are held stopped
+ * until their turn (a DataLoader that saw its worker die would stop waiting
+ * where it hung, and end its other workers before their stacks were out);
+ * the rank goes last. Ranks go side by side. */
+#define DUMP_ABORT_EACH_MS 1000
+#define DUMP_ABORT_TICK_MS 10
+
 /* Room kept for " and 4294967295 more" while entries follow. */
 #define RANK_LIST_MORE 24
 
@@ -406,6 +418,12 @@ struct dump_rank {
 	bool running, py;
 	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
+	pid_t kids[DUMP_TREE_MAX]; /* its descendants when the dump began */
+	int nkids;
+	pid_t seq[DUMP_TREE_MAX]; /* its processes to SIGABRT in turn */
+	int nseq, at;		  /* at: the one signalled last */
+	uint64_t at_ms;		  /* when */
+	bool held;		  /* the rank is SIGSTOPped while they go */
 	struct text head, raw;
 	uv_pipe_t pipe;
 	bool reading; /* the pipe is open and read */
@@ -420,7 +438,9 @@ struct hang_dump {
 	struct dump_rank *r;
 	int n;
 	int pending; /* stack tools still being read */
-	int open;    /* handles not yet closed */
+	int seqs;    /* ranks whose SIGABRTs are still going (DUMP_ABORT_EACH_MS) */
+	uint64_t seq_end_ms;
+	int open; /* handles not yet closed */
 	uv_timer_t timer;
 	bool finished;
 	hang_dump_cb done;
@@ -470,8 +490,138 @@ static void tag_stack(struct agent *a, struct agent_worker *wk)
 	wk->stream[1].prefix_len = strlen(p);
 }
 
+/* The rank's processes whose Python stacks a hang asks for (SIGABRT:
+ * faulthandler, which they inherit, prints them): Python, still its
+ * descendants (a pid not reused meanwhile), neither stopped nor a zombie,
+ * and not multiprocessing's helpers (the resource tracker must live to
+ * remove the job's semaphores). Deepest first, so no parent sees a child's
+ * death before its own stack is out. */
+static int python_kids(const struct dump_rank *r, pid_t *out)
+{
+	int i, n = 0;
+
+	for (i = r->nkids - 1; i >= 0; i--) {
+		struct proc_info pi;
+
+		if (proc_info_read(r->kids[i], &pi) != 0 || pi.state == 'T' || pi.state == 't' ||
+		    pi.state == 'Z' || !proc_descends(r->kids[i], r->pid, DUMP_TREE_MAX) ||
+		    !proc_is_python(r->kids[i]) || proc_is_mp_helper(r->kids[i]))
+			continue;
+		out[n++] = r->kids[i];
+	}
+	return n;
+}
+
+/* A hang's SIGABRTs of rank i (r) and of its Python processes (kids, nk),
+ * said in t and in the rank's error file; false: none. */
+static bool abort_rank(struct hang_dump *d, int i, bool rank_too, const pid_t *kids, int nk,
+		       struct text *t)
+{
+	struct agent_worker *wk = &d->a->w[i];
+	const char *where =
+		wk->stream[1].open ? "below" : "to the rank's stderr (its log file, if redirected)";
+	char msg[600];
+	int k;
+
+	if (!rank_too && nk == 0)
+		return false;
+	if (nk == 0) {
+		text_printf(
+			t,
+			"  Python stack: SIGABRT to pid %d, faulthandler prints every thread %s\n",
+			(int)d->r[i].pid, where);
+	} else {
+		text_printf(t, "  Python stacks: SIGABRT to its process%s", nk == 1 ? "" : "es");
+		for (k = 0; k < nk; k++)
+			text_printf(t, "%s %d", k ? "," : "", (int)kids[k]);
+		if (rank_too)
+			text_printf(t, ", then to pid %d (the rank)", (int)d->r[i].pid);
+		text_printf(t, ", in turn; faulthandler prints every thread of each %s\n", where);
+	}
+	snprintf(msg, sizeof(msg),
+		 "Hang: ddprun sent SIGABRT%s: %s; faulthandler printed the %s on its stderr",
+		 rank_too ? "" : " to the rank's Python processes", d->why,
+		 rank_too ? "rank's Python stack" : "Python stacks of its processes");
+	hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
+	return true;
+}
+
+/* The rank may get a signal while ddprun has not reaped it. */
+static bool rank_ours(struct hang_dump *d, const struct dump_rank *r)
+{
+	const struct agent_worker *wk = &d->a->w[r - d->r];
+
+	return wk->running && wk->pid == r->pid;
+}
+
+static bool seq_gone(pid_t pid)
+{
+	struct proc_info pi;
+
+	return proc_info_read(pid, &pi) != 0 || pi.state == 'Z' || pi.state == 'X';
+}
+
+/* SIGABRT, then SIGCONT: a stopped process gets the SIGABRT first, before
+ * any SIGCHLD held meanwhile (lower signals first), so it prints its stack
+ * where it was. A pid stopped here stays that process until it is
+ * continued (only SIGKILL ends it meanwhile). */
+static void abort_held(pid_t pid)
+{
+	kill(pid, SIGABRT);
+	kill(pid, SIGCONT);
+}
+
+/* SIGABRT r->seq[r->at] on (skipping those gone meanwhile), or, once they
+ * are all done, the rank itself (a Python one), and let it go on. */
+static void seq_next(struct hang_dump *d, struct dump_rank *r, uint64_t now)
+{
+	while (r->at < r->nseq && seq_gone(r->seq[r->at]))
+		r->at++;
+	if (r->at < r->nseq) {
+		abort_held(r->seq[r->at]);
+		r->at_ms = now;
+		return;
+	}
+	if (rank_ours(d, r)) {
+		if (r->py)
+			kill(r->pid, SIGABRT); /* delivered before the held SIGCHLDs */
+		if (r->held)
+			kill(r->pid, SIGCONT);
+	}
+	d->seqs--;
+}
+
+static void on_seq_tick(uv_timer_t *t)
+{
+	struct hang_dump *d = t->data;
+	uint64_t now = uv_now(d->a->loop);
+	int i;
+
+	for (i = 0; i < d->n && d->seqs > 0; i++) {
+		struct dump_rank *r = &d->r[i];
+
+		if (r->at >= r->nseq ||
+		    (!seq_gone(r->seq[r->at]) && now < r->at_ms + DUMP_ABORT_EACH_MS &&
+		     now < d->seq_end_ms))
+			continue;
+		if (now >= d->seq_end_ms) { /* out of time: the rest at once */
+			while (++r->at < r->nseq)
+				if (!seq_gone(r->seq[r->at]))
+					abort_held(r->seq[r->at]);
+		} else {
+			r->at++;
+		}
+		seq_next(d, r, now);
+	}
+	if (d->seqs == 0) {
+		uv_timer_stop(t);
+		uv_close((uv_handle_t *)t, on_dump_closed); /* counted in open since */
+	}
+}
+
 /* Every stack is in: print the ranks in order, then SIGABRT the Python
- * workers (after their native stacks: faulthandler output follows). */
+ * workers and their Python processes (after their native stacks:
+ * faulthandler output follows). */
 static void dump_finish(struct hang_dump *d)
 {
 	struct agent *a = d->a;
@@ -486,8 +636,11 @@ static void dump_finish(struct hang_dump *d)
 		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];
 		struct text t = {0};
-		bool abort_it = r->running && r->py && !r->stopped && d->aborted != NULL &&
-				wk->running && wk->pid == r->pid;
+		bool live = r->running && !r->stopped && d->aborted != NULL && wk->running &&
+			    wk->pid == r->pid;
+		pid_t kids[DUMP_TREE_MAX];
+		int nk = live ? python_kids(r, kids) : 0;
+		bool abort_it;
 
 		if (r->head.p != NULL)
 			text_add(&t, r->head.p, r->head.len);
@@ -508,23 +661,7 @@ static void dump_finish(struct hang_dump *d)
 				 d->why);
 			hang_write_error_file(wk->error_file, msg, NULL);
 		}
-		if (abort_it) {
-			char msg[600];
-
-			text_printf(&t,
-				    "  Python stack: SIGABRT to pid %d, faulthandler prints every "
-				    "thread "
-				    "%s\n",
-				    (int)r->pid,
-				    wk->stream[1].open
-					    ? "below"
-					    : "to the rank's stderr (its log file, if redirected)");
-			snprintf(msg, sizeof(msg),
-				 "Hang: ddprun sent SIGABRT: %s; faulthandler printed the rank's "
-				 "Python stack on its stderr",
-				 d->why);
-			hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
-		}
+		abort_it = live && abort_rank(d, i, r->py, kids, nk, &t);
 		if (t.p != NULL)
 			output_console_write(2, t.p, t.len);
 		free(t.p);
@@ -532,14 +669,27 @@ static void dump_finish(struct hang_dump *d)
 			d->aborted[i] = false;
 			if (abort_it) {
 				tag_stack(a, wk);
-				kill(r->pid, SIGABRT);
+				memcpy(r->seq, kids, (size_t)nk * sizeof(*kids));
+				r->nseq = nk;
+				r->held = nk > 0 && kill(r->pid, SIGSTOP) == 0;
+				for (int k = 0; k < nk; k++)
+					kill(kids[k],
+					     SIGSTOP); /* (python_kids: still the rank's) */
+				d->seqs++;
+				seq_next(d, r, uv_now(a->loop));
 				d->aborted[i] = true;
 				naborted++;
 			}
 		}
 	}
-	d->open++; /* the timer */
-	uv_close((uv_handle_t *)&d->timer, on_dump_closed);
+	d->open++; /* the timer: closed now, or once the SIGABRTs are over */
+	if (d->seqs > 0) {
+		/* (the rank, last, keeps a moment of the grace for its own) */
+		d->seq_end_ms = uv_now(a->loop) + HANG_ABORT_GRACE_MS - DUMP_ABORT_EACH_MS;
+		uv_timer_start(&d->timer, on_seq_tick, DUMP_ABORT_TICK_MS, DUMP_ABORT_TICK_MS);
+	} else {
+		uv_close((uv_handle_t *)&d->timer, on_dump_closed);
+	}
 	if (d->done != NULL)
 		d->done(a, naborted, d->arg);
 	agent_dump_over(a);
@@ -651,6 +801,37 @@ static bool rank_start(struct hang_dump *d, struct dump_rank *r)
 	return true;
 }
 
+/* The rank's own processes, one line each: a rank that waits for its
+ * DataLoader's workers, or a wrapper script whose Python program does the
+ * work, is explained by them. */
+static void kids_head(struct dump_rank *r, struct text *t)
+{
+	pid_t tree[DUMP_TREE_MAX];
+	int i, n = proc_tree(r->pid, tree, DUMP_TREE_MAX);
+
+	for (i = 1; i < n; i++) {
+		struct proc_info pi;
+
+		if (proc_info_read(tree[i], &pi) != 0)
+			continue; /* gone meanwhile */
+		r->kids[r->nkids++] = tree[i];
+		if (r->nkids > DUMP_KIDS_SHOWN)
+			continue;
+		text_printf(t,
+			    "  its process %d (%s), child of %d: state %c (%s), wchan %s, cpu %.2f "
+			    "s, %d thread%s%s\n",
+			    (int)tree[i], pi.comm, (int)pi.ppid, pi.state,
+			    proc_state_name(pi.state), pi.wchan, proc_ticks_s(pi.cpu_ticks),
+			    pi.nthreads, pi.nthreads == 1 ? "" : "s",
+			    proc_is_mp_helper(tree[i]) ? " (Python multiprocessing's helper)" : "");
+	}
+	if (r->nkids > DUMP_KIDS_SHOWN)
+		text_printf(t, "  and %d more of its processes\n", r->nkids - DUMP_KIDS_SHOWN);
+	if (n == DUMP_TREE_MAX)
+		text_printf(t, "  (its processes beyond the first %d were not looked at)\n",
+			    DUMP_TREE_MAX - 1);
+}
+
 static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 {
 	struct agent *a = d->a;
@@ -689,6 +870,7 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 	else
 		text_printf(t, "last output %.1f s ago, ", age);
 	text_printf(t, "%s%s\n", w->init ? "collective: none, in " : "collective: ", where);
+	kids_head(r, t);
 }
 
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,

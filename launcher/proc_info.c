@@ -129,15 +129,27 @@ static int children(pid_t pid, pid_t *out, int n, int max)
 	return n;
 }
 
+int proc_tree(pid_t pid, pid_t *out, int max)
+{
+	int i, n = 1;
+
+	if (max < 1)
+		return 0;
+	out[0] = pid;
+	for (i = 0; i < n; i++)
+		n = children(out[i], out, n, max);
+	return n;
+}
+
 uint64_t proc_tree_ticks(pid_t pid, int max)
 {
 	pid_t list[64];
 	uint64_t total = 0;
-	int i, n = 1;
+	int i, n;
 
 	if (max > (int)(sizeof(list) / sizeof(list[0])))
 		max = (int)(sizeof(list) / sizeof(list[0]));
-	list[0] = pid;
+	n = proc_tree(pid, list, max);
 	for (i = 0; i < n; i++) {
 		struct proc_info pi;
 
@@ -146,7 +158,6 @@ uint64_t proc_tree_ticks(pid_t pid, int max)
 		 * subprocesses works, though none is alive at a sample. */
 		if (read_stat(list[i], &pi) == 0)
 			total += pi.cpu_ticks + pi.child_ticks;
-		n = children(list[i], list, n, max);
 	}
 	return total;
 }
@@ -201,6 +212,39 @@ bool proc_is_python(pid_t pid)
 	base = strrchr(exe, '/');
 	base = base ? base + 1 : exe;
 	return strncmp(base, "python", 6) == 0;
+}
+
+/* Which of Python multiprocessing's helpers pid's command line names, or -1. */
+static int mp_helper_of(pid_t pid)
+{
+	static const char *const helpers[] = {"multiprocessing.resource_tracker",
+					      "multiprocessing.semaphore_tracker",
+					      "multiprocessing.forkserver"};
+	char path[64], cmd[4096];
+	ssize_t n, i;
+	size_t k;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+	if ((n = read_small(path, cmd, sizeof(cmd))) <= 0)
+		return -1;
+	for (i = 0; i < n; i++) /* the arguments, NUL-separated: one string */
+		if (cmd[i] == '\0')
+			cmd[i] = ' ';
+	for (k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+		if (strstr(cmd, helpers[k]) != NULL)
+			return (int)k;
+	return -1;
+}
+
+bool proc_is_mp_helper(pid_t pid)
+{
+	struct proc_info pi;
+	int h = mp_helper_of(pid);
+
+	/* The fork server's children (the program's workers, under Python
+	 * 3.14's default start method) are forked from it and show its
+	 * command line: a helper is one its parent is not. */
+	return h >= 0 && !(read_stat(pid, &pi) == 0 && mp_helper_of(pi.ppid) == h);
 }
 
 double proc_ticks_s(uint64_t ticks)

@@ -21,6 +21,9 @@ struct proc_info {
 
 /* Fill pi for pid. 0 or a negative errno (-ESRCH: gone). */
 int proc_info_read(pid_t pid, struct proc_info *pi);
+/* pid and its descendants, the children of every thread, breadth first
+ * (pid first), at most max of them into out; how many. */
+int proc_tree(pid_t pid, pid_t *out, int max);
 /* CPU ticks of pid and its descendants (up to max processes, the children
  * of every thread), with what the children it waited for had used, 0 if
  * gone. */
@@ -31,6 +34,11 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth);
 const char *proc_state_name(char state);
 /* True when pid's executable is a Python interpreter (python, python3, python3.11...). */
 bool proc_is_python(pid_t pid);
+/* True when pid is one of Python multiprocessing's own helpers (its resource
+ * or semaphore tracker, its fork server), by its command line (not one the
+ * fork server forked): no part of the program's work, and the tracker must
+ * live to clean up after it. */
+bool proc_is_mp_helper(pid_t pid);
 /* Seconds of CPU in ticks (sysconf(_SC_CLK_TCK)). */
 double proc_ticks_s(uint64_t ticks);
 

@@ -19,7 +19,8 @@ _e2e = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_e2e)
 binary, prog, free_port, wait_for, pid_alive, run = (
     _e2e.binary, _e2e.prog, _e2e.free_port, _e2e.wait_for, _e2e.pid_alive, _e2e.run)
-Reaper, reaper, private_tmpdir = _e2e.Reaper, _e2e.reaper, _e2e.private_tmpdir
+Reaper, reaper, private_tmpdir, short_tmpdir = (_e2e.Reaper, _e2e.reaper, _e2e.private_tmpdir,
+                                               _e2e.short_tmpdir)
 pytest_configure = _e2e.pytest_configure
 
 _ran = set()

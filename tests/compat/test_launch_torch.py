@@ -116,3 +116,49 @@ def test_record_exception_and_traceback_appear_in_the_report(pt, tmp_path):
     assert "traceback : Traceback (most recent call last):" in root
     assert 'in inner\n      raise ValueError("rank " + os.environ["RANK"] + " lost its data")' in root
     assert "  ValueError: rank 1 lost its data" in root
+
+
+STUCK_LOADER = textwrap.dedent("""
+    import os, time
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Dataset
+
+    def stuck_in_getitem():
+        while True:
+            time.sleep(100)
+
+    class Data(Dataset):
+        def __len__(self):
+            return 64
+        def __getitem__(self, i):
+            if i == 21 and os.environ["RANK"] == "1":  # (workers may be spawned)
+                stuck_in_getitem()
+            return torch.tensor([float(i)])
+
+    if __name__ == "__main__":
+        dist.init_process_group("gloo")
+        for b in DataLoader(Data(), batch_size=4, num_workers=2):
+            pass
+        dist.barrier()
+""")
+
+
+def test_a_dataloader_worker_stuck_in_getitem_prints_its_stack(pt, tmp_path, short_tmpdir):
+    """Rank 1's DataLoader worker never returns from __getitem__; rank 1
+    waits for it, rank 0 in a barrier. The dump named only the ranks: the
+    worker's stack, where the job hung, was never printed. Now each rank's
+    processes print theirs (held stopped until their turn), and rank 1's own
+    stack is still the DataLoader's wait, not its reaction to its worker's
+    death."""
+    (tmp_path / "stuck.py").write_text(STUCK_LOADER)
+    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
+               "stuck.py")  # (short_tmpdir: the batches go through a Unix socket)
+    assert r.returncode == 124, r.stderr[-3000:]
+    err = r.stderr
+    assert re.search(r"^  its process \d+ .*child of \d+: state", err, re.M), err[-3000:]
+    assert re.search(r'^\[rank1\]: +File ".*stuck\.py", line \d+ in stuck_in_getitem', err,
+                     re.M), err[-6000:]
+    assert re.search(r"^\[rank1\]: +File .*dataloader\.py.* in _try_get_data", err, re.M), \
+        err[-6000:]
+    assert "exited unexpectedly" not in err, err[-6000:]

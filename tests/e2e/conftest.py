@@ -3,7 +3,9 @@ bounded waits, and process-tree checks. Every wait here is bounded."""
 import os
 import random
 import signal
+import shutil
 import socket
+import tempfile
 import subprocess
 import time
 
@@ -165,3 +167,14 @@ def private_tmpdir(monkeypatch, tmp_path):
     d.mkdir()
     monkeypatch.setenv("TMPDIR", str(d))
     return d
+
+
+@pytest.fixture
+def short_tmpdir(monkeypatch):
+    """A $TMPDIR short enough for Python multiprocessing's Unix sockets (a
+    fork server's, a DataLoader's shared batches): under the test's own, the
+    path is too long ("AF_UNIX path too long"). Removed after the test."""
+    d = tempfile.mkdtemp(prefix="ddpt", dir="/tmp")
+    monkeypatch.setenv("TMPDIR", d)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

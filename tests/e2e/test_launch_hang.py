@@ -291,16 +291,16 @@ def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
     SIGTERM (as multiprocessing's resource tracker does its semaphores),
     then waits for ever. The hang's aborts ended the ranks, and what they
     left was SIGKILLed at once as after a success ("left in its process
-    group when the workers ended"): no clean-up, /dev/shm/sem.mp-* left."""
+    group when the workers ended"): no clean-up, /dev/shm/sem.mp-* left.
+    (The helper is a shell: a rank's Python processes get the hang's
+    SIGABRT for their stacks; the resource tracker itself does not, see
+    test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time.)"""
     script = tmp_path / "grp.py"
     script.write_text(
         "import os, subprocess, sys, threading\n"
-        "subprocess.Popen([sys.executable, '-c', 'import signal, sys, time\\n'\n"
-        "    'def bye(*a):\\n'\n"
-        f"    '    open(\"{tmp_path}/clean.%s\" % sys.argv[1], \"w\").close(); sys.exit(0)\\n'\n"
-        "    'signal.signal(signal.SIGTERM, bye)\\n'\n"
-        f"    'open(\"{tmp_path}/up.%s\" % sys.argv[1], \"w\").close()\\n'\n"
-        "    'while True: time.sleep(1)', os.environ['RANK']])\n"
+        "subprocess.Popen(['/bin/sh', '-c', 'trap \"touch $0/clean.$1; exit 0\" TERM; '\n"
+        "                  'touch $0/up.$1; while :; do sleep 1; done',\n"
+        f"                  '{tmp_path}', os.environ['RANK']])\n"
         "threading.Event().wait()\n")
     r = run_py_ranks(script, "--shutdown-timeout", "20")
     assert r.returncode == HANG_EXIT, r.stderr
@@ -309,6 +309,89 @@ def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("clean.")) == \
         ["clean.0", "clean.1"], r.stderr
     assert "left in its process group when the workers ended" not in r.stderr
+
+
+PY_KIDS = """\
+import multiprocessing as mp, os, sys, threading, time
+
+def stuck_in_the_child():
+    while True:
+        time.sleep(100)
+
+def idle_child(q):
+    q.get()
+
+def rank_waits_for_its_children(q):
+    q.get()
+
+if __name__ == "__main__":
+    mp.set_start_method(sys.argv[1])
+    lock = mp.get_context("spawn").Lock()  # named: the resource tracker runs
+    q, idle = mp.Queue(), mp.Queue()
+    kids = [mp.Process(target=stuck_in_the_child), mp.Process(target=idle_child, args=(idle,))]
+    for k in kids:
+        k.start()
+    print("kids " + " ".join(str(k.pid) for k in kids), flush=True)
+    rank_waits_for_its_children(q)
+"""
+
+
+@pytest.mark.parametrize("wrapped,start", [(False, "fork"), (True, "fork"), (False, "forkserver")],
+                         ids=["python-rank", "shell-wrapper", "forkserver"])
+def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path, short_tmpdir,
+                                                                        wrapped, start):
+    """The rank waits for its two children (as for its DataLoader's
+    workers), one stuck in a loop; or the rank is a shell script that runs
+    that Python program. The dump named only the rank: its children, where
+    the job really hung, were neither listed nor asked for their stacks (a
+    wrapper script's Python program not even that). Now each of the rank's
+    processes is listed, and its Python ones print their stacks, one at a
+    time, each where it was (all are held stopped until their turn: a
+    parent seeing its child die would leave the place it hung), the rank
+    last; multiprocessing's resource tracker and fork server are left alone
+    (not the children the fork server forked, which show its command line:
+    the DataLoader's workers under Python 3.14's default)."""
+    script = tmp_path / "kids.py"
+    script.write_text(PY_KIDS)
+    if wrapped:
+        wrapper = tmp_path / "wrap.sh"
+        wrapper.write_text(f"#!/bin/sh\n{PYTHON} {script} {start}\necho python ended $?\n")
+        wrapper.chmod(0o755)
+        cmd = ["--no-python", str(wrapper)]
+    else:
+        cmd = [str(script), start]
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", *cmd],
+            env=dict(os.environ, PYTHON_EXEC=PYTHON), timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    err = r.stderr
+    kids = [int(p) for p in re.search(r"^kids (\d+) (\d+)$", r.stdout, re.M).groups()]
+    block = rank_block(err, 0)
+    listed = dict((int(p), rest) for p, rest in
+                  re.findall(r"^  its process (\d+) \((.*)$", block, re.M))
+    for k in kids:
+        assert k in listed, block
+    helpers = [p for p, rest in listed.items() if "multiprocessing's helper" in rest]
+    assert len(helpers) == (2 if start == "forkserver" else 1), block
+    m = re.search(r"^  Python stacks: SIGABRT to its process(?:es)? ([\d, ]+?)"
+                  r"(, then to pid (\d+) \(the rank\))?, in turn; faulthandler prints every "
+                  r"thread of each below$", block, re.M)
+    assert m, block
+    aborted = [int(p) for p in m[1].split(", ")]
+    assert set(kids) <= set(aborted) and not set(helpers) & set(aborted), block
+    assert (m[2] is not None) == (not wrapped), block
+    # One whole stack after another, each where its process was: the
+    # children's (their lines not mixed), then the rank's still waiting
+    # for them (not in the DataLoader-like error its children's deaths
+    # would have raised).
+    dumps = err.split("[rank0]: Fatal Python error: Aborted")[1:]
+    assert len(dumps) == len(aborted) + (0 if wrapped else 1), err
+    assert sum("in stuck_in_the_child" in d for d in dumps) == 1, err
+    assert sum("in idle_child" in d for d in dumps) == 1, err
+    assert "in rank_waits_for_its_children" in dumps[-1], err
+    assert "Traceback" not in err, err
+    assert all(re.fullmatch(r"(\[rank0\]: .*\n)*", d.split("\n", 1)[1]
+                            .split("=====")[0].split("python ended")[0])
+               for d in dumps), err
 
 
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
