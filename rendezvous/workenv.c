@@ -35,8 +35,9 @@ static const char *const owned[] = {
 
 #define NOWNED (sizeof(owned) / sizeof(owned[0]))
 /* Owned variables plus OMP_NUM_THREADS, TORCH_NCCL_ASYNC_ERROR_HANDLING,
- * NCCL_ASYNC_ERROR_HANDLING, PYTHONFAULTHANDLER and CUDA_VISIBLE_DEVICES. */
-#define NSET (NOWNED + 5)
+ * NCCL_ASYNC_ERROR_HANDLING, PYTHONFAULTHANDLER, PYTHONUNBUFFERED and
+ * CUDA_VISIBLE_DEVICES. */
+#define NSET (NOWNED + 6)
 
 static bool env_is(const char *entry, const char *name)
 {
@@ -71,6 +72,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	struct kv set[NSET];
 	size_t nparent = 0, nset = 0, nnum = 0, bytes = 0, i, k = 0;
 	bool has_omp = false, has_nccl = false, has_old_nccl = false, has_fault = false;
+	bool has_unbuf = false;
 	const char *nccl = "1", *cvd = NULL;
 	char device[WORKENV_DEVICE_MAX];
 	int rank = j->world.rank_offset + local_rank;
@@ -88,6 +90,7 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 		if (env_is(parent_env[i], WORKENV_CUDA_VISIBLE_DEVICES))
 			cvd = parent_env[i] + strlen("CUDA_VISIBLE_DEVICES=");
 		has_fault |= env_is(parent_env[i], WORKENV_PYTHONFAULTHANDLER);
+		has_unbuf |= env_is(parent_env[i], WORKENV_PYTHONUNBUFFERED);
 	}
 #define ADD(n, v)  (set[nset].name = (n), set[nset++].val = (v))
 #define ADDI(n, v) (snprintf(num[nnum], sizeof(num[0]), "%d", (v)), ADD(n, num[nnum++]))
@@ -135,6 +138,10 @@ char **workenv_build(char *const *parent_env, const struct workenv_job *j, int l
 	/* Python workers print every thread's stack on SIGABRT (hang.h). */
 	if (j->faulthandler && !has_fault)
 		ADD(WORKENV_PYTHONFAULTHANDLER, "1");
+	/* Live output from Python that ddprun does not start itself (a
+	 * wrapper script's): through a pipe it would come 8 KiB at a time. */
+	if (!has_unbuf)
+		ADD(WORKENV_PYTHONUNBUFFERED, "1");
 #undef ADDI
 #undef ADD
 	for (i = 0; i < nset; i++)

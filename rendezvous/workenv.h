@@ -11,7 +11,10 @@
  * CUDA_VISIBLE_DEVICES narrowed to the worker's one GPU; DDP_SHM_NONCE (the
  * launcher's shmsweep.h; the segment names are workenv_shm_name's), DDP_PROGRESS_FILE and TORCHELASTIC_TIMER_FILE (its
  * hang.h), never inherited;
- * PYTHONFAULTHANDLER=1 when unset (hang.h). Everything else is inherited from ddprun's own
+ * PYTHONFAULTHANDLER=1 when unset (hang.h); PYTHONUNBUFFERED=1 when unset (the
+ * -u that ddprun gives a Python program, for the Python processes a wrapper
+ * script starts too: their output reaches the console as it is printed,
+ * through the pipe, as it would on a terminal). Everything else is inherited from ddprun's own
  * environment. */
 #ifndef DDP_WORKENV_H
 #define DDP_WORKENV_H
@@ -83,6 +86,7 @@ struct workenv_job {
 #define WORKENV_TORCH_NCCL_ASYNC_ERROR_HANDLING "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 #define WORKENV_NCCL_ASYNC_ERROR_HANDLING	"NCCL_ASYNC_ERROR_HANDLING"
 #define WORKENV_PYTHONFAULTHANDLER		"PYTHONFAULTHANDLER"
+#define WORKENV_PYTHONUNBUFFERED		"PYTHONUNBUFFERED"
 #define WORKENV_CUDA_VISIBLE_DEVICES		"CUDA_VISIBLE_DEVICES"
 
 #define WORKENV_DEVICE_MAX 64

@@ -13,7 +13,7 @@ CONTRACT = [
     "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
     "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
     "OMP_NUM_THREADS", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING",
-    "TORCHELASTIC_SIGNALS_TO_HANDLE", "CUDA_VISIBLE_DEVICES",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED",
 ]
 
 
@@ -66,6 +66,8 @@ def test_every_worker_gets_the_contract(tmp_path):
         assert e["NCCL_ASYNC_ERROR_HANDLING"] == "1"
         assert e["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
         assert "CUDA_VISIBLE_DEVICES" not in e
+        # The -u of a Python program, for the Python a wrapper starts too.
+        assert e["PYTHONUNBUFFERED"] == "1"
         assert e["KEEP_ME"] == "inherited"
     assert len(ports) == 1
 
@@ -135,9 +137,10 @@ def test_user_settings_and_stale_values_in_the_environment(tmp_path):
     # RANK from an outer launcher does not leak into the workers.
     envs = worker_envs(tmp_path, ["--nproc-per-node", "2"],
                        base_env(OMP_NUM_THREADS="7", TORCH_NCCL_ASYNC_ERROR_HANDLING="0",
-                                RANK="99", WORLD_SIZE="99"))
+                                RANK="99", WORLD_SIZE="99", PYTHONUNBUFFERED=""))
     for lr, e in envs.items():
         assert e["OMP_NUM_THREADS"] == "7"
+        assert e["PYTHONUNBUFFERED"] == ""  # set, even empty: the user's
         assert e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "0"
         assert e["NCCL_ASYNC_ERROR_HANDLING"] == "0"  # follows the user's new name
         assert e["RANK"] == str(lr) and e["WORLD_SIZE"] == "2"

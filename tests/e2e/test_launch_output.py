@@ -8,6 +8,7 @@ import fcntl
 import glob
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -16,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import binary, pid_alive, prog, run, wait_for
+from conftest import PYTHON, binary, pid_alive, prog, run, wait_for
 
 
 def ddprun(*args, **kw):
@@ -205,6 +206,37 @@ def test_workers_output_is_a_pipe_even_on_a_terminal(tmp_path):
         "rank 0 False False", "rank 1 False False"], out
     assert out.count("to err\n") == 2 and out.count("last line\n") == 2, out[-2000:]
     assert out.count("\nline 01999 ") == 2, out[-2000:]
+
+
+@pytest.mark.parametrize("how", ["libddp", "wrapped-python"])
+def test_a_workers_lines_reach_the_console_as_printed_not_at_its_exit(reaper, how):
+    """A C program on libddp that printf()s a line and then works for a
+    minute, or a Python program that a shell script starts (ddprun gives
+    -u only to the Python programs it starts itself): through the pipe
+    their stdio was fully buffered, so the line came 4 KiB later or at the
+    exit (on a terminal, as under torchrun, it is line-buffered). Now libddp
+    line-buffers a stdout that is a pipe, and the workers get
+    PYTHONUNBUFFERED=1 (unless it is set: it is removed here, as this
+    machine exports it)."""
+    if how == "libddp":
+        cmd = [prog("ddp_hello"), "linger", "120"]
+    else:
+        cmd = ["--no-python", "/bin/sh", "-c",
+               f"{PYTHON} -c \"import time; print('lingering 0'); time.sleep(120)\"; true"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", *cmd], env=env,
+                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    got = b""
+    deadline = time.monotonic() + 60  # the worker prints at once, then sleeps 120 s
+    while b"lingering 0\n" not in got and time.monotonic() < deadline:
+        if select.select([p.stdout], [], [], 1)[0]:
+            chunk = os.read(p.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            got += chunk
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert b"lingering 0\n" in got, got
 
 
 def test_redirects_write_torchrun_layout_and_keep_console_clean(tmp_path):

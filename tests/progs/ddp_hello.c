@@ -9,6 +9,8 @@
  *   ddp_hello members         rank 0 reads the join's records from the launcher's store
  *                             (MASTER_ADDR:MASTER_PORT) and prints "joined: R R ..." (the
  *                             ranks that published one, in store order)
+ *   ddp_hello linger SEC      prints "lingering R" on stdout (printf, no fflush), sleeps SEC
+ *                             seconds, then prints "done R"
  * Exits 1 with ddp_errmsg() when ddp_init fails. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,12 @@ int main(int argc, char **argv)
 		if (ddp_all_reduce(ctx, &v, 1, DDP_INT32, DDP_SUM) < 0)
 			return 1;
 		printf("attempt %s sum %d\n", a ? a : "?", v);
+		return ddp_finalize(ctx) < 0;
+	}
+	if (argc > 2 && !strcmp(argv[1], "linger")) {
+		printf("lingering %d\n", r);
+		sleep((unsigned)atoi(argv[2]));
+		printf("done %d\n", r);
 		return ddp_finalize(ctx) < 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "members")) {

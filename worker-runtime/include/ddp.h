@@ -137,7 +137,10 @@ void ddp_options_init(struct ddp_options *o);
  * TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_ERROR_FILE);
  * with none of them set the world has one rank. Under a launcher it sets
  * PR_SET_PDEATHSIG (SIGKILL) and exits at once if the launcher is already
- * gone. Then it binds the device and silences stdout on quiet ranks.
+ * gone. Then it binds the device and silences stdout on quiet ranks; on
+ * the others, a stdout that is a pipe or a socket (a launcher's) becomes
+ * line-buffered, as on a terminal, so that each line shows as it is
+ * printed (a file keeps its full buffering).
  *
  * The join: when the launcher names a store (MASTER_ADDR and MASTER_PORT set
  * along with RANK or WORLD_SIZE, as under ddprun, even for one rank; not with

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ddp_internal.h"
@@ -61,6 +62,19 @@ int ddpi_print_spec_match(const char *spec, int rank, int *match)
 	return 0;
 }
 
+/* A stdout that is a pipe or a socket (ddprun's, srun's, mpirun's) is
+ * line-buffered, as a terminal is: fully buffered, as C's stdio makes it,
+ * a rank's progress reached the console 4 KiB at a time, or at its exit.
+ * (glibc takes the mode at any time; what was buffered stays.) A file keeps
+ * its full buffering, as under torchrun's -r. */
+static void line_buffer_a_pipe(void)
+{
+	struct stat st;
+
+	if (fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 /* The live context's saved stdout (one context a process), for
  * ddp_print_force(NULL, ...) on a silenced rank; -1 when not silenced. */
 static atomic_int real_stdout = -1;
@@ -74,8 +88,10 @@ int ddpi_print_setup(struct ddp_ctx *ctx, const char *spec)
 	if (ddpi_print_spec_match(spec, ctx->env.rank, &match) < 0)
 		return ddpi_err(-EINVAL, "print ranks '%s' is not all, none or a list like 0,2-3",
 				spec);
-	if (match)
+	if (match) {
+		line_buffer_a_pipe();
 		return 0;
+	}
 	fflush(stdout);
 	saved = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
 	if (saved < 0)
