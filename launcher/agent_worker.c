@@ -254,6 +254,7 @@ void agent_worker_failure_output(struct agent *a, struct agent_worker *w, struct
 		.interp_name = a->job->prog.exe_name,
 		.from_env = a->job->prog.exe_from_env,
 		.log_file = log,
+		.reader_gone = output_console_reader_gone(1) || output_console_reader_gone(2),
 	};
 	ssize_t n;
 

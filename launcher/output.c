@@ -409,6 +409,7 @@ static void consume(struct output_stream *s, const char *data, size_t n, bool fi
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
+static void stream_close(struct output_stream *s);
 
 static void unlink_stream(struct output_stream *s)
 {
@@ -419,6 +420,27 @@ static void unlink_stream(struct output_stream *s)
 			*p = s->next;
 			break;
 		}
+}
+
+void output_console_gone(int fd)
+{
+	struct output_stream *s, *next;
+
+	for (s = streams; s != NULL; s = next) {
+		next = s->next; /* stream_close unlinks s */
+		if (s->console_fd != fd)
+			continue;
+		if (s->file_fd < 0) {
+			stream_close(s);
+			continue;
+		}
+		/* Tee'd: its file goes on, its console is no more (nor paused). */
+		if (owner[sink_of(s)] == s)
+			owner[sink_of(s)] = NULL;
+		if (output_paused(s))
+			uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+		s->console_fd = -1;
+	}
 }
 
 bool output_paused(const struct output_stream *s)

@@ -21,8 +21,12 @@
  *   workers' bytes. stdout and stderr count as one console when they are the
  *   same file (a terminal, one pipe), else as two;
  * - at end of stream an open line gets its newline.
- * Writing to a console that is gone (EPIPE) drops console output and keeps
- * the files. The console itself never blocks the loop (output_console.c):
+ * A console whose reader went away (EPIPE: `| head`, a pager that quit) is
+ * as gone for the workers as it would be without ddprun between: the
+ * streams shown only there are closed, so a worker's next write there
+ * fails (SIGPIPE), as under torchrun, whose workers write to that pipe
+ * themselves; a stream with a tee file goes on into its file. Any other
+ * console failure (a full disk) drops console output and the job goes on. The console itself never blocks the loop (output_console.c):
  * output that its reader is not ready for is queued, and a long queue pauses
  * the workers' pipes until it drains. A stream can also keep the last
  * OUTPUT_TAIL_MAX bytes it carried (for the failure report), shown or not. */
@@ -133,6 +137,11 @@ int output_console_open(uv_loop_t *loop);
 void output_console_close(void);
 /* After the loop: write out what is queued, waiting for the readers. */
 void output_console_finish(void);
+/* Whether the reader of ddprun's fd 1 or 2 went away (EPIPE). */
+bool output_console_reader_gone(int fd);
+/* Internal: the reader of console fd went away: close the streams shown
+ * only there (their workers' writes then fail as on that pipe). */
+void output_console_gone(int fd);
 /* Internal: pause/resume the streams shown on console k (output_console_sink). */
 void output_pause(int k, bool on);
 /* Internal: which console fd 1 or 2 writes to: 0 for both when they are

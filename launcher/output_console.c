@@ -11,7 +11,8 @@
  * workers' errors, ddprun's failure report). Above CONSOLE_HIGH queued bytes
  * the workers' pipes shown on that console are paused (they then block on
  * their own writes, as they would on a slow terminal); below CONSOLE_LOW
- * they resume. A reader that goes away (EPIPE) drops that fd's output.
+ * they resume. A reader that goes away (EPIPE) drops that fd's output, and
+ * the workers' streams shown only there are closed (output_console_gone).
  *
  * A socket (journald's stdout of a service, a harness's socketpair), or a
  * pipe that cannot be reopened (another user's, under sudo or runuser), is
@@ -52,7 +53,11 @@ static struct {
 	bool nowait[3];	  /* else wfd is written with RWF_NOWAIT */
 	uv_timer_t retry; /* tries the RWF_NOWAIT ones again */
 	bool retry_init;
-	bool gone[3];	   /* the reader went away, or a write failed */
+	bool gone[3];	       /* the reader went away, or a write failed */
+	bool epipe[3];	       /* the reader went away */
+	bool told[3];	       /* output_console_gone(fd) was called */
+	uv_timer_t gone_timer; /* calls it from the loop, not inside a write */
+	bool gone_init;
 	uv_poll_t poll[3]; /* on wfd, while output for it waits */
 	bool poll_init[3];
 	bool polling[3];
@@ -97,6 +102,15 @@ static int write_some(int fd, const char *p, size_t len, size_t *off)
 	return 1;
 }
 
+static void on_gone(uv_timer_t *t)
+{
+	for (int f = 1; f <= 2; f++)
+		if (con.epipe[f] && !con.told[f]) {
+			con.told[f] = true;
+			output_console_gone(f);
+		}
+}
+
 /* Console fd's writes failed with errno (saved by write_some): its output
  * is dropped from now on. A reader that went away (EPIPE: `| head`) is
  * normal; any other failure (a full disk, a file size limit) is said, once,
@@ -107,6 +121,16 @@ static void lost(int fd, int err)
 	int n;
 
 	con.gone[fd] = true;
+	if (err == EPIPE) {
+		/* One file for both (`2>&1 | head`): both are gone. The streams
+		 * are closed from the loop: the write that failed may be one
+		 * stream's, in the middle of its own bytes. */
+		for (int f = 1; f <= 2; f++)
+			if (f == fd || !con.split)
+				con.gone[f] = con.epipe[f] = true;
+		if (con.gone_init)
+			uv_timer_start(&con.gone_timer, on_gone, 0, 0);
+	}
 	if (err == EPIPE || fd != 1 || !con.split || con.gone[2])
 		return;
 	n = snprintf(msg, sizeof(msg),
@@ -231,6 +255,11 @@ void output_console_write(int fd, const char *buf, size_t len)
 	flush_queue(output_console_sink(fd));
 }
 
+bool output_console_reader_gone(int fd)
+{
+	return fd >= 1 && fd <= 2 && con.epipe[fd];
+}
+
 int output_console_sink(int fd)
 {
 	return con.split && fd == 2 ? 1 : 0;
@@ -247,6 +276,7 @@ int output_console_open(uv_loop_t *loop)
 		    (s1.st_dev != s2.st_dev || s1.st_ino != s2.st_ino);
 
 	con.retry_init = uv_timer_init(loop, &con.retry) == 0;
+	con.gone_init = uv_timer_init(loop, &con.gone_timer) == 0;
 	for (fd = 1; fd <= 2; fd++) {
 		struct stat st;
 		char path[32];
@@ -287,6 +317,9 @@ void output_console_close(void)
 	if (con.retry_init && !uv_is_closing((uv_handle_t *)&con.retry))
 		uv_close((uv_handle_t *)&con.retry, NULL);
 	con.retry_init = false;
+	if (con.gone_init && !uv_is_closing((uv_handle_t *)&con.gone_timer))
+		uv_close((uv_handle_t *)&con.gone_timer, NULL);
+	con.gone_init = false;
 }
 
 void output_console_finish(void)

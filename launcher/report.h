@@ -75,6 +75,7 @@ struct report_output {
 	size_t tail_len;
 	bool tail_cut;	      /* earlier bytes were dropped */
 	const char *log_file; /* its stderr log file, or NULL */
+	bool reader_gone;     /* the reader of ddprun's output there went away */
 };
 
 /* The most the report shows of a worker's stderr. */

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +232,12 @@ int report_entry_add_output(struct report_entry *e, const struct report_output *
 		}
 		/* NULL is also what ENOMEM gives: the report is fine without. */
 	}
+	if (e->cause == NULL && o->reader_gone &&
+	    (e->exitcode == -SIGPIPE || (e->tail != NULL && strstr(e->tail, "BrokenPipeError")) ||
+	     strstr(e->message, "BrokenPipeError") != NULL))
+		e->cause = strdup("the reader of ddprun's output went away (`| head`, a pager that "
+				  "quit), so the worker's writes there failed, as they would have "
+				  "without ddprun between");
 	if (o->python && o->interpreter != NULL && interpreter_text(e, o) != 0)
 		return -ENOMEM;
 	if (!o->python && e->error_file == NULL && e->exitcode >= 0) {

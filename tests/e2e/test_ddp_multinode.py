@@ -182,8 +182,12 @@ def test_a_rank_without_memory_for_the_float32_copy_tells_its_peers_at_once(reap
     Its node's other rank waited for it in shared memory: until its
     deadline, or until the victim's ddp_finalize, and then blamed "different
     numbers of calls". Now it fails at once with the victim's reason."""
+    # A sanitizer's malloc aborts instead of returning NULL unless told.
+    asan = os.environ.get("ASAN_OPTIONS", "")
     agents, _ = two_nodes(reaper, tmp_path, "static", [2, 2],
-                          [prog("ddp_coll"), "wideoom", str(victim)])
+                          [prog("ddp_coll"), "wideoom", str(victim)],
+                          env={"ASAN_OPTIONS": (asan + ":" if asan else "") +
+                               "allocator_may_return_null=1"})
     for a in agents:
         assert a.wait(timeout=120) != 0, a.stdout() + a.stderr()
     out = "".join(a.stdout() for a in agents)

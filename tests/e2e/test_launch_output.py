@@ -239,6 +239,39 @@ def test_a_workers_lines_reach_the_console_as_printed_not_at_its_exit(reaper, ho
     assert b"lingering 0\n" in got, got
 
 
+def test_a_reader_that_goes_away_ends_the_job_as_it_would_without_ddprun(reaper):
+    """`ddprun ... | head -1`: the workers wrote on, ddprun read and dropped
+    their output, and the pipeline never ended (the job ran to its end, 0).
+    Now, as under torchrun (whose workers write to that pipe themselves),
+    their next write fails: SIGPIPE ends them, ddprun exits 141 and says
+    why."""
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--no-python", "yes"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"y\n"
+    p.stdout.close()  # head -1 is done
+    assert p.wait(timeout=60) == 128 + signal.SIGPIPE
+    err = p.stderr.read().decode()
+    assert "exitcode  : -13" in err, err
+    assert "cause     : the reader of ddprun's output went away" in err, err
+
+
+def test_a_reader_that_goes_away_leaves_a_teed_stream_going_into_its_file(reaper, tmp_path):
+    """With --tee the worker's output also goes to its file: that goes on,
+    whole, once the console's reader is gone, and the job ends as it
+    would have."""
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "--tee", "1", "--log-dir",
+                      str(tmp_path), "--no-python", "sh", "-c",
+                      "echo first; sleep 1; for i in $(seq 2 20000); do echo line $i; done"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout.readline() == b"[default0]:first\n"
+    p.stdout.close()
+    assert p.wait(timeout=60) == 0, p.stderr.read()
+    (log,) = glob.glob(str(tmp_path / "*" / "attempt_0" / "0" / "stdout.log"))
+    with open(log) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "first" and lines[-1] == "line 20000" and len(lines) == 20000
+
+
 def test_redirects_write_torchrun_layout_and_keep_console_clean(tmp_path):
     r = ddprun("--nproc-per-node", "2", "--log-dir", str(tmp_path / "logs"), "-r", "3",
                "sh", "-c", 'echo "out $RANK"; echo "err $RANK" >&2')
