@@ -301,6 +301,49 @@ static void announce_next(struct coord *c)
 				c->round == 0 ? 0 : strlen(cur), next, strlen(next), NULL, NULL);
 }
 
+/* ---- between attempts (static) -------------------------------------------------------- */
+
+static void on_next_closed_value(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+	char msg[600];
+	int n = 0, st = 1;
+
+	/* Joining, the join's own wait reads it; a signal here ends the round
+	 * itself (on_signal). */
+	if (status != 0 || c->phase != CP_MOVE || coord_signalled(c))
+		return;
+	if (rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg)) == 1)
+		coord_fail(c, st, "error: %s", msg);
+}
+
+static void on_next_closed(int status, void *arg)
+{
+	struct coord *c = arg;
+	char key[64];
+
+	if (status != 0 || c->phase != CP_MOVE)
+		return;
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, c->next_round);
+	store_async_get(c->W, key, on_next_closed_value, c);
+}
+
+/* The round ended for a restart and this node's workers are stopping (up
+ * to --shutdown-timeout): the next round cannot close without any node, so
+ * a node lost meanwhile ends it for everyone (its death, coord_guard_join;
+ * its silence, coord_live.c), and this node learns it now, not once its
+ * workers have stopped (by then the store's host may have left). Before
+ * this, a node killed meanwhile left the others waiting join_timeout. */
+static void move_static(struct coord *c)
+{
+	char key[64];
+	const char *keys[1] = {key};
+
+	coord_guard_join(c, c->next_round);
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, c->next_round);
+	store_async_wait(c->W, keys, 1, 0, on_next_closed, c);
+}
+
 void coord_on_end(struct coord *c, const void *val, size_t len)
 {
 	struct rdzv_end e;
@@ -368,6 +411,8 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 			return;
 		}
 		c->phase = CP_MOVE;
+		if (!c->job->dynamic)
+			move_static(c);
 		agent_restart(c->agent); /* rendezvous() follows */
 		return;
 	}

@@ -194,6 +194,15 @@ void coord_probe_failed(struct coord *c);
 
 /* coord_join.c */
 void coord_join(struct coord *c);
+/* Static: this node's death (its connection's close) ends round's
+ * rendezvous at once, 75 for every node waiting in it: the round cannot
+ * close without it. Registered when it joins, and already when a round ends
+ * for a restart (its workers may take --shutdown-timeout to stop, and the
+ * others wait in the next round meanwhile). */
+void coord_guard_join(struct coord *c, int round);
+/* The closed value (malloc'd; NULL on ENOMEM) that ends round's
+ * rendezvous because node was lost (why: how it was noticed). */
+char *coord_lost_closed(int node, int round, const char *why);
 /* Publish a rendezvous error as the round's closed value (everyone waiting
  * on it ends with status); must_fail: this node cannot join, it ends here
  * even if the round closed (then alone, saying that the job runs on without

@@ -717,9 +717,30 @@ static void on_ended(int status, const void *val, size_t len, void *arg)
 	store_async_get(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), on_ended_end, c);
 }
 
+char *coord_lost_closed(int node, int round, const char *why)
+{
+	char msg[RDZV_WHY_MAX + 64];
+
+	snprintf(msg, sizeof(msg), "node %d lost (%s) during the rendezvous of round %d", node, why,
+		 round);
+	return rdzv_closed_error(COORD_EXIT_LOST, msg);
+}
+
+void coord_guard_join(struct coord *c, int round)
+{
+	char key[64], why[RDZV_WHY_MAX], *v;
+
+	snprintf(why, sizeof(why), "the agent on host %.200s exited", c->host);
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, round);
+	v = coord_lost_closed(c->rank, round, why);
+	if (v != NULL)
+		store_async_on_close_set(c->A, key, v, strlen(v), NULL, NULL);
+	free(v);
+}
+
 void coord_join(struct coord *c)
 {
-	char key[64], msg[300], *v;
+	char msg[300];
 
 	c->phase = CP_JOIN;
 	c->in_round = false;
@@ -738,19 +759,8 @@ void coord_join(struct coord *c)
 		coord_publish_error(c, 2, true, msg);
 		return;
 	}
-	if (!c->job->dynamic) {
-		/* The job cannot close without this node: if it dies now, the
-		 * others end at once rather than after join_timeout (once the
-		 * round runs, the registration moves to its end key). */
-		snprintf(msg, sizeof(msg), "node %d (host %.200s) left during the rendezvous",
-			 c->rank, c->host);
-		v = rdzv_closed_error(COORD_EXIT_LOST, msg);
-		if (v != NULL)
-			store_async_on_close_set(c->A,
-						 coord_key(c, key, sizeof(key), RDZV_R_CLOSED), v,
-						 strlen(v), NULL, NULL);
-		free(v);
-	}
+	if (!c->job->dynamic)
+		coord_guard_join(c, c->round);
 	if (c->config_checked) {
 		if (c->job->dynamic)
 			dynamic_count(c);

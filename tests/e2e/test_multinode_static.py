@@ -347,6 +347,29 @@ def test_a_silent_node_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
     assert_all_dead(pids)
 
 
+# Round 0: rank 0 fails once all three run; the other workers ignore
+# SIGTERM, so their nodes take --shutdown-timeout (5 s) to stop them before
+# round 1 (which never comes: a node is lost meanwhile).
+BETWEEN = (RECORD + 'trap "" TERM; if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+           '[ "$RANK" = 0 ] && { ' + all_recorded(3) + 'exit 3; }; sleep 60; fi')
+
+
+def test_a_node_killed_between_attempts_stops_the_others_at_once(reaper, tmp_path):
+    """Node 2's agent dies while its workers stop for a restart: the next
+    round cannot close without it, so every node ends with 75 saying so.
+    Its on-close registration was still on the last round's end (already
+    written): the others waited join_timeout (600 s), then ended with 1."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1, 1], BETWEEN,
+                                extra=["--max-restarts", "2"])
+    wait_stderr(agents[2], "restarting every node")
+    agents[2].signal(signal.SIGKILL)
+    for a in agents[:2]:
+        assert a.wait() == 75, a.stderr()
+        assert "node 2 lost (the agent on host" in a.stderr()
+        assert "during the rendezvous of round 1" in a.stderr()
+    assert_all_dead(worker_pids(out))
+
+
 def test_a_signal_to_one_node_ends_every_node_with_its_status(reaper, tmp_path):
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
     wait_workers(out, 2)
@@ -522,7 +545,8 @@ def test_a_node_killed_during_the_rendezvous_ends_the_others_at_once(reaper, tmp
     wait_for(joined, what="two nodes in the rendezvous")
     a1.signal(signal.SIGKILL)
     assert a0.wait() == 75, a0.stderr()
-    assert "node 1 (host" in a0.stderr() and "left during the rendezvous" in a0.stderr()
+    assert "node 1 lost (the agent on host" in a0.stderr()
+    assert "during the rendezvous of round 0" in a0.stderr()
 
 
 def test_a_silent_store_host_is_noticed_by_the_others(reaper, tmp_path):
