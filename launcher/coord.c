@@ -27,22 +27,31 @@ const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, .
 	return buf;
 }
 
-const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt)
+const char **coord_keys_of(struct coord *c, int round, const char *first, size_t n, const char *fmt)
 {
 	size_t total = n + (first != NULL), i;
 	const char **keys = malloc(total * (sizeof(char *) + COORD_KEY_MAX));
 	char *s;
+	int at;
 
 	if (keys == NULL)
 		return NULL;
 	s = (char *)(keys + total);
-	if (first != NULL) {
-		keys[0] = coord_key(c, s, COORD_KEY_MAX, "%s", first);
-		s += COORD_KEY_MAX;
+	for (i = 0; i < total; i++, s += COORD_KEY_MAX) {
+		at = snprintf(s, COORD_KEY_MAX, RDZV_KEY_ROUND_FMT, round);
+		if (first != NULL && i == 0)
+			snprintf(s + at, COORD_KEY_MAX - (size_t)at, "%s", first);
+		else
+			snprintf(s + at, COORD_KEY_MAX - (size_t)at, fmt,
+				 (int)(i - (first != NULL)));
+		keys[i] = s;
 	}
-	for (i = 0; i < n; i++, s += COORD_KEY_MAX)
-		keys[i + (first != NULL)] = coord_key(c, s, COORD_KEY_MAX, fmt, (int)i);
 	return keys;
+}
+
+const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt)
+{
+	return coord_keys_of(c, c->round, first, n, fmt);
 }
 
 /* ---- connections --------------------------------------------------------------------- */
@@ -331,15 +340,18 @@ static void on_next_closed(int status, void *arg)
 /* The round ended for a restart and this node's workers are stopping (up
  * to --shutdown-timeout): the next round cannot close without any node, so
  * a node lost meanwhile ends it for everyone (its death, coord_guard_join;
- * its silence, coord_live.c), and this node learns it now, not once its
- * workers have stopped (by then the store's host may have left). Before
- * this, a node killed meanwhile left the others waiting join_timeout. */
+ * its silence: the heartbeats go on, on the next round's keys, and the
+ * store's host watches them, coord_live.c), and this node learns it now,
+ * not once its workers have stopped (by then the store's host may have
+ * left). Before this, a node killed or cut off meanwhile left the others
+ * waiting join_timeout. */
 static void move_static(struct coord *c)
 {
 	char key[64];
 	const char *keys[1] = {key};
 
 	coord_guard_join(c, c->next_round);
+	coord_live_start(c);
 	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, c->next_round);
 	store_async_wait(c->W, keys, 1, 0, on_next_closed, c);
 }
@@ -653,6 +665,7 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	c->job = job;
 	c->conf = &job->rdzv;
 	c->rank = -1;
+	c->mon_round = -1;
 	snprintf(c->host, sizeof(c->host), "%s", job->hostname);
 	rdzv_key_job(c->prefix, sizeof(c->prefix), job->run_id);
 	c->connect_timeout_ms = c->conf->join_timeout_ms;

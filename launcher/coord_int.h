@@ -112,6 +112,7 @@ struct coord {
 	int64_t hb_seq;
 	int64_t hb_sent_ms;
 	bool mon_pending;
+	int mon_round; /* the round whose heartbeats mon_* are of (-1: none) */
 	char (*mon_last)[24];
 	int64_t *mon_changed_ms;
 	/* one-shot: last call, node 0's poll of a restart's count, exit barrier,
@@ -142,6 +143,9 @@ struct coord {
 /* Round-scoped keys in one malloc'd block: first (if not NULL), then fmt
  * (one %d) for 0..n-1. NULL on ENOMEM. */
 const char **coord_keys(struct coord *c, const char *first, size_t n, const char *fmt);
+/* The same for round (not c->round). */
+const char **coord_keys_of(struct coord *c, int round, const char *first, size_t n,
+			   const char *fmt);
 /* Round-scoped key: "r<round>/<fmt...>" into buf. */
 const char *coord_key(struct coord *c, char *buf, size_t len, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

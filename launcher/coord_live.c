@@ -2,11 +2,13 @@
  *
  * Every keep_alive_interval each agent sends one request with a reply
  * deadline (a PING); while its workers run, a SET of r<r>/hb/<rank> (its
- * heartbeat, rdzv_keys.h) goes before it. No reply for heartbeat_timeout: the store is lost (its
- * host died without closing the connection). The agent that hosts the store
- * reads every participant's heartbeat each interval; one that has not moved
- * for heartbeat_timeout ends the round as lost (a node that stopped without
- * its connection closing: SIGSTOP, a dead host). A node done with its work
+ * heartbeat, rdzv_keys.h) goes before it, and between the attempts of a
+ * static job (see watch_round) of the next round's. No reply for
+ * heartbeat_timeout: the store is lost (its host died without closing the
+ * connection). The agent that hosts the store reads every participant's
+ * heartbeat each interval; one that has not moved for heartbeat_timeout
+ * ends the round as lost (a node that stopped without its connection
+ * closing: SIGSTOP, a dead host, a cut cable). A node done with its work
  * writes "done" there and is exempt. */
 #include "coord_int.h"
 
@@ -25,15 +27,61 @@ static void on_ping_reply(int status, void *arg)
 		c->hb_pending = false;
 }
 
+/* The round whose heartbeats the store's host watches now (-1: none): the
+ * one running; between the attempts of a static job (workers stopping,
+ * then the restart's rendezvous) the next one, which cannot close without
+ * every node of the last (a dynamic round closes without the nodes that
+ * do not come). Round 0's rendezvous is join_timeout's: nodes start when
+ * they start. */
+static int watch_round(const struct coord *c)
+{
+	if (c->phase == CP_RUN)
+		return c->end_known ? -1 : c->round;
+	if (c->job->dynamic || c->nodes == NULL)
+		return -1;
+	if (c->phase == CP_MOVE)
+		return c->next_round;
+	if (c->phase == CP_JOIN && c->round > 0)
+		return c->round;
+	return -1;
+}
+
+/* The round whose heartbeat key this node writes now (-1: none). */
+static int beat_round(const struct coord *c)
+{
+	return c->phase == CP_RUN && c->at_barrier ? -1 : watch_round(c);
+}
+
+/* Node i has been silent too long: the round watched ends, as lost (a
+ * running round's end, or a restart's closed value: every node waiting in
+ * it ends with 75). */
+static void declare_lost(struct coord *c, int round, size_t i, int64_t silent_ms)
+{
+	char key[64], why[RDZV_WHY_MAX], val[RDZV_WHY_MAX + 32], *v;
+
+	snprintf(why, sizeof(why), "no heartbeat from host %.200s for %.1f s", c->nodes[i].host,
+		 (double)silent_ms / 1000.0);
+	if (c->phase == CP_RUN) {
+		snprintf(val, sizeof(val), "lost:%zu:%s", i, why);
+		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0,
+					val, strlen(val), NULL, NULL);
+		return;
+	}
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, round);
+	v = coord_lost_closed((int)i, round, why);
+	if (v != NULL)
+		store_async_compare_set(c->A, key, "", 0, v, strlen(v), NULL, NULL);
+	free(v);
+}
+
 static void on_watch(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
 	int64_t now = util_now_ms();
-	char key[64], why[RDZV_WHY_MAX], val[RDZV_WHY_MAX + 32];
 	size_t i;
 
 	c->mon_pending = false;
-	if (status != 0 || c->phase != CP_RUN || c->end_known || n != (size_t)c->nnodes ||
+	if (status != 0 || watch_round(c) != c->mon_round || n != (size_t)c->nnodes ||
 	    c->mon_last == NULL)
 		return;
 	for (i = 0; i < n; i++) {
@@ -50,18 +98,14 @@ static void on_watch(int status, size_t n, const void *const *vals, const size_t
 		}
 		if (now - c->mon_changed_ms[i] < c->conf->heartbeat_timeout_ms)
 			continue;
-		snprintf(why, sizeof(why), "no heartbeat from host %.200s for %.1f s",
-			 c->nodes[i].host, (double)(now - c->mon_changed_ms[i]) / 1000.0);
-		snprintf(val, sizeof(val), "lost:%zu:%s", i, why);
-		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END), "", 0,
-					val, strlen(val), NULL, NULL);
+		declare_lost(c, c->mon_round, i, now - c->mon_changed_ms[i]);
 		return;
 	}
 }
 
 static void watch(struct coord *c)
 {
-	const char **keys = coord_keys(c, NULL, (size_t)c->nnodes, RDZV_R_HB);
+	const char **keys = coord_keys_of(c, c->mon_round, NULL, (size_t)c->nnodes, RDZV_R_HB);
 
 	if (keys == NULL)
 		return;
@@ -74,6 +118,7 @@ static void tick(uv_timer_t *t)
 {
 	struct coord *c = t->data;
 	int64_t now = util_now_ms();
+	int beat = beat_round(c);
 	char key[64];
 	int rc;
 
@@ -87,15 +132,15 @@ static void tick(uv_timer_t *t)
 			return;
 		}
 	} else {
-		if (c->phase == CP_RUN && !c->at_barrier) {
+		if (beat >= 0) {
 			/* A value that changes every beat, with the time for
 			 * `ddpstore status` (the host's watch only compares). */
 			char v[48];
 
 			snprintf(v, sizeof(v), "%lld:%lld", (long long)++c->hb_seq,
 				 (long long)(report_now_us() / 1000));
-			store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_HB, c->rank), v,
-					strlen(v), NULL, NULL);
+			snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_HB, beat, c->rank);
+			store_async_set(c->A, key, v, strlen(v), NULL, NULL);
 		}
 		rc = store_async_ping(c->A, on_ping_reply, c);
 		if (rc == 0) {
@@ -103,21 +148,26 @@ static void tick(uv_timer_t *t)
 			c->hb_sent_ms = now;
 		}
 	}
-	if (c->server != NULL && c->phase == CP_RUN && !c->end_known && !c->mon_pending)
+	if (c->server != NULL && watch_round(c) >= 0 && watch_round(c) == c->mon_round &&
+	    !c->mon_pending)
 		watch(c);
 }
 
 void coord_live_start(struct coord *c)
 {
+	int round = c->server != NULL ? watch_round(c) : -1;
 	int i;
 
-	if (c->phase == CP_RUN && c->server != NULL) {
+	/* A round newly watched: every node's silence counts from now (the
+	 * same round goes on from its move to its run). */
+	if (round >= 0 && (round != c->mon_round || c->mon_last == NULL)) {
 		free(c->mon_last);
 		free(c->mon_changed_ms);
 		c->mon_last = calloc((size_t)c->nnodes, sizeof(*c->mon_last));
 		c->mon_changed_ms = calloc((size_t)c->nnodes, sizeof(*c->mon_changed_ms));
 		for (i = 0; c->mon_changed_ms != NULL && i < c->nnodes; i++)
 			c->mon_changed_ms[i] = util_now_ms();
+		c->mon_round = round;
 	}
 	c->hb_pending = false;
 	c->mon_pending = false;

@@ -33,7 +33,9 @@
  *                   {"fail":...}, "lost:<R>:<why>", "rejoin"
  *   hb/<R>          node rank R's heartbeat "<seq>:<epoch ms>" (changes every
  *                   keep_alive_interval; "done" once its workers are done),
- *                   watched by the store's host
+ *                   watched by the store's host; a static job's nodes beat
+ *                   on round r+1's from the end of round r for a restart
+ *                   (its rendezvous cannot close without them)
  *   failures/<R>    node R's failures (JSON list), published after a failure
  *   done            exit-barrier ADD counter; reaching N CASes end = "ok"
  *   left, all_left  after "ok": the store's host waits (bounded) for all_left

@@ -9,7 +9,8 @@ import random
 import pytest
 
 from conftest import binary, free_port
-from mnutil import Agent, clean_env, enter, ip, read_envs, record
+from mnutil import (FAST, Agent, all_recorded, assert_all_dead, clean_env, enter, ip, read_envs,
+                    record, wait_stderr, worker_pids)
 
 REC = record("$RANK")
 
@@ -113,3 +114,34 @@ def test_dynamic_nodes_in_two_namespaces(reaper, tmp_path, two_hosts):
         assert e["MASTER_ADDR"] == addrs[first[0]]
         assert e["MASTER_PORT"] != str(port)
     check_exchange(outs)
+
+
+def test_a_node_cut_off_between_attempts_is_lost(reaper, tmp_path, two_hosts):
+    """Node 1's network goes away while the workers stop for a restart (its
+    connection does not close: no FIN crosses a link that is down). The
+    store's host watched heartbeats only while workers ran: it waited
+    join_timeout for node 1, then ended with 1. Now it notices the silence
+    after heartbeat_timeout and both end with 75, node 1 for its silent
+    store."""
+    ns, addrs = two_hosts
+    port = free_port()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = clean_env(OUT=str(out))
+    # Round 0: rank 0 fails; rank 1 ignores SIGTERM, so node 1 takes
+    # --shutdown-timeout (5 s) to stop it.
+    script = (record() + 'trap "" TERM; if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+              '[ "$RANK" = 0 ] && { ' + all_recorded(2) + 'exit 3; }; sleep 60; fi')
+    agents = [Agent(reaper, tmp_path, f"node{i}",
+                    ["--nnodes", "2", "--node-rank", str(i), "--master-addr", addrs[0],
+                     "--master-port", str(port), "--nproc-per-node", "1", "--max-restarts", "2",
+                     "--shutdown-timeout", "5", "--rdzv-conf", FAST, "sh", "-c", script],
+                    env=env, prefix=enter(ns[i])) for i in (0, 1)]
+    wait_stderr(agents[1], "restarting every node")
+    veth = ip("-o", "link", "show", "type", "veth", ns=ns[1]).stdout.split(":")[1].strip()
+    assert ip("link", "set", veth.split("@")[0], "down", ns=ns[1]).returncode == 0
+    assert agents[0].wait() == 75, agents[0].stderr()
+    assert "node 1 lost (no heartbeat from host" in agents[0].stderr()
+    assert agents[1].wait() == 75, agents[1].stderr()
+    assert "no reply from the rendezvous store" in agents[1].stderr()
+    assert_all_dead(worker_pids(out))

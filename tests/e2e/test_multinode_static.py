@@ -370,6 +370,25 @@ def test_a_node_killed_between_attempts_stops_the_others_at_once(reaper, tmp_pat
     assert_all_dead(worker_pids(out))
 
 
+def test_a_node_silent_between_attempts_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
+    """Node 2's agent stops (SIGSTOP: its connection stays open) while the
+    workers stop for a restart: the store's host, which watched heartbeats
+    only while workers ran, now watches the next round's, and every node
+    ends with 75 naming it. They waited join_timeout, then ended with 1."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1, 1], BETWEEN,
+                                extra=["--max-restarts", "2", "--rdzv-conf", FAST])
+    wait_stderr(agents[2], "restarting every node")
+    try:
+        agents[2].signal(signal.SIGSTOP)
+        for a in agents[:2]:
+            assert a.wait() == 75, a.stderr()
+            assert "node 2 lost (no heartbeat from host" in a.stderr()
+            assert "during the rendezvous of round 1" in a.stderr()
+    finally:
+        stop_process(agents[2].p)
+    assert_all_dead(worker_pids(out))
+
+
 def test_a_signal_to_one_node_ends_every_node_with_its_status(reaper, tmp_path):
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
     wait_workers(out, 2)
