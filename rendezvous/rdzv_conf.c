@@ -21,6 +21,9 @@ void rdzv_conf_default(struct rdzv_conf *c)
 	c->timeout_ms = 900000;
 	c->exit_barrier_timeout_ms = 300000;
 	c->is_host = -1;
+	c->heartbeat_timeout_given = false;
+	c->keep_alive_interval_given = false;
+	c->keep_alive_max_attempt_given = false;
 	c->unknown[0] = '\0';
 }
 
@@ -76,6 +79,10 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 			return -EINVAL;
 		}
 		*(int64_t *)((char *)c + secs[i].off) = ms;
+		if (secs[i].off == offsetof(struct rdzv_conf, heartbeat_timeout_ms))
+			c->heartbeat_timeout_given = true;
+		if (secs[i].off == offsetof(struct rdzv_conf, keep_alive_interval_ms))
+			c->keep_alive_interval_given = true;
 		return 0;
 	}
 	if (strcmp(k, "keep_alive_max_attempt") == 0) {
@@ -84,6 +91,7 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 				 k, v);
 			return -EINVAL;
 		}
+		c->keep_alive_max_attempt_given = true;
 		return 0;
 	}
 	if (strcmp(k, "is_host") == 0) {
@@ -167,9 +175,55 @@ static int parse_items(const char *s, struct rdzv_conf *c, char *err, size_t err
 	return 0;
 }
 
+/* How long a node may go without a heartbeat. torchrun drops a node after
+ * keep_alive_max_attempt intervals without one (5 s x 3); ddprun calls that
+ * time heartbeat_timeout, and keeps its own 5 s (five beats of 1 s) when
+ * none of the three is given. A torchrun config that sets
+ * keep_alive_interval=5 then waits 15 s, as torchrun does: the 5 s it
+ * waited took every healthy node for lost. */
+static int settle_heartbeat(struct rdzv_conf *c, char *err, size_t errlen)
+{
+	int64_t i = c->keep_alive_interval_ms, n = c->keep_alive_max_attempt;
+
+	if (!c->heartbeat_timeout_given) {
+		if (c->keep_alive_interval_given || c->keep_alive_max_attempt_given)
+			c->heartbeat_timeout_ms = i * n;
+	} else if (c->keep_alive_max_attempt_given && c->heartbeat_timeout_ms != i * n) {
+		snprintf(err, errlen,
+			 "--rdzv-conf heartbeat_timeout=%g contradicts keep_alive_max_attempt=%d: "
+			 "keep_alive_interval (%g s) times keep_alive_max_attempt is %g s; give "
+			 "one of heartbeat_timeout and keep_alive_max_attempt",
+			 (double)c->heartbeat_timeout_ms / 1000.0, c->keep_alive_max_attempt,
+			 (double)i / 1000.0, (double)(i * n) / 1000.0);
+		return -EINVAL;
+	}
+	/* A node that beats every interval is seen beating up to an interval
+	 * apart (and late by the store host's sampling): one timeout shorter
+	 * than two intervals takes a late beat for a lost node. */
+	if (c->heartbeat_timeout_ms >= 2 * i)
+		return 0;
+	if (c->heartbeat_timeout_given)
+		snprintf(err, errlen,
+			 "--rdzv-conf heartbeat_timeout=%g is below two keep_alive_intervals (%g s "
+			 "each): a healthy node would be taken for lost after one late heartbeat; "
+			 "leave heartbeat_timeout out (it is then keep_alive_interval times "
+			 "keep_alive_max_attempt, %g s, as in torchrun) or make it at least %g",
+			 (double)c->heartbeat_timeout_ms / 1000.0, (double)i / 1000.0,
+			 (double)(i * n) / 1000.0, (double)(2 * i) / 1000.0);
+	else
+		snprintf(err, errlen,
+			 "--rdzv-conf keep_alive_max_attempt=%d: a healthy node would be taken for "
+			 "lost after one late heartbeat; expected at least 2",
+			 c->keep_alive_max_attempt);
+	return -EINVAL;
+}
+
 int rdzv_conf_parse(const char *s, struct rdzv_conf *c, char *err, size_t errlen)
 {
 	int rc = parse_items(s, c, err, errlen);
+
+	if (rc == 0)
+		rc = settle_heartbeat(c, err, errlen);
 
 	/* The message quotes the item: one line, whatever the item holds. */
 	if (rc < 0 && errlen > 0)

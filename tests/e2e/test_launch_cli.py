@@ -95,6 +95,13 @@ def test_help_and_version():
         (["--numa-binding", "gpu", TRUE], "--numa-binding"),
         (["--print-completion", "bash"], "no shell completion script"),
         (["--rdzv-conf", "use_libuv=1,join_timeout=x", TRUE], "join_timeout=x"),
+        # A healthy node would be lost after one late heartbeat (they were
+        # accepted, and the job ended with 75), or two keys say otherwise.
+        (["--rdzv-conf", "keep_alive_interval=5,heartbeat_timeout=5", TRUE],
+         "heartbeat_timeout=5 is below two keep_alive_intervals"),
+        (["--rdzv-conf", "keep_alive_max_attempt=1", TRUE], "keep_alive_max_attempt=1"),
+        (["--rdzv-conf", "heartbeat_timeout=9,keep_alive_max_attempt=3", TRUE],
+         "heartbeat_timeout=9 contradicts keep_alive_max_attempt=3"),
         # Malformed on one node as on several (it was 1 there); a port in it
         # was passed over, the store taking another.
         (["--master-addr", "[::1", TRUE], "--master-addr"),

@@ -389,6 +389,18 @@ def test_a_node_silent_between_attempts_is_lost_after_the_heartbeat_timeout(reap
     assert_all_dead(worker_pids(out))
 
 
+def test_torchruns_keep_alive_interval_keeps_healthy_nodes(reaper, tmp_path):
+    """keep_alive_interval=5, torchrun's default: a node is lost after 15 s
+    without a heartbeat (keep_alive_max_attempt 3), as in torchrun. ddprun
+    took healthy nodes for lost after its 5 s heartbeat_timeout, sampled
+    every 5 s, and ended the job with 75."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "sleep 12",
+                                extra=["--rdzv-conf", "keep_alive_interval=5"])
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert "lost" not in a.stderr()
+
+
 def test_a_signal_to_one_node_ends_every_node_with_its_status(reaper, tmp_path):
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60")
     wait_workers(out, 2)

@@ -38,14 +38,14 @@ static void test_conf_accepts_torchruns_keys(void **state)
 
 	rdzv_conf_default(&c);
 	assert_int_equal(rdzv_conf_parse("join_timeout=20, last_call_timeout=0.5,"
-					 "heartbeat_timeout=2,keep_alive_interval=0.2,"
+					 "heartbeat_timeout=0.8,keep_alive_interval=0.2,"
 					 "keep_alive_max_attempt=4,read_timeout=9,close_timeout=3,"
 					 "timeout=7,is_host=true,exit_barrier_timeout=0",
 					 &c, err, sizeof(err)),
 			 0);
 	assert_int_equal(c.join_timeout_ms, 20000);
 	assert_int_equal(c.last_call_timeout_ms, 500);
-	assert_int_equal(c.heartbeat_timeout_ms, 2000);
+	assert_int_equal(c.heartbeat_timeout_ms, 800);
 	assert_int_equal(c.keep_alive_interval_ms, 200);
 	assert_int_equal(c.keep_alive_max_attempt, 4);
 	assert_int_equal(c.read_timeout_ms, 9000);
@@ -66,6 +66,46 @@ static void expect_conf_error(const char *s, const char *says)
 	assert_int_equal(rdzv_conf_parse(s, &c, err, sizeof(err)), -EINVAL);
 	if (strstr(err, says) == NULL)
 		fail_msg("'%s': error '%s' does not say '%s'", s, err, says);
+}
+
+static int64_t heartbeat_ms(const char *s)
+{
+	struct rdzv_conf c;
+	char err[512] = "";
+
+	rdzv_conf_default(&c);
+	if (rdzv_conf_parse(s, &c, err, sizeof(err)) != 0)
+		fail_msg("'%s': %s", s, err);
+	return c.heartbeat_timeout_ms;
+}
+
+/* torchrun drops a node after keep_alive_interval x keep_alive_max_attempt
+ * without a heartbeat: so does ddprun when heartbeat_timeout is not given.
+ * keep_alive_interval=5 (torchrun's default) took every healthy node for
+ * lost after ddprun's 5 s, and keep_alive_max_attempt was never read. */
+static void test_conf_heartbeat_timeout_follows_torchruns_keep_alive(void **state)
+{
+	(void)state;
+	assert_int_equal(heartbeat_ms(""), 5000); /* ddprun's own */
+	assert_int_equal(heartbeat_ms("keep_alive_interval=5"), 15000);
+	assert_int_equal(heartbeat_ms("keep_alive_interval=5,keep_alive_max_attempt=4"), 20000);
+	assert_int_equal(heartbeat_ms("keep_alive_max_attempt=2"), 2000);
+	assert_int_equal(heartbeat_ms("heartbeat_timeout=30,keep_alive_interval=5"), 30000);
+	assert_int_equal(heartbeat_ms("heartbeat_timeout=15,keep_alive_interval=5,"
+				      "keep_alive_max_attempt=3"),
+			 15000);
+}
+
+/* Settings under which a healthy node is lost, or that say two things. */
+static void test_conf_refuses_a_heartbeat_timeout_a_late_beat_would_pass(void **state)
+{
+	(void)state;
+	expect_conf_error("keep_alive_interval=5,heartbeat_timeout=5",
+			  "heartbeat_timeout=5 is below two keep_alive_intervals (5 s each)");
+	expect_conf_error("heartbeat_timeout=1.5", "heartbeat_timeout=1.5 is below two");
+	expect_conf_error("keep_alive_max_attempt=1", "keep_alive_max_attempt=1: a healthy node");
+	expect_conf_error("keep_alive_interval=5,keep_alive_max_attempt=3,heartbeat_timeout=20",
+			  "heartbeat_timeout=20 contradicts keep_alive_max_attempt=3");
 }
 
 /* torchrun 2.x passes keys its backend does not read (use_libuv,
@@ -327,6 +367,8 @@ int main(void)
 		cmocka_unit_test(test_conf_defaults_are_ddpruns),
 		cmocka_unit_test(test_conf_accepts_torchruns_keys),
 		cmocka_unit_test(test_conf_errors_name_the_key),
+		cmocka_unit_test(test_conf_heartbeat_timeout_follows_torchruns_keep_alive),
+		cmocka_unit_test(test_conf_refuses_a_heartbeat_timeout_a_late_beat_would_pass),
 		cmocka_unit_test(test_conf_passes_unknown_keys_over),
 		cmocka_unit_test(test_conf_unknown_keys_are_cut_within_bounds),
 		cmocka_unit_test(test_node_descriptor_round_trips),
