@@ -616,6 +616,8 @@ static void after_config(struct coord *c)
 
 static void my_config(struct coord *c, struct rdzv_config *cfg)
 {
+	struct rdzv_conf def;
+
 	memset(cfg, 0, sizeof(*cfg));
 	snprintf(cfg->backend, sizeof(cfg->backend), "%s", c->job->rdzv_backend);
 	cfg->min_nodes = c->job->min_nodes;
@@ -631,6 +633,13 @@ static void my_config(struct coord *c, struct rdzv_config *cfg)
 	if (c->job->shutdown_timeout_ms != CLI_SHUTDOWN_TIMEOUT_MS)
 		snprintf(cfg->shutdown_timeout, sizeof(cfg->shutdown_timeout), "%g",
 			 (double)c->job->shutdown_timeout_ms / 1000.0);
+	rdzv_conf_default(&def);
+	if (c->conf->keep_alive_interval_ms != def.keep_alive_interval_ms)
+		snprintf(cfg->keep_alive_interval, sizeof(cfg->keep_alive_interval), "%g",
+			 (double)c->conf->keep_alive_interval_ms / 1000.0);
+	if (c->conf->heartbeat_timeout_ms != def.heartbeat_timeout_ms)
+		snprintf(cfg->heartbeat_timeout, sizeof(cfg->heartbeat_timeout), "%g",
+			 (double)c->conf->heartbeat_timeout_ms / 1000.0);
 }
 
 static void on_config(int status, const void *val, size_t len, void *arg)

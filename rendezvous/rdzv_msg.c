@@ -31,6 +31,8 @@ static const struct rdzv_field config_fields[] = {
 	RDZV_STR(struct rdzv_config, host, 0),
 	RDZV_STR(struct rdzv_config, hang_timeout, RDZV_F_OPTIONAL),
 	RDZV_STR(struct rdzv_config, shutdown_timeout, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_config, keep_alive_interval, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_config, heartbeat_timeout, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef config_msg = RDZV_MSGDEF(NULL, config_fields);
 
@@ -124,6 +126,19 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 			 mine->shutdown_timeout[0] ? mine->shutdown_timeout : "the default");
 		snprintf(b, sizeof(b), "%s",
 			 theirs->shutdown_timeout[0] ? theirs->shutdown_timeout : "the default");
+	} else if (strcmp(mine->keep_alive_interval, theirs->keep_alive_interval) != 0) {
+		what = "--rdzv-conf keep_alive_interval";
+		snprintf(a, sizeof(a), "%s",
+			 mine->keep_alive_interval[0] ? mine->keep_alive_interval : "the default");
+		snprintf(b, sizeof(b), "%s",
+			 theirs->keep_alive_interval[0] ? theirs->keep_alive_interval
+							: "the default");
+	} else if (strcmp(mine->heartbeat_timeout, theirs->heartbeat_timeout) != 0) {
+		what = "--rdzv-conf heartbeat_timeout";
+		snprintf(a, sizeof(a), "%s",
+			 mine->heartbeat_timeout[0] ? mine->heartbeat_timeout : "the default");
+		snprintf(b, sizeof(b), "%s",
+			 theirs->heartbeat_timeout[0] ? theirs->heartbeat_timeout : "the default");
 	} else {
 		return 0;
 	}

@@ -1,7 +1,8 @@
 /* rdzv_msg: the values a node rendezvous keeps in the store, as text.
  *
  *   config       {"backend","nnodes":"MIN:MAX","max_restarts","version",
- *                 "node_rank","host"(,"hang_timeout","shutdown_timeout")}: the job
+ *                 "node_rank","host"(,"hang_timeout","shutdown_timeout",
+ *                 "keep_alive_interval","heartbeat_timeout")}: the job
  *                 settings every
  *                 node must share (node_rank and host say who wrote them)
  *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
@@ -53,6 +54,11 @@ struct rdzv_config {
 	/* --shutdown-timeout in seconds ("" the default, 30): the waits for
 	 * the others' failure lists and leaving count on every node's. */
 	char shutdown_timeout[24];
+	/* --rdzv-conf's, in seconds ("" the default; heartbeat_timeout as it
+	 * came out, given or not): the store's host judges every node by its
+	 * own heartbeat_timeout, which must span two of each node's beats. */
+	char keep_alive_interval[24];
+	char heartbeat_timeout[24];
 };
 
 char *rdzv_config_encode(const struct rdzv_config *c);

@@ -113,6 +113,12 @@ def test_two_nodes_claiming_one_rank_fail_everywhere(reaper, tmp_path):
     ("--hang-timeout", "3", "0", "--hang-timeout differs"),
     # the waits for the others' failure lists and leaving count on every node's
     ("--shutdown-timeout", "5", "30", "--shutdown-timeout differs"),
+    # the store's host judges every node's heartbeats by its own timeout: a
+    # node beating every 4 s was lost to a host that waits 2 s
+    ("--rdzv-conf", "heartbeat_timeout=2", "keep_alive_interval=4",
+     "--rdzv-conf keep_alive_interval differs"),
+    ("--rdzv-conf", "heartbeat_timeout=8", "heartbeat_timeout=12",
+     "--rdzv-conf heartbeat_timeout differs"),
 ])
 def test_settings_that_differ_fail_every_node_naming_both(reaper, tmp_path, flag, n0, n1, says):
     port = free_port()

@@ -240,6 +240,20 @@ static void test_config_diff_names_both_nodes(void **state)
 	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
 	assert_string_equal(msg, "--shutdown-timeout differs: the default on node 1 (host b), 5 "
 				 "on node 0 (host a)");
+	/* The store's host judges every node's heartbeats by its own timeout. */
+	c = b;
+	strcpy(c.keep_alive_interval, "4");
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_string_equal(msg, "--rdzv-conf keep_alive_interval differs: the default on node 1 "
+				 "(host b), 4 on node 0 (host a)");
+	c = b;
+	strcpy(c.heartbeat_timeout, "12");
+	s = rdzv_config_encode(&c);
+	assert_int_equal(rdzv_config_decode(s, strlen(s), &c), 0);
+	free(s);
+	assert_int_equal(rdzv_config_diff(&a, &c, msg, sizeof(msg)), 1);
+	assert_non_null(
+		strstr(msg, "--rdzv-conf heartbeat_timeout differs: the default on node 1"));
 }
 
 static void test_closed_is_a_count_or_an_error(void **state)
