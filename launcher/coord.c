@@ -158,7 +158,8 @@ static void start(struct coord *c)
 	uv_timer_init(c->loop, &c->hb_timer);
 	uv_timer_init(c->loop, &c->timer);
 	uv_timer_init(c->loop, &c->watch_timer);
-	c->hb_timer.data = c->timer.data = c->watch_timer.data = c;
+	uv_timer_init(c->loop, &c->mon_timer);
+	c->hb_timer.data = c->timer.data = c->watch_timer.data = c->mon_timer.data = c;
 	c->timers_on = true;
 	coord_start(c);
 }
@@ -723,6 +724,6 @@ void coord_destroy(struct coord *c)
 	free(c->nodes);
 	free(c->arrivals);
 	free(c->mon_last);
-	free(c->mon_changed_ms);
+	free(c->mon_silent_ms);
 	free(c);
 }

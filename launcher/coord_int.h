@@ -112,9 +112,11 @@ struct coord {
 	int64_t hb_seq;
 	int64_t hb_sent_ms;
 	bool mon_pending;
-	int mon_round; /* the round whose heartbeats mon_* are of (-1: none) */
+	uv_timer_t mon_timer; /* the store's host: sampling them */
+	int mon_round;	      /* the round whose heartbeats mon_* are of (-1: none) */
+	int64_t mon_at_ms;    /* the last sample */
 	char (*mon_last)[24];
-	int64_t *mon_changed_ms;
+	int64_t *mon_silent_ms; /* how long each was seen not to move */
 	/* one-shot: last call, node 0's poll of a restart's count, exit barrier,
 	 * the host's wait for its peers */
 	uv_timer_t timer;

@@ -43,8 +43,9 @@ static void leave_advance(struct coord *c)
 	case 1:
 		c->leave_stage = 2;
 		if (c->timers_on) {
-			c->open += 3;
+			c->open += 4;
 			uv_close((uv_handle_t *)&c->hb_timer, on_timer_closed);
+			uv_close((uv_handle_t *)&c->mon_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->watch_timer, on_timer_closed);
 			return;

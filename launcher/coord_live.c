@@ -6,9 +6,10 @@
  * static job (see watch_round) of the next round's. No reply for
  * heartbeat_timeout: the store is lost (its host died without closing the
  * connection). The agent that hosts the store reads every participant's
- * heartbeat each interval; one that has not moved for heartbeat_timeout
- * ends the round as lost (a node that stopped without its connection
- * closing: SIGSTOP, a dead host, a cut cable). A node done with its work
+ * heartbeat several times an interval; one seen not to move for
+ * heartbeat_timeout (at least two intervals: rdzv_conf.c) ends the round
+ * as lost (a node that stopped without its connection closing: SIGSTOP, a
+ * dead host, a cut cable). A node done with its work
  * writes "done" there and is exempt. */
 #include "coord_int.h"
 
@@ -74,16 +75,34 @@ static void declare_lost(struct coord *c, int round, size_t i, int64_t silent_ms
 	free(v);
 }
 
+/* The store's host samples the heartbeats SAMPLES times per interval, so
+ * that a beat is seen at most a quarter interval late. */
+#define SAMPLES 4
+
+static int64_t sample_ms(const struct coord *c)
+{
+	int64_t p = c->conf->keep_alive_interval_ms / SAMPLES;
+
+	return p > 0 ? p : 1;
+}
+
 static void on_watch(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
-	int64_t now = util_now_ms();
+	int64_t now = util_now_ms(), step = now - c->mon_at_ms;
 	size_t i;
 
 	c->mon_pending = false;
 	if (status != 0 || watch_round(c) != c->mon_round || n != (size_t)c->nnodes ||
 	    c->mon_last == NULL)
 		return;
+	/* A node's silence is what the samples saw, not the clock's time
+	 * between them: a stall of this loop (the store's, too: the beats
+	 * that came meanwhile wait unread behind it) would count whole for
+	 * every node, a sample or two before the beats are read. */
+	c->mon_at_ms = now;
+	if (step > 2 * sample_ms(c))
+		step = 2 * sample_ms(c);
 	for (i = 0; i < n; i++) {
 		char v[24];
 
@@ -93,20 +112,25 @@ static void on_watch(int status, size_t n, const void *const *vals, const size_t
 			continue;
 		if (strcmp(v, c->mon_last[i]) != 0) {
 			strcpy(c->mon_last[i], v);
-			c->mon_changed_ms[i] = now;
+			c->mon_silent_ms[i] = 0;
 			continue;
 		}
-		if (now - c->mon_changed_ms[i] < c->conf->heartbeat_timeout_ms)
+		c->mon_silent_ms[i] += step;
+		if (c->mon_silent_ms[i] < c->conf->heartbeat_timeout_ms)
 			continue;
-		declare_lost(c, c->mon_round, i, now - c->mon_changed_ms[i]);
+		declare_lost(c, c->mon_round, i, c->mon_silent_ms[i]);
 		return;
 	}
 }
 
-static void watch(struct coord *c)
+static void on_sample(uv_timer_t *t)
 {
-	const char **keys = coord_keys_of(c, c->mon_round, NULL, (size_t)c->nnodes, RDZV_R_HB);
+	struct coord *c = t->data;
+	const char **keys;
 
+	if (c->mon_pending || watch_round(c) < 0 || watch_round(c) != c->mon_round)
+		return;
+	keys = coord_keys_of(c, c->mon_round, NULL, (size_t)c->nnodes, RDZV_R_HB);
 	if (keys == NULL)
 		return;
 	if (store_async_multi_get(c->A, keys, (size_t)c->nnodes, on_watch, c) == 0)
@@ -131,55 +155,59 @@ static void tick(uv_timer_t *t)
 				   (double)(now - c->hb_sent_ms) / 1000.0, coord_fail_words(c));
 			return;
 		}
-	} else {
-		if (beat >= 0) {
-			/* A value that changes every beat, with the time for
-			 * `ddpstore status` (the host's watch only compares). */
-			char v[48];
-
-			snprintf(v, sizeof(v), "%lld:%lld", (long long)++c->hb_seq,
-				 (long long)(report_now_us() / 1000));
-			snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_HB, beat, c->rank);
-			store_async_set(c->A, key, v, strlen(v), NULL, NULL);
-		}
-		rc = store_async_ping(c->A, on_ping_reply, c);
-		if (rc == 0) {
-			c->hb_pending = true;
-			c->hb_sent_ms = now;
-		}
+		return;
 	}
-	if (c->server != NULL && watch_round(c) >= 0 && watch_round(c) == c->mon_round &&
-	    !c->mon_pending)
-		watch(c);
+	if (beat >= 0) {
+		/* A value that changes every beat, with the time for `ddpstore
+		 * status` (the host's watch only compares). */
+		char v[48];
+
+		snprintf(v, sizeof(v), "%lld:%lld", (long long)++c->hb_seq,
+			 (long long)(report_now_us() / 1000));
+		snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_HB, beat, c->rank);
+		store_async_set(c->A, key, v, strlen(v), NULL, NULL);
+	}
+	rc = store_async_ping(c->A, on_ping_reply, c);
+	if (rc == 0) {
+		c->hb_pending = true;
+		c->hb_sent_ms = now;
+	}
 }
 
 void coord_live_start(struct coord *c)
 {
 	int round = c->server != NULL ? watch_round(c) : -1;
-	int i;
 
 	/* A round newly watched: every node's silence counts from now (the
 	 * same round goes on from its move to its run). */
 	if (round >= 0 && (round != c->mon_round || c->mon_last == NULL)) {
 		free(c->mon_last);
-		free(c->mon_changed_ms);
+		free(c->mon_silent_ms);
 		c->mon_last = calloc((size_t)c->nnodes, sizeof(*c->mon_last));
-		c->mon_changed_ms = calloc((size_t)c->nnodes, sizeof(*c->mon_changed_ms));
-		for (i = 0; c->mon_changed_ms != NULL && i < c->nnodes; i++)
-			c->mon_changed_ms[i] = util_now_ms();
+		c->mon_silent_ms = calloc((size_t)c->nnodes, sizeof(*c->mon_silent_ms));
+		if (c->mon_silent_ms == NULL) {
+			free(c->mon_last);
+			c->mon_last = NULL;
+		}
 		c->mon_round = round;
+		c->mon_at_ms = util_now_ms();
 	}
 	c->hb_pending = false;
 	c->mon_pending = false;
 	tick(&c->hb_timer); /* a first heartbeat at once */
 	uv_timer_start(&c->hb_timer, tick, (uint64_t)c->conf->keep_alive_interval_ms,
 		       (uint64_t)c->conf->keep_alive_interval_ms);
+	if (round >= 0)
+		uv_timer_start(&c->mon_timer, on_sample, (uint64_t)sample_ms(c),
+			       (uint64_t)sample_ms(c));
 }
 
 void coord_live_stop(struct coord *c)
 {
-	if (c->timers_on)
+	if (c->timers_on) {
 		uv_timer_stop(&c->hb_timer);
+		uv_timer_stop(&c->mon_timer);
+	}
 }
 
 /* ---- the exit barrier ------------------------------------------------------------ */
