@@ -5,13 +5,14 @@ import contextlib
 import errno
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 
 import pytest
 
-from conftest import binary
+from conftest import REPO, binary
 from storeutil import (CAS_FAILED, CONN, DDPSTORE, ERROR, NOT_FOUND, OK, TIMEOUT, USAGE,
                        Server, cli)
 
@@ -623,3 +624,51 @@ def test_the_launcher_reaches_a_store_at_a_name_with_two_addresses(tmp_path, ser
             err += p.stderr.read() or b""
         assert s.close() == 0
     assert b"ddprun: waiting for nodes: 1 of 2 joined" in err, err.decode(errors="replace")
+
+
+def run_example(tmp_path, script):
+    """Run a documentation example in sh, in tmp_path, with ddpstore on PATH;
+    only /tmp/port becomes a file of tmp_path (tests run side by side). The
+    example leaves its server in the background: it is stopped by its
+    process group, the example's own."""
+    script = script.replace("/tmp/port", str(tmp_path / "port"))
+    env = dict(os.environ, PATH=f"{os.path.dirname(DDPSTORE)}:{os.environ['PATH']}")
+    env.pop("MASTER_ADDR", None)
+    env.pop("MASTER_PORT", None)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"  # files: the server holds pipes open
+    with open(out, "wb") as o, open(err, "wb") as e:
+        p = subprocess.Popen(["sh", "-ec", script], cwd=tmp_path, env=env, stdout=o,
+                             stderr=e, start_new_session=True)
+        try:
+            p.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=10)
+    return p.returncode, out.read_text(), err.read_text()
+
+
+def test_the_readme_store_example_runs_as_written(tmp_path):
+    """The README's ddpstore block, pasted into a shell: it read the port file
+    before the server had written it (cat: no such file), and its cas printed
+    the stored host name before "I lead"."""
+    readme = open(os.path.join(REPO, "README.md")).read()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```sh\n")[1:]]
+    [example] = [b for b in blocks if "ddpstore serve --port 0" in b]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x").write_bytes(b"y" * 1000)
+    rc, out, err = run_example(tmp_path, example)
+    assert rc == 0, err
+    assert out == "1\nI lead\n"
+    assert (tmp_path / "data.tar").stat().st_size >= 1000
+
+
+def test_the_man_page_store_examples_run_as_written(tmp_path):
+    """ddpstore(1)'s EXAMPLES, one after the other in one shell: the first read
+    the port file before the server had written it."""
+    man = open(os.path.join(REPO, "man", "ddpstore.1")).read().split(".SH EXAMPLES", 1)[1]
+    blocks = [b.split(".EE", 1)[0].replace("\\-", "-") for b in man.split(".EX\n")[1:]]
+    assert len(blocks) == 2 and "ddpstore serve --port 0" in blocks[0]
+    rc, out, err = run_example(tmp_path, "".join(blocks))
+    assert rc == 0, err
+    assert out == "yesI lead\n"  # get prints the raw value, no newline added
