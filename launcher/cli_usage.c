@@ -18,7 +18,7 @@ void cli_usage(FILE *f)
 	      "  --signals-to-handle LIST   signals forwarded to the workers, then they stop\n"
 	      "                             (SIGTERM,SIGINT,SIGHUP,SIGQUIT)\n"
 	      "  --forward-signals LIST     signals sent on to every worker on every node\n"
-	      "                             while the job goes on (SIGUSR1,USR2,12)\n"
+	      "                             while the job goes on (none), e.g. SIGUSR1,USR2,12\n"
 	      "  --hang-timeout SEC         no progress for SEC: dump every rank's stack, fail\n"
 	      "                             (124); SIGUSR2 dumps them at any time\n"
 	      "Output:\n"

@@ -555,6 +555,22 @@ def test_nproc_gpu_counts_devices_through_the_driver(tmp_path):
     assert r.returncode == 1 and "no visible GPU" in r.stderr
 
 
+def help_of(flag):
+    """--help's text of one option: its line and the indented lines after it."""
+    text = ddprun("--help").stdout
+    block = re.search(rf"^  {re.escape(flag)} .*\n(?:^ {{29}}\S.*\n)*", text, re.M)
+    assert block, text
+    return " ".join(block.group(0).split())
+
+
+def test_help_gives_forward_signals_no_default_but_none():
+    """A parenthesis that ends an option's help is its default: --forward-signals
+    ended in (SIGUSR1,USR2,12), its example; it has no default."""
+    text = help_of("--forward-signals LIST")
+    assert "(none)" in text and not text.endswith(")"), text
+    assert "(SIGTERM,SIGINT,SIGHUP,SIGQUIT)" in help_of("--signals-to-handle LIST")
+
+
 def test_every_flag_in_help_is_in_the_man_page():
     helptext = ddprun("--help").stdout
     flags = set(re.findall(r"--[a-z][a-z-]+", helptext))
