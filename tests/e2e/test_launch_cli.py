@@ -229,6 +229,24 @@ def test_a_single_node_with_no_port_gets_a_fresh_uuid_run_id_as_torchrun_2():
     assert run_ids("--rdzv-id", "job7") == "job7"
 
 
+def test_the_readmes_sample_log_path_is_one_a_default_single_node_run_writes(tmp_path):
+    """The README's failure report named logs/none_ab12/...: a single node given
+    no port has a uuid4 run id, and a log directory's suffix has six letters."""
+    def shape(line):
+        path = re.search(r"\(whole log: (\S+)\):", line)
+        assert path, line
+        parts = re.fullmatch(r".*logs/(.*)_([A-Za-z0-9]{6})/(.*)", path.group(1))
+        assert parts and UUID4.match(parts.group(1)), path.group(1)
+        return parts.group(3)
+    readme = open(os.path.join(REPO, "README.md")).read()
+    [sample] = [l for l in readme.splitlines() if "(whole log: " in l]
+    r = ddprun("--nproc-per-node=2", "--log-dir", str(tmp_path / "logs"), "-r", "3", "sh",
+               "-c", '[ "$RANK" = 1 ] && { echo "fatal: cannot open" >&2; exit 3; }; exit 0')
+    assert r.returncode == 3
+    [printed] = [l for l in r.stderr.splitlines() if "(whole log: " in l]
+    assert shape(sample) == shape(printed) == "attempt_0/1/stderr.log"
+
+
 # A value each option refuses, read from its PET_ variable (ddprun(1), OPTIONS).
 # --log-dir refuses none (an empty one is unset, as torchrun's): test_launch_env
 # reads PET_LOG_DIR; nor does --role (an empty one too, as torchrun's):
