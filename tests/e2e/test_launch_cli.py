@@ -597,6 +597,21 @@ def test_every_flag_in_help_is_in_the_man_page():
     assert len(flags) > 20 and missing == []
 
 
+def test_every_option_the_parser_takes_is_in_help_and_in_the_man_page():
+    """The parser's table of options (launcher/cli.c), each long and short name:
+    --help left --print-completion out."""
+    src = open(os.path.join(REPO, "launcher", "cli.c")).read()
+    table = re.findall(r'\[O_\w+\] = \{"([a-z-]+)", (?:\'(\w)\'|0),', src)
+    assert len(table) > 30
+    helptext = ddprun("--help").stdout
+    man = open(os.path.join(REPO, "man", "ddprun.1")).read().replace("\\-", "-")
+    for name, short in table:
+        for flag in [f"--{name}"] + ([f"-{short}"] if short else []):
+            pattern = rf"(?<![\w-]){re.escape(flag)}(?![\w-])"
+            assert re.search(pattern, helptext), f"--help lacks {flag}"
+            assert re.search(pattern, man), f"ddprun(1) lacks {flag}"
+
+
 # Every flag of torchrun 2.14's --help (python3 -m torch.distributed.run --help
 # in Debian sid's python3-torch 2.14.1), in the spelling its help shows.
 TORCHRUN_214 = [
