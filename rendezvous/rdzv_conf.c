@@ -27,11 +27,14 @@ void rdzv_conf_default(struct rdzv_conf *c)
 	c->unknown[0] = '\0';
 }
 
-/* torchrun's boolean spellings. */
+/* torchrun's boolean spellings (RendezvousParameters.get_as_bool), in any
+ * case; the refusal lists them (BOOL_WORDS). */
+static const char *const yes[] = {"1", "true", "t", "yes", "y"};
+static const char *const no[] = {"0", "false", "f", "no", "n"};
+#define BOOL_WORDS "1, true, t, yes, y (on) or 0, false, f, no, n (off), in any case"
+
 static int parse_bool(const char *v, int *out)
 {
-	static const char *const yes[] = {"1", "true", "t", "yes", "y"};
-	static const char *const no[] = {"0", "false", "f", "no", "n"};
 	size_t i;
 
 	for (i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
@@ -96,7 +99,7 @@ static int set_key(struct rdzv_conf *c, const char *k, const char *v, char *err,
 	}
 	if (strcmp(k, "is_host") == 0) {
 		if (parse_bool(v, &c->is_host) != 0) {
-			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected 1 or 0", k, v);
+			snprintf(err, errlen, "--rdzv-conf %s=%.100s: expected " BOOL_WORDS, k, v);
 			return -EINVAL;
 		}
 		return 0;

@@ -656,6 +656,24 @@ def test_unknown_rdzv_conf_keys_pass_with_one_warning():
                            "does not read)"]
 
 
+def test_is_host_refuses_with_the_words_it_takes():
+    """is_host=2 said "expected 1 or 0", yet is_host=true ran: the refusal
+    lists torchrun's spellings (get_as_bool), each of which runs, in any case,
+    and ddprun(1) names them."""
+    r = ddprun("--rdzv-conf", "is_host=2", TRUE)
+    assert r.returncode == 2
+    said = re.search(r"is_host=2: expected (.*) \(on\) or (.*) \(off\), in any case \(see",
+                     r.stderr.strip())
+    assert said, r.stderr
+    words = [w for part in said.groups() for w in part.split(", ")]
+    assert sorted(words) == sorted(["1", "true", "t", "yes", "y", "0", "false", "f", "no", "n"])
+    for w in words + [w.upper() for w in words]:
+        r = ddprun("--rdzv-conf", f"is_host={w}", TRUE)
+        assert r.returncode == 0 and r.stderr == "", (w, r.stderr)
+    man = " ".join(open(os.path.join(REPO, "man", "ddprun.1")).read().split())
+    assert "true, t, yes and y are 1, false, f, no and n are 0, in any case" in man
+
+
 def test_logs_specs_and_event_log_handler_say_they_are_ignored():
     r = ddprun("--logs-specs", "fancy", "--event-log-handler", "console", TRUE)
     assert r.returncode == 0, r.stderr
