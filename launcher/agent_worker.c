@@ -32,7 +32,8 @@ static int open_log(const char *path, char *err, size_t errlen)
 /* The console prefix of one stream: --tag-output's "[rankN]: ", else for a
  * tee'd stream torchrun's "[<role><local_rank>]:" or the template of
  * --log-line-prefix-template or TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
- * (torchrun 2.x's order; ${hostname} is the short host name), else nothing. */
+ * (torchrun 2.x's order; ${hostname} is gethostname()'s name, not cut at
+ * its first dot), else nothing. */
 static char *make_prefix(struct agent *a, struct agent_worker *w, bool tee)
 {
 	static const char *const names[] = {"role_name", "rank", "local_rank", "hostname"};

@@ -316,6 +316,15 @@ def test_tee_prefix_template_and_filter_only_affect_the_console(tmp_path):
     assert open(f"{d}/attempt_0/1/stdout.log").read() == "out 1\n"
 
 
+def test_the_prefix_template_hostname_is_gethostnames_name():
+    """ddprun(1) called ${hostname} the short host name; it is gethostname()'s,
+    whole."""
+    env = dict(os.environ, TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="${hostname}|")
+    r = ddprun("--tee", "1", "sh", "-c", "echo out", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{socket.gethostname()}|out\n"
+
+
 def test_restarts_count_up_and_use_a_new_attempt_directory(tmp_path):
     # Fails on the first two attempts, succeeds on the third.
     script = ('echo "attempt $TORCHELASTIC_RESTART_COUNT"; '
