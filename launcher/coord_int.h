@@ -136,6 +136,7 @@ struct coord {
 	int64_t connect_deadline_ms; /* for the line while nothing answers */
 	bool resolve_said;	     /* the first temporary failure was said */
 	bool probing;		     /* node 0 whose port is taken: asking who holds it */
+	bool probe_rdzv;	     /* ... a store where ddprun jobs met (ddprun/runs/n) */
 	bool host_deferred;	     /* dynamic: the endpoint's port was taken here */
 	char probe_why[200];	     /* which address family is taken, if that was it */
 };

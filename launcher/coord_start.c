@@ -96,8 +96,10 @@ static void tell_round(struct coord *c, int status, const char *msg)
 	free(v);
 }
 
-/* tell: the port's holder is a rendezvous store (another run id's), where
- * this job's other nodes may already wait. */
+/* tell: the port's holder is a store where ddprun jobs meet (another run
+ * id's), where this job's other nodes may already wait. Never into a store
+ * that holds no ddprun job (a bare ddpstore serve, another program's): it
+ * would keep this run id's round closed for the jobs it serves later. */
 static void port_in_use(struct coord *c, const char *why, bool tell)
 {
 	char msg[700];
@@ -140,8 +142,13 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 		return;
 	}
 	if (lens[1] == 0 || rdzv_node_decode(vals[1], lens[1], &other) != 0) {
-		port_in_use(c, " (by the rendezvous store of another job, another --rdzv-id)",
-			    true);
+		snprintf(msg, sizeof(msg),
+			 " (by a store that holds no node 0 of --rdzv-id %.200s%s)", c->job->run_id,
+			 c->probe_rdzv ? ": another job's rendezvous store, another --rdzv-id, "
+					 "or a ddpstore serve that jobs share"
+				       : ", nor any ddprun job: a ddpstore serve, or another "
+					 "program's store");
+		port_in_use(c, msg, c->probe_rdzv);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
@@ -154,15 +161,32 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 	coord_publish_error(c, 2, true, msg);
 }
 
-/* Connected to whatever holds the port: this job's store? */
+/* First answer: have ddprun jobs met on that store? (on_probe follows: one
+ * connection answers in order.) */
+static void on_probe_runs(int status, size_t n, const void *const *vals, const size_t *lens,
+			  void *arg)
+{
+	struct coord *c = arg;
+
+	(void)vals;
+	c->probe_rdzv = status == 0 && n == 1 && lens[0] > 0;
+}
+
+/* Connected to whatever holds the port: this job's store? Only reads. */
 void coord_probe(struct coord *c)
 {
 	char k1[64], k2[64];
-	const char *keys[3] = {RDZV_KEY_ENDED, k1, k2};
+	const char *keys[3] = {RDZV_KEY_ENDED, k1, k2}, *runs = RDZV_KEY_RUNS_N;
+	int rc;
 
 	snprintf(k1, sizeof(k1), RDZV_KEY_ROUND_FMT RDZV_R_NODE, 0, 0);
 	snprintf(k2, sizeof(k2), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED, 0);
-	if (store_async_multi_get(c->A, keys, 3, on_probe, c) != 0)
+	c->probe_rdzv = false;
+	rc = store_async_set_prefix(c->A, RDZV_KEY_ROOT);
+	if (rc == 0)
+		rc = store_async_multi_get(c->A, &runs, 1, on_probe_runs, c);
+	if (store_async_set_prefix(c->A, c->prefix) != 0 || rc != 0 ||
+	    store_async_multi_get(c->A, keys, 3, on_probe, c) != 0)
 		port_in_use(c, "", false);
 }
 

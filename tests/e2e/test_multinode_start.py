@@ -17,6 +17,7 @@ import pytest
 from conftest import binary, free_port
 from mnutil import (Agent, clean_env, enter, ip, ipv6_loopback, listening, node_args, wait_for,
                     wait_stderr)
+from storeutil import Server, cli
 
 BAD_HOST = "no-such-host.invalid"
 
@@ -141,6 +142,36 @@ def test_a_master_port_held_for_ipv4_by_another_process_is_in_use(reaper, tmp_pa
         assert a.wait() == 1, a.stderr()
     assert (f"cannot listen on port {port} for the rendezvous store: the port is in use for "
             "IPv4, the family of --master-addr 127.0.0.1") in a.stderr()
+
+
+@pytest.mark.parametrize("jobs_met", [False, True], ids=["bare-store", "jobs-met"])
+def test_a_master_port_held_by_a_store_without_this_node_0_is_said_so(reaper, tmp_path,
+                                                                       jobs_met):
+    """A ddpstore serve with no job on it holds node 0's port: it said "the
+    rendezvous store of another job" and wrote this run id's round 0 closed
+    into it, so a later job of that id on the store would find it closed. It
+    says what it knows and writes nothing there; a store where ddprun jobs
+    met (ddprun/runs/n) is told, for this job's nodes that may wait there."""
+    srv = Server(host=None)
+    try:
+        if jobs_met:
+            assert cli(srv.addr, "add", "ddprun/runs/n", "1").returncode == 0
+        a = Agent(reaper, tmp_path, "node0", node_args(2, 0, srv.port, 1, "true"))
+        assert a.wait() == 1, a.stderr()
+        assert f"cannot listen on port {srv.port} for the rendezvous store" in a.stderr()
+        assert "(by a store that holds no node 0 of --rdzv-id none" in a.stderr()
+        if jobs_met:
+            assert (": another job's rendezvous store, another --rdzv-id, or a ddpstore serve "
+                    "that jobs share)" in a.stderr())
+            assert cli(srv.addr, "get", "ddprun/none/r0/closed").stdout.startswith(b"error:")
+        else:
+            assert (", nor any ddprun job: a ddpstore serve, or another program's store)"
+                    in a.stderr())
+            r = cli(srv.addr, "numkeys")
+            assert r.returncode == 0 and r.stdout.strip() == b"0", r.stdout
+        assert "another job, another --rdzv-id" not in a.stderr()
+    finally:
+        assert srv.close() == 0
 
 
 def test_node_rank_0_started_twice_ends_both_with_2(reaper, tmp_path):

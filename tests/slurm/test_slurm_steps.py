@@ -77,7 +77,7 @@ def test_second_job_on_the_same_port_is_told_apart(cluster, tmp_path):
     log = read(tmp_path / "b" / "job.out")
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "1:0", log
     said = "the port is in use"
-    assert log.count(said) == 3 and "(by the rendezvous store of another job" in log, log
+    assert log.count(said) == 3 and ": another job's rendezvous store, another" in log, log
     assert "claimed twice" not in log and "differs" not in log and "worker ran" not in log
     assert f"--rdzv-id {second}.0" in log
     # The first job is untouched.
