@@ -88,10 +88,52 @@ static bool ends_with(const char *s, const char *suffix)
 	return n >= k && strcasecmp(s + n - k, suffix) == 0;
 }
 
+/* A file that reads as a Python script torchrun would have run: a "#!" line
+ * naming a python, or (none) text under a name with no extension, such as
+ * "trainer" (job.sh, prog.c are not). */
+static bool reads_as_python(const char *path)
+{
+	char head[PROG_SHEBANG_MAX + 1], *h = head;
+	const char *base = strrchr(path, '/');
+	ssize_t n;
+	int fd;
+
+	base = base != NULL ? base + 1 : path;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+		return false;
+	n = read(fd, head, PROG_SHEBANG_MAX);
+	close(fd);
+	if (n <= 0 || memchr(head, '\0', (size_t)n) != NULL) /* empty, or binary */
+		return false;
+	head[n] = '\0';
+	if (strncmp(h, "\xef\xbb\xbf", 3) == 0) /* a UTF-8 byte order mark */
+		h += 3;
+	if (h[0] != '#' || h[1] != '!')
+		return strchr(base, '.') == NULL;
+	h[strcspn(h, "\n")] = '\0';
+	return strstr(h, "python") != NULL;
+}
+
+/* A file no exec runs but Python does (torchrun runs every program with
+ * Python): readable, not executable, and a zip (Python runs its
+ * __main__.py, whatever its name) or reads_as_python's script. */
+static bool python_file(const char *path)
+{
+	char head[4];
+	ssize_t n;
+	int fd;
+
+	if (access(path, X_OK) == 0 || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
+		return false;
+	n = read(fd, head, sizeof(head));
+	close(fd);
+	return (n == 4 && memcmp(head, "PK\x03\x04", 4) == 0) || reads_as_python(path);
+}
+
 /* What Python runs and an exec cannot: a script (.py, .pyw), a zip
- * application (.pyz), or a directory with a __main__.py. A directory is
- * taken only where the name is not a command on PATH (as execvp would find
- * it), or is a path. */
+ * application (.pyz), a directory with a __main__.py, or python_file's. A
+ * directory or file is taken only where the name is not a command on PATH
+ * (as execvp would find it), or is a path. */
 static bool python_program(const char *script, const char *path_env)
 {
 	struct stat st;
@@ -100,13 +142,15 @@ static bool python_program(const char *script, const char *path_env)
 
 	if (ends_with(script, ".py") || ends_with(script, ".pyw") || ends_with(script, ".pyz"))
 		return true;
-	if (stat(script, &st) != 0 || !S_ISDIR(st.st_mode))
+	if (stat(script, &st) != 0 || !(S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)))
 		return false;
-	if (strchr(script, '/') != NULL)
-		return true;
-	command = prog_lookup(script, path_env, &found) == 0;
-	free(found);
-	return !command;
+	if (strchr(script, '/') == NULL) {
+		command = prog_lookup(script, path_env, &found) == 0;
+		free(found);
+		if (command)
+			return false;
+	}
+	return S_ISDIR(st.st_mode) || python_file(script);
 }
 
 static bool is_ident(char c)
@@ -294,31 +338,6 @@ static int check_interpreter(const char *path, char *err, size_t errlen)
 		snprintf(err, errlen, "%.200s: bad interpreter: %s, named on its #! line: %s", path,
 			 interp, why);
 	return -ENOEXEC;
-}
-
-/* A file given by its path that reads as a Python script torchrun would
- * have run: a "#!" line naming a python, or (none) text under a name with
- * no extension, such as "trainer" (job.sh, prog.c are not). */
-static bool reads_as_python(const char *path)
-{
-	char head[PROG_SHEBANG_MAX + 1], *h = head;
-	const char *base = strrchr(path, '/');
-	ssize_t n;
-	int fd;
-
-	if (base == NULL || (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
-		return false;
-	n = read(fd, head, PROG_SHEBANG_MAX);
-	close(fd);
-	if (n <= 0 || memchr(head, '\0', (size_t)n) != NULL) /* empty, or binary */
-		return false;
-	head[n] = '\0';
-	if (strncmp(h, "\xef\xbb\xbf", 3) == 0) /* a UTF-8 byte order mark */
-		h += 3;
-	if (h[0] != '#' || h[1] != '!')
-		return strchr(base + 1, '.') == NULL;
-	h[strcspn(h, "\n")] = '\0';
-	return strstr(h, "python") != NULL;
 }
 
 /* A directory given to Python as its script: it runs the __main__.py in it,

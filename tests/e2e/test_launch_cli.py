@@ -2,6 +2,7 @@
 usage errors (one line, exit 2), and programs that cannot run (127/126)."""
 import os
 import re
+import shutil
 import socket
 import subprocess
 
@@ -453,8 +454,10 @@ def test_run_path_runs_a_directory_and_wins_over_module_and_no_python(tmp_path):
 def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     """A directory with a __main__.py, a zip application and a script named
     .PY run with Python, as torchrun runs every program (they were exec'd:
-    "command not found", 127); a file that is not executable says how to run
-    it with Python."""
+    "command not found", 127); so do a Python script without .py and a .zip
+    that are not executable, by name or path (they were 127 with "write
+    ./train_script", then 126); with --no-python such a script says how to
+    run it with Python."""
     import zipapp
     pkg = tmp_path / "pkg"
     pkg.mkdir()
@@ -464,8 +467,20 @@ def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     for name in ("pkg", "app.pyz", "tr2.PY"):
         r = ddprun("--nproc-per-node", "2", name, cwd=tmp_path)
         assert r.returncode == 0 and sorted(r.stdout.splitlines()) == ["main 0", "main 1"], r
-    (tmp_path / "trainer").write_text('print("main")\n')
-    r = ddprun("./trainer", cwd=tmp_path)
+    (tmp_path / "trainer").write_text('import os, sys; print("main", os.environ["RANK"], '
+                                      'sys.argv[1:])\n')
+    (tmp_path / "pyline").write_text('#!/usr/bin/env python3\nprint("main", 0, [])\n')
+    shutil.copy(tmp_path / "app.pyz", tmp_path / "app.zip")
+    for name in ("trainer", "./trainer", str(tmp_path / "trainer"), "pyline", "app.zip"):
+        r = ddprun(name, *(["--epochs", "3"] if "trainer" in name else []), cwd=tmp_path)
+        want = "main 0 ['--epochs', '3']" if "trainer" in name else "main 0"
+        assert r.returncode == 0 and r.stdout.startswith(want), (name, r)
+    # An executable or a command on PATH is still executed directly.
+    os.chmod(tmp_path / "pyline", 0o755)
+    r = ddprun("pyline", cwd=tmp_path, env={"PATH": f"{tmp_path}:/usr/bin:/bin",
+                                            "PYTHON_EXEC": "/nonexistent/python"})
+    assert r.returncode == 0 and r.stdout == "main 0 []\n", r
+    r = ddprun("--no-python", "./trainer", cwd=tmp_path)
     assert r.returncode == 126
     assert one_error_line(r) == ("ddprun: error: ./trainer: permission denied (not an "
                                  "executable file; a Python script: run it as python3 "
