@@ -289,7 +289,9 @@ static void test_workenv(void **state)
 	assert_string_equal(env_get(env, "NCCL_ASYNC_ERROR_HANDLING"), "1");
 	assert_null(env_get(env, "TORCHELASTIC_SIGNALS_TO_HANDLE"));
 	assert_null(env_get(env, "CUDA_VISIBLE_DEVICES"));
-	assert_int_equal(n, 4 + 19);
+	/* the -u of a Python program, for the one a wrapper script starts too */
+	assert_string_equal(env_get(env, "PYTHONUNBUFFERED"), "1");
+	assert_int_equal(n, 4 + 20);
 	free(env);
 	/* without a nonce, none reaches the workers, not even an inherited one */
 	j.shm_nonce = NULL;
