@@ -424,6 +424,7 @@ struct dump_rank {
 	int nseq, at;		  /* at: the one signalled last */
 	uint64_t at_ms;		  /* when */
 	bool held;		  /* the rank is SIGSTOPped while they go */
+	bool said;		  /* its error file says they were sent SIGABRT */
 	struct text head, raw;
 	uv_pipe_t pipe;
 	bool reading; /* the pipe is open and read */
@@ -490,12 +491,52 @@ static void tag_stack(struct agent *a, struct agent_worker *wk)
 	wk->stream[1].prefix_len = strlen(p);
 }
 
-/* The rank's processes whose Python stacks a hang asks for (SIGABRT:
- * faulthandler, which they inherit, prints them): Python, still its
- * descendants (a pid not reused meanwhile), neither stopped nor a zombie,
- * and not multiprocessing's helpers (the resource tracker must live to
- * remove the job's semaphores). Deepest first, so no parent sees a child's
- * death before its own stack is out. */
+static bool program_process(const struct dump_rank *r, pid_t p, int depth);
+
+/* Whether p, a parent, is where the program's own processes come from: the
+ * rank, one of them, or multiprocessing's fork server under those. */
+static bool program_source(const struct dump_rank *r, pid_t p, int depth)
+{
+	struct proc_info pi;
+
+	if (p == r->pid)
+		return true;
+	if (depth <= 0 || proc_info_read(p, &pi) != 0)
+		return false;
+	if (proc_is_mp_helper(p))
+		return program_source(r, pi.ppid, depth - 1);
+	return program_process(r, p, depth - 1);
+}
+
+/* Whether p is one of the program's own Python processes: a
+ * multiprocessing worker (forked or spawned: a DataLoader's) of the rank or
+ * of another such process, or the Python program a wrapper script (a rank
+ * that is no Python) runs, under no other Python. Not any other Python the
+ * program starts (a tool's service process, wandb's, that saves its work
+ * on SIGTERM: it gets the job's stop, as any process does). */
+static bool program_process(const struct dump_rank *r, pid_t p, int depth)
+{
+	struct proc_info pi;
+	pid_t up;
+
+	if (depth <= 0 || proc_info_read(p, &pi) != 0 || !proc_is_python(p) || proc_is_mp_helper(p))
+		return false;
+	if (proc_forked_from_parent(p) || proc_is_mp_spawned(p))
+		return program_source(r, pi.ppid, depth - 1);
+	if (r->py)
+		return false;
+	for (up = pi.ppid; up != r->pid; up = pi.ppid)
+		if (--depth <= 0 || proc_info_read(up, &pi) != 0 || proc_is_python(up))
+			return false;
+	return true;
+}
+
+/* The rank's processes whose Python stacks a hang asks for (SIGABRT: the
+ * faulthandler they inherit prints them): the program's own
+ * (program_process), still the rank's descendants (no pid reused
+ * meanwhile), neither stopped nor a zombie, and with faulthandler on (one
+ * without would die without a word). Deepest first, so no parent sees a
+ * child's death before its own stack is out. */
 static int python_kids(const struct dump_rank *r, pid_t *out)
 {
 	int i, n = 0;
@@ -505,7 +546,8 @@ static int python_kids(const struct dump_rank *r, pid_t *out)
 
 		if (proc_info_read(r->kids[i], &pi) != 0 || pi.state == 'T' || pi.state == 't' ||
 		    pi.state == 'Z' || !proc_descends(r->kids[i], r->pid, DUMP_TREE_MAX) ||
-		    !proc_is_python(r->kids[i]) || proc_is_mp_helper(r->kids[i]))
+		    !program_process(r, r->kids[i], DUMP_TREE_MAX) ||
+		    !proc_python_faulthandler(r->kids[i]))
 			continue;
 		out[n++] = r->kids[i];
 	}
@@ -513,14 +555,13 @@ static int python_kids(const struct dump_rank *r, pid_t *out)
 }
 
 /* A hang's SIGABRTs of rank i (r) and of its Python processes (kids, nk),
- * said in t and in the rank's error file; false: none. */
+ * said in t; false: none. */
 static bool abort_rank(struct hang_dump *d, int i, bool rank_too, const pid_t *kids, int nk,
 		       struct text *t)
 {
 	struct agent_worker *wk = &d->a->w[i];
 	const char *where =
 		wk->stream[1].open ? "below" : "to the rank's stderr (its log file, if redirected)";
-	char msg[600];
 	int k;
 
 	if (!rank_too && nk == 0)
@@ -538,12 +579,21 @@ static bool abort_rank(struct hang_dump *d, int i, bool rank_too, const pid_t *k
 			text_printf(t, ", then to pid %d (the rank)", (int)d->r[i].pid);
 		text_printf(t, ", in turn; faulthandler prints every thread of each %s\n", where);
 	}
+	return true;
+}
+
+/* The rank's error file, as its SIGABRT (rank_too), or its processes'
+ * first, goes: what the summary says is what was sent (a stop may come in
+ * the middle of the sequence). */
+static void say_aborted(struct hang_dump *d, const struct dump_rank *r, bool rank_too)
+{
+	char msg[600];
+
 	snprintf(msg, sizeof(msg),
 		 "Hang: ddprun sent SIGABRT%s: %s; faulthandler printed the %s on its stderr",
 		 rank_too ? "" : " to the rank's Python processes", d->why,
 		 rank_too ? "rank's Python stack" : "Python stacks of its processes");
-	hang_write_error_file(wk->error_file, msg, "the hang (--hang-timeout)");
-	return true;
+	hang_write_error_file(d->a->w[r - d->r].error_file, msg, "the hang (--hang-timeout)");
 }
 
 /* The rank may get a signal while ddprun has not reaped it. */
@@ -578,13 +628,18 @@ static void seq_next(struct hang_dump *d, struct dump_rank *r, uint64_t now)
 	while (r->at < r->nseq && seq_gone(r->seq[r->at]))
 		r->at++;
 	if (r->at < r->nseq) {
+		if (!r->said && rank_ours(d, r))
+			say_aborted(d, r, false);
+		r->said = true;
 		abort_held(r->seq[r->at]);
 		r->at_ms = now;
 		return;
 	}
 	if (rank_ours(d, r)) {
-		if (r->py)
+		if (r->py) {
+			say_aborted(d, r, true);
 			kill(r->pid, SIGABRT); /* delivered before the held SIGCHLDs */
+		}
 		if (r->held)
 			kill(r->pid, SIGCONT);
 	}

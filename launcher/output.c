@@ -422,24 +422,29 @@ static void unlink_stream(struct output_stream *s)
 		}
 }
 
+/* s's console has no reader any more: s is closed (its worker's next
+ * write there fails), or, tee'd, goes on into its file only. */
+static void lose_console(struct output_stream *s)
+{
+	if (s->file_fd < 0) {
+		stream_close(s);
+		return;
+	}
+	if (owner[sink_of(s)] == s)
+		owner[sink_of(s)] = NULL;
+	if (output_paused(s))
+		uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
+	s->console_fd = -1;
+}
+
 void output_console_gone(int fd)
 {
 	struct output_stream *s, *next;
 
 	for (s = streams; s != NULL; s = next) {
 		next = s->next; /* stream_close unlinks s */
-		if (s->console_fd != fd)
-			continue;
-		if (s->file_fd < 0) {
-			stream_close(s);
-			continue;
-		}
-		/* Tee'd: its file goes on, its console is no more (nor paused). */
-		if (owner[sink_of(s)] == s)
-			owner[sink_of(s)] = NULL;
-		if (output_paused(s))
-			uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
-		s->console_fd = -1;
+		if (s->console_fd == fd)
+			lose_console(s);
 	}
 }
 
@@ -545,6 +550,8 @@ int output_stream_start(uv_loop_t *loop, struct output_stream *s, int fd)
 		rc = uv_read_start((uv_stream_t *)&s->pipe, on_alloc, on_read);
 	if (rc != 0)
 		stream_close(s); /* closed_cb still runs, from the loop */
+	else if (s->console_fd >= 0 && output_console_reader_gone(s->console_fd))
+		lose_console(s); /* a restart's workers: that reader is gone for them too */
 	return 0;
 }
 

@@ -214,12 +214,112 @@ bool proc_is_python(pid_t pid)
 	return strncmp(base, "python", 6) == 0;
 }
 
-/* Which of Python multiprocessing's helpers pid's command line names, or -1. */
+/* /proc/<pid>/<what> whole (cmdline, environ: NUL-separated strings), at
+ * most cap bytes, into a malloc'd *buf (NUL-terminated after them); the
+ * length, or a negative errno. */
+static ssize_t read_all(pid_t pid, const char *what, size_t cap, char **buf)
+{
+	char path[64];
+	size_t len = 0;
+	char *b = malloc(cap + 1);
+	int fd;
+
+	*buf = NULL;
+	if (b == NULL)
+		return -ENOMEM;
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, what);
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		free(b);
+		return -errno;
+	}
+	while (len < cap) {
+		ssize_t n = read(fd, b + len, cap - len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	b[len] = '\0';
+	*buf = b;
+	return (ssize_t)len;
+}
+
+bool proc_python_faulthandler(pid_t pid)
+{
+	char *args, *env, *a, *end;
+	bool x_on = false, env_off = false, on = false;
+	ssize_t n = read_all(pid, "cmdline", 65536, &args);
+
+	if (n <= 0) {
+		free(args);
+		return false;
+	}
+	/* Python's options, up to the script, -c or -m: -E and -I ignore the
+	 * PYTHON* variables; -X and -W take a value, joined or next. */
+	end = args + n;
+	for (a = args + strlen(args) + 1;
+	     a < end && a[0] == '-' && a[1] != '\0' && strcmp(a, "--") != 0; a += strlen(a) + 1) {
+		const char *f;
+
+		for (f = a + 1; *f != '\0'; f++) {
+			if (*f == 'c' || *f == 'm')
+				goto parsed;
+			if (*f == 'E' || *f == 'I')
+				env_off = true;
+			if (*f == 'X' || *f == 'W') {
+				const char *v = f[1] != '\0' ? f + 1 : a + strlen(a) + 1;
+
+				if (f[1] == '\0')
+					a += strlen(a) + 1; /* the value is the next argument */
+				if (*f == 'X' && v < end && strncmp(v, "faulthandler", 12) == 0)
+					x_on = true;
+				break;
+			}
+		}
+		if (a >= end)
+			break;
+	}
+parsed:
+	free(args);
+	if (x_on)
+		return true;
+	if (env_off || (n = read_all(pid, "environ", 1u << 20, &env)) <= 0)
+		return false;
+	for (a = env; a < env + n; a += strlen(a) + 1)
+		if (strncmp(a, "PYTHONFAULTHANDLER=", 19) == 0)
+			on = a[19] != '\0';
+	free(env);
+	return on;
+}
+
+bool proc_forked_from_parent(pid_t pid)
+{
+	struct proc_info pi;
+	char *mine = NULL, *theirs = NULL;
+	ssize_t n, m;
+	bool same;
+
+	if (read_stat(pid, &pi) != 0)
+		return false;
+	n = read_all(pid, "cmdline", 65536, &mine);
+	m = read_all(pi.ppid, "cmdline", 65536, &theirs);
+	same = n > 0 && n == m && memcmp(mine, theirs, (size_t)n) == 0;
+	free(mine);
+	free(theirs);
+	return same;
+}
+
+/* Which of Python multiprocessing's helpers pid's command line names (or,
+ * MP_SPAWNED, that it is a worker it spawned), or -1. */
+#define MP_SPAWNED 3
 static int mp_helper_of(pid_t pid)
 {
-	static const char *const helpers[] = {"multiprocessing.resource_tracker",
-					      "multiprocessing.semaphore_tracker",
-					      "multiprocessing.forkserver"};
+	static const char *const helpers[] = {
+		"multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
+		"multiprocessing.forkserver", "multiprocessing.spawn"};
 	char path[64], cmd[4096];
 	ssize_t n, i;
 	size_t k;
@@ -236,6 +336,11 @@ static int mp_helper_of(pid_t pid)
 	return -1;
 }
 
+bool proc_is_mp_spawned(pid_t pid)
+{
+	return mp_helper_of(pid) == MP_SPAWNED;
+}
+
 bool proc_is_mp_helper(pid_t pid)
 {
 	struct proc_info pi;
@@ -244,7 +349,8 @@ bool proc_is_mp_helper(pid_t pid)
 	/* The fork server's children (the program's workers, under Python
 	 * 3.14's default start method) are forked from it and show its
 	 * command line: a helper is one its parent is not. */
-	return h >= 0 && !(read_stat(pid, &pi) == 0 && mp_helper_of(pi.ppid) == h);
+	return h >= 0 && h != MP_SPAWNED &&
+	       !(read_stat(pid, &pi) == 0 && mp_helper_of(pi.ppid) == h);
 }
 
 double proc_ticks_s(uint64_t ticks)

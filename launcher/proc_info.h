@@ -39,6 +39,15 @@ bool proc_is_python(pid_t pid);
  * fork server forked): no part of the program's work, and the tracker must
  * live to clean up after it. */
 bool proc_is_mp_helper(pid_t pid);
+/* True when Python process pid prints its stacks on SIGABRT: -X
+ * faulthandler, or PYTHONFAULTHANDLER non-empty in its environment (at its
+ * exec) where -E or -I does not make it ignore that. */
+bool proc_python_faulthandler(pid_t pid);
+/* True when pid runs its parent's command line: forked, no exec (a
+ * multiprocessing worker under fork, or the fork server's). */
+bool proc_forked_from_parent(pid_t pid);
+/* True when pid is a worker Python multiprocessing spawned (spawn_main). */
+bool proc_is_mp_spawned(pid_t pid);
 /* Seconds of CPU in ticks (sysconf(_SC_CLK_TCK)). */
 double proc_ticks_s(uint64_t ticks);
 

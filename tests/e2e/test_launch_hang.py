@@ -292,15 +292,18 @@ def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
     then waits for ever. The hang's aborts ended the ranks, and what they
     left was SIGKILLed at once as after a success ("left in its process
     group when the workers ended"): no clean-up, /dev/shm/sem.mp-* left.
-    (The helper is a shell: a rank's Python processes get the hang's
-    SIGABRT for their stacks; the resource tracker itself does not, see
-    test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time.)"""
+    The helper is Python, but no process of the program's own (no
+    multiprocessing worker): it gets no SIGABRT for its stack, and so
+    keeps its clean-up."""
     script = tmp_path / "grp.py"
     script.write_text(
         "import os, subprocess, sys, threading\n"
-        "subprocess.Popen(['/bin/sh', '-c', 'trap \"touch $0/clean.$1; exit 0\" TERM; '\n"
-        "                  'touch $0/up.$1; while :; do sleep 1; done',\n"
-        f"                  '{tmp_path}', os.environ['RANK']])\n"
+        "subprocess.Popen([sys.executable, '-c', 'import signal, sys, time\\n'\n"
+        "    'def bye(*a):\\n'\n"
+        f"    '    open(\"{tmp_path}/clean.%s\" % sys.argv[1], \"w\").close(); sys.exit(0)\\n'\n"
+        "    'signal.signal(signal.SIGTERM, bye)\\n'\n"
+        f"    'open(\"{tmp_path}/up.%s\" % sys.argv[1], \"w\").close()\\n'\n"
+        "    'while True: time.sleep(1)', os.environ['RANK']])\n"
         "threading.Event().wait()\n")
     r = run_py_ranks(script, "--shutdown-timeout", "20")
     assert r.returncode == HANG_EXIT, r.stderr
@@ -309,10 +312,11 @@ def test_what_hung_ranks_leave_in_their_groups_gets_sigterm_first(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("clean.")) == \
         ["clean.0", "clean.1"], r.stderr
     assert "left in its process group when the workers ended" not in r.stderr
+    assert "SIGABRT to its process" not in r.stderr, r.stderr
 
 
 PY_KIDS = """\
-import multiprocessing as mp, os, sys, threading, time
+import multiprocessing as mp, os, subprocess, sys, threading, time
 
 def stuck_in_the_child():
     while True:
@@ -331,7 +335,9 @@ if __name__ == "__main__":
     kids = [mp.Process(target=stuck_in_the_child), mp.Process(target=idle_child, args=(idle,))]
     for k in kids:
         k.start()
-    print("kids " + " ".join(str(k.pid) for k in kids), flush=True)
+    # A Python process the program starts (a tool's service): not its own
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
+    print("kids " + " ".join(str(k.pid) for k in kids) + f" helper {helper.pid}", flush=True)
     rank_waits_for_its_children(q)
 """
 
@@ -348,7 +354,9 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     processes is listed, and its Python ones print their stacks, one at a
     time, each where it was (all are held stopped until their turn: a
     parent seeing its child die would leave the place it hung), the rank
-    last; multiprocessing's resource tracker and fork server are left alone
+    last; multiprocessing's resource tracker and fork server, and any other
+    Python process the program starts (a tool's service, that saves its
+    work on SIGTERM), are left alone
     (not the children the fork server forked, which show its command line:
     the DataLoader's workers under Python 3.14's default)."""
     script = tmp_path / "kids.py"
@@ -364,11 +372,12 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
             env=dict(os.environ, PYTHON_EXEC=PYTHON), timeout=120)
     assert r.returncode == HANG_EXIT, r.stderr
     err = r.stderr
-    kids = [int(p) for p in re.search(r"^kids (\d+) (\d+)$", r.stdout, re.M).groups()]
+    *kids, helper = [int(p) for p in
+                     re.search(r"^kids (\d+) (\d+) helper (\d+)$", r.stdout, re.M).groups()]
     block = rank_block(err, 0)
     listed = dict((int(p), rest) for p, rest in
                   re.findall(r"^  its process (\d+) \((.*)$", block, re.M))
-    for k in kids:
+    for k in [*kids, helper]:
         assert k in listed, block
     helpers = [p for p, rest in listed.items() if "multiprocessing's helper" in rest]
     assert len(helpers) == (2 if start == "forkserver" else 1), block
@@ -378,6 +387,7 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     assert m, block
     aborted = [int(p) for p in m[1].split(", ")]
     assert set(kids) <= set(aborted) and not set(helpers) & set(aborted), block
+    assert helper not in aborted, block  # it gets the job's stop
     assert (m[2] is not None) == (not wrapped), block
     # One whole stack after another, each where its process was: the
     # children's (their lines not mixed), then the rank's still waiting

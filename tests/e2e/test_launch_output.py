@@ -239,14 +239,32 @@ def test_a_workers_lines_reach_the_console_as_printed_not_at_its_exit(reaper, ho
     assert b"lingering 0\n" in got, got
 
 
-def test_a_reader_that_goes_away_ends_the_job_as_it_would_without_ddprun(reaper):
+@pytest.mark.parametrize("args,want", [((), "1"), (("full",), "0"), (("-r", "1"), "0")],
+                         ids=["pipe", "set-by-the-program", "file"])
+def test_ddp_init_line_buffers_only_a_pipe_stdio_has_not_set_up(tmp_path, args, want):
+    """A stdout pipe that the program has not set up becomes line-buffered
+    in ddp_init; a mode the program chose itself stays (it forced line
+    buffering on a program that had asked for 64 KiB blocks: ten times
+    slower printing), and so does a file's (-r) full buffering."""
+    # (-r 1: stdout to a file, stderr, where it says, still to the console)
+    redirect = ["--log-dir", str(tmp_path), *args] if "-r" in args else []
+    prog_args = [] if "-r" in args else list(args)
+    r = run([binary("ddprun"), "--nproc-per-node", "2", *redirect, prog("ddp_hello"),
+             "bufmode", *prog_args], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.findall(r"^linebuf 0 (\d)$", r.stderr, re.M) == [want], r.stderr
+
+
+@pytest.mark.parametrize("restarts", ["0", "2"])
+def test_a_reader_that_goes_away_ends_the_job_as_it_would_without_ddprun(reaper, restarts):
     """`ddprun ... | head -1`: the workers wrote on, ddprun read and dropped
     their output, and the pipeline never ended (the job ran to its end, 0).
     Now, as under torchrun (whose workers write to that pipe themselves),
     their next write fails: SIGPIPE ends them, ddprun exits 141 and says
-    why."""
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--no-python", "yes"],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    why. So do a restart's workers (they got the dead console, dropped,
+    and ran on)."""
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--max-restarts", restarts,
+                      "--no-python", "yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert p.stdout.readline() == b"y\n"
     p.stdout.close()  # head -1 is done
     assert p.wait(timeout=60) == 128 + signal.SIGPIPE

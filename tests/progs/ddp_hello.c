@@ -11,8 +11,12 @@
  *                             ranks that published one, in store order)
  *   ddp_hello linger SEC      prints "lingering R" on stdout (printf, no fflush), sleeps SEC
  *                             seconds, then prints "done R"
+ *   ddp_hello bufmode [full]  prints "linebuf R N" on stderr: N is 1 when stdout is line-
+ *                             buffered after ddp_init; full: the program first sets
+ *                             setvbuf(stdout, NULL, _IOFBF, 65536) itself
  * Exits 1 with ddp_errmsg() when ddp_init fails. */
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +56,9 @@ int main(int argc, char **argv)
 {
 	struct ddp_ctx *ctx;
 
+	if (argc > 2 && !strcmp(argv[1], "bufmode") && !strcmp(argv[2], "full"))
+		setvbuf(stdout, NULL, _IOFBF, 65536);
+
 	if (ddp_init(NULL, &ctx) < 0) {
 		fprintf(stderr, "ddp_hello: %s\n", ddp_errmsg());
 		return 1;
@@ -83,6 +90,10 @@ int main(int argc, char **argv)
 		printf("lingering %d\n", r);
 		sleep((unsigned)atoi(argv[2]));
 		printf("done %d\n", r);
+		return ddp_finalize(ctx) < 0;
+	}
+	if (argc > 1 && !strcmp(argv[1], "bufmode")) {
+		fprintf(stderr, "linebuf %d %d\n", r, __flbf(stdout) != 0);
 		return ddp_finalize(ctx) < 0;
 	}
 	if (argc > 1 && !strcmp(argv[1], "members")) {

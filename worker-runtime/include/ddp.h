@@ -140,7 +140,8 @@ void ddp_options_init(struct ddp_options *o);
  * gone. Then it binds the device and silences stdout on quiet ranks; on
  * the others, a stdout that is a pipe or a socket (a launcher's) becomes
  * line-buffered, as on a terminal, so that each line shows as it is
- * printed (a file keeps its full buffering).
+ * printed, unless stdio has set it up already (a setvbuf, or output before
+ * ddp_init: that mode stays; a file keeps its full buffering).
  *
  * The join: when the launcher names a store (MASTER_ADDR and MASTER_PORT set
  * along with RANK or WORLD_SIZE, as under ddprun, even for one rank; not with

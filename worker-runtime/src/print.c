@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -65,13 +66,15 @@ int ddpi_print_spec_match(const char *spec, int rank, int *match)
 /* A stdout that is a pipe or a socket (ddprun's, srun's, mpirun's) is
  * line-buffered, as a terminal is: fully buffered, as C's stdio makes it,
  * a rank's progress reached the console 4 KiB at a time, or at its exit.
- * (glibc takes the mode at any time; what was buffered stays.) A file keeps
- * its full buffering, as under torchrun's -r. */
+ * Only while stdio has not set it up (no buffer yet: nothing printed, no
+ * setvbuf): a mode the program chose stays. A file keeps its full
+ * buffering, as under torchrun's -r. */
 static void line_buffer_a_pipe(void)
 {
 	struct stat st;
 
-	if (fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+	if (__fbufsize(stdout) == 0 && fstat(STDOUT_FILENO, &st) == 0 &&
+	    (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
 		setvbuf(stdout, NULL, _IOLBF, 0);
 }
 
