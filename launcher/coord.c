@@ -323,8 +323,15 @@ static void on_next_closed_value(int status, const void *val, size_t len, void *
 	 * itself (on_signal). */
 	if (status != 0 || c->phase != CP_MOVE || coord_signalled(c))
 		return;
-	if (rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg)) == 1)
+	if (rdzv_closed_decode(val, len, &n, &st, msg, sizeof(msg)) == 1) {
+		/* Out of the last round already, as a node that has come to the
+		 * next one is: none counts out of the last one any more, so the
+		 * store's host must not wait for them to (it waited its linger
+		 * and --shutdown-timeout). Every node still here waits on this
+		 * closed value, answered as it was set. */
+		c->in_round = false;
 		coord_fail(c, st, "error: %s", msg);
+	}
 }
 
 static void on_next_closed(int status, void *arg)

@@ -376,6 +376,27 @@ def test_a_node_killed_between_attempts_stops_the_others_at_once(reaper, tmp_pat
     assert_all_dead(worker_pids(out))
 
 
+def test_the_store_host_stopping_slow_workers_ends_once_they_are_gone(reaper, tmp_path):
+    """Node 1's rank fails; node 0's worker ignores SIGTERM (it takes
+    --shutdown-timeout to stop); node 1's agent dies while they stop. Node
+    0 learned it at once, still counted in round 0, and then waited for
+    every node to count out of round 0 (none would: node 1 is gone, and a
+    node in round 1 no longer counts), its linger plus --shutdown-timeout,
+    and said "waited N s for every node to leave". Now it ends once its
+    worker is gone."""
+    script = (RECORD + 'trap "" TERM; if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then '
+              '[ "$RANK" = 1 ] && { ' + all_recorded(2) + 'exit 3; }; sleep 60; fi')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script,
+                                extra=["--max-restarts", "2"])
+    wait_stderr(agents[0], "restarting every node")
+    agents[1].signal(signal.SIGKILL)
+    assert agents[0].wait() == 75, agents[0].stderr()
+    err = agents[0].stderr()
+    assert "node 1 lost (the agent on host" in err, err
+    assert "for every node to leave the rendezvous store" not in err, err
+    assert_all_dead(worker_pids(out))
+
+
 def test_a_node_silent_between_attempts_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
     """Node 2's agent stops (SIGSTOP: its connection stays open) while the
     workers stop for a restart: the store's host, which watched heartbeats
