@@ -624,6 +624,7 @@ static void my_config(struct coord *c, struct rdzv_config *cfg)
 	cfg->max_nodes = c->job->max_nodes;
 	cfg->max_restarts = c->job->max_restarts;
 	snprintf(cfg->version, sizeof(cfg->version), "%s", DDP_VERSION);
+	snprintf(cfg->protocol, sizeof(cfg->protocol), "%s", RDZV_PROTOCOL);
 	cfg->node_rank = c->job->dynamic ? -1 : c->job->node_rank;
 	snprintf(cfg->host, sizeof(cfg->host), "%s", c->host);
 	if (c->job->hang_timeout_ms > 0)

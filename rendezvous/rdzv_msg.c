@@ -33,6 +33,7 @@ static const struct rdzv_field config_fields[] = {
 	RDZV_STR(struct rdzv_config, shutdown_timeout, RDZV_F_OPTIONAL),
 	RDZV_STR(struct rdzv_config, keep_alive_interval, RDZV_F_OPTIONAL),
 	RDZV_STR(struct rdzv_config, heartbeat_timeout, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_config, protocol, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef config_msg = RDZV_MSGDEF(NULL, config_fields);
 
@@ -115,6 +116,10 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 		what = "ddprun version";
 		snprintf(a, sizeof(a), "%s", mine->version);
 		snprintf(b, sizeof(b), "%s", theirs->version);
+	} else if (strcmp(mine->protocol, theirs->protocol) != 0) {
+		what = "ddprun rendezvous protocol (run the same ddprun build on every node)";
+		snprintf(a, sizeof(a), "%s", mine->protocol[0] ? mine->protocol : "1 (older)");
+		snprintf(b, sizeof(b), "%s", theirs->protocol[0] ? theirs->protocol : "1 (older)");
 	} else if (strcmp(mine->hang_timeout, theirs->hang_timeout) != 0) {
 		what = "--hang-timeout";
 		snprintf(a, sizeof(a), "%s", mine->hang_timeout[0] ? mine->hang_timeout : "off");

@@ -2,7 +2,7 @@
  *
  *   config       {"backend","nnodes":"MIN:MAX","max_restarts","version",
  *                 "node_rank","host"(,"hang_timeout","shutdown_timeout",
- *                 "keep_alive_interval","heartbeat_timeout")}: the job
+ *                 "keep_alive_interval","heartbeat_timeout","protocol")}: the job
  *                 settings every
  *                 node must share (node_rank and host say who wrote them)
  *   node/<R>     {"host","addr","nproc","pid","node_rank","worker_port"}
@@ -59,7 +59,14 @@ struct rdzv_config {
 	 * own heartbeat_timeout, which must span two of each node's beats. */
 	char keep_alive_interval[24];
 	char heartbeat_timeout[24];
+	/* How the nodes meet, where one build's may differ from another's of
+	 * the same version (RDZV_PROTOCOL; "" an older ddprun's). */
+	char protocol[8];
 };
+
+/* 2: a static job's nodes beat between attempts too, and the store's host
+ * takes one that does not for lost (coord_live.c); an older node would be. */
+#define RDZV_PROTOCOL "2"
 
 char *rdzv_config_encode(const struct rdzv_config *c);
 int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c);

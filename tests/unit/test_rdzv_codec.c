@@ -220,7 +220,7 @@ static void test_every_message_round_trips(void **state)
 	struct rdzv_node n = {"a\"b", "::1", 8, 9, 1, 65535, "ps"};
 	/* backend, min and max nodes, max_restarts, version, node_rank, host,
 	 * hang_timeout, shutdown_timeout, keep_alive_interval, heartbeat_timeout. */
-	struct rdzv_config c = {"c10d", 1, 4, 3, "0.1.0", -1, "h", "2.5", "7", "0.5", "12"};
+	struct rdzv_config c = {"c10d", 1, 4, 3, "0.1.0", -1, "h", "2.5", "7", "0.5", "12", "2"};
 	struct rdzv_end e;
 	char *s;
 	int rc = 0;
@@ -242,7 +242,7 @@ static void test_every_message_round_trips(void **state)
 		   "{\"backend\":\"c10d\",\"nnodes\":\"1:4\",\"max_restarts\":3,"
 		   "\"version\":\"0.1.0\",\"node_rank\":-1,\"host\":\"h\",\"hang_timeout\":\"2.5\","
 		   "\"shutdown_timeout\":\"7\",\"keep_alive_interval\":\"0.5\","
-		   "\"heartbeat_timeout\":\"12\"}",
+		   "\"heartbeat_timeout\":\"12\",\"protocol\":\"2\"}",
 		   &c, sizeof(c));
 	round_trip(END_MSG, rdzv_end_encode(&e),
 		   "{\"fail\":{\"node\":0,\"host\":\"h\",\"rank\":-1,\"local_rank\":-1,"
