@@ -95,7 +95,6 @@ struct coord {
 	int nnodes;		 /* participants of the round */
 	int *arrivals;		 /* dynamic: their arrival numbers, by rank */
 	int64_t last_call_ms;	 /* dynamic: when this node's last call ends (0: none this round) */
-	int prev_nodes;		 /* dynamic: how many took part in the round before (-1: unread) */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
 	bool end_known;

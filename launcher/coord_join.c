@@ -520,76 +520,12 @@ static void static_claim(struct coord *c)
 
 /* ---- dynamic ----------------------------------------------------------------------------- */
 
-/* How often a later round's last call looks again for the nodes of the
- * round before (on_rejoin_count). */
-#define REJOIN_POLL_MS 200
-
-static void on_last_call(uv_timer_t *t);
-
-/* A later round's nodes come from the round before, whose workers may
- * take --shutdown-timeout to stop: its last call closes once as many
- * nodes as took part there have come (or MAX), else after that much
- * longer. Closed by a new node's last call while they still stopped, the
- * round left them to find it closed without them, and the job rejoined for
- * ever, the two groups taking turns. */
-static void on_rejoin_count(int status, int64_t k, void *arg)
-{
-	struct coord *c = arg;
-
-	if (status != 0 || c->phase != CP_JOIN)
-		return;
-	if (k >= c->prev_nodes || util_now_ms() >= c->last_call_ms + c->job->shutdown_timeout_ms) {
-		close_check(c, true);
-		return;
-	}
-	uv_timer_start(&c->timer, on_last_call, REJOIN_POLL_MS, 0);
-}
-
-/* The round before: how many took part (closed), less one it lost (end). */
-static void on_prev_round(int status, size_t n, const void *const *vals, const size_t *lens,
-			  void *arg)
-{
-	struct coord *c = arg;
-	struct rdzv_end e;
-	char key[64], msg[8];
-	int k = 0, st = 0;
-
-	if (c->phase != CP_JOIN)
-		return;
-	c->prev_nodes = 0;
-	if (status == 0 && n == 2 &&
-	    rdzv_closed_decode(vals[0], lens[0], &k, &st, msg, sizeof(msg)) == 0) {
-		c->prev_nodes = k;
-		if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 &&
-		    e.kind == RDZV_END_LOST)
-			c->prev_nodes--; /* it will not come */
-	}
-	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 0, on_rejoin_count, c);
-}
-
 static void on_last_call(uv_timer_t *t)
 {
 	struct coord *c = t->data;
-	char key[64];
 
-	if (c->phase != CP_JOIN)
-		return;
-	if (c->round == 0) {
+	if (c->phase == CP_JOIN)
 		close_check(c, true);
-		return;
-	}
-	if (c->prev_nodes >= 0) { /* known: count again */
-		store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 0,
-				on_rejoin_count, c);
-		return;
-	}
-	{
-		const char **keys = coord_keys_of(c, c->round - 1, RDZV_R_CLOSED, 1, RDZV_R_END);
-
-		if (keys == NULL || store_async_multi_get(c->A, keys, 2, on_prev_round, c) != 0)
-			close_check(c, true);
-		free(keys);
-	}
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
@@ -823,7 +759,6 @@ void coord_join(struct coord *c)
 	c->pub_must_fail = false;
 	c->k = 0;
 	c->last_call_ms = 0; /* a new round's: none yet (coord_watch.c says so) */
-	c->prev_nodes = -1;  /* not read yet (on_last_call) */
 	c->rank = c->job->dynamic ? -1 : c->job->node_rank;
 	c->nnodes = c->job->dynamic ? 0 : c->job->max_nodes;
 	coord_live_start(c);

@@ -66,29 +66,6 @@ def test_a_late_node_makes_the_running_nodes_rejoin_without_a_restart(reaper, tm
     assert "every node rejoins in round 1" in first[0].stderr()
 
 
-def test_a_late_node_meets_running_nodes_whose_workers_stop_slowly(reaper, tmp_path):
-    """As above, but the running nodes' workers take 3 s to stop (longer
-    than the last call): the late node's last call closed the next round
-    with itself alone (MIN 1) while they still stopped; they found it
-    closed without them, waited as spares, made it rejoin, and the two
-    groups took turns for ever. A later round's last call now waits for as
-    many nodes as the round before had (or --shutdown-timeout more)."""
-    out, env = setup_out(tmp_path)
-    ep = f"127.0.0.1:{free_port()}"
-    script = REC + ('[ "$WORLD_SIZE" = 3 ] && exit 0; trap "sleep 3; exit 0" TERM; '
-                    'sleep 60 & wait')
-    conf = FAST + ",last_call_timeout=1"
-    first = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "1:3", 1, script, conf=conf, env=env)
-             for i in range(2)]
-    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
-    late = dyn_agent(reaper, tmp_path, "late", ep, "1:3", 1, script, conf=conf, env=env)
-    for a in [*first, late]:
-        assert a.wait() == 0, a.stderr()
-    envs = read_envs(out)
-    assert sorted(envs) == [(2, 0, 0), (2, 1, 0), (3, 0, 0), (3, 1, 0), (3, 2, 0)], envs
-    assert "round 1 closed with" not in late.stderr(), late.stderr()
-
-
 def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     out, env = setup_out(tmp_path)
     port = free_port()
