@@ -416,6 +416,7 @@ static double age_s(struct agent *a, struct agent_worker *w)
 struct dump_rank {
 	struct hang_dump *d;
 	bool running, py;
+	bool fh;      /* py, with faulthandler on: a SIGABRT prints its stack */
 	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
 	pid_t kids[DUMP_TREE_MAX]; /* its descendants when the dump began */
@@ -636,7 +637,7 @@ static void seq_next(struct hang_dump *d, struct dump_rank *r, uint64_t now)
 		return;
 	}
 	if (rank_ours(d, r)) {
-		if (r->py) {
+		if (r->fh) {
 			say_aborted(d, r, true);
 			kill(r->pid, SIGABRT); /* delivered before the held SIGCHLDs */
 		}
@@ -716,7 +717,11 @@ static void dump_finish(struct hang_dump *d)
 				 d->why);
 			hang_write_error_file(wk->error_file, msg, NULL);
 		}
-		abort_it = live && abort_rank(d, i, r->py, kids, nk, &t);
+		if (live && r->py && !r->fh)
+			text_puts(&t,
+				  "  Python stack: none, faulthandler is off for it (-E, -I, or an "
+				  "empty PYTHONFAULTHANDLER): no SIGABRT\n");
+		abort_it = live && abort_rank(d, i, r->fh, kids, nk, &t);
 		if (t.p != NULL)
 			output_console_write(2, t.p, t.len);
 		free(t.p);
@@ -910,6 +915,7 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 	r->stopped = pi.state == 'T' || pi.state == 't';
 	age = age_s(a, wk);
 	r->py = proc_is_python(wk->pid);
+	r->fh = r->py && proc_python_faulthandler(wk->pid);
 	if (w->libddp)
 		where_text(w, where, sizeof(where));
 	else

@@ -240,6 +240,20 @@ def test_hung_python_ranks_print_every_threads_python_stack(tmp_path):
     assert "traceback : Hang: ddprun sent SIGABRT" in err
 
 
+def test_a_python_rank_without_faulthandler_gets_no_sigabrt(tmp_path):
+    """python3 -I ignores PYTHONFAULTHANDLER: a SIGABRT would kill the rank
+    without a stack, and its error file said faulthandler printed one. It
+    is now left to the job's stop, and the dump says why no stack comes."""
+    script = tmp_path / "hang.py"
+    script.write_text("import threading\nthreading.Event().wait()\n")
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2",
+             "--shutdown-timeout", "5", PYTHON, "-I", str(script)], timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "Python stack: none, faulthandler is off for it" in rank_block(r.stderr, 0)
+    assert "SIGABRT to pid" not in r.stderr and "Fatal Python error" not in r.stderr
+    assert "ddprun sent SIGABRT" not in r.stderr, r.stderr
+
+
 def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path):
     # Output, CPU time and libddp collectives each count as progress: none of
     # these jobs is stopped although each runs longer than the timeout.
