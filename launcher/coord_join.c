@@ -35,6 +35,7 @@ static void my_desc(struct coord *c, struct rdzv_node *n, int rank, int worker_p
 	n->node_rank = rank;
 	n->worker_port = worker_port;
 	snprintf(n->role, sizeof(n->role), "%s", c->job->role);
+	snprintf(n->protocol, sizeof(n->protocol), "%s", RDZV_PROTOCOL);
 }
 
 static void set_closed(struct coord *c, int n)

@@ -36,10 +36,19 @@ static void on_ping_reply(int status, void *arg)
  * they start. */
 static int watch_round(const struct coord *c)
 {
+	int i;
+
 	if (c->phase == CP_RUN)
 		return c->end_known ? -1 : c->round;
 	if (c->job->dynamic || c->nodes == NULL)
 		return -1;
+	/* A node of an older build (no protocol in its descriptor: the config
+	 * check misses it where a newer node wrote the config, as an older one
+	 * reads past fields it does not know) beats only while its workers
+	 * run: it would be taken for lost. */
+	for (i = 0; i < c->nnodes; i++)
+		if (c->nodes[i].protocol[0] == '\0')
+			return -1;
 	if (c->phase == CP_MOVE)
 		return c->next_round;
 	if (c->phase == CP_JOIN && c->round > 0)

@@ -19,6 +19,7 @@ static const struct rdzv_field node_fields[] = {
 	RDZV_INT(struct rdzv_node, node_rank, 0, INT_MAX),
 	RDZV_INT(struct rdzv_node, worker_port, 0, UTIL_PORT_MAX),
 	RDZV_STR(struct rdzv_node, role, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_node, protocol, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef node_msg = RDZV_MSGDEF(NULL, node_fields);
 

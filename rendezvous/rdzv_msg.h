@@ -36,6 +36,7 @@ struct rdzv_node {
 	int node_rank;		  /* static: --node-rank; dynamic: arrival order */
 	int worker_port;	  /* dynamic, group rank 0: its workers' store; else 0 */
 	char role[RDZV_ROLE_MAX]; /* --role ("" omitted) */
+	char protocol[8];	  /* RDZV_PROTOCOL ("" an older ddprun's) */
 };
 
 char *rdzv_node_encode(const struct rdzv_node *n);

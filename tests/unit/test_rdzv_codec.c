@@ -217,7 +217,7 @@ static void test_an_optional_non_string_field_is_refused_when_absent(void **stat
 static void test_every_message_round_trips(void **state)
 {
 	/* In struct order: host, addr, nproc, pid, node_rank, worker_port, role. */
-	struct rdzv_node n = {"a\"b", "::1", 8, 9, 1, 65535, "ps"};
+	struct rdzv_node n = {"a\"b", "::1", 8, 9, 1, 65535, "ps", "2"};
 	/* backend, min and max nodes, max_restarts, version, node_rank, host,
 	 * hang_timeout, shutdown_timeout, keep_alive_interval, heartbeat_timeout. */
 	struct rdzv_config c = {"c10d", 1, 4, 3, "0.1.0", -1, "h", "2.5", "7", "0.5", "12", "2"};
@@ -236,7 +236,7 @@ static void test_every_message_round_trips(void **state)
 	strcpy(e.caused_by, "rank 1");
 	round_trip(NODE_MSG, rdzv_node_encode(&n),
 		   "{\"host\":\"a\\\"b\",\"addr\":\"::1\",\"nproc\":8,\"pid\":9,"
-		   "\"node_rank\":1,\"worker_port\":65535,\"role\":\"ps\"}",
+		   "\"node_rank\":1,\"worker_port\":65535,\"role\":\"ps\",\"protocol\":\"2\"}",
 		   &n, sizeof(n));
 	round_trip(CONFIG_MSG, rdzv_config_encode(&c),
 		   "{\"backend\":\"c10d\",\"nnodes\":\"1:4\",\"max_restarts\":3,"
