@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,11 +90,30 @@ static void who(const struct rdzv_config *c, char *buf, size_t len)
 		snprintf(buf, len, "host %s", c->host);
 }
 
+/* The settings kept as text, in the order a difference is named, with what
+ * an empty one means ("" an older ddprun's, or the default). */
+static const struct {
+	const char *what;
+	size_t off;
+	const char *empty;
+} config_strs[] = {
+	{"ddprun version", offsetof(struct rdzv_config, version), ""},
+	{"ddprun rendezvous protocol (run the same ddprun build on every node)",
+	 offsetof(struct rdzv_config, protocol), "1 (older)"},
+	{"--hang-timeout", offsetof(struct rdzv_config, hang_timeout), "off"},
+	{"--shutdown-timeout", offsetof(struct rdzv_config, shutdown_timeout), "the default"},
+	{"--rdzv-conf keep_alive_interval", offsetof(struct rdzv_config, keep_alive_interval),
+	 "the default"},
+	{"--rdzv-conf heartbeat_timeout", offsetof(struct rdzv_config, heartbeat_timeout),
+	 "the default"},
+};
+
 int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *theirs, char *msg,
 		     size_t len)
 {
 	char a[64], b[64], wa[RDZV_HOST_MAX + 32], wb[RDZV_HOST_MAX + 32];
-	const char *what;
+	const char *what = NULL;
+	size_t i;
 
 	if (strcmp(mine->backend, theirs->backend) != 0) {
 		what = "--rdzv-backend";
@@ -113,40 +133,19 @@ int rdzv_config_diff(const struct rdzv_config *mine, const struct rdzv_config *t
 		what = "--max-restarts";
 		snprintf(a, sizeof(a), "%d", mine->max_restarts);
 		snprintf(b, sizeof(b), "%d", theirs->max_restarts);
-	} else if (strcmp(mine->version, theirs->version) != 0) {
-		what = "ddprun version";
-		snprintf(a, sizeof(a), "%s", mine->version);
-		snprintf(b, sizeof(b), "%s", theirs->version);
-	} else if (strcmp(mine->protocol, theirs->protocol) != 0) {
-		what = "ddprun rendezvous protocol (run the same ddprun build on every node)";
-		snprintf(a, sizeof(a), "%s", mine->protocol[0] ? mine->protocol : "1 (older)");
-		snprintf(b, sizeof(b), "%s", theirs->protocol[0] ? theirs->protocol : "1 (older)");
-	} else if (strcmp(mine->hang_timeout, theirs->hang_timeout) != 0) {
-		what = "--hang-timeout";
-		snprintf(a, sizeof(a), "%s", mine->hang_timeout[0] ? mine->hang_timeout : "off");
-		snprintf(b, sizeof(b), "%s",
-			 theirs->hang_timeout[0] ? theirs->hang_timeout : "off");
-	} else if (strcmp(mine->shutdown_timeout, theirs->shutdown_timeout) != 0) {
-		what = "--shutdown-timeout";
-		snprintf(a, sizeof(a), "%s",
-			 mine->shutdown_timeout[0] ? mine->shutdown_timeout : "the default");
-		snprintf(b, sizeof(b), "%s",
-			 theirs->shutdown_timeout[0] ? theirs->shutdown_timeout : "the default");
-	} else if (strcmp(mine->keep_alive_interval, theirs->keep_alive_interval) != 0) {
-		what = "--rdzv-conf keep_alive_interval";
-		snprintf(a, sizeof(a), "%s",
-			 mine->keep_alive_interval[0] ? mine->keep_alive_interval : "the default");
-		snprintf(b, sizeof(b), "%s",
-			 theirs->keep_alive_interval[0] ? theirs->keep_alive_interval
-							: "the default");
-	} else if (strcmp(mine->heartbeat_timeout, theirs->heartbeat_timeout) != 0) {
-		what = "--rdzv-conf heartbeat_timeout";
-		snprintf(a, sizeof(a), "%s",
-			 mine->heartbeat_timeout[0] ? mine->heartbeat_timeout : "the default");
-		snprintf(b, sizeof(b), "%s",
-			 theirs->heartbeat_timeout[0] ? theirs->heartbeat_timeout : "the default");
 	} else {
-		return 0;
+		for (i = 0; what == NULL && i < sizeof(config_strs) / sizeof(config_strs[0]); i++) {
+			const char *m = (const char *)mine + config_strs[i].off;
+			const char *t = (const char *)theirs + config_strs[i].off;
+
+			if (strcmp(m, t) == 0)
+				continue;
+			what = config_strs[i].what;
+			snprintf(a, sizeof(a), "%s", m[0] ? m : config_strs[i].empty);
+			snprintf(b, sizeof(b), "%s", t[0] ? t : config_strs[i].empty);
+		}
+		if (what == NULL)
+			return 0;
 	}
 	who(mine, wa, sizeof(wa));
 	who(theirs, wb, sizeof(wb));
