@@ -320,20 +320,19 @@ static int mp_helper_of(pid_t pid)
 	static const char *const helpers[] = {
 		"multiprocessing.resource_tracker", "multiprocessing.semaphore_tracker",
 		"multiprocessing.forkserver", "multiprocessing.spawn"};
-	char path[64], cmd[4096];
-	ssize_t n, i;
+	char *cmd;
+	ssize_t n = read_all(pid, "cmdline", 4096, &cmd), i;
 	size_t k;
+	int h = -1;
 
-	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-	if ((n = read_small(path, cmd, sizeof(cmd))) <= 0)
-		return -1;
 	for (i = 0; i < n; i++) /* the arguments, NUL-separated: one string */
 		if (cmd[i] == '\0')
 			cmd[i] = ' ';
-	for (k = 0; k < sizeof(helpers) / sizeof(helpers[0]); k++)
+	for (k = 0; n > 0 && h < 0 && k < sizeof(helpers) / sizeof(helpers[0]); k++)
 		if (strstr(cmd, helpers[k]) != NULL)
-			return (int)k;
-	return -1;
+			h = (int)k;
+	free(cmd);
+	return h;
 }
 
 bool proc_is_mp_spawned(pid_t pid)
