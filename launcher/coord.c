@@ -433,6 +433,8 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		c->phase = CP_MOVE;
 		if (!c->job->dynamic)
 			move_static(c);
+		else
+			coord_rejoin_move(c);
 		agent_restart(c->agent); /* rendezvous() follows */
 		return;
 	}
@@ -674,6 +676,8 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	c->conf = &job->rdzv;
 	c->rank = -1;
 	c->mon_round = -1;
+	c->rj.prev_rank = -1;
+	coord_rejoin_reset(c);
 	snprintf(c->host, sizeof(c->host), "%s", job->hostname);
 	rdzv_key_job(c->prefix, sizeof(c->prefix), job->run_id);
 	c->connect_timeout_ms = c->conf->join_timeout_ms;
@@ -732,5 +736,6 @@ void coord_destroy(struct coord *c)
 	free(c->arrivals);
 	free(c->mon_last);
 	free(c->mon_silent_ms);
+	coord_rejoin_reset(c);
 	free(c);
 }

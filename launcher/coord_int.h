@@ -8,6 +8,7 @@
  *   coord_start.c   resolving the store's host, a taken port, connecting
  *   coord_watch.c   who joined: waiting lines, timeouts, other run ids
  *   coord_fwd.c     --forward-signals: each delivery on every node once
+ *   coord_rejoin.c  dynamic: a round's last call waits for the round before's
  * Store callbacks get the coordinator as arg; a callback whose phase has
  * passed does nothing. Connection-level errors are handled once, in
  * on_lost/on_connect (operation callbacks ignore them).
@@ -56,6 +57,21 @@ struct coord_survey {
 	char others[400]; /* other run ids with a rendezvous going on here */
 };
 
+/* Dynamic: a later round's last call waits for the nodes of the round
+ * before (coord_rejoin.c). */
+struct coord_rejoin {
+	int prev_rank; /* moving to the next round: this node's rank in the last (-1: none) */
+	bool busy;     /* a wait under way */
+	int round;     /* the round it is for */
+	int n;	       /* the round before's nodes (-1: not read yet) */
+	int lost;      /* the one its end names lost (-1: none) */
+	int waiting;   /* how many are still waited for (0: none, or not waiting) */
+	int64_t at_ms, until_ms;
+	char (*last)[24];   /* what each one's from/ key said last */
+	int64_t *silent_ms; /* how long it was seen not to change */
+	void (*then)(struct coord *c);
+};
+
 enum coord_phase {
 	CP_START,  /* before the first rendezvous */
 	CP_JOIN,   /* joining a round, until it closes */
@@ -95,6 +111,7 @@ struct coord {
 	int nnodes;		 /* participants of the round */
 	int *arrivals;		 /* dynamic: their arrival numbers, by rank */
 	int64_t last_call_ms;	 /* dynamic: when this node's last call ends (0: none this round) */
+	struct coord_rejoin rj;	 /* dynamic: ... and the round before's nodes (coord_rejoin.c) */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
 	bool end_known;
@@ -216,6 +233,20 @@ char *coord_lost_closed(int node, int round, const char *why);
  * it). From CP_JOIN, or CP_START for node 0's probe (coord_start.c). */
 void coord_publish_error(struct coord *c, int status, bool must_fail, const char *msg);
 
+/* coord_rejoin.c */
+/* Dynamic: this node's round ended and it moves to the next (c->next_round)
+ * once its workers stop: it says so there while they do (its beats, and its
+ * connection's close), so that the round's last call waits for it. */
+void coord_rejoin_move(struct coord *c);
+/* It counted into that round as arrival c->k (before the ON_CLOSE_SET of
+ * its gone/ key, which replaces the one for the move). */
+void coord_rejoin_arrived(struct coord *c);
+/* The last call is over: then(c) once every node of the round before came,
+ * went, or fell silent (at once in round 0). */
+void coord_rejoin_await(struct coord *c, void (*then)(struct coord *c));
+/* A new round's join: no wait from the last one. */
+void coord_rejoin_reset(struct coord *c);
+
 /* coord_watch.c */
 /* Say who joined every COORD_WATCH_MS while the round is open. */
 void coord_watch_start(struct coord *c);
@@ -231,6 +262,8 @@ void coord_register_run(struct coord *c);
 /* coord_live.c */
 void coord_live_start(struct coord *c);
 void coord_live_stop(struct coord *c);
+/* How often the watches of heartbeats sample them (a quarter interval). */
+int64_t coord_live_sample_ms(const struct coord *c);
 void coord_barrier(struct coord *c);
 
 /* coord_report.c */

@@ -521,12 +521,17 @@ static void static_claim(struct coord *c)
 
 /* ---- dynamic ----------------------------------------------------------------------------- */
 
+static void close_last(struct coord *c)
+{
+	close_check(c, true);
+}
+
 static void on_last_call(uv_timer_t *t)
 {
 	struct coord *c = t->data;
 
 	if (c->phase == CP_JOIN)
-		close_check(c, true);
+		coord_rejoin_await(c, close_last);
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
@@ -546,6 +551,7 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
 	c->k = (int)k;
+	coord_rejoin_arrived(c);
 	/* Leaving before the round closes takes this node out of it: the
 	 * closer skips an arrival whose gone/ key its connection's close set. */
 	snprintf(why, sizeof(why), "host %.200s pid %d", c->host, (int)getpid());
@@ -760,6 +766,7 @@ void coord_join(struct coord *c)
 	c->pub_must_fail = false;
 	c->k = 0;
 	c->last_call_ms = 0; /* a new round's: none yet (coord_watch.c says so) */
+	coord_rejoin_reset(c);
 	c->rank = c->job->dynamic ? -1 : c->job->node_rank;
 	c->nnodes = c->job->dynamic ? 0 : c->job->max_nodes;
 	coord_live_start(c);

@@ -3,7 +3,8 @@
  * Every keep_alive_interval each agent sends one request with a reply
  * deadline (a PING); while its workers run, a SET of r<r>/hb/<rank> (its
  * heartbeat, rdzv_keys.h) goes before it, and between the attempts of a
- * static job (see watch_round) of the next round's. No reply for
+ * static job (see watch_round) of the next round's; a dynamic node moving
+ * to the next round beats on its from/ key there (coord_rejoin.c). No reply for
  * heartbeat_timeout: the store is lost (its host died without closing the
  * connection). The agent that hosts the store reads every participant's
  * heartbeat several times an interval; one seen not to move for
@@ -56,10 +57,24 @@ static int watch_round(const struct coord *c)
 	return -1;
 }
 
-/* The round whose heartbeat key this node writes now (-1: none). */
-static int beat_round(const struct coord *c)
+/* The key this node's heartbeat goes to now (false: none): its own in the
+ * round watched; a dynamic node moving to the next round (its workers
+ * stopping), that round's from/<its rank in the last> (coord_rejoin.c). */
+static bool beat_key(const struct coord *c, char *key, size_t len)
 {
-	return c->phase == CP_RUN && c->at_barrier ? -1 : watch_round(c);
+	int r;
+
+	if (c->job->dynamic && c->phase == CP_MOVE) {
+		if (c->rj.prev_rank < 0)
+			return false;
+		snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_FROM, c->next_round, c->rj.prev_rank);
+		return true;
+	}
+	r = c->phase == CP_RUN && c->at_barrier ? -1 : watch_round(c);
+	if (r < 0)
+		return false;
+	snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_HB, r, c->rank);
+	return true;
 }
 
 /* Node i has been silent too long: the round watched ends, as lost (a
@@ -88,7 +103,7 @@ static void declare_lost(struct coord *c, int round, size_t i, int64_t silent_ms
  * that a beat is seen at most a quarter interval late. */
 #define SAMPLES 4
 
-static int64_t sample_ms(const struct coord *c)
+int64_t coord_live_sample_ms(const struct coord *c)
 {
 	int64_t p = c->conf->keep_alive_interval_ms / SAMPLES;
 
@@ -110,8 +125,8 @@ static void on_watch(int status, size_t n, const void *const *vals, const size_t
 	 * that came meanwhile wait unread behind it) would count whole for
 	 * every node, a sample or two before the beats are read. */
 	c->mon_at_ms = now;
-	if (step > 2 * sample_ms(c))
-		step = 2 * sample_ms(c);
+	if (step > 2 * coord_live_sample_ms(c))
+		step = 2 * coord_live_sample_ms(c);
 	for (i = 0; i < n; i++) {
 		char v[24];
 
@@ -151,7 +166,6 @@ static void tick(uv_timer_t *t)
 {
 	struct coord *c = t->data;
 	int64_t now = util_now_ms();
-	int beat = beat_round(c);
 	char key[64];
 	int rc;
 
@@ -166,14 +180,13 @@ static void tick(uv_timer_t *t)
 		}
 		return;
 	}
-	if (beat >= 0) {
+	if (beat_key(c, key, sizeof(key))) {
 		/* A value that changes every beat, with the time for `ddpstore
-		 * status` (the host's watch only compares). */
+		 * status` (the watches only compare). */
 		char v[48];
 
 		snprintf(v, sizeof(v), "%lld:%lld", (long long)++c->hb_seq,
 			 (long long)(report_now_us() / 1000));
-		snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_HB, beat, c->rank);
 		store_async_set(c->A, key, v, strlen(v), NULL, NULL);
 	}
 	rc = store_async_ping(c->A, on_ping_reply, c);
@@ -207,8 +220,8 @@ void coord_live_start(struct coord *c)
 	uv_timer_start(&c->hb_timer, tick, (uint64_t)c->conf->keep_alive_interval_ms,
 		       (uint64_t)c->conf->keep_alive_interval_ms);
 	if (round >= 0)
-		uv_timer_start(&c->mon_timer, on_sample, (uint64_t)sample_ms(c),
-			       (uint64_t)sample_ms(c));
+		uv_timer_start(&c->mon_timer, on_sample, (uint64_t)coord_live_sample_ms(c),
+			       (uint64_t)coord_live_sample_ms(c));
 }
 
 void coord_live_stop(struct coord *c)

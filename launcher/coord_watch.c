@@ -316,7 +316,14 @@ static void say_waiting(struct coord *c)
 
 	if (c->phase != CP_JOIN)
 		return;
-	if (c->job->dynamic && c->sv.joined < c->job->min_nodes)
+	if (c->job->dynamic && c->rj.busy && c->rj.waiting > 0)
+		snprintf(tail, sizeof(tail),
+			 ": the last call ended; the round closes once %d more node%s of round %d "
+			 "stopped %s workers and came (%.0f s at most)",
+			 c->rj.waiting, c->rj.waiting > 1 ? "s" : "", c->round - 1,
+			 c->rj.waiting > 1 ? "their" : "its",
+			 (double)(c->rj.until_ms > now ? c->rj.until_ms - now : 0) / 1000.0);
+	else if (c->job->dynamic && c->sv.joined < c->job->min_nodes)
 		snprintf(tail, sizeof(tail), ", %d more needed", c->job->min_nodes - c->sv.joined);
 	else if (c->job->dynamic && c->last_call_ms > now)
 		snprintf(tail, sizeof(tail),

@@ -66,8 +66,10 @@ struct rdzv_config {
 };
 
 /* 2: a static job's nodes beat between attempts too, and the store's host
- * takes one that does not for lost (coord_live.c); an older node would be. */
-#define RDZV_PROTOCOL "2"
+ * takes one that does not for lost (coord_live.c); an older node would be.
+ * 3: a dynamic round's last call waits for the nodes of the round before,
+ * which say where they are (coord_rejoin.c); an older node says nothing. */
+#define RDZV_PROTOCOL "3"
 
 char *rdzv_config_encode(const struct rdzv_config *c);
 int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c);

@@ -66,6 +66,77 @@ def test_a_late_node_makes_the_running_nodes_rejoin_without_a_restart(reaper, tm
     assert "every node rejoins in round 1" in first[0].stderr()
 
 
+def test_a_late_node_meets_running_nodes_whose_workers_stop_slowly(reaper, tmp_path):
+    """As above, but the running nodes' workers take 3 s to stop, longer
+    than the last call: the late node's last call closed round 1 with
+    itself alone (MIN 1) while they still stopped; they found it closed
+    without them, waited as late nodes, made it rejoin, and the two groups
+    took turns for ever. The last call now waits for the round before's
+    nodes (coord_rejoin.c), as torchrun starts no round before every node
+    of the last has left it."""
+    out, env = setup_out(tmp_path)
+    ep = f"127.0.0.1:{free_port()}"
+    script = REC + ('[ "$WORLD_SIZE" = 3 ] && exit 0; trap "sleep 3; exit 0" TERM; '
+                    'sleep 60 & wait')
+    conf = FAST + ",last_call_timeout=1"
+    first = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "1:3", 1, script, conf=conf, env=env)
+             for i in range(2)]
+    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
+    late = dyn_agent(reaper, tmp_path, "late", ep, "1:3", 1, script, conf=conf, env=env)
+    for a in [*first, late]:
+        assert a.wait() == 0, a.stderr()
+    envs = read_envs(out)
+    assert sorted(envs) == [(2, 0, 0), (2, 1, 0), (3, 0, 0), (3, 1, 0), (3, 2, 0)], envs
+    for a in [*first, late]:
+        assert "round 1 closed with" not in a.stderr(), a.stderr()
+
+
+def test_a_restart_waits_for_the_node_whose_workers_stop_slowly(reaper, tmp_path):
+    """A failure restarts the job: the node whose worker failed has nothing
+    left to stop and came to round 1 at once; its last call closed the
+    round with itself alone (MIN 1) while the other's workers took 3 s to
+    stop. Both now run the restart."""
+    out, env = setup_out(tmp_path)
+    ep = f"127.0.0.1:{free_port()}"
+    script = REC + ('[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] && exit 0; '
+                    'if [ "$RANK" = 0 ]; then '
+                    'while [ ! -e "$OUT/env.2.1.0" ]; do sleep 0.1; done; exit 1; fi; '
+                    'trap "sleep 3; exit 0" TERM; sleep 60 & wait')
+    conf = FAST + ",last_call_timeout=1"
+    agents = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "1:2", 1, script, conf=conf, env=env,
+                        extra=["--max-restarts", "1"]) for i in range(2)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert "restarting every node (restart 1 of 1)" in a.stderr()
+    assert sorted(read_envs(out)) == [(2, 0, 0), (2, 0, 1), (2, 1, 0), (2, 1, 1)]
+
+
+def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
+    """Only the first of two nodes lost together is named by the round's
+    end; the other never comes to round 1 (nor says so), and the survivors'
+    last call waits for it only until heartbeat_timeout, not their
+    --shutdown-timeout (60 s here: the agents' wait bound is 40 s)."""
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    script = REC + '[ "$WORLD_SIZE" = 2 ] || exec sleep 60'
+    conf = FAST + ",last_call_timeout=0.3"
+    extra = ["--max-restarts", "1", "--shutdown-timeout", "60"]
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2:4", 1, script, conf=conf + ",is_host=1",
+                     extra=extra, env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    others = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2:4", 1, script,
+                        conf=conf + ",is_host=0", extra=extra, env=env) for i in range(3)]
+    wait_for(lambda: len(read_envs(out)) == 4, what="a four-node round")
+    others[1].signal(signal.SIGKILL)
+    others[2].signal(signal.SIGKILL)
+    for a in (host, others[0]):
+        assert a.wait(timeout=40) == 0, a.stderr()
+        assert "restarting every node (restart 1 of 1)" in a.stderr()
+    envs = read_envs(out)
+    assert sorted(k for k in envs if k[0] == 2) == [(2, 0, 1), (2, 1, 1)]
+
+
 def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     out, env = setup_out(tmp_path)
     port = free_port()

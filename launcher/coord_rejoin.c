@@ -1,0 +1,198 @@
+/* coord_rejoin: a dynamic job's next round waits for the nodes of the round
+ * before.
+ *
+ * A round ends (a node waiting to join it, a failure, a node lost) and its
+ * nodes stop their workers, up to --shutdown-timeout, before they count
+ * into the next round. That round's last call runs from its MIN-th
+ * arrival, often a node with no workers to stop (the one that waited to
+ * join), so it closed before they came: they found it closed without them,
+ * waited as late nodes, made it rejoin, and the two groups took turns for
+ * ever. torchrun's rendezvous does not start a round until every
+ * participant of the last has left it. Here the last call, once over,
+ * waits for each node R of the round before until r<r>/from/<R> says that
+ * it came ("in:") or went ("gone:", its connection's ON_CLOSE_SET while it
+ * moved), or until its beats there have not moved for heartbeat_timeout
+ * (or never came: a node lost with the last round, an older build), or at
+ * most --shutdown-timeout plus COORD_LEAVE_MS (workers that will not
+ * stop). The node the round's end names lost is not waited for. */
+#include "coord_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store_async.h"
+#include "util.h"
+
+#define FROM_IN	  "in:"
+#define FROM_GONE "gone:"
+
+void coord_rejoin_move(struct coord *c)
+{
+	char key[64], why[RDZV_HOST_MAX + 64];
+
+	c->rj.prev_rank = c->rank;
+	/* Replaces the registration of the round's end, which has its value. */
+	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_FROM, c->next_round, c->rank);
+	snprintf(why, sizeof(why), FROM_GONE "host %.200s pid %d", c->host, (int)getpid());
+	store_async_on_close_set(c->A, key, why, strlen(why), NULL, NULL);
+	coord_live_start(c); /* the beats (coord_live.c) */
+}
+
+void coord_rejoin_arrived(struct coord *c)
+{
+	char key[64], v[32];
+
+	if (c->rj.prev_rank < 0)
+		return;
+	snprintf(v, sizeof(v), FROM_IN "%d", c->k);
+	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_FROM, c->rj.prev_rank), v,
+			strlen(v), NULL, NULL);
+	c->rj.prev_rank = -1;
+}
+
+void coord_rejoin_reset(struct coord *c)
+{
+	free(c->rj.last);
+	free(c->rj.silent_ms);
+	c->rj.last = NULL;
+	c->rj.silent_ms = NULL;
+	c->rj.busy = false;
+	c->rj.n = -1;
+	c->rj.lost = -1;
+	c->rj.waiting = 0;
+}
+
+static bool current(const struct coord *c)
+{
+	return c->phase == CP_JOIN && c->rj.busy && c->rj.round == c->round;
+}
+
+static void finish(struct coord *c)
+{
+	c->rj.busy = false;
+	c->rj.waiting = 0;
+	c->rj.then(c);
+}
+
+static void poll_from(struct coord *c);
+
+static void on_poll_timer(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+
+	if (current(c))
+		poll_from(c);
+}
+
+/* Who of the round before is still to come: a node whose key moves (it
+ * beats while its workers stop) is waited for; one whose key says nothing
+ * new for heartbeat_timeout is not, nor one that came or went. */
+static void on_from(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct coord *c = arg;
+	struct coord_rejoin *j = &c->rj;
+	int64_t now = util_now_ms(), step = now - j->at_ms, cap = 2 * coord_live_sample_ms(c);
+	char v[24];
+	size_t i;
+	int waiting = 0;
+
+	if (!current(c))
+		return;
+	if (status != 0 || n != (size_t)j->n) {
+		finish(c);
+		return;
+	}
+	/* As the store host's watch: a stall of this loop is not silence. */
+	j->at_ms = now;
+	if (step > cap)
+		step = cap;
+	for (i = 0; i < n; i++) {
+		snprintf(v, sizeof(v), "%.*s", lens[i] < sizeof(v) ? (int)lens[i] : 0,
+			 (const char *)vals[i]);
+		if ((int)i == j->lost || strncmp(v, FROM_IN, strlen(FROM_IN)) == 0 ||
+		    strncmp(v, FROM_GONE, strlen(FROM_GONE)) == 0)
+			continue;
+		if (strcmp(v, j->last[i]) != 0) {
+			strcpy(j->last[i], v);
+			j->silent_ms[i] = 0;
+		} else {
+			j->silent_ms[i] += step;
+		}
+		if (j->silent_ms[i] < c->conf->heartbeat_timeout_ms)
+			waiting++;
+	}
+	j->waiting = waiting;
+	if (waiting == 0 || now >= j->until_ms) {
+		if (waiting > 0)
+			agent_say("round %d closes without %d node%s of round %d whose workers did "
+				  "not stop within --shutdown-timeout (%.0f s)",
+				  c->round, waiting, waiting > 1 ? "s" : "", c->round - 1,
+				  (double)c->job->shutdown_timeout_ms / 1000.0);
+		finish(c);
+		return;
+	}
+	uv_timer_start(&c->timer, on_poll_timer, (uint64_t)coord_live_sample_ms(c), 0);
+}
+
+static void poll_from(struct coord *c)
+{
+	const char **keys = coord_keys(c, NULL, (size_t)c->rj.n, RDZV_R_FROM);
+
+	if (keys == NULL || store_async_multi_get(c->A, keys, (size_t)c->rj.n, on_from, c) != 0)
+		finish(c); /* out of memory: close as before */
+	free(keys);
+}
+
+/* The round before: its nodes (closed) and the one lost (end). */
+static void on_prev(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct coord *c = arg;
+	struct coord_rejoin *j = &c->rj;
+	struct rdzv_end e;
+	char msg[8];
+	int k = 0, st = 0;
+
+	if (!current(c))
+		return;
+	if (status != 0 || n != 2 || lens[0] == 0 ||
+	    rdzv_closed_decode(vals[0], lens[0], &k, &st, msg, sizeof(msg)) != 0 || k <= 0 ||
+	    k > c->job->max_nodes) { /* the store's value, as handle_closed checks it */
+		finish(c);
+		return;
+	}
+	if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 && e.kind == RDZV_END_LOST)
+		j->lost = e.node;
+	j->last = calloc((size_t)k, sizeof(*j->last));
+	j->silent_ms = calloc((size_t)k, sizeof(*j->silent_ms));
+	if (j->last == NULL || j->silent_ms == NULL) {
+		finish(c);
+		return;
+	}
+	j->n = k;
+	j->waiting = k;
+	j->at_ms = util_now_ms();
+	j->until_ms = j->at_ms + c->job->shutdown_timeout_ms + COORD_LEAVE_MS;
+	poll_from(c);
+}
+
+void coord_rejoin_await(struct coord *c, void (*then)(struct coord *c))
+{
+	const char **keys;
+
+	if (c->rj.busy)
+		return;
+	if (c->round == 0) {
+		then(c);
+		return;
+	}
+	coord_rejoin_reset(c);
+	c->rj.busy = true;
+	c->rj.round = c->round;
+	c->rj.then = then;
+	keys = coord_keys_of(c, c->round - 1, RDZV_R_CLOSED, 1, RDZV_R_END);
+	if (keys == NULL || store_async_multi_get(c->A, keys, 2, on_prev, c) != 0)
+		finish(c);
+	free(keys);
+}
