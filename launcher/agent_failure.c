@@ -42,7 +42,7 @@ static void record_failure(struct agent *a, struct agent_worker *w, int wstatus,
 
 	/* The root-cause rule orders failures by this time. */
 	if (report_entry_init(e, a->world.rank_offset + w->local_rank, w->local_rank, w->pid,
-			      wstatus, w->error_file, t) != 0) {
+			      wstatus, w->error_file, w->started_us, t) != 0) {
 		report_entry_free(e);
 		return; /* out of memory: the exit status still tells */
 	}

@@ -94,24 +94,31 @@ static int cause_of(const cJSON *extra, char **caused_by)
 	return 0;
 }
 
-int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by)
+int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by,
+			    int64_t *timestamp)
 {
 	cJSON *root = cJSON_ParseWithLength(json, len);
-	const cJSON *msg;
+	const cJSON *msg, *ts = NULL;
 	const char *text = NULL;
+	int64_t sec;
 	int rc = -EINVAL;
 
 	*caused_by = NULL;
+	if (timestamp != NULL)
+		*timestamp = REPORT_NO_TIMESTAMP;
 	if (root == NULL)
 		return -EINVAL;
 	msg = cJSON_GetObjectItemCaseSensitive(root, "message");
 	if (cJSON_IsString(msg)) {
 		text = msg->valuestring;
+		/* torchrun takes 0 (1970) for a missing one: none here. */
+		ts = cJSON_GetObjectItemCaseSensitive(root, "timestamp");
 	} else if (cJSON_IsObject(msg)) {
 		const cJSON *extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
 		const cJSON *stack = cJSON_GetObjectItemCaseSensitive(extra, "py_callstack");
 		const cJSON *m = cJSON_GetObjectItemCaseSensitive(msg, "message");
 
+		ts = cJSON_GetObjectItemCaseSensitive(extra, "timestamp");
 		/* torchrun shows the Python call stack, else the message. */
 		if (cJSON_IsString(stack))
 			text = stack->valuestring;
@@ -131,6 +138,8 @@ int report_parse_error_json(const char *json, size_t len, char **message, char *
 			n--; /* tracebacks end in a newline */
 		*message = strndup(text, n);
 		rc = *message ? 0 : -ENOMEM;
+		if (rc == 0 && timestamp != NULL && report_timestamp_of(ts, &sec))
+			*timestamp = sec;
 	}
 out:
 	if (rc != 0) {
@@ -142,7 +151,7 @@ out:
 }
 
 int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
-		      int wstatus, const char *error_file, int64_t time_us)
+		      int wstatus, const char *error_file, int64_t started_us, int64_t time_us)
 {
 	char buf[160], sname[32];
 	size_t len = 0;
@@ -167,16 +176,19 @@ int report_entry_init(struct report_entry *e, int global_rank, int local_rank, p
 				       : "<error file is not a regular file: not read>",
 			 REPORT_MAX_ERROR_FILE >> 20);
 	} else if (e->error_json != NULL) {
+		int64_t ts;
 		int rc;
 
 		e->error_file = strdup(error_file);
 		if (e->error_file == NULL)
 			return -ENOMEM;
-		rc = report_parse_error_json(e->error_json, len, &e->message, &e->caused_by);
+		rc = report_parse_error_json(e->error_json, len, &e->message, &e->caused_by, &ts);
 		if (rc == -ENOMEM)
 			return rc;
-		if (rc == 0)
+		if (rc == 0) {
+			e->time_us = report_dated_us(ts, started_us, time_us);
 			return 0;
+		}
 		snprintf(buf, sizeof(buf), "%s", REPORT_BAD_ERROR_FILE);
 	} else if (e->exitcode < 0) {
 		/* One without a name is torchrun's "<N/A>" (signal.Signals has
@@ -240,25 +252,6 @@ size_t report_root_cause(const struct report_entry *e, size_t n)
 		if (report_cause_before(&e[i], &e[best]))
 			best = i;
 	return best;
-}
-
-int64_t report_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-int64_t report_failure_time_us(const char *error_file, int64_t started_us, int64_t now_us)
-{
-	struct stat st;
-	int64_t wrote;
-
-	if (error_file == NULL || stat(error_file, &st) != 0)
-		return now_us;
-	wrote = (int64_t)st.st_mtim.tv_sec * 1000000 + st.st_mtim.tv_nsec / 1000;
-	return wrote >= started_us && wrote < now_us ? wrote : now_us;
 }
 
 /* What report_cause.c found: cause, interpreter, the last stderr lines

@@ -1,8 +1,9 @@
 /* report: torchrun's failure summary.
  *
  * A failure is a worker that exited non-zero or was killed by a signal. Its
- * entry records when the agent observed it (CLOCK_REALTIME at its SIGCHLD, in
- * microseconds) and takes its message from the worker's torchelastic error
+ * entry records when it failed (the timestamp in its error file, as torchrun
+ * dates it, else when it wrote that file or the agent observed it:
+ * CLOCK_REALTIME, in microseconds) and takes its message from the worker's torchelastic error
  * file (written by PyTorch's @record or libddp) when there is one:
  *   {"message": {"message": "...", "extraInfo": {"py_callstack": "...",
  *                "timestamp": "<epoch s>", "ddp_caused_by": "<who>"}}}
@@ -36,7 +37,7 @@ struct report_entry {
 	int local_rank;
 	pid_t pid;
 	int exitcode;	  /* exit code, or -signal (torchrun's convention) */
-	int64_t time_us;  /* observed by the agent: epoch microseconds */
+	int64_t time_us;  /* when it failed (report_entry_init): epoch microseconds */
 	char *caused_by;  /* secondary: the rank whose failure caused it; NULL: primary */
 	bool stopped;	  /* failing (its error file written) but running when stopped */
 	bool late;	  /* its error file came after the stop began (and stopped) */
@@ -58,11 +59,13 @@ struct report_entry {
 /* The longest caused_by kept (longer markers are cut). */
 #define REPORT_CAUSE_MAX 256
 
-/* Fill e for a worker that ended with wait status wstatus, observed at
- * time_us. error_file is where the worker was told to write (read if it
- * exists: message and marker). 0 or -ENOMEM. */
+/* Fill e for a worker started at started_us that ended with wait status
+ * wstatus, failed at time_us (report_failure_time_us). error_file is where
+ * the worker was told to write (read if it exists: message, marker and, as
+ * torchrun dates a failure, the timestamp in it: e->time_us is that second
+ * when it lies between started_us and time_us, else time_us). 0 or -ENOMEM. */
 int report_entry_init(struct report_entry *e, int global_rank, int local_rank, pid_t pid,
-		      int wstatus, const char *error_file, int64_t time_us);
+		      int wstatus, const char *error_file, int64_t started_us, int64_t time_us);
 void report_entry_free(struct report_entry *e);
 
 /* How a failed worker ran, for report_entry_add_output. */
@@ -118,10 +121,27 @@ int64_t report_now_us(void);
  * error); a file from before the start is a stale one. */
 int64_t report_failure_time_us(const char *error_file, int64_t started_us, int64_t now_us);
 
+/* No timestamp in an error file (report_parse_error_json). */
+#define REPORT_NO_TIMESTAMP INT64_MIN
+
 /* Parse an error file's text: *message (malloc'd) and *caused_by (malloc'd
  * libddp marker, at most REPORT_CAUSE_MAX bytes; NULL when absent or empty).
- * 0, -EINVAL (not the expected JSON) or -ENOMEM. */
-int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by);
+ * *timestamp (when not NULL): torchrun's int() of message.extraInfo.timestamp
+ * (or the top-level timestamp beside a string message), epoch seconds, or
+ * REPORT_NO_TIMESTAMP where torchrun's would raise or take 0 for a missing
+ * one. 0, -EINVAL (not the expected JSON) or -ENOMEM. */
+int report_parse_error_json(const char *json, size_t len, char **message, char **caused_by,
+			    int64_t *timestamp);
+
+/* torchrun's int() of an error file's timestamp field v (NULL: none): true
+ * and *sec where torchrun's report would take v (see report_time.c). */
+struct cJSON;
+bool report_timestamp_of(const struct cJSON *v, int64_t *sec);
+/* When a failure that time_us dates (report_failure_time_us) happened, for
+ * a worker started at started_us whose error file holds timestamp ts
+ * (seconds, or REPORT_NO_TIMESTAMP): ts when it lies in between, else
+ * time_us. */
+int64_t report_dated_us(int64_t ts, int64_t started_us, int64_t time_us);
 
 /* The summary text (malloc'd, ends with '\n'); NULL on ENOMEM.
  * title: "<entrypoint> FAILED" is built from entrypoint. host is shown for

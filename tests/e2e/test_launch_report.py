@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -82,6 +83,60 @@ def test_an_error_files_traceback_replaces_the_stderr_lines():
     root = root_cause(r.stderr)
     assert "ValueError: boom" in root
     assert "noise on stderr" not in root and "  stderr    :" not in root
+
+
+TIME_FMT = "%Y-%m-%d_%H:%M:%S"  # ddprun's time line, torchrun's layout
+
+
+def shown_time(root):
+    line = [x for x in root.splitlines() if x.startswith("  time      : ")][0]
+    return line.split(": ", 1)[1]
+
+
+@pytest.mark.parametrize("form", [
+    '{"message": {"message": "E", "extraInfo": {"py_callstack": "Traceback:\\nE", '
+    '"timestamp": "T0"}}}',
+    '{"message": "E", "timestamp": T0}',
+])
+def test_the_time_is_the_timestamp_in_the_error_file(tmp_path, form):
+    """torchrun dates a failure by the timestamp its error file holds (the
+    worker's own clock when it failed), not by when the file was written:
+    here 2 s later."""
+    (tmp_path / "form").write_text(form)
+    script = (f't0=$(date +%s); sleep 2.2; sed "s/T0/$t0/" {tmp_path}/form '
+              f'> "$TORCHELASTIC_ERROR_FILE"; echo "$t0" > {tmp_path}/t0; exit 1')
+    r = ddprun("--nproc-per-node", "1", "sh", "-c", script)
+    assert r.returncode == 1, r.stderr
+    t0 = int((tmp_path / "t0").read_text())
+    assert shown_time(root_cause(r.stderr)) == time.strftime(TIME_FMT, time.localtime(t0)), \
+        r.stderr
+
+
+@pytest.mark.parametrize("stamp", [
+    None, '"soon"', '"17e8"', "null", '"-5"', '"1"', "1e400", '"99999999999999999999"',
+    "before the start", "after the failure", "string form, none"])
+def test_a_missing_or_bad_timestamp_falls_back_to_when_it_failed(tmp_path, stamp):
+    """Where torchrun's report would raise (no timestamp, not an integer) or
+    mislead (1970 for a string message without one, 1969, a time outside
+    the worker's life), the time is when the worker wrote its error file."""
+    now = int(time.time())
+    stamp = {"before the start": str(now - 3600),
+             "after the failure": str(now + 3600)}.get(stamp, stamp)
+    if stamp == "string form, none":
+        form = '{"message": "E"}'
+    else:
+        extra = "" if stamp is None else f', "timestamp": {stamp}'
+        form = f'{{"message": {{"message": "E", "extraInfo": {{"py_callstack": "E"{extra}}}}}}}'
+    (tmp_path / "form").write_text(form)
+    before = time.time()
+    r = ddprun("--nproc-per-node", "1", "sh", "-c",
+               f'cp {tmp_path}/form "$TORCHELASTIC_ERROR_FILE"; exit 1')
+    after = time.time()
+    assert r.returncode == 1, r.stderr
+    root = root_cause(r.stderr)
+    assert "traceback : E\n" in root, r.stderr
+    shown = time.mktime(time.strptime(shown_time(root), TIME_FMT))
+    assert int(before) <= shown <= after, r.stderr
 
 
 def test_ranks_failing_when_the_others_are_stopped_are_failures_too(tmp_path):

@@ -13,18 +13,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct report_entry e;
 	char *msg = NULL, *cause = NULL, *text;
+	int64_t ts;
 	size_t n;
 	int rc;
 
 	if (size > REPORT_MAX_ERROR_FILE)
 		return 0;
-	rc = report_parse_error_json((const char *)data, size, &msg, &cause);
+	rc = report_parse_error_json((const char *)data, size, &msg, &cause, &ts);
 	CHECK(rc == 0 || rc == -EINVAL || rc == -ENOMEM);
 	if (rc != 0) {
 		CHECK(cause == NULL);
 		return 0;
 	}
 	CHECK(msg != NULL);
+	CHECK(ts == REPORT_NO_TIMESTAMP || (ts > -1000000000000000000 && ts < 1000000000000000000));
 	n = strlen(msg);
 	CHECK(n == 0 || (msg[n - 1] != '\n' && msg[n - 1] != '\r'));
 	if (cause != NULL) {

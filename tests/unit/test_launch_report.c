@@ -51,7 +51,7 @@ static void test_parse_record_format(void **state)
 			"\"timestamp\": \"1693822223\"}}}";
 	char *msg = NULL, *cause = (char *)"stale";
 
-	assert_int_equal(report_parse_error_json(j, strlen(j), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(j, strlen(j), &msg, &cause, NULL), 0);
 	assert_string_equal(msg, "Traceback:\n  x\nValueError: boom");
 	assert_null(cause); /* no marker: a primary failure */
 	free(msg);
@@ -65,19 +65,20 @@ static void test_parse_other_formats(void **state)
 	const char *nothing = "{\"message\": {}}";
 	char *msg = NULL, *cause = NULL;
 
-	assert_int_equal(report_parse_error_json(plain, strlen(plain), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(plain, strlen(plain), &msg, &cause, NULL), 0);
 	assert_string_equal(msg, "plain text");
 	assert_null(cause);
 	free(msg);
-	assert_int_equal(report_parse_error_json(nostack, strlen(nostack), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(nostack, strlen(nostack), &msg, &cause, NULL), 0);
 	assert_string_equal(msg, "only msg");
 	free(msg);
-	assert_int_equal(report_parse_error_json(nothing, strlen(nothing), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(nothing, strlen(nothing), &msg, &cause, NULL), 0);
 	assert_string_equal(msg, "<N/A>");
 	free(msg);
-	assert_int_equal(report_parse_error_json("[1]", 3, &msg, &cause), -EINVAL);
-	assert_int_equal(report_parse_error_json("{\"message\": 3}", 14, &msg, &cause), -EINVAL);
-	assert_int_equal(report_parse_error_json("{\"mess", 6, &msg, &cause), -EINVAL);
+	assert_int_equal(report_parse_error_json("[1]", 3, &msg, &cause, NULL), -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"message\": 3}", 14, &msg, &cause, NULL),
+			 -EINVAL);
+	assert_int_equal(report_parse_error_json("{\"mess", 6, &msg, &cause, NULL), -EINVAL);
 	assert_null(cause);
 }
 
@@ -97,37 +98,37 @@ static void test_parse_secondary_marker(void **state)
 	const char *flat = "{\"message\": \"m\", \"ddp_caused_by\": \"rank 1 exited\"}";
 	char *msg = NULL, *cause = NULL, big[600];
 
-	assert_int_equal(report_parse_error_json(marked, strlen(marked), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(marked, strlen(marked), &msg, &cause, NULL), 0);
 	assert_string_equal(msg, "C backtrace\nall_reduce: ...");
 	assert_string_equal(cause, "rank 2 (pid 77) exited");
 	free(msg);
 	free(cause);
 	/* An empty or non-string marker marks nothing. */
-	assert_int_equal(report_parse_error_json(empty, strlen(empty), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(empty, strlen(empty), &msg, &cause, NULL), 0);
 	assert_null(cause);
 	free(msg);
-	assert_int_equal(report_parse_error_json(number, strlen(number), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(number, strlen(number), &msg, &cause, NULL), 0);
 	assert_null(cause);
 	free(msg);
 	/* Only in extraInfo, where libddp writes it. */
-	assert_int_equal(report_parse_error_json(flat, strlen(flat), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(flat, strlen(flat), &msg, &cause, NULL), 0);
 	assert_null(cause);
 	free(msg);
 	/* One line in the report, whatever the file says. */
-	assert_int_equal(report_parse_error_json(lines, strlen(lines), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(lines, strlen(lines), &msg, &cause, NULL), 0);
 	assert_string_equal(cause, "rank 1 exited !");
 	free(msg);
 	free(cause);
 	/* Cut to REPORT_CAUSE_MAX. */
 	snprintf(big, sizeof(big),
 		 "{\"message\": {\"extraInfo\": {\"ddp_caused_by\": \"%0500d\"}}}", 0);
-	assert_int_equal(report_parse_error_json(big, strlen(big), &msg, &cause), 0);
+	assert_int_equal(report_parse_error_json(big, strlen(big), &msg, &cause, NULL), 0);
 	assert_int_equal(strlen(cause), REPORT_CAUSE_MAX);
 	free(msg);
 	free(cause);
 	/* Not JSON: nothing is returned. */
 	cause = NULL;
-	assert_int_equal(report_parse_error_json("{", 1, &msg, &cause), -EINVAL);
+	assert_int_equal(report_parse_error_json("{", 1, &msg, &cause, NULL), -EINVAL);
 	assert_null(cause);
 }
 
@@ -135,8 +136,8 @@ static void test_entry_without_error_file(void **state)
 {
 	struct report_entry e;
 
-	assert_int_equal(report_entry_init(&e, 5, 1, 4242, EXITED(7), "/nonexistent/e.json", 100),
-			 0);
+	assert_int_equal(
+		report_entry_init(&e, 5, 1, 4242, EXITED(7), "/nonexistent/e.json", 0, 100), 0);
 	assert_int_equal(e.exitcode, 7);
 	assert_null(e.error_file);
 	assert_null(e.caused_by);
@@ -147,20 +148,20 @@ static void test_entry_without_error_file(void **state)
 	assert_int_equal(report_exit_status(&e), 7);
 	report_entry_free(&e);
 
-	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGSEGV), NULL, 100), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGSEGV), NULL, 0, 100), 0);
 	assert_int_equal(e.exitcode, -11);
 	assert_string_equal(e.message, "Signal 11 (SIGSEGV) received by PID 77");
 	assert_int_equal(report_exit_status(&e), 139);
 	report_entry_free(&e);
 	/* Real-time signals as Python's signal.Signals names them: the ends
 	 * only, the others torchrun's "<N/A>" (they read SIG34, SIG37). */
-	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN), NULL, 100), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN), NULL, 0, 100), 0);
 	assert_string_equal(e.message, "Signal 34 (SIGRTMIN) received by PID 77");
 	report_entry_free(&e);
-	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN + 3), NULL, 100), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMIN + 3), NULL, 0, 100), 0);
 	assert_string_equal(e.message, "Signal 37 (<N/A>) received by PID 77");
 	report_entry_free(&e);
-	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMAX), NULL, 100), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 77, KILLED(SIGRTMAX), NULL, 0, 100), 0);
 	assert_string_equal(e.message, "Signal 64 (SIGRTMAX) received by PID 77");
 	report_entry_free(&e);
 }
@@ -192,8 +193,10 @@ static void test_entry_with_error_file(void **state)
 	char *path = write_tmp("{\"message\": \"disk full\", \"timestamp\": 1000}");
 	struct report_entry e;
 
-	/* The time is when the agent saw the failure, not the file's. */
-	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000123456), 0);
+	/* A timestamp from before the worker started (a stale file): the time
+	 * is when the agent saw the failure. */
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 1500000000, 2000123456),
+			 0);
 	assert_string_equal(e.error_file, path);
 	assert_string_equal(e.message, "disk full");
 	assert_int_equal(e.time_us, 2000123456);
@@ -203,16 +206,128 @@ static void test_entry_with_error_file(void **state)
 
 	path = write_tmp("{\"message\": {\"message\": \"barrier: rank 0 (pid 5) exited\", "
 			 "\"extraInfo\": {\"ddp_caused_by\": \"rank 0 (pid 5) exited\"}}}");
-	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(3), path, 2000), 0);
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(3), path, 0, 2000), 0);
 	assert_string_equal(e.caused_by, "rank 0 (pid 5) exited");
 	assert_string_equal(e.message, "barrier: rank 0 (pid 5) exited");
 	report_entry_free(&e);
 	unlink(path);
 
 	path = write_tmp("not json");
-	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 2000), 0);
+	assert_int_equal(report_entry_init(&e, 3, 3, 9, EXITED(1), path, 0, 2000), 0);
 	assert_string_equal(e.message, "<error file is not torchelastic JSON>");
 	assert_int_equal(e.time_us, 2000);
+	report_entry_free(&e);
+	unlink(path);
+}
+
+/* torchrun's int() of the error file's timestamp: message.extraInfo's, or
+ * the top level's beside a string message; none where torchrun's report
+ * would raise (no such field, null, text int() does not read, an overflow)
+ * or take 0 for a missing one. */
+static void test_parse_timestamp_as_torchruns_int(void **state)
+{
+	static const struct {
+		const char *ts; /* the JSON value of extraInfo.timestamp */
+		int64_t want;
+	} cases[] = {
+		{"\"1714558272\"", 1714558272},
+		{"1714558272", 1714558272},
+		{"\" +1_714_558_272\\n\"", 1714558272},
+		{"\"-0012\"", -12},
+		{"1714558272.9", 1714558272},
+		{"-1.9", -1},
+		{"1.7e9", 1700000000},
+		{"true", 1},
+		{"\"1714558272.0\"", REPORT_NO_TIMESTAMP},
+		{"\"1__7\"", REPORT_NO_TIMESTAMP},
+		{"\"_17\"", REPORT_NO_TIMESTAMP},
+		{"\"17_\"", REPORT_NO_TIMESTAMP},
+		{"\"0x10\"", REPORT_NO_TIMESTAMP},
+		{"\"- 5\"", REPORT_NO_TIMESTAMP},
+		{"\"\"", REPORT_NO_TIMESTAMP},
+		{"\"yesterday\"", REPORT_NO_TIMESTAMP},
+		{"\"99999999999999999999\"", REPORT_NO_TIMESTAMP},
+		{"1e400", REPORT_NO_TIMESTAMP},
+		{"null", REPORT_NO_TIMESTAMP},
+		{"[1]", REPORT_NO_TIMESTAMP},
+	};
+	char json[256], *msg, *cause;
+	int64_t ts;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(json, sizeof(json),
+			 "{\"message\": {\"message\": \"x\", \"extraInfo\": {\"timestamp\": %s}}}",
+			 cases[i].ts);
+		assert_int_equal(report_parse_error_json(json, strlen(json), &msg, &cause, &ts), 0);
+		if (ts != cases[i].want)
+			fail_msg("timestamp %s: %lld, not %lld", cases[i].ts, (long long)ts,
+				 (long long)cases[i].want);
+		free(msg);
+	}
+	snprintf(json, sizeof(json), "{\"message\": {\"message\": \"x\"}}");
+	assert_int_equal(report_parse_error_json(json, strlen(json), &msg, &cause, &ts), 0);
+	assert_true(ts == REPORT_NO_TIMESTAMP);
+	free(msg);
+	snprintf(json, sizeof(json), "{\"message\": \"x\", \"timestamp\": \"1714558272\"}");
+	assert_int_equal(report_parse_error_json(json, strlen(json), &msg, &cause, &ts), 0);
+	assert_int_equal(ts, 1714558272);
+	free(msg);
+	snprintf(json, sizeof(json), "{\"message\": \"x\"}");
+	assert_int_equal(report_parse_error_json(json, strlen(json), &msg, &cause, &ts), 0);
+	assert_true(ts == REPORT_NO_TIMESTAMP);
+	free(msg);
+}
+
+/* A failure is dated as torchrun dates it, by the timestamp in its error
+ * file, when that second lies in the worker's life (its start to when it
+ * was seen failing); within that second the finer time stays. Any other
+ * (none, garbage, negative, 1970, later than the failure): the time seen. */
+static void test_entry_time_is_the_error_files_timestamp(void **state)
+{
+	static const struct {
+		const char *extra;
+		int64_t want;
+	} cases[] = {
+		{"\"timestamp\": \"1500\"", 1500000000},
+		{"\"timestamp\": 1000", 1000000000},
+		{"\"timestamp\": \"2000\"", 2000123456},
+		{"\"timestamp\": \"999\"", 2000123456},
+		{"\"timestamp\": \"2001\"", 2000123456},
+		{"\"timestamp\": \"-5\"", 2000123456},
+		{"\"timestamp\": \"1\"", 2000123456},
+		{"\"timestamp\": \"15:00\"", 2000123456},
+		{"\"timestamp\": null", 2000123456},
+		{"\"py_callstack\": \"no time\"", 2000123456},
+	};
+	char json[256], *path;
+	struct report_entry e;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(json, sizeof(json),
+			 "{\"message\": {\"message\": \"x\", \"extraInfo\": {%s}}}",
+			 cases[i].extra);
+		path = write_tmp(json);
+		assert_int_equal(
+			report_entry_init(&e, 0, 0, 9, EXITED(1), path, 1000500000, 2000123456), 0);
+		if (e.time_us != cases[i].want)
+			fail_msg("%s: %lld, not %lld", cases[i].extra, (long long)e.time_us,
+				 (long long)cases[i].want);
+		report_entry_free(&e);
+		unlink(path);
+	}
+	/* The string form's timestamp counts too; its absence is no 1970. */
+	path = write_tmp("{\"message\": \"x\", \"timestamp\": 1800}");
+	assert_int_equal(report_entry_init(&e, 0, 0, 9, EXITED(1), path, 1000500000, 2000123456),
+			 0);
+	assert_int_equal(e.time_us, 1800000000);
+	report_entry_free(&e);
+	unlink(path);
+	path = write_tmp("{\"message\": \"x\"}");
+	assert_int_equal(report_entry_init(&e, 0, 0, 9, EXITED(1), path, 1000500000, 2000123456),
+			 0);
+	assert_int_equal(e.time_us, 2000123456);
 	report_entry_free(&e);
 	unlink(path);
 }
@@ -522,7 +637,7 @@ static void test_parent_error_file_gets_error_code(void **state)
 	FILE *f;
 
 	close(mkstemp(parent));
-	assert_int_equal(report_entry_init(&e, 0, 0, 1, EXITED(3), child, 0), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 1, EXITED(3), child, 0, 0), 0);
 	assert_int_equal(report_write_parent_error(parent, &e), 0);
 	f = fopen(parent, "r");
 	assert_non_null(fgets(buf, sizeof(buf), f));
@@ -589,7 +704,7 @@ static void test_add_output_for_a_worker_that_is_not_python(void **state)
 	struct report_output o = {.tail = "oops\n", .tail_len = 5, .log_file = "/l/stderr.log"};
 	char *text;
 
-	assert_int_equal(report_entry_init(&e, 1, 1, 42, EXITED(3), NULL, 0), 0);
+	assert_int_equal(report_entry_init(&e, 1, 1, 42, EXITED(3), NULL, 0, 0), 0);
 	assert_int_equal(report_entry_add_output(&e, &o), 0);
 	assert_string_equal(e.message, "<N/A> (no error file)");
 	assert_null(e.interpreter);
@@ -613,7 +728,7 @@ static void test_add_output_for_a_python_worker(void **state)
 				  .tail_len = 0};
 	char *text;
 
-	assert_int_equal(report_entry_init(&e, 0, 0, 42, EXITED(1), NULL, 0), 0);
+	assert_int_equal(report_entry_init(&e, 0, 0, 42, EXITED(1), NULL, 0, 0), 0);
 	assert_int_equal(report_entry_add_output(&e, &o), 0);
 	assert_non_null(strstr(e.message, "pytorch.org")); /* torchrun's advice stays */
 	assert_string_equal(e.interpreter, "/nonexistent/python3 (python3 found on PATH; "
@@ -646,6 +761,8 @@ int main(void)
 		cmocka_unit_test(test_parse_secondary_marker),
 		cmocka_unit_test(test_entry_without_error_file),
 		cmocka_unit_test(test_entry_with_error_file),
+		cmocka_unit_test(test_parse_timestamp_as_torchruns_int),
+		cmocka_unit_test(test_entry_time_is_the_error_files_timestamp),
 		cmocka_unit_test(test_failure_time_is_the_error_files_when_in_between),
 		cmocka_unit_test(test_root_cause_is_the_earliest_observed),
 		cmocka_unit_test(test_root_cause_ties_go_to_the_lower_global_rank),
