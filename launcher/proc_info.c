@@ -247,50 +247,89 @@ static ssize_t read_all(pid_t pid, const char *what, size_t cap, char **buf)
 	return (ssize_t)len;
 }
 
-bool proc_python_faulthandler(pid_t pid)
+/* Whether -X option opt (its name up to '=') is named name: CPython
+ * matches the whole name, whatever the value. */
+static bool xoption_is(const char *opt, const char *name)
 {
-	char *args, *env, *a, *end;
-	bool x_on = false, env_off = false, on = false;
-	ssize_t n = read_all(pid, "cmdline", 65536, &args);
+	size_t n = strlen(name);
 
-	if (n <= 0) {
-		free(args);
-		return false;
-	}
-	/* Python's options, up to the script, -c or -m: -E and -I ignore the
-	 * PYTHON* variables; -X and -W take a value, joined or next. */
-	end = args + n;
-	for (a = args + strlen(args) + 1;
-	     a < end && a[0] == '-' && a[1] != '\0' && strcmp(a, "--") != 0; a += strlen(a) + 1) {
+	return strncmp(opt, name, n) == 0 && (opt[n] == '\0' || opt[n] == '=');
+}
+
+enum proc_fh proc_python_fh_args(const char *args, size_t n)
+{
+	const char *a, *end = args + n;
+	bool env_off = false;
+
+	if (n == 0)
+		return PROC_FH_OFF;
+	/* Python's options (its getopt), up to the script, "-", "--", -c or
+	 * -m: -E and -I ignore the PYTHON* variables; -X and -W take a value,
+	 * joined or next, as --check-hash-based-pycs does (next only). */
+	for (a = args + strnlen(args, n) + 1; a < end && a[0] == '-' && a[1] != '\0';
+	     a += strlen(a) + 1) {
 		const char *f;
 
+		if (a[1] == '-') {
+			if (a[2] == '\0')
+				break;
+			if (strcmp(a, "--check-hash-based-pycs") == 0 &&
+			    (a += strlen(a) + 1) >= end)
+				break;
+			continue;
+		}
 		for (f = a + 1; *f != '\0'; f++) {
 			if (*f == 'c' || *f == 'm')
-				goto parsed;
+				return env_off ? PROC_FH_OFF : PROC_FH_ENV;
 			if (*f == 'E' || *f == 'I')
 				env_off = true;
 			if (*f == 'X' || *f == 'W') {
 				const char *v = f[1] != '\0' ? f + 1 : a + strlen(a) + 1;
 
 				if (f[1] == '\0')
-					a += strlen(a) + 1; /* the value is the next argument */
-				if (*f == 'X' && v < end && strncmp(v, "faulthandler", 12) == 0)
-					x_on = true;
+					a = v; /* the value is the next argument */
+				/* Any value turns it on: -X faulthandler=0 too
+				 * (config_get_xoption tests the name only), and
+				 * dev mode turns faulthandler on. */
+				if (*f == 'X' && v < end &&
+				    (xoption_is(v, "faulthandler") || xoption_is(v, "dev")))
+					return PROC_FH_ON;
 				break;
 			}
 		}
 		if (a >= end)
 			break;
 	}
-parsed:
+	return env_off ? PROC_FH_OFF : PROC_FH_ENV;
+}
+
+bool proc_python_fh_env(const char *env, size_t n)
+{
+	const char *a, *fh = NULL, *dev = NULL;
+
+	/* getenv's: the first of each; an empty value is none (_Py_GetEnv). */
+	for (a = env; a < env + n; a += strlen(a) + 1) {
+		if (fh == NULL && strncmp(a, "PYTHONFAULTHANDLER=", 19) == 0)
+			fh = a + 19;
+		else if (dev == NULL && strncmp(a, "PYTHONDEVMODE=", 14) == 0)
+			dev = a + 14;
+	}
+	return (fh != NULL && *fh != '\0') || (dev != NULL && *dev != '\0');
+}
+
+bool proc_python_faulthandler(pid_t pid)
+{
+	char *args, *env;
+	enum proc_fh fh;
+	bool on;
+	ssize_t n = read_all(pid, "cmdline", 65536, &args);
+
+	fh = n > 0 ? proc_python_fh_args(args, (size_t)n) : PROC_FH_OFF;
 	free(args);
-	if (x_on)
-		return true;
-	if (env_off || (n = read_all(pid, "environ", 1u << 20, &env)) <= 0)
-		return false;
-	for (a = env; a < env + n; a += strlen(a) + 1)
-		if (strncmp(a, "PYTHONFAULTHANDLER=", 19) == 0)
-			on = a[19] != '\0';
+	if (fh != PROC_FH_ENV)
+		return fh == PROC_FH_ON;
+	n = read_all(pid, "environ", 1u << 20, &env);
+	on = n > 0 && proc_python_fh_env(env, (size_t)n);
 	free(env);
 	return on;
 }

@@ -39,10 +39,22 @@ bool proc_is_python(pid_t pid);
  * fork server forked): no part of the program's work, and the tracker must
  * live to clean up after it. */
 bool proc_is_mp_helper(pid_t pid);
-/* True when Python process pid prints its stacks on SIGABRT: -X
- * faulthandler, or PYTHONFAULTHANDLER non-empty in its environment (at its
- * exec) where -E or -I does not make it ignore that. */
+/* True when Python process pid prints its stacks on SIGABRT, as CPython
+ * 3.11 to 3.14 decide at start: -X faulthandler or -X dev, with any value
+ * (-X faulthandler=0 turns it on), or PYTHONFAULTHANDLER or PYTHONDEVMODE
+ * non-empty in its environment (at its exec) where -E or -I does not make
+ * it ignore that. */
 bool proc_python_faulthandler(pid_t pid);
+/* Its two halves, on /proc's NUL-separated text (n bytes; the last string
+ * NUL-terminated). What command line args (argv[0] first) says: */
+enum proc_fh {
+	PROC_FH_OFF, /* -E or -I: the environment is ignored, nothing turns it on */
+	PROC_FH_ON,  /* -X faulthandler or -X dev */
+	PROC_FH_ENV, /* the environment decides */
+};
+enum proc_fh proc_python_fh_args(const char *args, size_t n);
+/* Whether the environment env turns it on. */
+bool proc_python_fh_env(const char *env, size_t n);
 /* True when pid runs its parent's command line: forked, no exec (a
  * multiprocessing worker under fork, or the fork server's). */
 bool proc_forked_from_parent(pid_t pid);

@@ -254,6 +254,20 @@ def test_a_python_rank_without_faulthandler_gets_no_sigabrt(tmp_path):
     assert "ddprun sent SIGABRT" not in r.stderr, r.stderr
 
 
+def test_a_python_rank_in_dev_mode_has_faulthandler_despite_minus_i(tmp_path):
+    """-X dev turns faulthandler on, -I or not (CPython's development mode):
+    the rank was taken for one without it, sent no SIGABRT, its stack never
+    shown."""
+    script = tmp_path / "hang.py"
+    script.write_text("import threading\nthreading.Event().wait()\n")
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2",
+             "--shutdown-timeout", "5", PYTHON, "-I", "-X", "dev", str(script)], timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    assert "Python stack: SIGABRT to pid" in rank_block(r.stderr, 0), r.stderr
+    assert "[rank0]: Fatal Python error: Aborted" in r.stderr, r.stderr
+    assert "faulthandler is off" not in r.stderr, r.stderr
+
+
 def test_a_rank_that_prints_or_computes_or_does_collectives_is_not_hung(tmp_path):
     # Output, CPU time and libddp collectives each count as progress: none of
     # these jobs is stopped although each runs longer than the timeout.
