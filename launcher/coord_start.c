@@ -96,10 +96,11 @@ static void tell_round(struct coord *c, int status, const char *msg)
 	free(v);
 }
 
-/* tell: the port's holder is a store where ddprun jobs meet (another run
- * id's), where this job's other nodes may already wait. Never into a store
- * that holds no ddprun job (a bare ddpstore serve, another program's): it
- * would keep this run id's round closed for the jobs it serves later. */
+/* tell: the port's holder is a store where this job's other nodes wait
+ * (ddprun jobs meet there, and a static job of this run id wrote its
+ * settings). Never into a store where they do not (a bare ddpstore serve,
+ * another program's, one that jobs share): it would keep this run id's
+ * round closed for the jobs it serves later. */
 static void port_in_use(struct coord *c, const char *why, bool tell)
 {
 	char msg[700];
@@ -132,7 +133,7 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 	if (!c->probing)
 		return;
 	uv_timer_stop(&c->timer);
-	if (status != 0 || n != 3) {
+	if (status != 0 || n != 4) {
 		port_in_use(c, "", false);
 		return;
 	}
@@ -142,13 +143,20 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 		return;
 	}
 	if (lens[1] == 0 || rdzv_node_decode(vals[1], lens[1], &other) != 0) {
+		struct rdzv_config cfg;
+		/* Told only where a static job of this run id's nodes came (they
+		 * wrote its settings): a dynamic job of that id (a ddpstore serve
+		 * that jobs share), or a later one, would end with this error. */
+		bool waiting = lens[3] > 0 && rdzv_config_decode(vals[3], lens[3], &cfg) == 0 &&
+			       cfg.node_rank >= 0;
+
 		snprintf(msg, sizeof(msg),
 			 " (by a store that holds no node 0 of --rdzv-id %.200s%s)", c->job->run_id,
 			 c->probe_rdzv ? ": another job's rendezvous store, another --rdzv-id, "
 					 "or a ddpstore serve that jobs share"
 				       : ", nor any ddprun job: a ddpstore serve, or another "
 					 "program's store");
-		port_in_use(c, msg, c->probe_rdzv);
+		port_in_use(c, msg, c->probe_rdzv && waiting);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
@@ -176,7 +184,7 @@ static void on_probe_runs(int status, size_t n, const void *const *vals, const s
 void coord_probe(struct coord *c)
 {
 	char k1[64], k2[64];
-	const char *keys[3] = {RDZV_KEY_ENDED, k1, k2}, *runs = RDZV_KEY_RUNS_N;
+	const char *keys[4] = {RDZV_KEY_ENDED, k1, k2, RDZV_KEY_CONFIG}, *runs = RDZV_KEY_RUNS_N;
 	int rc;
 
 	snprintf(k1, sizeof(k1), RDZV_KEY_ROUND_FMT RDZV_R_NODE, 0, 0);
@@ -186,7 +194,7 @@ void coord_probe(struct coord *c)
 	if (rc == 0)
 		rc = store_async_multi_get(c->A, &runs, 1, on_probe_runs, c);
 	if (store_async_set_prefix(c->A, c->prefix) != 0 || rc != 0 ||
-	    store_async_multi_get(c->A, keys, 3, on_probe, c) != 0)
+	    store_async_multi_get(c->A, keys, 4, on_probe, c) != 0)
 		port_in_use(c, "", false);
 }
 

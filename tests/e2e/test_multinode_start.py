@@ -144,31 +144,48 @@ def test_a_master_port_held_for_ipv4_by_another_process_is_in_use(reaper, tmp_pa
             "IPv4, the family of --master-addr 127.0.0.1") in a.stderr()
 
 
-@pytest.mark.parametrize("jobs_met", [False, True], ids=["bare-store", "jobs-met"])
-def test_a_master_port_held_by_a_store_without_this_node_0_is_said_so(reaper, tmp_path,
-                                                                       jobs_met):
+@pytest.mark.parametrize("held", ["bare-store", "jobs-met", "c10d-job", "node-1-waits"])
+def test_a_master_port_held_by_a_store_without_this_node_0_is_said_so(reaper, tmp_path, held):
     """A ddpstore serve with no job on it holds node 0's port: it said "the
     rendezvous store of another job" and wrote this run id's round 0 closed
     into it, so a later job of that id on the store would find it closed. It
-    says what it knows and writes nothing there; a store where ddprun jobs
-    met (ddprun/runs/n) is told, for this job's nodes that may wait there."""
+    says what it knows, and writes there only for this job's nodes that wait
+    there (a static job of this id wrote its settings): a store that jobs
+    share (ddprun/runs/n), even one where a c10d job of this id met, was
+    told too, and that job, or a later one, ended with "cannot listen"."""
     srv = Server(host=None)
     try:
-        if jobs_met:
+        node1 = None
+        if held != "bare-store":
             assert cli(srv.addr, "add", "ddprun/runs/n", "1").returncode == 0
+        if held == "c10d-job":
+            assert cli(srv.addr, "set", "ddprun/none/config",
+                       '{"backend":"c10d","nnodes":"1:2","max_restarts":0,"version":"0",'
+                       '"node_rank":-1,"host":"x"}').returncode == 0
+        if held == "node-1-waits":
+            node1 = Agent(reaper, tmp_path, "node1", node_args(2, 1, srv.port, 1, "true"))
+            wait_for(lambda: cli(srv.addr, "get", "ddprun/none/config").returncode == 0,
+                     what="node 1's settings in the store")
         a = Agent(reaper, tmp_path, "node0", node_args(2, 0, srv.port, 1, "true"))
         assert a.wait() == 1, a.stderr()
-        assert f"cannot listen on port {srv.port} for the rendezvous store" in a.stderr()
+        msg = f"cannot listen on port {srv.port} for the rendezvous store"
+        assert msg in a.stderr()
         assert "(by a store that holds no node 0 of --rdzv-id none" in a.stderr()
-        if jobs_met:
-            assert (": another job's rendezvous store, another --rdzv-id, or a ddpstore serve "
-                    "that jobs share)" in a.stderr())
-            assert cli(srv.addr, "get", "ddprun/none/r0/closed").stdout.startswith(b"error:")
-        else:
+        closed = cli(srv.addr, "get", "ddprun/none/r0/closed")
+        if held == "bare-store":
             assert (", nor any ddprun job: a ddpstore serve, or another program's store)"
                     in a.stderr())
             r = cli(srv.addr, "numkeys")
             assert r.returncode == 0 and r.stdout.strip() == b"0", r.stdout
+        else:
+            assert (": another job's rendezvous store, another --rdzv-id, or a ddpstore serve "
+                    "that jobs share)" in a.stderr())
+        if held == "node-1-waits":
+            assert closed.stdout.startswith(b"error:")
+            assert node1.wait() == 1, node1.stderr()
+            assert msg in node1.stderr()
+        elif held != "bare-store":
+            assert closed.returncode != 0 and closed.stdout == b"", closed
         assert "another job, another --rdzv-id" not in a.stderr()
     finally:
         assert srv.close() == 0
