@@ -58,3 +58,21 @@ def test_the_nproc_bound_of_the_man_page_is_the_one_ddprun_enforces():
     bound = re.search(r"expected an integer from 1 to (\d+)", r.stderr)
     assert bound, r.stderr
     assert f"Workers on this node (default 1, at most {bound.group(1)})." in rendered("ddprun.1")
+
+
+@pytest.mark.parametrize("page,dirs", [("ddprun.1", ["launcher", "rendezvous"]),
+                                       ("libddp.3", ["worker-runtime"])])
+def test_every_test_hook_the_code_reads_is_named_in_the_man_page(page, dirs):
+    """The shipped binaries read test hooks (getenv of DDPRUN_TEST_* and
+    DDP_TEST_*): each is named where a user reads the environment, with a
+    warning, not left for someone to find by chance."""
+    hooks = set()
+    for d in dirs:
+        for path in glob.glob(os.path.join(REPO, d, "**", "*.c"), recursive=True):
+            with open(path) as f:
+                hooks.update(re.findall(r'getenv\("((?:DDPRUN|DDP)_TEST_[A-Z_]+)"\)', f.read()))
+    assert hooks, dirs
+    text = rendered(page)
+    assert "never set them" in text
+    for h in sorted(hooks):
+        assert h in text, h
