@@ -189,7 +189,8 @@ UNIT_LIBS_worker-runtime := $(CUDA_LIBS)
 BIN_DDPRUN := $(if $(wildcard launcher/main.c),$(B)/bin/ddprun)
 BIN_DDPSTORE := $(if $(DDPSTORE_SRC),$(B)/bin/ddpstore)
 LIB_A := $(if $(DDP_SRC),$(B)/lib/libddp.a)
-LIB_SO := $(if $(DDP_SRC),$(B)/lib/libddp.so)
+LIB_SO := $(if $(DDP_SRC),$(B)/lib/libddp.so.0)
+LIB_SO_LINK := $(if $(DDP_SRC),$(B)/lib/libddp.so)
 BIN_TRAIN := $(if $(and $(wildcard examples/train.c),$(DDP_SRC)),$(B)/bin/train)
 BIN_TRAIN_CUDA := $(if $(and $(filter 1,$(CUDA_ON)),$(wildcard examples/train_cuda.cu),$(DDP_SRC)),$(B)/bin/train_cuda)
 UNIT_BIN := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(UNIT_SRC))
@@ -197,7 +198,7 @@ PROG_BIN := $(patsubst tests/progs/%.c,$(B)/tests/progs/%,$(PROG_SRC))
 BENCH_BIN := $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 PC_FILE := $(B)/lib/pkgconfig/ddp.pc
 
-TARGETS := $(BIN_DDPRUN) $(BIN_DDPSTORE) $(LIB_A) $(LIB_SO) $(BIN_TRAIN) $(BIN_TRAIN_CUDA) $(if $(LIB_A),$(PC_FILE))
+TARGETS := $(BIN_DDPRUN) $(BIN_DDPSTORE) $(LIB_A) $(LIB_SO) $(LIB_SO_LINK) $(BIN_TRAIN) $(BIN_TRAIN_CUDA) $(if $(LIB_A),$(PC_FILE))
 
 .PHONY: all run test test-unit test-e2e test-compat check-build bench lint format fuzz print-cflags print-libs \
 	install uninstall clean deps deps-test deps-bench
@@ -235,12 +236,22 @@ $(B)/lib/libddp.a: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makef
 			$(B)/obj/libddp-all.o $(B)/obj/libddp.o && \
 		ar rcs $@ $(B)/obj/libddp.o
 
-$(B)/lib/libddp.so: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makefile
+# build/lib is laid out as make install lays out LIBDIR: the file is named by
+# its soname, which is what a program linked with -lddp asks the loader for,
+# and libddp.so is only the link the linker's -lddp finds. With the file
+# under the link's name, a program linked against build/lib (with an rpath
+# there) found no libddp.so.0 at run time.
+$(B)/lib/libddp.so.0: $(DDP_OBJ) $(RDZV_CLIENT_OBJ) worker-runtime/libddp.map Makefile
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libddp.so.0 \
 		-Wl,--version-script=worker-runtime/libddp.map -o $@ $(filter %.o,$^) \
 		$(CUDA_LIBS) $(SYS_LIBS)
+
+# Renamed into place (a tree built before held a plain file here): a link
+# beside it (make install, tests run two) never finds no libddp.so.
+$(B)/lib/libddp.so: $(B)/lib/libddp.so.0
+	$(Q)ln -sfn libddp.so.0 $@.$$$$ && mv -Tf $@.$$$$ $@
 
 # Programs linked with libddp take the static archive, so they run from build/
 # without LD_LIBRARY_PATH. The test programs that call libddp's internals (the

@@ -225,6 +225,29 @@ def test_program_links_inside_the_source_tree_as_libddp_3_says(tmp_path):
     assert r.stdout.startswith("x=21.5 backend=cpu"), r.stdout
 
 
+def test_program_links_against_the_build_trees_shared_library(tmp_path):
+    """README: make builds libddp.{a,so} in build/lib. The .so there was the
+    file itself, with the soname libddp.so.0 that no file in build/lib had:
+    a program linked with -Lbuild/lib -lddp and an rpath there linked but
+    did not start ("libddp.so.0: cannot open shared object file", 127).
+    build/lib now holds what make install does: libddp.so.0 and the link."""
+    lib = os.path.join(BUILD, "lib")
+    src = tmp_path / "hello.c"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "hello"
+    r = run(["cc", "-std=gnu11", *san_flags(), str(src), "-o", str(exe),
+             f"-I{REPO}/worker-runtime/include", f"-L{lib}", "-lddp", f"-Wl,-rpath,{lib}"])
+    assert r.returncode == 0, r.stderr
+    assert "libddp.so.0" in run(["readelf", "-d", str(exe)]).stdout
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    env["DDP_QUIET"] = "1"
+    r = run([os.path.join(BUILD, "bin", "ddprun"), "--nproc-per-node=2", str(exe)], env=env,
+            timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("x=46 backend=cpu"), r.stdout
+    assert os.readlink(os.path.join(lib, "libddp.so")) == "libddp.so.0"
+
+
 def documented_pkg_config(destdir, tmp_path):
     """The environment of a shell in which a documented recipe's pkg-config
     finds the staged tree as if it were PREFIX (a wrapper ahead in PATH)."""
