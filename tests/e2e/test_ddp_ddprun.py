@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from conftest import binary, prog, run, wait_for
+from conftest import REPO, binary, prog, run, wait_for
 
 # One worker runs the whole module (tests/run.sh: --dist loadgroup): its
 # module-scoped fixture, once.
@@ -97,6 +97,26 @@ def test_the_report_names_the_rank_the_others_waited_for():
     for block in r.stderr.split("\n[")[1:]:
         if "rank      : 1 " in block:
             assert "note      : failed after the stop began" in block, r.stderr
+
+
+def test_a_rank_the_others_timed_out_on_is_not_told_they_exited():
+    """Rank 1 comes 4 s late to an all_reduce, DDP_TIMEOUT=2: rank 0 times
+    out waiting for it (-ETIMEDOUT), and rank 1 fails at once with rank 0's
+    reason and DDP_EPEER, whose text said "a peer rank exited or
+    disconnected" while rank 0 was alive. DDP_EPEER is another rank's
+    failure of any kind (libddp(3), ddp.h), and its text says so."""
+    r = ddprun(2, [prog("ddp_coll"), "late", "1:4"], env={"DDP_TIMEOUT": "2"}, timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert re.search(r"rank 0: late all_reduce: -110: all_reduce: timed out waiting for rank 1",
+                     r.stderr), r.stderr
+    assert ("rank 1: late all_reduce: -4007: all_reduce: rank 0 failed: all_reduce: "
+            "timed out waiting for rank 1") in r.stderr, r.stderr
+    text = re.search(r"rank 1: late all_reduce strerror: (.*)", r.stderr).group(1)
+    assert "exited or disconnected" not in text
+    assert text == "a peer rank failed (exited, disconnected or gave up on the call)"
+    hdr = open(os.path.join(REPO, "worker-runtime", "include", "ddp.h")).read()
+    doc = hdr[:hdr.index("DDP_EPEER = -4007")].rsplit("/*", 1)[1]
+    assert "gave up on the call" in doc, doc
 
 
 def test_fatal_error_reaches_the_failure_report():

@@ -723,6 +723,9 @@ static int run_late(struct ddp_ctx *ctx, const char *spec)
 	rc = ddp_all_reduce(ctx, buf, 1000, DDP_FLOAT32, DDP_SUM);
 	fprintf(stderr, "rank %d: late all_reduce: %d: %s\n", ddp_rank(ctx), rc,
 		rc < 0 ? ddp_errmsg() : "");
+	if (rc < 0) /* what a program that prints the code's text says */
+		fprintf(stderr, "rank %d: late all_reduce strerror: %s\n", ddp_rank(ctx),
+			ddp_strerror(rc));
 	return rc < 0 ? 3 : 0;
 }
 

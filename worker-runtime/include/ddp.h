@@ -65,9 +65,12 @@ enum {
 	DDP_ENCCL = -4004,     /* NCCL reported an error */
 	DDP_ECUDA = -4005,     /* the CUDA runtime reported an error */
 	DDP_ENOTREADY = -4006, /* ddp_reducer_finish: a parameter was never marked ready */
-	DDP_EPEER = -4007,     /* a peer rank exited or closed its connection */
-	DDP_ECHILD = -4008,    /* ddp_spawn: a child process failed */
-	DDP_EENV = -4009       /* inconsistent launcher environment (RANK, WORLD_SIZE, ...) */
+	/* Another rank's failure ended this call: that rank exited, closed its
+	 * connection, or gave up on the call (its timeout, an error of its own);
+	 * ddp_errmsg() names it and its reason. Not a sign that it is gone. */
+	DDP_EPEER = -4007,
+	DDP_ECHILD = -4008, /* ddp_spawn: a child process failed */
+	DDP_EENV = -4009    /* inconsistent launcher environment (RANK, WORLD_SIZE, ...) */
 };
 
 /* Text for any code returned by libddp (negative errno or DDP_E*). Static. */

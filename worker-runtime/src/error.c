@@ -52,7 +52,7 @@ const char *ddp_strerror(int err)
 	case DDP_ENOTREADY:
 		return "a parameter's gradient was never marked ready";
 	case DDP_EPEER:
-		return "a peer rank exited or disconnected";
+		return "a peer rank failed (exited, disconnected or gave up on the call)";
 	case DDP_ECHILD:
 		return "a spawned process failed";
 	case DDP_EENV:
