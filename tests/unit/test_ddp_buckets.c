@@ -179,6 +179,33 @@ static void test_finish_names_a_parameter_never_marked(void **state)
 	ddp_finalize(ctx);
 }
 
+/* ddp_reducer_set_sync(r, 2) returned 0 (taken for 1): the header defines
+ * 0 and 1 only, and every other option is checked. */
+static void test_sync_is_0_or_1(void **state)
+{
+	struct ddpi_backend_ops ops;
+	struct ddp_ctx *ctx = recording_ctx(&ops);
+	static float x[8];
+	struct ddp_param p[] = {{"x", x, 8, DDP_FLOAT32}};
+	struct ddp_reducer *r;
+
+	assert_int_equal(ddp_reducer_create(ctx, p, 1, NULL, &r), 0);
+	assert_int_equal(ddp_reducer_set_sync(r, 0), 0);
+	assert_int_equal(ddp_reducer_set_sync(r, 2), -EINVAL);
+	assert_non_null(strstr(ddp_errmsg(), "sync must be 0 (no_sync) or 1, not 2"));
+	assert_int_equal(ddp_reducer_set_sync(r, -1), -EINVAL);
+	/* refused: the setting is still no_sync */
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(ddp_reducer_finish(r), 0);
+	assert_int_equal(nlaunched, 0);
+	assert_int_equal(ddp_reducer_set_sync(r, 1), 0);
+	assert_int_equal(ddp_reducer_mark_ready(r, 0), 0);
+	assert_int_equal(nlaunched, 1);
+	assert_int_equal(ddp_reducer_finish(r), 0);
+	ddp_reducer_destroy(r);
+	ddp_finalize(ctx);
+}
+
 static void test_no_sync_skips_communication(void **state)
 {
 	struct ddpi_backend_ops ops;
@@ -293,6 +320,7 @@ int main(void)
 		cmocka_unit_test(test_bad_parameters_are_refused),
 		cmocka_unit_test(test_buckets_launch_in_order_when_complete),
 		cmocka_unit_test(test_finish_names_a_parameter_never_marked),
+		cmocka_unit_test(test_sync_is_0_or_1),
 		cmocka_unit_test(test_no_sync_skips_communication),
 		cmocka_unit_test(test_grads_are_zeroed_views_of_buckets),
 		cmocka_unit_test(test_sync_switches_only_between_iterations),

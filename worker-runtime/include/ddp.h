@@ -329,8 +329,9 @@ int ddp_reducer_finish(struct ddp_reducer *r);
 
 /* no_sync: with sync == 0, mark_ready and finish only do the bookkeeping and
  * gradients accumulate locally (the caller adds into them); the first
- * iteration with sync == 1 reduces the accumulated sums. Between iterations
- * only: a change is -EBUSY once a gradient of this iteration was marked ready. */
+ * iteration with sync == 1 reduces the accumulated sums. Any other value is
+ * -EINVAL. Between iterations only: a change is -EBUSY once a gradient of this
+ * iteration was marked ready. */
 int ddp_reducer_set_sync(struct ddp_reducer *r, int sync);
 
 /* Introspection: number of buckets; bucket b's size in bytes and parameter

@@ -479,14 +479,18 @@ int ddp_reducer_set_sync(struct ddp_reducer *r, int sync)
 
 	if ((rc = detached(r)) < 0)
 		return rc;
+	/* Checked as every other option is: a 2 taken for "on" would make a
+	 * value the header never defined mean something. */
+	if (sync != 0 && sync != 1)
+		return ddpi_err(-EINVAL, "reducer: sync must be 0 (no_sync) or 1, not %d", sync);
 	/* Not once a gradient was marked: buckets completed while sync was off
 	 * were never launched, and finish would leave them unreduced. */
-	if (r->marked > 0 && !!sync != r->sync)
+	if (r->marked > 0 && sync != r->sync)
 		return ddpi_err(-EBUSY,
 				"reducer: cannot change sync in the middle of an iteration (%zu "
 				"of %zu gradients marked ready; call ddp_reducer_finish first)",
 				r->marked, r->nparams);
-	r->sync = !!sync;
+	r->sync = sync;
 	return 0;
 }
 
