@@ -368,7 +368,10 @@ void ddp_sampler_set_epoch(struct ddp_sampler *s, uint64_t epoch);
 /* Writes this rank's num_samples indices for the current epoch into out: the
  * same as list(iter(sampler)) in PyTorch (randperm from a mt19937 seeded with
  * seed + epoch when shuffling; padding by repeating from the start, or
- * truncation with drop_last). Needs dataset_len * 8 bytes of temporary memory. */
+ * truncation with drop_last). seed + epoch wraps modulo 2^64: a negative
+ * PyTorch seed passed as its two's complement draws as PyTorch's; a sum
+ * past 2^64 - 1, which PyTorch refuses (overflow), shuffles here. Needs
+ * dataset_len * 8 bytes of temporary memory. */
 int ddp_sampler_indices(const struct ddp_sampler *s, uint64_t *out);
 
 /* torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on the CPU
