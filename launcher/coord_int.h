@@ -111,6 +111,7 @@ struct coord {
 	int nnodes;		 /* participants of the round */
 	int *arrivals;		 /* dynamic: their arrival numbers, by rank */
 	int64_t last_call_ms;	 /* dynamic: when this node's last call ends (0: none this round) */
+	bool last_call_over;	 /* dynamic: it ended (or join_timeout, with enough nodes) */
 	struct coord_rejoin rj;	 /* dynamic: ... and the round before's nodes (coord_rejoin.c) */
 	struct rdzv_node *nodes; /* their descriptors, by rank */
 	struct rdzv_end end;
@@ -246,6 +247,8 @@ void coord_rejoin_arrived(struct coord *c);
 void coord_rejoin_await(struct coord *c, void (*then)(struct coord *c));
 /* A new round's join: no wait from the last one. */
 void coord_rejoin_reset(struct coord *c);
+/* The arrival number a from/ value says its node came as (0: none yet). */
+int coord_rejoin_came(const void *val, size_t len);
 
 /* coord_watch.c */
 /* Say who joined every COORD_WATCH_MS while the round is open. */

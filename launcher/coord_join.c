@@ -278,19 +278,38 @@ void coord_publish_error(struct coord *c, int status, bool must_fail, const char
 
 /* ---- dynamic: closing without the nodes that left ------------------------------ */
 
-/* The first MAX arrivals that have not left (gone/<i> absent) take part:
- * close with them if there are MAX, or (last call) at least MIN. The wait
- * for closed that is parked on W sees it; the first closer wins. */
-static void close_live(struct coord *c, size_t n, const size_t *lens, bool last_call)
+/* The arrivals that have not left (gone/<i> absent) take part, the nodes
+ * of the round before first (from/, as they said when they came: one whose
+ * workers stopped slowly keeps its place before nodes that came meanwhile),
+ * then the others by arrival, MAX at most: close with them if there are
+ * MAX, or (last call) at least MIN. Ranks follow arrivals. The wait for
+ * closed that is parked on W sees it; the first closer wins. vals: gone/
+ * of the n arrivals, then nfrom from/ values. */
+static void close_live(struct coord *c, size_t n, size_t nfrom, const void *const *vals,
+		       const size_t *lens, bool last_call)
 {
 	int max = c->job->max_nodes, live = 0, *arr = malloc((size_t)max * sizeof(*arr));
-	char key[64], *v;
+	char *take = calloc(n + 1, 2), *first, key[64], *v;
 	size_t i;
+	int pass;
 
-	if (arr == NULL)
-		return;
-	for (i = 0; i < n && live < max; i++)
-		if (lens[i] == 0)
+	if (arr == NULL || take == NULL)
+		goto out;
+	first = take + n + 1; /* the round before's nodes */
+	for (i = 0; i < nfrom; i++) {
+		int k = coord_rejoin_came(vals[n + i], lens[n + i]);
+
+		if (k >= 1 && (size_t)k <= n)
+			first[k - 1] = 1;
+	}
+	for (pass = 1; pass >= 0; pass--)
+		for (i = 0; i < n && live < max; i++)
+			if (lens[i] == 0 && first[i] == pass && !take[i]) {
+				take[i] = 1;
+				live++;
+			}
+	for (i = 0, live = 0; i < n; i++)
+		if (take[i])
 			arr[live++] = (int)i + 1;
 	if (live >= max || (last_call && live >= c->job->min_nodes)) {
 		v = rdzv_closed_encode(arr, live);
@@ -299,37 +318,60 @@ static void close_live(struct coord *c, size_t n, const size_t *lens, bool last_
 						"", 0, v, strlen(v), NULL, NULL);
 		free(v);
 	}
+out:
 	free(arr);
+	free(take);
 }
 
-static void on_gone_full(int status, size_t n, const void *const *vals, const size_t *lens,
-			 void *arg)
-{
-	struct coord *c = arg;
+/* One read of the gone/ and from/ keys (read_gone). */
+struct gone_read {
+	struct coord *c;
+	size_t nfrom;
+	bool last_call;
+};
 
-	if (status == 0 && c->phase == CP_JOIN)
-		close_live(c, n, lens, false);
+static void on_gone(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
+{
+	struct gone_read *g = arg;
+	struct coord *c = g->c;
+
+	if (status == 0 && c->phase == CP_JOIN && n > g->nfrom)
+		close_live(c, n - g->nfrom, g->nfrom, vals, lens, g->last_call);
+	free(g);
 }
 
-static void on_gone_last(int status, size_t n, const void *const *vals, const size_t *lens,
-			 void *arg)
+/* gone/0..n-1, then the round before's from/ (coord_rejoin.c): close. */
+static void read_gone(struct coord *c, int64_t n, bool last_call)
 {
-	struct coord *c = arg;
-
-	if (status == 0 && c->phase == CP_JOIN)
-		close_live(c, n, lens, true);
-}
-
-static void read_gone(struct coord *c, int64_t n, store_async_multi_cb cb)
-{
-	const char **keys;
+	size_t nfrom = c->rj.n > 0 ? (size_t)c->rj.n : 0, i;
+	const char **gone, **from = NULL, **keys;
+	struct gone_read *g;
 
 	if (n < 1)
 		return;
-	keys = coord_keys(c, NULL, (size_t)n, RDZV_R_GONE);
-	if (keys == NULL || store_async_multi_get(c->A, keys, (size_t)n, cb, c) != 0)
+	gone = coord_keys(c, NULL, (size_t)n, RDZV_R_GONE);
+	if (nfrom > 0)
+		from = coord_keys(c, NULL, nfrom, RDZV_R_FROM);
+	keys = malloc(((size_t)n + nfrom) * sizeof(*keys));
+	g = malloc(sizeof(*g));
+	if (gone == NULL || (nfrom > 0 && from == NULL) || keys == NULL || g == NULL) {
+		free(g);
 		coord_fail(c, 1, "error: out of memory");
+		goto out;
+	}
+	for (i = 0; i < (size_t)n; i++)
+		keys[i] = gone[i];
+	for (i = 0; i < nfrom; i++)
+		keys[n + i] = from[i];
+	*g = (struct gone_read){.c = c, .nfrom = nfrom, .last_call = last_call};
+	if (store_async_multi_get(c->A, keys, (size_t)n + nfrom, on_gone, g) != 0) {
+		free(g);
+		coord_fail(c, 1, "error: out of memory");
+	}
+out:
 	free(keys);
+	free(gone);
+	free(from);
 }
 
 static void on_count_full(int status, int64_t n, void *arg)
@@ -337,7 +379,7 @@ static void on_count_full(int status, int64_t n, void *arg)
 	struct coord *c = arg;
 
 	if (status == 0 && c->phase == CP_JOIN)
-		read_gone(c, n, on_gone_full);
+		read_gone(c, n, false);
 }
 
 /* The last call is over: close with the nodes that came and stayed. */
@@ -346,7 +388,7 @@ static void on_last_count(int status, int64_t n, void *arg)
 	struct coord *c = arg;
 
 	if (status == 0 && c->phase == CP_JOIN)
-		read_gone(c, n, on_gone_last);
+		read_gone(c, n, true);
 }
 
 static void close_check(struct coord *c, bool last_call)
@@ -355,6 +397,13 @@ static void close_check(struct coord *c, bool last_call)
 
 	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_COUNT), 0,
 			last_call ? on_last_count : on_count_full, c);
+}
+
+/* Full, or the last call over (this node's, or join_timeout with enough
+ * nodes): close once the round before's nodes came (coord_rejoin.c). */
+static void close_now(struct coord *c)
+{
+	close_check(c, c->last_call_over);
 }
 
 /* join_timeout passed without the round closing: name who came (and who
@@ -367,8 +416,10 @@ static void on_timeout_survey(struct coord *c)
 		return;
 	if (c->job->dynamic && c->sv.joined >= c->job->min_nodes) {
 		/* Enough nodes after all (no last call ran here): close with
-		 * those that stayed, wait again. */
-		close_check(c, true);
+		 * those that stayed, once the round before's came, and wait
+		 * again. */
+		c->last_call_over = true;
+		coord_rejoin_await(c, close_now);
 		wait_closed(c);
 		return;
 	}
@@ -521,17 +572,14 @@ static void static_claim(struct coord *c)
 
 /* ---- dynamic ----------------------------------------------------------------------------- */
 
-static void close_last(struct coord *c)
-{
-	close_check(c, true);
-}
-
 static void on_last_call(uv_timer_t *t)
 {
 	struct coord *c = t->data;
 
-	if (c->phase == CP_JOIN)
-		coord_rejoin_await(c, close_last);
+	if (c->phase != CP_JOIN)
+		return;
+	c->last_call_over = true;
+	coord_rejoin_await(c, close_now);
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
@@ -573,8 +621,8 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_NODE, (int)k - 1), v, strlen(v),
 			NULL, NULL);
 	free(v);
-	if (k >= c->job->max_nodes) /* full, unless some left */
-		close_check(c, false);
+	if (k >= c->job->max_nodes) /* full, unless some left: once the round before's came */
+		coord_rejoin_await(c, close_now);
 	if (k >= c->job->min_nodes) {
 		c->last_call_ms = util_now_ms() + c->conf->last_call_timeout_ms;
 		uv_timer_start(&c->timer, on_last_call, (uint64_t)c->conf->last_call_timeout_ms, 0);
@@ -766,6 +814,7 @@ void coord_join(struct coord *c)
 	c->pub_must_fail = false;
 	c->k = 0;
 	c->last_call_ms = 0; /* a new round's: none yet (coord_watch.c says so) */
+	c->last_call_over = false;
 	coord_rejoin_reset(c);
 	c->rank = c->job->dynamic ? -1 : c->job->node_rank;
 	c->nnodes = c->job->dynamic ? 0 : c->job->max_nodes;

@@ -59,15 +59,17 @@ static int watch_round(const struct coord *c)
 
 /* The key this node's heartbeat goes to now (false: none): its own in the
  * round watched; a dynamic node moving to the next round (its workers
- * stopping), that round's from/<its rank in the last> (coord_rejoin.c). */
+ * stopping, then counting in), that round's from/<its rank in the last>
+ * (coord_rejoin.c). */
 static bool beat_key(const struct coord *c, char *key, size_t len)
 {
 	int r;
 
-	if (c->job->dynamic && c->phase == CP_MOVE) {
+	if (c->job->dynamic && (c->phase == CP_MOVE || c->phase == CP_JOIN)) {
 		if (c->rj.prev_rank < 0)
 			return false;
-		snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_FROM, c->next_round, c->rj.prev_rank);
+		snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_FROM,
+			 c->phase == CP_MOVE ? c->next_round : c->round, c->rj.prev_rank);
 		return true;
 	}
 	r = c->phase == CP_RUN && c->at_barrier ? -1 : watch_round(c);

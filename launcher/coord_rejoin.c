@@ -8,13 +8,16 @@
  * join), so it closed before they came: they found it closed without them,
  * waited as late nodes, made it rejoin, and the two groups took turns for
  * ever. torchrun's rendezvous does not start a round until every
- * participant of the last has left it. Here the last call, once over,
- * waits for each node R of the round before until r<r>/from/<R> says that
+ * participant of the last has left it. Here the round, once its last call
+ * is over, it is full or join_timeout passed (coord_join.c), waits for
+ * each node R of the round before until r<r>/from/<R> says that
  * it came ("in:") or went ("gone:", its connection's ON_CLOSE_SET while it
  * moved), or until its beats there have not moved for heartbeat_timeout
  * (or never came: a node lost with the last round, an older build), or at
  * most --shutdown-timeout plus COORD_LEAVE_MS (workers that will not
- * stop). The node the round's end names lost is not waited for. */
+ * stop). The node the round's end names lost is not waited for. The
+ * nodes that came take part first (close_live), so that a full round does
+ * not leave out one that ran the job for nodes that came meanwhile. */
 #include "coord_int.h"
 
 #include <stdio.h>
@@ -50,6 +53,19 @@ void coord_rejoin_arrived(struct coord *c)
 	store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_FROM, c->rj.prev_rank), v,
 			strlen(v), NULL, NULL);
 	c->rj.prev_rank = -1;
+}
+
+int coord_rejoin_came(const void *val, size_t len)
+{
+	char v[24];
+	int k;
+
+	if (len <= strlen(FROM_IN) || len >= sizeof(v) ||
+	    memcmp(val, FROM_IN, strlen(FROM_IN)) != 0)
+		return 0;
+	memcpy(v, val, len);
+	v[len] = '\0';
+	return util_parse_int(v + strlen(FROM_IN), 1, 1 << 30, &k) == 0 ? k : 0;
 }
 
 void coord_rejoin_reset(struct coord *c)

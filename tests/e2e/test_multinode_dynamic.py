@@ -111,6 +111,53 @@ def test_a_restart_waits_for_the_node_whose_workers_stop_slowly(reaper, tmp_path
     assert sorted(read_envs(out)) == [(2, 0, 0), (2, 0, 1), (2, 1, 0), (2, 1, 1)]
 
 
+def test_a_join_timeout_shorter_than_the_workers_stop_does_not_close_without_them(reaper,
+                                                                                  tmp_path):
+    """join_timeout (2 s) ends the late node's wait in round 1 while the
+    running nodes' workers still stop (4 s): it closed the round alone
+    there, skipping the wait for them that its last call has, and the two
+    groups took turns for ever (found by a review of that wait)."""
+    out, env = setup_out(tmp_path)
+    ep = f"127.0.0.1:{free_port()}"
+    script = REC + ('[ "$WORLD_SIZE" = 3 ] && exit 0; trap "sleep 4; exit 0" TERM; '
+                    'sleep 60 & wait')
+    conf = FAST.replace("join_timeout=30", "join_timeout=2") + ",last_call_timeout=1"
+    first = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "1:3", 1, script, conf=conf, env=env,
+                       extra=["--shutdown-timeout", "20"]) for i in range(2)]
+    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
+    late = dyn_agent(reaper, tmp_path, "late", ep, "1:3", 1, script, conf=conf, env=env,
+                     extra=["--shutdown-timeout", "20"])
+    for a in [*first, late]:
+        assert a.wait(timeout=60) == 0, a.stderr()
+    assert sorted(read_envs(out)) == [(2, 0, 0), (2, 1, 0), (3, 0, 0), (3, 1, 0), (3, 2, 0)]
+
+
+def test_nodes_that_fill_a_rejoin_round_leave_the_running_nodes_their_places(reaper,
+                                                                              tmp_path):
+    """--nnodes 1:3 runs with two nodes; two more come at once, room for
+    one. They reached round 1 first (nothing to stop) and filled it with the
+    faster of the running nodes, so the slower one, which had run the job,
+    was left out as a spare. The nodes of the round before now go first;
+    one of the newcomers is the spare (and, the job done without it, ends
+    with 1, as the man page says of a spare)."""
+    out, env = setup_out(tmp_path)
+    ep = f"127.0.0.1:{free_port()}"
+    script = REC + ('[ "$WORLD_SIZE" = 3 ] && exit 0; '
+                    'trap "[ $NODE = a1 ] && sleep 4; exit 0" TERM; sleep 60 & wait')
+    conf = FAST + ",last_call_timeout=1"
+    agents = {n: dyn_agent(reaper, tmp_path, n, ep, "1:3", 1, script, conf=conf,
+                           env=dict(env, NODE=n)) for n in ("a0", "a1")}
+    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
+    agents.update({n: dyn_agent(reaper, tmp_path, n, ep, "1:3", 1, script, conf=conf,
+                                env=dict(env, NODE=n)) for n in ("late0", "late1")})
+    rcs = {n: a.wait(timeout=60) for n, a in agents.items()}
+    in3 = sorted(e["NODE"] for k, e in read_envs(out).items() if k[0] == 3)
+    assert len(in3) == 3 and "a0" in in3 and "a1" in in3, (in3, rcs)
+    spare = ({"late0", "late1"} - set(in3)).pop()
+    assert rcs == {n: 1 if n == spare else 0 for n in agents}, rcs
+    assert "round 1 is full" in agents[spare].stderr()
+
+
 def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
     """Only the first of two nodes lost together is named by the round's
     end; the other never comes to round 1 (nor says so), and the survivors'
