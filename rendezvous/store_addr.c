@@ -103,3 +103,15 @@ bool store_sock_is_self(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_LINGER, &now, sizeof(now));
 	return true;
 }
+
+bool store_addr_is_loopback(const char *addr)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (inet_pton(AF_INET, addr, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, addr, &a6) != 1)
+		return false;
+	return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+}

@@ -23,6 +23,10 @@ struct addrinfo;
  * with_port. 0 or a negative errno. */
 int store_addr_format(const struct sockaddr *sa, bool with_port, char *buf, size_t len);
 
+/* Whether numeric address text (store_addr_format's) is a loopback one:
+ * 127.0.0.0/8, ::1, or 127.x mapped into IPv6. */
+bool store_addr_is_loopback(const char *addr);
+
 /* getaddrinfo for TCP with a numeric port; passive for binding. Returns 0 or
  * -EHOSTUNREACH (name does not resolve; text via gai in *gai_err if not NULL). */
 int store_addr_resolve(const char *host, int port, bool passive, struct addrinfo **out,

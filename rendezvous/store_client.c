@@ -292,3 +292,13 @@ int store_client_local_addr(const struct store_client *c, char *buf, size_t len)
 		return -errno;
 	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
 }
+
+int store_client_peer_addr(const struct store_client *c, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0)
+		return -errno;
+	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+}

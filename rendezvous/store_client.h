@@ -52,6 +52,8 @@ int store_client_set_prefix(struct store_client *c, const char *prefix);
 
 /* Local address of the connection (numeric, no brackets), for MASTER_ADDR. */
 int store_client_local_addr(const struct store_client *c, char *buf, size_t len);
+/* The store's address as this connection reaches it (numeric, no brackets). */
+int store_client_peer_addr(const struct store_client *c, char *buf, size_t len);
 
 int store_client_set(struct store_client *c, const char *key, const void *val, size_t len);
 /* Waits (up to the operation timeout) until key exists, then returns its value

@@ -145,3 +145,26 @@ def test_a_node_cut_off_between_attempts_is_lost(reaper, tmp_path, two_hosts):
     assert agents[1].wait() == 75, agents[1].stderr()
     assert "no reply from the rendezvous store" in agents[1].stderr()
     assert_all_dead(worker_pids(out))
+
+
+def test_libddp_across_hosts_where_node_0_reaches_its_store_on_loopback(reaper, tmp_path,
+                                                                          two_hosts):
+    """Node 0 names its own store 127.0.0.1 (as Debian's 127.0.1.1 line for
+    the host's name makes it, or --master-addr localhost there): its node
+    leader listened for the TCP ring on the address it reached the store
+    from, loopback, which node 1 cannot reach, and the job sat silent until
+    DDP_TIMEOUT (600 s by default). It listens on every address, and node 1
+    connects where it reaches the store."""
+    ns, addrs = two_hosts
+    port = free_port()
+    agents = []
+    for i in (0, 1):
+        args = ["--nnodes", "2", "--node-rank", str(i), "--master-addr",
+                "127.0.0.1" if i == 0 else addrs[0], "--master-port", str(port),
+                "--nproc-per-node", "2", binary("train"), "--check-sync"]
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args,
+                            env=clean_env(DDP_TIMEOUT="20"), prefix=enter(ns[i])))
+    for a in agents:
+        assert a.wait(timeout=90) == 0, a.stdout() + a.stderr()
+    assert "parameters identical on all 4 rank(s) after every step" in agents[0].stdout()
+

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "store_addr.h"
 #include "store_lookup.h"
 
 struct got {
@@ -47,6 +48,25 @@ static void run(uv_loop_t *loop)
 	uv_run(loop, UV_RUN_DEFAULT);
 	uv_close((uv_handle_t *)&wd, NULL);
 	uv_run(loop, UV_RUN_DEFAULT);
+}
+
+/* libddp's ring listens on every address where a node reaches its store
+ * on one of these (tcp_setup.c). */
+static void test_loopback_addresses_are_told_apart(void **state)
+{
+	(void)state;
+	assert_true(store_addr_is_loopback("127.0.0.1"));
+	assert_true(store_addr_is_loopback("127.0.1.1"));
+	assert_true(store_addr_is_loopback("127.255.255.254"));
+	assert_true(store_addr_is_loopback("::1"));
+	assert_true(store_addr_is_loopback("::ffff:127.0.1.1"));
+	assert_false(store_addr_is_loopback("128.0.0.1"));
+	assert_false(store_addr_is_loopback("10.0.0.127"));
+	assert_false(store_addr_is_loopback("::ffff:10.1.2.3"));
+	assert_false(store_addr_is_loopback("::2"));
+	assert_false(store_addr_is_loopback("fe80::1"));
+	assert_false(store_addr_is_loopback("localhost"));
+	assert_false(store_addr_is_loopback(""));
 }
 
 static void test_an_address_is_answered_from_the_loop(void **state)
@@ -150,6 +170,7 @@ static void test_a_host_name_too_long_is_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_loopback_addresses_are_told_apart),
 		cmocka_unit_test(test_an_address_is_answered_from_the_loop),
 		cmocka_unit_test(test_a_name_is_answered_each_address_once),
 		cmocka_unit_test(test_a_name_that_cannot_resolve_gives_the_reason),

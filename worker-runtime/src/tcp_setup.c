@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "store_addr.h"
 #include "store_client.h"
 #include "tcp_int.h"
 #include "util.h"
@@ -300,6 +301,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	char myaddr[128], key[32], *entry = NULL, rightaddr[128];
 	int lfd = -1, port = 0, right_port = 0, rc = -ENOMEM;
 	size_t elen = 0;
+	bool lo;
 
 	if (!t)
 		return ddpi_err(rc, "tcp: out of memory");
@@ -320,12 +322,21 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	for (int r = 0; r < env->world; r++)
 		t->node_of[r] = -1;
 
-	/* Listen where this host reaches the store: the other nodes can reach it too. */
+	/* Listen where this host reaches the store: the other nodes can reach
+	 * it too. Not where that is a loopback address (the store's own host,
+	 * whose name it resolves to 127.0.1.1 as Debian's /etc/hosts has it,
+	 * or --master-addr localhost there): there on every address of its
+	 * family, and the others connect where they reach the store (below).
+	 * The right neighbour waited DDP_TIMEOUT for a connection that could
+	 * not come. One host (every node on loopback) stays on loopback. */
 	if ((rc = store_client_local_addr(sc, myaddr, sizeof(myaddr))) < 0) {
 		rc = ddpi_err(rc, "store: %s", store_strerror(rc));
 		goto fail;
 	}
-	if ((rc = listen_on(myaddr, &lfd, &port)) < 0)
+	lo = store_addr_is_loopback(myaddr);
+	if ((rc = listen_on(lo && env->nnodes > 1 ? (strchr(myaddr, ':') ? "::" : "0.0.0.0")
+						  : myaddr,
+			    &lfd, &port)) < 0)
 		goto fail;
 
 	/* Publish this node's address and ranks, then read everyone's. */
@@ -365,6 +376,10 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		if (rc == 0 && g == (t->me + 1) % t->nnodes) {
 			snprintf(rightaddr, sizeof(rightaddr), "%s", a);
 			right_port = p;
+			/* A loopback address from another host: the store's (above). */
+			if (store_addr_is_loopback(a) && !lo &&
+			    store_client_peer_addr(sc, rightaddr, sizeof(rightaddr)) < 0)
+				snprintf(rightaddr, sizeof(rightaddr), "%s", a);
 		}
 		free(v);
 		if (rc < 0)
