@@ -204,6 +204,7 @@ void coord_round_start(struct coord *c)
 	c->phase = CP_RUN;
 	c->in_round = true;
 	c->end_known = false;
+	c->report_missing = 0;
 	c->at_barrier = false;
 	{ /* a participant now: its death ends the round */
 		char why[RDZV_WHY_MAX + 32];

@@ -122,7 +122,8 @@ struct coord {
 	int pub_status;		    /* coord_publish_error in flight */
 	bool pub_must_fail;
 	char pub_msg[600];
-	int status; /* ddprun's exit status once decided */
+	int status;	    /* ddprun's exit status once decided */
+	int report_missing; /* nodes whose failure list did not come in time (coord_report.c) */
 	bool signal_seen;
 	/* heartbeats and the store host's watch */
 	uv_timer_t hb_timer;

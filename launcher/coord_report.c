@@ -309,6 +309,7 @@ static void on_collected(int status, size_t n, const void *const *vals, const si
 			add_mine(c, &e, &ne);
 		} else if (!lost_node(c, i) && add_entries(vals[i], lens[i], &e, &ne) != 0) {
 			missing = true; /* it never told (or not in time) */
+			c->report_missing++;
 			if (at < sizeof(who) - 16)
 				at += (size_t)snprintf(who + at, sizeof(who) - at, "%s%zu",
 						       at ? ", " : "", i);

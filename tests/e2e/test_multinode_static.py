@@ -353,6 +353,30 @@ def test_a_silent_node_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
     assert_all_dead(pids)
 
 
+def test_the_store_host_does_not_wait_to_see_leave_a_node_whose_list_never_came(reaper,
+                                                                                 tmp_path):
+    """Two nodes go silent at once (SIGSTOP: their connections stay open, as
+    under a cut cable). The round's end names one lost; node 0 waits the
+    report's time for the other's failure list (--shutdown-timeout plus 5
+    s), which never comes, and then it waited its linger and
+    --shutdown-timeout again for that node to leave the store (81 s in all
+    at the defaults, found by a Slurm user's review)."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1, 1], RECORD + "exec sleep 60",
+                                extra=["--rdzv-conf", FAST, "--shutdown-timeout", "3"])
+    wait_workers(out, 3)
+    try:
+        agents[1].signal(signal.SIGSTOP)
+        agents[2].signal(signal.SIGSTOP)
+        assert agents[0].wait() == 75, agents[0].stderr()
+        err = agents[0].stderr()
+        assert "lost (no heartbeat from host" in err, err
+        assert "no readable failure list from node" in err, err
+        assert "for every node to leave the rendezvous store" not in err, err
+    finally:
+        stop_process(agents[1].p)
+        stop_process(agents[2].p)
+
+
 # Round 0: rank 0 fails once all three run; the other workers ignore
 # SIGTERM, so their nodes take --shutdown-timeout (5 s) to stop them before
 # round 1 (which never comes: a node is lost meanwhile).
