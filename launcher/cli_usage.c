@@ -43,7 +43,8 @@ void cli_usage(FILE *f)
 	fprintf(f, "  --rdzv-endpoint HOST[:PORT]  c10d: the store (port %d)\n", CLI_RDZV_PORT);
 	fputs("  --rdzv-id ID               run id; jobs on one store stay apart (none; one\n"
 	      "                             static node without --master-port, or\n"
-	      "                             --standalone: a random uuid4; Slurm: JOB.STEP)\n"
+	      "                             --standalone: a random uuid4; Slurm: JOB.STEP,\n"
+	      "                             JOB.STEP.rN once requeued N times)\n"
 	      "  --rdzv-conf K=V,...        join_timeout, last_call_timeout, heartbeat_timeout,\n"
 	      "                             keep_alive_interval, exit_barrier_timeout, is_host\n"
 	      "                             (other keys: passed over with a warning)\n"

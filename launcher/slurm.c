@@ -312,6 +312,22 @@ static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char 
 	return 0;
 }
 
+/* A requeued job keeps its id and numbers its steps from 0 again: its run id
+ * would be the failed run's, which a long-lived store (ddpstore serve)
+ * refuses. SLURM_RESTART_COUNT (absent or 0 the first time) tells the runs
+ * apart; the first keeps JOB.STEP. */
+static void append_restart(const char *(*getenv_fn)(const char *), char *run_id, size_t len)
+{
+	const char *v = getenv_fn("SLURM_RESTART_COUNT");
+	size_t used = strlen(run_id);
+	int n;
+
+	if (v == NULL || *v == '\0' || (util_parse_int(v, 0, 1 << 30, &n) == 0 && n == 0))
+		return;
+	/* Not a number: still another run, so still another id. */
+	snprintf(run_id + used, len - used, ".r%.20s", v);
+}
+
 const char *slurm_step_id(const char *(*getenv_fn)(const char *name))
 {
 	const char *v = getenv_fn("SLURM_STEP_ID");
@@ -358,6 +374,7 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 			 slurm_step_id(getenv_fn));
 	else
 		snprintf(info->run_id, sizeof(info->run_id), "%s", info->job_id);
+	append_restart(getenv_fn, info->run_id, sizeof(info->run_id));
 
 	rc = 0;
 	if (need & SLURM_NEED_NNODES)

@@ -33,8 +33,9 @@ struct slurm_info {
 	char master[SLURM_MAX_HOSTNAME + 1]; /* first host of the step's node list */
 	const char *master_var;		     /* the variable it came from */
 	char job_id[64];
-	/* SLURM_JOB_ID, then ".SLURM_STEP_ID" under srun: the same on every node of
-	 * a step, and another for every job and step (a default run id). */
+	/* SLURM_JOB_ID, then ".SLURM_STEP_ID" under srun, then ".rN" in a job
+	 * requeued N times (SLURM_RESTART_COUNT): the same on every node of a
+	 * step, and another for every job, step and requeue (a default run id). */
 	char run_id[136];
 	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
 	 * set anyway (worth a warning: it is not used), or NULL. */

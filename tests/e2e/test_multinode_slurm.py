@@ -5,7 +5,7 @@ agents with synthetic Slurm environments form one job."""
 import pytest
 
 from conftest import free_port
-from mnutil import Agent, clean_env, read_envs, record
+from mnutil import Agent, clean_env, read_envs, record, serve_store
 
 
 def test_two_slurm_tasks_form_one_job(reaper, tmp_path):
@@ -141,3 +141,24 @@ def test_nnodes_below_the_steps_nodes_refused_on_every_node(reaper, tmp_path):
     assert ("--nnodes 2 is below the 3 nodes of this srun step (SLURM_NNODES), whose node "
             "ranks come from SLURM_NODEID: run srun --nodes=2, or leave --nnodes out"
             ) in a.stderr()
+
+
+def test_a_requeued_job_gets_a_run_id_of_its_own(reaper, tmp_path):
+    """A requeued job keeps SLURM_JOB_ID and numbers its steps from 0 again:
+    the default run id JOB.STEP repeated the failed run's, and a long-lived
+    store (ddpstore serve) refused it ("is taken"), so the requeue failed on
+    every node. SLURM_RESTART_COUNT (absent or 0 the first time) tells the
+    runs apart; the first keeps JOB.STEP."""
+    port = serve_store(reaper)
+    args = ["--nnodes", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+            "sh", "-c", 'echo "$TORCHELASTIC_RUN_ID"; exit "$CODE"']
+    env = clean_env(SLURM_JOB_ID="5", SLURM_STEP_ID="0", SLURM_NNODES="1", SLURM_NODEID="0",
+                    SLURM_JOB_NODELIST="localhost", CODE="1")
+    a = Agent(reaper, tmp_path, "first", args, env=env)
+    assert a.wait() == 1, a.stderr()
+    assert a.stdout() == "5.0\n"
+    env.update(SLURM_RESTART_COUNT="1", CODE="0")
+    a = Agent(reaper, tmp_path, "requeued", args, env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout() == "5.0.r1\n"
+    assert "ddprun: from Slurm: --rdzv-id 5.0.r1\n" in a.stderr()

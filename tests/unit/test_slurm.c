@@ -209,6 +209,30 @@ static void test_info_allocation(void **state)
 	assert_string_equal(info.run_id, "123.0");
 }
 
+/* A requeued job keeps its id and numbers its steps from 0 again: the run id
+ * tells the runs apart by SLURM_RESTART_COUNT; the first (0) keeps JOB.STEP. */
+static void test_info_requeued_job(void **state)
+{
+	static const char *const env[] = {"SLURM_JOB_ID=19", "SLURM_STEP_ID=0",
+					  "SLURM_RESTART_COUNT=0", NULL};
+	static const char *const again[] = {"SLURM_JOB_ID=19", "SLURM_STEP_ID=0",
+					    "SLURM_RESTART_COUNT=2", NULL};
+	static const char *const batch[] = {"SLURM_JOB_ID=19", "SLURM_RESTART_COUNT=1", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	(void)state;
+	fake_env = env;
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "19.0");
+	fake_env = again;
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "19.0.r2");
+	fake_env = batch;
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "19.r1");
+}
+
 /* The batch script of a 3-node job (no step): no other node would start
  * ddprun. With one node, or --nnodes given, it runs. */
 static void test_info_batch_script_of_several_nodes(void **state)
@@ -505,6 +529,7 @@ int main(void)
 		cmocka_unit_test(test_info_step_nodelist_first),
 		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
+		cmocka_unit_test(test_info_requeued_job),
 		cmocka_unit_test(test_info_batch_script_of_several_nodes),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_step_variables_of_another_job),
