@@ -291,7 +291,10 @@ static int read_int(const char *(*getenv_fn)(const char *), const char *name, in
 }
 
 /* `srun --ntasks-per-node=2 ddprun` would start two agents claiming the same
- * node rank: refuse, saying what to run instead. */
+ * node rank: refuse, saying what to run instead. Inside an allocation of
+ * several tasks a node, srun inherits SLURM_NTASKS and ignores a lone
+ * --ntasks-per-node=1 (with a warning): the advice gives the task count too,
+ * and the nodes, which srun -n alone would take from the job, not the step. */
 static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char *err, size_t errlen)
 {
 	int tasks, nodes, rc;
@@ -305,8 +308,9 @@ static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char 
 		snprintf(err, errlen,
 			 "srun started %d tasks on %d nodes (SLURM_STEP_NUM_TASKS, "
 			 "SLURM_STEP_NUM_NODES), but ddprun runs one per node and starts the "
-			 "workers itself: use srun --ntasks-per-node=1 and ddprun --nproc-per-node",
-			 tasks, nodes);
+			 "workers itself (--nproc-per-node): run srun --nodes=%d --ntasks=%d "
+			 "--ntasks-per-node=1 ddprun ...",
+			 tasks, nodes, nodes, nodes);
 		return -EINVAL;
 	}
 	return 0;

@@ -94,14 +94,19 @@ def test_slurm_variables_without_a_job_id_warn(reaper, tmp_path):
 
 
 def test_two_tasks_per_node_refused(reaper, tmp_path):
-    """srun --ntasks-per-node=2 ddprun: two agents would claim one node rank."""
+    """srun --ntasks-per-node=2 ddprun: two agents would claim one node rank.
+    The advice works when followed literally: inside an allocation of two
+    tasks a node, a lone srun --ntasks-per-node=1 inherits SLURM_NTASKS and
+    is ignored (srun warns), so it names the tasks and nodes too."""
     env = clean_env(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NNODES="2", SLURM_NODEID="0",
                     SLURM_JOB_NODELIST="localhost,gpu-a1", SLURM_STEP_NUM_NODES="2",
                     SLURM_STEP_NUM_TASKS="4")
     a = Agent(reaper, tmp_path, "twice", ["sh", "-c", "echo ran"], env=env)
     assert a.wait() == 2, a.stderr()
     assert a.stdout() == ""
-    assert "srun started 4 tasks on 2 nodes" in a.stderr()
+    assert ("srun started 4 tasks on 2 nodes (SLURM_STEP_NUM_TASKS, SLURM_STEP_NUM_NODES), but "
+            "ddprun runs one per node and starts the workers itself (--nproc-per-node): run "
+            "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 ddprun ...") in a.stderr()
 
 
 def test_batch_script_of_several_nodes_refused(reaper, tmp_path):

@@ -10,17 +10,27 @@ from conftest import job_script, rcs, read, start_waiting_job
 from test_slurm_job import RECORD, envs
 
 
+FOLLOWED = "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 ddprun"
+
+
 def test_two_tasks_per_node_refused(cluster, tmp_path):
+    # The advice, followed literally in the same allocation, runs: a lone
+    # srun --ntasks-per-node=1 (the old advice) inherits SLURM_NTASKS=6, and
+    # srun ignores it with a warning.
     script = job_script(tmp_path / "job.sh",
-                        "srun ddprun --nproc-per-node=2 sh -c 'echo worker ran'",
+                        "srun ddprun --nproc-per-node=2 sh -c 'echo worker ran'; rc=$?\n"
+                        f"{FOLLOWED} --nproc-per-node=2 sh -c 'echo followed ran'\n"
+                        "exit $rc",
                         extra="--ntasks-per-node=2")
     jobid = cluster.sbatch(script)
     j = cluster.wait_job(jobid)
     log = read(tmp_path / "job.out")
     assert j["JobState"] == "FAILED" and j["ExitCode"] == "2:0", log
     assert log.count("srun started 6 tasks on 3 nodes") == 6, log
-    assert "use srun --ntasks-per-node=1" in log
+    assert f"run {FOLLOWED} ..." in log
     assert "worker ran" not in log
+    assert log.count("followed ran") == 6, log
+    assert "can't honor" not in log and "Ignoring" not in log, log
 
 
 def test_one_node_step_in_three_node_job(cluster, tmp_path):
