@@ -11,7 +11,11 @@
 
 /* `srun ddprun --nnodes 2` on a step of 3 nodes, ranks from SLURM_NODEID:
  * the nodes past 2 would be refused one by one while the others run on (or
- * all be, as the rendezvous races). Refused on every node alike. */
+ * all be, as the rendezvous races). `--nnodes 3` on a step of 2: node rank
+ * 2 is nobody's, and node 0 waited join_timeout for it. Both refused on
+ * every node alike. --node-rank given (nodes placed by hand, some perhaps
+ * from another step) and c10d (ranks by arrival, nodes from anywhere: an
+ * elastic MIN:MAX) are the user's to mean. */
 static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *g,
 			      const char *(*getenv_fn)(const char *name), char *err, size_t errlen)
 {
@@ -21,9 +25,20 @@ static int check_given_nnodes(const struct cli_opts *o, const struct cli_given *
 
 	/* Outside a step (the batch script) --nnodes 1 is how to run alone. */
 	if (!g->nnodes || g->node_rank || o->standalone || strcmp(o->rdzv_backend, "static") != 0 ||
-	    v == NULL || util_parse_int(v, 1, 1 << 24, &n) != 0 || o->max_nodes >= n ||
+	    v == NULL || util_parse_int(v, 1, 1 << 24, &n) != 0 ||
+	    (o->max_nodes >= n && o->min_nodes <= n) ||
 	    slurm_step(getenv_fn, why, sizeof(why)) != SLURM_STEP_SRUN)
 		return 0;
+	if (o->min_nodes > n) {
+		snprintf(
+			err, errlen,
+			"--nnodes %d is above the %d nodes of this srun step (SLURM_NNODES), whose "
+			"node ranks come from SLURM_NODEID: node rank %d would never join; run "
+			"srun "
+			"--nodes=%d (in an allocation of as many), or leave --nnodes out",
+			o->min_nodes, n, n, o->min_nodes);
+		return -EINVAL;
+	}
 	snprintf(err, errlen,
 		 "--nnodes %d is below the %d nodes of this srun step (SLURM_NNODES), whose node "
 		 "ranks come from SLURM_NODEID: run srun --nodes=%d, or leave --nnodes out",

@@ -133,6 +133,31 @@ def test_batch_script_of_several_nodes_refused(reaper, tmp_path):
     assert a.stdout() == "ran 4242\n"
 
 
+def test_nnodes_above_the_steps_nodes_refused_on_every_node(reaper, tmp_path):
+    """srun ddprun --nnodes 3 on a step of 2 nodes: node rank 2 is nobody's,
+    and node 0 waited join_timeout (600 s) for it, saying "missing node rank
+    2". Refused at once (2) on every node, as a --nnodes below is; given
+    --node-rank (nodes placed by hand) it is the user's to mean."""
+    port = free_port()
+    for node in (0, 1):
+        env = clean_env(SLURM_JOB_ID="4242", SLURM_STEP_ID="0", SLURM_NNODES="2",
+                        SLURM_NODEID=str(node), SLURM_JOB_NODELIST="localhost,gpu-a1",
+                        PET_MASTER_PORT=str(port))
+        a = Agent(reaper, tmp_path, f"node{node}", ["--nnodes", "3", "--rdzv-conf",
+                                                    "join_timeout=20", "sh", "-c", "echo ran"],
+                  env=env)
+        assert a.wait() == 2, a.stderr()
+        assert a.stdout() == ""
+        assert ("--nnodes 3 is above the 2 nodes of this srun step (SLURM_NNODES), whose node "
+                "ranks come from SLURM_NODEID: node rank 2 would never join; run srun "
+                "--nodes=3 (in an allocation of as many), or leave --nnodes out") in a.stderr()
+    # Nodes placed by hand: node 0 waits for a rank 2 that may come from elsewhere.
+    a = Agent(reaper, tmp_path, "byhand", ["--nnodes", "3", "--node-rank", "0", "--rdzv-conf",
+                                           "join_timeout=1", "sh", "-c", "echo ran"], env=env)
+    assert a.wait() != 2, a.stderr()
+    assert "is above" not in a.stderr()
+
+
 def test_nnodes_below_the_steps_nodes_refused_on_every_node(reaper, tmp_path):
     """srun ddprun --nnodes 2 on a step of 3 nodes: node 0 would wait for a
     node 1 that was refused alone, or run with it while node 2 is refused.
