@@ -342,13 +342,19 @@ static bool failure_restarts(const struct agent *a)
 /* A signal of --signals-to-handle. by_stepd: the step's slurmstepd sent it
  * to every process of the step, these workers too (agent_sig.h): the stop
  * goes on as for any other (grace, SIGKILL, 128+sig), but the workers are
- * not sent it again. */
-static void on_signal(void *arg, int sig, bool by_stepd)
+ * not sent it again. again: Slurm repeats the stop signal it sent (22.05
+ * does at the time limit, now and then): where it signals ddprun alone,
+ * passed on twice each worker would get it twice. */
+static void on_signal(void *arg, int sig, enum agent_sig_from from)
 {
 	struct agent *a = arg;
+	bool by_stepd = from == AGENT_SIG_STEPD_ALL;
+	bool again = from != AGENT_SIG_ANYONE && a->stepd_sig == sig && a->stop_had;
 	int fwd = sig;
 	char name[32];
 
+	if (from != AGENT_SIG_ANYONE)
+		a->stepd_sig = sig;
 	if (!a->signalled)
 		a->signo = sig;
 	a->signalled = true;
@@ -362,6 +368,10 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
+	} else if (a->nrunning > 0 && again) {
+		agent_say("received %s from Slurm again: the workers are stopping already (not "
+			  "sent again)",
+			  name);
 	} else if (a->nrunning > 0 && by_stepd) {
 		agent_say("received %s from Slurm: stopping the workers (proctrack/linuxproc "
 			  "signals every process of the step, this node's workers included: not "
@@ -387,7 +397,7 @@ static void on_signal(void *arg, int sig, bool by_stepd)
 	 * had one: whoever sent it meant it. */
 	if (by_stepd && fwd != SIGKILL && (a->state == AS_RUNNING || a->state == AS_STOPPING))
 		kill_all(a, SIGCONT);
-	a->stop_had = by_stepd;
+	a->stop_had = by_stepd || (again && fwd != SIGKILL);
 	stop_and_end(a, fwd);
 }
 
@@ -404,6 +414,7 @@ static void start_attempt(struct agent *a)
 	agent_failure_clear(a);
 	a->killed = false;
 	a->stop_had = false;
+	a->stepd_sig = 0;
 	a->late_failures = false;
 	/* With a coordinator, an attempt that could not start does not decide
 	 * the end of a later one. */

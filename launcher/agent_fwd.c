@@ -57,9 +57,9 @@ static void from_slurm(struct agent_fwd *f, int sig)
 		  signame_of(sig, name, sizeof(name)));
 }
 
-static void on_delivery(void *arg, int sig, bool by_stepd)
+static void on_delivery(void *arg, int sig, enum agent_sig_from from)
 {
-	if (by_stepd)
+	if (from == AGENT_SIG_STEPD_ALL)
 		from_slurm(arg, sig);
 	else
 		received(arg, sig);

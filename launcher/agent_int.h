@@ -85,6 +85,7 @@ struct agent {
 	bool kill_timer_on;
 	bool killed;		/* SIGKILL went to every group in this attempt */
 	bool stop_had;		/* the workers had a stop signal in this attempt */
+	int stepd_sig;		/* the last stop signal from the step's slurmstepd, or 0 */
 	bool late_failures;	/* the stop is for a failure (here or elsewhere) */
 	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;

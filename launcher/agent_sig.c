@@ -28,7 +28,8 @@ struct agent_sig {
 	void *arg;
 	uv_async_t wake; /* the handler's news for the loop */
 	bool wake_open;
-	pid_t stepd; /* this step's slurmstepd; 0: none whose signals reach the workers */
+	pid_t stepd;	/* this step's slurmstepd; 0: none (no srun step) */
+	bool stepd_all; /* its signals reach the workers too (proctrack/linuxproc) */
 	/* Deliveries the handler saw and the loop has not handled, by sender. */
 	atomic_uint by_stepd[NSIG];
 	atomic_uint by_other[NSIG];
@@ -46,8 +47,7 @@ static const char *env_of(const char *name)
 	return getenv(name);
 }
 
-/* Under srun (a step id): the nearest ancestor that is slurmstepd, or 0
- * (agent_sig.h: where its signals do not reach the workers, 0 too). */
+/* Under srun (a step id): the nearest ancestor that is slurmstepd, or 0. */
 static pid_t find_stepd(void)
 {
 	struct proc_info pi;
@@ -56,8 +56,7 @@ static pid_t find_stepd(void)
 	int i;
 
 	if (getenv("SLURM_JOB_ID") == NULL ||
-	    slurm_step(env_of, why, sizeof(why)) != SLURM_STEP_SRUN ||
-	    !slurm_proctrack_linuxproc(getenv("SLURM_CONF")))
+	    slurm_step(env_of, why, sizeof(why)) != SLURM_STEP_SRUN)
 		return 0;
 	for (i = 0; i < STEPD_DEPTH && pid > 1; i++) {
 		if (proc_info_read(pid, &pi) != 0)
@@ -100,9 +99,9 @@ void agent_sig_drain(struct agent_sig *s)
 		unsigned o = atomic_exchange(&s->by_other[sig], 0);
 
 		while (n-- > 0)
-			s->cb(s->arg, sig, true);
+			s->cb(s->arg, sig, s->stepd_all ? AGENT_SIG_STEPD_ALL : AGENT_SIG_STEPD);
 		while (o-- > 0)
-			s->cb(s->arg, sig, false);
+			s->cb(s->arg, sig, AGENT_SIG_ANYONE);
 	}
 }
 
@@ -134,6 +133,7 @@ int agent_sig_open(uv_loop_t *loop, const int *sigs, int n, agent_sig_cb cb, voi
 	s->arg = arg;
 	/* Before any handler runs: it reads stepd. */
 	s->stepd = find_stepd();
+	s->stepd_all = s->stepd > 0 && slurm_proctrack_linuxproc(getenv("SLURM_CONF"));
 	rc = uv_async_init(loop, &s->wake, on_wake);
 	if (rc != 0)
 		return rc;

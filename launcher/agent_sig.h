@@ -10,12 +10,15 @@
  * signals only the step's tasks, slurmstepd's own children (ddprun), with
  * anything but SIGKILL, and proctrack/pgid only their process group (each
  * worker has a session of its own): there, where the type cannot be read,
- * and in a batch script (no step id), every delivery counts as anyone's
- * and is passed on. The slurmstepd is the nearest ancestor of that name.
+ * and in a batch script (no step id), a delivery is passed on. The
+ * slurmstepd is the nearest ancestor of that name; its deliveries are told
+ * apart under any proctrack type, since Slurm (22.05) sends a stop signal
+ * twice now and then (the time limit), also without ddprun: a repeat that
+ * ddprun passed on would reach each worker twice.
  *
  * A set catches its signals with one process-wide SA_SIGINFO handler, which
  * is async-signal-safe: it counts the delivery by sender and wakes the loop.
- * On the loop, cb(arg, sig, by_stepd) runs once per delivery. Two sets never
+ * On the loop, cb(arg, sig, from) runs once per delivery. Two sets never
  * share a signal. Every call is made from the loop's thread. */
 #ifndef DDP_AGENT_SIG_H
 #define DDP_AGENT_SIG_H
@@ -24,7 +27,14 @@
 #include <uv.h>
 
 struct agent_sig;
-typedef void (*agent_sig_cb)(void *arg, int sig, bool by_stepd);
+/* Who sent a delivery. */
+enum agent_sig_from {
+	AGENT_SIG_ANYONE,    /* anyone but this step's slurmstepd; outside a step, all */
+	AGENT_SIG_STEPD,     /* the step's slurmstepd, which signalled ddprun alone */
+	AGENT_SIG_STEPD_ALL, /* the step's slurmstepd, which signalled the workers too
+			      * (proctrack/linuxproc) */
+};
+typedef void (*agent_sig_cb)(void *arg, int sig, enum agent_sig_from from);
 
 /* Catch sigs[0..n) on loop. 0 or a negative errno (libuv's or sigaction's).
  * *out is set once allocated, also when the open fails: close and destroy

@@ -8,7 +8,9 @@ proctrack/pgid (their process group) to ddprun alone. To ddprun last, once each 
 its own (OUT/term.<r>, term_worker.py): a second one from ddprun would
 otherwise merge with it in the kernel now and then, and go unseen. It ends
 with ddprun's exit status (1 and a line on stderr if the workers were not
-ready, or took nothing, within 30 s).
+ready, or took nothing, within 30 s). With FAKE_STEPD_TIMES=N in its
+environment it delivers SIG N times, as Slurm 22.05 does now and then at
+the time limit (twice), each once ddprun has had the last one (0.3 s).
     python3 fake_slurmstepd.py OUT NPROC SIG PROCTRACK DDPRUN ARGS..."""
 import ctypes
 import os
@@ -22,6 +24,7 @@ ctypes.CDLL(None).prctl(PR_SET_NAME, b"slurmstepd", 0, 0, 0)
 conf = os.path.join(out, "slurm.conf")
 with open(conf, "w") as f:
     f.write(f"ClusterName=fake\nProctrackType={proctrack}\n")
+times = int(os.environ.pop("FAKE_STEPD_TIMES", "1"))
 env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
 env.update(SLURM_JOB_ID="12", SLURM_STEP_ID="0", SLURM_NNODES="1", SLURM_NODEID="0",
            SLURM_CONF=conf)
@@ -34,15 +37,18 @@ while not all(os.path.exists(r) for r in ready):
         p.kill()
         sys.exit(1)
     time.sleep(0.02)
-if proctrack == "proctrack/linuxproc":
-    for r in ready:
-        os.kill(int(open(r).read()), sig)
-    took = [os.path.join(out, f"term.{r}") for r in range(nproc)]
-    while not all(os.path.exists(t) for t in took):
-        if time.monotonic() > end:
-            print("fake_slurmstepd: the workers took nothing", file=sys.stderr)
-            p.kill()
-            sys.exit(1)
-        time.sleep(0.02)
-p.send_signal(sig)
+for k in range(times):
+    if k > 0:
+        time.sleep(0.3)  # ddprun's handler has run: the two stay two
+    if proctrack == "proctrack/linuxproc":
+        for r in ready:
+            os.kill(int(open(r).read()), sig)
+        took = [os.path.join(out, f"term.{r}") for r in range(nproc)]
+        while not all(os.path.exists(t) and len(open(t).readlines()) > k for t in took):
+            if time.monotonic() > end:
+                print("fake_slurmstepd: the workers took nothing", file=sys.stderr)
+                p.kill()
+                sys.exit(1)
+            time.sleep(0.02)
+    p.send_signal(sig)
 sys.exit(p.wait())

@@ -371,13 +371,15 @@ def terms(tmp_path, nproc):
             if (tmp_path / f"term.{r}").exists() else [] for r in range(nproc)}
 
 
-def under_stepd(reaper, tmp_path, proctrack="proctrack/linuxproc", args=(), stay=False):
+def under_stepd(reaper, tmp_path, proctrack="proctrack/linuxproc", args=(), stay=False,
+                times=1):
     """ddprun with 2 term_worker.py workers under fake_slurmstepd.py, which
-    sends SIGTERM once they are ready: (exit status, stderr)."""
+    sends SIGTERM (times times) once they are ready: (exit status, stderr)."""
     cmd = [sys.executable, FAKE_STEPD, str(tmp_path), "2", str(int(signal.SIGTERM)),
            proctrack, binary("ddprun"), "--nproc-per-node", "2", *args, sys.executable,
-           TERM_WORKER, str(tmp_path), *(["--stay"] if stay else [])]
-    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           TERM_WORKER, str(tmp_path), *(["--stay"] if stay else ["--linger", "3"])]
+    env = dict(os.environ, FAKE_STEPD_TIMES=str(times))
+    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     rc, out, err = finish(p, timeout=60)
     return rc, err
 
@@ -390,6 +392,33 @@ def test_sigterm_from_the_steps_slurmstepd_is_not_sent_again(reaper, tmp_path):
     assert rc == 143, err
     assert terms(tmp_path, 2) == {r: ["SIGTERM slurmstepd"] for r in range(2)}, err
     assert FROM_SLURM in err
+
+
+AGAIN = ("received SIGTERM from Slurm again: the workers are stopping already (not sent "
+         "again)")
+
+
+@pytest.mark.parametrize("proctrack", ["proctrack/cgroup", "proctrack/pgid"])
+def test_slurms_sigterm_sent_twice_reaches_each_worker_once(reaper, tmp_path, proctrack):
+    # Slurm 22.05 sends the stop signal twice now and then (the time limit),
+    # also without ddprun. Where slurmstepd signals ddprun alone, ddprun
+    # passed each on: every worker got SIGTERM twice, the second cutting
+    # short what the first began (a checkpoint).
+    rc, err = under_stepd(reaper, tmp_path, proctrack=proctrack, times=2)
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM ddprun"] for r in range(2)}, err
+    assert err.count("received SIGTERM: stopping the workers") == 1, err
+    assert AGAIN in err
+
+
+def test_slurms_sigterm_twice_under_linuxproc_is_slurms_alone(reaper, tmp_path):
+    # Where slurmstepd signals the workers itself, its repeat reaches them
+    # from Slurm (ddprun cannot help it; a handler must take it twice), but
+    # ddprun sends them nothing, and says the second is a repeat.
+    rc, err = under_stepd(reaper, tmp_path, times=2)
+    assert rc == 143, err
+    assert terms(tmp_path, 2) == {r: ["SIGTERM slurmstepd"] * 2 for r in range(2)}, err
+    assert err.count(FROM_SLURM) == 1 and AGAIN in err, err
 
 
 def test_a_worker_left_after_slurms_sigterm_is_killed_after_the_grace(reaper, tmp_path):

@@ -22,16 +22,18 @@
 struct seen {
 	int n;	      /* deliveries handed to the callback */
 	int by_stepd; /* of them, from the step's slurmstepd */
+	int from;     /* the last one's sender */
 	int sig;
 	uv_loop_t *loop;
 };
 
-static void on_delivery(void *arg, int sig, bool by_stepd)
+static void on_delivery(void *arg, int sig, enum agent_sig_from from)
 {
 	struct seen *s = arg;
 
 	s->n++;
-	s->by_stepd += by_stepd;
+	s->by_stepd += from != AGENT_SIG_ANYONE;
+	s->from = (int)from;
 	s->sig = sig;
 	if (s->loop != NULL)
 		uv_stop(s->loop);
@@ -100,8 +102,7 @@ static void test_close_gives_back_the_old_disposition(void **state)
 }
 
 /* In the grandchild: catch SIGUSR1, say so on ready, wait (bounded) for one
- * delivery; exit 1 when it came from the step's slurmstepd, 0 when from
- * anyone else, 3 when none came. */
+ * delivery; exit with its sender (enum agent_sig_from), 3 when none came. */
 static void grandchild(int ready, bool step, const char *conf)
 {
 	static const int sigs[] = {SIGUSR1};
@@ -125,7 +126,7 @@ static void grandchild(int ready, bool step, const char *conf)
 	if (write(ready, "r", 1) != 1)
 		_exit(4);
 	uv_run(&loop, UV_RUN_DEFAULT);
-	_exit(seen.n == 0 ? 3 : seen.by_stepd > 0);
+	_exit(seen.n == 0 ? 3 : seen.from);
 }
 
 /* The grandchild's exit status, signalled by its parent named slurmstepd. */
@@ -184,14 +185,15 @@ static void test_the_steps_slurmstepd_is_told_apart(void **state)
 	conf_with("proctrack/pgid", pgid, sizeof(pgid));
 	/* Under srun, proctrack/linuxproc: every process of the step had it
 	 * from slurmstepd. */
-	assert_int_equal(sent_by_slurmstepd(true, linuxproc), 1);
+	assert_int_equal(sent_by_slurmstepd(true, linuxproc), AGENT_SIG_STEPD_ALL);
 	/* proctrack/cgroup signals only slurmstepd's children (ddprun), pgid
-	 * only their process group; a type not read may be either. */
-	assert_int_equal(sent_by_slurmstepd(true, cgroup), 0);
-	assert_int_equal(sent_by_slurmstepd(true, pgid), 0);
-	assert_int_equal(sent_by_slurmstepd(true, "/nonexistent/slurm.conf"), 0);
+	 * only their process group; a type not read may be either. Still
+	 * Slurm's: a repeat of it is not passed on twice. */
+	assert_int_equal(sent_by_slurmstepd(true, cgroup), AGENT_SIG_STEPD);
+	assert_int_equal(sent_by_slurmstepd(true, pgid), AGENT_SIG_STEPD);
+	assert_int_equal(sent_by_slurmstepd(true, "/nonexistent/slurm.conf"), AGENT_SIG_STEPD);
 	/* A batch script's slurmstepd signals the script alone. */
-	assert_int_equal(sent_by_slurmstepd(false, linuxproc), 0);
+	assert_int_equal(sent_by_slurmstepd(false, linuxproc), AGENT_SIG_ANYONE);
 	unlink(linuxproc);
 	unlink(cgroup);
 	unlink(pgid);
