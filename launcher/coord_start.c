@@ -96,11 +96,11 @@ static void tell_round(struct coord *c, int status, const char *msg)
 	free(v);
 }
 
-/* tell: the port's holder is a store where this job's other nodes wait
- * (ddprun jobs meet there, and a static job of this run id wrote its
- * settings). Never into a store where they do not (a bare ddpstore serve,
- * another program's, one that jobs share): it would keep this run id's
- * round closed for the jobs it serves later. */
+/* tell: the port's holder is a store where ddprun jobs meet (another run
+ * id's), where this job's other nodes may already wait, and no dynamic job
+ * of this run id meets. Never into a store that holds no ddprun job (a bare
+ * ddpstore serve, another program's): it would keep this run id's round
+ * closed for the jobs it serves later. */
 static void port_in_use(struct coord *c, const char *why, bool tell)
 {
 	char msg[700];
@@ -144,11 +144,12 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 	}
 	if (lens[1] == 0 || rdzv_node_decode(vals[1], lens[1], &other) != 0) {
 		struct rdzv_config cfg;
-		/* Told only where a static job of this run id's nodes came (they
-		 * wrote its settings): a dynamic job of that id (a ddpstore serve
-		 * that jobs share), or a later one, would end with this error. */
-		bool waiting = lens[3] > 0 && rdzv_config_decode(vals[3], lens[3], &cfg) == 0 &&
-			       cfg.node_rank >= 0;
+		/* Not where a dynamic job of this run id meets (a ddpstore serve
+		 * that jobs share): it would end with this error. Where none
+		 * wrote its settings yet, this job's other nodes may be on their
+		 * way (the round's closed value stops them as they come). */
+		bool dynamic = lens[3] > 0 && rdzv_config_decode(vals[3], lens[3], &cfg) == 0 &&
+			       cfg.node_rank < 0;
 
 		snprintf(msg, sizeof(msg),
 			 " (by a store that holds no node 0 of --rdzv-id %.200s%s)", c->job->run_id,
@@ -156,7 +157,7 @@ static void on_probe(int status, size_t n, const void *const *vals, const size_t
 					 "or a ddpstore serve that jobs share"
 				       : ", nor any ddprun job: a ddpstore serve, or another "
 					 "program's store");
-		port_in_use(c, msg, c->probe_rdzv && waiting);
+		port_in_use(c, msg, c->probe_rdzv && !dynamic);
 		return;
 	}
 	snprintf(msg, sizeof(msg),
