@@ -159,7 +159,9 @@ static void start(struct coord *c)
 	uv_timer_init(c->loop, &c->timer);
 	uv_timer_init(c->loop, &c->watch_timer);
 	uv_timer_init(c->loop, &c->mon_timer);
+	uv_timer_init(c->loop, &c->rj_timer);
 	c->hb_timer.data = c->timer.data = c->watch_timer.data = c->mon_timer.data = c;
+	c->rj_timer.data = c;
 	c->timers_on = true;
 	coord_start(c);
 }

@@ -67,7 +67,7 @@ struct coord_rejoin {
 	int lost;      /* the one its end names lost (-1: none) */
 	int waiting;   /* how many are still waited for (0: none, or not waiting) */
 	int64_t at_ms, until_ms;
-	char (*last)[24];   /* what each one's from/ key said last */
+	char (*last)[24];   /* what each one's moving/ key said last */
 	int64_t *silent_ms; /* how long it was seen not to change */
 	void (*then)(struct coord *c);
 };
@@ -140,6 +140,7 @@ struct coord {
 	 * the host's wait for its peers */
 	uv_timer_t timer;
 	uv_timer_t watch_timer; /* the waiting lines */
+	uv_timer_t rj_timer;	/* dynamic: the polls of coord_rejoin.c */
 	struct coord_survey sv;
 	bool timers_on;
 	int open;	 /* handles and connections closing */

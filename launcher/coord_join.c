@@ -186,6 +186,7 @@ static void handle_closed(struct coord *c, const void *val, size_t len)
 		return;
 	uv_timer_stop(&c->timer); /* a last call */
 	uv_timer_stop(&c->watch_timer);
+	uv_timer_stop(&c->rj_timer);
 	if (c->pub_must_fail) {
 		refused(c, val, len);
 		return;

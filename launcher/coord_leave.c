@@ -43,7 +43,8 @@ static void leave_advance(struct coord *c)
 	case 1:
 		c->leave_stage = 2;
 		if (c->timers_on) {
-			c->open += 4;
+			c->open += 5;
+			uv_close((uv_handle_t *)&c->rj_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->hb_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->mon_timer, on_timer_closed);
 			uv_close((uv_handle_t *)&c->timer, on_timer_closed);
@@ -233,6 +234,7 @@ void coord_leave(struct coord *c)
 	if (c->timers_on) {
 		uv_timer_stop(&c->timer);
 		uv_timer_stop(&c->watch_timer);
+		uv_timer_stop(&c->rj_timer);
 	}
 	if (c->A == NULL || !c->a_up || c->hurry) {
 		/* Hurried (a second signal): no waiting, but what the others

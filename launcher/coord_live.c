@@ -4,7 +4,7 @@
  * deadline (a PING); while its workers run, a SET of r<r>/hb/<rank> (its
  * heartbeat, rdzv_keys.h) goes before it, and between the attempts of a
  * static job (see watch_round) of the next round's; a dynamic node moving
- * to the next round beats on its from/ key there (coord_rejoin.c). No reply for
+ * to the next round beats on its moving/ key there (coord_rejoin.c). No reply for
  * heartbeat_timeout: the store is lost (its host died without closing the
  * connection). The agent that hosts the store reads every participant's
  * heartbeat several times an interval; one seen not to move for
@@ -59,7 +59,7 @@ static int watch_round(const struct coord *c)
 
 /* The key this node's heartbeat goes to now (false: none): its own in the
  * round watched; a dynamic node moving to the next round (its workers
- * stopping, then counting in), that round's from/<its rank in the last>
+ * stopping, then counting in), that round's moving/<its rank in the last>
  * (coord_rejoin.c). */
 static bool beat_key(const struct coord *c, char *key, size_t len)
 {
@@ -68,7 +68,7 @@ static bool beat_key(const struct coord *c, char *key, size_t len)
 	if (c->job->dynamic && (c->phase == CP_MOVE || c->phase == CP_JOIN)) {
 		if (c->rj.prev_rank < 0)
 			return false;
-		snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_FROM,
+		snprintf(key, len, RDZV_KEY_ROUND_FMT RDZV_R_MOVING,
 			 c->phase == CP_MOVE ? c->next_round : c->round, c->rj.prev_rank);
 		return true;
 	}

@@ -12,8 +12,9 @@
  * is over, it is full or join_timeout passed (coord_join.c), waits for
  * each node R of the round before until r<r>/from/<R> says that
  * it came ("in:") or went ("gone:", its connection's ON_CLOSE_SET while it
- * moved), or until its beats there have not moved for heartbeat_timeout
- * (or never came: a node lost with the last round, an older build), or at
+ * moved: a create-if-absent, hence not the key it beats on), or until its
+ * beats on moving/<R> have not moved for heartbeat_timeout (or never came:
+ * a node lost with the last round, an older build), or at
  * most --shutdown-timeout plus COORD_LEAVE_MS (workers that will not
  * stop). The node the round's end names lost is not waited for. The
  * nodes that came take part first (close_live), so that a full round does
@@ -70,6 +71,8 @@ int coord_rejoin_came(const void *val, size_t len)
 
 void coord_rejoin_reset(struct coord *c)
 {
+	if (c->timers_on)
+		uv_timer_stop(&c->rj_timer);
 	free(c->rj.last);
 	free(c->rj.silent_ms);
 	c->rj.last = NULL;
@@ -78,6 +81,12 @@ void coord_rejoin_reset(struct coord *c)
 	c->rj.n = -1;
 	c->rj.lost = -1;
 	c->rj.waiting = 0;
+}
+
+/* val (len bytes) begins with text. */
+static bool begins(const void *val, size_t len, const char *text)
+{
+	return len >= strlen(text) && memcmp(val, text, strlen(text)) == 0;
 }
 
 static bool current(const struct coord *c)
@@ -102,21 +111,21 @@ static void on_poll_timer(uv_timer_t *t)
 		poll_from(c);
 }
 
-/* Who of the round before is still to come: a node whose key moves (it
- * beats while its workers stop) is waited for; one whose key says nothing
- * new for heartbeat_timeout is not, nor one that came or went. */
+/* Who of the round before is still to come: vals holds from/0..n-1, then
+ * moving/0..n-1. One that came or went is not waited for, nor one whose
+ * beats said nothing new for heartbeat_timeout; one that beats is. */
 static void on_from(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
 	struct coord_rejoin *j = &c->rj;
 	int64_t now = util_now_ms(), step = now - j->at_ms, cap = 2 * coord_live_sample_ms(c);
 	char v[24];
-	size_t i;
+	size_t i, k = (size_t)j->n;
 	int waiting = 0;
 
 	if (!current(c))
 		return;
-	if (status != 0 || n != (size_t)j->n) {
+	if (status != 0 || n != 2 * k) {
 		finish(c);
 		return;
 	}
@@ -124,12 +133,12 @@ static void on_from(int status, size_t n, const void *const *vals, const size_t 
 	j->at_ms = now;
 	if (step > cap)
 		step = cap;
-	for (i = 0; i < n; i++) {
-		snprintf(v, sizeof(v), "%.*s", lens[i] < sizeof(v) ? (int)lens[i] : 0,
-			 (const char *)vals[i]);
-		if ((int)i == j->lost || strncmp(v, FROM_IN, strlen(FROM_IN)) == 0 ||
-		    strncmp(v, FROM_GONE, strlen(FROM_GONE)) == 0)
+	for (i = 0; i < k; i++) {
+		if ((int)i == j->lost || begins(vals[i], lens[i], FROM_IN) ||
+		    begins(vals[i], lens[i], FROM_GONE))
 			continue;
+		snprintf(v, sizeof(v), "%.*s", lens[k + i] < sizeof(v) ? (int)lens[k + i] : 0,
+			 (const char *)vals[k + i]);
 		if (strcmp(v, j->last[i]) != 0) {
 			strcpy(j->last[i], v);
 			j->silent_ms[i] = 0;
@@ -149,16 +158,29 @@ static void on_from(int status, size_t n, const void *const *vals, const size_t 
 		finish(c);
 		return;
 	}
-	uv_timer_start(&c->timer, on_poll_timer, (uint64_t)coord_live_sample_ms(c), 0);
+	uv_timer_start(&c->rj_timer, on_poll_timer, (uint64_t)coord_live_sample_ms(c), 0);
 }
 
 static void poll_from(struct coord *c)
 {
-	const char **keys = coord_keys(c, NULL, (size_t)c->rj.n, RDZV_R_FROM);
+	size_t n = (size_t)c->rj.n, i;
+	const char **from = coord_keys(c, NULL, n, RDZV_R_FROM);
+	const char **moving = coord_keys(c, NULL, n, RDZV_R_MOVING);
+	const char **keys = malloc(2 * n * sizeof(*keys));
 
-	if (keys == NULL || store_async_multi_get(c->A, keys, (size_t)c->rj.n, on_from, c) != 0)
-		finish(c); /* out of memory: close as before */
+	if (from != NULL && moving != NULL && keys != NULL) {
+		for (i = 0; i < n; i++) {
+			keys[i] = from[i];
+			keys[n + i] = moving[i];
+		}
+		if (store_async_multi_get(c->A, keys, 2 * n, on_from, c) != 0)
+			finish(c); /* out of memory: close as before */
+	} else {
+		finish(c);
+	}
 	free(keys);
+	free(from);
+	free(moving);
 }
 
 /* The round before: its nodes (closed) and the one lost (end). */
@@ -180,6 +202,8 @@ static void on_prev(int status, size_t n, const void *const *vals, const size_t 
 	}
 	if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 && e.kind == RDZV_END_LOST)
 		j->lost = e.node;
+	free(j->last);
+	free(j->silent_ms);
 	j->last = calloc((size_t)k, sizeof(*j->last));
 	j->silent_ms = calloc((size_t)k, sizeof(*j->silent_ms));
 	if (j->last == NULL || j->silent_ms == NULL) {
@@ -187,7 +211,7 @@ static void on_prev(int status, size_t n, const void *const *vals, const size_t 
 		return;
 	}
 	j->n = k;
-	j->waiting = k;
+	j->waiting = 0; /* known at the first poll */
 	j->at_ms = util_now_ms();
 	j->until_ms = j->at_ms + c->job->shutdown_timeout_ms + COORD_LEAVE_MS;
 	poll_from(c);

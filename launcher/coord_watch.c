@@ -318,8 +318,8 @@ static void say_waiting(struct coord *c)
 		return;
 	if (c->job->dynamic && c->rj.busy && c->rj.waiting > 0)
 		snprintf(tail, sizeof(tail),
-			 ": the last call ended; the round closes once %d more node%s of round %d "
-			 "stopped %s workers and came (%.0f s at most)",
+			 ": the round closes once %d more node%s of round %d stopped %s workers "
+			 "and came (%.0f s at most)",
 			 c->rj.waiting, c->rj.waiting > 1 ? "s" : "", c->round - 1,
 			 c->rj.waiting > 1 ? "their" : "its",
 			 (double)(c->rj.until_ms > now ? c->rj.until_ms - now : 0) / 1000.0);

@@ -23,11 +23,11 @@
  *   count           ADD counter of joiners (dynamic: a node's arrival number)
  *   gone/<i>        dynamic: arrival i+1 left before the round closed (its
  *                   connection's ON_CLOSE_SET), so the round closes without it
- *   from/<R>        dynamic, round r > 0: node R of round r-1, moving here
- *                   while its workers stop: its beats "<seq>:<epoch ms>",
- *                   then "in:<arrival>" once it counted in, or
- *                   "gone:<who>" (its connection's ON_CLOSE_SET) if it
- *                   closed first; the last call waits for them
+ *   from/<R>        dynamic, round r > 0: node R of round r-1, moving here:
+ *                   "in:<arrival>" once it counted in, or "gone:<who>" (its
+ *                   connection's ON_CLOSE_SET) if it closed first; the
+ *                   round waits for them (coord_rejoin.c)
+ *   moving/<R>      its beats "<seq>:<epoch ms>" while its workers stop
  *   closed          the participants: "<N>" (arrivals 1..N, node rank =
  *                   arrival - 1), "<N>:<a1>,...,<aN>" (dynamic: node rank i is
  *                   arrival a(i+1)), or "error:<status>:<message>"
@@ -71,6 +71,7 @@
 #define RDZV_R_COUNT	   "count"
 #define RDZV_R_GONE	   "gone/%d"
 #define RDZV_R_FROM	   "from/%d"
+#define RDZV_R_MOVING	   "moving/%d"
 #define RDZV_R_CLOSED	   "closed"
 #define RDZV_R_META	   "meta"
 #define RDZV_R_END	   "end"

@@ -3,15 +3,17 @@ that closes at MAX nodes or at MIN plus the last call, a late node that makes
 the running nodes rejoin (no restart counted), a lost node that the others
 continue without (a restart counted), a lost store host, and jobs with
 different --rdzv-id sharing one store without seeing each other."""
+import re
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
 from conftest import binary, free_port, wait_for
 from mnutil import (FAST, Agent, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
-                    read_envs, record, worker_pids)
+                    read_envs, record, wait_stderr, worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
@@ -156,6 +158,37 @@ def test_nodes_that_fill_a_rejoin_round_leave_the_running_nodes_their_places(rea
     spare = ({"late0", "late1"} - set(in3)).pop()
     assert rcs == {n: 1 if n == spare else 0 for n in agents}, rcs
     assert "round 1 is full" in agents[spare].stderr()
+
+
+def test_a_node_killed_while_its_workers_stop_for_a_rejoin_is_not_waited_for(reaper,
+                                                                             tmp_path):
+    """Node b's agent dies while its workers stop for a rejoin: its
+    connection's close marks it gone in round 1 (from/1), and round 1
+    closes with the others as soon as they came. The mark was a
+    create-if-absent on the key b beat on, so it never took, and round 1
+    waited for b's beats to stop for heartbeat_timeout (25 s here: the
+    agents' wait bound is 20 s)."""
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    script = ('[ -e "$OUT/go" ] && exit 0; '
+              'trap "[ $NODE = b ] && sleep 8; exit 0" TERM; ' + REC + 'sleep 60 & wait')
+    conf = "keep_alive_interval=0.2,heartbeat_timeout=25,join_timeout=60,last_call_timeout=1"
+    a = dyn_agent(reaper, tmp_path, "a", ep, "1:3", 1, script, conf=conf + ",is_host=1",
+                  env=dict(env, NODE="a"), extra=["--shutdown-timeout", "30"])
+    wait_for(lambda: listening(port), what="the store host")
+    b = dyn_agent(reaper, tmp_path, "b", ep, "1:3", 1, script, conf=conf + ",is_host=0",
+                  env=dict(env, NODE="b"), extra=["--shutdown-timeout", "30"])
+    wait_for(lambda: len(read_envs(out)) == 2, what="a two-node round")
+    late = dyn_agent(reaper, tmp_path, "late", ep, "1:3", 1, script, conf=conf + ",is_host=0",
+                     env=dict(env, NODE="late"), extra=["--shutdown-timeout", "30"])
+    wait_stderr(b, "every node rejoins in round 1")
+    (out / "go").write_text("")  # round 1's workers end at once
+    time.sleep(0.5)  # its beats on moving/1 have begun
+    b.signal(signal.SIGKILL)
+    for x in (a, late):
+        assert x.wait(timeout=20) == 0, x.stderr()
+        assert re.search(r"round 1: node \d of 2 \(host", x.stderr()), x.stderr()
 
 
 def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):

@@ -15,9 +15,15 @@ from mnutil import (FAST, Agent, all_recorded, assert_all_dead, clean_env, enter
 REC = record("$RANK")
 
 
+class Hosts(tuple):
+    """(namespaces, IPv4 addresses), unpacked as before; .v6: IPv6 ones."""
+    v6 = ()
+
+
 @pytest.fixture
 def two_hosts():
-    """Namespaces a and b with 10.X.Y.1 and 10.X.Y.2 on a veth pair."""
+    """Namespaces a and b with 10.X.Y.1 and 10.X.Y.2 on a veth pair (and
+    fd00:X:Y::1, ::2: .v6)."""
     tag = f"{os.getpid() % 10000}{random.randrange(1000)}"
     ns = [f"ddpmn{tag}a", f"ddpmn{tag}b"]
     veth = [f"vd{tag}a", f"vd{tag}b"]
@@ -35,14 +41,20 @@ def two_hosts():
             (None, "link", "add", veth[0], "netns", ns[0], "type", "veth", "peer", "name",
              veth[1], "netns", ns[1]),
         ]
+        net6 = "fd00:%x:%x" % tuple(int(x) for x in net.split(".")[1:])
+        v6 = [f"{net6}::1", f"{net6}::2"]
         for i in (0, 1):
             steps += [(ns[i], "link", "set", "lo", "up"),
                       (ns[i], "addr", "add", f"{addrs[i]}/24", "dev", veth[i]),
+                      (ns[i], "-6", "addr", "add", f"{v6[i]}/64", "dev", veth[i],
+                       "nodad"),
                       (ns[i], "link", "set", veth[i], "up")]
         for n, *s in steps:
             r = ip(*s, ns=n)
             assert r.returncode == 0, f"ip {' '.join(s)} (in {n}): {r.stderr}"
-        yield ns, addrs
+        hosts = Hosts((ns, addrs))
+        hosts.v6 = v6
+        yield hosts
     finally:
         for n in made:
             ip("netns", "del", n)
@@ -147,15 +159,19 @@ def test_a_node_cut_off_between_attempts_is_lost(reaper, tmp_path, two_hosts):
     assert_all_dead(worker_pids(out))
 
 
+@pytest.mark.parametrize("family", ["ipv4", "ipv6"])
 def test_libddp_across_hosts_where_node_0_reaches_its_store_on_loopback(reaper, tmp_path,
-                                                                          two_hosts):
+                                                                          two_hosts, family):
     """Node 0 names its own store 127.0.0.1 (as Debian's 127.0.1.1 line for
     the host's name makes it, or --master-addr localhost there): its node
     leader listened for the TCP ring on the address it reached the store
     from, loopback, which node 1 cannot reach, and the job sat silent until
-    DDP_TIMEOUT (600 s by default). It listens on every address, and node 1
-    connects where it reaches the store."""
+    DDP_TIMEOUT (600 s by default). It listens on every address, of both
+    families (node 1 may reach the store over IPv6: it listened on 0.0.0.0
+    at first), and node 1 connects where it reaches the store."""
     ns, addrs = two_hosts
+    if family == "ipv6":
+        addrs = two_hosts.v6
     port = free_port()
     agents = []
     for i in (0, 1):

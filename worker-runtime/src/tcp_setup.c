@@ -40,6 +40,11 @@ static int listen_on(const char *addr, int *fd_out, int *port_out)
 	if ((rc = getaddrinfo(addr, "0", &hints, &ai)) != 0)
 		return ddpi_err(-EINVAL, "tcp: bad local address '%s': %s", addr, gai_strerror(rc));
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && ai->ai_family == AF_INET6) { /* "::" takes IPv4 too */
+		int off = 0;
+
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+	}
 	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
 		rc = ddpi_err(-errno, "tcp: cannot listen on %s: %s", addr, strerror(errno));
@@ -325,18 +330,27 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	/* Listen where this host reaches the store: the other nodes can reach
 	 * it too. Not where that is a loopback address (the store's own host,
 	 * whose name it resolves to 127.0.1.1 as Debian's /etc/hosts has it,
-	 * or --master-addr localhost there): there on every address of its
-	 * family, and the others connect where they reach the store (below).
-	 * The right neighbour waited DDP_TIMEOUT for a connection that could
-	 * not come. One host (every node on loopback) stays on loopback. */
+	 * or --master-addr localhost there): there on every address, of both
+	 * families (another node may reach the store over either), as the
+	 * store itself listens, and the others connect where they reach the
+	 * store (below). The right neighbour waited DDP_TIMEOUT for a
+	 * connection that could not come. The listener cannot know whether
+	 * the other nodes share this host (all on loopback): it listens so
+	 * there too, during the ring's setup only. */
 	if ((rc = store_client_local_addr(sc, myaddr, sizeof(myaddr))) < 0) {
 		rc = ddpi_err(rc, "store: %s", store_strerror(rc));
 		goto fail;
 	}
 	lo = store_addr_is_loopback(myaddr);
-	if ((rc = listen_on(lo && env->nnodes > 1 ? (strchr(myaddr, ':') ? "::" : "0.0.0.0")
-						  : myaddr,
-			    &lfd, &port)) < 0)
+	if (lo && env->nnodes > 1) {
+		if (listen_on("::", &lfd, &port) < 0)
+			rc = listen_on("0.0.0.0", &lfd, &port); /* no IPv6 here */
+		else
+			rc = 0;
+	} else {
+		rc = listen_on(myaddr, &lfd, &port);
+	}
+	if (rc < 0)
 		goto fail;
 
 	/* Publish this node's address and ranks, then read everyone's. */
