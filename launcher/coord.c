@@ -391,11 +391,14 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		coord_mark_ended(c);
 		c->status = 0;
 		if (c->phase == CP_LATE) { /* nothing ran here: no success to report */
-			agent_say(
-				"error: --rdzv-id %s is taken: the job with this run id ran round "
-				"%d with %d nodes without this one and finished; give a new job "
-				"another --rdzv-id",
-				c->job->run_id, c->round, c->nnodes);
+			/* A spare, or a new job's node on a taken run id: which
+			 * one, only the user knows. */
+			agent_say("error: the job with --rdzv-id %s ran round %d with %d node%s "
+				  "without this one and finished: this node waited as a spare and "
+				  "was not needed (if it belongs to a new job, --rdzv-id %s is "
+				  "taken: give that job another)",
+				  c->job->run_id, c->round, c->nnodes, c->nnodes == 1 ? "" : "s",
+				  c->job->run_id);
 			c->status = 1;
 		}
 		coord_leave(c);

@@ -59,7 +59,9 @@ def test_a_job_started_on_a_full_running_run_id_does_not_succeed(reaper, tmp_pat
     (out1 / "release").touch()
     assert first.wait() == 0, first.stderr()
     assert second.wait() == 1, second.stderr()
-    assert "--rdzv-id job is taken: the job with this run id ran round 0" in second.stderr()
+    assert ("the job with --rdzv-id job ran round 0 with 1 node without this one and "
+            "finished: this node waited as a spare and was not needed (if it belongs to a new "
+            "job, --rdzv-id job is taken: give that job another)") in second.stderr()
     assert read_envs(out2) == {}
 
 
