@@ -283,22 +283,23 @@ int store_client_set_prefix(struct store_client *c, const char *prefix)
 	return 0;
 }
 
-int store_client_local_addr(const struct store_client *c, char *buf, size_t len)
+/* One end of the connection (peer: the store's), as numeric text. */
+static int end_addr(const struct store_client *c, bool peer, char *buf, size_t len)
 {
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 
-	if (getsockname(c->fd, (struct sockaddr *)&ss, &sl) < 0)
+	if ((peer ? getpeername : getsockname)(c->fd, (struct sockaddr *)&ss, &sl) < 0)
 		return -errno;
 	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
 }
 
+int store_client_local_addr(const struct store_client *c, char *buf, size_t len)
+{
+	return end_addr(c, false, buf, len);
+}
+
 int store_client_peer_addr(const struct store_client *c, char *buf, size_t len)
 {
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-
-	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) < 0)
-		return -errno;
-	return store_addr_format((struct sockaddr *)&ss, false, buf, len);
+	return end_addr(c, true, buf, len);
 }
