@@ -32,6 +32,12 @@
 #define FROM_IN	  "in:"
 #define FROM_GONE "gone:"
 
+/* val (len bytes) begins with text. */
+static bool begins(const void *val, size_t len, const char *text)
+{
+	return len >= strlen(text) && memcmp(val, text, strlen(text)) == 0;
+}
+
 void coord_rejoin_move(struct coord *c)
 {
 	char key[64], why[RDZV_HOST_MAX + 64];
@@ -61,8 +67,7 @@ int coord_rejoin_came(const void *val, size_t len)
 	char v[24];
 	int k;
 
-	if (len <= strlen(FROM_IN) || len >= sizeof(v) ||
-	    memcmp(val, FROM_IN, strlen(FROM_IN)) != 0)
+	if (len <= strlen(FROM_IN) || len >= sizeof(v) || !begins(val, len, FROM_IN))
 		return 0;
 	memcpy(v, val, len);
 	v[len] = '\0';
@@ -81,12 +86,6 @@ void coord_rejoin_reset(struct coord *c)
 	c->rj.n = -1;
 	c->rj.lost = -1;
 	c->rj.waiting = 0;
-}
-
-/* val (len bytes) begins with text. */
-static bool begins(const void *val, size_t len, const char *text)
-{
-	return len >= strlen(text) && memcmp(val, text, strlen(text)) == 0;
 }
 
 static bool current(const struct coord *c)
