@@ -161,15 +161,17 @@ int agent_sig_open(uv_loop_t *loop, const int *sigs, int n, agent_sig_cb cb, voi
 	return 0;
 }
 
-void agent_sig_close(struct agent_sig *s)
+static void close_set(struct agent_sig *s, bool ignore)
 {
+	struct sigaction ign = {.sa_handler = SIG_IGN};
 	int i;
 
 	if (s == NULL)
 		return;
-	/* The old disposition first: no later delivery is counted for s. */
+	/* The old disposition (or none) first: no later delivery is counted
+	 * for s. */
 	for (i = 0; i < s->nsigs; i++) {
-		sigaction(s->sigs[i], &s->old[i], NULL);
+		sigaction(s->sigs[i], ignore ? &ign : &s->old[i], NULL);
 		atomic_store(&owner[s->sigs[i]], NULL);
 	}
 	s->nsigs = 0;
@@ -180,6 +182,16 @@ void agent_sig_close(struct agent_sig *s)
 		sched_yield();
 	if (s->wake_open && !uv_is_closing((uv_handle_t *)&s->wake))
 		uv_close((uv_handle_t *)&s->wake, on_closed);
+}
+
+void agent_sig_close(struct agent_sig *s)
+{
+	close_set(s, false);
+}
+
+void agent_sig_end(struct agent_sig *s)
+{
+	close_set(s, true);
 }
 
 void agent_sig_destroy(struct agent_sig *s)

@@ -47,6 +47,11 @@ void agent_sig_drain(struct agent_sig *s);
 /* The signals get back the dispositions they had before the open (as
  * uv_signal_stop would give them); the loop handle closes. NULL: nothing. */
 void agent_sig_close(struct agent_sig *s);
+/* The same where ddprun is ending, its status decided: the signals are
+ * ignored from now on, not given back (a default action would end ddprun
+ * with the signal instead, as Slurm's repeat of its SIGTERM did, or
+ * SIGUSR1 forwarded). */
+void agent_sig_end(struct agent_sig *s);
 /* Release, after the loop has returned. NULL: nothing. */
 void agent_sig_destroy(struct agent_sig *s);
 

@@ -342,19 +342,44 @@ static void test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped(
 	assert_true(f.signalled_at_finish);
 }
 
+/* Each test is a ddprun process of its own: an agent that ended leaves its
+ * signals ignored (agent_sig_end), and the next would not catch them. */
+static int fresh_process(void **state)
+{
+	static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], SIG_DFL);
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_world_from_the_coordinator_reaches_the_workers),
-		cmocka_unit_test(test_local_failure_is_reported_with_global_rank_and_status),
-		cmocka_unit_test(test_restart_requested_by_the_coordinator_goes_back_to_rendezvous),
-		cmocka_unit_test(test_stop_during_rendezvous_ends_with_the_given_status),
-		cmocka_unit_test(test_stop_from_the_coordinator_ends_running_workers),
-		cmocka_unit_test(test_the_agent_never_restarts_by_itself_under_a_coordinator),
-		cmocka_unit_test(test_halt_stops_the_workers_and_hands_back_to_the_coordinator),
-		cmocka_unit_test(test_a_worker_that_ended_well_on_the_stop_is_not_an_exited_rank),
-		cmocka_unit_test(
-			test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped),
+		cmocka_unit_test_setup(test_world_from_the_coordinator_reaches_the_workers,
+				       fresh_process),
+		cmocka_unit_test_setup(test_local_failure_is_reported_with_global_rank_and_status,
+				       fresh_process),
+		cmocka_unit_test_setup(
+			test_restart_requested_by_the_coordinator_goes_back_to_rendezvous,
+			fresh_process),
+		cmocka_unit_test_setup(test_stop_during_rendezvous_ends_with_the_given_status,
+				       fresh_process),
+		cmocka_unit_test_setup(test_stop_from_the_coordinator_ends_running_workers,
+				       fresh_process),
+		cmocka_unit_test_setup(test_the_agent_never_restarts_by_itself_under_a_coordinator,
+				       fresh_process),
+		cmocka_unit_test_setup(
+			test_halt_stops_the_workers_and_hands_back_to_the_coordinator,
+			fresh_process),
+		cmocka_unit_test_setup(
+			test_a_worker_that_ended_well_on_the_stop_is_not_an_exited_rank,
+			fresh_process),
+		cmocka_unit_test_setup(
+			test_a_signal_is_handed_to_the_coordinator_once_the_workers_stopped,
+			fresh_process),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

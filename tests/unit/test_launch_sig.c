@@ -101,6 +101,32 @@ static void test_close_gives_back_the_old_disposition(void **state)
 	signal(SIGUSR1, SIG_DFL);
 }
 
+/* ddprun ending (its status decided): a delivery now is ignored, where the
+ * old disposition (SIG_DFL) ended ddprun with the signal (Slurm repeats
+ * its SIGTERM; a forwarded SIGUSR1 came late). */
+static void test_end_ignores_the_signals_from_then_on(void **state)
+{
+	static const int sigs[] = {SIGUSR1};
+	struct seen seen = {0};
+	struct agent_sig *s;
+	struct sigaction now;
+	uv_loop_t loop;
+
+	(void)state;
+	signal(SIGUSR1, SIG_DFL);
+	assert_int_equal(uv_loop_init(&loop), 0);
+	assert_int_equal(agent_sig_open(&loop, sigs, 1, on_delivery, &seen, &s), 0);
+	agent_sig_end(s);
+	uv_run(&loop, UV_RUN_DEFAULT);
+	agent_sig_destroy(s);
+	assert_int_equal(uv_loop_close(&loop), 0);
+	assert_int_equal(sigaction(SIGUSR1, NULL, &now), 0);
+	assert_ptr_equal(now.sa_handler, SIG_IGN);
+	raise(SIGUSR1); /* ignored: this process lives on */
+	assert_int_equal(seen.n, 0);
+	signal(SIGUSR1, SIG_DFL);
+}
+
 /* In the grandchild: catch SIGUSR1, say so on ready, wait (bounded) for one
  * delivery; exit with its sender (enum agent_sig_from), 3 when none came. */
 static void grandchild(int ready, bool step, const char *conf)
@@ -204,6 +230,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_each_delivery_from_anyone_reaches_the_loop_once),
 		cmocka_unit_test(test_close_gives_back_the_old_disposition),
+		cmocka_unit_test(test_end_ignores_the_signals_from_then_on),
 		cmocka_unit_test(test_the_steps_slurmstepd_is_told_apart),
 	};
 
