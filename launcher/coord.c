@@ -266,8 +266,11 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 {
 	char sname[32];
 
-	if (e->kind == RDZV_END_REJOIN)
+	if (e->kind == RDZV_END_REJOIN && e->node < 0)
 		snprintf(buf, len, "a node is waiting to join");
+	else if (e->kind == RDZV_END_REJOIN)
+		snprintf(buf, len, "node %d lost before round %d started (%s)", e->node, c->round,
+			 e->why);
 	else if (e->kind == RDZV_END_LOST)
 		snprintf(buf, len, "node %d lost (%s)", e->node, e->why);
 	else if (e->rank >= 0)
@@ -430,7 +433,9 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		c->next_round = c->round + 1;
 		c->next_count = next;
 		announce_next(c);
-		if (c->phase == CP_LATE) { /* no workers here: straight on */
+		if (c->phase == CP_LATE || c->phase == CP_JOIN) { /* no workers here: straight on */
+			if (c->phase == CP_JOIN) /* a member: the next round waits for it */
+				coord_rejoin_move(c);
 			c->round = c->next_round;
 			c->restart_count = c->next_count;
 			coord_join(c);

@@ -49,6 +49,34 @@ static void set_closed(struct coord *c, int n)
 
 /* ---- closed: a count, or an error for everyone ------------------------------------- */
 
+static void on_no_desc_end(int status, const void *val, size_t len, void *arg)
+{
+	struct coord *c = arg;
+
+	if (status == 0 && c->phase == CP_JOIN)
+		coord_on_end(c, val, len);
+}
+
+/* Dynamic: member m counted in but its descriptor never came. It died in
+ * between, before the close of its connection could mark it gone (its
+ * registration, after the count, never reached the store), or it stopped
+ * there. No worker started anywhere: the round ends as a rejoin that
+ * names it (the next round does not wait for it; no restart counted),
+ * first writer wins. */
+static void no_desc(struct coord *c, int m)
+{
+	struct rdzv_end e = {.kind = RDZV_END_REJOIN, .node = m};
+	char key[64], *v;
+
+	snprintf(e.why, sizeof(e.why), "it counted in but sent no descriptor within %g s",
+		 (double)c->conf->heartbeat_timeout_ms / 1000.0);
+	v = rdzv_end_encode(&e);
+	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END),
+						 "", 0, v, strlen(v), on_no_desc_end, c) != 0)
+		coord_fail(c, 1, "error: out of memory");
+	free(v);
+}
+
 static void on_descs(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
@@ -60,6 +88,10 @@ static void on_descs(int status, size_t n, const void *const *vals, const size_t
 	if (lens[0] > 0 && rdzv_meta_decode(vals[0], lens[0], &count) == 0)
 		c->restart_count = count;
 	for (i = 1; i < n; i++) {
+		if (lens[i] == 0 && c->job->dynamic) { /* read after the wait timed out */
+			no_desc(c, (int)i - 1);
+			return;
+		}
 		if (rdzv_node_decode(vals[i], lens[i], &c->nodes[i - 1]) != 0) {
 			coord_fail(c, 1, "error: node %zu's descriptor in the store is malformed",
 				   i - 1);
@@ -89,11 +121,11 @@ static void on_descs_present(int status, void *arg)
 
 	if (c->phase != CP_JOIN)
 		return;
-	if (status == -ETIMEDOUT) {
+	if (status == -ETIMEDOUT && !c->job->dynamic) {
 		coord_fail(c, 1, "error: the round closed but not every node's descriptor arrived");
 		return;
 	}
-	if (status != 0)
+	if (status != 0 && status != -ETIMEDOUT)
 		return;
 	keys = desc_keys(c);
 	if (keys == NULL || store_async_multi_get(c->W, keys, (size_t)c->nnodes + 1, on_descs, c))
@@ -105,6 +137,7 @@ static void fetch_descs(struct coord *c)
 {
 	struct rdzv_node *nodes = realloc(c->nodes, (size_t)c->nnodes * sizeof(*nodes));
 	const char **keys = desc_keys(c);
+	int64_t timeout = c->conf->join_timeout_ms;
 
 	if (nodes == NULL || keys == NULL) {
 		free(keys);
@@ -114,9 +147,12 @@ static void fetch_descs(struct coord *c)
 		return;
 	}
 	c->nodes = nodes;
-	/* A dynamic node counts in before its descriptor is out: wait for all. */
-	if (store_async_wait(c->W, keys + 1, (size_t)c->nnodes, c->conf->join_timeout_ms,
-			     on_descs_present, c) != 0)
+	/* A dynamic node counts in before its descriptor is out: wait for all,
+	 * but for one that never sends it (no_desc) no longer than for a
+	 * silent node. A static node's came before it counted in. */
+	if (c->job->dynamic && c->conf->heartbeat_timeout_ms < timeout)
+		timeout = c->conf->heartbeat_timeout_ms;
+	if (store_async_wait(c->W, keys + 1, (size_t)c->nnodes, timeout, on_descs_present, c) != 0)
 		coord_fail(c, 1, "error: out of memory");
 	free(keys);
 }

@@ -199,8 +199,9 @@ static void on_prev(int status, size_t n, const void *const *vals, const size_t 
 		finish(c);
 		return;
 	}
-	if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 && e.kind == RDZV_END_LOST)
-		j->lost = e.node;
+	if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 &&
+	    (e.kind == RDZV_END_LOST || e.kind == RDZV_END_REJOIN))
+		j->lost = e.node; /* -1 for a plain rejoin: none */
 	free(j->last);
 	free(j->silent_ms);
 	j->last = calloc((size_t)k, sizeof(*j->last));

@@ -35,7 +35,9 @@
  *                   authoritative TORCHELASTIC_RESTART_COUNT of the round
  *   end             why the round ended, first writer wins (CAS, and each
  *                   agent's ON_CLOSE_SET "lost:<R>:<why>"): "ok",
- *                   {"fail":...}, "lost:<R>:<why>", "rejoin"
+ *                   {"fail":...}, "lost:<R>:<why>", "rejoin" (a node
+ *                   waits to join), "rejoin:<R>:<why>" (node R counted in
+ *                   but sent no descriptor: no worker started, coord_join.c)
  *   hb/<R>          node rank R's heartbeat "<seq>:<epoch ms>" (changes every
  *                   keep_alive_interval; "done" once its workers are done),
  *                   watched by the store's host; a static job's nodes beat

@@ -299,17 +299,38 @@ char *rdzv_end_encode(const struct rdzv_end *e)
 	case RDZV_END_OK:
 		return strdup("ok");
 	case RDZV_END_REJOIN:
-		return strdup("rejoin");
-	case RDZV_END_LOST:
-		n = strlen(e->why) + 32;
-		s = malloc(n);
-		if (s != NULL)
-			snprintf(s, n, "lost:%d:%s", e->node, e->why);
-		return s;
-	case RDZV_END_FAIL:
+		if (e->node < 0)
+			return strdup("rejoin");
 		break;
+	case RDZV_END_LOST:
+		break;
+	case RDZV_END_FAIL:
+	default:
+		return rdzv_codec_encode(&fail_msg, e);
 	}
-	return rdzv_codec_encode(&fail_msg, e);
+	/* "<kind>:<R>:<why>" */
+	n = strlen(e->why) + 32;
+	s = malloc(n);
+	if (s != NULL)
+		snprintf(s, n, "%s:%d:%s", e->kind == RDZV_END_LOST ? "lost" : "rejoin", e->node,
+			 e->why);
+	return s;
+}
+
+/* "<R>:<why>" (len bytes at p) into e->node and e->why. */
+static int node_why_decode(const char *p, size_t len, struct rdzv_end *e)
+{
+	const char *colon = memchr(p, ':', len);
+	char num[16];
+
+	if (colon == NULL || colon == p || (size_t)(colon - p) >= sizeof(num))
+		return -EINVAL;
+	memcpy(num, p, (size_t)(colon - p));
+	num[colon - p] = '\0';
+	if (util_parse_int(num, 0, INT_MAX, &e->node) != 0)
+		return -EINVAL;
+	snprintf(e->why, sizeof(e->why), "%.*s", (int)(len - (size_t)(colon + 1 - p)), colon + 1);
+	return 0;
 }
 
 int rdzv_end_decode(const void *v, size_t len, struct rdzv_end *e)
@@ -327,22 +348,16 @@ int rdzv_end_decode(const void *v, size_t len, struct rdzv_end *e)
 	}
 	if (len == 6 && memcmp(p, "rejoin", 6) == 0) {
 		e->kind = RDZV_END_REJOIN;
+		e->node = -1;
 		return 0;
 	}
+	if (len > 7 && memcmp(p, "rejoin:", 7) == 0) {
+		e->kind = RDZV_END_REJOIN;
+		return node_why_decode(p + 7, len - 7, e);
+	}
 	if (len > 5 && memcmp(p, "lost:", 5) == 0) {
-		const char *colon = memchr(p + 5, ':', len - 5);
-		char num[16];
-
-		if (colon == NULL || colon == p + 5 || (size_t)(colon - p - 5) >= sizeof(num))
-			return -EINVAL;
-		memcpy(num, p + 5, (size_t)(colon - p - 5));
-		num[colon - p - 5] = '\0';
-		if (util_parse_int(num, 0, INT_MAX, &e->node) != 0)
-			return -EINVAL;
-		snprintf(e->why, sizeof(e->why), "%.*s", (int)(len - (size_t)(colon + 1 - p)),
-			 colon + 1);
 		e->kind = RDZV_END_LOST;
-		return 0;
+		return node_why_decode(p + 5, len - 5, e);
 	}
 	rc = rdzv_codec_decode(&fail_msg, v, len, e);
 	if (rc == 0)

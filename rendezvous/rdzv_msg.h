@@ -9,7 +9,8 @@
  *   closed       "<N>" or "<N>:<arrival ranges>" (the round's participants), or
  *                "error:<status>:<message>"
  *   meta         {"restart_count": n}
- *   end          "ok" | "rejoin" | "lost:<R>:<why>" | {"fail": {...}}
+ *   end          "ok" | "rejoin" | "rejoin:<R>:<why>" | "lost:<R>:<why>" |
+ *                {"fail": {...}}
  *
  * The JSON ones are each a table of fields in rdzv_msg.c, which rdzv_codec
  * encodes and checks. The keys they live under: rdzv_keys.h. Encoders return
@@ -96,7 +97,9 @@ enum rdzv_end_kind { RDZV_END_OK = 1, RDZV_END_FAIL, RDZV_END_LOST, RDZV_END_REJ
 
 struct rdzv_end {
 	enum rdzv_end_kind kind;
-	int node; /* FAIL, LOST: the node's rank in the round */
+	/* FAIL, LOST: the node's rank in the round; REJOIN: the one that never
+	 * sent its descriptor (-1: none, a node waits to join) */
+	int node;
 	char host[RDZV_HOST_MAX];
 	int rank, local_rank; /* FAIL by a worker: its ranks; -1 otherwise */
 	int pid;
@@ -107,7 +110,7 @@ struct rdzv_end {
 	/* FAIL by a worker whose failure another rank's caused (libddp's marker,
 	 * report.h): that rank; "" for a primary failure. */
 	char caused_by[RDZV_WHY_MAX];
-	char why[RDZV_WHY_MAX]; /* LOST */
+	char why[RDZV_WHY_MAX]; /* LOST, REJOIN with a node */
 };
 
 char *rdzv_end_encode(const struct rdzv_end *e);

@@ -90,8 +90,10 @@ static void say_end(const char *v)
 		printf("'%s' (malformed)", v);
 	else if (e.kind == RDZV_END_OK)
 		printf("ok (every node finished)");
-	else if (e.kind == RDZV_END_REJOIN)
+	else if (e.kind == RDZV_END_REJOIN && e.node < 0)
 		printf("rejoin (a node waited to join)");
+	else if (e.kind == RDZV_END_REJOIN)
+		printf("rejoin (node %d lost before the round started: %s)", e.node, e.why);
 	else if (e.kind == RDZV_END_LOST)
 		printf("node %d lost (%s)", e.node, e.why);
 	else if (e.rank >= 0)

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from conftest import binary, free_port, wait_for
+import storeutil
 from mnutil import (FAST, Agent, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
-                    read_envs, record, wait_stderr, worker_pids)
+                    read_envs, record, serve_store, wait_stderr, worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
@@ -222,6 +223,31 @@ def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
     envs = read_envs(out)
     assert sorted(k for k in envs if k[0] == 2) == [(2, 0, 1), (2, 1, 1)]
 
+
+def test_a_node_that_dies_right_after_counting_in_is_not_waited_for(reaper, tmp_path):
+    """A node that counts in and dies before anything else of it reaches the
+    store (its gone/ mark, its descriptor): here a bare client that ADDs to
+    the round's count and closes. The round closes with it; the others do
+    not wait join_timeout (60 s here; the agents' wait bound is 30 s) for its
+    descriptor and then fail, but redo the round without it after
+    heartbeat_timeout, no restart counted (nor needed: --max-restarts 0)."""
+    out, env = setup_out(tmp_path)
+    store = serve_store(reaper)
+    c = storeutil.connect(store)
+    c.sendall(bytes([storeutil.V2["ADD"]]) + storeutil.s("/ddprun/job/r0/count")
+              + storeutil.i64(1))
+    assert storeutil.recv_i64(c) == 1
+    c.close()
+    conf = "keep_alive_interval=0.2,heartbeat_timeout=2,join_timeout=60,last_call_timeout=0.3"
+    script = REC + '[ "$WORLD_SIZE" = 2 ] || exec sleep 60'
+    agents = [dyn_agent(reaper, tmp_path, f"a{i}", f"127.0.0.1:{store}", "2:3", 1, script,
+                        conf=conf + ",is_host=0", env=env) for i in range(2)]
+    for a in agents:
+        assert a.wait() == 0, a.stderr()
+        assert ("node 0 lost before round 0 started (it counted in but sent no descriptor "
+                "within 2 s): every node rejoins in round 1") in a.stderr(), a.stderr()
+    assert sorted(read_envs(out)) == [(2, 0, 0), (2, 1, 0)]
+    
 
 def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     out, env = setup_out(tmp_path)

@@ -367,6 +367,24 @@ static void test_end_values(void **state)
 	assert_int_equal(g.kind, RDZV_END_OK);
 	assert_int_equal(rdzv_end_decode("rejoin", 6, &g), 0);
 	assert_int_equal(g.kind, RDZV_END_REJOIN);
+	assert_int_equal(g.node, -1); /* a node waits to join: none named */
+	assert_int_equal(rdzv_end_decode("rejoin:3:no descriptor", 22, &g), 0);
+	assert_int_equal(g.kind, RDZV_END_REJOIN);
+	assert_int_equal(g.node, 3);
+	assert_string_equal(g.why, "no descriptor");
+	f.kind = RDZV_END_REJOIN;
+	f.node = -1;
+	s = rdzv_end_encode(&f);
+	assert_string_equal(s, "rejoin");
+	free(s);
+	f.node = 0;
+	strcpy(f.why, "no descriptor");
+	s = rdzv_end_encode(&f);
+	assert_string_equal(s, "rejoin:0:no descriptor");
+	free(s);
+	f.node = 1;
+	assert_int_equal(rdzv_end_decode("rejoin:", 7, &g), -EINVAL);
+	assert_int_equal(rdzv_end_decode("rejoin:x:y", 10, &g), -EINVAL);
 	assert_int_equal(rdzv_end_decode("lost:2:the agent on host c exited", 33, &g), 0);
 	assert_int_equal(g.kind, RDZV_END_LOST);
 	assert_int_equal(g.node, 2);
