@@ -745,8 +745,7 @@ void coord_destroy(struct coord *c)
 	coord_fwd_destroy(c);
 	free(c->nodes);
 	free(c->arrivals);
-	free(c->mon_last);
-	free(c->mon_silent_ms);
+	coord_silence_free(&c->mon);
 	coord_rejoin_reset(c);
 	free(c);
 }

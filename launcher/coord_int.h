@@ -57,6 +57,15 @@ struct coord_survey {
 	char others[400]; /* other run ids with a rendezvous going on here */
 };
 
+/* How long each of n nodes' beats (hb/, moving/) were seen not to change
+ * (coord_live.c: the store host's watch, and coord_rejoin.c's wait). */
+struct coord_silence {
+	size_t n;
+	int64_t at_ms;	    /* the last sample */
+	char (*last)[24];   /* what each one's key said last */
+	int64_t *silent_ms; /* how long it was seen not to change */
+};
+
 /* Dynamic: a later round's last call waits for the nodes of the round
  * before (coord_rejoin.c). */
 struct coord_rejoin {
@@ -66,10 +75,8 @@ struct coord_rejoin {
 	int n;	       /* the round before's nodes (-1: not read yet) */
 	int lost;      /* the one its end names lost (-1: none) */
 	int waiting;   /* how many are still waited for (0: none, or not waiting) */
-	int64_t at_ms, until_ms;
-	char (*last)[24];   /* what each one's moving/ key said last */
-	int64_t *silent_ms; /* how long it was seen not to change */
-	void (*then)(struct coord *c);
+	int64_t until_ms;
+	struct coord_silence quiet; /* their moving/ keys */
 };
 
 enum coord_phase {
@@ -131,11 +138,9 @@ struct coord {
 	int64_t hb_seq;
 	int64_t hb_sent_ms;
 	bool mon_pending;
-	uv_timer_t mon_timer; /* the store's host: sampling them */
-	int mon_round;	      /* the round whose heartbeats mon_* are of (-1: none) */
-	int64_t mon_at_ms;    /* the last sample */
-	char (*mon_last)[24];
-	int64_t *mon_silent_ms; /* how long each was seen not to move */
+	uv_timer_t mon_timer;	  /* the store's host: sampling them */
+	int mon_round;		  /* the round whose heartbeats mon is of (-1: none) */
+	struct coord_silence mon; /* their hb/ keys */
 	/* one-shot: last call, node 0's poll of a restart's count, exit barrier,
 	 * the host's wait for its peers */
 	uv_timer_t timer;
@@ -221,6 +226,9 @@ void coord_probe_failed(struct coord *c);
 
 /* coord_join.c */
 void coord_join(struct coord *c);
+/* Dynamic: close the round with the nodes that came and stayed if it is
+ * full, or its last call is over (coord_rejoin_await's end). */
+void coord_join_close(struct coord *c);
 /* Static: this node's death (its connection's close) ends round's
  * rendezvous at once, 75 for every node waiting in it: the round cannot
  * close without it. Registered when it joins, and already when a round ends
@@ -244,9 +252,9 @@ void coord_rejoin_move(struct coord *c);
 /* It counted into that round as arrival c->k (before the ON_CLOSE_SET of
  * its gone/ key, which replaces the one for the move). */
 void coord_rejoin_arrived(struct coord *c);
-/* The last call is over: then(c) once every node of the round before came,
- * went, or fell silent (at once in round 0). */
-void coord_rejoin_await(struct coord *c, void (*then)(struct coord *c));
+/* The round is full, or its last call is over: coord_join_close once every
+ * node of the round before came, went, or fell silent (at once in round 0). */
+void coord_rejoin_await(struct coord *c);
 /* A new round's join: no wait from the last one. */
 void coord_rejoin_reset(struct coord *c);
 /* The arrival number a from/ value says its node came as (0: none yet). */
@@ -265,6 +273,17 @@ void coord_survey_text(struct coord *c, const char *tail, char *buf, size_t len)
 void coord_register_run(struct coord *c);
 
 /* coord_live.c */
+/* Count silences of n nodes from now (the old counts freed); -ENOMEM. */
+int coord_silence_start(struct coord_silence *s, size_t n);
+void coord_silence_free(struct coord_silence *s);
+/* A sample's time since the last: a stall of this loop (the store's, too:
+ * beats that came meanwhile wait unread behind it) is not silence, so it
+ * counts at most two sample periods. */
+int64_t coord_silence_step(const struct coord *c, struct coord_silence *s);
+/* Node i's key now says val (len bytes): how long it has been silent, step
+ * (coord_silence_step's) added unless it changed. */
+int64_t coord_silence_seen(struct coord_silence *s, size_t i, const void *val, size_t len,
+			   int64_t step);
 void coord_live_start(struct coord *c);
 void coord_live_stop(struct coord *c);
 /* How often the watches of heartbeats sample them (a quarter interval). */

@@ -339,9 +339,9 @@ static void close_live(struct coord *c, size_t n, size_t nfrom, const void *cons
 		if (k >= 1 && (size_t)k <= n)
 			first[k - 1] = 1;
 	}
-	for (pass = 1; pass >= 0; pass--)
+	for (pass = 1; pass >= 0; pass--) /* the round before's, then the others */
 		for (i = 0; i < n && live < max; i++)
-			if (lens[i] == 0 && first[i] == pass && !take[i]) {
+			if (lens[i] == 0 && first[i] == pass) {
 				take[i] = 1;
 				live++;
 			}
@@ -437,8 +437,8 @@ static void close_check(struct coord *c, bool last_call)
 }
 
 /* Full, or the last call over (this node's, or join_timeout with enough
- * nodes): close once the round before's nodes came (coord_rejoin.c). */
-static void close_now(struct coord *c)
+ * nodes), and the round before's nodes came (coord_rejoin.c). */
+void coord_join_close(struct coord *c)
 {
 	close_check(c, c->last_call_over);
 }
@@ -456,7 +456,7 @@ static void on_timeout_survey(struct coord *c)
 		 * those that stayed, once the round before's came, and wait
 		 * again. */
 		c->last_call_over = true;
-		coord_rejoin_await(c, close_now);
+		coord_rejoin_await(c);
 		wait_closed(c);
 		return;
 	}
@@ -616,7 +616,7 @@ static void on_last_call(uv_timer_t *t)
 	if (c->phase != CP_JOIN)
 		return;
 	c->last_call_over = true;
-	coord_rejoin_await(c, close_now);
+	coord_rejoin_await(c);
 }
 
 static void on_dynamic_count(int status, int64_t k, void *arg)
@@ -659,7 +659,7 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 			NULL, NULL);
 	free(v);
 	if (k >= c->job->max_nodes) /* full, unless some left: once the round before's came */
-		coord_rejoin_await(c, close_now);
+		coord_rejoin_await(c);
 	if (k >= c->job->min_nodes) {
 		c->last_call_ms = util_now_ms() + c->conf->last_call_timeout_ms;
 		uv_timer_start(&c->timer, on_last_call, (uint64_t)c->conf->last_call_timeout_ms, 0);

@@ -14,6 +14,7 @@
  * writes "done" there and is exempt. */
 #include "coord_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,40 +113,74 @@ int64_t coord_live_sample_ms(const struct coord *c)
 	return p > 0 ? p : 1;
 }
 
+int coord_silence_start(struct coord_silence *s, size_t n)
+{
+	coord_silence_free(s);
+	s->last = calloc(n, sizeof(*s->last));
+	s->silent_ms = calloc(n, sizeof(*s->silent_ms));
+	if (s->last == NULL || s->silent_ms == NULL) {
+		coord_silence_free(s);
+		return -ENOMEM;
+	}
+	s->n = n;
+	s->at_ms = util_now_ms();
+	return 0;
+}
+
+void coord_silence_free(struct coord_silence *s)
+{
+	free(s->last);
+	free(s->silent_ms);
+	s->last = NULL;
+	s->silent_ms = NULL;
+	s->n = 0;
+}
+
+/* A node's silence is what the samples saw, not the clock's time between
+ * them: a stall would count whole for every node, a sample or two before
+ * their beats are read. */
+int64_t coord_silence_step(const struct coord *c, struct coord_silence *s)
+{
+	int64_t now = util_now_ms(), step = now - s->at_ms, cap = 2 * coord_live_sample_ms(c);
+
+	s->at_ms = now;
+	return step < cap ? step : cap;
+}
+
+int64_t coord_silence_seen(struct coord_silence *s, size_t i, const void *val, size_t len,
+			   int64_t step)
+{
+	char v[sizeof(*s->last)];
+
+	snprintf(v, sizeof(v), "%.*s", len < sizeof(v) ? (int)len : 0, (const char *)val);
+	if (strcmp(v, s->last[i]) != 0) {
+		strcpy(s->last[i], v);
+		s->silent_ms[i] = 0;
+	} else {
+		s->silent_ms[i] += step;
+	}
+	return s->silent_ms[i];
+}
+
 static void on_watch(int status, size_t n, const void *const *vals, const size_t *lens, void *arg)
 {
 	struct coord *c = arg;
-	int64_t now = util_now_ms(), step = now - c->mon_at_ms;
+	int64_t step, silent;
 	size_t i;
 
 	c->mon_pending = false;
 	if (status != 0 || watch_round(c) != c->mon_round || n != (size_t)c->nnodes ||
-	    c->mon_last == NULL)
+	    n != c->mon.n)
 		return;
-	/* A node's silence is what the samples saw, not the clock's time
-	 * between them: a stall of this loop (the store's, too: the beats
-	 * that came meanwhile wait unread behind it) would count whole for
-	 * every node, a sample or two before the beats are read. */
-	c->mon_at_ms = now;
-	if (step > 2 * coord_live_sample_ms(c))
-		step = 2 * coord_live_sample_ms(c);
+	step = coord_silence_step(c, &c->mon);
 	for (i = 0; i < n; i++) {
-		char v[24];
-
-		snprintf(v, sizeof(v), "%.*s", lens[i] < sizeof(v) ? (int)lens[i] : 0,
-			 (const char *)vals[i]);
-		if ((int)i == c->rank || strcmp(v, "done") == 0)
+		if ((int)i == c->rank || (lens[i] == 4 && memcmp(vals[i], "done", 4) == 0))
 			continue;
-		if (strcmp(v, c->mon_last[i]) != 0) {
-			strcpy(c->mon_last[i], v);
-			c->mon_silent_ms[i] = 0;
-			continue;
+		silent = coord_silence_seen(&c->mon, i, vals[i], lens[i], step);
+		if (silent >= c->conf->heartbeat_timeout_ms) {
+			declare_lost(c, c->mon_round, i, silent);
+			return;
 		}
-		c->mon_silent_ms[i] += step;
-		if (c->mon_silent_ms[i] < c->conf->heartbeat_timeout_ms)
-			continue;
-		declare_lost(c, c->mon_round, i, c->mon_silent_ms[i]);
-		return;
 	}
 }
 
@@ -204,17 +239,9 @@ void coord_live_start(struct coord *c)
 
 	/* A round newly watched: every node's silence counts from now (the
 	 * same round goes on from its move to its run). */
-	if (round >= 0 && (round != c->mon_round || c->mon_last == NULL)) {
-		free(c->mon_last);
-		free(c->mon_silent_ms);
-		c->mon_last = calloc((size_t)c->nnodes, sizeof(*c->mon_last));
-		c->mon_silent_ms = calloc((size_t)c->nnodes, sizeof(*c->mon_silent_ms));
-		if (c->mon_silent_ms == NULL) {
-			free(c->mon_last);
-			c->mon_last = NULL;
-		}
+	if (round >= 0 && (round != c->mon_round || c->mon.last == NULL)) {
+		coord_silence_start(&c->mon, (size_t)c->nnodes); /* out of memory: not watched */
 		c->mon_round = round;
-		c->mon_at_ms = util_now_ms();
 	}
 	c->hb_pending = false;
 	c->mon_pending = false;

@@ -78,10 +78,7 @@ void coord_rejoin_reset(struct coord *c)
 {
 	if (c->timers_on)
 		uv_timer_stop(&c->rj_timer);
-	free(c->rj.last);
-	free(c->rj.silent_ms);
-	c->rj.last = NULL;
-	c->rj.silent_ms = NULL;
+	coord_silence_free(&c->rj.quiet);
 	c->rj.busy = false;
 	c->rj.n = -1;
 	c->rj.lost = -1;
@@ -97,7 +94,7 @@ static void finish(struct coord *c)
 {
 	c->rj.busy = false;
 	c->rj.waiting = 0;
-	c->rj.then(c);
+	coord_join_close(c);
 }
 
 static void poll_from(struct coord *c);
@@ -117,38 +114,27 @@ static void on_from(int status, size_t n, const void *const *vals, const size_t 
 {
 	struct coord *c = arg;
 	struct coord_rejoin *j = &c->rj;
-	int64_t now = util_now_ms(), step = now - j->at_ms, cap = 2 * coord_live_sample_ms(c);
-	char v[24];
 	size_t i, k = (size_t)j->n;
 	int waiting = 0;
+	int64_t step;
 
 	if (!current(c))
 		return;
-	if (status != 0 || n != 2 * k) {
+	if (status != 0 || n != 2 * k || k != j->quiet.n) {
 		finish(c);
 		return;
 	}
-	/* As the store host's watch: a stall of this loop is not silence. */
-	j->at_ms = now;
-	if (step > cap)
-		step = cap;
+	step = coord_silence_step(c, &j->quiet);
 	for (i = 0; i < k; i++) {
 		if ((int)i == j->lost || begins(vals[i], lens[i], FROM_IN) ||
 		    begins(vals[i], lens[i], FROM_GONE))
 			continue;
-		snprintf(v, sizeof(v), "%.*s", lens[k + i] < sizeof(v) ? (int)lens[k + i] : 0,
-			 (const char *)vals[k + i]);
-		if (strcmp(v, j->last[i]) != 0) {
-			strcpy(j->last[i], v);
-			j->silent_ms[i] = 0;
-		} else {
-			j->silent_ms[i] += step;
-		}
-		if (j->silent_ms[i] < c->conf->heartbeat_timeout_ms)
+		if (coord_silence_seen(&j->quiet, i, vals[k + i], lens[k + i], step) <
+		    c->conf->heartbeat_timeout_ms)
 			waiting++;
 	}
 	j->waiting = waiting;
-	if (waiting == 0 || now >= j->until_ms) {
+	if (waiting == 0 || j->quiet.at_ms >= j->until_ms) {
 		if (waiting > 0)
 			agent_say("round %d closes without %d node%s of round %d whose workers did "
 				  "not stop within --shutdown-timeout (%.0f s)",
@@ -202,35 +188,29 @@ static void on_prev(int status, size_t n, const void *const *vals, const size_t 
 	if (lens[1] > 0 && rdzv_end_decode(vals[1], lens[1], &e) == 0 &&
 	    (e.kind == RDZV_END_LOST || e.kind == RDZV_END_REJOIN))
 		j->lost = e.node; /* -1 for a plain rejoin: none */
-	free(j->last);
-	free(j->silent_ms);
-	j->last = calloc((size_t)k, sizeof(*j->last));
-	j->silent_ms = calloc((size_t)k, sizeof(*j->silent_ms));
-	if (j->last == NULL || j->silent_ms == NULL) {
+	if (coord_silence_start(&j->quiet, (size_t)k) != 0) {
 		finish(c);
 		return;
 	}
 	j->n = k;
 	j->waiting = 0; /* known at the first poll */
-	j->at_ms = util_now_ms();
-	j->until_ms = j->at_ms + c->job->shutdown_timeout_ms + COORD_LEAVE_MS;
+	j->until_ms = j->quiet.at_ms + c->job->shutdown_timeout_ms + COORD_LEAVE_MS;
 	poll_from(c);
 }
 
-void coord_rejoin_await(struct coord *c, void (*then)(struct coord *c))
+void coord_rejoin_await(struct coord *c)
 {
 	const char **keys;
 
 	if (c->rj.busy)
 		return;
 	if (c->round == 0) {
-		then(c);
+		coord_join_close(c);
 		return;
 	}
 	coord_rejoin_reset(c);
 	c->rj.busy = true;
 	c->rj.round = c->round;
-	c->rj.then = then;
 	keys = coord_keys_of(c, c->round - 1, RDZV_R_CLOSED, 1, RDZV_R_END);
 	if (keys == NULL || store_async_multi_get(c->A, keys, 2, on_prev, c) != 0)
 		finish(c);

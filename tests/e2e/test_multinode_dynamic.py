@@ -211,8 +211,8 @@ def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
     wait_for(lambda: len(read_envs(out)) == 4, what="a four-node round")
     # Stopped first, so that the second cannot learn of the first's loss
     # and count into round 1 before it dies (a loaded machine ran it there
-    # between two kills: a node that dies right after counting in, before
-    # its gone/ mark is registered, is a window this test is not about).
+    # between two kills: a node that dies right after counting in has a test
+    # of its own, below).
     for a in others[1:]:
         a.signal(signal.SIGSTOP)
     for a in others[1:]:
