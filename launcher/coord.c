@@ -205,6 +205,7 @@ void coord_round_start(struct coord *c)
 		coord_wstore_close(c, NULL);
 	c->phase = CP_RUN;
 	c->in_round = true;
+	c->owe_round = -1;
 	c->end_known = false;
 	c->report_missing = 0;
 	c->at_barrier = false;
@@ -430,6 +431,13 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	else
 		agent_say("%s: the job ends", what);
 	if (restart) {
+		/* Dynamic: the next round's nodes read its closed value only as
+		 * they count in, so the store's host waits for them to count
+		 * out (a static node waits on it: on_next_closed_value). */
+		if (c->in_round && c->job->dynamic) {
+			c->owe_round = c->round;
+			c->owe_expected = coord_left_expected(c);
+		}
 		c->next_round = c->round + 1;
 		c->next_count = next;
 		announce_next(c);
@@ -600,18 +608,32 @@ static void on_signal(struct coord *c, int status)
 		coord_leave(c);
 		return;
 	}
-	if (c->job->dynamic && c->phase == CP_JOIN) {
+	if (c->job->dynamic && c->phase == CP_JOIN && c->server == NULL) {
 		/* An open dynamic round goes on without this node (leaving
-		 * marks it gone, as its death would). */
+		 * marks it gone, as its death would); not without the store's
+		 * host, whose store goes once the others left it: they would
+		 * wait for nodes (and it for them to leave) until its linger
+		 * ran out. */
 		coord_leave(c);
 		return;
 	}
-	/* Between rounds: the next round's joiners end at once. */
-	snprintf(msg, sizeof(msg), "node %d (host %.200s) received %s during the rendezvous",
-		 c->rank, c->host, signame_of(sig, sname, sizeof(sname)));
+	/* Between rounds: the next round's joiners end at once. A dynamic
+	 * node has no rank until its round closes. */
+	if (c->rank >= 0)
+		snprintf(msg, sizeof(msg),
+			 "node %d (host %.200s) received %s during the rendezvous", c->rank,
+			 c->host, signame_of(sig, sname, sizeof(sname)));
+	else
+		snprintf(msg, sizeof(msg),
+			 "the rendezvous store's host (%.200s) received %s during the rendezvous",
+			 c->host, signame_of(sig, sname, sizeof(sname)));
 	v = rdzv_closed_error(status, msg);
 	snprintf(key, sizeof(key), RDZV_KEY_ROUND_FMT RDZV_R_CLOSED,
 		 c->phase == CP_MOVE ? c->next_round : c->round);
+	/* Static: the others, parked on that closed value, read it as it is
+	 * set, and count out of no round any more (on_next_closed_value). */
+	if (!c->job->dynamic)
+		c->in_round = false;
 	if (v == NULL ||
 	    store_async_compare_set(c->A, key, "", 0, v, strlen(v), leave_after, c) != 0)
 		coord_leave(c);
@@ -687,6 +709,7 @@ int coord_create(uv_loop_t *loop, const struct job *job, struct coord **out, cha
 	c->conf = &job->rdzv;
 	c->rank = -1;
 	c->mon_round = -1;
+	c->owe_round = -1;
 	c->rj.prev_rank = -1;
 	coord_rejoin_reset(c);
 	snprintf(c->host, sizeof(c->host), "%s", job->hostname);

@@ -124,7 +124,11 @@ struct coord {
 	struct rdzv_end end;
 	bool end_known;
 	bool at_barrier;
-	bool in_round;		    /* took part in c->round (it closed with this node) */
+	bool in_round; /* took part in c->round (it closed with this node) */
+	/* Dynamic: moved on from a round it ran (owe_round, -1: none) and not
+	 * yet in the next: it still counts out of that round's left/ as it
+	 * leaves, where the store's host may wait for owe_expected nodes to. */
+	int owe_round, owe_expected;
 	int next_round, next_count; /* where CP_MOVE goes */
 	int pub_status;		    /* coord_publish_error in flight */
 	bool pub_must_fail;
@@ -188,6 +192,10 @@ bool coord_signalled(const struct coord *c);
  * or, ending for a signal already, "leaving without it" (the store). */
 const char *coord_fail_words(const struct coord *c);
 void coord_leave(struct coord *c);
+/* How many nodes count out of the round this node counts out of (its
+ * left/): its nodes, less the one lost and those whose failure lists did
+ * not come within the report's wait. */
+int coord_left_expected(const struct coord *c);
 /* A further signal while leaving: stop waiting for the other nodes. */
 void coord_hurry(struct coord *c);
 /* The store's host, waiting for all_left, saw a connection close: count the

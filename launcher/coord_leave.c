@@ -129,10 +129,25 @@ static void on_all_left(int status, void *arg)
  * off too, or stopped: the store's host waited its linger and
  * --shutdown-timeout more for them to leave, 81 s in all after two nodes
  * lost their links at once). */
-static int left_expected(const struct coord *c)
+int coord_left_expected(const struct coord *c)
 {
+	if (!c->in_round)
+		return c->owe_expected;
 	return c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0) -
 	       c->report_missing;
+}
+
+/* The round whose left/ this node counts out of (-1: none): the one it
+ * runs, or the one it moved on from (owe_round). */
+static int left_round(const struct coord *c)
+{
+	return c->in_round ? c->round : c->owe_round;
+}
+
+static const char *left_key(const struct coord *c, char *key, size_t len, const char *what)
+{
+	snprintf(key, len, RDZV_KEY_ROUND_FMT "%s", left_round(c), what);
+	return key;
 }
 
 static void on_prefail_linger(uv_timer_t *t)
@@ -148,7 +163,7 @@ static void on_prefail_linger(uv_timer_t *t)
 static void after_left(struct coord *c)
 {
 	char key[64];
-	const char *keys[1] = {coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
+	const char *keys[1] = {left_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
 	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
 
 	if (c->server != NULL && !c->in_round && c->job->prefail_status != 0 && c->timers_on) {
@@ -158,7 +173,7 @@ static void after_left(struct coord *c)
 		uv_timer_start(&c->timer, on_prefail_linger, COORD_LINGER_MS, 0);
 		return;
 	}
-	if (c->server == NULL || !c->w_up || !c->in_round ||
+	if (c->server == NULL || !c->w_up || left_round(c) < 0 ||
 	    store_async_wait(c->W, keys, 1, bound, on_all_left, c) != 0) {
 		clear_and_close(c);
 		return;
@@ -173,8 +188,8 @@ static void on_recount(int status, int64_t n, void *arg)
 	char key[64];
 
 	/* Setting it ends this host's own wait (on_all_left). */
-	if (status == 0 && c->awaiting_all_left && c->A != NULL && n >= left_expected(c))
-		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1, NULL,
+	if (status == 0 && c->awaiting_all_left && c->A != NULL && n >= coord_left_expected(c))
+		store_async_set(c->A, left_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1, NULL,
 				NULL);
 }
 
@@ -184,7 +199,7 @@ void coord_leave_recount(struct coord *c)
 
 	if (c->phase != CP_LEAVE || !c->awaiting_all_left || c->A == NULL || !c->a_up)
 		return;
-	store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 0, on_recount, c);
+	store_async_add(c->A, left_key(c, key, sizeof(key), RDZV_R_LEFT), 0, on_recount, c);
 }
 
 static void on_all_left_set(int status, void *arg)
@@ -197,8 +212,8 @@ static void on_left(int status, int64_t n, void *arg)
 	struct coord *c = arg;
 	char key[64];
 
-	if (status == 0 && n >= left_expected(c) &&
-	    store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1,
+	if (status == 0 && n >= coord_left_expected(c) &&
+	    store_async_set(c->A, left_key(c, key, sizeof(key), RDZV_R_ALL_LEFT), "1", 1,
 			    on_all_left_set, c) == 0)
 		return;
 	after_left(c);
@@ -243,10 +258,10 @@ void coord_leave(struct coord *c)
 		 * (every node's report waits for them) and its count among those
 		 * who left (the store's host recounts when the connection closes).
 		 * Otherwise each waited its bound for this node. */
-		if (c->hurry && c->A != NULL && c->a_up && c->in_round) {
+		if (c->hurry && c->A != NULL && c->a_up && left_round(c) >= 0) {
 			if (c->agent != NULL)
 				coord_publish_failures(c);
-			store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 1, NULL,
+			store_async_add(c->A, left_key(c, key, sizeof(key), RDZV_R_LEFT), 1, NULL,
 					NULL);
 		}
 		close_conns(c);
@@ -256,8 +271,8 @@ void coord_leave(struct coord *c)
 	 * bounded (the host also uses the timer later). */
 	if (c->server == NULL && c->timers_on)
 		uv_timer_start(&c->timer, on_leave_timeout, COORD_LEAVE_MS, 0);
-	if (!c->in_round ||
-	    store_async_add(c->A, coord_key(c, key, sizeof(key), RDZV_R_LEFT), 1, on_left, c) != 0)
+	if (left_round(c) < 0 ||
+	    store_async_add(c->A, left_key(c, key, sizeof(key), RDZV_R_LEFT), 1, on_left, c) != 0)
 		after_left(c);
 }
 

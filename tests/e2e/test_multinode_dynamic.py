@@ -270,6 +270,49 @@ def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     assert sorted(k for k in envs if k[0] == 2) == [(2, 0, 1), (2, 1, 1)]
 
 
+def sigterm_between_rounds(reaper, tmp_path, slow_node):
+    """A two-node job restarts after rank 1 fails; the workers of slow_node
+    ("host" or "other") take 8 s to stop. SIGTERM to the store's host while
+    it moves (its own workers stopping) or waits in round 1 (the other's):
+    both exit 143 once the slow workers stopped. Before, the host waited for
+    round 0's nodes to count out of it, which the other, moved on to round 1,
+    never did (a moving host: its linger and --shutdown-timeout, 40 s here;
+    the agents' wait bound is 30 s), or (a host waiting in round 1) left it
+    without a word, so the other waited for nodes and then found the store
+    gone."""
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    slow = '[ "$GROUP_RANK" = %d ] && trap "sleep 8; exit 1" TERM; ' % (
+        0 if slow_node == "host" else 1)
+    script = (REC + 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then '
+              'sleep 1; exit 3; fi; ' + slow + 'sleep 60 & wait')
+    conf = FAST + ",last_call_timeout=0.3"
+    extra = ["--max-restarts", "2", "--shutdown-timeout", "30"]
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, script, conf=conf + ",is_host=1",
+                     extra=extra, env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    # The other node runs rank 1, which fails, and (slow) rank 2.
+    other = dyn_agent(reaper, tmp_path, "other", ep, "2:3", 2, script,
+                      conf=conf + ",is_host=0", extra=extra, env=env)
+    wait_stderr(host, "restarting every node (restart 1 of 2)")
+    if slow_node == "other":  # the host's worker stopped: it waits in round 1
+        wait_stderr(host, "waiting for nodes: round 1")
+    host.signal(signal.SIGTERM)
+    for a in (host, other):
+        assert a.wait() == 143, a.stderr()
+    assert "received SIGTERM during the rendezvous" in other.stderr(), other.stderr()
+    assert "for every node to leave" not in host.stderr(), host.stderr()
+
+
+def test_sigterm_to_the_store_host_while_it_moves_ends_the_others_at_once(reaper, tmp_path):
+    sigterm_between_rounds(reaper, tmp_path, "host")
+
+
+def test_sigterm_to_the_store_host_waiting_in_the_next_round_ends_the_others(reaper, tmp_path):
+    sigterm_between_rounds(reaper, tmp_path, "other")
+
+
 def test_kill_9_of_the_store_host_stops_the_others(reaper, tmp_path):
     out, env = setup_out(tmp_path)
     port = free_port()

@@ -421,6 +421,27 @@ def test_the_store_host_stopping_slow_workers_ends_once_they_are_gone(reaper, tm
     assert_all_dead(worker_pids(out))
 
 
+def test_sigterm_to_the_store_host_between_attempts_ends_the_job_once_its_workers_stop(
+        reaper, tmp_path):
+    """Node 1's rank fails; node 0's worker takes 8 s to stop; node 0 (the
+    store's host) gets SIGTERM meanwhile. Node 1, waiting in round 1, reads
+    why at once; node 0 ends once its worker is gone. It waited for the
+    nodes to count out of round 0, which none did any more: its linger and
+    --shutdown-timeout (40 s here; the agents' wait bound is 30 s)."""
+    script = (RECORD + 'if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then [ "$RANK" = 1 ] && { '
+              + all_recorded(2) + 'exit 3; }; trap "sleep 8; exit 1" TERM; sleep 60 & wait; fi')
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], script,
+                                extra=["--max-restarts", "2", "--shutdown-timeout", "30"])
+    wait_stderr(agents[0], "restarting every node")
+    agents[0].signal(signal.SIGTERM)
+    for a in agents:
+        assert a.wait() == 143, a.stderr()
+    assert "node 0 (host" in agents[1].stderr(), agents[1].stderr()
+    assert "received SIGTERM during the rendezvous" in agents[1].stderr(), agents[1].stderr()
+    assert "for every node to leave" not in agents[0].stderr(), agents[0].stderr()
+    assert_all_dead(worker_pids(out))
+
+
 def test_a_node_silent_between_attempts_is_lost_after_the_heartbeat_timeout(reaper, tmp_path):
     """Node 2's agent stops (SIGSTOP: its connection stays open) while the
     workers stop for a restart: the store's host, which watched heartbeats
