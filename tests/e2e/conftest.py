@@ -87,12 +87,16 @@ def wait_for(pred, timeout=10.0, interval=0.02, what="condition"):
         time.sleep(interval)
 
 
+def proc_state(pid):
+    """pid's state letter in /proc/<pid>/stat (R, S, T, Z ...)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 def pid_alive(pid):
     """True if pid exists and is not a zombie."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
+        return proc_state(pid) not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import binary, run, wait_for
+from conftest import binary, proc_state, run, wait_for
 from mnutil import RECORD, all_recorded, static_job
 
 URL = "https://pytorch.org/docs/stable/elastic/errors.html"
@@ -330,15 +330,24 @@ def test_a_failure_dates_from_its_error_file_not_from_a_late_reaping(reaper, tmp
     err = ('printf \'{"message": {"message": "RuntimeError: %s", "extraInfo": '
            '{"py_callstack": "Traceback:\\\\nRuntimeError: %s", "timestamp": "1"}}}\' '
            '"$1" "$1" > "$TORCHELASTIC_ERROR_FILE"')
-    go = 'while [ ! -e "$OUT/go" ]; do sleep 0.02; done; '
+    def until(f):
+        return f'while [ ! -e "$OUT/{f}" ]; do sleep 0.02; done; '
+    # Rank 0 fails only once rank 1 has exited (the test saw it a zombie):
+    # a rank 1 still running would be taken for stopped by the job's stop (a
+    # sleep in rank 0 left that to the scheduler, and a loaded machine lost).
     script = (RECORD + all_recorded(2) +
               f'if [ "$RANK" = 1 ]; then set -- "rank 1 gave up"; {err}; touch "$OUT/wrote"; '
-              f'{go}exit 1; else {go}sleep 0.5; set -- "peer closed"; {err}; exit 1; fi')
+              f'{until("go")}exit 1; else {until("go")}{until("rank1-exited")}'
+              f'set -- "peer closed"; {err}; exit 1; fi')
     agents, out, _ = static_job(reaper, tmp_path, [1, 1], script)
     wait_for(lambda: (out / "wrote").exists(), timeout=30, what="rank 1's error file")
+    rank1 = int((out / "pid.1.0").read_text())
     agents[1].signal(signal.SIGSTOP)
     try:
+        wait_for(lambda: proc_state(agents[1].p.pid) == "T", timeout=30, what="node 1 stopped")
         (out / "go").touch()
+        wait_for(lambda: proc_state(rank1) == "Z", timeout=30, what="rank 1 a zombie")
+        (out / "rank1-exited").touch()
         wait_for(lambda: "failed with exit status 1" in agents[0].stderr(), timeout=30,
                  what="node 0 to see rank 0 fail")
     finally:

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import binary, free_port, make_vars, pid_alive, prog, run, wait_for
+from conftest import binary, free_port, make_vars, pid_alive, proc_state, prog, run, wait_for
 
 
 def start(reaper, tmp_path, *args, nproc=2, sigwait_args=(), **kw):
@@ -121,11 +121,6 @@ def test_second_sigint_kills_at_once(reaper, tmp_path):
     assert "second SIGINT: killing every worker now" in err
     for x in ready_pids(tmp_path, 2):
         wait_for(lambda: not pid_alive(x), timeout=10, what=f"pid {x} to die")
-
-
-def proc_state(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
 
 
 def test_a_worker_dead_before_the_users_signal_stays_the_root_cause(reaper, tmp_path):
