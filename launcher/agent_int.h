@@ -44,7 +44,7 @@ struct agent_worker {
 	bool exited_ok;	 /* exited 0 before any stop of this attempt */
 	bool group_live; /* the process group may still have members */
 	char *error_file;
-	int64_t started_us; /* report_now_us() at its start */
+	int64_t started_us; /* report_start_us() at its start */
 	bool failing;	    /* its error file was there when the stop began */
 	char *prefix[2];    /* console line prefix for stdout, stderr */
 	struct output_stream stream[2];

@@ -176,6 +176,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		.ptracer = a->cfg.ptracer,
 	};
 	char **env = NULL, **argv = NULL;
+	int64_t started_us;
 	pid_t pid;
 	int s, rc;
 
@@ -200,6 +201,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 		req.affinity = &a->job->cpu_sets[w->local_rank];
 	req.stdout_fd = child_fd[0];
 	req.stderr_fd = child_fd[1];
+	/* Before the spawn: the worker may write its error file at once. */
+	started_us = report_start_us();
 	pid = spawn_worker(&req);
 	if (pid < 0) {
 		rc = pid;
@@ -210,7 +213,7 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 	w->pid = pid;
 	w->running = true;
 	w->exited_ok = false;
-	w->started_us = report_now_us();
+	w->started_us = started_us;
 	w->group_live = true;
 	a->nrunning++;
 	for (s = 0; s < 2; s++) {

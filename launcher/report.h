@@ -113,7 +113,13 @@ bool report_cause_before(const struct report_entry *a, const struct report_entry
 size_t report_root_cause(const struct report_entry *e, size_t n);
 /* The current time as report entries record it (CLOCK_REALTIME, epoch us). */
 int64_t report_now_us(void);
-/* When a worker started at started_us (report_now_us) and observed to have
+/* A worker's start for report_failure_time_us, read before it is spawned:
+ * CLOCK_REALTIME_COARSE, the clock the kernel dates files by (or later, with
+ * multigrain timestamps). CLOCK_REALTIME runs up to a tick ahead of it: an
+ * error file written in the tick the worker started looked older than the
+ * start, stale, and its failure was dated from a late reaping instead. */
+int64_t report_start_us(void);
+/* When a worker started at started_us (report_start_us) and observed to have
  * failed at now_us failed, for the root-cause rule: when it wrote its error
  * file (path, may be NULL) if that is in between, else now_us. An agent slow
  * to reap, on a busy node, must not make a consequence on another node come

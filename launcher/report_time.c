@@ -86,6 +86,14 @@ int64_t report_now_us(void)
 	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t report_start_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t report_failure_time_us(const char *error_file, int64_t started_us, int64_t now_us)
 {
 	struct stat st;

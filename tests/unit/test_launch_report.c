@@ -188,6 +188,35 @@ static void test_failure_time_is_the_error_files_when_in_between(void **state)
 	assert_int_equal(report_failure_time_us(path, 999000000, 1002000000), 1002000000);
 }
 
+/* An error file written as soon as its worker started dates the failure: the
+ * kernel dates a new file by its coarse clock, up to a tick (4 ms at HZ=250)
+ * behind CLOCK_REALTIME, and a start read from that one made such a file
+ * look stale (a late reaping then took the blame). Each file is created as
+ * a worker's error file is, by the shell's > or PyTorch's open(..., "w"). */
+static void test_a_file_written_right_after_the_start_is_not_stale(void **state)
+{
+	char dir[] = "/tmp/test_launch_report_XXXXXX", path[64];
+	int i;
+
+	assert_non_null(mkdtemp(dir));
+	for (i = 0; i < 20; i++) {
+		int64_t started = report_start_us(), wrote;
+		struct stat st;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%d.json", dir, i);
+		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, "{}", 2), 2);
+		close(fd);
+		assert_int_equal(stat(path, &st), 0);
+		wrote = (int64_t)st.st_mtim.tv_sec * 1000000 + st.st_mtim.tv_nsec / 1000;
+		assert_int_equal(report_failure_time_us(path, started, started + 10000000), wrote);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
 static void test_entry_with_error_file(void **state)
 {
 	char *path = write_tmp("{\"message\": \"disk full\", \"timestamp\": 1000}");
@@ -764,6 +793,7 @@ int main(void)
 		cmocka_unit_test(test_parse_timestamp_as_torchruns_int),
 		cmocka_unit_test(test_entry_time_is_the_error_files_timestamp),
 		cmocka_unit_test(test_failure_time_is_the_error_files_when_in_between),
+		cmocka_unit_test(test_a_file_written_right_after_the_start_is_not_stale),
 		cmocka_unit_test(test_root_cause_is_the_earliest_observed),
 		cmocka_unit_test(test_root_cause_ties_go_to_the_lower_global_rank),
 		cmocka_unit_test(test_root_cause_an_exit_before_the_stop_before_one_still_running),
