@@ -117,7 +117,7 @@ struct cli_opts {
 	/* Inside a Slurm allocation, what came from SLURM_* (cli_nodes.c). */
 	char endpoint_host[256]; /* static --rdzv-endpoint's host: master_addr then */
 	bool slurm_nnodes, slurm_node_rank, slurm_master_addr, slurm_rdzv_id;
-	char slurm_run_id[136];			   /* rdzv_id points here then: JOB[.STEP] */
+	char slurm_run_id[RDZV_RUN_ID_MAX];	   /* rdzv_id points here then: JOB[.STEP] */
 	char slurm_master[SLURM_MAX_HOSTNAME + 1]; /* master_addr points here then */
 	const char *slurm_master_var;		   /* the SLURM_*NODELIST it came from */
 	const char *slurm_stray;      /* SLURM_* set outside an allocation (warned about) */

@@ -75,6 +75,8 @@ static int apply_slurm(struct cli_opts *o, const struct cli_given *g,
 		need = 0;
 	else if (alone) /* the run id still comes from Slurm */
 		need &= ~(unsigned)(SLURM_NEED_NODE_RANK | SLURM_NEED_MASTER);
+	if (!g->rdzv_id && !o->standalone)
+		need |= SLURM_NEED_RUN_ID;
 	rc = slurm_info_read(getenv_fn, need, &si, why, sizeof(why));
 	if (rc != 0) {
 		snprintf(err, errlen, "%s", why);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rdzv_keys.h"
 #include "util.h"
 
 /* One numeric range of a bracket: lo..hi printed with at least width digits. */
@@ -316,20 +317,35 @@ static int check_one_task_per_node(const char *(*getenv_fn)(const char *), char 
 	return 0;
 }
 
-/* A requeued job keeps its id and numbers its steps from 0 again: its run id
- * would be the failed run's, which a long-lived store (ddpstore serve)
- * refuses. SLURM_RESTART_COUNT (absent or 0 the first time) tells the runs
- * apart; the first keeps JOB.STEP. */
-static void append_restart(const char *(*getenv_fn)(const char *), char *run_id, size_t len)
+/* The default run id, JOB[.STEP][.rN]. A requeued job keeps its id and
+ * numbers its steps from 0 again: its run id would be the failed run's,
+ * which a long-lived store (ddpstore serve) refuses. SLURM_RESTART_COUNT
+ * (absent or 0 the first time) tells the runs apart; the first keeps
+ * JOB.STEP. Whole or none: a cut id could be another step's or run's, and a
+ * longer one would be refused by libddp (TORCHELASTIC_RUN_ID) and missing
+ * from the store's runs/ (ddpstore status). None: its length and what makes
+ * it into err, for a caller that needs it. */
+static int make_run_id(const char *(*getenv_fn)(const char *), const char *job, const char *step,
+		       struct slurm_info *info, char *err, size_t errlen)
 {
 	const char *v = getenv_fn("SLURM_RESTART_COUNT");
-	size_t used = strlen(run_id);
-	int n;
+	bool again = true;
+	int len, n;
 
-	if (v == NULL || *v == '\0' || (util_parse_int(v, 0, 1 << 30, &n) == 0 && n == 0))
-		return;
 	/* Not a number: still another run, so still another id. */
-	snprintf(run_id + used, len - used, ".r%.20s", v);
+	if (v == NULL || *v == '\0' || (util_parse_int(v, 0, 1 << 30, &n) == 0 && n == 0))
+		again = false;
+	len = snprintf(info->run_id, sizeof(info->run_id), "%s%s%s%s%s", job, step ? "." : "",
+		       step ? step : "", again ? ".r" : "", again ? v : "");
+	if (len >= 0 && (size_t)len < sizeof(info->run_id))
+		return 0;
+	info->run_id[0] = '\0';
+	snprintf(err, errlen,
+		 "the run id SLURM_JOB_ID%s%s would be %d bytes long, more than the %d a run "
+		 "id may have: give --rdzv-id",
+		 step ? ".SLURM_STEP_ID" : "", again ? ".rSLURM_RESTART_COUNT" : "", len,
+		 RDZV_RUN_ID_MAX - 1);
+	return -EINVAL;
 }
 
 const char *slurm_step_id(const char *(*getenv_fn)(const char *name))
@@ -373,13 +389,10 @@ int slurm_info_read(const char *(*getenv_fn)(const char *name), unsigned need,
 	default:
 		in_step = false;
 	}
-	if (in_step)
-		snprintf(info->run_id, sizeof(info->run_id), "%s.%.60s", info->job_id,
-			 slurm_step_id(getenv_fn));
-	else
-		snprintf(info->run_id, sizeof(info->run_id), "%s", info->job_id);
-	append_restart(getenv_fn, info->run_id, sizeof(info->run_id));
-
+	rc = make_run_id(getenv_fn, v, in_step ? slurm_step_id(getenv_fn) : NULL, info, err,
+			 errlen);
+	if (rc != 0 && (need & SLURM_NEED_RUN_ID))
+		return rc;
 	rc = 0;
 	if (need & SLURM_NEED_NNODES)
 		rc = read_int(getenv_fn,

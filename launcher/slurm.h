@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "rdzv_keys.h"
+
 #define SLURM_MAX_HOSTS	   (1 << 20)
 #define SLURM_MAX_HOSTNAME 255
 
@@ -35,8 +37,9 @@ struct slurm_info {
 	char job_id[64];
 	/* SLURM_JOB_ID, then ".SLURM_STEP_ID" under srun, then ".rN" in a job
 	 * requeued N times (SLURM_RESTART_COUNT): the same on every node of a
-	 * step, and another for every job, step and requeue (a default run id). */
-	char run_id[136];
+	 * step, and another for every job, step and requeue (a default run id).
+	 * "" when that is longer than a run id may be (SLURM_NEED_RUN_ID). */
+	char run_id[RDZV_RUN_ID_MAX];
 	/* Outside an allocation: the first of SLURM_NNODES, SLURM_NODEID that is
 	 * set anyway (worth a warning: it is not used), or NULL. */
 	const char *stray;
@@ -49,7 +52,8 @@ struct slurm_info {
 #define SLURM_NEED_NNODES    1u
 #define SLURM_NEED_NODE_RANK 2u
 #define SLURM_NEED_MASTER    4u
-#define SLURM_NEED_ALL	     7u
+#define SLURM_NEED_RUN_ID    8u /* always made, but too long an error only when needed */
+#define SLURM_NEED_ALL	     15u
 
 /* Read the variables of need through getenv_fn (getenv in production, a
  * table in tests). The master is the first host of SLURM_STEP_NODELIST (the
@@ -57,7 +61,8 @@ struct slurm_info {
  * SLURM_NODELIST. -EINVAL with the reason in err (size errlen): a needed
  * variable present but malformed (named), a step with more tasks than
  * nodes (SLURM_STEP_NUM_TASKS > SLURM_STEP_NUM_NODES: ddprun runs one per
- * node), or several nodes needed outside an srun step (slurm_step: the
+ * node), a run id needed but longer than RDZV_RUN_ID_MAX - 1 bytes (give
+ * --rdzv-id), or several nodes needed outside an srun step (slurm_step: the
  * batch script, salloc's shell or interactive step, where no other node
  * runs ddprun). Outside an srun step SLURM_STEP_* are not read. A variable
  * not needed is not read, so a flag overrides a malformed one. */

@@ -55,7 +55,8 @@
 #define RDZV_KEY_ROOT "ddprun"
 /* The same as the server holds it: clients send "/" + key, as TCPStore. */
 #define RDZV_KEY_ROOT_STORED "/" RDZV_KEY_ROOT "/"
-/* Run ids longer than this are not listed in runs/. */
+/* A run id is shorter than this: a longer one is not listed in runs/
+ * (ddpstore status), and libddp refuses it in TORCHELASTIC_RUN_ID. */
 #define RDZV_RUN_ID_MAX 128
 
 /* Store-wide, under RDZV_KEY_ROOT "/". */

@@ -192,3 +192,23 @@ def test_a_requeued_job_gets_a_run_id_of_its_own(reaper, tmp_path):
     assert a.wait() == 0, a.stderr()
     assert a.stdout() == "5.0.r1\n"
     assert "ddprun: from Slurm: --rdzv-id 5.0.r1\n" in a.stderr()
+
+
+def test_a_run_id_too_long_from_slurm_is_a_usage_error(reaper, tmp_path):
+    """A requeued job's default run id, JOB.STEP.rN, longer than a run id may
+    be (127 bytes) ran with it: missing from ddpstore status, and refused by
+    every libddp worker (TORCHELASTIC_RUN_ID is too long). It is a usage error
+    that asks for --rdzv-id; given, the Slurm id is not needed."""
+    env = clean_env(SLURM_JOB_ID="1" * 60, SLURM_STEP_ID="2" * 60, SLURM_NNODES="1",
+                    SLURM_NODEID="0", SLURM_JOB_NODELIST="localhost",
+                    SLURM_RESTART_COUNT="12345")
+    args = ["sh", "-c", 'echo "$TORCHELASTIC_RUN_ID"']
+    a = Agent(reaper, tmp_path, "long", args, env=env)
+    assert a.wait() == 2, a.stderr()
+    assert a.stdout() == ""
+    assert ("ddprun: error: the run id SLURM_JOB_ID.SLURM_STEP_ID.rSLURM_RESTART_COUNT would "
+            "be 128 bytes long, more than the 127 a run id may have: give --rdzv-id"
+            ) in a.stderr()
+    a = Agent(reaper, tmp_path, "given", ["--rdzv-id", "mine", *args], env=env)
+    assert a.wait() == 0, a.stderr()
+    assert a.stdout() == "mine\n"

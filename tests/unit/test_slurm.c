@@ -233,6 +233,52 @@ static void test_info_requeued_job(void **state)
 	assert_string_equal(info.run_id, "19.r1");
 }
 
+/* The default run id is whole or none: a requeued job's JOB.STEP.rN longer
+ * than a run id may be (RDZV_RUN_ID_MAX - 1: libddp refuses a longer
+ * TORCHELASTIC_RUN_ID, the store's runs/ leaves it out) was taken as it was,
+ * or cut at 135 bytes; a step id cut at 60 bytes could be another step's.
+ * Too long, it is an error when needed (--rdzv-id not given), else "". */
+static void test_info_a_run_id_is_whole_or_an_error(void **state)
+{
+	char job[80], step[80], e_step[100], e_long[100], e_max[100];
+	const char *const with_step[] = {e_step, "SLURM_JOB_ID=7", NULL};
+	const char *const too_long[] = {e_long, job, "SLURM_RESTART_COUNT=12345", NULL};
+	const char *const longest[] = {e_max, job, "SLURM_RESTART_COUNT=1", NULL};
+	struct slurm_info info;
+	char err[256] = "";
+
+	(void)state;
+	/* SLURM_JOB_ID of 60 digits, a step id of 70 and of 60 bytes. */
+	snprintf(job, sizeof(job), "SLURM_JOB_ID=%060d", 1);
+	snprintf(step, sizeof(step), "%070d", 2);
+	snprintf(e_step, sizeof(e_step), "SLURM_STEP_ID=%s", step);
+	snprintf(e_long, sizeof(e_long), "SLURM_STEP_ID=%060d", 2);
+	snprintf(e_max, sizeof(e_max), "SLURM_STEP_ID=%063d", 2);
+
+	fake_env = with_step;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_RUN_ID, &info, err, sizeof(err)),
+			 0);
+	assert_int_equal(strlen(info.run_id), 72);
+	assert_string_equal(info.run_id + 2, step);
+
+	/* 60 + 1 + 63 + 3 bytes: the longest. */
+	fake_env = longest;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_RUN_ID, &info, err, sizeof(err)),
+			 0);
+	assert_int_equal(strlen(info.run_id), RDZV_RUN_ID_MAX - 1);
+	assert_string_equal(info.run_id + RDZV_RUN_ID_MAX - 4, ".r1");
+
+	/* 60 + 1 + 60 + 7 bytes. */
+	fake_env = too_long;
+	assert_int_equal(slurm_info_read(fake_getenv, SLURM_NEED_RUN_ID, &info, err, sizeof(err)),
+			 -EINVAL);
+	assert_string_equal(err, "the run id SLURM_JOB_ID.SLURM_STEP_ID.rSLURM_RESTART_COUNT would "
+				 "be 128 bytes long, more than the 127 a run id may have: give "
+				 "--rdzv-id");
+	assert_int_equal(slurm_info_read(fake_getenv, 0, &info, err, sizeof(err)), 0);
+	assert_string_equal(info.run_id, "");
+}
+
 /* The batch script of a 3-node job (no step): no other node would start
  * ddprun. With one node, or --nnodes given, it runs. */
 static void test_info_batch_script_of_several_nodes(void **state)
@@ -530,6 +576,7 @@ int main(void)
 		cmocka_unit_test(test_info_two_tasks_per_node),
 		cmocka_unit_test(test_info_allocation),
 		cmocka_unit_test(test_info_requeued_job),
+		cmocka_unit_test(test_info_a_run_id_is_whole_or_an_error),
 		cmocka_unit_test(test_info_batch_script_of_several_nodes),
 		cmocka_unit_test(test_info_alternate_names),
 		cmocka_unit_test(test_info_step_variables_of_another_job),
