@@ -385,6 +385,22 @@ def test_the_rings_congestion_control(reaper, tmp_path, setting):
     assert all(v == expect for v in seen.values()), (seen, expect)
 
 
+@pytest.mark.parametrize("ipv6", [True, False], ids=["ipv6", "no-ipv6"])
+def test_a_ring_set_up_leaves_no_error_text(reaper, tmp_path, ipv6):
+    """ddp_errmsg() is the last failure's text (libddp(3)): a ddp_init that
+    succeeds leaves none. Without IPv6 (no_ipv6: socket(AF_INET6) fails, as
+    on a kernel booted with ipv6.disable=1), a leader on the store's host
+    listens on 0.0.0.0 when "::" fails: that failure's text stayed, "tcp:
+    cannot listen on ::: Address family not supported by protocol"."""
+    wrap = [] if ipv6 else [prog("no_ipv6")]
+    agents, rid = two_nodes(reaper, tmp_path, "static", [1, 1],
+                            [*wrap, prog("ddp_hello"), "errmsg"])
+    for i, (a, rc) in enumerate(zip(agents, finish(agents))):
+        assert rc == 0, a.stdout() + a.stderr()
+        assert f"[rank{i}] errmsg {i} ''\n" in a.stdout(), a.stdout() + a.stderr()
+    assert segments(rid) == []
+
+
 def test_a_congestion_control_the_kernel_lacks_is_one_clear_error(reaper, tmp_path):
     agents, rid = two_nodes(reaper, tmp_path, "static", [1, 1], [prog("ddp_coll"), "where"],
                             env={"DDP_TCP_CONGESTION": "nosuchcc"})

@@ -14,6 +14,8 @@
  *   ddp_hello bufmode [full]  prints "linebuf R N" on stderr: N is 1 when stdout is line-
  *                             buffered after ddp_init; full: the program first sets
  *                             setvbuf(stdout, NULL, _IOFBF, 65536) itself
+ *   ddp_hello errmsg          prints "errmsg R 'TEXT'" from every rank: ddp_errmsg() once
+ *                             ddp_init succeeded
  * Exits 1 with ddp_errmsg() when ddp_init fails. */
 #include <stdio.h>
 #include <stdio_ext.h>
@@ -64,6 +66,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	int r = ddp_rank(ctx), w = ddp_world_size(ctx);
+	if (argc > 1 && !strcmp(argv[1], "errmsg")) {
+		char msg[512];
+
+		snprintf(msg, sizeof(msg), "%s", ddp_errmsg()); /* before any other call */
+		ddp_print_force(ctx, "errmsg %d '%s'\n", r, msg);
+		return ddp_finalize(ctx) < 0;
+	}
 	if (argc > 2 && !strcmp(argv[1], "fatal")) {
 		ddp_barrier(ctx);
 		if (r == w - 1)

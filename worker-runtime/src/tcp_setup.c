@@ -28,7 +28,11 @@ struct hello {
 	uint32_t world;
 };
 
-static int listen_on(const char *addr, int *fd_out, int *port_out)
+/* Listen on addr, a numeric address, on a port the kernel picks: 0, or a
+ * negative errno with the reason in why. It sets no ddp_errmsg: the caller
+ * may yet succeed another way (no IPv6 here), and a success must leave the
+ * last failure's text as it was (ddp.h). */
+static int listen_on(const char *addr, int *fd_out, int *port_out, char *why, size_t whylen)
 {
 	struct addrinfo hints = {.ai_flags = AI_NUMERICHOST | AI_PASSIVE,
 				 .ai_socktype = SOCK_STREAM};
@@ -37,8 +41,10 @@ static int listen_on(const char *addr, int *fd_out, int *port_out)
 	socklen_t sl = sizeof(ss);
 	int fd, rc;
 
-	if ((rc = getaddrinfo(addr, "0", &hints, &ai)) != 0)
-		return ddpi_err(-EINVAL, "tcp: bad local address '%s': %s", addr, gai_strerror(rc));
+	if ((rc = getaddrinfo(addr, "0", &hints, &ai)) != 0) {
+		snprintf(why, whylen, "bad local address '%s': %s", addr, gai_strerror(rc));
+		return -EINVAL;
+	}
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd >= 0 && ai->ai_family == AF_INET6) { /* "::" takes IPv4 too */
 		int off = 0;
@@ -47,7 +53,8 @@ static int listen_on(const char *addr, int *fd_out, int *port_out)
 	}
 	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0 ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-		rc = ddpi_err(-errno, "tcp: cannot listen on %s: %s", addr, strerror(errno));
+		rc = -errno;
+		snprintf(why, whylen, "cannot listen on %s: %s", addr, strerror(-rc));
 		if (fd >= 0)
 			close(fd);
 		freeaddrinfo(ai);
@@ -304,6 +311,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 {
 	struct ddpi_tcp *t = calloc(1, sizeof(*t));
 	char myaddr[128], key[32], *entry = NULL, rightaddr[128];
+	char why[256], why6[256]; /* listen_on's reasons */
 	int lfd = -1, port = 0, right_port = 0, rc = -ENOMEM;
 	size_t elen = 0;
 	bool lo;
@@ -343,12 +351,12 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 	}
 	lo = store_addr_is_loopback(myaddr);
 	if (lo && env->nnodes > 1) {
-		if (listen_on("::", &lfd, &port) < 0)
-			rc = listen_on("0.0.0.0", &lfd, &port); /* no IPv6 here */
-		else
-			rc = 0;
-	} else {
-		rc = listen_on(myaddr, &lfd, &port);
+		/* "::" takes both families; a host without IPv6 has 0.0.0.0. */
+		rc = listen_on("::", &lfd, &port, why6, sizeof(why6));
+		if (rc < 0 && (rc = listen_on("0.0.0.0", &lfd, &port, why, sizeof(why))) < 0)
+			rc = ddpi_err(rc, "tcp: %s; %s", why6, why);
+	} else if ((rc = listen_on(myaddr, &lfd, &port, why, sizeof(why))) < 0) {
+		rc = ddpi_err(rc, "tcp: %s", why);
 	}
 	if (rc < 0)
 		goto fail;
