@@ -365,7 +365,10 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 	 * cause of the exit status. Not for Slurm's (begin_stop). */
 	if (!by_stepd && a->state == AS_RUNNING)
 		reap(a);
-	if (sig == SIGINT && ++a->sigints >= 2) {
+	/* Slurm's repeat is not the user's second Ctrl-C: srun wants two within
+	 * a second before it passes one on (and ends the step itself after),
+	 * and Slurm repeats a scancel --signal=INT as any stop signal. */
+	if (sig == SIGINT && !again && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
 	} else if (a->nrunning > 0 && again) {

@@ -10,7 +10,8 @@
  * an attempt stops every other worker (fail fast). Signals from
  * --signals-to-handle are forwarded to every worker group and end the job
  * with 128+signal (one that the step's slurmstepd sent to every process of
- * the step is not sent again: agent_sig.h); a second SIGINT SIGKILLs at once. A signal that was
+ * the step is not sent again: agent_sig.h); a second SIGINT SIGKILLs at once
+ * (Slurm's repeat of its own is no second: agent.c). A signal that was
  * ignored when ddprun started (nohup) stays ignored. ddprun is the child
  * subreaper: what a worker leaves in its process group gets the same grace
  * period, and is SIGKILLed once every worker has exited.

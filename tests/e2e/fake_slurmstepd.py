@@ -10,7 +10,8 @@ otherwise merge with it in the kernel now and then, and go unseen. It ends
 with ddprun's exit status (1 and a line on stderr if the workers were not
 ready, or took nothing, within 30 s). With FAKE_STEPD_TIMES=N in its
 environment it delivers SIG N times, as Slurm 22.05 does now and then at
-the time limit (twice), each once ddprun has had the last one (0.3 s).
+the time limit (twice), each once ddprun has had the last one (0.3 s); 0:
+never (the test signals ddprun itself).
     python3 fake_slurmstepd.py OUT NPROC SIG PROCTRACK DDPRUN ARGS..."""
 import ctypes
 import os

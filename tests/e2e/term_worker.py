@@ -3,7 +3,8 @@ SIGINT and SIGHUP stay blocked and are taken with sigtimedwait, each
 appended to OUT/term.<RANK> as the name of its sender (/proc/<pid>/comm).
 OUT/<READY>.<RANK> (its pid; READY is ready unless --ready says) appears
 first. After the first signal it lives on 1 s (--linger S), as a worker
-saving a checkpoint would, and exits 0; with --stay it stays, to be killed.
+saving a checkpoint would, and exits 0, leaving OUT/done.<RANK> (one killed
+leaves none); with --stay it stays, to be killed.
 Bounded: 120 s in all. Also the Slurm tests' worker (tests/slurm).
     python3 term_worker.py OUT [--stay] [--ready NAME] [--linger S]"""
 import os
@@ -36,3 +37,4 @@ while time.monotonic() < end and (stay or first is None or time.monotonic() < fi
     os.close(fd)
     if first is None:
         first = time.monotonic()
+open(os.path.join(out, f"done.{rank}"), "w").close()

@@ -366,16 +366,20 @@ def terms(tmp_path, nproc):
             if (tmp_path / f"term.{r}").exists() else [] for r in range(nproc)}
 
 
-def under_stepd(reaper, tmp_path, proctrack="proctrack/linuxproc", args=(), stay=False,
-                times=1):
+def stepd_popen(reaper, tmp_path, proctrack="proctrack/linuxproc", args=(), stay=False,
+                times=1, sig=signal.SIGTERM):
     """ddprun with 2 term_worker.py workers under fake_slurmstepd.py, which
-    sends SIGTERM (times times) once they are ready: (exit status, stderr)."""
-    cmd = [sys.executable, FAKE_STEPD, str(tmp_path), "2", str(int(signal.SIGTERM)),
+    sends sig (times times) once they are ready: the Popen of the stand-in."""
+    cmd = [sys.executable, FAKE_STEPD, str(tmp_path), "2", str(int(sig)),
            proctrack, binary("ddprun"), "--nproc-per-node", "2", *args, sys.executable,
            TERM_WORKER, str(tmp_path), *(["--stay"] if stay else ["--linger", "3"])]
     env = dict(os.environ, FAKE_STEPD_TIMES=str(times))
-    p = reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    rc, out, err = finish(p, timeout=60)
+    return reaper.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def under_stepd(reaper, tmp_path, **kw):
+    """As stepd_popen, to the end: (exit status, stderr)."""
+    rc, out, err = finish(stepd_popen(reaper, tmp_path, **kw), timeout=60)
     return rc, err
 
 
@@ -414,6 +418,56 @@ def test_slurms_sigterm_twice_under_linuxproc_is_slurms_alone(reaper, tmp_path):
     assert rc == 143, err
     assert terms(tmp_path, 2) == {r: ["SIGTERM slurmstepd"] * 2 for r in range(2)}, err
     assert err.count(FROM_SLURM) == 1 and AGAIN in err, err
+
+
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def done(tmp_path, nproc):
+    """The ranks whose term_worker.py ended by itself (not killed)."""
+    return {r for r in range(nproc) if (tmp_path / f"done.{r}").exists()}
+
+
+@pytest.mark.parametrize("proctrack", ["proctrack/cgroup", "proctrack/linuxproc"])
+def test_slurms_sigint_sent_twice_is_no_second_ctrl_c(reaper, tmp_path, proctrack):
+    # srun passing on a double Ctrl-C, or scancel --signal=INT, and Slurm
+    # repeating it: the repeat is not the user's second Ctrl-C (srun needs a
+    # third press within the second to kill the step, and then does it
+    # itself). It SIGKILLed every worker in the middle of its checkpoint.
+    rc, err = under_stepd(reaper, tmp_path, proctrack=proctrack, times=2, sig=signal.SIGINT)
+    assert rc == 130, err
+    assert "second SIGINT" not in err and "SIGKILL" not in err, err
+    want = ["SIGINT slurmstepd"] * 2 if proctrack == "proctrack/linuxproc" else ["SIGINT ddprun"]
+    assert terms(tmp_path, 2) == {r: want for r in range(2)}, err
+    assert done(tmp_path, 2) == {0, 1}, err  # each took its 3 s and ended by itself
+    assert ("received SIGINT from Slurm again: the workers are stopping already (not sent "
+            "again)") in err, err
+
+
+@pytest.mark.parametrize("first", ["slurm", "anyone"])
+def test_a_second_sigint_from_anyone_but_slurm_kills_at_once_in_a_step(reaper, tmp_path,
+                                                                        first):
+    # Under srun too, a SIGINT that is not Slurm's repeat (kill -INT on the
+    # node, after Slurm's or the user's own first) is a second Ctrl-C. The
+    # workers stay and the grace is huge: only SIGKILL ends this job.
+    p = stepd_popen(reaper, tmp_path, proctrack="proctrack/cgroup",
+                    times=1 if first == "slurm" else 0, sig=signal.SIGINT,
+                    args=("--shutdown-timeout", "1000"), stay=True)
+    wait_for(lambda: all((tmp_path / f"ready.{i}").exists() for i in range(2))
+             or p.poll() is not None, timeout=30, what="workers ready")
+    ddprun = parent(ready_pids(tmp_path, 2)[0])
+    if first == "anyone":
+        os.kill(ddprun, signal.SIGINT)
+    # ddprun has taken the first once it passed it on: two at once would merge.
+    wait_for(lambda: all(terms(tmp_path, 2)[r] for r in range(2)) or p.poll() is not None,
+             timeout=30, what="the first SIGINT passed on")
+    os.kill(ddprun, signal.SIGINT)
+    rc, out, err = finish(p)
+    assert rc == 130, err
+    assert "second SIGINT: killing every worker now" in err, err
+    assert terms(tmp_path, 2) == {r: ["SIGINT ddprun"] for r in range(2)}, err
 
 
 def test_a_worker_left_after_slurms_sigterm_is_killed_after_the_grace(reaper, tmp_path):

@@ -13,8 +13,9 @@ from conftest import rcs, read, start_waiting_job as start, wait_for_files
 # handler: two close together stay two) and appends "SIG sender" (the
 # sender's comm) to $OUT/term.$RANK; after the first it lives on 2 s, as one
 # saving a checkpoint would, and exits 0. Bounded: 120 s in all.
-COUNTING_WORKER = "python3 {} \"$OUT\" --ready pid --linger 2".format(
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e", "term_worker.py"))
+TERM_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e",
+                           "term_worker.py")
+COUNTING_WORKER = "python3 {} \"$OUT\" --ready pid --linger 2".format(TERM_WORKER)
 
 
 def terms(out):
@@ -185,3 +186,32 @@ def test_srun_ctrl_c_twice_reaches_each_worker_once(cluster, tmp_path):
     assert "srun: sending Ctrl-C to StepId=" in text, text
     assert terms(out) == {r: ["SIGINT slurmstepd"] for r in range(6)}, text
     assert set(rcs(out).values()) <= {"130", "137"}, text
+
+
+# ---- Slurm sends the stop signal again -------------------------------------------
+# As Slurm 22.05 does now and then (the time limit), and srun when a double
+# Ctrl-C comes again: here a second scancel --signal of the step, which
+# slurmstepd delivers the same way.
+
+def done(out):
+    """The ranks whose term_worker.py ended by itself (not killed)."""
+    return {r for r in range(6) if (out / f"done.{r}").exists()}
+
+
+def test_scancel_step_int_twice_is_no_second_ctrl_c(cluster, tmp_path):
+    """The step's second SIGINT is Slurm's, not the user's second Ctrl-C: the
+    workers (5 s to stop) are not killed, every node exits 130."""
+    jobid, out, pids = start(cluster, tmp_path,
+                             program=f"python3 {TERM_WORKER} \"$OUT\" --ready pid --linger 5")
+    log = tmp_path / "job.out"
+    cluster.run("ctl", "scancel", "--signal=INT", f"{jobid}.0")
+    wait_terms(out, log)
+    cluster.run("ctl", "scancel", "--signal=INT", f"{jobid}.0")
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=30, log=log)
+    cluster.wait_job(jobid, timeout=60)
+    text = read(log)
+    assert rcs(out) == {0: "130", 1: "130", 2: "130"}, text
+    assert done(out) == set(range(6)), text
+    assert "second SIGINT" not in text, text
+    assert all(t and set(t) == {"SIGINT slurmstepd"} for t in terms(out).values()), text
+    nothing_left(cluster, pids)
