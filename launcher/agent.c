@@ -339,42 +339,65 @@ static bool failure_restarts(const struct agent *a)
 	return a->after == AFTER_DECIDE && left;
 }
 
+/* The step's slurmstepd sent again the stop signal it sent before (22.05
+ * does now and then, at the time limit; srun passes a double Ctrl-C on
+ * each time it is pressed): the stop it began goes on, and that is all.
+ * Where Slurm signals ddprun alone, the workers would get it twice; a
+ * SIGINT is not the user's second Ctrl-C (srun wants two within a second
+ * before it passes one on, and ends the step itself after); and once the
+ * workers have exited, it is no further signal to this node's coordinator,
+ * which would stop waiting for the other nodes (coord_leave.c: hurry) and
+ * close the store under them. */
+static void on_slurms_repeat(struct agent *a, const char *name, bool by_stepd)
+{
+	if (a->nrunning == 0) {
+		agent_say("received %s from Slurm again: this node is ending for it already (a "
+			  "repeat, not a further signal)",
+			  name);
+		return;
+	}
+	agent_say("received %s from Slurm again: the workers are stopping already (not sent again)",
+		  name);
+	/* As after its first (on_signal): Slurm's reached the workers again,
+	 * and one stopped meanwhile must run to see it. */
+	if (by_stepd && (a->state == AS_RUNNING || a->state == AS_STOPPING))
+		kill_all(a, SIGCONT);
+}
+
 /* A signal of --signals-to-handle. by_stepd: the step's slurmstepd sent it
  * to every process of the step, these workers too (agent_sig.h): the stop
  * goes on as for any other (grace, SIGKILL, 128+sig), but the workers are
- * not sent it again. again: Slurm repeats the stop signal it sent (22.05
- * does at the time limit, now and then): where it signals ddprun alone,
- * passed on twice each worker would get it twice. */
+ * not sent it again. again: the step's slurmstepd sends the signal it sent
+ * before in this attempt, which began the stop (a signal always ends the
+ * job): Slurm's repeat, on_slurms_repeat, whether the workers had the first
+ * or not (none ran when it came: stop_had is no test of it). */
 static void on_signal(void *arg, int sig, enum agent_sig_from from)
 {
 	struct agent *a = arg;
 	bool by_stepd = from == AGENT_SIG_STEPD_ALL;
-	bool again = from != AGENT_SIG_ANYONE && a->stepd_sig == sig && a->stop_had;
+	bool again = from != AGENT_SIG_ANYONE && a->stepd_sig == sig;
 	int fwd = sig;
 	char name[32];
 
+	signame_of(sig, name, sizeof(name));
+	if (again) { /* before it counts as a second SIGINT or a further signal */
+		on_slurms_repeat(a, name, by_stepd);
+		return;
+	}
 	if (from != AGENT_SIG_ANYONE)
 		a->stepd_sig = sig;
 	if (!a->signalled)
 		a->signo = sig;
 	a->signalled = true;
 	a->late_failures = false; /* exits from here on are the signal's */
-	signame_of(sig, name, sizeof(name));
 	/* A worker that died before this signal came (drained before the exits
 	 * are reaped, it is handled first) failed on its own and stays the root
 	 * cause of the exit status. Not for Slurm's (begin_stop). */
 	if (!by_stepd && a->state == AS_RUNNING)
 		reap(a);
-	/* Slurm's repeat is not the user's second Ctrl-C: srun wants two within
-	 * a second before it passes one on (and ends the step itself after),
-	 * and Slurm repeats a scancel --signal=INT as any stop signal. */
-	if (sig == SIGINT && !again && ++a->sigints >= 2) {
+	if (sig == SIGINT && ++a->sigints >= 2) {
 		agent_say("second SIGINT: killing every worker now");
 		fwd = SIGKILL;
-	} else if (a->nrunning > 0 && again) {
-		agent_say("received %s from Slurm again: the workers are stopping already (not "
-			  "sent again)",
-			  name);
 	} else if (a->nrunning > 0 && by_stepd) {
 		agent_say("received %s from Slurm: stopping the workers (proctrack/linuxproc "
 			  "signals every process of the step, this node's workers included: not "
@@ -400,7 +423,7 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 	 * had one: whoever sent it meant it. */
 	if (by_stepd && fwd != SIGKILL && (a->state == AS_RUNNING || a->state == AS_STOPPING))
 		kill_all(a, SIGCONT);
-	a->stop_had = by_stepd || (again && fwd != SIGKILL);
+	a->stop_had = by_stepd;
 	stop_and_end(a, fwd);
 }
 

@@ -35,7 +35,8 @@
  *    stopped its workers). With a coordinator the agent never restarts, ends
  *    or prints the failure report by itself: it waits until the coordinator
  *    calls agent_restart() or agent_stop(). finished() may come again (a
- *    further signal). Not called after the coordinator's own agent_stop().
+ *    further signal; not for Slurm's repeat of the one it sent, which
+ *    changes nothing). Not called after the coordinator's own agent_stop().
  *  - agent_stop(status): stop every local worker now and end with status.
  *    agent_halt(status): stop them, keep status, and call finished() (the
  *    coordinator has work to do before the end). agent_restart(): stop them

@@ -646,7 +646,9 @@ static void hook_finished(struct agent *a, int status, void *arg)
 
 	c->agent = a;
 	if (c->phase == CP_LEAVE) {
-		/* A signal while the others are given time to leave: stop waiting. */
+		/* A further signal while the others are given time to leave
+		 * (not Slurm's repeat of its own: the agent says nothing of
+		 * that, agent.h): stop waiting. */
 		if (agent_signalled(a))
 			coord_hurry(c);
 		return;

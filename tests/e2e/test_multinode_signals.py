@@ -2,12 +2,16 @@
 (kill, sbatch --signal=B:USR1) reaches every worker on every node once, and
 one that reaches every node's ddprun at once (scancel --signal, sbatch
 --signal=USR1@T) reaches every worker once too, not once per node. The job
-goes on and ends with 0. Two agents on loopback, two workers each."""
+goes on and ends with 0. Two agents on loopback, two workers each. And a
+stop signal Slurm repeats once a node's workers have exited does not hurry
+that node out of the job."""
 import os
 import signal
 import sys
 
-from mnutil import static_job, wait_for, wait_stderr
+import pytest
+
+from mnutil import Agent, clean_env, free_port, node_args, static_job, wait_for, wait_stderr
 
 CKPT_WORKER = os.path.join(os.path.dirname(__file__), "ckpt_worker.py")
 SCRIPT = f'exec "{sys.executable}" "{CKPT_WORKER}" "$OUT"'
@@ -96,3 +100,45 @@ def test_after_a_restart_the_next_round_forwards_too(reaper, tmp_path):
     end(agents, out)
     for r in range(WORLD):
         assert sorted(got(out, r)) == ["SIGUSR1", "SIGUSR2"]
+
+
+# ---- a stop signal Slurm repeats after a node's workers exited ------------------------
+
+FAKE_STEPD = os.path.join(os.path.dirname(__file__), "fake_slurmstepd.py")
+TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
+
+
+# Workers that end at once on node 0 (RANK 0): after SIGTERM (term_worker.py
+# --linger 0), or by themselves as soon as they started ("exited"); node 1's
+# takes SIGTERM and 4 s to save its checkpoint.
+EARLY = ('[ "$RANK" = 0 ] && { echo $$ > "$OUT/.ready.0"; mv "$OUT/.ready.0" "$OUT/ready.0"; '
+         'exit 0; }; ')
+LINGER = '[ "$RANK" = 0 ] && L=0 || L=4; exec "{}" "{}" "$OUT" --linger $L'
+
+
+@pytest.mark.parametrize("proctrack", ["proctrack/cgroup", "proctrack/linuxproc"])
+@pytest.mark.parametrize("when", ["stopping", "exited"])
+def test_slurms_repeat_after_a_nodes_workers_exited_does_not_hurry_it(reaper, tmp_path,
+                                                                      when, proctrack):
+    # scancel, or the time limit: node 0's slurmstepd sends SIGTERM (while
+    # its worker runs, or once it has ended and node 0 waits for node 1's),
+    # and sends it again once node 0's worker has exited. The repeat is no
+    # further signal: node 0, the store's host, still waits for node 1 to
+    # stop its worker and leave. It took it for one and closed the store
+    # at once, and node 1 lost it in the middle of its stop.
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    script = (EARLY if when == "exited" else "") + LINGER.format(sys.executable, TERM_WORKER)
+    env = clean_env(OUT=str(out), FAKE_STEPD_TIMES="2", FAKE_STEPD_NODE="0/2",
+                    FAKE_STEPD_AFTER_EXIT="1" if when == "exited" else "2")
+    stepd = [sys.executable, FAKE_STEPD, str(out), "1", str(int(signal.SIGTERM)), proctrack]
+    agents = [Agent(reaper, tmp_path, f"node{r}", node_args(2, r, port, 1, script),
+                    env=env, prefix=stepd if r == 0 else ()) for r in (0, 1)]
+    assert agents[1].wait(timeout=60) == 143, agents[1].stderr()
+    assert agents[0].wait(timeout=60) == 143, agents[0].stderr()
+    err0, err1 = agents[0].stderr(), agents[1].stderr()
+    assert "node 0 (host" in err1 and "received SIGTERM" in err1, err1
+    assert "lost the rendezvous store" not in err1, err1
+    assert (out / "done.1").exists(), err1  # its checkpoint's 4 s, not killed
+    assert "received SIGTERM from Slurm again" in err0, err0

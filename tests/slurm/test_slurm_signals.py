@@ -4,6 +4,7 @@ node's ddprun exit status, which the job script cannot report once scancel
 has ended it). A stop signal from Slurm reaches each worker once: from
 slurmstepd, not again from ddprun."""
 import os
+import time
 
 import pytest
 
@@ -193,6 +194,13 @@ def test_srun_ctrl_c_twice_reaches_each_worker_once(cluster, tmp_path):
 # Ctrl-C comes again: here a second scancel --signal of the step, which
 # slurmstepd delivers the same way.
 
+def gone(pids, timeout=20):
+    t0 = time.monotonic()
+    while any(running(p) for p in pids):
+        assert time.monotonic() - t0 < timeout, f"workers {pids} still running"
+        time.sleep(0.05)
+
+
 def done(out):
     """The ranks whose term_worker.py ended by itself (not killed)."""
     return {r for r in range(6) if (out / f"done.{r}").exists()}
@@ -214,4 +222,31 @@ def test_scancel_step_int_twice_is_no_second_ctrl_c(cluster, tmp_path):
     assert done(out) == set(range(6)), text
     assert "second SIGINT" not in text, text
     assert all(t and set(t) == {"SIGINT slurmstepd"} for t in terms(out).values()), text
+    nothing_left(cluster, pids)
+
+
+# Node 0's workers (ranks 0 and 1) end at once on SIGTERM, the others take 4 s.
+STAGGERED_WORKER = ("sh -c '[ $RANK -lt 2 ] && L=0 || L=4; "
+                    f"exec python3 {TERM_WORKER} \"$OUT\" --ready pid --linger $L'")
+
+
+def test_scancel_step_again_once_node_0s_workers_exited(cluster, tmp_path):
+    """The second SIGTERM comes once node 0's workers have exited, while
+    node 0, the store's host, waits for the others to stop theirs and leave:
+    it is no further signal, and node 0 still waits (it closed the store at
+    once, and the other nodes lost it in the middle of their stop). Every
+    node exits 143."""
+    jobid, out, pids = start(cluster, tmp_path, program=STAGGERED_WORKER)
+    log = tmp_path / "job.out"
+    cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
+    gone(pids[:2])
+    time.sleep(0.5)  # node 0 has reaped them, and waits for the others
+    cluster.run("ctl", "scancel", "--signal=TERM", f"{jobid}.0")
+    wait_for_files(out, [f"rc.{n}" for n in range(3)], timeout=30, log=log)
+    cluster.wait_job(jobid, timeout=60)
+    text = read(log)
+    assert rcs(out) == {0: "143", 1: "143", 2: "143"}, text
+    assert "lost the rendezvous store" not in text, text
+    assert done(out) == set(range(6)), text
+    assert "received SIGTERM from Slurm again: this node is ending for it" in text, text
     nothing_left(cluster, pids)
