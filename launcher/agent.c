@@ -93,7 +93,7 @@ static void finish(struct agent *a, int status)
 	close_handle(a, (uv_handle_t *)&a->stuck_timer);
 	close_handle(a, (uv_handle_t *)&a->store_timer);
 	store_lookup_cancel(&a->lookup); /* never waited for: store_lookup.h */
-	agent_sig_end(a->stops);
+	agent_sig_end(a->stops, true);
 	if (a->store != NULL) {
 		a->open_handles++;
 		agent_store_close(a->store, store_closed, a);

@@ -95,7 +95,7 @@ void agent_fwd_close(struct agent *a)
 	if (a->fwd == NULL)
 		return;
 	a->fwd->remote = (struct agent_fwd_remote){0};
-	agent_sig_end(a->fwd->sig);
+	agent_sig_end(a->fwd->sig, false);
 }
 
 void agent_fwd_destroy(struct agent *a)

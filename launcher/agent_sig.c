@@ -161,9 +161,26 @@ int agent_sig_open(uv_loop_t *loop, const int *sigs, int n, agent_sig_cb cb, voi
 	return 0;
 }
 
-static void close_set(struct agent_sig *s, bool ignore)
+/* What an ended set's stop signals do (agent_sig_exit_with): -1 nothing,
+ * else _exit with it. */
+static volatile sig_atomic_t exit_status = -1;
+
+static void on_ended_stop(int sig)
 {
-	struct sigaction ign = {.sa_handler = SIG_IGN};
+	(void)sig;
+	if (exit_status >= 0)
+		_exit(exit_status);
+}
+
+void agent_sig_exit_with(int status)
+{
+	exit_status = status & 0xff;
+}
+
+/* how: 0 the old dispositions back, 1 ignored, 2 stop signals after the end. */
+static void close_set(struct agent_sig *s, int how)
+{
+	struct sigaction ign = {.sa_handler = how == 2 ? on_ended_stop : SIG_IGN};
 	int i;
 
 	if (s == NULL)
@@ -171,7 +188,7 @@ static void close_set(struct agent_sig *s, bool ignore)
 	/* The old disposition (or none) first: no later delivery is counted
 	 * for s. */
 	for (i = 0; i < s->nsigs; i++) {
-		sigaction(s->sigs[i], ignore ? &ign : &s->old[i], NULL);
+		sigaction(s->sigs[i], how != 0 ? &ign : &s->old[i], NULL);
 		atomic_store(&owner[s->sigs[i]], NULL);
 	}
 	s->nsigs = 0;
@@ -186,12 +203,12 @@ static void close_set(struct agent_sig *s, bool ignore)
 
 void agent_sig_close(struct agent_sig *s)
 {
-	close_set(s, false);
+	close_set(s, 0);
 }
 
-void agent_sig_end(struct agent_sig *s)
+void agent_sig_end(struct agent_sig *s, bool stops)
 {
-	close_set(s, true);
+	close_set(s, stops ? 2 : 1);
 }
 
 void agent_sig_destroy(struct agent_sig *s)

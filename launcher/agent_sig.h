@@ -50,8 +50,14 @@ void agent_sig_close(struct agent_sig *s);
 /* The same where ddprun is ending, its status decided: the signals are
  * ignored from now on, not given back (a default action would end ddprun
  * with the signal instead, as Slurm's repeat of its SIGTERM did, or
- * SIGUSR1 forwarded). */
-void agent_sig_end(struct agent_sig *s);
+ * SIGUSR1 forwarded). stops: the stop signals, which agent_sig_exit_with
+ * makes end ddprun after all. */
+void agent_sig_end(struct agent_sig *s, bool stops);
+/* From now on a stop signal that agent_sig_end ignored ends ddprun at once
+ * with status, the job's: main.c's last write of the output it holds, which
+ * waits for a reader that may never read (a paused terminal, a pipe nobody
+ * reads), must still end on Ctrl-C or SIGTERM. */
+void agent_sig_exit_with(int status);
 /* Release, after the loop has returned. NULL: nothing. */
 void agent_sig_destroy(struct agent_sig *s);
 

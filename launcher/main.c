@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "agent.h"
+#include "agent_sig.h"
 #include "cli.h"
 #include "coord.h"
 #include "job.h"
@@ -183,6 +184,7 @@ int main(int argc, char **argv)
 		agent_destroy(agent);
 	}
 	uv_loop_close(&loop);
+	agent_sig_exit_with(status);
 	output_console_finish();
 	coord_destroy(coord);
 out:

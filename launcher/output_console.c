@@ -326,8 +326,8 @@ void output_console_finish(void)
 {
 	int fd;
 
-	/* The loop is over: wait for the readers, however long they take (the
-	 * signal handlers are gone, so SIGINT/SIGTERM still end ddprun). */
+	/* The loop is over: wait for the readers, however long they take (a
+	 * stop signal still ends ddprun: agent_sig_exit_with). */
 	for (fd = 1; fd <= 2; fd++)
 		con.nonblock[fd] = con.nowait[fd] = false;
 	/* stderr first when it is a console of its own: the failure report

@@ -7,6 +7,7 @@ import array
 import fcntl
 import glob
 import os
+import platform
 import re
 import select
 import signal
@@ -406,6 +407,39 @@ def test_a_stalled_reader_does_not_stall_signals_or_fail_fast(reaper, tmp_path):
         # A worker killed mid-line leaves its last line short, never mixed.
         m = re.fullmatch(r"([01]):\d+:([ab]*)", line)
         assert m and set(m.group(2)) <= {"ab"[int(m.group(1))]}, line[:80]
+
+
+def blocked_in_the_last_write(pid):
+    """pid waits in poll() on one fd without a timeout (x86-64: syscall 7),
+    as ddprun's last write of the output it holds does for its reader (its
+    event loop waits in epoll_wait)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()
+    except OSError:
+        return False
+    return len(call) > 3 and call[0] == "7" and call[2] == "0x1" and call[3] == "0xffffffff"
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="reads x86-64 syscall numbers")
+def test_a_stop_signal_ends_the_last_write_to_a_reader_that_never_reads(reaper, tmp_path):
+    """The job is over (rank 0 exited 3) and ddprun writes out what it holds
+    for stdout, which nobody reads: SIGTERM ends that at once, with the
+    job's status. Since the signals were ignored once the status was
+    decided (so that Slurm's repeat of its SIGTERM did not end ddprun with
+    the signal), nothing but SIGKILL ended it."""
+    spew = prog("launch_spew")
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c",
+                      f"{spew} 300 1000; exit 3"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    read_until(p, b"exitcode  : 3", stream=p.stderr)  # the failure report
+    wait_for(lambda: blocked_in_the_last_write(p.pid), timeout=30,
+             what="ddprun's last write to its unread stdout")
+    p.send_signal(signal.SIGTERM)
+    try:
+        assert p.wait(timeout=20) == 3
+    finally:
+        p.stdout.close()
 
 
 def test_stderr_and_the_failure_report_do_not_wait_for_an_unread_stdout(reaper, tmp_path):

@@ -116,7 +116,7 @@ static void test_end_ignores_the_signals_from_then_on(void **state)
 	signal(SIGUSR1, SIG_DFL);
 	assert_int_equal(uv_loop_init(&loop), 0);
 	assert_int_equal(agent_sig_open(&loop, sigs, 1, on_delivery, &seen, &s), 0);
-	agent_sig_end(s);
+	agent_sig_end(s, false);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	agent_sig_destroy(s);
 	assert_int_equal(uv_loop_close(&loop), 0);
@@ -125,6 +125,41 @@ static void test_end_ignores_the_signals_from_then_on(void **state)
 	raise(SIGUSR1); /* ignored: this process lives on */
 	assert_int_equal(seen.n, 0);
 	signal(SIGUSR1, SIG_DFL);
+}
+
+/* A stop signal after the end is ignored too, until main.c's last write of
+ * the held output: from agent_sig_exit_with on it ends ddprun at once with
+ * the job's status (a reader that never reads held ddprun there for good). */
+static void test_a_stop_signal_after_the_end_exits_with_the_status_once_told(void **state)
+{
+	static const int sigs[] = {SIGUSR1};
+	int st = 0;
+	pid_t pid;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct seen seen = {0};
+		struct agent_sig *s;
+		uv_loop_t loop;
+
+		signal(SIGUSR1, SIG_DFL);
+		if (uv_loop_init(&loop) != 0 ||
+		    agent_sig_open(&loop, sigs, 1, on_delivery, &seen, &s) != 0)
+			_exit(1);
+		agent_sig_end(s, true);
+		uv_run(&loop, UV_RUN_DEFAULT);
+		raise(SIGUSR1); /* not yet: this process lives on */
+		if (seen.n != 0)
+			_exit(2);
+		agent_sig_exit_with(7);
+		raise(SIGUSR1);
+		_exit(3);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 7);
 }
 
 /* In the grandchild: catch SIGUSR1, say so on ready, wait (bounded) for one
@@ -231,6 +266,7 @@ int main(void)
 		cmocka_unit_test(test_each_delivery_from_anyone_reaches_the_loop_once),
 		cmocka_unit_test(test_close_gives_back_the_old_disposition),
 		cmocka_unit_test(test_end_ignores_the_signals_from_then_on),
+		cmocka_unit_test(test_a_stop_signal_after_the_end_exits_with_the_status_once_told),
 		cmocka_unit_test(test_the_steps_slurmstepd_is_told_apart),
 	};
 
