@@ -5,14 +5,16 @@ MASTER_ADDR the other node can reach, and use it: every worker writes a key
 to its store with ddpstore and reads the other node's."""
 import os
 import random
+import subprocess
 
 import pytest
 
-from conftest import binary, free_port
+from conftest import PYTHON, binary, free_port
 from mnutil import (FAST, Agent, all_recorded, assert_all_dead, clean_env, enter, ip, read_envs,
                     record, wait_stderr, worker_pids)
 
 REC = record("$RANK")
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Hosts(tuple):
@@ -184,3 +186,55 @@ def test_libddp_across_hosts_where_node_0_reaches_its_store_on_loopback(reaper, 
         assert a.wait(timeout=90) == 0, a.stdout() + a.stderr()
     assert "parameters identical on all 4 rank(s) after every step" in agents[0].stdout()
 
+
+
+def test_libddp_across_hosts_where_node_1_reaches_the_store_through_a_port_forward(
+        reaper, tmp_path, two_hosts):
+    """Node 1 reaches node 0's store through a port forward on its own
+    loopback (as `ssh -L` makes one): its node leader listened for the TCP
+    ring on every address but announced loopback, which node 0 took for the
+    store's host's and so tried its own host: the job failed, blaming node 1.
+    Node 1 announces an address of its own host now."""
+    ns, addrs = two_hosts
+    port = free_port()
+    fwd = reaper.popen([*enter(ns[1]), PYTHON, os.path.join(HERE, "tcp_forward.py"),
+                        "127.0.0.1", str(port), addrs[0], str(port), "80"],
+                       stdout=subprocess.PIPE, text=True)
+    assert fwd.stdout.readline().strip() == "listening"
+    agents = []
+    for i in (0, 1):
+        args = ["--nnodes", "2", "--node-rank", str(i), "--master-addr",
+                addrs[0] if i == 0 else "127.0.0.1", "--master-port", str(port),
+                "--nproc-per-node", "2", binary("train"), "--check-sync"]
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args,
+                            env=clean_env(DDP_TIMEOUT="20"), prefix=enter(ns[i])))
+    for a in agents:
+        assert a.wait(timeout=90) == 0, a.stdout() + a.stderr()
+    assert "parameters identical on all 4 rank(s) after every step" in agents[0].stdout()
+
+
+def test_a_port_forwarded_node_with_no_address_of_that_family_fails_at_once_saying_so(
+        reaper, tmp_path, two_hosts):
+    """As above, through [::1] on a node without an IPv6 address of its own
+    (only link-local): no other host can reach its leader, which the job
+    says at once, not after DDP_TIMEOUT (600 s here; the agents' wait bound
+    is 90 s)."""
+    ns, addrs = two_hosts
+    assert ip("-6", "addr", "del", f"{two_hosts.v6[1]}/64", "dev", f"vd{ns[1][5:-1]}b",
+              ns=ns[1]).returncode == 0
+    port = free_port()
+    fwd = reaper.popen([*enter(ns[1]), PYTHON, os.path.join(HERE, "tcp_forward.py"),
+                        "::1", str(port), addrs[0], str(port), "80"],
+                       stdout=subprocess.PIPE, text=True)
+    assert fwd.stdout.readline().strip() == "listening"
+    agents = []
+    for i in (0, 1):
+        args = ["--nnodes", "2", "--node-rank", str(i), "--master-addr",
+                addrs[0] if i == 0 else "::1", "--master-port", str(port),
+                "--nproc-per-node", "1", binary("train")]
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args,
+                            env=clean_env(DDP_TIMEOUT="600"), prefix=enter(ns[i])))
+    for a in agents:
+        assert a.wait(timeout=90) != 0, a.stdout() + a.stderr()
+    err = agents[0].stdout() + agents[0].stderr()
+    assert "node 1's leader reaches the store on loopback (::1: a port forward?)" in err, err

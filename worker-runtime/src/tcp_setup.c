@@ -3,7 +3,10 @@
  * to its right neighbour with a hello and accepts its left one; and closing it
  * (an abort is tcp_abort.c's). */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -301,6 +304,36 @@ static int parse_entry(struct ddpi_tcp *t, int g, const char *v, char *addr, siz
 	return 0;
 }
 
+/* An address of this host's that is not loopback, of like's family (an
+ * interface up; not IPv6 link-local, which needs its interface named), into
+ * out: -ENOENT where there is none (every node on this one host). */
+static int host_addr(const char *like, char *out, size_t len)
+{
+	int fam = strchr(like, ':') ? AF_INET6 : AF_INET, rc = -ENOENT;
+	struct ifaddrs *ifs = NULL, *i;
+
+	if (getifaddrs(&ifs) < 0)
+		return -errno;
+	for (i = ifs; i != NULL && rc != 0; i = i->ifa_next) {
+		const void *a;
+
+		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != fam ||
+		    !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		if (fam == AF_INET) {
+			a = &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
+		} else {
+			a = &((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr;
+			if (IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a))
+				continue;
+		}
+		if (inet_ntop(fam, a, out, (socklen_t)len) != NULL && !store_addr_is_loopback(out))
+			rc = 0;
+	}
+	freeifaddrs(ifs);
+	return rc;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
 	return *(const int *)a - *(const int *)b;
@@ -355,6 +388,12 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		rc = listen_on("::", &lfd, &port, why6, sizeof(why6));
 		if (rc < 0 && (rc = listen_on("0.0.0.0", &lfd, &port, why, sizeof(why))) < 0)
 			rc = ddpi_err(rc, "tcp: %s; %s", why6, why);
+		/* The store's host is node 0 (the agent of node rank, or group
+		 * rank, 0 hosts the workers' store): another node that reaches it
+		 * on loopback does so through a port forward (ssh -L), and the
+		 * others reach it at an address of its own. */
+		if (rc == 0 && env->node != 0)
+			host_addr(myaddr, myaddr, sizeof(myaddr));
 	} else if ((rc = listen_on(myaddr, &lfd, &port, why, sizeof(why))) < 0) {
 		rc = ddpi_err(rc, "tcp: %s", why);
 	}
@@ -398,9 +437,20 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		if (rc == 0 && g == (t->me + 1) % t->nnodes) {
 			snprintf(rightaddr, sizeof(rightaddr), "%s", a);
 			right_port = p;
-			/* A loopback address from another host: the store's (above). */
-			if (store_addr_is_loopback(a) && !lo &&
-			    store_client_peer_addr(sc, rightaddr, sizeof(rightaddr)) < 0)
+			/* A loopback address from another host: the store's (above),
+			 * where this node reaches the store. Another node's had no
+			 * other address up: no one elsewhere can reach it. */
+			if (store_addr_is_loopback(a) && !lo && g != 0)
+				rc = ddpi_tcp_leader_cause(
+					t,
+					ddpi_err(DDP_EPEER,
+						 "tcp: node %d's leader reaches the store on "
+						 "loopback (%s: a port forward?) and has no other "
+						 "address up, so no other host can reach it",
+						 g, a),
+					g, "has only a loopback address");
+			else if (store_addr_is_loopback(a) && !lo &&
+				 store_client_peer_addr(sc, rightaddr, sizeof(rightaddr)) < 0)
 				snprintf(rightaddr, sizeof(rightaddr), "%s", a);
 		}
 		free(v);
