@@ -269,6 +269,11 @@ static void describe(const struct coord *c, const struct rdzv_end *e, char *buf,
 
 	if (e->kind == RDZV_END_REJOIN && e->node < 0)
 		snprintf(buf, len, "a node is waiting to join");
+	else if (e->kind == RDZV_END_REJOIN && e->node == c->rank)
+		snprintf(buf, len,
+			 "this node (node %d) was taken for lost before round %d started: the "
+			 "others did not see its descriptor in time (%s)",
+			 e->node, c->round, e->why);
 	else if (e->kind == RDZV_END_REJOIN)
 		snprintf(buf, len, "node %d lost before round %d started (%s)", e->node, c->round,
 			 e->why);
@@ -434,9 +439,9 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		/* Dynamic: the next round's nodes read its closed value only as
 		 * they count in, so the store's host waits for them to count
 		 * out (a static node waits on it: on_next_closed_value). */
-		if (c->in_round && c->job->dynamic) {
-			c->owe_round = c->round;
+		if (c->job->dynamic && (c->in_round || c->owe_round == c->round)) {
 			c->owe_expected = coord_left_expected(c);
+			c->owe_round = c->round;
 		}
 		c->next_round = c->round + 1;
 		c->next_count = next;
@@ -459,7 +464,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	}
 	c->status = status;
 	coord_mark_ended(c);
-	if (c->phase == CP_LATE) {
+	if (c->phase == CP_LATE || c->phase == CP_JOIN) { /* no worker ran here: no report */
 		coord_leave(c);
 		return;
 	}
@@ -586,7 +591,10 @@ static void on_signal(struct coord *c, int status)
 		coord_leave(c);
 		return;
 	}
-	if (c->phase == CP_RUN) {
+	/* Running, or a member of a dynamic round that closed and has not
+	 * started yet (the others wait for the descriptors, this one's came):
+	 * the round's end says it. */
+	if (c->phase == CP_RUN || (c->job->dynamic && c->phase == CP_JOIN && c->rank >= 0)) {
 		e.node = c->rank;
 		snprintf(e.host, sizeof(e.host), "%s", c->host);
 		e.pid = (int)getpid();

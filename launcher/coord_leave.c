@@ -131,10 +131,14 @@ static void on_all_left(int status, void *arg)
  * lost their links at once). */
 int coord_left_expected(const struct coord *c)
 {
+	/* The round's end names a node that will not count out: lost, or
+	 * (rejoin) never heard from after it counted in. */
+	int named = c->end_known && (c->end.kind == RDZV_END_LOST ||
+				     (c->end.kind == RDZV_END_REJOIN && c->end.node >= 0));
+
 	if (!c->in_round)
-		return c->owe_expected;
-	return c->nnodes - (c->end_known && c->end.kind == RDZV_END_LOST ? 1 : 0) -
-	       c->report_missing;
+		return c->owe_expected - (c->owe_round == c->round ? named : 0);
+	return c->nnodes - named - c->report_missing;
 }
 
 /* The round whose left/ this node counts out of (-1: none): the one it

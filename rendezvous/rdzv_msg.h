@@ -69,8 +69,11 @@ struct rdzv_config {
 /* 2: a static job's nodes beat between attempts too, and the store's host
  * takes one that does not for lost (coord_live.c); an older node would be.
  * 3: a dynamic round's last call waits for the nodes of the round before,
- * which say where they are (coord_rejoin.c); an older node says nothing. */
-#define RDZV_PROTOCOL "3"
+ * which say where they are (coord_rejoin.c); an older node says nothing.
+ * 4: a dynamic round whose member sent no descriptor ends "rejoin:<R>:<why>"
+ * (coord_join.c), which an older node cannot read, and a node moved on from
+ * a round it ran counts out of it (coord_leave.c). */
+#define RDZV_PROTOCOL "4"
 
 char *rdzv_config_encode(const struct rdzv_config *c);
 int rdzv_config_decode(const void *v, size_t len, struct rdzv_config *c);

@@ -14,7 +14,7 @@ import pytest
 from conftest import binary, free_port, wait_for
 import storeutil
 from mnutil import (FAST, Agent, assert_all_dead, clean_env, dyn_agent, ipv6_loopback, listening,
-                    read_envs, record, serve_store, wait_stderr, worker_pids)
+                    read_envs, record, serve_store, store_get, wait_stderr, worker_pids)
 
 # Tag: WORLD_SIZE.RANK.RESTART_COUNT (a rejoin keeps the restart count).
 REC = record("$WORLD_SIZE.$RANK.$TORCHELASTIC_RESTART_COUNT")
@@ -247,7 +247,71 @@ def test_a_node_that_dies_right_after_counting_in_is_not_waited_for(reaper, tmp_
         assert ("node 0 lost before round 0 started (it counted in but sent no descriptor "
                 "within 2 s): every node rejoins in round 1") in a.stderr(), a.stderr()
     assert sorted(read_envs(out)) == [(2, 0, 0), (2, 1, 0)]
-    
+
+def test_a_node_heard_from_too_late_after_counting_in_starts_no_worker_for_that_round(
+        reaper, tmp_path):
+    """As above, but the node was only held (here by a test hook, as SIGSTOP
+    or a debugger would) and sends its descriptor once the others have
+    ended the round without it: it started a worker for that round, ended
+    already (WORLD_SIZE 3, restart 0), and then blamed itself as "node 0
+    lost". Now it says what happened and joins the next round, as a late
+    node does (the others make room for it)."""
+    out, env = setup_out(tmp_path)
+    store = serve_store(reaper)
+    conf = "keep_alive_interval=0.2,heartbeat_timeout=2,join_timeout=60,last_call_timeout=0.3"
+    script = ('echo "$WORLD_SIZE $GROUP_RANK $MASTER_PORT" >> "$OUT/log"; '
+              '[ "$WORLD_SIZE" = 3 ] || exec sleep 60')
+    ep = f"127.0.0.1:{store}"
+    held = dyn_agent(reaper, tmp_path, "held", ep, "2:3", 1, script, conf=conf + ",is_host=0",
+                     env={**env, "DDPRUN_TEST_COUNT_IN_DELAY_MS": "4000"})
+    wait_for(lambda: storeutil_count(store) == 1, what="the held node's count-in")
+    others = [dyn_agent(reaper, tmp_path, f"a{i}", ep, "2:3", 1, script,
+                        conf=conf + ",is_host=0", env=env) for i in range(2)]
+    for a in (held, *others):
+        assert a.wait(timeout=40) == 0, a.stderr()
+    err = held.stderr()
+    assert "round 0: node" not in err, err
+    assert "this node (node 0) was taken for lost before round 0 started" in err, err
+    runs = (out / "log").read_text().splitlines()
+    # Round 1 with the two others, then all three together; none in round 0.
+    assert sorted(r.split()[0] for r in runs) == ["2", "2", "3", "3", "3"], runs
+
+
+def test_sigterm_to_the_store_host_while_a_descriptor_is_awaited_ends_the_others_by_it(
+        reaper, tmp_path):
+    """The round closed with a node that died right after counting in (a
+    bare client), and the store's host gets SIGTERM while the others wait
+    for that node's descriptor: the round's end says so, and the other
+    node reads it once its wait is over (heartbeat_timeout). The host tried
+    to say it where the round's closed value was already written, and
+    closed its store at once: the other lost it, exit 75."""
+    out, env = setup_out(tmp_path)
+    port = free_port()
+    ep = f"127.0.0.1:{port}"
+    conf = "keep_alive_interval=0.2,heartbeat_timeout=4,join_timeout=60,last_call_timeout=0.3"
+    host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, REC, conf=conf + ",is_host=1",
+                     env=env)
+    wait_for(lambda: listening(port), what="the store host")
+    c = storeutil.connect(port)
+    c.sendall(bytes([storeutil.V2["ADD"]]) + storeutil.s("/ddprun/job/r0/count")
+              + storeutil.i64(1))
+    assert storeutil.recv_i64(c) >= 1
+    c.close()
+    other = dyn_agent(reaper, tmp_path, "other", ep, "2:3", 1, REC, conf=conf + ",is_host=0",
+                      env=env)
+    wait_for(lambda: store_get(port, "ddprun/job/r0/closed") is not None, what="the close")
+    host.signal(signal.SIGTERM)
+    for a in (host, other):
+        assert a.wait() == 143, a.stderr()
+    assert "received SIGTERM" in other.stderr(), other.stderr()
+    assert not read_envs(out)
+
+
+def storeutil_count(port):
+    """The round-0 count of job "job" in the store at port (0: none yet)."""
+    v = store_get(port, "ddprun/job/r0/count")
+    return int(v) if v else 0
+
 
 def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     out, env = setup_out(tmp_path)
@@ -305,7 +369,7 @@ def sigterm_between_rounds(reaper, tmp_path, slow_node):
     assert "for every node to leave" not in host.stderr(), host.stderr()
 
 
-def test_sigterm_to_the_store_host_while_it_moves_ends_the_others_at_once(reaper, tmp_path):
+def test_sigterm_to_the_store_host_while_it_moves_ends_the_others_with_it(reaper, tmp_path):
     sigterm_between_rounds(reaper, tmp_path, "host")
 
 
