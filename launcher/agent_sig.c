@@ -180,7 +180,9 @@ void agent_sig_exit_with(int status)
 /* how: 0 the old dispositions back, 1 ignored, 2 stop signals after the end. */
 static void close_set(struct agent_sig *s, int how)
 {
-	struct sigaction ign = {.sa_handler = how == 2 ? on_ended_stop : SIG_IGN};
+	/* SA_RESTART: the calls it interrupts go on, as with SIG_IGN. */
+	struct sigaction ign = {.sa_handler = how == 2 ? on_ended_stop : SIG_IGN,
+				.sa_flags = SA_RESTART};
 	int i;
 
 	if (s == NULL)

@@ -389,6 +389,11 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	}
 	c->end = e;
 	c->end_known = true;
+	/* Named lost, or never heard from: the others do not wait for this
+	 * node to count out of the round (coord_left_expected). */
+	if ((e.kind == RDZV_END_LOST || e.kind == RDZV_END_REJOIN) && e.node >= 0 &&
+	    e.node == c->rank && !c->in_round && c->owe_round == c->round)
+		c->owe_round = -1;
 	coord_live_stop(c);
 	/* This node is leaving (a signal here: its own end is published or on
 	 * its way). Halting again would take that for a second signal and
@@ -465,6 +470,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	c->status = status;
 	coord_mark_ended(c);
 	if (c->phase == CP_LATE || c->phase == CP_JOIN) { /* no worker ran here: no report */
+		coord_publish_failures(c); /* a member's, empty: the others' reports wait */
 		coord_leave(c);
 		return;
 	}

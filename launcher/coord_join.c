@@ -89,7 +89,7 @@ static void on_descs(int status, size_t n, const void *const *vals, const size_t
 	/* Ended before it started (no_desc, here or by a node whose wait ended
 	 * first: this one's descriptor may be the one that came late; or a
 	 * signal's): no worker starts for it. */
-	if (lens[n - 1] > 0) {
+	if (lens[n - 1] > 0 && c->job->dynamic) {
 		coord_on_end(c, vals[n - 1], lens[n - 1]);
 		return;
 	}
@@ -671,7 +671,7 @@ static void on_dynamic_count(int status, int64_t k, void *arg)
 	if (status != 0 || c->phase != CP_JOIN)
 		return;
 	c->k = (int)k;
-	if (test_count_in_delay_ms(c) > 0 && c->timers_on) {
+	if (test_count_in_delay_ms(c) > 0 && c->timers_on) { /* coord_leave stops it */
 		uv_timer_start(&c->timer, on_count_in_delayed, test_count_in_delay_ms(c), 0);
 		return;
 	}

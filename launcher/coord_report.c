@@ -349,11 +349,18 @@ static void on_waited(int status, void *arg)
 
 void coord_publish_failures(struct coord *c)
 {
-	size_t n;
-	const struct report_entry *mine = agent_failures(c->agent, &n);
-	char key[64], *v = entries_json(mine, n, c->host);
+	size_t n = 0;
+	/* A dynamic member whose round ended before it started here: none of
+	 * this round (what the agent holds is an earlier attempt's), but the
+	 * others' reports wait for its list. */
+	bool unstarted = !c->in_round && c->owe_round == c->round && c->rank >= 0;
+	const struct report_entry *mine = unstarted ? NULL : agent_failures(c->agent, &n);
+	char key[64], *v;
 
-	if (v != NULL && c->a_up && c->in_round)
+	if (!c->a_up || (!c->in_round && !unstarted))
+		return;
+	v = entries_json(mine, n, c->host);
+	if (v != NULL)
 		store_async_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_FAILURES, c->rank), v,
 				strlen(v), NULL, NULL);
 	free(v);

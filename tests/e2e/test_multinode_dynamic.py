@@ -307,6 +307,36 @@ def test_sigterm_to_the_store_host_while_a_descriptor_is_awaited_ends_the_others
     assert not read_envs(out)
 
 
+def test_a_member_that_reads_the_end_before_it_starts_still_gives_its_failure_list(
+        reaper, tmp_path):
+    """Node z sent its descriptor and was stopped before the round closed;
+    node x came, ran, and its rank failed: x's report waits for z's
+    failure list. z, going on, reads the end with the descriptors, starts
+    nothing, and publishes its (empty) list: it published none, and x's
+    report waited --shutdown-timeout for it, then said it came without."""
+    out, env = setup_out(tmp_path)
+    store = serve_store(reaper)
+    ep = f"127.0.0.1:{store}"
+    conf = FAST + ",is_host=0"
+    extra = ["--shutdown-timeout", "20"]
+    z = dyn_agent(reaper, tmp_path, "z", ep, "2", 1, REC + "exit 3", conf=conf, env=env,
+                  extra=extra)
+    wait_for(lambda: store_get(store, "ddprun/job/r0/node/0") is not None,
+             what="z's descriptor")
+    z.signal(signal.SIGSTOP)
+    try:
+        x = dyn_agent(reaper, tmp_path, "x", ep, "2", 1, REC + "exit 3", conf=conf, env=env,
+                      extra=extra)
+        wait_stderr(x, "failed with exit status 3")
+    finally:
+        z.signal(signal.SIGCONT)
+    assert x.wait() == 3, x.stderr()
+    assert z.wait() == 3, z.stderr()
+    assert "round 0: node" not in z.stderr(), z.stderr()
+    assert "no readable failure list" not in x.stderr(), x.stderr()
+    assert len(read_envs(out)) == 1
+
+
 def storeutil_count(port):
     """The round-0 count of job "job" in the store at port (0: none yet)."""
     v = store_get(port, "ddprun/job/r0/count")

@@ -188,53 +188,76 @@ def test_libddp_across_hosts_where_node_0_reaches_its_store_on_loopback(reaper, 
 
 
 
-def test_libddp_across_hosts_where_node_1_reaches_the_store_through_a_port_forward(
-        reaper, tmp_path, two_hosts):
-    """Node 1 reaches node 0's store through a port forward on its own
-    loopback (as `ssh -L` makes one): its node leader listened for the TCP
-    ring on every address but announced loopback, which node 0 took for the
-    store's host's and so tried its own host: the job failed, blaming node 1.
-    Node 1 announces an address of its own host now."""
+def forwarded_pair(reaper, tmp_path, two_hosts, fwd_host, env1=None, nproc=2):
+    """Node 0 at its address; node 1 reaching its store through a port
+    forward on its own loopback, fwd_host (as `ssh -L` makes one). The two
+    agents, once they exited."""
     ns, addrs = two_hosts
     port = free_port()
     fwd = reaper.popen([*enter(ns[1]), PYTHON, os.path.join(HERE, "tcp_forward.py"),
-                        "127.0.0.1", str(port), addrs[0], str(port), "80"],
+                        fwd_host, str(port), addrs[0], str(port), "80"],
                        stdout=subprocess.PIPE, text=True)
     assert fwd.stdout.readline().strip() == "listening"
     agents = []
     for i in (0, 1):
         args = ["--nnodes", "2", "--node-rank", str(i), "--master-addr",
-                addrs[0] if i == 0 else "127.0.0.1", "--master-port", str(port),
-                "--nproc-per-node", "2", binary("train"), "--check-sync"]
-        agents.append(Agent(reaper, tmp_path, f"node{i}", args,
-                            env=clean_env(DDP_TIMEOUT="20"), prefix=enter(ns[i])))
+                addrs[0] if i == 0 else fwd_host, "--master-port", str(port),
+                "--nproc-per-node", str(nproc), binary("train"), "--check-sync"]
+        env = clean_env(DDP_TIMEOUT="600", **(env1 if i == 1 and env1 else {}))
+        agents.append(Agent(reaper, tmp_path, f"node{i}", args, env=env, prefix=enter(ns[i])))
     for a in agents:
-        assert a.wait(timeout=90) == 0, a.stdout() + a.stderr()
+        a.wait(timeout=90)
+    return agents
+
+
+@pytest.mark.parametrize("fwd_host", ["127.0.0.1", "::1"])
+def test_libddp_across_hosts_where_node_1_reaches_the_store_through_a_port_forward(
+        reaper, tmp_path, two_hosts, fwd_host):
+    """Node 1 reaches node 0's store through a port forward on its own
+    loopback: its node leader listened for the TCP ring on every address
+    but announced loopback, which node 0 took for the store's host's and so
+    tried its own host: the job failed, blaming node 1. Node 1 announces an
+    address of its own host now (over [::1] on a node whose only IPv6
+    address is link-local: its IPv4 one)."""
+    if fwd_host == "::1":
+        ns = two_hosts[0]
+        assert ip("-6", "addr", "del", f"{two_hosts.v6[1]}/64", "dev", f"vd{ns[1][5:-1]}b",
+                  ns=ns[1]).returncode == 0
+    agents = forwarded_pair(reaper, tmp_path, two_hosts, fwd_host)
+    for a in agents:
+        assert a.rc == 0, a.stdout() + a.stderr()
     assert "parameters identical on all 4 rank(s) after every step" in agents[0].stdout()
 
 
-def test_a_port_forwarded_node_with_no_address_of_that_family_fails_at_once_saying_so(
-        reaper, tmp_path, two_hosts):
-    """As above, through [::1] on a node without an IPv6 address of its own
-    (only link-local): no other host can reach its leader, which the job
-    says at once, not after DDP_TIMEOUT (600 s here; the agents' wait bound
-    is 90 s)."""
-    ns, addrs = two_hosts
-    assert ip("-6", "addr", "del", f"{two_hosts.v6[1]}/64", "dev", f"vd{ns[1][5:-1]}b",
-              ns=ns[1]).returncode == 0
-    port = free_port()
-    fwd = reaper.popen([*enter(ns[1]), PYTHON, os.path.join(HERE, "tcp_forward.py"),
-                        "::1", str(port), addrs[0], str(port), "80"],
-                       stdout=subprocess.PIPE, text=True)
-    assert fwd.stdout.readline().strip() == "listening"
-    agents = []
-    for i in (0, 1):
-        args = ["--nnodes", "2", "--node-rank", str(i), "--master-addr",
-                addrs[0] if i == 0 else "::1", "--master-port", str(port),
-                "--nproc-per-node", "1", binary("train")]
-        agents.append(Agent(reaper, tmp_path, f"node{i}", args,
-                            env=clean_env(DDP_TIMEOUT="600"), prefix=enter(ns[i])))
-    for a in agents:
-        assert a.wait(timeout=90) != 0, a.stdout() + a.stderr()
+@pytest.mark.parametrize("named", [False, True])
+def test_a_port_forwarded_node_whose_only_interface_is_a_bridge_says_so_or_names_it(
+        reaper, tmp_path, two_hosts, named):
+    """As above, where node 1's only interface is named as docker's bridge,
+    which is passed over: no other host could reach its leader, which the
+    job says at once (not after DDP_TIMEOUT, 600 s here; the agents' wait
+    bound is 90 s), or DDP_SOCKET_IFNAME names it and the job runs."""
+    ns = two_hosts[0]
+    veth, bridge = f"vd{ns[1][5:-1]}b", f"docker{ns[1][5:-1]}"[:15]
+    for step in (("link", "set", veth, "down"), ("link", "set", veth, "name", bridge),
+                 ("link", "set", bridge, "up")):
+        assert ip(*step, ns=ns[1]).returncode == 0, step
+    agents = forwarded_pair(reaper, tmp_path, two_hosts, "127.0.0.1",
+                            env1={"DDP_SOCKET_IFNAME": bridge} if named else None, nproc=1)
+    if named:
+        for a in agents:
+            assert a.rc == 0, a.stdout() + a.stderr()
+        return
+    assert all(a.rc != 0 for a in agents), [a.rc for a in agents]
     err = agents[0].stdout() + agents[0].stderr()
-    assert "node 1's leader reaches the store on loopback (::1: a port forward?)" in err, err
+    assert ("node 1's leader reaches the store on loopback (127.0.0.1: a port forward?) and "
+            "has no other address up (DDP_SOCKET_IFNAME names one there)") in err, err
+
+
+def test_a_socket_interface_that_is_not_there_fails_at_once_naming_it(reaper, tmp_path,
+                                                                      two_hosts):
+    agents = forwarded_pair(reaper, tmp_path, two_hosts, "127.0.0.1",
+                            env1={"DDP_SOCKET_IFNAME": "nosuch0"}, nproc=1)
+    assert all(a.rc != 0 for a in agents), [a.rc for a in agents]
+    err = agents[1].stdout() + agents[1].stderr()
+    assert "DDP_SOCKET_IFNAME=nosuch0: no interface of that name is up with an address" in err, \
+        err

@@ -69,6 +69,24 @@ static void test_tcp_congestion(void **state)
 	assert_string_equal(e.tcp_cc, "auto"); /* empty is unset, as for every knob */
 }
 
+/* DDP_SOCKET_IFNAME: an interface's name, up to the kernel's 15 characters
+ * (what the ring does with it: tests/e2e/test_multinode_netns.py). */
+static void test_socket_ifname(void **state)
+{
+	struct ddp_env e;
+	const char *bad[] = {"DDP_SOCKET_IFNAME=a23456789012345x", "DDP_SOCKET_IFNAME=a/b",
+			     "DDP_SOCKET_IFNAME=eth 0", "DDP_SOCKET_IFNAME=eth0:1"};
+
+	assert_int_equal(parse((const char *[]){NULL}, &e), 0);
+	assert_string_equal(e.socket_ifname, "");
+	assert_int_equal(parse((const char *[]){"DDP_SOCKET_IFNAME=a23456789012345", NULL}, &e), 0);
+	assert_string_equal(e.socket_ifname, "a23456789012345");
+	assert_int_equal(parse((const char *[]){"DDP_SOCKET_IFNAME=enp1s0f0", NULL}, &e), 0);
+	assert_string_equal(e.socket_ifname, "enp1s0f0");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(parse((const char *[]){bad[i], NULL}, &e), DDP_EENV);
+}
+
 static void test_torchrun_environment(void **state)
 {
 	const char *kv[] = {"RANK=5",
@@ -399,6 +417,7 @@ int main(void)
 		cmocka_unit_test(test_missing_local_values_are_derived),
 		cmocka_unit_test(test_store_use),
 		cmocka_unit_test(test_tcp_congestion),
+		cmocka_unit_test(test_socket_ifname),
 		cmocka_unit_test(test_shm_nonce_from_the_launcher),
 		cmocka_unit_test(test_inconsistent_values_are_clear_errors),
 		cmocka_unit_test(test_shm_and_process_knobs),

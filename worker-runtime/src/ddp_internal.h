@@ -73,6 +73,7 @@ struct ddp_env {
 	char shm_nonce[33];	  /* DDP_SHM_NONCE ("" unset): the launcher's token */
 	int shm_cma;		  /* DDP_SHM_CMA: -1 auto, 0 never, 1 at any size */
 	char tcp_cc[16];	  /* DDP_TCP_CONGESTION: auto, system or a name */
+	char socket_ifname[16];	  /* DDP_SOCKET_IFNAME ("" unset): the ring's interface */
 	int pdeathsig;		  /* DDP_PDEATHSIG: 0 opts out of PR_SET_PDEATHSIG */
 	size_t shm_slot_bytes;	  /* DDP_SHM_CHUNK_KB, in bytes */
 	int shm_direct;		  /* DDP_SHM_DIRECT: 0 stages every collective */

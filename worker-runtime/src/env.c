@@ -208,6 +208,26 @@ static int parse_tcp_cc(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	return 0;
 }
 
+/* DDP_SOCKET_IFNAME: an interface's name (IFNAMSIZ), whose address the node
+ * leader listens on and announces for the TCP ring (tcp_setup.c), as gloo's
+ * GLOO_SOCKET_IFNAME; whether it is up, when the ring opens. */
+static int parse_ifname(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
+{
+	const char *v = get(fn, arg, "DDP_SOCKET_IFNAME");
+	size_t n = v ? strlen(v) : 0;
+
+	e->socket_ifname[0] = '\0';
+	if (v == NULL)
+		return 0;
+	if (n == 0 || n >= sizeof(e->socket_ifname) || strpbrk(v, "/ \t:") != NULL)
+		return ddpi_err(DDP_EENV,
+				"DDP_SOCKET_IFNAME='%s' is not an interface's name (1 to %zu "
+				"characters, no '/', ':' or space)",
+				v, sizeof(e->socket_ifname) - 1);
+	memcpy(e->socket_ifname, v, n + 1);
+	return 0;
+}
+
 /* The shared-memory and process knobs that shm.c and init.c act on; read
  * here so a malformed value fails ddp_init like every other DDP_*. */
 static int parse_shm_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
@@ -284,7 +304,8 @@ static int parse_ddp_knobs(ddpi_getenv_fn fn, void *arg, struct ddp_env *e)
 	if ((v = get(fn, arg, "DDP_SHM_CMA")) && strcmp(v, "auto") &&
 	    util_parse_int(v, 0, 1, &e->shm_cma) < 0)
 		return ddpi_err(DDP_EENV, "DDP_SHM_CMA='%s' is not 0, 1 or auto", v);
-	if ((rc = parse_tcp_cc(fn, arg, e)) || (rc = parse_shm_knobs(fn, arg, e)))
+	if ((rc = parse_tcp_cc(fn, arg, e)) || (rc = parse_ifname(fn, arg, e)) ||
+	    (rc = parse_shm_knobs(fn, arg, e)))
 		return rc;
 	return parse_nonce(fn, arg, e);
 }

@@ -304,31 +304,55 @@ static int parse_entry(struct ddpi_tcp *t, int g, const char *v, char *addr, siz
 	return 0;
 }
 
-/* An address of this host's that is not loopback, of like's family (an
- * interface up; not IPv6 link-local, which needs its interface named), into
- * out: -ENOENT where there is none (every node on this one host). */
-static int host_addr(const char *like, char *out, size_t len)
+/* A name that is a container or VM bridge's, local to this host (as NCCL
+ * passes over docker*): another host does not reach this one there. */
+static bool bridge_name(const char *name)
 {
-	int fam = strchr(like, ':') ? AF_INET6 : AF_INET, rc = -ENOENT;
+	return strncmp(name, "docker", 6) == 0 || strncmp(name, "virbr", 5) == 0;
+}
+
+/* An address of this host's for the ring, into out: of interface ifname if
+ * given, else of the first that is not loopback nor a bridge's (up; not
+ * IPv6 link-local, which needs its interface named); of like's family
+ * first, then of the other; running first (with a carrier: a freshly
+ * raised link has none for up to a second), then only up. -ENOENT where
+ * there is none. */
+static int host_addr(const char *like, const char *ifname, char *out, size_t len)
+{
+	int fam0 = strchr(like, ':') ? AF_INET6 : AF_INET, rc = -ENOENT, pass;
 	struct ifaddrs *ifs = NULL, *i;
+	char buf[INET6_ADDRSTRLEN];
 
 	if (getifaddrs(&ifs) < 0)
 		return -errno;
-	for (i = ifs; i != NULL && rc != 0; i = i->ifa_next) {
-		const void *a;
+	for (pass = 0; pass < 4 && rc != 0; pass++) {
+		int fam = pass % 2 == 0 ? fam0 : fam0 == AF_INET ? AF_INET6 : AF_INET;
+		unsigned want = pass < 2 ? IFF_UP | IFF_RUNNING : IFF_UP;
 
-		if (i->ifa_addr == NULL || i->ifa_addr->sa_family != fam ||
-		    !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK))
-			continue;
-		if (fam == AF_INET) {
-			a = &((const struct sockaddr_in *)(const void *)i->ifa_addr)->sin_addr;
-		} else {
-			a = &((const struct sockaddr_in6 *)(const void *)i->ifa_addr)->sin6_addr;
-			if (IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a))
+		for (i = ifs; i != NULL && rc != 0; i = i->ifa_next) {
+			const void *a;
+
+			if (i->ifa_addr == NULL || i->ifa_addr->sa_family != fam ||
+			    (i->ifa_flags & want) != want ||
+			    (ifname != NULL
+				     ? strcmp(i->ifa_name, ifname) != 0
+				     : (i->ifa_flags & IFF_LOOPBACK) || bridge_name(i->ifa_name)))
 				continue;
+			if (fam == AF_INET) {
+				a = &((const struct sockaddr_in *)(const void *)i->ifa_addr)
+					     ->sin_addr;
+			} else {
+				a = &((const struct sockaddr_in6 *)(const void *)i->ifa_addr)
+					     ->sin6_addr;
+				if (IN6_IS_ADDR_LINKLOCAL((const struct in6_addr *)a))
+					continue;
+			}
+			if (inet_ntop(fam, a, buf, sizeof(buf)) != NULL &&
+			    (ifname != NULL || !store_addr_is_loopback(buf)) && strlen(buf) < len) {
+				memcpy(out, buf, strlen(buf) + 1);
+				rc = 0;
+			}
 		}
-		if (inet_ntop(fam, a, out, (socklen_t)len) != NULL && !store_addr_is_loopback(out))
-			rc = 0;
 	}
 	freeifaddrs(ifs);
 	return rc;
@@ -382,8 +406,16 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		rc = ddpi_err(rc, "store: %s", store_strerror(rc));
 		goto fail;
 	}
+	if (env->socket_ifname[0] &&
+	    (rc = host_addr(myaddr, env->socket_ifname, myaddr, sizeof(myaddr))) < 0) {
+		rc = ddpi_err(DDP_EENV,
+			      "DDP_SOCKET_IFNAME=%s: no interface of that name is up with an "
+			      "address",
+			      env->socket_ifname);
+		goto fail;
+	}
 	lo = store_addr_is_loopback(myaddr);
-	if (lo && env->nnodes > 1) {
+	if (lo && env->nnodes > 1 && !env->socket_ifname[0]) {
 		/* "::" takes both families; a host without IPv6 has 0.0.0.0. */
 		rc = listen_on("::", &lfd, &port, why6, sizeof(why6));
 		if (rc < 0 && (rc = listen_on("0.0.0.0", &lfd, &port, why, sizeof(why))) < 0)
@@ -393,7 +425,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 		 * on loopback does so through a port forward (ssh -L), and the
 		 * others reach it at an address of its own. */
 		if (rc == 0 && env->node != 0)
-			host_addr(myaddr, myaddr, sizeof(myaddr));
+			(void)host_addr(myaddr, NULL, myaddr, sizeof(myaddr)); /* or none */
 	} else if ((rc = listen_on(myaddr, &lfd, &port, why, sizeof(why))) < 0) {
 		rc = ddpi_err(rc, "tcp: %s", why);
 	}
@@ -446,7 +478,9 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 					ddpi_err(DDP_EPEER,
 						 "tcp: node %d's leader reaches the store on "
 						 "loopback (%s: a port forward?) and has no other "
-						 "address up, so no other host can reach it",
+						 "address up (DDP_SOCKET_IFNAME names one there), "
+						 "so "
+						 "no other host can reach it",
 						 g, a),
 					g, "has only a loopback address");
 			else if (store_addr_is_loopback(a) && !lo &&
