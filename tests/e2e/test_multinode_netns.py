@@ -6,10 +6,11 @@ to its store with ddpstore and reads the other node's."""
 import os
 import random
 import subprocess
+import sys
 
 import pytest
 
-from conftest import PYTHON, binary, free_port
+from conftest import binary, free_port
 from mnutil import (FAST, Agent, all_recorded, assert_all_dead, clean_env, enter, ip, read_envs,
                     record, wait_stderr, worker_pids)
 
@@ -194,7 +195,8 @@ def forwarded_pair(reaper, tmp_path, two_hosts, fwd_host, env1=None, nproc=2):
     agents, once they exited."""
     ns, addrs = two_hosts
     port = free_port()
-    fwd = reaper.popen([*enter(ns[1]), PYTHON, os.path.join(HERE, "tcp_forward.py"),
+    # (sys.executable: tests/compat imports this file under its own conftest.)
+    fwd = reaper.popen([*enter(ns[1]), sys.executable, os.path.join(HERE, "tcp_forward.py"),
                         fwd_host, str(port), addrs[0], str(port), "80"],
                        stdout=subprocess.PIPE, text=True)
     assert fwd.stdout.readline().strip() == "listening"
