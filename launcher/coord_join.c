@@ -57,6 +57,19 @@ static void on_no_desc_end(int status, const void *val, size_t len, void *arg)
 		coord_on_end(c, val, len);
 }
 
+/* How long a member waits for the round's descriptors: a dynamic node counts
+ * in before its descriptor is out, but one that never sends it (no_desc) is
+ * waited for no longer than a silent node; a static node's came before it
+ * counted in. */
+static int64_t desc_wait_ms(const struct coord *c)
+{
+	int64_t ms = c->conf->join_timeout_ms;
+
+	if (c->job->dynamic && c->conf->heartbeat_timeout_ms < ms)
+		ms = c->conf->heartbeat_timeout_ms;
+	return ms;
+}
+
 /* Dynamic: member m counted in but its descriptor never came. It died in
  * between, before the close of its connection could mark it gone (its
  * registration, after the count, never reached the store), or it stopped
@@ -69,7 +82,7 @@ static void no_desc(struct coord *c, int m)
 	char key[64], *v;
 
 	snprintf(e.why, sizeof(e.why), "it counted in but sent no descriptor within %g s",
-		 (double)c->conf->heartbeat_timeout_ms / 1000.0);
+		 (double)desc_wait_ms(c) / 1000.0);
 	v = rdzv_end_encode(&e);
 	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END),
 						 "", 0, v, strlen(v), on_no_desc_end, c) != 0)
@@ -148,7 +161,6 @@ static void fetch_descs(struct coord *c)
 {
 	struct rdzv_node *nodes = realloc(c->nodes, (size_t)c->nnodes * sizeof(*nodes));
 	const char **keys = desc_keys(c);
-	int64_t timeout = c->conf->join_timeout_ms;
 
 	if (nodes == NULL || keys == NULL) {
 		free(keys);
@@ -158,12 +170,8 @@ static void fetch_descs(struct coord *c)
 		return;
 	}
 	c->nodes = nodes;
-	/* A dynamic node counts in before its descriptor is out: wait for all,
-	 * but for one that never sends it (no_desc) no longer than for a
-	 * silent node. A static node's came before it counted in. */
-	if (c->job->dynamic && c->conf->heartbeat_timeout_ms < timeout)
-		timeout = c->conf->heartbeat_timeout_ms;
-	if (store_async_wait(c->W, keys + 1, (size_t)c->nnodes, timeout, on_descs_present, c) != 0)
+	if (store_async_wait(c->W, keys + 1, (size_t)c->nnodes, desc_wait_ms(c), on_descs_present,
+			     c) != 0)
 		coord_fail(c, 1, "error: out of memory");
 	free(keys);
 }

@@ -479,8 +479,7 @@ int ddpi_tcp_open(const struct ddp_env *env, const int *local_ranks, struct stor
 						 "tcp: node %d's leader reaches the store on "
 						 "loopback (%s: a port forward?) and has no other "
 						 "address up (DDP_SOCKET_IFNAME names one there), "
-						 "so "
-						 "no other host can reach it",
+						 "so no other host can reach it",
 						 g, a),
 					g, "has only a loopback address");
 			else if (store_addr_is_loopback(a) && !lo &&
