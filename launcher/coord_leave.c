@@ -22,6 +22,10 @@
 #include "store_async.h"
 #include "util.h"
 
+/* How long the store's host waits for the others to leave before it says
+ * so: they take milliseconds, unless one is stopped or cut off. */
+#define LEAVE_SAY_MS 3000
+
 static void on_timer_closed(uv_handle_t *h)
 {
 	coord_closed_one(h->data);
@@ -115,6 +119,9 @@ static void on_all_left(int status, void *arg)
 {
 	struct coord *c = arg;
 
+	if (c->timers_on)
+		uv_timer_stop(&c->watch_timer); /* its line, if not said yet, is moot */
+
 	/* Said, because it is why this node ended so late. */
 	if (status == -ETIMEDOUT)
 		agent_say("waited %.0f s for every node to leave the rendezvous store; closing it "
@@ -154,6 +161,40 @@ static const char *left_key(const struct coord *c, char *key, size_t len, const 
 	return key;
 }
 
+/* How long the store's host waits for every node to leave: its linger, and
+ * after a failure --shutdown-timeout more (the others stop their workers and
+ * publish their failures first). */
+static int64_t all_left_bound_ms(const struct coord *c)
+{
+	return COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
+}
+
+static void on_still_out(int status, int64_t n, void *arg)
+{
+	struct coord *c = arg;
+	int64_t waited = util_now_ms() - c->left_at_ms;
+	int out = coord_left_expected(c) - (int)n;
+
+	if (status != 0 || !c->awaiting_all_left || c->hurry || out <= 0)
+		return;
+	agent_say("%d node%s not left the rendezvous store yet (the nodes read from it how the job "
+		  "ended): waiting up to %.0f s more for %s; a further signal closes the store now",
+		  out, out == 1 ? " has" : "s have",
+		  (double)(all_left_bound_ms(c) - waited) / 1000.0, out == 1 ? "it" : "them");
+}
+
+/* The host has waited a while: a wait that long is said, not silent (a node
+ * stopped or cut off holds it up to all_left_bound_ms). */
+static void on_leave_watch(uv_timer_t *t)
+{
+	struct coord *c = t->data;
+	char key[64];
+
+	if (c->awaiting_all_left && !c->hurry && c->A != NULL && c->a_up)
+		store_async_add(c->A, left_key(c, key, sizeof(key), RDZV_R_LEFT), 0, on_still_out,
+				c);
+}
+
 static void on_prefail_linger(uv_timer_t *t)
 {
 	struct coord *c = t->data;
@@ -168,7 +209,7 @@ static void after_left(struct coord *c)
 {
 	char key[64];
 	const char *keys[1] = {left_key(c, key, sizeof(key), RDZV_R_ALL_LEFT)};
-	int64_t bound = COORD_LINGER_MS + (c->status != 0 ? c->job->shutdown_timeout_ms : 0);
+	int64_t bound = all_left_bound_ms(c);
 
 	if (c->server != NULL && !c->in_round && c->job->prefail_status != 0 && c->timers_on) {
 		/* The host's own program cannot run: no round ever ran, so no one
@@ -184,6 +225,8 @@ static void after_left(struct coord *c)
 	}
 	c->awaiting_all_left = true;
 	c->left_at_ms = util_now_ms();
+	if (c->timers_on)
+		uv_timer_start(&c->watch_timer, on_leave_watch, LEAVE_SAY_MS, 0);
 }
 
 static void on_recount(int status, int64_t n, void *arg)

@@ -377,6 +377,34 @@ def test_the_store_host_does_not_wait_to_see_leave_a_node_whose_list_never_came(
         stop_process(agents[2].p)
 
 
+def test_the_store_host_says_it_waits_for_a_node_to_leave_and_a_second_signal_ends_it(
+        reaper, tmp_path):
+    """Node 1's agent is stopped (SIGSTOP: its connection stays open) and
+    node 0, the store's host, gets SIGTERM: it waits, bounded, for node 1 to
+    read the end and leave the store. It waited 40 s (its linger and
+    --shutdown-timeout) without a word, so the user at its terminal saw a
+    Ctrl-C do nothing; now it says what it waits for, and for how long, and
+    a second SIGTERM ends the wait at once."""
+    agents, out, _ = static_job(reaper, tmp_path, [1, 1], RECORD + "exec sleep 60",
+                                extra=["--shutdown-timeout", "30"])
+    wait_workers(out, 2)
+    try:
+        agents[1].signal(signal.SIGSTOP)
+        agents[0].signal(signal.SIGTERM)
+        wait_stderr(agents[0], "1 node has not left the rendezvous store yet")
+        err = agents[0].stderr()
+        m = re.search(r"waiting up to (\d+) s more for it; a further signal closes the store "
+                      r"now", err)
+        assert m and 0 < int(m.group(1)) < 40, err  # of its linger and --shutdown-timeout
+        assert agents[0].p.poll() is None, err
+        agents[0].signal(signal.SIGTERM)
+        assert agents[0].wait() == 143, agents[0].stderr()
+        assert "for every node to leave the rendezvous store" not in agents[0].stderr()
+    finally:
+        stop_process(agents[1].p)
+    assert_all_dead([int((out / "pid.0.0").read_text())])
+
+
 # Round 0: rank 0 fails once all three run; the other workers ignore
 # SIGTERM, so their nodes take --shutdown-timeout (5 s) to stop them before
 # round 1 (which never comes: a node is lost meanwhile).
