@@ -51,6 +51,22 @@ def test_failure_is_reported_and_the_others_stopped():
     # the others slept 30 s: the test's own timeout proves they were stopped
 
 
+@pytest.mark.parametrize("method", [[], ["--spawn-method"]], ids=["fork", "spawn"])
+def test_a_failure_before_every_child_attached_leaves_no_shared_memory(method):
+    """Rank 1 fails before its ddp_init; ranks 0 and 2 wait in theirs for it
+    and are stopped. Rank 0 had created the node's segment, which goes only
+    once every rank attached: it stayed in /dev/shm (9 MiB) after ddp_spawn
+    returned (found by a hostile review)."""
+    p = subprocess.Popen([prog("ddp_spawn_prog")] + method + ["3", "init", "1", "5"],
+                         env=dict(env(), DDP_TIMEOUT="60"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, out + err
+    assert "spawn failed: ddp_spawn: process 1 terminated with exit code 5" in out, out + err
+    left = [n for n in os.listdir("/dev/shm") if n.startswith(f"ddp-spawn-{p.pid}-")]
+    assert left == [], left
+
+
 def test_a_failed_fork_stops_only_the_children_forked_so_far():
     """fork failing for the third child (RLIMIT_NPROC): ddp_spawn returns the
     error and stops the two it forked. It signalled "pid 0" for the others,

@@ -11,6 +11,8 @@
  *   ok           every rank calls ddp_init, all_reduces its rank, prints the sum
  *                and (stdout of rank 0) the MASTER_ADDR and DDP_STORE it was given
  *   exit R C     rank R exits with code C after 0.2 s; others sleep 30 s
+ *   init R C     rank R exits with code C after 0.2 s; the others wait in
+ *                ddp_init for it (DDP_TIMEOUT) until they are stopped
  *   quick C      every rank exits with code C after 0.2 s
  *   nested C     every rank runs a ddp_spawn of one process that returns C,
  *                and prints "nested rc RC: its error or ok" on stderr
@@ -126,7 +128,12 @@ static int fn(int rank, void *p)
 			fprintf(f, "%s\n", *e);
 		return fclose(f) != 0;
 	}
-	if (!strcmp(a->mode, "exit")) {
+	if (!strcmp(a->mode, "init") && rank != a->a) {
+		struct ddp_ctx *ctx;
+
+		return ddp_init(NULL, &ctx) < 0 ? 1 : ddp_finalize(ctx) < 0;
+	}
+	if (!strcmp(a->mode, "exit") || !strcmp(a->mode, "init")) {
 		if (rank == a->a) {
 			usleep(200000);
 			return a->b;

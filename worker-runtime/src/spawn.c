@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -37,6 +38,11 @@ struct ddp_spawn_ctx {
 	int unknown_rank; /* first child whose status another waitpid took, or -1 */
 	int holds_sigchld;
 	int64_t grace_ms;
+	/* The children's shared-memory segment (shm.c). Unlinked once every
+	 * child attached, or by a child whose ddp_init failed; one stopped
+	 * while it waited for the others (a child failed first) leaves it, so
+	 * the parent unlinks it once the last child is reaped. */
+	char shm_name[200];
 };
 
 static int spawn_counter;
@@ -168,8 +174,10 @@ static void reap_one(struct ddp_spawn_ctx *sc, int i, const int *status_p)
 	int status = status_p ? *status_p : 0;
 
 	sc->done[i] = 1;
-	if (--sc->nleft == 0)
+	if (--sc->nleft == 0) {
 		release_sigchld(sc);
+		shm_unlink(sc->shm_name); /* ENOENT mostly: it went once all attached */
+	}
 	if (sc->pidfds[i] >= 0) {
 		close(sc->pidfds[i]);
 		sc->pidfds[i] = -1;
@@ -394,6 +402,10 @@ int ddp_spawn(int (*fn)(int rank, void *arg), void *arg, int nprocs,
 	for (int i = 0; i < nprocs; i++)
 		sc->pidfds[i] = -1;
 	snprintf(run_id, sizeof(run_id), "spawn-%d-%d", (int)getpid(), spawn_counter++);
+	/* As the children name it: child_env gives restart 0, no port, node 0,
+	 * and this process's nonce. */
+	workenv_shm_name(sc->shm_name, sizeof(sc->shm_name), run_id, 0, 0, 0, (unsigned)getuid(),
+			 getenv(WORKENV_DDP_SHM_NONCE) ? getenv(WORKENV_DDP_SHM_NONCE) : "");
 	fflush(NULL); /* a child must not print the parent's buffered output again */
 	hold_sigchld(sc);
 
