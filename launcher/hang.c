@@ -720,7 +720,7 @@ void hang_write_error_file(const char *path, const char *message, const char *ca
 	if (caused_by != NULL && cJSON_AddStringToObject(extra, "ddp_caused_by", caused_by) == NULL)
 		goto out;
 	text = cJSON_PrintUnformatted(root);
-	if (text == NULL)
+	if (text == NULL || util_utf8_repair(&text) < 0)
 		goto out;
 	/* O_EXCL: the worker's own error file, if it wrote one, is the better
 	 * account. */

@@ -553,7 +553,7 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	}
 	text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
-	if (text == NULL)
+	if (text == NULL || util_utf8_repair(&text) < 0)
 		return -ENOMEM;
 	fd = open_parent_file(path);
 	if (fd < 0) {

@@ -178,6 +178,70 @@ void util_one_line(char *s)
 			*s = '?';
 }
 
+/* The length of the valid UTF-8 sequence at p (1-4), or 0 (RFC 3629: no
+ * overlong forms, no surrogates, nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *p)
+{
+	unsigned char lo = 0x80, hi = 0xbf;
+	size_t n, i;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		n = 2;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		n = 3;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (p[0] == 0xe0)
+		lo = 0xa0;
+	else if (p[0] == 0xed)
+		hi = 0x9f;
+	else if (p[0] == 0xf0)
+		lo = 0x90;
+	else if (p[0] == 0xf4)
+		hi = 0x8f;
+	if (p[1] < lo || p[1] > hi) /* a NUL ends it here too */
+		return 0;
+	for (i = 2; i < n; i++)
+		if (p[i] < 0x80 || p[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+int util_utf8_repair(char **s)
+{
+	const unsigned char *in = (const unsigned char *)*s;
+	size_t bad = 0, i, n, len = 0;
+	char *out;
+
+	for (i = 0; in[i] != '\0'; i += n ? n : 1)
+		bad += (n = utf8_seq(in + i)) == 0;
+	if (bad == 0)
+		return 0;
+	out = malloc(i + 2 * bad + 1); /* each bad byte: 3 bytes for 1 */
+	if (out == NULL) {
+		free(*s);
+		*s = NULL;
+		return -ENOMEM;
+	}
+	for (i = 0; in[i] != '\0'; i += n ? n : 1) {
+		if ((n = utf8_seq(in + i)) == 0) {
+			memcpy(out + len, "\xef\xbf\xbd", 3);
+			len += 3;
+		} else {
+			memcpy(out + len, in + i, n);
+			len += n;
+		}
+	}
+	out[len] = '\0';
+	free(*s);
+	*s = out;
+	return 0;
+}
+
 int util_write_all(int fd, const void *buf, size_t len)
 {
 	const char *p = buf;

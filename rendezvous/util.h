@@ -44,6 +44,14 @@ int util_parse_endpoint(const char *s, char *host, size_t hostlen, int default_p
  * character in s (newline, escape, ...) becomes '?'. */
 void util_one_line(char *s);
 
+/* Make *s (malloc'd, NUL-terminated) valid UTF-8: each byte that starts no
+ * valid sequence becomes U+FFFD, as Python's errors="replace" reads it. JSON
+ * that others parse (error files: Python's json.load fails on the first bad
+ * byte, and torchrun with it) quotes messages in whatever bytes a program
+ * gave them. *s is replaced by a new string only when it had such bytes (the
+ * old one freed). 0, or -ENOMEM with *s freed and NULL. */
+int util_utf8_repair(char **s);
+
 /* Write all of buf to fd, retrying on EINTR and short writes. 0 or -errno. */
 int util_write_all(int fd, const void *buf, size_t len);
 

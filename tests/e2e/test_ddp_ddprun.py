@@ -4,6 +4,7 @@ a crash that ddprun reports with the worker's exit code and no hang or leftover
 shared memory, ddp_fatal's error file in ddprun's failure report, a restart
 that gets a fresh communicator, and the rank that failed on its own as the root
 cause even when the ranks its failure broke are seen first."""
+import json
 import os
 import re
 import signal
@@ -19,12 +20,12 @@ from conftest import REPO, binary, prog, run, wait_for
 pytestmark = pytest.mark.xdist_group("test_ddp_ddprun")
 
 
-def ddprun(nproc, cmd, timeout=120, rdzv_id=None, extra=(), env=None):
+def ddprun(nproc, cmd, timeout=120, rdzv_id=None, extra=(), env=None, **kw):
     args = [binary("ddprun"), f"--nproc-per-node={nproc}"]
     if rdzv_id:
         args += ["--rdzv-id", rdzv_id]
     return run(args + list(extra) + cmd, timeout=timeout,
-               env=dict(os.environ, DDP_QUIET="1", **(env or {})))
+               env=dict(os.environ, DDP_QUIET="1", **(env or {})), **kw)
 
 
 def segments(run_id):
@@ -128,6 +129,22 @@ def test_fatal_error_reaches_the_failure_report():
     assert "error_file: <N/A>" not in report
     assert "C backtrace (most recent call first):" in report
     assert "loss is NaN at step 3" in report
+
+
+def test_an_error_file_quoting_bytes_that_are_not_utf8_is_still_json(tmp_path):
+    """ddp_fatal quoting a Latin-1 file name: the worker's error file, and the
+    one ddprun writes for whoever launched it (TORCHELASTIC_ERROR_FILE), held
+    the raw byte, and Python's json.load (torchrun's ProcessFailure) failed on
+    it with UnicodeDecodeError. Each bad byte is U+FFFD now, as Python's
+    errors="replace" reads it."""
+    parent = tmp_path / "error.json"
+    r = ddprun(2, [prog("ddp_hello"), "fatal", "cannot open /data/caf\udce9.bin"],
+               env={"DDP_TIMEOUT": "30", "TORCHELASTIC_ERROR_FILE": str(parent)}, errors="replace")
+    assert r.returncode == 1, r.stderr
+    assert "cannot open /data/caf\ufffd.bin" in r.stderr[r.stderr.index("Root Cause"):]
+    with open(parent, encoding="utf-8") as f:
+        doc = json.load(f)
+    assert doc["message"]["message"].endswith("cannot open /data/caf\ufffd.bin"), doc
 
 
 def test_restart_gets_a_fresh_communicator():

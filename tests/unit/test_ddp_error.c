@@ -179,6 +179,20 @@ static void test_ddp_fatal_carries_the_marker(void **state)
 	cJSON_Delete(doc);
 }
 
+/* A message in bytes that are not UTF-8 (a Latin-1 file name): the file is
+ * still valid JSON for Python's json.load (torchrun reads it), each such byte
+ * U+FFFD. */
+static void test_bytes_that_are_not_utf8_become_replacement_characters(void **state)
+{
+	cJSON *doc;
+
+	assert_int_equal(ddp_record_error("cannot open /data/caf\xe9.bin: \xff"), 0);
+	doc = error_file();
+	assert_non_null(doc);
+	assert_string_equal(message(doc), "cannot open /data/caf\xef\xbf\xbd.bin: \xef\xbf\xbd");
+	cJSON_Delete(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -187,6 +201,8 @@ int main(void)
 		cmocka_unit_test_setup(test_an_error_of_its_own_writes_nothing, reset),
 		cmocka_unit_test_setup(test_the_first_peer_lost_stays_the_cause, reset),
 		cmocka_unit_test_setup(test_ddp_fatal_carries_the_marker, reset),
+		cmocka_unit_test_setup(test_bytes_that_are_not_utf8_become_replacement_characters,
+				       reset),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,4 +1,5 @@
-/* Unit tests for rendezvous/util.c: strict parsing of numbers, durations, addresses. */
+/* Unit tests for rendezvous/util.c: strict parsing of numbers, durations, addresses; UTF-8
+ * repair. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -6,9 +7,44 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
+
+/* Valid UTF-8 stays the same string; each byte that starts no valid
+ * sequence (a lone continuation, a truncated sequence, an overlong form, a
+ * surrogate, a code point above U+10FFFF) becomes U+FFFD. */
+static void test_utf8_repair(void **state)
+{
+	static const struct {
+		const char *in, *out;
+	} cases[] = {
+		{"", ""},
+		{"plain ascii\n", "plain ascii\n"},
+		{"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+		 "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+		{"caf\xe9.bin", "caf\xef\xbf\xbd.bin"},
+		{"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+		{"\x80x", "\xef\xbf\xbdx"},
+		{"ab\xe2\x82", "ab\xef\xbf\xbd\xef\xbf\xbd"},		  /* cut short at the end */
+		{"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},		  /* overlong '/' */
+		{"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* U+D800 */
+		{"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+		{"\xf4\x8f\xbf\xbf", "\xf4\x8f\xbf\xbf"}, /* U+10FFFF */
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *s = strdup(cases[i].in);
+
+		assert_non_null(s);
+		assert_int_equal(util_utf8_repair(&s), 0);
+		assert_string_equal(s, cases[i].out);
+		free(s);
+	}
+}
 
 static void test_parse_i64(void **state)
 {
@@ -115,6 +151,7 @@ static void test_parse_hostport(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_utf8_repair),
 		cmocka_unit_test(test_parse_i64),
 		cmocka_unit_test(test_parse_seconds),
 		cmocka_unit_test(test_parse_hostport),

@@ -188,7 +188,7 @@ __attribute__((noinline)) static int write_error_file(const char *msg, const cha
 	if (cause[0] && !cJSON_AddStringToObject(extra, "ddp_caused_by", cause))
 		goto out;
 	text = cJSON_PrintUnformatted(root);
-	if (!text)
+	if (!text || util_utf8_repair(&text) < 0)
 		goto out;
 	/* Write then rename, so a reader never sees half a file; the thread id
 	 * keeps the communication thread's file apart from the program's. */
