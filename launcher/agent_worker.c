@@ -181,8 +181,9 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 	int s, rc;
 
 	free(w->error_file);
-	w->error_file = logdir_path(&a->logdir, w->local_rank, "error.json");
-	if (w->error_file == NULL)
+	w->error_file = NULL; /* --log-dir /dev/null: none */
+	if (!a->job->logs_off &&
+	    (w->error_file = logdir_path(&a->logdir, w->local_rank, "error.json")) == NULL)
 		return -ENOMEM;
 	for (s = 0; s < 2; s++) {
 		rc = plan_stream(a, w, s, &child_fd[s], &read_fd[s], &file_fd[s], err, errlen);
@@ -190,7 +191,8 @@ int agent_worker_start(struct agent *a, struct agent_worker *w, char *err, size_
 			goto fail;
 	}
 	hang_env(a, &contract);
-	env = workenv_build(a->cfg.worker_env, &contract, w->local_rank, w->error_file);
+	env = workenv_build(a->cfg.worker_env, &contract, w->local_rank,
+			    a->job->logs_off ? "" : w->error_file);
 	argv = prog_argv_for(&a->job->prog, w->local_rank);
 	rc = -ENOMEM;
 	if (env == NULL || argv == NULL)

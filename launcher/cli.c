@@ -849,6 +849,17 @@ static int parse_values(struct parse *p, struct cli_opts *o, const char *(*geten
 		return bad_value(p, O_REDIRECTS, "0-3 or LOCAL_RANK:0-3[,...]");
 	if (cli_std_parse(r[O_TEE].val, &o->tee) != 0)
 		return bad_value(p, O_TEE, "0-3 or LOCAL_RANK:0-3[,...]");
+	/* /dev/null as it is spelt (torchrun 2.x compares it with os.devnull):
+	 * no logs at all. No directory is made; the workers' output stays on
+	 * the console whatever -r/-t say, and their TORCHELASTIC_ERROR_FILE is
+	 * empty. */
+	if (o->log_dir != NULL && strcmp(o->log_dir, "/dev/null") == 0) {
+		o->log_dir = NULL;
+		o->logs_off = true;
+		free(o->redirects.map);
+		free(o->tee.map);
+		o->redirects = o->tee = (struct cli_std){.all = CLI_STD_NONE};
+	}
 	if ((rc = parse_ranks_filter(p, o)) != 0 ||
 	    (rc = parse_signals(p, O_SIGNALS, o->signals, &o->nsignals)) != 0 ||
 	    (rc = parse_signals(p, O_FORWARD_SIGNALS, o->fwd_signals, &o->nfwd_signals)) != 0)

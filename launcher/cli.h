@@ -93,6 +93,7 @@ struct cli_opts {
 	const char *role;
 	bool module, no_python, run_path;
 	const char *log_dir; /* NULL: a temporary directory */
+	bool logs_off;	     /* --log-dir /dev/null: no logs, no error files */
 	struct cli_std redirects, tee;
 	int *ranks_filter; /* local ranks shown on the console; NULL: all */
 	int nranks_filter;

@@ -101,6 +101,7 @@ void job_from_opts(struct job *j, const struct cli_opts *o,
 	j->nfwd_signals = o->nfwd_signals;
 	j->hang_timeout_ms = o->hang_timeout_ms;
 	j->log_dir = o->log_dir;
+	j->logs_off = o->logs_off;
 	j->redirects = o->redirects;
 	j->tee = o->tee;
 	j->ranks_filter = o->ranks_filter;

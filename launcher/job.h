@@ -52,6 +52,7 @@ struct job {
 	int64_t hang_timeout_ms; /* --hang-timeout: 0 off (hang.h) */
 	/* Their output. */
 	const char *log_dir; /* NULL: a temporary directory */
+	bool logs_off;	     /* --log-dir /dev/null (cli.h) */
 	struct cli_std redirects, tee;
 	const int *ranks_filter; /* local ranks shown on the console; NULL: all */
 	int nranks_filter;

@@ -108,6 +108,26 @@ def test_an_empty_log_dir_is_no_log_dir(tmp_path, args, pet):
         assert f.read() == "hi\n"
 
 
+@pytest.mark.parametrize("pet", [False, True])
+def test_log_dir_dev_null_is_no_logs_as_in_torchrun_2(tmp_path, pet):
+    """torchrun 2.x's --log-dir /dev/null (os.devnull): no directory, the
+    output on the console whatever -r/-t say, TORCHELASTIC_ERROR_FILE empty.
+    ddprun refused it: "cannot create log directory /dev/null: Not a
+    directory" (found by a hostile review)."""
+    args = ["--nproc-per-node", "2", "-r", "3", "-t", "0:3"]
+    env = base_env(PET_LOG_DIR="/dev/null") if pet else base_env()
+    if not pet:
+        args += ["--log-dir", "/dev/null"]
+    r = run([binary("ddprun"), *args, "sh", "-c",
+             'echo "out $LOCAL_RANK [$TORCHELASTIC_ERROR_FILE]"; echo "err $LOCAL_RANK" >&2; '
+             '[ "$LOCAL_RANK" = 1 ] && exit 3; exit 0'], env=env)
+    assert r.returncode == 3, r.stderr
+    assert sorted(r.stdout.splitlines()) == ["out 0 []", "out 1 []"], r.stdout
+    assert "err 0" in r.stderr and "err 1" in r.stderr, r.stderr
+    assert "error_file: <N/A>" in r.stderr, r.stderr
+    assert os.listdir(os.environ["TMPDIR"]) == []
+
+
 def test_a_tmpdir_that_does_not_exist_falls_back_as_pythons_tempfile():
     """torchrun's tempfile passes over an unusable TMPDIR (then TEMP, TMP, /tmp, ...);
     ddprun failed: 'cannot create /nonexistent/ddprun_...'."""
