@@ -38,6 +38,10 @@ void agent_say(const char *fmt, ...)
 	va_end(ap);
 	if (n > (int)sizeof(buf) - 2)
 		n = (int)sizeof(buf) - 2;
+	buf[n] = '\0';
+	/* The first error said is why ddprun failed, for whoever launched it. */
+	if (strncmp(buf, "ddprun: error: ", 15) == 0)
+		report_note_reason("%s", buf + 15);
 	buf[n++] = '\n';
 	output_console_write(2, buf, (size_t)n);
 }
@@ -388,6 +392,9 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 		a->stepd_sig = sig;
 	if (!a->signalled)
 		a->signo = sig;
+	/* torchrun's agent raises SignalException, which its @record writes. */
+	report_note_reason("ddprun (pid %d) on host %s received %s", (int)getpid(),
+			   a->job->hostname, name);
 	a->signalled = true;
 	a->late_failures = false; /* exits from here on are the signal's */
 	/* A worker that died before this signal came (drained before the exits

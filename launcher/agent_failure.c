@@ -178,6 +178,7 @@ void agent_report(struct agent *a, const struct report_entry *e, size_t n, size_
 		mine = agent_failure_root(a);
 	if (mine->late)
 		return;
+	report_parent_reported();
 	if ((rc = report_write_parent_error(a->cfg.parent_error_file, mine)) < 0)
 		warn_parent_error(a, mine, rc);
 }

@@ -347,6 +347,7 @@ void coord_fail(struct coord *c, int status, const char *fmt, ...)
 		vsnprintf(msg, sizeof(msg), fmt, ap);
 		va_end(ap);
 		agent_say("%s", msg);
+		report_note_reason("%s", msg);
 	}
 	coord_live_stop(c);
 	if (coord_signalled(c)) {

@@ -701,27 +701,13 @@ void hang_destroy(struct agent *a)
 
 void hang_write_error_file(const char *path, const char *message, const char *caused_by)
 {
-	cJSON *root = cJSON_CreateObject(), *msg, *extra;
-	char ts[32], *text = NULL;
+	char *text;
 	int fd;
 
-	if (path == NULL || root == NULL)
-		goto out;
-	/* The layout PyTorch's @record writes (report.h). */
-	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
-	msg = cJSON_AddObjectToObject(root, "message");
-	if (msg == NULL || cJSON_AddStringToObject(msg, "message", message) == NULL)
-		goto out;
-	extra = cJSON_AddObjectToObject(msg, "extraInfo");
-	if (extra == NULL || cJSON_AddStringToObject(extra, "timestamp", ts) == NULL)
-		goto out;
-	/* libddp's marker of a secondary failure (report.h): the hang is the
-	 * root cause, not this rank. */
-	if (caused_by != NULL && cJSON_AddStringToObject(extra, "ddp_caused_by", caused_by) == NULL)
-		goto out;
-	text = cJSON_PrintUnformatted(root);
-	if (text == NULL || util_utf8_repair(&text) < 0)
-		goto out;
+	/* caused_by: libddp's marker of a secondary failure (report.h): the
+	 * hang is the root cause, not this rank. */
+	if (path == NULL || (text = report_error_doc(message, NULL, caused_by)) == NULL)
+		return;
 	/* O_EXCL: the worker's own error file, if it wrote one, is the better
 	 * account. */
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -729,7 +715,5 @@ void hang_write_error_file(const char *path, const char *message, const char *ca
 		(void)!write(fd, text, strlen(text));
 		close(fd);
 	}
-out:
 	free(text);
-	cJSON_Delete(root);
 }

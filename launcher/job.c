@@ -12,6 +12,7 @@
 
 #include "nproc.h"
 #include "numa.h"
+#include "report.h"
 #include "workenv.h"
 
 static void random_bytes(unsigned char r[16])
@@ -174,6 +175,7 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 		if (prefail(j, 1, err))
 			return 0;
 		fprintf(stderr, "ddprun: error: %s\n", err);
+		report_note_reason("%s", err);
 		return 1;
 	}
 	for (i = 0; i < o->nranks_filter; i++)
@@ -205,6 +207,7 @@ int job_resolve(struct job *j, struct cli_opts *o, const char *(*getenv_fn)(cons
 		if (status != 1 && prefail(j, status, err))
 			return 0;
 		fprintf(stderr, "ddprun: error: %s\n", err);
+		report_note_reason("%s", err);
 		return status;
 	}
 	return 0;

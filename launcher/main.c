@@ -159,12 +159,14 @@ int main(int argc, char **argv)
 	cfg.ndfl_sigs = ndfl;
 	if (uv_loop_init(&loop) != 0) {
 		fprintf(stderr, "ddprun: error: cannot create the event loop\n");
+		report_note_reason("cannot create the event loop");
 		goto out;
 	}
 	if (job.multinode) {
 		rc = coord_create(&loop, &job, &coord, err, sizeof(err));
 		if (rc != 0) {
 			fprintf(stderr, "ddprun: error: %s\n", err);
+			report_note_reason("%s", err);
 			status = JOB_EXIT_USAGE;
 			uv_loop_close(&loop);
 			goto out;
@@ -177,6 +179,7 @@ int main(int argc, char **argv)
 	rc = agent_create(&loop, &cfg, coord ? &hooks : NULL, &agent, err, sizeof(err));
 	if (rc != 0) {
 		fprintf(stderr, "ddprun: error: %s\n", err[0] ? err : strerror(-rc));
+		report_note_reason("%s", err[0] ? err : strerror(-rc));
 	} else {
 		agent_start(agent);
 		uv_run(&loop, UV_RUN_DEFAULT);
@@ -188,6 +191,13 @@ int main(int argc, char **argv)
 	output_console_finish();
 	coord_destroy(coord);
 out:
+	/* As torchrun's @record on its main: why ddprun itself failed. */
+	rc = report_write_parent_reason(getenv(WORKENV_TORCHELASTIC_ERROR_FILE), status);
+	if (rc < 0)
+		fprintf(stderr,
+			"ddprun: warning: cannot write why the job failed to %s "
+			"(TORCHELASTIC_ERROR_FILE): %s\n",
+			getenv(WORKENV_TORCHELASTIC_ERROR_FILE), strerror(-rc));
 	watchdog_stop(&wd);
 	job_free(&job);
 	cli_free(&o);

@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -530,12 +532,84 @@ static int copy_error_file(const char *path, const char *from)
 	return rc;
 }
 
+static int write_parent_text(const char *path, const char *text)
+{
+	int fd = open_parent_file(path), rc;
+
+	if (fd < 0)
+		return fd;
+	rc = write_parent(fd, text, strlen(text));
+	close(fd);
+	return rc;
+}
+
+char *report_error_doc(const char *message, const char *callstack, const char *caused_by)
+{
+	cJSON *root = cJSON_CreateObject(), *msg, *extra;
+	char ts[32], *text = NULL;
+
+	snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
+	msg = cJSON_AddObjectToObject(root, "message");
+	if (msg == NULL || cJSON_AddStringToObject(msg, "message", message) == NULL)
+		goto out;
+	extra = cJSON_AddObjectToObject(msg, "extraInfo");
+	if (extra == NULL ||
+	    (callstack != NULL &&
+	     cJSON_AddStringToObject(extra, "py_callstack", callstack) == NULL) ||
+	    cJSON_AddStringToObject(extra, "timestamp", ts) == NULL ||
+	    (caused_by != NULL &&
+	     cJSON_AddStringToObject(extra, "ddp_caused_by", caused_by) == NULL))
+		goto out;
+	text = cJSON_PrintUnformatted(root);
+	if (text != NULL)
+		util_utf8_repair(&text);
+out:
+	cJSON_Delete(root);
+	return text;
+}
+
+static char parent_reason[600];
+static bool parent_reported;
+
+void report_note_reason(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (parent_reason[0] != '\0')
+		return;
+	va_start(ap, fmt);
+	vsnprintf(parent_reason, sizeof(parent_reason), fmt, ap);
+	va_end(ap);
+}
+
+void report_parent_reported(void)
+{
+	parent_reported = true;
+}
+
+int report_write_parent_reason(const char *path, int status)
+{
+	char *text;
+	int rc;
+
+	if (status == 0 || path == NULL || parent_reported || parent_reason[0] == '\0')
+		return 0;
+	/* torchrun's callstack is the agent's Python traceback; ddprun has
+	 * none to give, and says again what happened. */
+	text = report_error_doc(parent_reason, parent_reason, NULL);
+	if (text == NULL)
+		return -ENOMEM;
+	rc = write_parent_text(path, text);
+	free(text);
+	return rc;
+}
+
 int report_write_parent_error(const char *path, const struct report_entry *root)
 {
 	cJSON *j;
 	cJSON *msg;
 	char *text;
-	int fd, rc;
+	int rc;
 
 	/* Only this node's: another node's error_file (a root cause the
 	 * coordinator passed on) names a file there, not here. */
@@ -555,13 +629,7 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	cJSON_Delete(j);
 	if (text == NULL || util_utf8_repair(&text) < 0)
 		return -ENOMEM;
-	fd = open_parent_file(path);
-	if (fd < 0) {
-		rc = fd;
-	} else {
-		rc = write_parent(fd, text, strlen(text));
-		close(fd);
-	}
-	cJSON_free(text);
+	rc = write_parent_text(path, text);
+	free(text);
 	return rc;
 }

@@ -171,4 +171,23 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
  * reader takes nothing for REPORT_PARENT_STALL_MS: -ETIMEDOUT). 0 or -errno. */
 int report_write_parent_error(const char *path, const struct report_entry *root);
 
+/* An error file in the layout of PyTorch's @record (report_parse reads it):
+ * {"message": {"message": message, "extraInfo": {"py_callstack": callstack,
+ * "timestamp": now, "ddp_caused_by": caused_by}}}, each of the last two left
+ * out when NULL; valid UTF-8 whatever the bytes given. malloc'd, NULL on
+ * ENOMEM. */
+char *report_error_doc(const char *message, const char *callstack, const char *caused_by);
+
+/* ddprun's own error, for the parent's error file when the job ends with
+ * no failure of this node's workers to pass on (report_parent_reported): as
+ * torchrun's @record on its main records the agent's exception (a signal, a
+ * lost store, a port in use). The first reason noted is the one written. */
+void report_note_reason(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* report_write_parent_error was the parent's account (written or not). */
+void report_parent_reported(void);
+/* At the end, status != 0: the reason noted to path (NULL: none asked for),
+ * unless a worker's failure was reported. 0 or -errno, as
+ * report_write_parent_error; 0 when there is nothing to write. */
+int report_write_parent_reason(const char *path, int status);
+
 #endif

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 
@@ -286,6 +287,58 @@ def test_an_error_file_too_large_to_read_is_named_and_passed_on(tmp_path):
     assert root[0][5].endswith(".error.json")
     assert root[0][6] == "<error file over 4 MiB: not read, see the file>"
     assert parent.read_bytes() == big.read_bytes()
+
+
+def parent_message(path):
+    data = json.loads(path.read_text())
+    assert set(data["message"]["extraInfo"]) == {"py_callstack", "timestamp"}, data
+    return data["message"]["message"]
+
+
+def test_ddpruns_own_failure_goes_to_the_parents_error_file(tmp_path):
+    """With no failure of a worker's to pass on, an outer launcher's error
+    file (TorchX reads it) got nothing when ddprun itself failed; torchrun's
+    @record on its main writes the agent's exception there (found by a
+    hostile review). A port in use, a program that is not there, a signal."""
+    parent = tmp_path / "parent.json"
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent))
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = ddprun("--master-port", str(port), "/bin/true", env=env)
+    assert r.returncode == 1, r.stderr
+    assert parent_message(parent) == (
+        f"cannot listen on 127.0.0.1:{port}: the port is in use (pick another port in "
+        "--master-port, or leave it out to use a free one)")
+    parent.unlink()
+    r = ddprun("no-such-program-here", env=env)
+    assert r.returncode == 127, r.stderr
+    assert parent_message(parent) == "no-such-program-here: command not found"
+    parent.unlink()
+    p = subprocess.Popen([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                          f'touch {tmp_path}/up.$LOCAL_RANK; exec sleep 60'], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: all((tmp_path / f"up.{i}").exists() for i in range(2)),
+                 what="both workers up")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 143
+    finally:
+        p.kill()
+        p.communicate()
+    assert parent_message(parent) == f"ddprun (pid {p.pid}) on host {socket.gethostname()} " \
+                                     "received SIGTERM"
+
+
+def test_a_worker_failing_without_an_error_file_writes_nothing_to_the_parents(tmp_path):
+    """As torchrun's @record: a worker's failure is passed on only as its
+    error file, and one without writes nothing; nor does a success."""
+    parent = tmp_path / "parent.json"
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent))
+    assert ddprun("sh", "-c", "exit 3", env=env).returncode == 3
+    assert ddprun("/bin/true", env=env).returncode == 0
+    assert not parent.exists()
 
 
 def test_temporary_log_dir_is_removed_unless_the_report_needs_it(tmp_path):
