@@ -263,7 +263,7 @@ void coord_watch_end(struct coord *c)
 	store_async_wait(c->W, keys, 1, 0, on_end_waited, c);
 }
 
-static void describe(const struct coord *c, const struct rdzv_end *e, char *buf, size_t len)
+void coord_describe_end(const struct coord *c, const struct rdzv_end *e, char *buf, size_t len)
 {
 	char sname[32];
 
@@ -389,6 +389,9 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 	}
 	c->end = e;
 	c->end_known = true;
+	/* A verdict gathered here waits for no lost node's positions. */
+	if (e.kind == RDZV_END_LOST)
+		coord_hang_node_gone(c, e.node);
 	/* Named lost, or never heard from: the others do not wait for this
 	 * node to count out of the round (coord_left_expected). */
 	if ((e.kind == RDZV_END_LOST || e.kind == RDZV_END_REJOIN) && e.node >= 0 &&
@@ -429,7 +432,7 @@ void coord_on_end(struct coord *c, const void *val, size_t len)
 		restart = c->job->dynamic && c->restart_count < c->job->max_restarts;
 		next++;
 	}
-	describe(c, &e, what, sizeof(what));
+	coord_describe_end(c, &e, what, sizeof(what));
 	if (restart && e.kind == RDZV_END_REJOIN)
 		agent_say("%s: every node rejoins in round %d", what, c->round + 1);
 	else if (restart)

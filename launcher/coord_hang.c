@@ -406,14 +406,33 @@ static void end_round(struct coord_hang *h, int round, int node, const char *hos
 	free(v);
 }
 
+/* Records for node's ranks, whose positions did not come: where they are
+ * is not known (the verdict draws no conclusion that needs them). */
+static void append_unknown(const struct coord *c, int node, struct hang_where **w, size_t *n)
+{
+	int first = 0, i;
+
+	if (c->nodes == NULL || node < 0 || node >= c->nnodes)
+		return;
+	for (i = 0; i < node; i++)
+		first += c->nodes[i].nproc;
+	for (i = 0; i < c->nodes[node].nproc; i++) {
+		struct hang_where rec = {.rank = first + i, .unknown = true};
+
+		if (append(w, n, &rec) != 0)
+			return;
+	}
+}
+
 static void on_positions(int status, size_t n, const void *const *vals, const size_t *lens,
 			 void *arg)
 {
 	struct op *o = arg;
 	struct coord_hang *h = o->h;
+	struct coord *c = h->c;
 	struct hang_where *w = NULL;
 	size_t nw = 0, i, nmiss = 0;
-	char *verdict = NULL, missing[512] = "";
+	char *verdict = NULL, missing[512] = "", end[RDZV_WHY_MAX + RDZV_HOST_MAX + 64];
 	int culprits, round, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
@@ -421,6 +440,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 			if (miss != NULL)
 				miss[nmiss] = (int)i;
 			nmiss++;
+			append_unknown(c, (int)i, &w, &nw);
 		}
 	if (miss != NULL)
 		hang_rank_list(miss, nmiss, missing, sizeof(missing));
@@ -431,7 +451,12 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	if (status == 0)
 		verdict = hang_verdict(w, hang_where_unique(w, nw), "  ", &culprits);
 	hang_rule();
-	if (o->fail)
+	if (o->fail && c->end_known) {
+		/* Another end came first (a node lost while the positions were
+		 * gathered): it is the job's, and its status the exit status. */
+		coord_describe_end(c, &c->end, end, sizeof(end));
+		agent_say("the job hung: %s; the job was ending already: %s", h->why, end);
+	} else if (o->fail)
 		agent_say("the job hung: %s; stopping every node (exit status %d)", h->why,
 			  HANG_EXIT);
 	else
@@ -456,6 +481,19 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	if (run_then(h))
 		return;
 	park(h);
+}
+
+void coord_hang_node_gone(struct coord *c, int node)
+{
+	struct coord_hang *h = c->hang;
+	char key[64];
+
+	/* Its key, empty, ends the gathering's wait: read as no positions. */
+	if (h != NULL && h->gathering && h->mine > 0 && node >= 0 && node < c->nnodes &&
+	    node != c->rank && c->A != NULL && c->a_up)
+		store_async_compare_set(
+			c->A, coord_key(c, key, sizeof(key), "hang/where/%d/%d", h->mine, node), "",
+			0, "", 0, NULL, NULL);
 }
 
 /* What waited for the gathering, now: true if something did. Not if the
@@ -760,9 +798,12 @@ static void park(struct coord_hang *h)
 /* ---- this node asks ------------------------------------------------------------ */
 
 /* This node's request cannot be made, for why. hung (a hang was found, not
- * only a SIGUSR2): the job ends from here. store_down: the store is failing,
- * and coord.c hears of it too: the job ends with the hang's status, and no
- * dump that needs the store. Otherwise the store is well and only this
+ * only a SIGUSR2): the job ends from here. store_down: the store is lost
+ * (coord.c hears of it too): this node ends as for a lost store, with its
+ * status (75 unless a worker failed on its own), as every other node did or
+ * does: a node stopped for a while that finds the job hung once continued
+ * ended with 124 where the others, which had taken it for lost, ended with
+ * 75. Otherwise the store is well and only this
  * request is lost: this node's ranks are dumped (for a SIGUSR2 as on one
  * node), for a hang the verdict given and the other nodes told the job's
  * end as for any failure. */
@@ -773,7 +814,10 @@ static void ask_failed(struct coord_hang *h, bool hung, bool store_down, const c
 	h->mine = 0;
 	h->queued_fail = false;
 	if (hung && store_down) {
-		coord_fail(c, HANG_EXIT, "cannot ask the other nodes for their stacks: %s", why);
+		coord_fail(c, coord_local_status(c),
+			   "lost the rendezvous store at %s:%d (asking the other nodes for their "
+			   "stacks: %s): %s",
+			   c->store_host, c->store_port, why, coord_fail_words(c));
 		return;
 	}
 	agent_say("cannot ask the other nodes for their stacks: %s", why);

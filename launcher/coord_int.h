@@ -318,6 +318,8 @@ void coord_verdict(const struct rdzv_end *end, const struct report_entry *e, siz
 /* The status when the store is lost: the verdict over this node's failures
  * and the end, if known. */
 int coord_local_status(struct coord *c);
+/* What the round's end e says happened, in words (for a line of ours). */
+void coord_describe_end(const struct coord *c, const struct rdzv_end *e, char *buf, size_t len);
 
 /* coord_hang.c: hang dumps across nodes (its keys r<r>/hang/... are described
  * there): a round started (park on its dump requests); closing. */
@@ -333,6 +335,8 @@ bool coord_hang_await_end(struct coord *c);
  * is printed (bounded; a later call's then instead), and true; false: none
  * is gathered, go on now. */
 bool coord_hang_defer(struct coord *c, void (*then)(struct coord *c));
+/* Node is lost: the positions this node gathers are not waited for from it. */
+void coord_hang_node_gone(struct coord *c, int node);
 
 /* coord_fwd.c: forwarded signals across nodes (its keys r<r>/fwd/... are
  * described there): a round started (walk its log); closing. */

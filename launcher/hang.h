@@ -107,11 +107,13 @@ struct hang_where {
 	uint32_t wait; /* enum ddpi_progress_wait, when in */
 	bool stopped;  /* /proc state T or t: a stop signal (^Z) or a tracer holds it */
 	bool exited;   /* the worker is gone (it exited 0: a failure stops the job) */
+	bool unknown;  /* its node sent no positions (lost, or no answer in time) */
 };
 
 /* The verdict over w[0..n): one or more lines, each starting with indent
  * (malloc'd, however many ranks and places; NULL: no memory), stopped ranks
- * named first, then those that exited. *culprits: how many ranks were not
+ * named first, then those that exited, then those whose place is not known
+ * (no conclusion that needs every rank's place is drawn then). *culprits: how many ranks were not
  * where the others were (those that exited, and those that never called
  * ddp_init while others wait there, included), else how many are stopped
  * (0: none can be told). */

@@ -177,9 +177,14 @@ static bool is_exited(const struct hang_where *w)
 	return w->rank >= 0 && w->exited;
 }
 
+static bool is_unknown(const struct hang_where *w)
+{
+	return w->rank >= 0 && w->unknown;
+}
+
 static bool is_other(const struct hang_where *w)
 {
-	return w->rank >= 0 && !w->exited && !w->libddp;
+	return w->rank >= 0 && !w->exited && !w->unknown && !w->libddp;
 }
 
 /* The ranks of w[0..n) that pred holds for, sorted into ranks and listed
@@ -205,7 +210,7 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 	int *ranks = malloc((n + 1) * sizeof(int));
 	bool *done = calloc(n + 1, sizeof(bool));
 	uint64_t top = 0;
-	size_t i, k, nlib = 0, nother = 0, nstopped = 0, nexited = 0;
+	size_t i, k, nlib = 0, nother = 0, nstopped = 0, nexited = 0, nunknown = 0;
 	bool same;
 	const struct hang_where *lead = NULL;
 
@@ -230,13 +235,23 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 			    "ddp_init they wait in can complete without %s\n",
 			    indent, nexited == 1 ? "rank" : "ranks", list,
 			    nexited == 1 ? "it" : "them");
+	/* Then those whose node sent no positions: any of them may be the one
+	 * the others wait for, so nothing is concluded that needs every rank. */
+	nunknown = ranks_that(w, n, is_unknown, ranks, list, sizeof(list));
+	if (nunknown > 0)
+		text_printf(&t,
+			    "%s%s %s: not known where %s (%s node sent no positions); the "
+			    "others may be waiting for %s\n",
+			    indent, nunknown == 1 ? "rank" : "ranks", list,
+			    nunknown == 1 ? "it is" : "they are", nunknown == 1 ? "its" : "their",
+			    nunknown == 1 ? "it" : "them");
 	/* The waiters: the ranks inside the furthest collective (or ddp_init),
 	 * those whose collective runs rather than those still behind their own
 	 * GPU work. */
 	for (i = 0; i < n; i++) {
 		uint64_t o = wait_order(&w[i]);
 
-		if (w[i].rank < 0 || w[i].exited)
+		if (w[i].rank < 0 || w[i].exited || w[i].unknown)
 			continue;
 		if (!w[i].libddp) {
 			nother++;
@@ -250,10 +265,11 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 		}
 	}
 	if (nlib == 0) {
-		text_printf(&t,
-			    "%sno rank reports its collectives (none uses libddp): see each rank's "
-			    "stack above\n",
-			    indent);
+		if (nother > 0 || nunknown == 0)
+			text_printf(&t,
+				    "%sno rank reports its collectives (none uses libddp): see "
+				    "each rank's stack above\n",
+				    indent);
 		goto out;
 	}
 	/* Every group of ranks at the same place, the waiters' group last. */
@@ -279,13 +295,14 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 		} else if (lead->init && nother > 0) {
 			/* The join waits for every rank: those that never came. */
 			*culprits += (int)nother;
-		} else if (*culprits == 0 && nstopped == 0 && nexited == 0 && lead->init) {
+		} else if (*culprits == 0 && nstopped == 0 && nexited == 0 && nunknown == 0 &&
+			   lead->init) {
 			text_printf(&t,
 				    "%severy rank is in ddp_init: the join itself does not "
 				    "complete (a node or the store out of reach), not one "
 				    "rank's program\n",
 				    indent);
-		} else if (*culprits == 0 && nstopped == 0 && nexited == 0) {
+		} else if (*culprits == 0 && nstopped == 0 && nexited == 0 && nunknown == 0) {
 			text_printf(
 				&t,
 				"%severy rank is in the same collective: the hang is inside it (a "

@@ -702,6 +702,46 @@ def test_a_gathering_node_whose_store_stops_answering_still_ends(reaper, tmp_pat
             a.signal(signal.SIGKILL)
 
 
+def test_a_node_lost_while_the_hang_is_gathered_is_neither_waited_for_nor_cleared(reaper,
+                                                                                 tmp_path):
+    """Node 1's agent stops (a frozen host) once its ranks are in the
+    collective that hangs (rank 2 of node 1 sleeps); node 0 finds the job
+    hung and asks every node, then finds node 1 lost. It waited the whole
+    30 s for node 1's positions; its verdict, from its own ranks only, said
+    "every rank is in the same collective: the hang is inside it ... not in
+    one rank's program", clearing the rank that hung; and it said "exit
+    status 124" and exited 75, the lost node's end being the job's (found by
+    a hostile review). Now the loss ends the wait, node 1's ranks are named
+    as not known, and the headline names the end that came first. Node 1,
+    continued, ends with 75 as well."""
+    from mnutil import stop_process
+    agents = two_nodes(reaper, tmp_path,
+                       ["--hang-timeout", "2", "--rdzv-conf", "heartbeat_timeout=8"], ["3", "2"])
+    try:
+        wait_for(lambda: "rank 3 did 3" in agents[1].stdout()
+                 and "rank 2 did 3" in agents[1].stdout(), timeout=60,
+                 what="node 1's ranks in the collective that hangs")
+        agents[1].signal(signal.SIGSTOP)
+        assert agents[0].wait(timeout=120) == 75, agents[0].stderr()
+        # Continued, node 1 finds its job hung and its store gone: it ends
+        # as for a lost store, as node 0 did for it. It exited 124 ("cannot
+        # ask the other nodes for their stacks: Broken pipe").
+        agents[1].signal(signal.SIGCONT)
+        assert agents[1].wait(timeout=120) == 75, agents[1].stderr()
+        assert "lost the rendezvous store at 127.0.0.1:" in agents[1].stderr()
+    finally:
+        stop_process(agents[1].p)
+    err = agents[0].stderr()
+    assert "node 1 lost (no heartbeat" in err, err
+    assert re.search(r"the job hung: no rank made progress for [\d.]+ s \(--hang-timeout 2\); "
+                     r"the job was ending already: node 1 lost \(no heartbeat", err), err
+    assert "ranks 0-1 wait in all_reduce #4" in err, err
+    assert ("ranks 2-3: not known where they are (their node sent no positions); the others "
+            "may be waiting for them") in err, err
+    assert "every rank is in the same collective" not in err, err
+    assert "exit status 124" not in err, err
+
+
 def test_two_nodes_a_stopped_rank_on_the_other_node_is_named(reaper, tmp_path):
     # Rank 2 on node 1 stops itself; whichever node gives the verdict has
     # its record from the store, stop included.

@@ -44,6 +44,11 @@
 	{                                   \
 		.rank = (r), .exited = true \
 	}
+/* Its node sent no positions. */
+#define UNKNOWN(r)                           \
+	{                                    \
+		.rank = (r), .unknown = true \
+	}
 #define GONE               \
 	{                  \
 		.rank = -1 \
@@ -94,6 +99,27 @@ static void test_every_rank_in_the_same_collective_names_nobody(void **state)
 	verdict(w, 2, 0, buf);
 	assert_non_null(strstr(buf, "ranks 0-1 wait in all_reduce #3\n"));
 	assert_non_null(strstr(buf, "every rank is in the same collective"));
+}
+
+/* A node's ranks whose positions never came may be the ones the others
+ * wait for: the ranks in one collective are no proof that the hang is
+ * inside it (the verdict cleared the hung rank so). */
+static void test_ranks_whose_place_is_not_known_are_named_and_conclude_nothing(void **state)
+{
+	struct hang_where w[] = {IN(0, 4, 1), IN(1, 4, 1), UNKNOWN(2), UNKNOWN(3)};
+	struct hang_where init[] = {INIT(0, 0), UNKNOWN(1)};
+	struct hang_where none[] = {UNKNOWN(0), UNKNOWN(1)};
+	char buf[1024];
+
+	verdict(w, 4, 0, buf);
+	assert_string_equal(buf, "ranks 2-3: not known where they are (their node sent no "
+				 "positions); the others may be waiting for them\n"
+				 "ranks 0-1 wait in all_reduce #4\n");
+	verdict(init, 2, 0, buf);
+	assert_null(strstr(buf, "every rank is in ddp_init"));
+	assert_non_null(strstr(buf, "rank 1: not known where it is (its node"));
+	verdict(none, 2, 0, buf);
+	assert_null(strstr(buf, "no rank reports its collectives"));
 }
 
 static void test_no_libddp_rank_says_the_stacks_tell(void **state)
@@ -609,6 +635,8 @@ int main(void)
 		cmocka_unit_test(test_the_sleeping_rank_is_named_and_the_waiters_grouped),
 		cmocka_unit_test(test_a_rank_in_an_earlier_collective_is_named_too),
 		cmocka_unit_test(test_every_rank_in_the_same_collective_names_nobody),
+		cmocka_unit_test(
+			test_ranks_whose_place_is_not_known_are_named_and_conclude_nothing),
 		cmocka_unit_test(test_no_libddp_rank_says_the_stacks_tell),
 		cmocka_unit_test(test_ranks_without_libddp_are_listed_apart),
 		cmocka_unit_test(test_rank_lists_use_ranges),
