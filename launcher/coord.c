@@ -614,6 +614,8 @@ static void on_signal(struct coord *c, int status)
 		/* Hurried (the store went silent meanwhile): the end goes out
 		 * before the close, unanswered. */
 		publish_fail(c, &e, c->hurry ? NULL : publish_then_leave);
+		if (c->phase == CP_JOIN)
+			coord_join_wake_members(c);
 		if (c->hurry)
 			coord_leave(c);
 		return;

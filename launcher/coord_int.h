@@ -321,6 +321,11 @@ int coord_local_status(struct coord *c);
 /* What the round's end e says happened, in words (for a line of ours). */
 void coord_describe_end(const struct coord *c, const struct rdzv_end *e, char *buf, size_t len);
 
+/* coord_join.c: the round's end is out, from this member of a dynamic round
+ * (closed, not started): the other members, waiting up to desc_wait_ms for
+ * the descriptors, read it now. */
+void coord_join_wake_members(struct coord *c);
+
 /* coord_hang.c: hang dumps across nodes (its keys r<r>/hang/... are described
  * there): a round started (park on its dump requests); closing. */
 void coord_hang_round(struct coord *c);

@@ -87,7 +87,25 @@ static void no_desc(struct coord *c, int m)
 	if (v == NULL || store_async_compare_set(c->A, coord_key(c, key, sizeof(key), RDZV_R_END),
 						 "", 0, v, strlen(v), on_no_desc_end, c) != 0)
 		coord_fail(c, 1, "error: out of memory");
+	else
+		coord_join_wake_members(c); /* whose waits began a little later */
 	free(v);
+}
+
+void coord_join_wake_members(struct coord *c)
+{
+	char key[64];
+	int i;
+
+	/* Empty where none came (never over one that did): a member's wait
+	 * for the descriptors ends, and it reads the end with them. A node
+	 * whose descriptor comes later overwrites it, the round being over. */
+	for (i = 0; c->job->dynamic && c->rank >= 0 && c->arrivals != NULL && c->A != NULL &&
+		    i < c->nnodes;
+	     i++)
+		store_async_compare_set(
+			c->A, coord_key(c, key, sizeof(key), RDZV_R_NODE, c->arrivals[i] - 1), "",
+			0, "", 0, NULL, NULL);
 }
 
 /* vals: meta, the nnodes descriptors, the round's end. */

@@ -282,13 +282,15 @@ def test_sigterm_to_the_store_host_while_a_descriptor_is_awaited_ends_the_others
     """The round closed with a node that died right after counting in (a
     bare client), and the store's host gets SIGTERM while the others wait
     for that node's descriptor: the round's end says so, and the other
-    node reads it once its wait is over (heartbeat_timeout). The host tried
-    to say it where the round's closed value was already written, and
-    closed its store at once: the other lost it, exit 75."""
+    node reads it at once. The host tried to say it where the round's
+    closed value was already written, and closed its store at once: the
+    other lost it, exit 75. Then the other read it only once its wait for
+    the descriptor was over (heartbeat_timeout, 40 s here: the agents' wait
+    bound is 30 s)."""
     out, env = setup_out(tmp_path)
     port = free_port()
     ep = f"127.0.0.1:{port}"
-    conf = "keep_alive_interval=0.2,heartbeat_timeout=4,join_timeout=60,last_call_timeout=0.3"
+    conf = "keep_alive_interval=0.2,heartbeat_timeout=40,join_timeout=60,last_call_timeout=0.3"
     host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, REC, conf=conf + ",is_host=1",
                      env=env)
     wait_for(lambda: listening(port), what="the store host")
