@@ -466,7 +466,7 @@ static void start_attempt(struct agent *a)
 	for (k = 0; k < a->job->nproc; k++) {
 		rc = agent_worker_start(a, &a->w[k], err, sizeof(err));
 		if (rc != 0) {
-			agent_say("%s", err);
+			agent_say("error: %s", err);
 			a->failed = true;
 			set_status(a, 1);
 			begin_stop(a, SIGTERM, AFTER_EXIT);

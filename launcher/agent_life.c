@@ -92,7 +92,11 @@ int agent_create(uv_loop_t *loop, const struct agent_config *cfg, const struct a
 	 * only where a log is written (a map of other nodes' local ranks
 	 * leaves this one the removable error-file directory, unnamed). */
 	redirected = job_writes_logs(a->job);
-	rc = logdir_create(&a->logdir, a->job->log_dir, a->job->run_id, redirected, err, errlen);
+	/* --log-dir /dev/null: nothing is written (no error file either), so
+	 * no directory is made. */
+	rc = a->job->logs_off ? 0
+			      : logdir_create(&a->logdir, a->job->log_dir, a->job->run_id,
+					      redirected, err, errlen);
 	if (rc != 0)
 		goto fail;
 	/* kill -9 of ddprun: the watchdog removes what the end would have. */

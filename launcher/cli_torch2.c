@@ -151,7 +151,12 @@ void cli_torch2_warn(const struct cli_opts *o, int nproc, FILE *f)
 			"torchelastic events\n",
 			o->event_log_handler);
 	for (s = 0; s < 2; s++)
-		if (o->dup_filters[s].n > 0 && !any_teed(o, nproc, s))
+		if (o->dup_filters[s].n > 0 && o->logs_off)
+			fprintf(f,
+				"ddprun: warning: %s writes its copy into the log directory, and "
+				"--log-dir /dev/null writes no logs: no line is copied\n",
+				flag[s]);
+		else if (o->dup_filters[s].n > 0 && !any_teed(o, nproc, s))
 			fprintf(f,
 				"ddprun: warning: %s copies only tee'd streams (-t/--tee), as "
 				"torchrun's does: no %s is tee'd, so no line is copied\n",

@@ -459,7 +459,10 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	} else if (o->fail)
 		agent_say("the job hung: %s; stopping every node (exit status %d)", h->why,
 			  HANG_EXIT);
-	else
+	else if (c->end_known) {
+		coord_describe_end(c, &c->end, end, sizeof(end));
+		agent_say("where the ranks of every node are (the job is ending: %s):", end);
+	} else
 		agent_say("where the ranks of every node are (the job goes on):");
 	if (status != 0)
 		agent_say("  the nodes' positions could not be read: %s", strerror(-status));
@@ -625,6 +628,10 @@ static void collect(struct op *o)
 					       on_collected, o);
 	if (rc != 0)
 		on_positions(rc, 0, NULL, NULL, o);
+	/* One found lost while this node dumped its own ranks (the stack
+	 * tool, the hold for the aborted ranks) is not waited for either. */
+	else if (h->c->end_known && h->c->end.kind == RDZV_END_LOST)
+		coord_hang_node_gone(h->c, h->c->end.node);
 	free(keys);
 }
 

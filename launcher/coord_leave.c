@@ -177,10 +177,11 @@ static void on_still_out(int status, int64_t n, void *arg)
 
 	if (status != 0 || !c->awaiting_all_left || c->hurry || out <= 0)
 		return;
-	agent_say("%d node%s not left the rendezvous store yet (the nodes read from it how the job "
-		  "ended): waiting up to %.0f s more for %s; a further signal closes the store now",
-		  out, out == 1 ? " has" : "s have",
-		  (double)(all_left_bound_ms(c) - waited) / 1000.0, out == 1 ? "it" : "them");
+	agent_say(
+		"%d node%s not left the rendezvous store yet (the nodes read from it how the job "
+		"ended): waiting up to %.0f s more for %s; a signal (Ctrl-C) closes the store now",
+		out, out == 1 ? " has" : "s have", (double)(all_left_bound_ms(c) - waited) / 1000.0,
+		out == 1 ? "it" : "them");
 }
 
 /* The host has waited a while: a wait that long is said, not silent (a node

@@ -118,18 +118,17 @@ int logdir_create(struct logdir *ld, const char *base, const char *run_id, bool 
 
 int logdir_attempt(struct logdir *ld, int attempt, int nproc, char *err, size_t errlen)
 {
-	size_t n = strlen(ld->run_dir) + 48;
-	char *p = malloc(n);
-	size_t len;
+	size_t n, len;
+	char *p;
 	int i, rc = 0;
 
-	if (p == NULL)
-		return -ENOMEM;
-	if (ld->flat) { /* file names carry the attempt: nothing to make */
+	if (ld->flat || ld->run_dir == NULL) { /* names carry the attempt; or none */
 		ld->attempt = attempt;
-		free(p);
 		return 0;
 	}
+	n = strlen(ld->run_dir) + 48;
+	if ((p = malloc(n)) == NULL)
+		return -ENOMEM;
 	len = (size_t)snprintf(p, n, "%s/attempt_%d", ld->run_dir, attempt);
 	logdir_rmtree(p);
 	if (mkdir(p, 0755) != 0) {
@@ -151,8 +150,8 @@ out:
 
 char *logdir_path(const struct logdir *ld, int local_rank, const char *file)
 {
-	size_t n = strlen(ld->run_dir) + strlen(file) + 48;
-	char *p = malloc(n);
+	size_t n = ld->run_dir != NULL ? strlen(ld->run_dir) + strlen(file) + 48 : 0;
+	char *p = n > 0 ? malloc(n) : NULL;
 
 	if (p != NULL && ld->flat)
 		snprintf(p, n, "%s/attempt_%d.%d.%s", ld->run_dir, ld->attempt, local_rank, file);

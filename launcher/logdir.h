@@ -30,7 +30,8 @@ int logdir_create(struct logdir *ld, const char *base, const char *run_id, bool 
 		  size_t errlen);
 /* Make attempt_<n>/0 .. attempt_<n>/<nproc-1>. */
 int logdir_attempt(struct logdir *ld, int attempt, int nproc, char *err, size_t errlen);
-/* The path of a worker's file for the current attempt (malloc'd), NULL on ENOMEM. */
+/* The path of a worker's file for the current attempt (malloc'd); NULL on
+ * ENOMEM, or where no directory was made (--log-dir /dev/null). */
 char *logdir_path(const struct logdir *ld, int local_rank, const char *file);
 /* Remove the temporary base directory and everything in it. */
 void logdir_remove(struct logdir *ld);

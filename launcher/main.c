@@ -30,6 +30,16 @@ static const char *env_get(const char *name)
 	return getenv(name);
 }
 
+/* An outer launcher's error file for this ddprun; NULL: none. Empty is
+ * none, as libddp and PyTorch's @record read it (torchrun 2.x gives its
+ * workers "" under --log-dir /dev/null, and so does ddprun). */
+static const char *parent_error_file(void)
+{
+	const char *p = getenv(WORKENV_TORCHELASTIC_ERROR_FILE);
+
+	return p != NULL && p[0] != '\0' ? p : NULL;
+}
+
 /* Workers and pipes must never land on 0-2 by accident. */
 static void ensure_std_fds(void)
 {
@@ -153,7 +163,7 @@ int main(int argc, char **argv)
 
 	cfg.job = &job;
 	cfg.worker_env = environ;
-	cfg.parent_error_file = getenv(WORKENV_TORCHELASTIC_ERROR_FILE);
+	cfg.parent_error_file = parent_error_file();
 	cfg.watchdog = wd.pid > 0 ? &wd : NULL;
 	cfg.dfl_sigs = dfl;
 	cfg.ndfl_sigs = ndfl;
@@ -192,12 +202,12 @@ int main(int argc, char **argv)
 	coord_destroy(coord);
 out:
 	/* As torchrun's @record on its main: why ddprun itself failed. */
-	rc = report_write_parent_reason(getenv(WORKENV_TORCHELASTIC_ERROR_FILE), status);
+	rc = report_write_parent_reason(parent_error_file(), status);
 	if (rc < 0)
 		fprintf(stderr,
 			"ddprun: warning: cannot write why the job failed to %s "
 			"(TORCHELASTIC_ERROR_FILE): %s\n",
-			getenv(WORKENV_TORCHELASTIC_ERROR_FILE), strerror(-rc));
+			parent_error_file(), strerror(-rc));
 	watchdog_stop(&wd);
 	job_free(&job);
 	cli_free(&o);

@@ -45,7 +45,8 @@ int util_parse_endpoint(const char *s, char *host, size_t hostlen, int default_p
 void util_one_line(char *s);
 
 /* Make *s (malloc'd, NUL-terminated) valid UTF-8: each byte that starts no
- * valid sequence becomes U+FFFD, as Python's errors="replace" reads it. JSON
+ * valid sequence becomes U+FFFD (Python's errors="replace" gives one for a
+ * cut-short sequence where this gives one per byte; both are valid). JSON
  * that others parse (error files: Python's json.load fails on the first bad
  * byte, and torchrun with it) quotes messages in whatever bytes a program
  * gave them. *s is replaced by a new string only when it had such bytes (the

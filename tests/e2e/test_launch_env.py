@@ -119,13 +119,21 @@ def test_log_dir_dev_null_is_no_logs_as_in_torchrun_2(tmp_path, pet):
     if not pet:
         args += ["--log-dir", "/dev/null"]
     r = run([binary("ddprun"), *args, "sh", "-c",
-             'echo "out $LOCAL_RANK [$TORCHELASTIC_ERROR_FILE]"; echo "err $LOCAL_RANK" >&2; '
-             '[ "$LOCAL_RANK" = 1 ] && exit 3; exit 0'], env=env)
+             'echo "out $LOCAL_RANK [$TORCHELASTIC_ERROR_FILE] [$(ls "$TMPDIR")]"; '
+             'echo "err $LOCAL_RANK" >&2; [ "$LOCAL_RANK" = 1 ] && exit 3; exit 0'], env=env)
     assert r.returncode == 3, r.stderr
-    assert sorted(r.stdout.splitlines()) == ["out 0 []", "out 1 []"], r.stdout
+    # Not even a temporary directory while it runs (nothing is written).
+    assert sorted(r.stdout.splitlines()) == ["out 0 [] []", "out 1 [] []"], r.stdout
     assert "err 0" in r.stderr and "err 1" in r.stderr, r.stderr
     assert "error_file: <N/A>" in r.stderr, r.stderr
     assert os.listdir(os.environ["TMPDIR"]) == []
+    # Its copy goes into the log directory: none, whatever -t says (it
+    # blamed -t).
+    r = run([binary("ddprun"), *args, "--duplicate-stdout-filters", "x", "/bin/true"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ("ddprun: warning: --duplicate-stdout-filters writes its copy into the "
+                        "log directory, and --log-dir /dev/null writes no logs: no line is "
+                        "copied\n"), r.stderr
 
 
 def test_a_tmpdir_that_does_not_exist_falls_back_as_pythons_tempfile():

@@ -333,12 +333,21 @@ def test_ddpruns_own_failure_goes_to_the_parents_error_file(tmp_path):
 
 def test_a_worker_failing_without_an_error_file_writes_nothing_to_the_parents(tmp_path):
     """As torchrun's @record: a worker's failure is passed on only as its
-    error file, and one without writes nothing; nor does a success."""
+    error file, and one without writes nothing; nor does a success. An empty
+    TORCHELASTIC_ERROR_FILE is none (torchrun 2.x gives its workers "" under
+    --log-dir /dev/null, and so does ddprun): ddprun warned that it "cannot
+    write why the job failed to  (TORCHELASTIC_ERROR_FILE)", and a ddprun
+    run by another then had that warning quoted as its failure."""
     parent = tmp_path / "parent.json"
     env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(parent))
     assert ddprun("sh", "-c", "exit 3", env=env).returncode == 3
     assert ddprun("/bin/true", env=env).returncode == 0
     assert not parent.exists()
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE="")
+    r = ddprun("--no-python", "/nonexistent", env=env)
+    assert r.returncode == 127 and "warning" not in r.stderr, r.stderr
+    r = ddprun("sh", "-c", 'echo "{}" > "$TORCHELASTIC_ERROR_FILE"; exit 3', env=env)
+    assert r.returncode == 3 and "warning" not in r.stderr, r.stderr
 
 
 def test_temporary_log_dir_is_removed_unless_the_report_needs_it(tmp_path):

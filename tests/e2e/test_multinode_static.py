@@ -393,7 +393,7 @@ def test_the_store_host_says_it_waits_for_a_node_to_leave_and_a_second_signal_en
         agents[0].signal(signal.SIGTERM)
         wait_stderr(agents[0], "1 node has not left the rendezvous store yet")
         err = agents[0].stderr()
-        m = re.search(r"waiting up to (\d+) s more for it; a further signal closes the store "
+        m = re.search(r"waiting up to (\d+) s more for it; a signal \(Ctrl-C\) closes the store "
                       r"now", err)
         assert m and 0 < int(m.group(1)) < 40, err  # of its linger and --shutdown-timeout
         assert agents[0].p.poll() is None, err
