@@ -433,13 +433,15 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	struct hang_where *w = NULL;
 	size_t nw = 0, i, nmiss = 0;
 	char *verdict = NULL, missing[512] = "", end[RDZV_WHY_MAX + RDZV_HOST_MAX + 64];
-	int culprits, round, *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
+	int culprits, round, first_miss = -1;
+	int *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
 		if (lens[i] == 0 || hang_where_decode(vals[i], lens[i], &w, &nw) < 0) {
 			if (miss != NULL)
 				miss[nmiss] = (int)i;
-			nmiss++;
+			if (nmiss++ == 0)
+				first_miss = (int)i;
 			append_unknown(c, (int)i, &w, &nw);
 		}
 	if (miss != NULL)
@@ -469,7 +471,11 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	else if (verdict != NULL)
 		output_console_write(2, verdict, strlen(verdict));
 	free(verdict);
-	if (status == 0 && nmiss > 0)
+	/* The one the round's end names lost (if alone) is said to be. */
+	if (status == 0 && nmiss == 1 && c->end_known && c->end.kind == RDZV_END_LOST &&
+	    first_miss == c->end.node)
+		agent_say("  node %d was lost before it sent its positions", first_miss);
+	else if (status == 0 && nmiss > 0)
 		agent_say("  node%s %s sent no positions in time", nmiss == 1 ? "" : "s", missing);
 	hang_rule();
 	free(w);

@@ -738,6 +738,7 @@ def test_a_node_lost_while_the_hang_is_gathered_is_neither_waited_for_nor_cleare
     assert "ranks 0-1 wait in all_reduce #4" in err, err
     assert ("ranks 2-3: not known where they are (their node sent no positions); the others "
             "may be waiting for them") in err, err
+    assert "node 1 was lost before it sent its positions" in err, err
     assert "every rank is in the same collective" not in err, err
     assert "exit status 124" not in err, err
 
