@@ -118,9 +118,15 @@ def test_log_dir_dev_null_is_no_logs_as_in_torchrun_2(tmp_path, pet):
     env = base_env(PET_LOG_DIR="/dev/null") if pet else base_env()
     if not pet:
         args += ["--log-dir", "/dev/null"]
+    # Rank 1 fails only once rank 0 has written (its failure stops rank 0,
+    # which a slow machine had not yet started: CI saw no "out 0").
+    done = tmp_path / "rank0-wrote"
     r = run([binary("ddprun"), *args, "sh", "-c",
              'echo "out $LOCAL_RANK [$TORCHELASTIC_ERROR_FILE] [$(ls "$TMPDIR")]"; '
-             'echo "err $LOCAL_RANK" >&2; [ "$LOCAL_RANK" = 1 ] && exit 3; exit 0'], env=env)
+             'echo "err $LOCAL_RANK" >&2; '
+             f'[ "$LOCAL_RANK" = 0 ] && {{ touch {done}; exit 0; }}; '
+             f'i=0; while [ ! -e {done} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; '
+             'exit 3'], env=env)
     assert r.returncode == 3, r.stderr
     # Not even a temporary directory while it runs (nothing is written).
     assert sorted(r.stdout.splitlines()) == ["out 0 [] []", "out 1 [] []"], r.stdout
