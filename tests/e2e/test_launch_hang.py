@@ -715,8 +715,10 @@ def test_a_node_lost_while_the_hang_is_gathered_is_neither_waited_for_nor_cleare
     as not known, and the headline names the end that came first. Node 1,
     continued, ends with 75 as well."""
     from mnutil import stop_process
+    # (5 s: node 1 must be stopped before it finds the hang itself and
+    # sends its positions; a slow machine took over 2 s)
     agents = two_nodes(reaper, tmp_path,
-                       ["--hang-timeout", "2", "--rdzv-conf", "heartbeat_timeout=8"], ["3", "2"])
+                       ["--hang-timeout", "5", "--rdzv-conf", "heartbeat_timeout=12"], ["3", "2"])
     try:
         wait_for(lambda: "rank 3 did 3" in agents[1].stdout()
                  and "rank 2 did 3" in agents[1].stdout(), timeout=60,
@@ -733,7 +735,7 @@ def test_a_node_lost_while_the_hang_is_gathered_is_neither_waited_for_nor_cleare
         stop_process(agents[1].p)
     err = agents[0].stderr()
     assert "node 1 lost (no heartbeat" in err, err
-    assert re.search(r"the job hung: no rank made progress for [\d.]+ s \(--hang-timeout 2\); "
+    assert re.search(r"the job hung: no rank made progress for [\d.]+ s \(--hang-timeout 5\); "
                      r"the job was ending already: node 1 lost \(no heartbeat", err), err
     assert "ranks 0-1 wait in all_reduce #4" in err, err
     assert ("ranks 2-3: not known where they are (their node sent no positions); the others "

@@ -201,7 +201,9 @@ def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
     port = free_port()
     ep = f"127.0.0.1:{port}"
     script = REC + '[ "$WORLD_SIZE" = 2 ] || exec sleep 60'
-    conf = FAST + ",last_call_timeout=0.3"
+    # (3 s: the agents started one after another all count into round 0,
+    # which a slow machine may not do within 0.3 s)
+    conf = FAST + ",last_call_timeout=3"
     extra = ["--max-restarts", "1", "--shutdown-timeout", "60"]
     host = dyn_agent(reaper, tmp_path, "host", ep, "2:4", 1, script, conf=conf + ",is_host=1",
                      extra=extra, env=env)
@@ -350,7 +352,9 @@ def test_a_lost_node_leaves_the_others_to_go_on(reaper, tmp_path):
     port = free_port()
     ep = f"127.0.0.1:{port}"
     script = REC + '[ "$WORLD_SIZE" = 2 ] || exec sleep 60'
-    conf = FAST + ",last_call_timeout=0.3"
+    # (3 s: the agents started one after another all count into round 0,
+    # which a slow machine may not do within 0.3 s)
+    conf = FAST + ",last_call_timeout=3"
     host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, script, conf=conf + ",is_host=1",
                      extra=["--max-restarts", "1"], env=env)
     wait_for(lambda: listening(port), what="the store host")

@@ -277,7 +277,9 @@ def test_a_lost_node_ends_a_dynamic_job_with_75_without_restarts_left(reaper, tm
     ep = f"127.0.0.1:{port}"
     out, env = out_env(tmp_path, "out")
     script = REC + "exec sleep 60"
-    conf = FAST + ",last_call_timeout=0.3"
+    # (3 s: the agents started one after another all count into round 0,
+    # which a slow machine may not do within 0.3 s)
+    conf = FAST + ",last_call_timeout=3"
     host = dyn_agent(reaper, tmp_path, "host", ep, "2:3", 1, script, conf=conf + ",is_host=1",
                      env=env)
     wait_for(lambda: listening(port), what="the store host")

@@ -110,7 +110,11 @@ TERM_WORKER = os.path.join(os.path.dirname(__file__), "term_worker.py")
 
 # Workers that end at once on node 0 (RANK 0): after SIGTERM (term_worker.py
 # --linger 0), or by themselves as soon as they started ("exited"); node 1's
-# takes SIGTERM and 4 s to save its checkpoint.
+# takes SIGTERM and 4 s to save its checkpoint. Node 0's is ready (and gets
+# the stop) only once node 1's blocks the stop signals: under load node 1's
+# Python was still starting, and died of the SIGTERM at once.
+AFTER_1 = ('[ "$RANK" = 0 ] && { i=0; while [ ! -e "$OUT/ready.1" ] && [ $i -lt 1500 ]; do '
+           'sleep 0.02; i=$((i+1)); done; }; ')
 EARLY = ('[ "$RANK" = 0 ] && { echo $$ > "$OUT/.ready.0"; mv "$OUT/.ready.0" "$OUT/ready.0"; '
          'exit 0; }; ')
 LINGER = '[ "$RANK" = 0 ] && L=0 || L=4; exec "{}" "{}" "$OUT" --linger $L'
@@ -129,11 +133,14 @@ def test_slurms_repeat_after_a_nodes_workers_exited_does_not_hurry_it(reaper, tm
     out = tmp_path / "out"
     out.mkdir()
     port = free_port()
-    script = (EARLY if when == "exited" else "") + LINGER.format(sys.executable, TERM_WORKER)
+    script = AFTER_1 + (EARLY if when == "exited" else "") + LINGER.format(sys.executable,
+                                                                         TERM_WORKER)
     env = clean_env(OUT=str(out), FAKE_STEPD_TIMES="2", FAKE_STEPD_NODE="0/2",
                     FAKE_STEPD_AFTER_EXIT="1" if when == "exited" else "2")
     stepd = [sys.executable, FAKE_STEPD, str(out), "1", str(int(signal.SIGTERM)), proctrack]
-    agents = [Agent(reaper, tmp_path, f"node{r}", node_args(2, r, port, 1, script),
+    # (node 1's 4 s to stop, well within its shutdown timeout)
+    agents = [Agent(reaper, tmp_path, f"node{r}",
+                    node_args(2, r, port, 1, script, extra=("--shutdown-timeout", "10")),
                     env=env, prefix=stepd if r == 0 else ()) for r in (0, 1)]
     assert agents[1].wait(timeout=60) == 143, agents[1].stderr()
     assert agents[0].wait(timeout=60) == 143, agents[0].stderr()
