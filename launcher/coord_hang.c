@@ -155,11 +155,22 @@ static int add_to_list(cJSON *o, const char *name, int rank)
 	return 0;
 }
 
+/* The lists of ranks by their place in torch.distributed (hang_torch.c),
+ * after the records (an older ddprun skips them). */
+static const char *const torch_lists[] = {
+	[HANG_TORCH_OWN] = "torch_own",
+	[HANG_TORCH_NOGROUP] = "torch_nogroup",
+	[HANG_TORCH_COLL] = "torch_coll",
+	[HANG_TORCH_STORE] = "torch_store",
+};
+#define TORCH_LISTS (sizeof(torch_lists) / sizeof(torch_lists[0]))
+
 char *hang_where_encode(const struct hang_where *w, size_t n)
 {
 	cJSON *a = cJSON_CreateArray();
 	/* What the records cannot say, in an object after them that an older
-	 * ddprun skips: {"stopped": [ranks], "init": [ranks in ddp_init]}. */
+	 * ddprun skips: {"stopped": [ranks], "init": [ranks in ddp_init],
+	 * "torch_coll": [ranks], ... (torch_lists)}. */
 	cJSON *more = cJSON_CreateObject();
 	char *s;
 	size_t i;
@@ -196,7 +207,9 @@ char *hang_where_encode(const struct hang_where *w, size_t n)
 			goto fail;
 		}
 		if ((w[i].stopped && add_to_list(more, "stopped", w[i].rank) < 0) ||
-		    (w[i].init && add_to_list(more, "init", w[i].rank) < 0))
+		    (w[i].init && add_to_list(more, "init", w[i].rank) < 0) ||
+		    (w[i].torch != HANG_TORCH_UNKNOWN && w[i].torch < TORCH_LISTS &&
+		     add_to_list(more, torch_lists[w[i].torch], w[i].rank) < 0))
 			goto fail;
 	}
 	if (cJSON_GetArraySize(more) > 0) {
@@ -238,17 +251,19 @@ static int append(struct hang_where **w, size_t *n, const struct hang_where *rec
 }
 
 /* The object after one value's records, w[from..*n):
- * {"stopped": [rank, ...], "init": [...], "exited": [...]}. Marks the
- * records of stopped ranks and of ranks in ddp_init (no collective: sent as
- * without libddp), and appends one for each rank that exited and has none;
- * how many it appended. */
+ * {"stopped": [rank, ...], "init": [...], "exited": [...], "torch_own":
+ * [...], ...}. Marks the records of stopped ranks, of ranks in ddp_init (no
+ * collective: sent as without libddp) and of PyTorch's ranks with their
+ * place, and appends one for each rank that exited and has none; how many
+ * it appended. */
 static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_t *n)
 {
 	const cJSON *r;
 	const cJSON *stopped = cJSON_GetObjectItemCaseSensitive(o, "stopped");
 	const cJSON *init = cJSON_GetObjectItemCaseSensitive(o, "init");
 	const cJSON *exited = cJSON_GetObjectItemCaseSensitive(o, "exited");
-	size_t last = *n, i;
+	const cJSON *torch[TORCH_LISTS] = {NULL};
+	size_t last = *n, i, k;
 	int added = 0;
 
 	/* Not a list, or longer than a node's ranks: none (cJSON_ArrayForEach
@@ -259,6 +274,11 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 	init = cJSON_IsArray(init) && cJSON_GetArraySize(init) <= CLI_MAX_NPROC ? init : NULL;
 	exited = cJSON_IsArray(exited) && cJSON_GetArraySize(exited) <= CLI_MAX_NPROC ? exited
 										      : NULL;
+	for (k = 1; k < TORCH_LISTS; k++) {
+		torch[k] = cJSON_GetObjectItemCaseSensitive(o, torch_lists[k]);
+		if (!cJSON_IsArray(torch[k]) || cJSON_GetArraySize(torch[k]) > CLI_MAX_NPROC)
+			torch[k] = NULL;
+	}
 
 	for (i = from; i < last; i++) {
 		struct hang_where *x = &(*w)[i];
@@ -272,6 +292,13 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 		{
 			if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble && !x->in)
 				x->libddp = x->init = true;
+		}
+		for (k = 1; k < TORCH_LISTS && !x->libddp; k++) {
+			cJSON_ArrayForEach(r, torch[k])
+			{
+				if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble)
+					x->torch = (uint8_t)k;
+			}
 		}
 	}
 	cJSON_ArrayForEach(r, exited)

@@ -108,7 +108,32 @@ struct hang_where {
 	bool stopped;  /* /proc state T or t: a stop signal (^Z) or a tracer holds it */
 	bool exited;   /* the worker is gone (it exited 0: a failure stops the job) */
 	bool unknown;  /* its node sent no positions (lost, or no answer in time) */
+	uint8_t torch; /* enum hang_torch: where its stack puts it, without libddp */
 };
+
+/* Where a rank without libddp is in torch.distributed, from the names in its
+ * native stack (hang_torch.c). */
+enum hang_torch {
+	HANG_TORCH_UNKNOWN = 0, /* no stack, or nothing it could tell (NCCL, CUDA) */
+	HANG_TORCH_OWN,		/* its gloo process group runs; it waits in none of it */
+	HANG_TORCH_NOGROUP,	/* a Python rank with no process group (yet) */
+	HANG_TORCH_COLL,	/* waits in a collective or send/recv (c10d::Work::wait) */
+	HANG_TORCH_STORE,	/* waits on the store's client (joining, or a key) */
+};
+/* The place of the rank whose stack tool printed stack[0..len) (whole: all
+ * of its output); python: the rank's process is Python's (a wrapper's stack
+ * says nothing of the program it runs). */
+uint8_t hang_torch_place(const char *stack, size_t len, bool python, bool whole);
+/* w[i] was in its own code (or had no group) while other ranks waited in
+ * torch.distributed: one of those they wait for. */
+bool hang_torch_culprit(const struct hang_where *w, size_t n, size_t i);
+/* The verdict's lines about the placed ranks of w[0..n) into t, each after
+ * indent (all_placed: every rank's place is known, so a conclusion over all
+ * may be drawn); how many ranks were not where the waiters were, or -1:
+ * none is placed, nothing was said. */
+struct text;
+int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, const char *indent,
+		       bool all_placed);
 
 /* The verdict over w[0..n): one or more lines, each starting with indent
  * (malloc'd, however many ranks and places; NULL: no memory), stopped ranks

@@ -265,6 +265,14 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 		}
 	}
 	if (nlib == 0) {
+		/* PyTorch's ranks: what their stacks say (hang_torch.c). */
+		int torch_culprits = hang_torch_verdict(
+			&t, w, n, indent, nstopped == 0 && nexited == 0 && nunknown == 0);
+
+		if (torch_culprits >= 0) {
+			*culprits += torch_culprits;
+			goto out;
+		}
 		if (nother > 0 || nunknown == 0)
 			text_printf(&t,
 				    "%sno rank reports its collectives (none uses libddp): see "
@@ -444,6 +452,7 @@ struct dump_rank {
 	bool held;		  /* the rank is SIGSTOPped while they go */
 	bool said;		  /* its error file says they were sent SIGABRT */
 	struct text head, raw;
+	bool raw_cut; /* the tool's output is not all in raw (too long, too slow) */
 	uv_pipe_t pipe;
 	bool reading; /* the pipe is open and read */
 };
@@ -455,6 +464,7 @@ struct hang_dump {
 	const char *tool;
 	char toolpath[4096];
 	struct dump_rank *r;
+	struct hang_where *w; /* the positions (the torch places are added) */
 	int n;
 	int pending; /* stack tools still being read */
 	int seqs;    /* ranks whose SIGABRTs are still going (DUMP_ABORT_EACH_MS) */
@@ -605,13 +615,26 @@ static bool abort_rank(struct hang_dump *d, int i, bool rank_too, const pid_t *k
  * the middle of the sequence). */
 static void say_aborted(struct hang_dump *d, const struct dump_rank *r, bool rank_too)
 {
-	char msg[600];
+	size_t i = (size_t)(r - d->r);
+	/* One the others waited for is the failure to name first, where this
+	 * node's ranks are the whole job (with several nodes the job's
+	 * verdict, coord_hang.c, is made after every node's dump). */
+	bool culprit = d->w != NULL && d->a->world.world_size == d->n &&
+		       hang_torch_culprit(d->w, (size_t)d->n, i);
+	char msg[700];
 
-	snprintf(msg, sizeof(msg),
-		 "Hang: ddprun sent SIGABRT%s: %s; faulthandler printed the %s on its stderr",
-		 rank_too ? "" : " to the rank's Python processes", d->why,
-		 rank_too ? "rank's Python stack" : "Python stacks of its processes");
-	hang_write_error_file(d->a->w[r - d->r].error_file, msg, "the hang (--hang-timeout)");
+	snprintf(
+		msg, sizeof(msg),
+		"Hang: %sddprun sent SIGABRT%s: %s; faulthandler printed the %s on its stderr",
+		!culprit ? ""
+		: d->w[i].torch == HANG_TORCH_NOGROUP
+			? "the rank had not formed its process group while other ranks waited in "
+			  "torch.distributed; "
+			: "the rank was in its own code, in no torch.distributed collective, while "
+			  "other ranks waited in torch.distributed; ",
+		rank_too ? "" : " to the rank's Python processes", d->why,
+		rank_too ? "rank's Python stack" : "Python stacks of its processes");
+	hang_write_error_file(d->a->w[i].error_file, msg, culprit ? NULL : REPORT_CAUSE_HANG);
 }
 
 /* The rank may get a signal while ddprun has not reaped it. */
@@ -705,6 +728,13 @@ static void dump_finish(struct hang_dump *d)
 	d->finished = true;
 	current = NULL;
 	uv_timer_stop(&d->timer);
+	/* Where PyTorch's ranks are, from their stacks, before any SIGABRT's
+	 * error file names the one the others wait for. */
+	for (i = 0; i < d->n; i++)
+		if (d->w != NULL && d->w[i].rank >= 0 && !d->w[i].libddp && d->r[i].running &&
+		    !d->r[i].stopped)
+			d->w[i].torch = hang_torch_place(d->r[i].raw.p, d->r[i].raw.len, d->r[i].py,
+							 !d->r[i].raw_cut);
 	for (i = 0; i < d->n; i++) {
 		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];
@@ -809,6 +839,8 @@ static void on_stack_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 
 	if (nread > 0 && r->raw.len < STACK_MAX_BYTES)
 		text_add(&r->raw, buf->base, (size_t)nread);
+	else if (nread > 0)
+		r->raw_cut = true;
 	else if (nread < 0)
 		rank_stop(r); /* EOF: the tool is done */
 }
@@ -822,6 +854,7 @@ static void on_dump_timeout(uv_timer_t *t)
 	for (i = 0; i < d->n; i++)
 		if (d->r[i].reading) {
 			kill(-d->r[i].tool, SIGKILL);
+			d->r[i].raw_cut = true;
 			text_add(&d->r[i].raw, "(the stack tool did not finish in time)\n", 40);
 			rank_stop(&d->r[i]);
 		}
@@ -970,6 +1003,7 @@ int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang
 	}
 	d->a = a;
 	d->n = a->job->nproc;
+	d->w = w;
 	d->aborted = aborted;
 	d->done = done;
 	d->arg = arg;

@@ -424,6 +424,14 @@ char *report_format_root(const char *entrypoint, const char *host, const struct 
 			    "              was still running when the others gave up waiting for\n"
 			    "              it (ddprun --hang-timeout shows where such a rank is)",
 			    note.len > 0 ? "\n              " : "", late, pid);
+	else if (r < n && e[r].caused_by != NULL && strcmp(e[r].caused_by, REPORT_CAUSE_HANG) == 0)
+		/* Not the hang's cause: a hang's SIGABRTs come at once, and
+		 * which rank the clock saw first says nothing. */
+		text_printf(&note,
+			    "%sddprun stopped this rank for the hang: it is first only by\n"
+			    "              the clock (the hang's verdict says which rank, if any,\n"
+			    "              the others waited for)",
+			    note.len > 0 ? "\n              " : "");
 	for (i = 0; i < n; i++) {
 		if (i == r)
 			format_failure(&root, idx++, host, &e[i], note.len > 0 ? note.p : NULL);

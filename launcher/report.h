@@ -58,6 +58,8 @@ struct report_entry {
 
 /* The longest caused_by kept (longer markers are cut). */
 #define REPORT_CAUSE_MAX 256
+/* The caused_by of a worker that ddprun stopped for a hang (hang_dump.c). */
+#define REPORT_CAUSE_HANG "the hang (--hang-timeout)"
 
 /* Fill e for a worker started at started_us that ended with wait status
  * wstatus, failed at time_us (report_failure_time_us). error_file is where

@@ -162,3 +162,182 @@ def test_a_dataloader_worker_stuck_in_getitem_prints_its_stack(pt, tmp_path, sho
     assert re.search(r"^\[rank1\]: +File .*dataloader\.py.* in _try_get_data", err, re.M), \
         err[-6000:]
     assert "exited unexpectedly" not in err, err[-6000:]
+    # Where they are in torch.distributed, from their native stacks: rank 1
+    # in its own code (waiting for its DataLoader), rank 0 in the barrier.
+    v = verdict(err)
+    assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
+        "the others wait for it\n" in v, v
+    assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
+        "(c10d::Work::wait)\n" in v, v
+    root = err.split("Root Cause (first observed failure):")[1]
+    assert "rank      : 1 (local_rank: 1)" in root, root
+    assert "traceback : Hang: the rank was in its own code, in no torch.distributed " \
+        "collective, while other ranks waited in torch.distributed; ddprun sent SIGABRT to the " \
+        "rank's Python processes: " in root, root
+
+
+def verdict(err):
+    """The job's verdict: the lines after "ddprun: the job hung: ...", up to
+    the rule that ends them, each after a newline."""
+    assert "ddprun: the job hung: " in err, err[-3000:]
+    v = err.split("ddprun: the job hung: ", 1)[1].split("\n=====", 1)[0]
+    return v[v.find("\n"):] + "\n" if "\n" in v else "\n"
+
+
+def failures(err):
+    """The report's other failures and its root cause, each an entry's text."""
+    head, root = err.split("Root Cause (first observed failure):", 1)
+    others = head.rsplit("Failures:", 1)[1]
+    return re.split(r"^\[\d+\]:\n", others, flags=re.M)[1:], root.split("\n=====", 1)[0]
+
+
+def entry(entries, rank):
+    """The report entry of rank (its lines)."""
+    found = [e for e in entries if re.search(rf"^  rank      : {rank} \(", e, re.M)]
+    assert len(found) == 1, entries
+    return found[0]
+
+
+OWN_CODE = textwrap.dedent("""
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    if dist.get_rank() == 1:
+        time.sleep(600)  # in its own code, the group formed
+    dist.all_reduce(torch.ones(1))
+""")
+
+
+def test_a_hang_names_the_rank_in_its_own_code_that_the_others_wait_for(pt, tmp_path):
+    """PyTorch's ranks report no collectives (no libddp): the verdict said
+    only that. Now their native stacks place them: rank 1 sleeps in its own
+    code with its gloo group formed, rank 0 waits in its all_reduce; and the
+    report's root cause is rank 1 (its error file has no caused_by), not
+    rank 0, a victim that happened to be first."""
+    (tmp_path / "own.py").write_text(OWN_CODE)
+    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
+               "own.py")
+    assert r.returncode == 124, r.stderr[-3000:]
+    err = r.stderr
+    v = verdict(err)
+    assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
+        "the others wait for it\n" in v, v
+    assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
+        "(c10d::Work::wait)\n" in v, v
+    assert "every rank" not in v and "no rank" not in v, v
+    others, root = failures(err)
+    assert re.search(r"^  rank      : 1 \(local_rank: 1\)$", root, re.M), root
+    assert "caused_by" not in root and "note      :" not in root, root
+    assert re.search(r"^  traceback : Hang: the rank was in its own code, in no torch.distributed "
+                     r"collective, while other ranks waited in torch.distributed; ddprun sent "
+                     r"SIGABRT: no rank made progress", root, re.M), root
+    assert "caused_by : the hang (--hang-timeout)\n" in entry(others, 0), others
+    assert "traceback : Hang: ddprun sent SIGABRT: " in entry(others, 0), others
+
+
+NO_GROUP = textwrap.dedent("""
+    import os, time
+    import torch
+    import torch.distributed as dist
+
+    if os.environ["RANK"] == "1":
+        time.sleep(600)  # before its init_process_group: rank 0 waits for it to join
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+""")
+
+
+def test_a_hang_names_the_rank_that_never_joined_the_process_group(pt, tmp_path):
+    """Rank 1 never calls init_process_group; rank 0 waits in its join, on
+    the store. The verdict names rank 1 as the one without a group, rank 0
+    as waiting on the store, and the root cause is rank 1."""
+    (tmp_path / "nogroup.py").write_text(NO_GROUP)
+    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
+               "nogroup.py")
+    assert r.returncode == 124, r.stderr[-3000:]
+    err = r.stderr
+    v = verdict(err)
+    assert "\n  rank 1 has not formed its process group (no torch.distributed in its stack): " \
+        "the others wait for it\n" in v, v
+    assert "\n  rank 0 waits on the store (joining the process group in init_process_group, " \
+        "or a key of the program's)\n" in v, v
+    others, root = failures(err)
+    assert re.search(r"^  rank      : 1 \(local_rank: 1\)$", root, re.M), root
+    assert "caused_by" not in root, root
+    assert re.search(r"^  traceback : Hang: the rank had not formed its process group while "
+                     r"other ranks waited in torch.distributed; ddprun sent SIGABRT: ", root,
+                     re.M), root
+    assert "caused_by : the hang (--hang-timeout)\n" in entry(others, 0), others
+
+
+EVERY_RANK_WAITS = textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    # Each rank all_reduces on a pair it shares with the next: a cycle in
+    # which every rank waits in a collective for one that waits in another.
+    pairs = [dist.new_group([0, 1]), dist.new_group([1, 2]), dist.new_group([0, 2])]
+    dist.all_reduce(torch.ones(1))
+    dist.all_reduce(torch.ones(1), group=pairs[rank])
+""")
+
+
+def test_a_hang_where_every_rank_waits_in_a_collective_blames_none(pt, tmp_path):
+    """Every rank waits in a collective (in different groups): the verdict
+    says the hang is among them, and no error file is marked the cause, so
+    the report's root cause, first only by the clock, says so."""
+    (tmp_path / "cycle.py").write_text(EVERY_RANK_WAITS)
+    r = ddprun(pt, tmp_path, "--nproc-per-node=3", "--hang-timeout=4", "--shutdown-timeout=5",
+               "cycle.py")
+    assert r.returncode == 124, r.stderr[-3000:]
+    err = r.stderr
+    v = verdict(err)
+    assert "\n  ranks 0-2 wait in a torch.distributed collective or send/recv " \
+        "(c10d::Work::wait)\n" in v, v
+    assert "\n  every rank waits in a torch.distributed collective: the hang is among them " in v, v
+    assert "is in its own code" not in v and "are in their own code" not in v, v
+    assert "not formed" not in v, v
+    others, root = failures(err)
+    assert len(others) == 2, others
+    assert all("caused_by : the hang (--hang-timeout)\n" in e for e in others), others
+    assert "caused_by : the hang (--hang-timeout)\n" in root, root
+    assert "  note      : ddprun stopped this rank for the hang: it is first only by\n" \
+        "              the clock (the hang's verdict says which rank, if any,\n" \
+        "              the others waited for)\n" in root, root
+    assert "the rank was in its own code" not in err, err[-3000:]
+
+
+RECV = textwrap.dedent("""
+    import time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    if dist.get_rank() == 2:
+        time.sleep(600)  # in its own code, the group formed
+    dist.recv(torch.zeros(1), src=2)  # gloo's RecvWork::wait
+""")
+
+
+def test_a_hang_places_ranks_blocked_in_recv_as_waiting(pt, tmp_path):
+    """gloo's recv waits in RecvWork::wait, an override of Work::wait: ranks
+    0-1 blocked in dist.recv from rank 2 were placed "in their own code",
+    and rank 2, which sleeps, was not the only one named (found by the
+    tests' own review)."""
+    (tmp_path / "recv.py").write_text(RECV)
+    r = ddprun(pt, tmp_path, "--nproc-per-node=3", "--hang-timeout=4", "--shutdown-timeout=5",
+               "recv.py")
+    assert r.returncode == 124, r.stderr[-3000:]
+    v = verdict(r.stderr)
+    assert "\n  rank 2 is in its own code, in no torch.distributed collective (see its stack): " \
+        "the others wait for it\n" in v, v
+    assert "\n  ranks 0-1 wait in a torch.distributed collective or send/recv " \
+        "(c10d::Work::wait)\n" in v, v
+    _, root = failures(r.stderr)
+    assert re.search(r"^  rank      : 2 \(local_rank: 2\)$", root, re.M), root

@@ -186,3 +186,36 @@ def test_a_failure_on_node_1_stops_node_0_out_of_its_collective(pt, tmp_path):
     root = err0.split("Root Cause (first observed failure):")[1]
     assert "rank      : 2 (local_rank: 0)" in root
     assert "RuntimeError: rank 2 on node 1 gave up" in root
+
+
+SLEEPS_ON_NODE_1 = textwrap.dedent("""
+    import time
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    if dist.get_rank() == 2:  # node 1's
+        time.sleep(600)  # in its own code, the group formed
+    dist.all_reduce(torch.ones(1))
+""")
+
+
+def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
+    """Rank 2 (node 1) sleeps in its own code while ranks 0-1 (node 0) wait
+    in an all_reduce. Each node places its PyTorch ranks from their native
+    stacks and sends the places with its positions: the job's verdict,
+    printed by the node that gathers, names rank 2 as the one the others wait
+    for. Before, it said only that no rank reports its collectives."""
+    (tmp_path / "sleeps.py").write_text(SLEEPS_ON_NODE_1)
+    results = two_nodes(pt, tmp_path, "sleeps.py", static(free_port()), timeout=150,
+                        extra=["--hang-timeout", "4"])
+    assert [rc for rc, _, _ in results] == [124, 124], "\n".join(ends(e) for _, _, e in results)
+    verdicts = [e.split("ddprun: the job hung: ", 1)[1].split("\n=====", 1)[0]
+                for _, _, e in results if "ddprun: the job hung: " in e]
+    assert len(verdicts) == 1, "\n".join(ends(e) for _, _, e in results)
+    v = verdicts[0]
+    assert "\n  rank 2 is in its own code, in no torch.distributed collective (see its stack): " \
+        "the others wait for it\n" in v + "\n", v
+    assert "\n  ranks 0-1 wait in a torch.distributed collective or send/recv " \
+        "(c10d::Work::wait)\n" in v + "\n", v

@@ -1,5 +1,6 @@
-/* Unit tests for the hang verdict (launcher/hang_dump.c): which ranks are
- * named as not where the others are, and (launcher/coord_report.c) that a
+/* Unit tests for the hang verdict (launcher/hang_dump.c, and
+ * launcher/hang_torch.c for PyTorch's ranks): which ranks are named as not
+ * where the others are, and (launcher/coord_report.c) that a
  * hang's end decides the job's status over the failures its SIGABRTs
  * cause. */
 #include <setjmp.h>
@@ -595,6 +596,213 @@ static void test_positions_out_of_range_are_skipped(void **state)
 	free(w);
 }
 
+/* ---- PyTorch's ranks, placed from their native stacks (hang_torch.c) ---- */
+
+/* eu-stack's output for torch 2.6's gloo ranks (cut to the frames that
+ * matter): the main thread in a collective's wait, the process group's
+ * threads idle; the main thread asleep in the program's own code; one in
+ * init_process_group's join. */
+static const char stack_coll[] =
+	"PID 31147 - process\n"
+	"TID 31147:\n"
+	"#0  0x00007fb4d9df372e\n"
+	"#3  0x00007fb4d9deae98 pthread_cond_wait\n"
+	"#4  0x00007fb4c705e063 c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, "
+	"1000l> >)\n"
+	"#9  0x00000000005637bc _PyEval_EvalFrameDefault\n"
+	"TID 31189:\n"
+	"#0  0x00007fb4d9df372e\n"
+	"#4  0x00007fb4c6fde101 c10d::ProcessGroupGloo::runLoop(int)\n";
+static const char stack_own[] = "PID 31148 - process\n"
+				"TID 31148:\n"
+				"#0  0x00007fe60a75f72e\n"
+				"#2  0x00007fe60a7a0cfa clock_nanosleep\n"
+				"#6  0x00000000005637bc _PyEval_EvalFrameDefault\n"
+				"TID 31185:\n"
+				"#0  0x00007fe60a75f72e\n"
+				"#4  0x00007fe6062b2f5e gloo::transport::tcp::Loop::run()\n"
+				"TID 31186:\n"
+				"#0  0x00007fe60a75f72e\n"
+				"#4  0x00007fe5f6fde101 c10d::ProcessGroupGloo::runLoop(int)\n";
+static const char stack_store[] =
+	"TID 32077:\n"
+	"#0  0x00007f4c5d29bc20 poll\n"
+	"#5  0x00007f4c4f009fd4 c10d::TCPStore::doWait(c10::ArrayRef<std::string>, "
+	"std::chrono::duration<long, std::ratio<1l, 1000l> >)\n"
+	"#12 0x00007f4c5d290ca5 gloo::rendezvous::Context::connectFullMesh("
+	"gloo::rendezvous::Store&, std::shared_ptr<gloo::transport::Device>&)\n";
+static const char stack_bare[] = "TID 32078:\n"
+				 "#0  0x00007fe60a75f72e\n"
+				 "#2  0x00007fe60a7a0cfa clock_nanosleep\n"
+				 "#5  0x000000000054c9f2 PyObject_Vectorcall\n";
+/* gdb's layout, and a tool that does not demangle. */
+static const char stack_gdb[] =
+	"Thread 1 (Thread 0x7f (LWP 9) \"python3\"):\n"
+	"#0  0x00007f in __futex_abstimed_wait_common () from /lib/libc.so.6\n"
+	"#2  0x00007f in c10d::Work::wait(std::chrono::duration<long, std::ratio<1l, 1000l> >) "
+	"() from /usr/lib/libtorch_cpu.so\n";
+/* gloo's recv overrides the wait (so does monitored_barrier's). */
+static const char stack_recv[] =
+	"TID 9:\n"
+	"#0  0x00007f0000000001 pthread_cond_wait\n"
+	"#1  0x00007f0000000002 c10d::ProcessGroupGloo::RecvWork::wait(std::chrono::duration<long, "
+	"std::ratio<1l, 1000l> >)\n"
+	"TID 10:\n"
+	"#0  0x00007f0000000003 c10d::ProcessGroupGloo::runLoop(int)\n";
+static const char stack_mangled[] =
+	"TID 9:\n#0  0x1 _ZN4c10d4Work4waitENSt6chrono8durationIlSt5ratioILl1ELl1000EEEE\n";
+/* NCCL: its collectives wait on the GPU, in frames without names. */
+static const char stack_nccl[] =
+	"TID 9:\n"
+	"#0  0x00007f0000000001\n"
+	"#1  0x00007f0000000002\n"
+	"TID 10:\n"
+	"#0  0x00007f0000000003 c10d::ProcessGroupNCCL::ncclCommWatchdog()\n";
+
+static void test_torch_ranks_are_placed_from_their_stacks(void **state)
+{
+	assert_int_equal(hang_torch_place(stack_coll, strlen(stack_coll), true, true),
+			 HANG_TORCH_COLL);
+	assert_int_equal(hang_torch_place(stack_gdb, strlen(stack_gdb), true, true),
+			 HANG_TORCH_COLL);
+	assert_int_equal(hang_torch_place(stack_mangled, strlen(stack_mangled), true, true),
+			 HANG_TORCH_COLL);
+	assert_int_equal(hang_torch_place(stack_recv, strlen(stack_recv), true, true),
+			 HANG_TORCH_COLL);
+	assert_int_equal(hang_torch_place(stack_store, strlen(stack_store), true, true),
+			 HANG_TORCH_STORE);
+	assert_int_equal(hang_torch_place(stack_own, strlen(stack_own), true, true),
+			 HANG_TORCH_OWN);
+	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), true, true),
+			 HANG_TORCH_NOGROUP);
+	/* A wait is a wait however much came; waiting nowhere needs it all. */
+	assert_int_equal(hang_torch_place(stack_coll, strlen(stack_coll), true, false),
+			 HANG_TORCH_COLL);
+	assert_int_equal(hang_torch_place(stack_own, strlen(stack_own), true, false),
+			 HANG_TORCH_UNKNOWN);
+	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), true, false),
+			 HANG_TORCH_UNKNOWN);
+	/* Not Python (a wrapper that runs the program as its child). */
+	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), false, true),
+			 HANG_TORCH_UNKNOWN);
+	/* NCCL: not placed; no frame at all (the tool failed): not placed. */
+	assert_int_equal(hang_torch_place(stack_nccl, strlen(stack_nccl), true, true),
+			 HANG_TORCH_UNKNOWN);
+	assert_int_equal(hang_torch_place("(cannot run eu-stack: No such file)\n", 36, true, true),
+			 HANG_TORCH_UNKNOWN);
+	assert_int_equal(hang_torch_place(NULL, 0, true, true), HANG_TORCH_UNKNOWN);
+	/* The length bounds the search (the text is not NUL-terminated). */
+	assert_int_equal(hang_torch_place(stack_coll, 60, false, true), HANG_TORCH_UNKNOWN);
+}
+
+#define TORCH(r, p)                       \
+	{                                 \
+		.rank = (r), .torch = (p) \
+	}
+
+static void test_the_torch_rank_in_its_own_code_is_named(void **state)
+{
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_OWN),
+				 TORCH(2, HANG_TORCH_COLL)};
+	char buf[1024];
+
+	verdict(w, 3, 1, buf);
+	assert_string_equal(buf, "rank 1 is in its own code, in no torch.distributed collective "
+				 "(see its stack): the others wait for it\n"
+				 "ranks 0,2 wait in a torch.distributed collective or send/recv "
+				 "(c10d::Work::wait)\n");
+	assert_true(hang_torch_culprit(w, 3, 1));
+	assert_false(hang_torch_culprit(w, 3, 0));
+	assert_false(hang_torch_culprit(w, 3, 2));
+}
+
+static void test_a_torch_rank_without_its_group_is_named_by_the_joining(void **state)
+{
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_STORE), TORCH(1, HANG_TORCH_NOGROUP),
+				 TORCH(2, HANG_TORCH_NOGROUP)};
+	char buf[1024];
+
+	verdict(w, 3, 2, buf);
+	assert_string_equal(buf,
+			    "ranks 1-2 have not formed their process group (no torch.distributed "
+			    "in their stacks): the others wait for them\n"
+			    "rank 0 waits on the store (joining the process group in "
+			    "init_process_group, or a key of the program's)\n");
+	assert_true(hang_torch_culprit(w, 3, 2));
+}
+
+static void test_every_torch_rank_waiting_names_nobody(void **state)
+{
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_COLL)};
+	struct hang_where own[] = {TORCH(0, HANG_TORCH_OWN), TORCH(1, HANG_TORCH_OWN)};
+	char buf[1024];
+
+	verdict(w, 2, 0, buf);
+	assert_non_null(strstr(buf, "every rank waits in a torch.distributed collective: the "
+				    "hang is among them"));
+	/* Nobody waits: no rank is one the others wait for. */
+	verdict(own, 2, 0, buf);
+	assert_non_null(strstr(buf, "ranks 0-1 are in their own code"));
+	assert_null(strstr(buf, "wait for"));
+	assert_non_null(strstr(buf, "no rank waits in torch.distributed"));
+	assert_false(hang_torch_culprit(own, 2, 0));
+}
+
+/* A rank whose place is not known (NCCL, no stack), stopped, or on a node
+ * that sent nothing: no conclusion over every rank is drawn, and the
+ * stopped one is not placed again. */
+static void test_torch_ranks_not_placed_stop_the_conclusions(void **state)
+{
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_COLL),
+				 TORCH(2, HANG_TORCH_UNKNOWN)};
+	struct hang_where lost[] = {TORCH(0, HANG_TORCH_COLL), UNKNOWN(1)};
+	struct hang_where stopped[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_OWN)};
+	char buf[1024];
+
+	verdict(w, 3, 0, buf);
+	assert_non_null(strstr(buf, "ranks 0-1 wait in a torch.distributed collective"));
+	assert_non_null(strstr(buf, "1 other rank: not known where"));
+	assert_null(strstr(buf, "every rank"));
+	verdict(lost, 2, 0, buf);
+	assert_non_null(strstr(buf, "rank 1: not known where it is"));
+	assert_null(strstr(buf, "every rank"));
+	stopped[1].stopped = true;
+	verdict(stopped, 2, 1, buf);
+	assert_non_null(strstr(buf, "rank 1 is stopped"));
+	assert_null(strstr(buf, "own code"));
+	assert_false(hang_torch_culprit(stopped, 2, 1));
+}
+
+/* The places cross nodes in the list object after the records; an older
+ * ddprun's value (none) and bad lists leave them unknown; a libddp record
+ * is never given one. */
+static void test_torch_places_cross_nodes(void **state)
+{
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_OWN),
+				 TORCH(2, HANG_TORCH_STORE), TORCH(3, HANG_TORCH_NOGROUP),
+				 TORCH(4, HANG_TORCH_UNKNOWN)};
+	struct hang_where *back = NULL;
+	size_t n = 0;
+	char *s = hang_where_encode(w, 5);
+
+	assert_non_null(s);
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 5);
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(back[i].rank, i);
+		assert_int_equal(back[i].torch, w[i].torch);
+	}
+	free(back);
+	free(s);
+	back = NULL;
+	n = 0;
+	const char *bad = "[[0,0,0,0,0,0],[1,1,0,3,3,0],"
+			  "{\"torch_coll\":\"0\",\"torch_own\":[1,\"x\"],\"torch_store\":[0]}]";
+	assert_int_equal(hang_where_decode(bad, strlen(bad), &back, &n), 2);
+	assert_int_equal(back[0].torch, HANG_TORCH_STORE);
+	assert_int_equal(back[1].torch, HANG_TORCH_UNKNOWN); /* libddp's */
+	free(back);
+}
+
 /* The hang's end (rank -1, observed when the hang was found) beats the
  * SIGABRT failures it caused, which hang_dump.c marks secondary. */
 static void test_the_hangs_end_decides_124_over_the_aborts_it_caused(void **state)
@@ -658,6 +866,12 @@ int main(void)
 		cmocka_unit_test(test_a_rank_sent_twice_is_counted_once),
 		cmocka_unit_test(test_a_values_lists_are_read_once_and_bounded),
 		cmocka_unit_test(test_positions_out_of_range_are_skipped),
+		cmocka_unit_test(test_torch_ranks_are_placed_from_their_stacks),
+		cmocka_unit_test(test_the_torch_rank_in_its_own_code_is_named),
+		cmocka_unit_test(test_a_torch_rank_without_its_group_is_named_by_the_joining),
+		cmocka_unit_test(test_every_torch_rank_waiting_names_nobody),
+		cmocka_unit_test(test_torch_ranks_not_placed_stop_the_conclusions),
+		cmocka_unit_test(test_torch_places_cross_nodes),
 		cmocka_unit_test(test_the_hangs_end_decides_124_over_the_aborts_it_caused),
 	};
 

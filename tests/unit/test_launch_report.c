@@ -601,6 +601,54 @@ static void test_a_rank_waited_for_in_vain_is_named(void **state)
 	}
 }
 
+/* Every failure on record is a hang's SIGABRT (they come at once): the
+ * root cause says it is first only by the clock, so that a rank the hang
+ * stopped is not taken for the hang's cause. Not for another cause. */
+static void test_a_root_cause_stopped_for_the_hang_says_so(void **state)
+{
+	struct report_entry e[2] = {
+		{.global_rank = 0,
+		 .pid = 10,
+		 .exitcode = -6,
+		 .time_us = 5,
+		 .caused_by = "the hang (--hang-timeout)",
+		 .message = "Hang: ddprun sent SIGABRT"},
+		{.global_rank = 1,
+		 .pid = 11,
+		 .exitcode = -6,
+		 .time_us = 5,
+		 .caused_by = "the hang (--hang-timeout)",
+		 .message = "Hang: ddprun sent SIGABRT"},
+	};
+	const char *note =
+		"  caused_by : the hang (--hang-timeout)\n"
+		"  note      : ddprun stopped this rank for the hang: it is first only by\n"
+		"              the clock (the hang's verdict says which rank, if any,\n"
+		"              the others waited for)\n";
+	char *text = report_format("a", "h", e, 2);
+
+	assert_non_null(text);
+	assert_non_null(strstr(text, note));
+	assert_true(strstr(text, note) > strstr(text, "Root Cause")); /* under it */
+	assert_null(strstr(strstr(text, "note") + 1, "note"));	      /* once */
+	free(text);
+	/* Another cause: no note. */
+	e[0].caused_by = e[1].caused_by = "rank 3 (pid 13) failed";
+	text = report_format("a", "h", e, 2);
+	assert_non_null(text);
+	assert_null(strstr(text, "note"));
+	free(text);
+	/* One failed of its own (the rank the others waited for): it is the
+	 * root cause, and no note. */
+	e[0].caused_by = REPORT_CAUSE_HANG;
+	e[1].caused_by = NULL;
+	text = report_format("a", "h", e, 2);
+	assert_non_null(text);
+	assert_null(strstr(text, "note"));
+	assert_true(strstr(text, "rank      : 1 (") > strstr(text, "Root Cause"));
+	free(text);
+}
+
 static void test_format_narrow_and_alone(void **state)
 {
 	struct report_entry e = {.pid = 1, .exitcode = 2, .time_us = 0, .message = "short"};
@@ -825,6 +873,7 @@ int main(void)
 		cmocka_unit_test(test_root_cause_an_exit_before_the_stop_before_one_still_running),
 		cmocka_unit_test(test_root_cause_primary_before_secondary),
 		cmocka_unit_test(test_format_matches_torchrun),
+		cmocka_unit_test(test_a_root_cause_stopped_for_the_hang_says_so),
 		cmocka_unit_test(test_format_narrow_and_alone),
 		cmocka_unit_test(test_a_rank_waited_for_in_vain_is_named),
 		cmocka_unit_test(test_entries_from_other_nodes_show_their_host_and_given_root),
