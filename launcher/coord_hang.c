@@ -158,10 +158,9 @@ static int add_to_list(cJSON *o, const char *name, int rank)
 /* The lists of ranks by their place in torch.distributed (hang_torch.c),
  * after the records (an older ddprun skips them). */
 static const char *const torch_lists[] = {
-	[HANG_TORCH_OWN] = "torch_own",
-	[HANG_TORCH_NOGROUP] = "torch_nogroup",
-	[HANG_TORCH_COLL] = "torch_coll",
-	[HANG_TORCH_STORE] = "torch_store",
+	[HANG_TORCH_OWN] = "torch_own",	    [HANG_TORCH_NOGROUP] = "torch_nogroup",
+	[HANG_TORCH_COLL] = "torch_coll",   [HANG_TORCH_STORE] = "torch_store",
+	[HANG_TORCH_MIXED] = "torch_mixed",
 };
 #define TORCH_LISTS (sizeof(torch_lists) / sizeof(torch_lists[0]))
 
@@ -250,6 +249,60 @@ static int append(struct hang_where **w, size_t *n, const struct hang_where *rec
 	return 0;
 }
 
+struct rank_at {
+	int rank;
+	size_t at;
+};
+
+static int by_rank_then_at(const void *x, const void *y)
+{
+	const struct rank_at *a = x, *b = y;
+
+	if (a->rank != b->rank)
+		return a->rank < b->rank ? -1 : 1;
+	return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* What a list of ranks marks in the records it names. */
+enum mark { MARK_STOPPED, MARK_INIT, MARK_TORCH };
+
+/* Mark every record of w (idx: theirs, n, sorted by rank) that list names:
+ * each entry is looked up, so a value costs its lists' lengths times the
+ * log of its records (it cost their product). */
+static void mark_list(const cJSON *list, struct hang_where *w, const struct rank_at *idx, size_t n,
+		      enum mark what, uint8_t place)
+{
+	const cJSON *r;
+
+	cJSON_ArrayForEach(r, list)
+	{
+		size_t lo = 0, hi = n;
+
+		/* A rank as a record's (where_range): other numbers name none. */
+		if (!cJSON_IsNumber(r) || r->valuedouble < -1 || r->valuedouble > INT_MAX - 1 ||
+		    r->valuedouble != (double)(int)r->valuedouble)
+			continue;
+		while (lo < hi) { /* the first of that rank */
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (idx[mid].rank < (int)r->valuedouble)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		for (; lo < n && idx[lo].rank == (int)r->valuedouble; lo++) {
+			struct hang_where *x = &w[idx[lo].at];
+
+			if (what == MARK_STOPPED)
+				x->stopped = true;
+			else if (what == MARK_INIT && !x->in)
+				x->libddp = x->init = true;
+			else if (what == MARK_TORCH && !x->libddp)
+				x->torch = place;
+		}
+	}
+}
+
 /* The object after one value's records, w[from..*n):
  * {"stopped": [rank, ...], "init": [...], "exited": [...], "torch_own":
  * [...], ...}. Marks the records of stopped ranks, of ranks in ddp_init (no
@@ -264,6 +317,7 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 	const cJSON *exited = cJSON_GetObjectItemCaseSensitive(o, "exited");
 	const cJSON *torch[TORCH_LISTS] = {NULL};
 	size_t last = *n, i, k;
+	struct rank_at *idx = last > from ? malloc((last - from) * sizeof(*idx)) : NULL;
 	int added = 0;
 
 	/* Not a list, or longer than a node's ranks: none (cJSON_ArrayForEach
@@ -280,26 +334,16 @@ static int apply_lists(const cJSON *o, struct hang_where **w, size_t from, size_
 			torch[k] = NULL;
 	}
 
-	for (i = from; i < last; i++) {
-		struct hang_where *x = &(*w)[i];
-
-		cJSON_ArrayForEach(r, stopped)
-		{
-			if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble)
-				x->stopped = true;
-		}
-		cJSON_ArrayForEach(r, init)
-		{
-			if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble && !x->in)
-				x->libddp = x->init = true;
-		}
-		for (k = 1; k < TORCH_LISTS && !x->libddp; k++) {
-			cJSON_ArrayForEach(r, torch[k])
-			{
-				if (cJSON_IsNumber(r) && (double)x->rank == r->valuedouble)
-					x->torch = (uint8_t)k;
-			}
-		}
+	/* (Out of memory: the records as they came, unmarked.) */
+	if (idx != NULL) {
+		for (i = from; i < last; i++)
+			idx[i - from] = (struct rank_at){(*w)[i].rank, i};
+		qsort(idx, last - from, sizeof(*idx), by_rank_then_at);
+		mark_list(stopped, *w, idx, last - from, MARK_STOPPED, 0);
+		mark_list(init, *w, idx, last - from, MARK_INIT, 0);
+		for (k = 1; k < TORCH_LISTS; k++)
+			mark_list(torch[k], *w, idx, last - from, MARK_TORCH, (uint8_t)k);
+		free(idx);
 	}
 	cJSON_ArrayForEach(r, exited)
 	{
@@ -369,20 +413,6 @@ int hang_where_decode(const void *val, size_t len, struct hang_where **w, size_t
 	}
 	cJSON_Delete(a);
 	return added;
-}
-
-struct rank_at {
-	int rank;
-	size_t at;
-};
-
-static int by_rank_then_at(const void *x, const void *y)
-{
-	const struct rank_at *a = x, *b = y;
-
-	if (a->rank != b->rank)
-		return a->rank < b->rank ? -1 : 1;
-	return a->at < b->at ? -1 : a->at > b->at;
 }
 
 size_t hang_where_unique(struct hang_where *w, size_t n)

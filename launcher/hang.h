@@ -119,11 +119,13 @@ enum hang_torch {
 	HANG_TORCH_NOGROUP,	/* a Python rank with no process group (yet) */
 	HANG_TORCH_COLL,	/* waits in a collective or send/recv (c10d::Work::wait) */
 	HANG_TORCH_STORE,	/* waits on the store's client (joining, or a key) */
+	HANG_TORCH_MIXED,	/* its main thread waits in none; another thread does */
 };
-/* The place of the rank whose stack tool printed stack[0..len) (whole: all
- * of its output); python: the rank's process is Python's (a wrapper's stack
- * says nothing of the program it runs). */
-uint8_t hang_torch_place(const char *stack, size_t len, bool python, bool whole);
+/* The place of the rank (pid, its main thread's tid) whose stack tool
+ * printed stack[0..len) (whole: all of its output); python: the rank's
+ * process is Python's (a wrapper's stack says nothing of the program it
+ * runs). */
+uint8_t hang_torch_place(const char *stack, size_t len, long pid, bool python, bool whole);
 /* w[i] was in its own code (or had no group) while other ranks waited in
  * torch.distributed: one of those they wait for. */
 bool hang_torch_culprit(const struct hang_where *w, size_t n, size_t i);

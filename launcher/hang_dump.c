@@ -733,8 +733,9 @@ static void dump_finish(struct hang_dump *d)
 	for (i = 0; i < d->n; i++)
 		if (d->w != NULL && d->w[i].rank >= 0 && !d->w[i].libddp && d->r[i].running &&
 		    !d->r[i].stopped)
-			d->w[i].torch = hang_torch_place(d->r[i].raw.p, d->r[i].raw.len, d->r[i].py,
-							 !d->r[i].raw_cut);
+			d->w[i].torch =
+				hang_torch_place(d->r[i].raw.p, d->r[i].raw.len, (long)d->r[i].pid,
+						 d->r[i].py, !d->r[i].raw_cut);
 	for (i = 0; i < d->n; i++) {
 		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];

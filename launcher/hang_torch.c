@@ -37,11 +37,17 @@ static bool has_any(const char *s, size_t len, const char *const *needles)
 
 /* Demangled (eu-stack, gdb) and mangled (a tool that does not demangle):
  * c10d::Work::wait and its overrides (gloo's SendWork and RecvWork, which
- * monitored_barrier uses too, NCCL's WorkNCCL, MPI's WorkMPI). */
+ * monitored_barrier uses too, NCCL's WorkNCCL, MPI's WorkMPI), and
+ * DistributedDataParallel's backward, which waits for its buckets'
+ * all_reduce on their future (c10::ivalue::Future::wait, inlined). */
 static const char *const coll_waits[] = {
 	"Work::wait(",
 	"Work4wait",
 	"c10d::ProcessGroupNCCL::WorkNCCL::synchronize",
+	"c10d::Reducer::finalize_backward",
+	"Reducer17finalize_backward",
+	"ivalue::Future::wait(",
+	"Future4wait",
 	NULL,
 };
 
@@ -67,16 +73,97 @@ static const char *const gpu_or_any_group[] = {
 
 static const char *const gpu[] = {"nccl", "NCCL", "cuda", "CUDA", NULL};
 
-uint8_t hang_torch_place(const char *stack, size_t len, bool python, bool whole)
+/* HANG_TORCH_COLL or _STORE: what the frames s[0..len) wait in; 0: none. */
+static uint8_t wait_in(const char *s, size_t len)
 {
+	if (has_any(s, len, coll_waits))
+		return HANG_TORCH_COLL;
+	if (has_any(s, len, store_waits))
+		return HANG_TORCH_STORE;
+	return 0;
+}
+
+/* The thread a header line starts (its tid), or -1 when the line is none:
+ * eu-stack's "TID <tid>:", gdb's "Thread <n> (Thread 0x... (LWP <tid>)
+ * ...):". */
+static long thread_of(const char *line, size_t n)
+{
+	const char *p = NULL, *lwp;
+	long tid = 0;
+	int digits = 0;
+
+	if (n > 4 && memcmp(line, "TID ", 4) == 0)
+		p = line + 4;
+	else if (n > 7 && memcmp(line, "Thread ", 7) == 0 &&
+		 (lwp = memmem(line, n, "(LWP ", 5)) != NULL)
+		p = lwp + 5;
+	if (p == NULL)
+		return -1;
+	for (; p < line + n && *p >= '0' && *p <= '9' && digits < 10; p++, digits++)
+		tid = tid * 10 + (*p - '0');
+	return digits > 0 ? tid : -1;
+}
+
+/* The frames of the rank's main thread (tid pid) in s[0..len): *n bytes
+ * from the return, *cut when they run to the end of the text (the text may
+ * have been cut in them). Output without thread headers is all the main
+ * thread's. NULL: its thread is not in the text. */
+static const char *main_frames(const char *s, size_t len, long pid, size_t *n, bool *cut)
+{
+	const char *p = s, *end = s + len, *from = NULL;
+	bool headers = false;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t ln = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		long tid = thread_of(p, ln);
+
+		if (tid >= 0) {
+			if (from != NULL) {
+				*n = (size_t)(p - from);
+				*cut = false;
+				return from;
+			}
+			headers = true;
+			if (tid == pid)
+				from = nl ? nl + 1 : end;
+		}
+		p = nl ? nl + 1 : end;
+	}
+	if (!headers)
+		from = s;
+	if (from == NULL)
+		return NULL;
+	*n = (size_t)(end - from);
+	*cut = true;
+	return from;
+}
+
+uint8_t hang_torch_place(const char *stack, size_t len, long pid, bool python, bool whole)
+{
+	const char *m;
+	size_t mlen = 0;
+	bool mcut = true;
+	uint8_t mw, any;
+
 	/* No frame (the tool could not run, or attach): nothing seen. */
 	if (stack == NULL || !has(stack, len, "#0"))
 		return HANG_TORCH_UNKNOWN;
-	if (has_any(stack, len, coll_waits))
-		return HANG_TORCH_COLL;
-	if (has_any(stack, len, store_waits))
-		return HANG_TORCH_STORE;
-	/* Waiting nowhere is known only from every thread's frames. */
+	/* The main thread is where the program is: a thread of its own may
+	 * wait in a collective while the main one sleeps (and is the one the
+	 * others wait for). */
+	m = main_frames(stack, len, pid, &mlen, &mcut);
+	if (m == NULL)
+		return HANG_TORCH_UNKNOWN;
+	if ((mw = wait_in(m, mlen)) != 0)
+		return mw;
+	/* Waiting nowhere is known only from the whole of its frames, and of
+	 * every thread's to tell which of the rest it is. */
+	if (mcut && !whole)
+		return HANG_TORCH_UNKNOWN;
+	any = wait_in(stack, len);
+	if (any != 0)
+		return HANG_TORCH_MIXED;
 	if (!whole || has_any(stack, len, gpu))
 		return HANG_TORCH_UNKNOWN;
 	if (has_any(stack, len, gloo_group))
@@ -108,7 +195,7 @@ bool hang_torch_culprit(const struct hang_where *w, size_t n, size_t i)
 {
 	size_t j;
 
-	if (!placed(&w[i]) || waits(&w[i]))
+	if (!placed(&w[i]) || (w[i].torch != HANG_TORCH_OWN && w[i].torch != HANG_TORCH_NOGROUP))
 		return false;
 	for (j = 0; j < n; j++)
 		if (waits(&w[j]))
@@ -140,9 +227,9 @@ static size_t ranks_at(const struct hang_where *w, size_t n, uint8_t place, int 
 int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, const char *indent,
 		       bool all_placed)
 {
-	char own_l[512], none_l[512], coll_l[512], store_l[512];
+	char own_l[512], none_l[512], coll_l[512], store_l[512], mixed_l[512];
 	int *ranks = malloc((n + 1) * sizeof(int));
-	size_t own, none, coll, store, i, unplaced = 0;
+	size_t own, none, coll, store, mixed, i, unplaced = 0;
 
 	if (ranks == NULL)
 		return -1;
@@ -150,8 +237,9 @@ int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, con
 	none = ranks_at(w, n, HANG_TORCH_NOGROUP, ranks, none_l, sizeof(none_l));
 	coll = ranks_at(w, n, HANG_TORCH_COLL, ranks, coll_l, sizeof(coll_l));
 	store = ranks_at(w, n, HANG_TORCH_STORE, ranks, store_l, sizeof(store_l));
+	mixed = ranks_at(w, n, HANG_TORCH_MIXED, ranks, mixed_l, sizeof(mixed_l));
 	free(ranks);
-	if (own + coll + store == 0)
+	if (own + coll + store + mixed == 0)
 		return -1; /* nothing of torch.distributed seen: nothing to say */
 	for (i = 0; i < n; i++)
 		unplaced += others(&w[i]) && !placed(&w[i]);
@@ -174,12 +262,20 @@ int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, con
 			coll + store > 0 ? (none == 1 ? ": the others wait for it"
 						      : ": the others wait for them")
 					 : "");
+	if (mixed > 0)
+		text_printf(t,
+			    "%s%s %s: %s main thread%s in %s own code, another of %s threads "
+			    "waits in torch.distributed (see %s)\n",
+			    indent, mixed == 1 ? "rank" : "ranks", mixed_l,
+			    mixed == 1 ? "its" : "their", mixed == 1 ? " is" : "s are",
+			    mixed == 1 ? "its" : "their", mixed == 1 ? "its" : "their",
+			    mixed == 1 ? "its stack" : "their stacks");
 	if (coll > 0)
 		text_printf(t,
-			    "%s%s %s %s in a torch.distributed collective or send/recv "
-			    "(c10d::Work::wait)\n",
+			    "%s%s %s %s in a torch.distributed collective or send/recv (a wait "
+			    "of c10d's in %s)\n",
 			    indent, coll == 1 ? "rank" : "ranks", coll_l,
-			    coll == 1 ? "waits" : "wait");
+			    coll == 1 ? "waits" : "wait", coll == 1 ? "its stack" : "their stacks");
 	if (store > 0)
 		text_printf(t,
 			    "%s%s %s %s on the store (joining the process group in "
@@ -188,17 +284,18 @@ int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, con
 			    store == 1 ? "waits" : "wait");
 	if (unplaced > 0)
 		text_printf(t,
-			    "%s%zu other rank%s: not known where (no libddp, and no wait of "
-			    "torch.distributed's named in the stack)\n",
-			    indent, unplaced, unplaced == 1 ? "" : "s");
-	if (all_placed && unplaced == 0 && own + none + store == 0)
+			    "%s%zu other rank%s: not known where (no libddp; %s no wait of "
+			    "torch.distributed's, or did not come whole)\n",
+			    indent, unplaced, unplaced == 1 ? "" : "s",
+			    unplaced == 1 ? "its stack names" : "their stacks name");
+	if (all_placed && unplaced == 0 && own + none + store + mixed == 0)
 		text_printf(
 			t,
 			"%severy rank waits in a torch.distributed collective: the hang is among "
 			"them (ranks in different collectives, or a lost peer or message), not "
 			"in one rank's own code\n",
 			indent);
-	else if (coll + store == 0 && none == 0 && unplaced == 0 && all_placed)
+	else if (coll + store + none + mixed == 0 && unplaced == 0 && all_placed)
 		text_printf(
 			t,
 			"%sno rank waits in torch.distributed: the hang is in the program's own "

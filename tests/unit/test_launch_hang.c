@@ -659,40 +659,61 @@ static const char stack_nccl[] =
 	"TID 10:\n"
 	"#0  0x00007f0000000003 c10d::ProcessGroupNCCL::ncclCommWatchdog()\n";
 
+/* A thread of its own waits in a collective while the main one sleeps. */
+static const char stack_side[] = "TID 40:\n"
+				 "#0  0x1 clock_nanosleep\n"
+				 "TID 41:\n"
+				 "#0  0x2 pthread_cond_wait\n"
+				 "#1  0x3 c10d::Work::wait(std::chrono::duration<long>)\n"
+				 "TID 42:\n"
+				 "#0  0x4 c10d::ProcessGroupGloo::runLoop(int)\n";
+/* gdb lists the main thread last. */
+static const char stack_gdb_last[] =
+	"Thread 2 (Thread 0x7f01 (LWP 10) \"python3\"):\n"
+	"#0  0x1 in c10d::ProcessGroupGloo::runLoop(int) () from /usr/lib/libtorch_cpu.so\n"
+	"Thread 1 (Thread 0x7f00 (LWP 9) \"python3\"):\n"
+	"#0  0x2 in clock_nanosleep () from /lib/libc.so.6\n";
+/* DistributedDataParallel's backward waits for its buckets' all_reduce. */
+static const char stack_ddp[] = "TID 50:\n"
+				"#0  0x1 pthread_cond_wait\n"
+				"#2  0x2 c10d::Reducer::finalize_backward()\n";
+
+#define PLACE(s, pid, python, whole) hang_torch_place((s), strlen(s), (pid), (python), (whole))
+
 static void test_torch_ranks_are_placed_from_their_stacks(void **state)
 {
-	assert_int_equal(hang_torch_place(stack_coll, strlen(stack_coll), true, true),
-			 HANG_TORCH_COLL);
-	assert_int_equal(hang_torch_place(stack_gdb, strlen(stack_gdb), true, true),
-			 HANG_TORCH_COLL);
-	assert_int_equal(hang_torch_place(stack_mangled, strlen(stack_mangled), true, true),
-			 HANG_TORCH_COLL);
-	assert_int_equal(hang_torch_place(stack_recv, strlen(stack_recv), true, true),
-			 HANG_TORCH_COLL);
-	assert_int_equal(hang_torch_place(stack_store, strlen(stack_store), true, true),
-			 HANG_TORCH_STORE);
-	assert_int_equal(hang_torch_place(stack_own, strlen(stack_own), true, true),
-			 HANG_TORCH_OWN);
-	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), true, true),
-			 HANG_TORCH_NOGROUP);
-	/* A wait is a wait however much came; waiting nowhere needs it all. */
-	assert_int_equal(hang_torch_place(stack_coll, strlen(stack_coll), true, false),
-			 HANG_TORCH_COLL);
-	assert_int_equal(hang_torch_place(stack_own, strlen(stack_own), true, false),
-			 HANG_TORCH_UNKNOWN);
-	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), true, false),
-			 HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE(stack_coll, 31147, true, true), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_gdb, 9, true, true), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_mangled, 9, true, true), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_recv, 9, true, true), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_ddp, 50, true, true), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_store, 32077, true, true), HANG_TORCH_STORE);
+	assert_int_equal(PLACE(stack_own, 31148, true, true), HANG_TORCH_OWN);
+	assert_int_equal(PLACE(stack_bare, 32078, true, true), HANG_TORCH_NOGROUP);
+	/* The main thread's place is the rank's: one that sleeps while
+	 * another thread waits is not a waiter (nor named the one waited
+	 * for). */
+	assert_int_equal(PLACE(stack_side, 40, true, true), HANG_TORCH_MIXED);
+	assert_int_equal(PLACE(stack_side, 41, true, true), HANG_TORCH_COLL);
+	/* gdb's order; a main thread that is not in the text is not placed. */
+	assert_int_equal(PLACE(stack_gdb_last, 9, true, true), HANG_TORCH_OWN);
+	assert_int_equal(PLACE(stack_own, 999, true, true), HANG_TORCH_UNKNOWN);
+	/* A wait is a wait however much came; waiting nowhere needs it all
+	 * (gdb's main thread last, cut: not even its own frames are whole). */
+	assert_int_equal(PLACE(stack_coll, 31147, true, false), HANG_TORCH_COLL);
+	assert_int_equal(PLACE(stack_own, 31148, true, false), HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE(stack_bare, 32078, true, false), HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE(stack_side, 40, true, false), HANG_TORCH_MIXED);
+	assert_int_equal(PLACE(stack_gdb_last, 9, true, false), HANG_TORCH_UNKNOWN);
 	/* Not Python (a wrapper that runs the program as its child). */
-	assert_int_equal(hang_torch_place(stack_bare, strlen(stack_bare), false, true),
-			 HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE(stack_bare, 32078, false, true), HANG_TORCH_UNKNOWN);
 	/* NCCL: not placed; no frame at all (the tool failed): not placed. */
-	assert_int_equal(hang_torch_place(stack_nccl, strlen(stack_nccl), true, true),
+	assert_int_equal(PLACE(stack_nccl, 9, true, true), HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE("(cannot run eu-stack: No such file)\n", 9, true, true),
 			 HANG_TORCH_UNKNOWN);
-	assert_int_equal(hang_torch_place("(cannot run eu-stack: No such file)\n", 36, true, true),
-			 HANG_TORCH_UNKNOWN);
-	assert_int_equal(hang_torch_place(NULL, 0, true, true), HANG_TORCH_UNKNOWN);
+	assert_int_equal(hang_torch_place(NULL, 0, 9, true, true), HANG_TORCH_UNKNOWN);
 	/* The length bounds the search (the text is not NUL-terminated). */
-	assert_int_equal(hang_torch_place(stack_coll, 60, false, true), HANG_TORCH_UNKNOWN);
+	assert_int_equal(hang_torch_place(stack_coll, 60, 31147, false, true), HANG_TORCH_UNKNOWN);
 }
 
 #define TORCH(r, p)                       \
@@ -710,7 +731,7 @@ static void test_the_torch_rank_in_its_own_code_is_named(void **state)
 	assert_string_equal(buf, "rank 1 is in its own code, in no torch.distributed collective "
 				 "(see its stack): the others wait for it\n"
 				 "ranks 0,2 wait in a torch.distributed collective or send/recv "
-				 "(c10d::Work::wait)\n");
+				 "(a wait of c10d's in their stacks)\n");
 	assert_true(hang_torch_culprit(w, 3, 1));
 	assert_false(hang_torch_culprit(w, 3, 0));
 	assert_false(hang_torch_culprit(w, 3, 2));
@@ -766,6 +787,15 @@ static void test_torch_ranks_not_placed_stop_the_conclusions(void **state)
 	verdict(lost, 2, 0, buf);
 	assert_non_null(strstr(buf, "rank 1: not known where it is"));
 	assert_null(strstr(buf, "every rank"));
+	/* A rank whose main thread sleeps while another thread waits: said,
+	 * neither a waiter nor the one waited for. */
+	struct hang_where side[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_MIXED)};
+	verdict(side, 2, 0, buf);
+	assert_string_equal(buf, "rank 1: its main thread is in its own code, another of its "
+				 "threads waits in torch.distributed (see its stack)\n"
+				 "rank 0 waits in a torch.distributed collective or send/recv (a "
+				 "wait of c10d's in its stack)\n");
+	assert_false(hang_torch_culprit(side, 2, 1));
 	stopped[1].stopped = true;
 	verdict(stopped, 2, 1, buf);
 	assert_non_null(strstr(buf, "rank 1 is stopped"));
@@ -778,16 +808,16 @@ static void test_torch_ranks_not_placed_stop_the_conclusions(void **state)
  * is never given one. */
 static void test_torch_places_cross_nodes(void **state)
 {
-	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL), TORCH(1, HANG_TORCH_OWN),
-				 TORCH(2, HANG_TORCH_STORE), TORCH(3, HANG_TORCH_NOGROUP),
-				 TORCH(4, HANG_TORCH_UNKNOWN)};
+	struct hang_where w[] = {TORCH(0, HANG_TORCH_COLL),    TORCH(1, HANG_TORCH_OWN),
+				 TORCH(2, HANG_TORCH_STORE),   TORCH(3, HANG_TORCH_NOGROUP),
+				 TORCH(4, HANG_TORCH_UNKNOWN), TORCH(5, HANG_TORCH_MIXED)};
 	struct hang_where *back = NULL;
 	size_t n = 0;
-	char *s = hang_where_encode(w, 5);
+	char *s = hang_where_encode(w, 6);
 
 	assert_non_null(s);
-	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 5);
-	for (int i = 0; i < 5; i++) {
+	assert_int_equal(hang_where_decode(s, strlen(s), &back, &n), 6);
+	for (int i = 0; i < 6; i++) {
 		assert_int_equal(back[i].rank, i);
 		assert_int_equal(back[i].torch, w[i].torch);
 	}
