@@ -102,6 +102,9 @@ const char *agent_stop_words(const struct agent *a);
 int agent_signal(const struct agent *a);
 /* This attempt's local failures so far, in the order seen. */
 const struct report_entry *agent_failures(const struct agent *a, size_t *n);
+/* The local failures of rank stopped for the hang become primary: the
+ * job's verdict found it to be the one the others waited for. */
+void agent_hang_culprit(struct agent *a, int rank);
 /* The entry of this node's failures that e is: one of the coordinator's,
  * decoded from the store, carries no error file's contents, and another
  * node's names a file there. NULL: e ran elsewhere. */

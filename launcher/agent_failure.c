@@ -102,6 +102,11 @@ const struct report_entry *agent_failures(const struct agent *a, size_t *n)
 	return a->failures;
 }
 
+void agent_hang_culprit(struct agent *a, int rank)
+{
+	report_make_primary(a->failures, a->nfailures, rank, REPORT_CAUSE_HANG);
+}
+
 const struct report_entry *agent_own_failure(const struct agent *a, const struct report_entry *e)
 {
 	size_t i;

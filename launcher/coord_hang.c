@@ -441,8 +441,9 @@ size_t hang_where_unique(struct hang_where *w, size_t n)
 
 /* ---- the requester's verdict and end ----------------------------------------- */
 
-/* The round's end, final: node (on host) found the job hung. */
-static void end_round(struct coord_hang *h, int round, int node, const char *host)
+/* The round's end, final: node (on host) found the job hung; culprit: the
+ * rank the others waited for (-1: none named). */
+static void end_round(struct coord_hang *h, int round, int node, const char *host, int culprit)
 {
 	struct coord *c = h->c;
 	struct rdzv_end e = {.kind = RDZV_END_FAIL, .rank = -1, .local_rank = -1};
@@ -456,6 +457,8 @@ static void end_round(struct coord_hang *h, int round, int node, const char *hos
 	e.status = HANG_EXIT;
 	e.final = true;
 	e.time_us = h->fired_us;
+	if (culprit >= 0)
+		snprintf(e.culprit, sizeof(e.culprit), "%d", culprit);
 	v = rdzv_end_encode(&e);
 	if (v != NULL)
 		store_async_compare_set(c->A, coord_key(c, key, sizeof(key), "end"), "", 0, v,
@@ -490,7 +493,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	struct hang_where *w = NULL;
 	size_t nw = 0, i, nmiss = 0;
 	char *verdict = NULL, missing[512] = "", end[RDZV_WHY_MAX + RDZV_HOST_MAX + 64];
-	int culprits, round, first_miss = -1;
+	int culprits, round, first_miss = -1, culprit = -1;
 	int *miss = status == 0 && n > 0 ? malloc(n * sizeof(int)) : NULL;
 
 	for (i = 0; status == 0 && i < n; i++)
@@ -507,8 +510,15 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 		snprintf(missing, sizeof(missing), "%zu of them", nmiss);
 	free(miss);
 	/* No positions read, no verdict: it would say that no rank uses libddp. */
-	if (status == 0)
-		verdict = hang_verdict(w, hang_where_unique(w, nw), "  ", &culprits);
+	if (status == 0) {
+		nw = hang_where_unique(w, nw);
+		verdict = hang_verdict(w, nw, "  ", &culprits);
+		/* The report's root cause (coord_report.c): the first rank
+		 * the others waited for, as one node's dump marks it. */
+		for (i = 0; i < nw; i++)
+			if (hang_torch_culprit(w, nw, i) && (culprit < 0 || w[i].rank < culprit))
+				culprit = w[i].rank;
+	}
 	hang_rule();
 	if (o->fail && c->end_known) {
 		/* Another end came first (a node lost while the positions were
@@ -537,7 +547,7 @@ static void on_positions(int status, size_t n, const void *const *vals, const si
 	hang_rule();
 	free(w);
 	if (o->fail)
-		end_round(h, o->round, h->c->rank, h->c->host);
+		end_round(h, o->round, h->c->rank, h->c->host, culprit);
 	round = o->round;
 	if (h->mine == o->k && round == h->c->round)
 		h->mine = 0;
@@ -616,7 +626,7 @@ static void on_end_late(uv_timer_t *t)
 			  HANG_END_WAIT_MS / 1000);
 		/* final, as its would be (no restart), and naming it: the
 		 * one that found the hang is the requester, not this node */
-		end_round(h, h->late_round, h->fail_node, h->fail_host);
+		end_round(h, h->late_round, h->fail_node, h->fail_host, -1);
 	}
 }
 

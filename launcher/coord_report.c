@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hang.h"
 #include "store_async.h"
 
 /* Extra seconds the report waits beyond the others' shutdown timeout. */
@@ -223,7 +224,17 @@ static void conclude(struct coord *c, struct report_entry *e, size_t n, bool mis
 {
 	char where[320] = "";
 	size_t root;
-	int status;
+	int status, culprit;
+
+	/* A hang whose verdict named the rank the others waited for: its
+	 * SIGABRT is the failure the others' follow (one node's dump marks
+	 * it so itself, hang_dump.c), here and in the node's own summary. */
+	if (c->end.kind == RDZV_END_FAIL && c->end.rank < 0 && c->end.status == HANG_EXIT &&
+	    util_parse_int(c->end.culprit, 0, INT_MAX - 1, &culprit) == 0) {
+		report_make_primary(e, n, culprit, REPORT_CAUSE_HANG);
+		if (c->agent != NULL)
+			agent_hang_culprit(c->agent, culprit);
+	}
 
 	coord_verdict(&c->end, e, n, missing, &status, &root);
 	if (root < n) {

@@ -246,6 +246,20 @@ bool report_cause_before(const struct report_entry *a, const struct report_entry
 	return a->global_rank < b->global_rank;
 }
 
+size_t report_make_primary(struct report_entry *e, size_t n, int rank, const char *cause)
+{
+	size_t i, k = 0;
+
+	for (i = 0; i < n; i++)
+		if (e[i].global_rank == rank && e[i].caused_by != NULL &&
+		    strcmp(e[i].caused_by, cause) == 0) {
+			free(e[i].caused_by);
+			e[i].caused_by = NULL;
+			k++;
+		}
+	return k;
+}
+
 size_t report_root_cause(const struct report_entry *e, size_t n)
 {
 	size_t i, best = 0;

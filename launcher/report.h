@@ -108,6 +108,10 @@ ssize_t report_file_tail(const char *path, char *buf, size_t cap, bool *cut);
 /* ddprun's exit status for a failure: the exit code, or 128 + signal. */
 int report_exit_status(const struct report_entry *e);
 
+/* The entries of e[0..n) of rank whose caused_by is cause become primary
+ * failures (a hang's verdict found that rank to be the one the others
+ * waited for); how many. */
+size_t report_make_primary(struct report_entry *e, size_t n, int rank, const char *cause);
 /* The root-cause rule: true when a comes before b (a primary failure before
  * a secondary one, then the earlier observed, then the lower global rank). */
 bool report_cause_before(const struct report_entry *a, const struct report_entry *b);

@@ -58,6 +58,7 @@ static const struct rdzv_field fail_fields[] = {
 	RDZV_BOOL(struct rdzv_end, final),
 	RDZV_I64(struct rdzv_end, time_us, -EXACT_MAX, EXACT_MAX),
 	RDZV_STR(struct rdzv_end, caused_by, RDZV_F_OPTIONAL),
+	RDZV_STR(struct rdzv_end, culprit, RDZV_F_OPTIONAL),
 };
 static const struct rdzv_msgdef fail_msg = RDZV_MSGDEF("fail", fail_fields);
 

@@ -114,6 +114,9 @@ struct rdzv_end {
 	 * report.h): that rank; "" for a primary failure. */
 	char caused_by[RDZV_WHY_MAX];
 	char why[RDZV_WHY_MAX]; /* LOST, REJOIN with a node */
+	/* FAIL by a hang: the rank its verdict names as the one the others
+	 * waited for, in decimal ("": none; an older node sends none). */
+	char culprit[16];
 };
 
 char *rdzv_end_encode(const struct rdzv_end *e);

@@ -219,3 +219,10 @@ def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
         "the others wait for it\n" in v + "\n", v
     assert "\n  ranks 0-1 wait in a torch.distributed collective or send/recv " \
         "(a wait of c10d's in their stacks)\n" in v + "\n", v
+    # The rank named is the root cause of both nodes' summaries (its node's
+    # own, and node 0's, of every node's failures), not a victim that the
+    # clock saw first: the round's end carries it to every node.
+    for _, _, e in results:
+        root = e.split("Root Cause (first observed failure):", 1)[1].split("\n=====", 1)[0]
+        assert "rank      : 2 (local_rank: 0)" in root, root
+        assert "caused_by" not in root and "first only by" not in root, root

@@ -632,6 +632,20 @@ static void test_a_root_cause_stopped_for_the_hang_says_so(void **state)
 	assert_true(strstr(text, note) > strstr(text, "Root Cause")); /* under it */
 	assert_null(strstr(strstr(text, "note") + 1, "note"));	      /* once */
 	free(text);
+	/* The job's verdict named rank 1 (on another node, say) as the one
+	 * the others waited for: its stop for the hang becomes a failure of
+	 * its own, the root cause, without the note; another cause stays. */
+	e[1].caused_by = strdup(REPORT_CAUSE_HANG);
+	assert_int_equal(report_make_primary(e, 2, 1, REPORT_CAUSE_HANG), 1);
+	assert_null(e[1].caused_by);
+	assert_int_equal(report_make_primary(e, 2, 0, "rank 9 failed"), 0);
+	assert_string_equal(e[0].caused_by, REPORT_CAUSE_HANG);
+	text = report_format("a", "h", e, 2);
+	assert_non_null(text);
+	assert_null(strstr(text, "note"));
+	assert_true(strstr(text, "rank      : 1 (") > strstr(text, "Root Cause"));
+	free(text);
+	e[1].caused_by = REPORT_CAUSE_HANG;
 	/* Another cause: no note. */
 	e[0].caused_by = e[1].caused_by = "rank 3 (pid 13) failed";
 	text = report_format("a", "h", e, 2);

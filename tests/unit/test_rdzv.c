@@ -362,6 +362,14 @@ static void test_end_values(void **state)
 	assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
 	free(s);
 	assert_string_equal(g.caused_by, "rank 2 (pid 9) exited");
+	assert_string_equal(g.culprit, ""); /* none named */
+	/* A hang's end names the rank its verdict found the others waited
+	 * for; an older node's end, without the field, names none. */
+	strcpy(f.culprit, "12");
+	s = rdzv_end_encode(&f);
+	assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
+	free(s);
+	assert_string_equal(g.culprit, "12");
 
 	assert_int_equal(rdzv_end_decode("ok", 2, &g), 0);
 	assert_int_equal(g.kind, RDZV_END_OK);
