@@ -224,6 +224,13 @@ static size_t ranks_at(const struct hang_where *w, size_t n, uint8_t place, int 
 	return k;
 }
 
+/* What k ranks not where the others are end their line with: while others
+ * wait, that they wait for them. */
+static const char *waited_for(size_t k, bool waiters)
+{
+	return !waiters ? "" : k == 1 ? ": the others wait for it" : ": the others wait for them";
+}
+
 int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, const char *indent,
 		       bool all_placed)
 {
@@ -250,18 +257,14 @@ int hang_torch_verdict(struct text *t, const struct hang_where *w, size_t n, con
 			    "%s)%s\n",
 			    indent, own == 1 ? "rank" : "ranks", own_l, own == 1 ? "is" : "are",
 			    own == 1 ? "its" : "their", own == 1 ? "its stack" : "their stacks",
-			    coll + store > 0 ? (own == 1 ? ": the others wait for it"
-							 : ": the others wait for them")
-					     : "");
+			    waited_for(own, coll + store > 0));
 	if (none > 0)
 		text_printf(
 			t,
 			"%s%s %s %s not formed %s process group (no torch.distributed in %s)%s\n",
 			indent, none == 1 ? "rank" : "ranks", none_l, none == 1 ? "has" : "have",
 			none == 1 ? "its" : "their", none == 1 ? "its stack" : "their stacks",
-			coll + store > 0 ? (none == 1 ? ": the others wait for it"
-						      : ": the others wait for them")
-					 : "");
+			waited_for(none, coll + store > 0));
 	if (mixed > 0)
 		text_printf(t,
 			    "%s%s %s: %s main thread%s in %s own code, another of %s threads "

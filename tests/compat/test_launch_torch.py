@@ -184,6 +184,16 @@ def verdict(err):
     return v[v.find("\n"):] + "\n" if "\n" in v else "\n"
 
 
+def hung(pt, tmp_path, script, nproc=2):
+    """script on nproc ranks with a short --hang-timeout, which must find
+    it hung (124): (ddprun's stderr, the verdict)."""
+    (tmp_path / "job.py").write_text(script)
+    r = ddprun(pt, tmp_path, f"--nproc-per-node={nproc}", "--hang-timeout=4",
+               "--shutdown-timeout=5", "job.py")
+    assert r.returncode == 124, r.stderr[-3000:]
+    return r.stderr, verdict(r.stderr)
+
+
 def failures(err):
     """The report's other failures and its root cause, each an entry's text."""
     head, root = err.split("Root Cause (first observed failure):", 1)
@@ -217,12 +227,7 @@ def test_a_hang_names_the_rank_in_its_own_code_that_the_others_wait_for(pt, tmp_
     code with its gloo group formed, rank 0 waits in its all_reduce; and the
     report's root cause is rank 1 (its error file has no caused_by), not
     rank 0, a victim that happened to be first."""
-    (tmp_path / "own.py").write_text(OWN_CODE)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
-               "own.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    err = r.stderr
-    v = verdict(err)
+    err, v = hung(pt, tmp_path, OWN_CODE)
     assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
         "the others wait for it\n" in v, v
     assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
@@ -254,12 +259,7 @@ def test_a_hang_names_the_rank_that_never_joined_the_process_group(pt, tmp_path)
     """Rank 1 never calls init_process_group; rank 0 waits in its join, on
     the store. The verdict names rank 1 as the one without a group, rank 0
     as waiting on the store, and the root cause is rank 1."""
-    (tmp_path / "nogroup.py").write_text(NO_GROUP)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
-               "nogroup.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    err = r.stderr
-    v = verdict(err)
+    err, v = hung(pt, tmp_path, NO_GROUP)
     assert "\n  rank 1 has not formed its process group (no torch.distributed in its stack): " \
         "the others wait for it\n" in v, v
     assert "\n  rank 0 waits on the store (joining the process group in init_process_group, " \
@@ -291,12 +291,7 @@ def test_a_hang_where_every_rank_waits_in_a_collective_blames_none(pt, tmp_path)
     """Every rank waits in a collective (in different groups): the verdict
     says the hang is among them, and no error file is marked the cause, so
     the report's root cause, first only by the clock, says so."""
-    (tmp_path / "cycle.py").write_text(EVERY_RANK_WAITS)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=3", "--hang-timeout=4", "--shutdown-timeout=5",
-               "cycle.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    err = r.stderr
-    v = verdict(err)
+    err, v = hung(pt, tmp_path, EVERY_RANK_WAITS, nproc=3)
     assert "\n  ranks 0-2 wait in a torch.distributed collective or send/recv " \
         "(a wait of c10d's in their stacks)\n" in v, v
     assert "\n  every rank waits in a torch.distributed collective: the hang is among them " in v, v
@@ -330,16 +325,12 @@ def test_a_hang_places_ranks_blocked_in_recv_as_waiting(pt, tmp_path):
     0-1 blocked in dist.recv from rank 2 were placed "in their own code",
     and rank 2, which sleeps, was not the only one named (found by the
     tests' own review)."""
-    (tmp_path / "recv.py").write_text(RECV)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=3", "--hang-timeout=4", "--shutdown-timeout=5",
-               "recv.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    v = verdict(r.stderr)
+    err, v = hung(pt, tmp_path, RECV, nproc=3)
     assert "\n  rank 2 is in its own code, in no torch.distributed collective (see its stack): " \
         "the others wait for it\n" in v, v
     assert "\n  ranks 0-1 wait in a torch.distributed collective or send/recv " \
         "(a wait of c10d's in their stacks)\n" in v, v
-    _, root = failures(r.stderr)
+    _, root = failures(err)
     assert re.search(r"^  rank      : 2 \(local_rank: 2\)$", root, re.M), root
 
 
@@ -364,16 +355,12 @@ def test_a_hang_places_ddps_backward_as_waiting(pt, tmp_path):
     rank 0 there was placed "in its own code" like rank 1, which sleeps
     before its backward, and the verdict said the hang was in the
     program's own code (found by a hostile review)."""
-    (tmp_path / "ddp.py").write_text(DDP_STEP)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
-               "ddp.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    v = verdict(r.stderr)
+    err, v = hung(pt, tmp_path, DDP_STEP)
     assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
         "the others wait for it\n" in v, v
     assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
         "(a wait of c10d's in its stack)\n" in v, v
-    _, root = failures(r.stderr)
+    _, root = failures(err)
     assert re.search(r"^  rank      : 1 \(local_rank: 1\)$", root, re.M), root
 
 
@@ -401,11 +388,7 @@ def test_a_hang_places_a_rank_by_its_main_thread(pt, tmp_path):
     in one rank's own code", which was false (found by a hostile review).
     Now rank 1 is said to be both, and nothing is concluded over every
     rank."""
-    (tmp_path / "side.py").write_text(SIDE_THREAD)
-    r = ddprun(pt, tmp_path, "--nproc-per-node=2", "--hang-timeout=4", "--shutdown-timeout=5",
-               "side.py")
-    assert r.returncode == 124, r.stderr[-3000:]
-    v = verdict(r.stderr)
+    err, v = hung(pt, tmp_path, SIDE_THREAD)
     assert "\n  rank 1: its main thread is in its own code, another of its threads waits in " \
         "torch.distributed (see its stack)\n" in v, v
     assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
