@@ -223,8 +223,8 @@ static int node_of(const struct coord *c, int rank)
 static void conclude(struct coord *c, struct report_entry *e, size_t n, bool missing)
 {
 	char where[320] = "";
-	size_t root;
-	int status, culprit;
+	size_t root, croot, i;
+	int status, culprit = -1, node;
 
 	/* A hang whose verdict named the rank the others waited for: its
 	 * SIGABRT is the failure the others' follow (one node's dump marks
@@ -234,31 +234,52 @@ static void conclude(struct coord *c, struct report_entry *e, size_t n, bool mis
 		report_make_primary(e, n, culprit, REPORT_CAUSE_HANG);
 		if (c->agent != NULL)
 			agent_hang_culprit(c->agent, culprit);
+	} else {
+		culprit = -1;
 	}
 
 	coord_verdict(&c->end, e, n, missing, &status, &root);
-	if (root < n) {
-		int node = node_of(c, e[root].global_rank);
+	/* The end's own failure (the hang) sorts before the rank its verdict
+	 * named, whose failure is still the root cause the summaries give. */
+	croot = root;
+	for (i = 0; croot == n && culprit >= 0 && i < n; i++)
+		if (e[i].global_rank == culprit && e[i].caused_by == NULL)
+			croot = i;
+	if (croot < n) {
 		int k = snprintf(where, sizeof(where), "rank %d (local rank %d) ",
-				 e[root].global_rank, e[root].local_rank);
+				 e[croot].global_rank, e[croot].local_rank);
 
+		node = node_of(c, e[croot].global_rank);
 		if (node >= 0)
 			k += snprintf(where + k, sizeof(where) - (size_t)k, "on node %d ", node);
 		snprintf(where + k, sizeof(where) - (size_t)k, "(host %.200s)",
-			 e[root].host ? e[root].host : c->host);
+			 e[croot].host ? e[croot].host : c->host);
+	} else if (culprit >= 0 && (node = node_of(c, culprit)) >= 0) {
+		snprintf(where, sizeof(where),
+			 "rank %d on node %d (host %.200s; its failures did not come)", culprit,
+			 node, c->nodes[node].host);
+	} else {
+		culprit = -1; /* not a rank of this round */
 	}
 	if (root < n && e[root].global_rank != c->end.rank)
 		agent_say("root cause (first observed failure): %s, exit status %d", where, status);
+	else if (culprit >= 0)
+		agent_say(
+			"root cause: %s, the rank the hang's verdict found the others waited for, "
+			"exit status %d",
+			where, status);
 	else if (root == n && status == COORD_EXIT_LOST && c->end.kind == RDZV_END_FAIL)
 		agent_say("not every node sent its failures in time, and every failure seen was "
 			  "caused by another rank's or came after the stop: a node was lost");
 	c->status = status;
 	if (c->rank == 0)
-		agent_report(c->agent, e, n, root < n ? root : report_root_cause(e, n), NULL);
+		agent_report(c->agent, e, n, croot < n ? croot : report_root_cause(e, n), NULL);
 	else /* its own failures, the job's root cause among them or not */
 		agent_report(c->agent, NULL, 0, 0,
-			     root < n && agent_own_failure(c->agent, &e[root]) == NULL ? where
-										       : NULL);
+			     (croot < n && agent_own_failure(c->agent, &e[croot]) == NULL) ||
+					     (croot == n && culprit >= 0)
+				     ? where
+				     : NULL);
 	coord_leave(c);
 }
 

@@ -880,7 +880,7 @@ static bool rank_start(struct hang_dump *d, struct dump_rank *r)
 				      pidstr,	   "-batch",
 				      "-nx",	   "-q",
 				      "-ex",	   "set pagination off",
-				      "-ex",	   "thread apply all bt",
+				      "-ex",	   "thread apply all -ascending bt",
 				      NULL};
 
 		pid = spawn_tool(d->toolpath, argv, &fd);

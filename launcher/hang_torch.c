@@ -21,10 +21,38 @@
 
 #include "text.h"
 
-/* memmem over the stack text, which is not NUL-terminated. */
+/* Where the line [line, end of line) turns to the frame's library or source
+ * (gdb's "... from /usr/local/cuda/lib/x.so", "... at f.c:9"), which names
+ * no function (a directory called cuda12 is no GPU wait); NULL: nowhere. */
+static const char *path_of(const char *line, const char *end)
+{
+	const char *nl = memchr(line, '\n', (size_t)(end - line));
+	size_t n = nl ? (size_t)(nl - line) : (size_t)(end - line);
+	const char *from = memmem(line, n, " from /", 7), *at = memmem(line, n, ") at ", 5);
+
+	return from == NULL ? at : at == NULL || from < at ? from : at;
+}
+
+/* The stack text (not NUL-terminated) names needle in a frame's function.
+ * Linear: each line's start and path are found once. */
 static bool has(const char *s, size_t len, const char *needle)
 {
-	return memmem(s, len, needle, strlen(needle)) != NULL;
+	size_t nlen = strlen(needle);
+	const char *end = s + len, *p = s, *line = s, *path = path_of(s, end), *m;
+
+	while ((m = memmem(p, (size_t)(end - p), needle, nlen)) != NULL) {
+		/* (only the text since the last match: it is line's after it) */
+		const char *nl = memrchr(p, '\n', (size_t)(m - p));
+
+		if (nl != NULL) { /* a later line than the last match's */
+			line = nl + 1;
+			path = path_of(line, end);
+		}
+		if (path == NULL || m < path)
+			return true;
+		p = m + 1;
+	}
+	return false;
 }
 
 static bool has_any(const char *s, size_t len, const char *const *needles)
@@ -42,11 +70,13 @@ static bool has_any(const char *s, size_t len, const char *const *needles)
  * all_reduce on their future (c10::ivalue::Future::wait, inlined). */
 static const char *const coll_waits[] = {
 	"Work::wait(",
+	"Work::wait (", /* gdb, with the library's debugging symbols */
 	"Work4wait",
 	"c10d::ProcessGroupNCCL::WorkNCCL::synchronize",
 	"c10d::Reducer::finalize_backward",
 	"Reducer17finalize_backward",
 	"ivalue::Future::wait(",
+	"ivalue::Future::wait (",
 	"Future4wait",
 	NULL,
 };

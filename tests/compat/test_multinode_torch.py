@@ -7,6 +7,7 @@ node 0's workers wait in a collective stops node 0 at once (under torchrun
 they would hang until gloo's timeout), with node 1's @record traceback in
 node 0's report. 2.x runs with the use_libuv default fix (nolibuv/)."""
 import os
+import re
 import subprocess
 import textwrap
 
@@ -188,17 +189,18 @@ def test_a_failure_on_node_1_stops_node_0_out_of_its_collective(pt, tmp_path):
     assert "RuntimeError: rank 2 on node 1 gave up" in root
 
 
-SLEEPS_ON_NODE_1 = textwrap.dedent("""
-    import time
+SLEEPS = textwrap.dedent("""
+    import os, time
     import torch
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
     dist.all_reduce(torch.ones(1))
-    if dist.get_rank() == 2:  # node 1's
+    if dist.get_rank() == int(os.environ["SLEEPER"]):
         time.sleep(600)  # in its own code, the group formed
     dist.all_reduce(torch.ones(1))
 """)
+SLEEPS_ON_NODE_1 = SLEEPS.replace('int(os.environ["SLEEPER"])', "2")  # node 1's rank
 
 
 def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
@@ -226,3 +228,25 @@ def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
         root = e.split("Root Cause (first observed failure):", 1)[1].split("\n=====", 1)[0]
         assert "rank      : 2 (local_rank: 0)" in root, root
         assert "caused_by" not in root and "first only by" not in root, root
+
+
+def test_a_hang_names_the_rank_on_rank_0s_node_in_every_nodes_summary(pt, tmp_path):
+    """Rank 1 (node 0, with rank 0) sleeps. Node 1, which holds no part of
+    it, named only its own rank 2 as root cause, stopped for the hang and
+    first only by the clock, and nothing of rank 1 (found by a hostile
+    review): it now says the job's root cause is rank 1 on node 0."""
+    (tmp_path / "sleeps.py").write_text(SLEEPS)
+    results = two_nodes(pt, tmp_path, "sleeps.py", static(free_port()), timeout=150,
+                        extra=["--hang-timeout", "4"], envs=({"SLEEPER": "1"}, {"SLEEPER": "1"}))
+    assert [rc for rc, _, _ in results] == [124, 124], "\n".join(ends(e) for _, _, e in results)
+    for i, (_, _, e) in enumerate(results):
+        assert re.search(r"root cause: rank 1 \(local rank 1\) on node 0 \(host [^)]*\), the rank "
+                         r"the hang's verdict found the others waited for, exit status 124", e), \
+            ends(e)
+        root = e.split("Root Cause (first observed failure):", 1)[1].split("\n=====", 1)[0]
+        if i == 0:  # every node's failures, the root cause among them
+            assert "rank      : 1 (local_rank: 1)" in root and "caused_by" not in root, root
+        else:  # its own, and where the job's root cause is
+            assert "rank      : 2 (local_rank: 0)" in root, root
+            assert "this node's first failure only: the job's root cause\n" \
+                "              is rank 1 (local rank 1) on node 0" in root, root

@@ -673,6 +673,18 @@ static const char stack_gdb_last[] =
 	"#0  0x1 in c10d::ProcessGroupGloo::runLoop(int) () from /usr/lib/libtorch_cpu.so\n"
 	"Thread 1 (Thread 0x7f00 (LWP 9) \"python3\"):\n"
 	"#0  0x2 in clock_nanosleep () from /lib/libc.so.6\n";
+/* gdb with the libraries' debugging symbols, and libraries from a
+ * directory whose name says cuda: the path names no function. */
+static const char stack_gdb_paths[] =
+	"Thread 1 (Thread 0x7f00 (LWP 9) \"python3\"):\n"
+	"#0  0x2 in clock_nanosleep () from /opt/cuda12/lib/libc.so.6\n"
+	"#1  0x3 in take (x=1) at /src/nccl_tools/t.c:9\n"
+	"Thread 2 (Thread 0x7f01 (LWP 10) \"python3\"):\n"
+	"#0  0x1 in c10d::ProcessGroupGloo::runLoop (this=0x5, workerIndex=0) at "
+	"/src/ProcessGroupGloo.cpp:9\n";
+static const char stack_gdb_dbg[] =
+	"Thread 1 (Thread 0x7f00 (LWP 9) \"python3\"):\n"
+	"#0  0x2 in c10d::Work::wait (this=0x5, timeout=...) at /src/Work.cpp:90\n";
 /* DistributedDataParallel's backward waits for its buckets' all_reduce. */
 static const char stack_ddp[] = "TID 50:\n"
 				"#0  0x1 pthread_cond_wait\n"
@@ -698,6 +710,8 @@ static void test_torch_ranks_are_placed_from_their_stacks(void **state)
 	/* gdb's order; a main thread that is not in the text is not placed. */
 	assert_int_equal(PLACE(stack_gdb_last, 9, true, true), HANG_TORCH_OWN);
 	assert_int_equal(PLACE(stack_own, 999, true, true), HANG_TORCH_UNKNOWN);
+	assert_int_equal(PLACE(stack_gdb_paths, 9, true, true), HANG_TORCH_OWN);
+	assert_int_equal(PLACE(stack_gdb_dbg, 9, true, true), HANG_TORCH_COLL);
 	/* A wait is a wait however much came; waiting nowhere needs it all
 	 * (gdb's main thread last, cut: not even its own frames are whole). */
 	assert_int_equal(PLACE(stack_coll, 31147, true, false), HANG_TORCH_COLL);
