@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test runner: unit (cmocka binaries), e2e, compat and slurm (pytest on /usr/bin/python3).
 #   tests/run.sh all|unit|e2e|compat|slurm [pytest args...]
-#   TEST_JOBS=N: N tests at a time (default: the cores it may use, at most 4)
+#   TEST_JOBS=N: N tests at a time (default: the cores it may use, twice that for
+#   e2e and slurm; at most 4)
 # slurm (a real cluster, tests/slurm/README) is part of all where this machine can
 # make one; otherwise all says why it left it out.
 # Each unit binary runs alone under a timeout. Ends with one summary line and a
@@ -85,48 +86,54 @@ run_slurm_if_possible() {
   run_pytest slurm "${slurm_par[@]}" "$@"
 }
 
-# Each suite runs on TEST_JOBS pytest-xdist workers (default: one a core
-# this run may use, tests/cores.sh, at most 4): the tests mostly wait
-# (timeouts, heartbeats, sleeping ranks), so two at once on two cores take
-# about 60% of the time. TEST_JOBS=1, or no xdist
+# Each suite runs on pytest-xdist workers, TEST_JOBS of them (default: the
+# cores this run may use, tests/cores.sh; twice that for e2e and slurm; at
+# most 4). e2e and slurm mostly wait (timeouts, heartbeats, sleeping ranks):
+# two at once on two cores kept them 18% busy, four did the e2e suite in 56%
+# of the time. compat is CPU-bound (every rank imports torch): one a core.
+# TEST_JOBS=1, or no xdist
 # (.ci/deps.sh test installs it), runs them one at a time, as -s or --pdb do.
 # A module marked xdist_group stays whole on one worker (--dist loadgroup): its
 # module-scoped fixture runs once (make install, a training run, a server).
 # slurm's modules all do (--dist loadfile): each brings up its own cluster
 # (own namespaces, addresses and munge), once.
-par=() slurm_par=()
-jobs=${TEST_JOBS:-$(tests/cores.sh)}
+cores=$(tests/cores.sh)
+jobs=${TEST_JOBS:-$cores} wait_jobs=${TEST_JOBS:-$((cores * 2))}
 [[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
 ((jobs > 4)) && jobs=4
+((wait_jobs > 4)) && wait_jobs=4
 # pytest arguments that need the tests in this process (output shown, a
 # debugger), or that turn xdist off: one at a time, not an error. -s may be
 # among other short flags (-vs, -xs) before one that takes a value (-k...).
-prev=
+prev= serial=
 for arg in "$@"; do
   case $arg in
-    --capture=no | --pdb | --trace | -pno:xdist) jobs=1 ;;
-    no) [[ $prev == --capture ]] && jobs=1 ;;
-    no:xdist) [[ $prev == -p ]] && jobs=1 ;;
+    --capture=no | --pdb | --trace | -pno:xdist) serial=1 ;;
+    no) [[ $prev == --capture ]] && serial=1 ;;
+    no:xdist) [[ $prev == -p ]] && serial=1 ;;
     -[!-]*)
       flags=${arg#-}
       flags=${flags%%[kmprcoWn]*}
-      [[ $flags == *s* ]] && jobs=1
+      [[ $flags == *s* ]] && serial=1
       ;;
   esac
   prev=$arg
 done
-if ((jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
-  par=(-n "$jobs" --dist loadgroup)
-  slurm_par=(-n "$jobs" --dist loadfile)
+[[ -n $serial ]] && jobs=1 wait_jobs=1
+par=() wait_par=() slurm_par=()
+if ((wait_jobs > 1)) && "$PY" -c 'import xdist' 2>/dev/null; then
+  ((jobs > 1)) && par=(-n "$jobs" --dist loadgroup)
+  wait_par=(-n "$wait_jobs" --dist loadgroup)
+  slurm_par=(-n "$wait_jobs" --dist loadfile)
 fi
 
 declare -A skip
 case $what in
   unit) run_unit ;;
-  e2e) run_pytest e2e "${par[@]}" "$@" ;;
+  e2e) run_pytest e2e "${wait_par[@]}" "$@" ;;
   compat) run_pytest compat "${par[@]}" "$@" ;;
   slurm) run_pytest slurm "${slurm_par[@]}" "$@" ;;
-  all) run_unit; run_pytest e2e "${par[@]}" "$@"; run_pytest compat "${par[@]}" "$@"
+  all) run_unit; run_pytest e2e "${wait_par[@]}" "$@"; run_pytest compat "${par[@]}" "$@"
        run_slurm_if_possible "$@" ;;
   *) echo "run.sh: unknown suite '$what' (all, unit, e2e, compat, slurm)" >&2; exit 2 ;;
 esac

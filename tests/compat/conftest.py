@@ -1,6 +1,7 @@
 """Every compat test that takes `pt` runs once per PyTorch (tests/compat/
 torchroot.py): host 1.13, trixie 2.6, sid's newest; a version whose root is
-absent is skipped with the reason. The versions that ran are written to
+absent is skipped with the reason. A test marked torch_ends runs on the
+oldest and the newest only. The versions that ran are written to
 $DDP_BUILD/tests/compat-versions for tests/run.sh's summary line."""
 import fcntl
 import importlib.util
@@ -21,14 +22,20 @@ binary, prog, free_port, wait_for, pid_alive, run = (
     _e2e.binary, _e2e.prog, _e2e.free_port, _e2e.wait_for, _e2e.pid_alive, _e2e.run)
 Reaper, reaper, private_tmpdir, short_tmpdir = (_e2e.Reaper, _e2e.reaper, _e2e.private_tmpdir,
                                                _e2e.short_tmpdir)
-pytest_configure = _e2e.pytest_configure
 
 _ran = set()
 
 
+def pytest_configure(config):
+    _e2e.pytest_configure(config)
+    config.addinivalue_line("markers", "torch_ends: only the oldest and the newest PyTorch "
+                            "(torchroot.params)")
+
+
 def pytest_generate_tests(metafunc):
     if "pt" in metafunc.fixturenames:
-        metafunc.parametrize("pt", torchroot.params())
+        ends = metafunc.definition.get_closest_marker("torch_ends") is not None
+        metafunc.parametrize("pt", torchroot.params(ends=ends))
 
 
 def pytest_runtest_setup(item):

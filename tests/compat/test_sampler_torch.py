@@ -37,9 +37,12 @@ TORCH_SIDE = textwrap.dedent("""
             import numpy as np
             g = torch.Generator()
             g.manual_seed(q[2])
-            p = torch.randperm(q[1], generator=g).numpy().astype(np.uint64)
-            s = int((p * np.arange(1, q[1] + 1, dtype=np.uint64)).sum())
-            a = " ".join(str(x) for x in [s] + p[:5].tolist())
+            p = torch.randperm(q[1], generator=g).numpy()
+            s, step = 0, 1 << 20  # in slices: whole copies cost more than the draw
+            for i in range(0, q[1], step):
+                c = p[i:i + step].astype(np.uint64)
+                s += int((c * np.arange(i + 1, i + 1 + len(c), dtype=np.uint64)).sum())
+            a = " ".join(str(x) for x in [s % 2**64] + p[:5].tolist())
         else:  # buckets: caps, [(count, dtype)]; meta tensors: numel and dtype only
             ts = [torch.empty(n, dtype=DT[dt], device="meta") for n, dt in q[2]]
             want, _ = dist._compute_bucket_assignment_by_size(ts, list(q[1]))
