@@ -406,12 +406,15 @@ static pid_t spawn_tool(const char *path, char *const argv[], int *fd)
 	return pid;
 }
 
-/* The tool's output as the dump shows it, indented, into t. */
-static void format_stack(struct text *t, const char *tool, pid_t pid, const struct text *raw)
+/* The tool's output as the dump shows it, indented, into t (of the
+ * wrapper's program: pid is not the rank's). */
+static void format_stack(struct text *t, const char *tool, pid_t pid, bool of_wrapped,
+			 const struct text *raw)
 {
 	const char *line;
 
-	text_printf(t, "  native stack (%s -p %d):\n", tool, (int)pid);
+	text_printf(t, "  native stack (%s -p %d%s):\n", tool, (int)pid,
+		    of_wrapped ? ", the Python program the rank's wrapper runs" : "");
 	for (line = raw->p; line != NULL && *line != '\0';) {
 		const char *nl = strchr(line, '\n');
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
@@ -444,6 +447,12 @@ struct dump_rank {
 	bool fh;      /* py, with faulthandler on: a SIGABRT prints its stack */
 	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
+	/* Whose native stack is taken: the rank, or the one Python program a
+	 * wrapper script (a rank that is no Python) runs, where the rank's
+	 * place in torch.distributed is; the shell's own stack (a wait for
+	 * its child) says nothing. */
+	pid_t stack_pid;
+	bool stack_py;		   /* stack_pid is a Python program */
 	pid_t kids[DUMP_TREE_MAX]; /* its descendants when the dump began */
 	int nkids;
 	pid_t seq[DUMP_TREE_MAX]; /* its processes to SIGABRT in turn */
@@ -466,8 +475,9 @@ struct hang_dump {
 	struct dump_rank *r;
 	struct hang_where *w; /* the positions (the torch places are added) */
 	int n;
-	int pending; /* stack tools still being read */
-	int seqs;    /* ranks whose SIGABRTs are still going (DUMP_ABORT_EACH_MS) */
+	int pending;	/* stack tools still being read */
+	bool trace_any; /* proc_self_may_trace_any() */
+	int seqs;	/* ranks whose SIGABRTs are still going (DUMP_ABORT_EACH_MS) */
 	uint64_t seq_end_ms;
 	int open; /* handles not yet closed */
 	uv_timer_t timer;
@@ -557,6 +567,29 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 		if (--depth <= 0 || proc_info_read(up, &pi) != 0 || proc_is_python(up))
 			return false;
 	return true;
+}
+
+/* Whose native stack tells where rank r is (dump_rank.stack_pid): a
+ * wrapper script's one Python program (program_process, not one forked or
+ * spawned by another), else the rank. A wrapper that runs several at once
+ * has no one place: its own stack, as any rank's. So does one whose
+ * program the stack tool may not attach to: under Yama's ptrace_scope 1
+ * only the rank names ddprun its tracer (spawn_worker.c), not its
+ * children; the shell's stack at least comes. */
+static pid_t stack_process(const struct dump_rank *r)
+{
+	pid_t found = r->pid;
+	int i, n = 0;
+
+	if (r->py || !r->d->trace_any)
+		return r->pid;
+	for (i = 0; i < r->nkids; i++)
+		if (program_process(r, r->kids[i], DUMP_TREE_MAX) &&
+		    !proc_forked_from_parent(r->kids[i]) && !proc_is_mp_spawned(r->kids[i])) {
+			found = r->kids[i];
+			n++;
+		}
+	return n == 1 ? found : r->pid;
 }
 
 /* The rank's processes whose Python stacks a hang asks for (SIGABRT: the
@@ -733,9 +766,9 @@ static void dump_finish(struct hang_dump *d)
 	for (i = 0; i < d->n; i++)
 		if (d->w != NULL && d->w[i].rank >= 0 && !d->w[i].libddp && d->r[i].running &&
 		    !d->r[i].stopped)
-			d->w[i].torch =
-				hang_torch_place(d->r[i].raw.p, d->r[i].raw.len, (long)d->r[i].pid,
-						 d->r[i].py, !d->r[i].raw_cut);
+			d->w[i].torch = hang_torch_place(d->r[i].raw.p, d->r[i].raw.len,
+							 (long)d->r[i].stack_pid, d->r[i].stack_py,
+							 !d->r[i].raw_cut);
 	for (i = 0; i < d->n; i++) {
 		struct dump_rank *r = &d->r[i];
 		struct agent_worker *wk = &a->w[i];
@@ -749,7 +782,7 @@ static void dump_finish(struct hang_dump *d)
 		if (r->head.p != NULL)
 			text_add(&t, r->head.p, r->head.len);
 		if (r->running && d->tool != NULL)
-			format_stack(&t, d->tool, r->pid, &r->raw);
+			format_stack(&t, d->tool, r->stack_pid, r->stack_pid != r->pid, &r->raw);
 		if (r->stopped && d->aborted != NULL && wk->running && wk->pid == r->pid) {
 			char msg[600];
 
@@ -870,7 +903,7 @@ static bool rank_start(struct hang_dump *d, struct dump_rank *r)
 	int fd = -1;
 	pid_t pid;
 
-	snprintf(pidstr, sizeof(pidstr), "%d", (int)r->pid);
+	snprintf(pidstr, sizeof(pidstr), "%d", (int)r->stack_pid);
 	if (strcmp(d->tool, "eu-stack") == 0) {
 		char *const argv[] = {d->toolpath, "-p", pidstr, NULL};
 
@@ -983,6 +1016,8 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 		text_printf(t, "last output %.1f s ago, ", age);
 	text_printf(t, "%s%s\n", w->init ? "collective: none, in " : "collective: ", where);
 	kids_head(r, t);
+	r->stack_pid = stack_process(r);
+	r->stack_py = r->py || r->stack_pid != r->pid;
 }
 
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,
@@ -1011,6 +1046,7 @@ int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang
 	d->timer.data = d;
 	snprintf(d->why, sizeof(d->why), "%s", why);
 	d->tool = stack_tool(d->toolpath, sizeof(d->toolpath));
+	d->trace_any = proc_self_may_trace_any();
 	current = d;
 	uv_update_time(a->loop);
 	hang_where_local(a, w);

@@ -3,16 +3,21 @@
  *
  * A rank without libddp reports no collectives, but PyTorch's waits are in
  * its stack by name (eu-stack and gdb both demangle; the C++ symbols of
- * libtorch are exported): a Python thread blocked in a collective or a
- * send/recv waits in c10d::Work::wait (gloo, MPI; NCCL's with blocking wait
- * in WorkNCCL), one joining its group or waiting on a key in the store's
- * client (TCPStore, PrefixStore, gloo's rendezvous). A rank whose gloo
- * process group runs (its threads are in the stack) but that waits in
- * neither is in its own code; a Python rank with nothing of
- * torch.distributed at all has not formed its group yet. NCCL's collectives
- * run on the GPU: a rank waiting for one blocks in the CUDA runtime, whose
- * symbols libtorch does not export, so a rank with NCCL or CUDA in its
- * stack and no named wait is not placed. */
+ * libtorch are exported). The rank's main thread decides, as it is where
+ * the program is (a thread of its own may wait while the main one sleeps):
+ * blocked in a collective or a send/recv it waits in c10d::Work::wait or an
+ * override (gloo, MPI; NCCL's with blocking wait in WorkNCCL), or in DDP's
+ * backward (Reducer::finalize_backward, a future's wait); joining its
+ * group or waiting on a key it is in the store's client (TCPStore,
+ * PrefixStore, gloo's rendezvous). A rank whose gloo process group runs
+ * (its threads are in the stack) but whose main thread waits in neither is
+ * in its own code; one whose other thread waits says both; a Python rank
+ * with nothing of torch.distributed at all has not formed its group yet.
+ * NCCL's collectives run on the GPU: a rank waiting for one blocks in the
+ * CUDA runtime, whose symbols libtorch does not export, so a rank with NCCL
+ * or CUDA in its stack and no named wait is not placed, nor is one whose
+ * stack did not come whole. A wrapper script's rank is read from its one
+ * Python program's stack (hang_dump.c). */
 #include "hang.h"
 
 #include <stdio.h>

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util.h"
+
 /* Read a small /proc file into buf (NUL-terminated). Bytes read, or -errno. */
 static ssize_t read_small(const char *path, char *buf, size_t len)
 {
@@ -389,6 +391,24 @@ bool proc_is_mp_helper(pid_t pid)
 	 * command line: a helper is one its parent is not. */
 	return h >= 0 && h != MP_SPAWNED &&
 	       !(read_stat(pid, &pi) == 0 && mp_helper_of(pi.ppid) == h);
+}
+
+bool proc_self_may_trace_any(void)
+{
+	int scope = util_yama_ptrace_scope();
+	unsigned long long caps = 0;
+	char line[128];
+	FILE *f;
+
+	if (scope <= 0)
+		return true;
+	if (scope >= 3 || (f = fopen("/proc/self/status", "re")) == NULL)
+		return false;
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (sscanf(line, "CapEff: %llx", &caps) == 1)
+			break;
+	fclose(f);
+	return (caps >> 19) & 1; /* CAP_SYS_PTRACE */
 }
 
 double proc_ticks_s(uint64_t ticks)

@@ -9,6 +9,8 @@ import re
 import subprocess
 import textwrap
 
+import pytest
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 DDPRUN = os.path.join(BUILD, "bin", "ddprun")
@@ -184,12 +186,21 @@ def verdict(err):
     return v[v.find("\n"):] + "\n" if "\n" in v else "\n"
 
 
-def hung(pt, tmp_path, script, nproc=2):
+def hung(pt, tmp_path, script, nproc=2, wrapped=False):
     """script on nproc ranks with a short --hang-timeout, which must find
-    it hung (124): (ddprun's stderr, the verdict)."""
+    it hung (124): (ddprun's stderr, the verdict). 2 s: no rank of these
+    scripts is quiet that long before it is where it hangs (a rank that
+    imports torch or joins uses CPU, progress), and each run is 2 s sooner.
+    wrapped: each rank is a shell script that runs it (not by exec)."""
     (tmp_path / "job.py").write_text(script)
-    r = ddprun(pt, tmp_path, f"--nproc-per-node={nproc}", "--hang-timeout=4",
-               "--shutdown-timeout=5", "job.py")
+    prog = ["job.py"]
+    if wrapped:
+        (tmp_path / "wrap.sh").write_text(f"#!/bin/sh\n{pt.python} job.py\ns=$?\necho ended $s\n"
+                                          "exit $s\n")
+        (tmp_path / "wrap.sh").chmod(0o755)
+        prog = ["--no-python", "./wrap.sh"]
+    r = ddprun(pt, tmp_path, f"--nproc-per-node={nproc}", "--hang-timeout=2",
+               "--shutdown-timeout=5", *prog)
     assert r.returncode == 124, r.stderr[-3000:]
     return r.stderr, verdict(r.stderr)
 
@@ -228,6 +239,24 @@ def test_a_hang_names_the_rank_in_its_own_code_that_the_others_wait_for(pt, tmp_
     report's root cause is rank 1 (its error file has no caused_by), not
     rank 0, a victim that happened to be first."""
     err, v = hung(pt, tmp_path, OWN_CODE)
+    own_code_named(err, v, "")
+
+
+@pytest.mark.torch_ends
+def test_a_hang_places_the_ranks_of_a_wrapper_script_by_its_python_program(pt, tmp_path):
+    """Each rank is a shell script that runs the Python program (as a
+    cluster's job script does): its native stack was the shell's, a wait
+    for its child, and neither rank was placed. Now the one Python program
+    a wrapper runs stands for the rank: the same verdict and root cause as
+    the bare program's."""
+    err, v = hung(pt, tmp_path, OWN_CODE, wrapped=True)
+    assert "the Python program the rank's wrapper runs" in err, err[-6000:]
+    own_code_named(err, v, " to the rank's Python processes")  # (not to the shell)
+
+
+def own_code_named(err, v, sent_to):
+    """OWN_CODE's verdict and summary: rank 1 is the one the others wait
+    for; sent_to: what the summary says SIGABRT was sent to."""
     assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
         "the others wait for it\n" in v, v
     assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
@@ -238,9 +267,9 @@ def test_a_hang_names_the_rank_in_its_own_code_that_the_others_wait_for(pt, tmp_
     assert "caused_by" not in root and "note      :" not in root, root
     assert re.search(r"^  traceback : Hang: the rank was in its own code, in no torch.distributed "
                      r"collective, while other ranks waited in torch.distributed; ddprun sent "
-                     r"SIGABRT: no rank made progress", root, re.M), root
+                     rf"SIGABRT{sent_to}: no rank made progress", root, re.M), root
     assert "caused_by : the hang (--hang-timeout)\n" in entry(others, 0), others
-    assert "traceback : Hang: ddprun sent SIGABRT: " in entry(others, 0), others
+    assert f"traceback : Hang: ddprun sent SIGABRT{sent_to}: " in entry(others, 0), others
 
 
 NO_GROUP = textwrap.dedent("""
@@ -255,6 +284,7 @@ NO_GROUP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch_ends
 def test_a_hang_names_the_rank_that_never_joined_the_process_group(pt, tmp_path):
     """Rank 1 never calls init_process_group; rank 0 waits in its join, on
     the store. The verdict names rank 1 as the one without a group, rank 0
@@ -287,6 +317,7 @@ EVERY_RANK_WAITS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch_ends
 def test_a_hang_where_every_rank_waits_in_a_collective_blames_none(pt, tmp_path):
     """Every rank waits in a collective (in different groups): the verdict
     says the hang is among them, and no error file is marked the cause, so
@@ -320,6 +351,7 @@ RECV = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch_ends
 def test_a_hang_places_ranks_blocked_in_recv_as_waiting(pt, tmp_path):
     """gloo's recv waits in RecvWork::wait, an override of Work::wait: ranks
     0-1 blocked in dist.recv from rank 2 were placed "in their own code",
@@ -349,6 +381,7 @@ DDP_STEP = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch_ends
 def test_a_hang_places_ddps_backward_as_waiting(pt, tmp_path):
     """DistributedDataParallel's backward waits for its buckets' all_reduce
     in Reducer::finalize_backward (a future's wait, inlined: no Work::wait):
@@ -381,6 +414,7 @@ SIDE_THREAD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.torch_ends
 def test_a_hang_places_a_rank_by_its_main_thread(pt, tmp_path):
     """Rank 1's main thread sleeps while a thread of its own waits in a
     collective; rank 0 waits in the barrier. Any thread's wait placed the

@@ -365,7 +365,8 @@ if __name__ == "__main__":
         k.start()
     # A Python process the program starts (a tool's service): not its own
     helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1000)"])
-    print("kids " + " ".join(str(k.pid) for k in kids) + f" helper {helper.pid}", flush=True)
+    print("kids " + " ".join(str(k.pid) for k in kids) + f" helper {helper.pid} main {os.getpid()}",
+          flush=True)
     rank_waits_for_its_children(q)
 """
 
@@ -386,7 +387,9 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     Python process the program starts (a tool's service, that saves its
     work on SIGTERM), are left alone
     (not the children the fork server forked, which show its command line:
-    the DataLoader's workers under Python 3.14's default)."""
+    the DataLoader's workers under Python 3.14's default). The wrapper's
+    native stack was the shell's wait for its child: it is now its Python
+    program's, where the rank is."""
     script = tmp_path / "kids.py"
     script.write_text(PY_KIDS)
     if wrapped:
@@ -400,9 +403,14 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
             env=dict(os.environ, PYTHON_EXEC=PYTHON), timeout=120)
     assert r.returncode == HANG_EXIT, r.stderr
     err = r.stderr
-    *kids, helper = [int(p) for p in
-                     re.search(r"^kids (\d+) (\d+) helper (\d+)$", r.stdout, re.M).groups()]
+    *kids, helper, main = [int(p) for p in re.search(r"^kids (\d+) (\d+) helper (\d+) main (\d+)$",
+                                                     r.stdout, re.M).groups()]
     block = rank_block(err, 0)
+    if wrapped:
+        assert f"  native stack (eu-stack -p {main}, the Python program the rank's wrapper " \
+            "runs):\n" in block, block
+    else:
+        assert f"  native stack (eu-stack -p {main}):\n" in block, block
     listed = dict((int(p), rest) for p, rest in
                   re.findall(r"^  its process (\d+) \((.*)$", block, re.M))
     for k in [*kids, helper]:
@@ -430,6 +438,22 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     assert all(re.fullmatch(r"(\[rank0\]: .*\n)*", d.split("\n", 1)[1]
                             .split("=====")[0].split("python ended")[0])
                for d in dumps), err
+
+
+def test_a_wrapper_running_two_python_programs_at_once_shows_its_own_stack(tmp_path):
+    """A wrapper script whose Python program's native stack stands for the
+    rank's (above) has one; this one runs two side by side, neither of
+    them the rank's place: the dump takes the wrapper's own stack, as any
+    rank's, and names no program as the wrapper's."""
+    sleeper = f"{PYTHON} -c 'import time; time.sleep(600)'"
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "--no-python",
+             "sh", "-c", f"{sleeper} & {sleeper}; wait"], timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    block = rank_block(r.stderr, 0)
+    pid = worker_pids(r.stderr)[0]
+    assert len(re.findall(r"^  its process \d+ \(python", block, re.M)) == 2, block
+    assert f"  native stack (eu-stack -p {pid}):\n" in block, block
+    assert "wrapper runs" not in block, block
 
 
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
