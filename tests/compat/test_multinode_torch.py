@@ -6,10 +6,13 @@ forms a new group across both nodes; and a worker that raises on node 1 while
 node 0's workers wait in a collective stops node 0 at once (under torchrun
 they would hang until gloo's timeout), with node 1's @record traceback in
 node 0's report. 2.x runs with the use_libuv default fix (nolibuv/)."""
+import json
 import os
 import re
 import subprocess
 import textwrap
+
+import pytest
 
 from conftest import free_port
 from mnutil import enter
@@ -203,15 +206,21 @@ SLEEPS = textwrap.dedent("""
 SLEEPS_ON_NODE_1 = SLEEPS.replace('int(os.environ["SLEEPER"])', "2")  # node 1's rank
 
 
+@pytest.mark.torch_ends
 def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
     """Rank 2 (node 1) sleeps in its own code while ranks 0-1 (node 0) wait
     in an all_reduce. Each node places its PyTorch ranks from their native
     stacks and sends the places with its positions: the job's verdict,
     printed by the node that gathers, names rank 2 as the one the others wait
-    for. Before, it said only that no rank reports its collectives."""
+    for. Before, it said only that no rank reports its collectives. Node 1's
+    outer launcher (TORCHELASTIC_ERROR_FILE) gets the rank's error as the
+    root cause, with no "caused by the hang" either: it kept the rank's
+    file's marker, written before the verdict."""
     (tmp_path / "sleeps.py").write_text(SLEEPS_ON_NODE_1)
+    parent = tmp_path / "node1-error.json"
     results = two_nodes(pt, tmp_path, "sleeps.py", static(free_port()), timeout=150,
-                        extra=["--hang-timeout", "4"])
+                        extra=["--hang-timeout", "4"],
+                        envs=({}, {"TORCHELASTIC_ERROR_FILE": str(parent)}))
     assert [rc for rc, _, _ in results] == [124, 124], "\n".join(ends(e) for _, _, e in results)
     verdicts = [e.split("ddprun: the job hung: ", 1)[1].split("\n=====", 1)[0]
                 for _, _, e in results if "ddprun: the job hung: " in e]
@@ -228,8 +237,12 @@ def test_a_hang_names_the_rank_in_its_own_code_on_the_other_node(pt, tmp_path):
         root = e.split("Root Cause (first observed failure):", 1)[1].split("\n=====", 1)[0]
         assert "rank      : 2 (local_rank: 0)" in root, root
         assert "caused_by" not in root and "first only by" not in root, root
+    doc = json.loads(parent.read_text())
+    assert doc["message"]["message"].startswith("Hang: ddprun sent SIGABRT"), doc
+    assert "ddp_caused_by" not in doc["message"]["extraInfo"], doc
 
 
+@pytest.mark.torch_ends
 def test_a_hang_names_the_rank_on_rank_0s_node_in_every_nodes_summary(pt, tmp_path):
     """Rank 1 (node 0, with rank 0) sleeps. Node 1, which holds no part of
     it, named only its own rank 2 as root cause, stopped for the hang and

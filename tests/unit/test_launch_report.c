@@ -767,6 +767,41 @@ static void test_parent_error_file_gets_error_code(void **state)
 	free(child);
 }
 
+/* A hang's culprit, made primary after its file said "caused by the hang"
+ * (report_make_primary): the outer launcher's copy says no cause either, or
+ * it would take the job's root cause for a consequence. A failure still
+ * secondary keeps its marker. */
+static void test_parent_error_file_of_a_failure_made_primary_has_no_cause(void **state)
+{
+	char *child = strdup(write_tmp("{\"message\": {\"message\": \"Hang: x\", \"extraInfo\": "
+				       "{\"py_callstack\": \"tb\", \"ddp_caused_by\": "
+				       "\"" REPORT_CAUSE_HANG "\"}}}"));
+	char parent[] = "/tmp/test_launch_report_parent_XXXXXX";
+	struct report_entry e;
+	char buf[512];
+	FILE *f;
+
+	close(mkstemp(parent));
+	assert_int_equal(report_entry_init(&e, 0, 0, 1, EXITED(3), child, 0, 0), 0);
+	assert_string_equal(e.caused_by, REPORT_CAUSE_HANG);
+	for (int primary = 0; primary < 2; primary++) {
+		if (primary)
+			assert_int_equal(report_make_primary(&e, 1, 0, REPORT_CAUSE_HANG), 1);
+		assert_int_equal(report_write_parent_error(parent, &e), 0);
+		f = fopen(parent, "r");
+		memset(buf, 0, sizeof(buf));
+		assert_non_null(fgets(buf, sizeof(buf), f));
+		fclose(f);
+		assert_true((strstr(buf, "ddp_caused_by") == NULL) == primary);
+		assert_non_null(strstr(buf, "\"py_callstack\":\"tb\""));
+		assert_non_null(strstr(buf, "\"errorCode\":3"));
+	}
+	report_entry_free(&e);
+	unlink(child);
+	unlink(parent);
+	free(child);
+}
+
 static void test_tail_lines_as_a_terminal_shows_them(void **state)
 {
 	const char raw[] = "cut line\nline 1\r\n\x1b[31mred\x1b[0m\n\r 10%\r 90%\n\n";
@@ -894,6 +929,7 @@ int main(void)
 		cmocka_unit_test(test_a_nodes_own_first_failure_names_the_jobs_root_cause),
 		cmocka_unit_test(test_root_cause_a_failure_after_the_stop_comes_last),
 		cmocka_unit_test(test_parent_error_file_gets_error_code),
+		cmocka_unit_test(test_parent_error_file_of_a_failure_made_primary_has_no_cause),
 		cmocka_unit_test(test_tail_lines_as_a_terminal_shows_them),
 		cmocka_unit_test(test_guess_cause),
 		cmocka_unit_test(test_add_output_for_a_worker_that_is_not_python),
