@@ -25,6 +25,10 @@ extern char **environ;
 /* This much of a stack tool's output is kept (HANG_STACK_TIMEOUT_MS: how long). */
 #define STACK_MAX_BYTES (64 * 1024)
 
+/* In the maps of a process that imported torch (its C++ library, whatever
+ * the install: Debian's libtorch_cpu.so.1.13, a wheel's torch/lib/). */
+#define TORCH_LIBRARY "/libtorch"
+
 /* A rank's processes (its descendants) looked at, and how many are listed. */
 #define DUMP_TREE_MAX	64
 #define DUMP_KIDS_SHOWN 16
@@ -406,15 +410,15 @@ static pid_t spawn_tool(const char *path, char *const argv[], int *fd)
 	return pid;
 }
 
-/* The tool's output as the dump shows it, indented, into t (of the
- * wrapper's program: pid is not the rank's). */
+/* The tool's output as the dump shows it, indented, into t (of_wrapped:
+ * pid is the process with torch the rank runs, not the rank). */
 static void format_stack(struct text *t, const char *tool, pid_t pid, bool of_wrapped,
 			 const struct text *raw)
 {
 	const char *line;
 
 	text_printf(t, "  native stack (%s -p %d%s):\n", tool, (int)pid,
-		    of_wrapped ? ", the Python program the rank's wrapper runs" : "");
+		    of_wrapped ? ", the Python process with torch that the rank runs" : "");
 	for (line = raw->p; line != NULL && *line != '\0';) {
 		const char *nl = strchr(line, '\n');
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
@@ -447,10 +451,8 @@ struct dump_rank {
 	bool fh;      /* py, with faulthandler on: a SIGABRT prints its stack */
 	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
-	/* Whose native stack is taken: the rank, or the one Python program a
-	 * wrapper script (a rank that is no Python) runs, where the rank's
-	 * place in torch.distributed is; the shell's own stack (a wait for
-	 * its child) says nothing. */
+	/* Whose native stack is taken: the rank, or the one Python process
+	 * with torch that a wrapper or launcher rank runs (stack_process). */
 	pid_t stack_pid;
 	bool stack_py;		   /* stack_pid is a Python program */
 	pid_t kids[DUMP_TREE_MAX]; /* its descendants when the dump began */
@@ -548,10 +550,12 @@ static bool program_source(const struct dump_rank *r, pid_t p, int depth)
 
 /* Whether p is one of the program's own Python processes: a
  * multiprocessing worker (forked or spawned: a DataLoader's) of the rank or
- * of another such process, or the Python program a wrapper script (a rank
- * that is no Python) runs, under no other Python. Not any other Python the
- * program starts (a tool's service process, wandb's, that saves its work
- * on SIGTERM: it gets the job's stop, as any process does). */
+ * of another such process, the Python program a wrapper script (a rank
+ * that is no Python) runs, under no other Python, or the process with torch
+ * whose stack stands for the rank's (stack_process: under a launcher).
+ * Not any other Python the program starts (a tool's service process,
+ * wandb's, that saves its work on SIGTERM: it gets the job's stop, as any
+ * process does). */
 static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 {
 	struct proc_info pi;
@@ -559,6 +563,8 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 
 	if (depth <= 0 || proc_info_read(p, &pi) != 0 || !proc_is_python(p) || proc_is_mp_helper(p))
 		return false;
+	if (p == r->stack_pid && p != r->pid)
+		return true;
 	if (proc_forked_from_parent(p) || proc_is_mp_spawned(p))
 		return program_source(r, pi.ppid, depth - 1);
 	if (r->py)
@@ -569,27 +575,38 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 	return true;
 }
 
-/* Whose native stack tells where rank r is (dump_rank.stack_pid): a
- * wrapper script's one Python program (program_process, not one forked or
- * spawned by another), else the rank. A wrapper that runs several at once
- * has no one place: its own stack, as any rank's. So does one whose
- * program the stack tool may not attach to: under Yama's ptrace_scope 1
- * only the rank names ddprun its tracer (spawn_worker.c), not its
- * children; the shell's stack at least comes. */
+/* Whose native stack tells where rank r is (dump_rank.stack_pid): the
+ * rank's, unless the rank has no libtorch and runs Python processes that
+ * have (not ones forked or spawned by multiprocessing), of which one is the
+ * deepest: the program a wrapper script runs, through any launcher between
+ * them (conda run, a Python wrapper that calls the script, one that
+ * imports torch itself); a launcher's own stack is a wait for its child,
+ * nothing of torch.distributed. Several side by side have no one place:
+ * the rank's own stack, as before. So does a program the stack tool may not
+ * attach to: under Yama's ptrace_scope 1 only the rank names ddprun its
+ * tracer (spawn_worker.c), not its children. */
 static pid_t stack_process(const struct dump_rank *r)
 {
-	pid_t found = r->pid;
-	int i, n = 0;
+	pid_t c[DUMP_TREE_MAX], found = r->pid;
+	int i, j, n = 0, deepest = 0;
 
-	if (r->py || !r->d->trace_any)
+	if (!r->d->trace_any || proc_maps_has(r->pid, TORCH_LIBRARY))
 		return r->pid;
 	for (i = 0; i < r->nkids; i++)
-		if (program_process(r, r->kids[i], DUMP_TREE_MAX) &&
-		    !proc_forked_from_parent(r->kids[i]) && !proc_is_mp_spawned(r->kids[i])) {
-			found = r->kids[i];
-			n++;
+		if (proc_is_python(r->kids[i]) && !proc_is_mp_helper(r->kids[i]) &&
+		    !proc_forked_from_parent(r->kids[i]) && !proc_is_mp_spawned(r->kids[i]) &&
+		    proc_maps_has(r->kids[i], TORCH_LIBRARY))
+			c[n++] = r->kids[i];
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < n; j++)
+			if (j != i && proc_descends(c[j], c[i], DUMP_TREE_MAX))
+				break;
+		if (j == n) { /* none of the others runs under it */
+			found = c[i];
+			deepest++;
 		}
-	return n == 1 ? found : r->pid;
+	}
+	return deepest == 1 ? found : r->pid;
 }
 
 /* The rank's processes whose Python stacks a hang asks for (SIGABRT: the

@@ -650,9 +650,13 @@ int report_write_parent_error(const char *path, const struct report_entry *root)
 	/* A failure made primary since its file was written (a hang's verdict
 	 * named the rank, report_make_primary) is no consequence to an outer
 	 * launcher either: it reads the marker as this report did. */
-	if (cJSON_IsObject(msg) && root->caused_by == NULL)
-		cJSON_DeleteItemFromObjectCaseSensitive(
-			cJSON_GetObjectItemCaseSensitive(msg, "extraInfo"), "ddp_caused_by");
+	if (cJSON_IsObject(msg) && root->caused_by == NULL) {
+		cJSON *extra = cJSON_GetObjectItemCaseSensitive(msg, "extraInfo");
+
+		/* (every copy: a reader may take another than cause_of did) */
+		while (cJSON_GetObjectItemCaseSensitive(extra, "ddp_caused_by") != NULL)
+			cJSON_DeleteItemFromObjectCaseSensitive(extra, "ddp_caused_by");
+	}
 	text = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
 	if (text == NULL || util_utf8_repair(&text) < 0)

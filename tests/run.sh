@@ -97,9 +97,15 @@ run_slurm_if_possible() {
 # module-scoped fixture runs once (make install, a training run, a server).
 # slurm's modules all do (--dist loadfile): each brings up its own cluster
 # (own namespaces, addresses and munge), once.
-cores=$(tests/cores.sh)
-jobs=${TEST_JOBS:-$cores} wait_jobs=${TEST_JOBS:-$((cores * 2))}
-[[ $jobs =~ ^[0-9]+$ ]] || { echo "run.sh: TEST_JOBS must be a number, not '$jobs'" >&2; exit 2; }
+if [[ -n ${TEST_JOBS:-} ]]; then
+  [[ $TEST_JOBS =~ ^[0-9]+$ ]] ||
+    { echo "run.sh: TEST_JOBS must be a number, not '$TEST_JOBS'" >&2; exit 2; }
+  jobs=$((10#$TEST_JOBS)) wait_jobs=$((10#$TEST_JOBS))
+else
+  cores=$(tests/cores.sh)
+  [[ $cores =~ ^[0-9]+$ ]] || { echo "run.sh: tests/cores.sh said '$cores'" >&2; exit 2; }
+  jobs=$cores wait_jobs=$((cores * 2))
+fi
 ((jobs > 4)) && jobs=4
 ((wait_jobs > 4)) && wait_jobs=4
 # pytest arguments that need the tests in this process (output shown, a

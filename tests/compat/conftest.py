@@ -18,8 +18,9 @@ import torchroot  # noqa: E402
 _spec = importlib.util.spec_from_file_location("e2e_conftest", os.path.join(E2E, "conftest.py"))
 _e2e = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_e2e)
-binary, prog, free_port, wait_for, pid_alive, run = (
-    _e2e.binary, _e2e.prog, _e2e.free_port, _e2e.wait_for, _e2e.pid_alive, _e2e.run)
+binary, prog, free_port, wait_for, pid_alive, run, may_trace_any = (
+    _e2e.binary, _e2e.prog, _e2e.free_port, _e2e.wait_for, _e2e.pid_alive, _e2e.run,
+    _e2e.may_trace_any)
 Reaper, reaper, private_tmpdir, short_tmpdir = (_e2e.Reaper, _e2e.reaper, _e2e.private_tmpdir,
                                                _e2e.short_tmpdir)
 

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from conftest import may_trace_any
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("DDP_BUILD", os.path.join(REPO, "build"))
 DDPRUN = os.path.join(BUILD, "bin", "ddprun")
@@ -191,12 +193,16 @@ def hung(pt, tmp_path, script, nproc=2, wrapped=False):
     it hung (124): (ddprun's stderr, the verdict). 2 s: no rank of these
     scripts is quiet that long before it is where it hangs (a rank that
     imports torch or joins uses CPU, progress), and each run is 2 s sooner.
-    wrapped: each rank is a shell script that runs it (not by exec)."""
+    wrapped: each rank is a shell script that runs it (not by exec), rank
+    1's through a Python launcher without torch (as conda run is)."""
     (tmp_path / "job.py").write_text(script)
     prog = ["job.py"]
     if wrapped:
-        (tmp_path / "wrap.sh").write_text(f"#!/bin/sh\n{pt.python} job.py\ns=$?\necho ended $s\n"
-                                          "exit $s\n")
+        (tmp_path / "launch.py").write_text(
+            "import subprocess, sys\nsys.exit(subprocess.call([sys.executable, 'job.py']))\n")
+        (tmp_path / "wrap.sh").write_text(
+            f"#!/bin/sh\nif [ \"$LOCAL_RANK\" = 1 ]; then {pt.python} launch.py; "
+            f"else {pt.python} job.py; fi\ns=$?\necho ended $s\nexit $s\n")
         (tmp_path / "wrap.sh").chmod(0o755)
         prog = ["--no-python", "./wrap.sh"]
     r = ddprun(pt, tmp_path, f"--nproc-per-node={nproc}", "--hang-timeout=2",
@@ -245,13 +251,33 @@ def test_a_hang_names_the_rank_in_its_own_code_that_the_others_wait_for(pt, tmp_
 @pytest.mark.torch_ends
 def test_a_hang_places_the_ranks_of_a_wrapper_script_by_its_python_program(pt, tmp_path):
     """Each rank is a shell script that runs the Python program (as a
-    cluster's job script does): its native stack was the shell's, a wait
-    for its child, and neither rank was placed. Now the one Python program
-    a wrapper runs stands for the rank: the same verdict and root cause as
-    the bare program's."""
+    cluster's job script does), rank 1's through a Python launcher: their
+    native stacks were the shell's, a wait for its child, and neither rank
+    was placed. Now the one process with torch that a rank runs stands for
+    it: the same verdict and root cause as the bare program's; and rank 1's
+    program, under its launcher, prints its Python stack too (only the
+    launcher did)."""
+    if not may_trace_any():
+        pytest.skip("Yama's ptrace_scope: ddprun may trace only the workers, not their children")
     err, v = hung(pt, tmp_path, OWN_CODE, wrapped=True)
-    assert "the Python program the rank's wrapper runs" in err, err[-6000:]
+    assert err.count(", the Python process with torch that the rank runs):\n") == 2, err[-6000:]
     own_code_named(err, v, " to the rank's Python processes")  # (not to the shell)
+    assert re.search(r'^\[rank1\]: +File ".*job\.py", line \d+ in <module>', err, re.M), \
+        err[-6000:]
+
+
+def test_a_rank_running_two_programs_with_torch_at_once_shows_its_own_stack(tmp_path):
+    """A wrapper running two programs with torch side by side has no one
+    place: its own native stack is shown, and no program stands for it."""
+    sleeper = "/usr/bin/python3 -c 'import torch, time; time.sleep(600)'"
+    r = subprocess.run([DDPRUN, "--nproc-per-node", "1", "--hang-timeout", "2", "--no-python",
+                        "sh", "-c", f"{sleeper} & {sleeper}; wait"], cwd=tmp_path, timeout=180,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 124, r.stderr[-3000:]
+    pid = re.search(r"^ddprun: rank 0 \(local rank 0\): pid (\d+)", r.stderr, re.M)[1]
+    assert len(re.findall(r"^  its process \d+ \(python", r.stderr, re.M)) == 2, r.stderr
+    assert f"  native stack (eu-stack -p {pid}):\n" in r.stderr, r.stderr
+    assert "that the rank runs" not in r.stderr, r.stderr
 
 
 def own_code_named(err, v, sent_to):

@@ -101,6 +101,22 @@ def pid_alive(pid):
         return False
 
 
+def may_trace_any():
+    """Whether ddprun (this user) may ptrace a process that does not name it
+    (a worker's own child): no Yama, its ptrace_scope 0, or 1-2 with
+    CAP_SYS_PTRACE, as launcher/proc_info.c decides."""
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return True
+    if scope <= 0:
+        return True
+    with open("/proc/self/status") as f:
+        caps = [l.split()[1] for l in f if l.startswith("CapEff:")]
+    return scope < 3 and bool(caps) and bool(int(caps[0], 16) >> 19 & 1)
+
+
 def run(cmd, timeout=60, **kw):
     """subprocess.run with a timeout and captured text output."""
     kw.setdefault("stdout", subprocess.PIPE)
