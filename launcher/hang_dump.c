@@ -25,10 +25,6 @@ extern char **environ;
 /* This much of a stack tool's output is kept (HANG_STACK_TIMEOUT_MS: how long). */
 #define STACK_MAX_BYTES (64 * 1024)
 
-/* In the maps of a process that imported torch (its C++ library, whatever
- * the install: Debian's libtorch_cpu.so.1.13, a wheel's torch/lib/). */
-#define TORCH_LIBRARY "/libtorch"
-
 /* A rank's processes (its descendants) looked at, and how many are listed. */
 #define DUMP_TREE_MAX	64
 #define DUMP_KIDS_SHOWN 16
@@ -411,14 +407,14 @@ static pid_t spawn_tool(const char *path, char *const argv[], int *fd)
 }
 
 /* The tool's output as the dump shows it, indented, into t (of_wrapped:
- * pid is the process with torch the rank runs, not the rank). */
+ * pid is the program the rank waits for, not the rank). */
 static void format_stack(struct text *t, const char *tool, pid_t pid, bool of_wrapped,
 			 const struct text *raw)
 {
 	const char *line;
 
 	text_printf(t, "  native stack (%s -p %d%s):\n", tool, (int)pid,
-		    of_wrapped ? ", the Python process with torch that the rank runs" : "");
+		    of_wrapped ? ", the Python program the rank runs and waits for" : "");
 	for (line = raw->p; line != NULL && *line != '\0';) {
 		const char *nl = strchr(line, '\n');
 		size_t n = nl ? (size_t)(nl - line) : strlen(line);
@@ -451,8 +447,8 @@ struct dump_rank {
 	bool fh;      /* py, with faulthandler on: a SIGABRT prints its stack */
 	bool stopped; /* state T: a SIGABRT would wait for a SIGCONT */
 	pid_t pid, tool;
-	/* Whose native stack is taken: the rank, or the one Python process
-	 * with torch that a wrapper or launcher rank runs (stack_process). */
+	/* Whose native stack is taken: the rank, or the Python program it
+	 * waits for (a wrapper's, a launcher's: stack_process). */
 	pid_t stack_pid;
 	bool stack_py;		   /* stack_pid is a Python program */
 	pid_t kids[DUMP_TREE_MAX]; /* its descendants when the dump began */
@@ -551,8 +547,8 @@ static bool program_source(const struct dump_rank *r, pid_t p, int depth)
 /* Whether p is one of the program's own Python processes: a
  * multiprocessing worker (forked or spawned: a DataLoader's) of the rank or
  * of another such process, the Python program a wrapper script (a rank
- * that is no Python) runs, under no other Python, or the process with torch
- * whose stack stands for the rank's (stack_process: under a launcher).
+ * that is no Python) runs, under no other Python, or the program whose
+ * stack stands for the rank's (stack_process: under a launcher).
  * Not any other Python the program starts (a tool's service process,
  * wandb's, that saves its work on SIGTERM: it gets the job's stop, as any
  * process does). */
@@ -576,37 +572,44 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 }
 
 /* Whose native stack tells where rank r is (dump_rank.stack_pid): the
- * rank's, unless the rank has no libtorch and runs Python processes that
- * have (not ones forked or spawned by multiprocessing), of which one is the
- * deepest: the program a wrapper script runs, through any launcher between
- * them (conda run, a Python wrapper that calls the script, one that
- * imports torch itself); a launcher's own stack is a wait for its child,
- * nothing of torch.distributed. Several side by side have no one place:
- * the rank's own stack, as before. So does a program the stack tool may not
- * attach to: under Yama's ptrace_scope 1 only the rank names ddprun its
- * tracer (spawn_worker.c), not its children. */
-static pid_t stack_process(const struct dump_rank *r)
+ * rank's, or, while the process there waits for a child (wchan do_wait: a
+ * shell running the program, a launcher's subprocess.call, conda run) and
+ * has one Python program among its children (not multiprocessing's), that
+ * program's, down the chain: a waiting parent's own stack is a wait for its
+ * child, nothing of torch.distributed. Not a libddp rank's (it reports its
+ * place), not where two programs run side by side (no one place), nor
+ * where the stack tool may not attach to a worker's child: under Yama's
+ * ptrace_scope 1 only the rank names ddprun its tracer (spawn_worker.c). */
+static pid_t stack_process(const struct dump_rank *r, bool libddp)
 {
-	pid_t c[DUMP_TREE_MAX], found = r->pid;
-	int i, j, n = 0, deepest = 0;
+	pid_t at = r->pid;
+	int depth, i;
 
-	if (!r->d->trace_any || proc_maps_has(r->pid, TORCH_LIBRARY))
+	if (libddp || !r->d->trace_any)
 		return r->pid;
-	for (i = 0; i < r->nkids; i++)
-		if (proc_is_python(r->kids[i]) && !proc_is_mp_helper(r->kids[i]) &&
-		    !proc_forked_from_parent(r->kids[i]) && !proc_is_mp_spawned(r->kids[i]) &&
-		    proc_maps_has(r->kids[i], TORCH_LIBRARY))
-			c[n++] = r->kids[i];
-	for (i = 0; i < n; i++) {
-		for (j = 0; j < n; j++)
-			if (j != i && proc_descends(c[j], c[i], DUMP_TREE_MAX))
-				break;
-		if (j == n) { /* none of the others runs under it */
-			found = c[i];
-			deepest++;
+	for (depth = 0; depth < DUMP_TREE_MAX; depth++) {
+		struct proc_info pi;
+		pid_t next = 0;
+		int n = 0;
+
+		if (proc_info_read(at, &pi) != 0 || strcmp(pi.wchan, "do_wait") != 0)
+			break;
+		for (i = 0; i < r->nkids && n < 2; i++) {
+			struct proc_info ki;
+			pid_t k = r->kids[i];
+
+			if (proc_info_read(k, &ki) == 0 && ki.ppid == at && proc_is_python(k) &&
+			    !proc_is_mp_helper(k) && !proc_forked_from_parent(k) &&
+			    !proc_is_mp_spawned(k)) {
+				next = k;
+				n++;
+			}
 		}
+		if (n != 1)
+			break;
+		at = next;
 	}
-	return deepest == 1 ? found : r->pid;
+	return at;
 }
 
 /* The rank's processes whose Python stacks a hang asks for (SIGABRT: the
@@ -1033,8 +1036,8 @@ static void rank_head(struct hang_dump *d, int i, const struct hang_where *w)
 		text_printf(t, "last output %.1f s ago, ", age);
 	text_printf(t, "%s%s\n", w->init ? "collective: none, in " : "collective: ", where);
 	kids_head(r, t);
-	r->stack_pid = stack_process(r);
-	r->stack_py = r->py || r->stack_pid != r->pid;
+	r->stack_pid = stack_process(r, w->libddp);
+	r->stack_py = r->stack_pid == r->pid ? r->py : proc_is_python(r->stack_pid);
 }
 
 int hang_dump_start(struct agent *a, const char *why, bool *aborted, struct hang_where *w,

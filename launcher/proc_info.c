@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,21 +391,6 @@ bool proc_is_mp_helper(pid_t pid)
 	 * command line: a helper is one its parent is not. */
 	return h >= 0 && h != MP_SPAWNED &&
 	       !(read_stat(pid, &pi) == 0 && mp_helper_of(pi.ppid) == h);
-}
-
-bool proc_maps_has(pid_t pid, const char *needle)
-{
-	char path[64], line[PATH_MAX + 128];
-	bool found = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	if ((f = fopen(path, "re")) == NULL)
-		return false;
-	while (!found && fgets(line, sizeof(line), f) != NULL)
-		found = strstr(line, needle) != NULL;
-	fclose(f);
-	return found;
 }
 
 bool proc_self_may_trace_any(void)

@@ -60,9 +60,6 @@ bool proc_python_fh_env(const char *env, size_t n);
 bool proc_forked_from_parent(pid_t pid);
 /* True when pid is a worker Python multiprocessing spawned (spawn_main). */
 bool proc_is_mp_spawned(pid_t pid);
-/* True when pid has a library whose path contains needle mapped (its
- * /proc/PID/maps, read line by line). */
-bool proc_maps_has(pid_t pid, const char *needle);
 /* Whether this process may ptrace any process of its user, not only those
  * that named it (PR_SET_PTRACER) or descend from it: no Yama, or its
  * ptrace_scope 0, or 1 or 2 with CAP_SYS_PTRACE in effect. */

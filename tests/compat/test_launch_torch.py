@@ -194,7 +194,10 @@ def hung(pt, tmp_path, script, nproc=2, wrapped=False):
     scripts is quiet that long before it is where it hangs (a rank that
     imports torch or joins uses CPU, progress), and each run is 2 s sooner.
     wrapped: each rank is a shell script that runs it (not by exec), rank
-    1's through a Python launcher without torch (as conda run is)."""
+    1's through a Python launcher (as conda run is), and the program starts
+    a Python helper that imports torch (as inductor's compile workers do)."""
+    if wrapped:
+        script = HELPER + script
     (tmp_path / "job.py").write_text(script)
     prog = ["job.py"]
     if wrapped:
@@ -209,6 +212,14 @@ def hung(pt, tmp_path, script, nproc=2, wrapped=False):
                "--shutdown-timeout=5", *prog)
     assert r.returncode == 124, r.stderr[-3000:]
     return r.stderr, verdict(r.stderr)
+
+
+# A Python helper with torch, the program's child (not multiprocessing's).
+HELPER = textwrap.dedent("""
+    import subprocess, sys
+    helper = subprocess.Popen([sys.executable, "-c", "import torch, sys; sys.stdin.read()"],
+                              stdin=subprocess.PIPE)
+""")
 
 
 def failures(err):
@@ -254,22 +265,22 @@ def test_a_hang_places_the_ranks_of_a_wrapper_script_by_its_python_program(pt, t
     cluster's job script does), rank 1's through a Python launcher: their
     native stacks were the shell's, a wait for its child, and neither rank
     was placed. Now the one process with torch that a rank runs stands for
-    it: the same verdict and root cause as the bare program's; and rank 1's
-    program, under its launcher, prints its Python stack too (only the
-    launcher did)."""
+    it: the same verdict and root cause as the bare program's (not its
+    helper's, nor its launcher's); and rank 1's program, under its
+    launcher, prints its Python stack too (only the launcher did)."""
     if not may_trace_any():
         pytest.skip("Yama's ptrace_scope: ddprun may trace only the workers, not their children")
     err, v = hung(pt, tmp_path, OWN_CODE, wrapped=True)
-    assert err.count(", the Python process with torch that the rank runs):\n") == 2, err[-6000:]
+    assert err.count(", the Python program the rank runs and waits for):\n") == 2, err[-6000:]
     own_code_named(err, v, " to the rank's Python processes")  # (not to the shell)
     assert re.search(r'^\[rank1\]: +File ".*job\.py", line \d+ in <module>', err, re.M), \
         err[-6000:]
 
 
-def test_a_rank_running_two_programs_with_torch_at_once_shows_its_own_stack(tmp_path):
-    """A wrapper running two programs with torch side by side has no one
-    place: its own native stack is shown, and no program stands for it."""
-    sleeper = "/usr/bin/python3 -c 'import torch, time; time.sleep(600)'"
+def test_a_rank_running_two_programs_at_once_shows_its_own_stack(tmp_path):
+    """A wrapper running two programs side by side has no one place: its
+    own native stack is shown, and no program stands for it."""
+    sleeper = "/usr/bin/python3 -c 'import time; time.sleep(600)'"
     r = subprocess.run([DDPRUN, "--nproc-per-node", "1", "--hang-timeout", "2", "--no-python",
                         "sh", "-c", f"{sleeper} & {sleeper}; wait"], cwd=tmp_path, timeout=180,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -277,7 +288,7 @@ def test_a_rank_running_two_programs_with_torch_at_once_shows_its_own_stack(tmp_
     pid = re.search(r"^ddprun: rank 0 \(local rank 0\): pid (\d+)", r.stderr, re.M)[1]
     assert len(re.findall(r"^  its process \d+ \(python", r.stderr, re.M)) == 2, r.stderr
     assert f"  native stack (eu-stack -p {pid}):\n" in r.stderr, r.stderr
-    assert "that the rank runs" not in r.stderr, r.stderr
+    assert "the rank runs and waits for" not in r.stderr, r.stderr
 
 
 def own_code_named(err, v, sent_to):

@@ -387,9 +387,9 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     Python process the program starts (a tool's service, that saves its
     work on SIGTERM), are left alone
     (not the children the fork server forked, which show its command line:
-    the DataLoader's workers under Python 3.14's default). The native stack
-    is the rank's own: the wrapper's program has no torch (one that has
-    stands for the rank, tests/compat)."""
+    the DataLoader's workers under Python 3.14's default). The wrapper's
+    native stack was the shell's wait for its child: it is now its Python
+    program's, where the rank is (not its service's, nor its workers')."""
     script = tmp_path / "kids.py"
     script.write_text(PY_KIDS)
     if wrapped:
@@ -406,8 +406,11 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     *kids, helper, main = [int(p) for p in re.search(r"^kids (\d+) (\d+) helper (\d+) main (\d+)$",
                                                      r.stdout, re.M).groups()]
     block = rank_block(err, 0)
-    assert f"  native stack (eu-stack -p {worker_pids(err)[0]}):\n" in block, block
-    assert (worker_pids(err)[0] == main) == (not wrapped), block
+    if wrapped:
+        assert f"  native stack (eu-stack -p {main}, the Python program the rank runs and " \
+            "waits for):\n" in block, block
+    else:
+        assert f"  native stack (eu-stack -p {main}):\n" in block, block
     listed = dict((int(p), rest) for p, rest in
                   re.findall(r"^  its process (\d+) \((.*)$", block, re.M))
     for k in [*kids, helper]:
@@ -435,6 +438,28 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
     assert all(re.fullmatch(r"(\[rank0\]: .*\n)*", d.split("\n", 1)[1]
                             .split("=====")[0].split("python ended")[0])
                for d in dumps), err
+
+
+def test_a_python_launcher_rank_shows_the_stack_of_the_program_it_waits_for(tmp_path):
+    """The rank is a Python launcher that runs the program and waits for it
+    (subprocess.call, as conda run does): its native stack was that wait,
+    and its program, under another Python, got no SIGABRT. Now the program
+    the rank waits for stands for it, in both."""
+    (tmp_path / "job.py").write_text("import os, time\nprint('job', os.getpid(), flush=True)\n"
+                                     "time.sleep(600)\n")
+    (tmp_path / "launch.py").write_text(
+        "import subprocess, sys\nsys.exit(subprocess.call([sys.executable, 'job.py']))\n")
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "launch.py"],
+            env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    job = int(re.search(r"^job (\d+)$", r.stdout, re.M)[1])
+    block = rank_block(r.stderr, 0)
+    assert f"  native stack (eu-stack -p {job}, the Python program the rank runs and waits " \
+        "for):\n" in block, block
+    assert re.search(rf"^  Python stacks: SIGABRT to its process {job}, then to pid \d+ \(the "
+                     r"rank\)", block, re.M), block
+    assert re.search(r'^\[rank0\]: +File ".*job\.py", line 3 in <module>', r.stderr, re.M), \
+        r.stderr
 
 
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
