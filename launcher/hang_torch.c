@@ -16,8 +16,9 @@
  * NCCL's collectives run on the GPU: a rank waiting for one blocks in the
  * CUDA runtime, whose symbols libtorch does not export, so a rank with NCCL
  * or CUDA in its stack and no named wait is not placed, nor is one whose
- * stack did not come whole. A wrapper script's rank is read from its one
- * Python program's stack (hang_dump.c). */
+ * stack did not come whole. A rank that waits for its one Python program
+ * (a wrapper script's, a launcher's) is read from that program's stack
+ * (hang_dump.c, stack_process). */
 #include "hang.h"
 
 #include <stdio.h>
