@@ -168,13 +168,7 @@ def test_a_dataloader_worker_stuck_in_getitem_prints_its_stack(pt, tmp_path, sho
     assert "exited unexpectedly" not in err, err[-6000:]
     # Where they are in torch.distributed, from their native stacks: rank 1
     # in its own code (waiting for its DataLoader), rank 0 in the barrier.
-    v = verdict(err)
-    assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
-        "the others wait for it\n" in v, v
-    assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
-        "(a wait of c10d's in its stack)\n" in v, v
-    root = err.split("Root Cause (first observed failure):")[1]
-    assert "rank      : 1 (local_rank: 1)" in root, root
+    _, root = waited_for(err, verdict(err), 1, "0")
     assert "traceback : Hang: the rank was in its own code, in no torch.distributed " \
         "collective, while other ranks waited in torch.distributed; ddprun sent SIGABRT to the " \
         "rank's Python processes: " in root, root
@@ -227,6 +221,22 @@ def failures(err):
     head, root = err.split("Root Cause (first observed failure):", 1)
     others = head.rsplit("Failures:", 1)[1]
     return re.split(r"^\[\d+\]:\n", others, flags=re.M)[1:], root.split("\n=====", 1)[0]
+
+
+def waited_for(err, v, culprit, waiters):
+    """The verdict names rank culprit (of one node: its local rank too) in
+    its own code as the one the waiters (a rank list as the verdict writes
+    it) wait for in a collective, and the summary's root cause is culprit:
+    (the other failures' entries, the root cause's)."""
+    one = waiters.isdigit()
+    assert f"\n  rank {culprit} is in its own code, in no torch.distributed collective (see its " \
+        "stack): the others wait for it\n" in v, v
+    assert f"\n  {'rank' if one else 'ranks'} {waiters} {'waits' if one else 'wait'} in a " \
+        "torch.distributed collective or send/recv (a wait of c10d's in " \
+        f"{'its stack' if one else 'their stacks'})\n" in v, v
+    others, root = failures(err)
+    assert re.search(rf"^  rank      : {culprit} \(local_rank: {culprit}\)$", root, re.M), root
+    return others, root
 
 
 def entry(entries, rank):
@@ -294,13 +304,8 @@ def test_a_rank_running_two_programs_at_once_shows_its_own_stack(tmp_path):
 def own_code_named(err, v, sent_to):
     """OWN_CODE's verdict and summary: rank 1 is the one the others wait
     for; sent_to: what the summary says SIGABRT was sent to."""
-    assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
-        "the others wait for it\n" in v, v
-    assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
-        "(a wait of c10d's in its stack)\n" in v, v
+    others, root = waited_for(err, v, 1, "0")
     assert "every rank" not in v and "no rank" not in v, v
-    others, root = failures(err)
-    assert re.search(r"^  rank      : 1 \(local_rank: 1\)$", root, re.M), root
     assert "caused_by" not in root and "note      :" not in root, root
     assert re.search(r"^  traceback : Hang: the rank was in its own code, in no torch.distributed "
                      r"collective, while other ranks waited in torch.distributed; ddprun sent "
@@ -395,12 +400,7 @@ def test_a_hang_places_ranks_blocked_in_recv_as_waiting(pt, tmp_path):
     and rank 2, which sleeps, was not the only one named (found by the
     tests' own review)."""
     err, v = hung(pt, tmp_path, RECV, nproc=3)
-    assert "\n  rank 2 is in its own code, in no torch.distributed collective (see its stack): " \
-        "the others wait for it\n" in v, v
-    assert "\n  ranks 0-1 wait in a torch.distributed collective or send/recv " \
-        "(a wait of c10d's in their stacks)\n" in v, v
-    _, root = failures(err)
-    assert re.search(r"^  rank      : 2 \(local_rank: 2\)$", root, re.M), root
+    waited_for(err, v, 2, "0-1")
 
 
 DDP_STEP = textwrap.dedent("""
@@ -426,12 +426,7 @@ def test_a_hang_places_ddps_backward_as_waiting(pt, tmp_path):
     before its backward, and the verdict said the hang was in the
     program's own code (found by a hostile review)."""
     err, v = hung(pt, tmp_path, DDP_STEP)
-    assert "\n  rank 1 is in its own code, in no torch.distributed collective (see its stack): " \
-        "the others wait for it\n" in v, v
-    assert "\n  rank 0 waits in a torch.distributed collective or send/recv " \
-        "(a wait of c10d's in its stack)\n" in v, v
-    _, root = failures(err)
-    assert re.search(r"^  rank      : 1 \(local_rank: 1\)$", root, re.M), root
+    waited_for(err, v, 1, "0")
 
 
 SIDE_THREAD = textwrap.dedent("""
