@@ -33,8 +33,11 @@ static int put_field(cJSON *o, const struct rdzv_field *f, const void *src)
 		num = *(const int *)s;
 		break;
 	case RDZV_F_I64:
-		num = (double)*(const int64_t *)s;
-		break;
+		/* Its digits, not cJSON's double: cJSON prints 15 significant
+		 * digits when they read back within DBL_EPSILON, which above
+		 * about 4.5e15 is off by one (a time_us; found by the fuzzer). */
+		snprintf(pair, sizeof(pair), "%lld", (long long)*(const int64_t *)s);
+		return cJSON_AddRawToObject(o, f->key, pair) ? 0 : -ENOMEM;
 	case RDZV_F_BOOL:
 		return cJSON_AddBoolToObject(o, f->key, *(const bool *)s) ? 0 : -ENOMEM;
 	case RDZV_F_STR:

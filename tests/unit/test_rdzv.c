@@ -357,6 +357,14 @@ static void test_end_values(void **state)
 	assert_false(g.final);
 	assert_int_equal(g.time_us, 1700000000123456);
 	assert_string_equal(g.caused_by, ""); /* a primary failure */
+	/* Exact up to 2^53 (found by the fuzzer: cJSON's 15 digits lost one). */
+	for (int k = 0; k < 2; k++) {
+		f.time_us = k ? 9007199254740991 : 6000000328365259;
+		s = rdzv_end_encode(&f);
+		assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
+		free(s);
+		assert_int_equal(g.time_us, f.time_us);
+	}
 	strcpy(f.caused_by, "rank 2 (pid 9) exited");
 	s = rdzv_end_encode(&f);
 	assert_int_equal(rdzv_end_decode(s, strlen(s), &g), 0);
