@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -147,15 +148,30 @@ static uint64_t now_ms(const struct output_stream *s)
 	return uv_now(s->pipe.loop);
 }
 
+/* Whether o's pipe holds bytes the loop has not read yet. */
+static bool unread(const struct output_stream *o)
+{
+	uv_os_fd_t fd;
+	int n = 0;
+
+	return uv_fileno((const uv_handle_t *)&o->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &n) == 0 &&
+	       n > 0;
+}
+
 /* When a waiting stream may end the open line of o. A pause of their
- * console counts for neither: o could not go on, s did not wait for it. */
+ * console counts for neither: o could not go on, s did not wait for it.
+ * Nor is o silent while its pipe holds bytes: the loop, not o, was late
+ * (descheduled, or another stream's bytes came first in its poll); o's are
+ * read next. */
 static uint64_t break_at(const struct output_stream *s, const struct output_stream *o)
 {
-	uint64_t back = resumed_ms[sink_of(s)];
+	uint64_t back = resumed_ms[sink_of(s)], now = now_ms(s);
 	uint64_t last = (uint64_t)(o->last_ms < 0 ? 0 : o->last_ms);
 	uint64_t idle = (last > back ? last : back) + OUTPUT_HOLD_IDLE_MS;
 	uint64_t max = (s->wait_since > back ? s->wait_since : back) + OUTPUT_HOLD_MAX_MS;
 
+	if (idle <= now && idle < max && unread(o))
+		idle = now + OUTPUT_HOLD_IDLE_MS;
 	return idle < max ? idle : max;
 }
 

@@ -241,6 +241,31 @@ static void test_open_line_completed_before_the_others(void **state)
 		    strcmp(seen.p, "left \nother\nright\n") == 0);
 }
 
+/* A worker whose bytes wait unread in its pipe is not silent, however late
+ * the loop comes to them: a loop descheduled past the idle deadline, or
+ * whose poll gave it the waiting stream's bytes first, broke the open line
+ * of a worker that never stopped writing (once in a loaded CI run). a's last
+ * read is set back past the deadline rather than slept through, so that the
+ * loop's clock stays where it is and b's own wait (OUTPUT_HOLD_MAX_MS) has
+ * not run out. Before the paused-console test: a pause it ends moves the
+ * idle deadline. */
+static void test_unread_bytes_are_not_silence(void **state)
+{
+	struct output_stream a, b;
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "open");
+	assert_true(wait_console("[a]open"));
+	put(wa, " rest\n"); /* a goes on; the loop has not read it yet */
+	a.last_ms = (int64_t)uv_now(&loop) - OUTPUT_HOLD_IDLE_MS - 1;
+	put(wb, "b says\n");
+	output_stream_drain(&b); /* b waits: a's line is not ended */
+	output_stream_drain(&a);
+	assert_string_equal(finish_streams(&a, wa, &b, wb), "[a]open rest\n[b]b says\n");
+}
+
 /* A pause of the console (output_pause: its queue backed up) is neither
  * silence of the worker whose line is open there (it could not write) nor
  * time another worker waited for that line (the e2e test of a paused
@@ -346,6 +371,8 @@ int main(void)
 						live_setup, live_teardown),
 		cmocka_unit_test_setup_teardown(test_open_line_completed_before_the_others,
 						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_unread_bytes_are_not_silence, live_setup,
+						live_teardown),
 		cmocka_unit_test_setup_teardown(test_paused_console_breaks_no_line, live_setup,
 						live_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_and_lines_whatever_the_console,
