@@ -535,17 +535,57 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
     check_lines(out.decode(), 1, 20000, 1000)
 
 
-def test_a_paused_console_breaks_no_line_when_it_resumes(reaper):
-    # Two workers print 15 MB each that the test reads only 3 s later:
-    # ddprun pauses their pipes, and on resuming a worker waiting for the
-    # other's open line must not count the pause as the other's silence
-    # (it did: 1-2 lines broken in two runs of three).
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", prog("launch_spew"), "15000",
-                      "1000"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    time.sleep(3)  # not a timing assertion: the reader stays away a while
+# Rank 0 writes one line longer than ddprun queues for a console nobody
+# reads (CONSOLE_HIGH, 8 MiB, output_console.c, plus the two pipes' 64 KiB):
+# ddprun pauses the console with that line open, its end waiting in rank 0's
+# pipe (made 1 MiB, so that rank 0's write completes). Rank 1 writes its line
+# only then, on the test's word: it waits unread in its pipe too.
+PAUSED_LINE = 8 * 1024 * 1024 + 512 * 1024
+PAUSE_WORKER = r"""
+import fcntl, os, sys, time
+def put(fd, b):
+    while b:
+        b = b[os.write(fd, b):]
+if os.environ["RANK"] == "0":
+    fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)
+    put(1, b"0:0:" + b"a" * int(sys.argv[1]) + b"\n")
+    put(2, b"rank0 wrote\n")
+else:
+    for _ in range(1500):
+        if os.path.exists(os.environ["GO"]):
+            break
+        time.sleep(0.02)
+    put(1, b"1:0:" + b"b" * 1000 + b"\n")
+    put(2, b"rank1 wrote\n")
+"""
+
+
+def test_a_paused_console_breaks_no_line_when_it_resumes(reaper, tmp_path):
+    """When the reader comes back, rank 1's line waits for rank 0's open
+    line to end, the pause being neither rank 0's silence (it could not
+    write) nor rank 1's wait. The real pause and resume, end to end; the unit
+    test test_paused_console_breaks_no_line holds the loop's clock and is the
+    one that catches a deadline counting the pause. The old version of this
+    test had two workers print 15 MB each in pieces: a worker descheduled
+    200 ms between two pieces of a line may have its line ended (output.h),
+    so it failed now and then under load; here no worker is ever silent in
+    mid-line."""
+    go = tmp_path / "go"
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", PYTHON, "-c", PAUSE_WORKER,
+                      str(PAUSED_LINE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     env=dict(os.environ, GO=str(go)))
+    err = read_until(p, b"rank0 wrote", stream=p.stderr)
+    assert unread(p.stdout) > 0, "stdout was meant to be backed up"
+    go.touch()
+    err += read_until(p, b"rank1 wrote", stream=p.stderr)
+    # Not a timing assertion: the pause outlasts OUTPUT_HOLD_IDLE_MS and
+    # OUTPUT_HOLD_MAX_MS, so that counting it would end rank 0's line at once.
+    time.sleep(1.2)
     out = p.stdout.read()
-    assert p.wait(timeout=60) == 0
-    check_lines(out.decode(), 2, 15000, 1000)
+    err += p.stderr.read()
+    assert p.wait(timeout=60) == 0, err
+    assert out == b"0:0:" + b"a" * PAUSED_LINE + b"\n1:0:" + b"b" * 1000 + b"\n", \
+        [line[:40] for line in out.split(b"\n")]
 
 
 # --- Live output: bytes before their newline, prefix only at line starts ---
