@@ -176,6 +176,17 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth)
 	return false;
 }
 
+bool proc_wchan_waits_for_child(const char *wchan)
+{
+	static const char *const waits[] = {"do_wait", "sigsuspend", "do_sigtimedwait"};
+	size_t n = strcspn(wchan, ".");
+
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		if (strlen(waits[i]) == n && strncmp(wchan, waits[i], n) == 0)
+			return true;
+	return false;
+}
+
 const char *proc_state_name(char state)
 {
 	switch (state) {

@@ -440,24 +440,44 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
                for d in dumps), err
 
 
-def test_a_python_launcher_rank_shows_the_stack_of_the_program_it_waits_for(tmp_path):
-    """The rank is a Python launcher that runs the program and waits for it
-    (subprocess.call, as conda run does): its native stack was that wait,
-    and its program, under another Python, got no SIGABRT. Now the program
-    the rank waits for stands for it, in both."""
+# A rank that runs job.py as its child and waits for its end: in waitpid
+# (subprocess.call, as conda run does), in sigsuspend (coreutils' timeout),
+# or in sigtimedwait for SIGCHLD (tini, dumb-init).
+LAUNCHERS = {
+    "subprocess.call": ["launch.py"],
+    "timeout": ["--no-python", "timeout", "600", PYTHON, "job.py"],
+    "sigtimedwait": ["launch.py", "sigtimedwait"],
+}
+LAUNCH_PY = """import signal, subprocess, sys
+if sys.argv[1:] == ["sigtimedwait"]:
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+    job = subprocess.Popen([sys.executable, "job.py"])
+    signal.sigtimedwait([signal.SIGCHLD], 600)
+    sys.exit(job.wait())
+sys.exit(subprocess.call([sys.executable, "job.py"]))
+"""
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_a_launcher_rank_shows_the_stack_of_the_program_it_waits_for(tmp_path, launcher):
+    """The rank is a launcher that runs the program and waits for it: its
+    native stack was that wait, and its program, under another Python, got
+    no SIGABRT. Now the program the rank waits for stands for it, in both
+    (under timeout, the wait in sigsuspend was not taken for one)."""
     (tmp_path / "job.py").write_text("import os, time\nprint('job', os.getpid(), flush=True)\n"
                                      "time.sleep(600)\n")
-    (tmp_path / "launch.py").write_text(
-        "import subprocess, sys\nsys.exit(subprocess.call([sys.executable, 'job.py']))\n")
-    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "launch.py"],
-            env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path, timeout=120)
+    (tmp_path / "launch.py").write_text(LAUNCH_PY)
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2",
+             *LAUNCHERS[launcher]], env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path,
+            timeout=120)
     assert r.returncode == HANG_EXIT, r.stderr
     job = int(re.search(r"^job (\d+)$", r.stdout, re.M)[1])
     block = rank_block(r.stderr, 0)
     assert f"  native stack (eu-stack -p {job}, the Python program the rank runs and waits " \
         "for):\n" in block, block
-    assert re.search(rf"^  Python stacks: SIGABRT to its process {job}, then to pid \d+ \(the "
-                     r"rank\)", block, re.M), block
+    rank_too = r", then to pid \d+ \(the rank\)" if launcher != "timeout" else ""
+    assert re.search(rf"^  Python stacks: SIGABRT to its process {job}{rank_too}, in turn",
+                     block, re.M), block
     assert re.search(r'^\[rank0\]: +File ".*job\.py", line 3 in <module>', r.stderr, re.M), \
         r.stderr
 

@@ -124,6 +124,22 @@ static void test_pythonfaulthandler_non_empty_is_on(void **state)
 	assert_false(env_says("HOME=/"));
 }
 
+/* The waits of a process that only waits for its child to end, whatever
+ * suffix the compiler gave the kernel function. */
+static void test_waits_for_a_child(void **state)
+{
+	assert_true(proc_wchan_waits_for_child("do_wait"));
+	assert_true(proc_wchan_waits_for_child("do_wait.isra.0"));
+	assert_true(proc_wchan_waits_for_child("sigsuspend.isra.0"));
+	assert_true(proc_wchan_waits_for_child("do_sigtimedwait.isra.0"));
+	assert_false(proc_wchan_waits_for_child("do_waitx"));
+	assert_false(proc_wchan_waits_for_child("do_wai"));
+	assert_false(proc_wchan_waits_for_child("hrtimer_nanosleep"));
+	assert_false(proc_wchan_waits_for_child("futex_wait_queue"));
+	assert_false(proc_wchan_waits_for_child("-"));
+	assert_false(proc_wchan_waits_for_child(""));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -131,6 +147,7 @@ int main(void)
 		cmocka_unit_test(test_dev_mode_is_on),
 		cmocka_unit_test(test_options_end_where_pythons_do),
 		cmocka_unit_test(test_pythonfaulthandler_non_empty_is_on),
+		cmocka_unit_test(test_waits_for_a_child),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
