@@ -239,7 +239,8 @@ def test_a_program_that_accepts_on_the_store_port_without_answering_is_said(reap
 ], ids=["one-node", "static-node-1", "c10d"])
 def test_a_signal_ends_ddprun_during_a_slow_store_host_lookup(tmp_path, nodes):
     """A resolver that takes its time (here a DNS server of the test's own
-    that never answers, 30 s a try, twice): one node looked --master-addr
+    that never answers, 30 s a try, twice; the SIGTERM comes once the
+    lookup has asked it): one node looked --master-addr
     up in its event loop, so a SIGTERM went unheard until the try ended;
     and on every kind of job the exit waited for the try (libuv's thread
     pool cannot drop a call under way). Now the lookup's thread is left to
@@ -252,7 +253,8 @@ def test_a_signal_ends_ddprun_during_a_slow_store_host_lookup(tmp_path, nodes):
     (tmp_path / "dns.py").write_text(
         "import socket, time\n"
         "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(('127.0.0.1', 53))\n"
-        "open(__file__ + '.up', 'w').close(); time.sleep(120)\n")
+        "open(__file__ + '.up', 'w').close(); u.recvfrom(512)\n"
+        "open(__file__ + '.asked', 'w').close(); time.sleep(120)\n")
     args = " ".join(nodes) if nodes else "--master-addr master-0.test"
     if nodes and nodes[0] == "--nnodes" and "c10d" not in nodes:
         args += " --master-addr master-0.test"
@@ -262,7 +264,7 @@ ip link set lo up
 {sys.executable} {tmp_path}/dns.py & dns=$!
 i=0; until [ -e {tmp_path}/dns.py.up ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done
 {binary("ddprun")} {args} true 2> {tmp_path}/err & job=$!
-sleep 1
+i=0; until [ -e {tmp_path}/dns.py.asked ] || [ $i -ge 300 ]; do sleep 0.05; i=$((i+1)); done
 kill -TERM $job
 i=0; while kill -0 $job 2>/dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
 kill -0 $job 2>/dev/null && echo "still running" && kill -KILL $job

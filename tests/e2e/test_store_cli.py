@@ -194,10 +194,10 @@ def test_usage_errors_exit_2_with_one_line(srv, args, needle):
 
 
 def test_connection_failure_exit_status():
-    with socket.socket() as s:  # a port with nothing listening
+    with socket.socket() as s:  # bound, not listening: refused, and no other test's meanwhile
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = cli(f"127.0.0.1:{port}", "ping", "--connect-timeout", "0.3", text=True)
+        r = cli(f"127.0.0.1:{port}", "ping", "--connect-timeout", "0.3", text=True)
     assert r.returncode == CONN and "connection refused" in r.stderr
 
 
@@ -372,7 +372,7 @@ mount --bind {tmp_path}/nsswitch.conf /etc/nsswitch.conf
 ip link set lo up
 {DDPSTORE} --addr master-0.test:29577 --connect-timeout 30 ping > {tmp_path}/out 2>&1 &
 client=$!
-sleep 1
+i=0; until grep -q "does not resolve yet" {tmp_path}/out || [ $i -ge 300 ]; do sleep 0.05; i=$((i+1)); done
 echo "127.0.0.1 master-0.test" >> /etc/hosts
 timeout 60 {DDPSTORE} serve --host 127.0.0.1 --port 29577 --quiet &
 server=$!
