@@ -539,53 +539,62 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
 # reads (CONSOLE_HIGH, 8 MiB, output_console.c, plus the two pipes' 64 KiB):
 # ddprun pauses the console with that line open, its end waiting in rank 0's
 # pipe (made 1 MiB, so that rank 0's write completes). Rank 1 writes its line
-# only then, on the test's word: it waits unread in its pipe too.
+# only then, on the test's word: it waits unread in its pipe too. Both live
+# on until the test has read their lines: a worker's exit would drain its
+# pipe, not the resume.
 PAUSED_LINE = 8 * 1024 * 1024 + 512 * 1024
 PAUSE_WORKER = r"""
 import fcntl, os, sys, time
 def put(fd, b):
     while b:
         b = b[os.write(fd, b):]
+def wait(name):
+    for _ in range(1500):
+        if os.path.exists(os.environ[name]):
+            break
+        time.sleep(0.02)
 if os.environ["RANK"] == "0":
     fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)
     put(1, b"0:0:" + b"a" * int(sys.argv[1]) + b"\n")
     put(2, b"rank0 wrote\n")
 else:
-    for _ in range(1500):
-        if os.path.exists(os.environ["GO"]):
-            break
-        time.sleep(0.02)
+    wait("GO")
     put(1, b"1:0:" + b"b" * 1000 + b"\n")
     put(2, b"rank1 wrote\n")
+wait("END")
 """
 
 
 def test_a_paused_console_breaks_no_line_when_it_resumes(reaper, tmp_path):
     """When the reader comes back, rank 1's line waits for rank 0's open
     line to end, the pause being neither rank 0's silence (it could not
-    write) nor rank 1's wait. The real pause and resume, end to end; the unit
+    write) nor rank 1's wait. The real pause and resume, end to end. At the
+    resume rank 0's pipe still holds its line's end, which is enough not to
+    take rank 0 for silent (test_unread_bytes_are_not_silence); the unit
     test test_paused_console_breaks_no_line holds the loop's clock and is the
     one that catches a deadline counting the pause. The old version of this
     test had two workers print 15 MB each in pieces: a worker descheduled
     200 ms between two pieces of a line may have its line ended (output.h),
     so it failed now and then under load; here no worker is ever silent in
     mid-line."""
-    go = tmp_path / "go"
+    go, end = tmp_path / "go", tmp_path / "end"
     p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", PYTHON, "-c", PAUSE_WORKER,
                       str(PAUSED_LINE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     env=dict(os.environ, GO=str(go)))
+                     env=dict(os.environ, GO=str(go), END=str(end)))
     err = read_until(p, b"rank0 wrote", stream=p.stderr)
     assert unread(p.stdout) > 0, "stdout was meant to be backed up"
     go.touch()
     err += read_until(p, b"rank1 wrote", stream=p.stderr)
     # Not a timing assertion: the pause outlasts OUTPUT_HOLD_IDLE_MS and
-    # OUTPUT_HOLD_MAX_MS, so that counting it would end rank 0's line at once.
+    # OUTPUT_HOLD_MAX_MS.
     time.sleep(1.2)
-    out = p.stdout.read()
+    want = b"0:0:" + b"a" * PAUSED_LINE + b"\n1:0:" + b"b" * 1000 + b"\n"
+    out = p.stdout.read(len(want))  # the workers still run
+    end.touch()
+    out += p.stdout.read()
     err += p.stderr.read()
     assert p.wait(timeout=60) == 0, err
-    assert out == b"0:0:" + b"a" * PAUSED_LINE + b"\n1:0:" + b"b" * 1000 + b"\n", \
-        [line[:40] for line in out.split(b"\n")]
+    assert out == want, [line[:40] for line in out.split(b"\n")]
 
 
 # --- Live output: bytes before their newline, prefix only at line starts ---
