@@ -573,7 +573,7 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 
 /* Whose native stack tells where rank r is (dump_rank.stack_pid): the
  * rank's, or, while the process there waits for a child
- * (proc_wchan_waits_for_child: a shell running the program, a launcher's
+ * (proc_waits_for_child: a shell running the program, a launcher's
  * subprocess.call, conda run, timeout, tini) and
  * has one Python program among its children (not multiprocessing's), that
  * program's, down the chain: a waiting parent's own stack is a wait for its
@@ -593,7 +593,7 @@ static pid_t stack_process(const struct dump_rank *r, bool libddp)
 		pid_t next = 0;
 		int n = 0;
 
-		if (proc_info_read(at, &pi) != 0 || !proc_wchan_waits_for_child(pi.wchan))
+		if (proc_info_read(at, &pi) != 0 || !proc_waits_for_child(&pi))
 			break;
 		for (i = 0; i < r->nkids && n < 2; i++) {
 			struct proc_info ki;

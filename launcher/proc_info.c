@@ -176,15 +176,19 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth)
 	return false;
 }
 
-bool proc_wchan_waits_for_child(const char *wchan)
+/* Whether wchan, without its suffix, is name. */
+static bool wchan_is(const char *wchan, const char *name)
 {
-	static const char *const waits[] = {"do_wait", "sigsuspend", "do_sigtimedwait"};
 	size_t n = strcspn(wchan, ".");
 
-	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
-		if (strlen(waits[i]) == n && strncmp(wchan, waits[i], n) == 0)
-			return true;
-	return false;
+	return strlen(name) == n && strncmp(wchan, name, n) == 0;
+}
+
+bool proc_waits_for_child(const struct proc_info *pi)
+{
+	return wchan_is(pi->wchan, "do_wait") ||
+	       (pi->nthreads == 1 &&
+		(wchan_is(pi->wchan, "sigsuspend") || wchan_is(pi->wchan, "do_sigtimedwait")));
 }
 
 const char *proc_state_name(char state)

@@ -30,12 +30,13 @@ int proc_tree(pid_t pid, pid_t *out, int max);
 uint64_t proc_tree_ticks(pid_t pid, int max);
 /* Whether pid is a descendant of ancestor, at most depth generations down. */
 bool proc_descends(pid_t pid, pid_t ancestor, int depth);
-/* Whether a process that waits in wchan (proc_info.wchan) waits for a
- * child's end: in waitpid (do_wait: a shell, subprocess.call), or for a
+/* Whether the process pi describes waits for a child's end: in waitpid
+ * (wchan do_wait: a shell, subprocess.call), or, single-threaded, for a
  * signal, SIGCHLD among them (sigsuspend: coreutils' timeout;
- * do_sigtimedwait: tini, dumb-init). A compiler's suffix (".isra.0") is
- * not part of the name. */
-bool proc_wchan_waits_for_child(const char *wchan);
+ * do_sigtimedwait: tini, dumb-init); a program whose main thread waits
+ * for a signal while its other threads work is no wrapper. A compiler's
+ * suffix (".isra.0") is not part of the name. */
+bool proc_waits_for_child(const struct proc_info *pi);
 /* "sleeping" for 'S', ... */
 const char *proc_state_name(char state);
 /* True when pid's executable is a Python interpreter (python, python3, python3.11...). */

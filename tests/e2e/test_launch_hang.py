@@ -482,6 +482,39 @@ def test_a_launcher_rank_shows_the_stack_of_the_program_it_waits_for(tmp_path, l
         r.stderr
 
 
+SIGWAIT_TRAIN = """import os, signal, subprocess, sys, threading, time
+svc = subprocess.Popen([sys.executable, "svc.py"])
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+print("svc", svc.pid, "main", os.getpid(), flush=True)
+signal.sigwait([signal.SIGTERM])
+"""
+SAVING_SVC = """import signal, sys, time
+def save(*_):
+    open("saved", "w").close()
+    sys.exit(0)
+signal.signal(signal.SIGTERM, save)
+time.sleep(600)
+"""
+
+
+def test_a_program_whose_main_thread_waits_for_a_signal_is_no_launcher(tmp_path):
+    """The rank's main thread waits for SIGTERM (sigwait) while a thread
+    does the work, and it started one Python service that saves its work
+    on SIGTERM. That wait is not a launcher's: the rank's own stack is
+    shown, and the service gets the job's stop, not a SIGABRT."""
+    (tmp_path / "train.py").write_text(SIGWAIT_TRAIN)
+    (tmp_path / "svc.py").write_text(SAVING_SVC)
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "train.py"],
+            env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path, timeout=120)
+    assert r.returncode == HANG_EXIT, r.stderr
+    svc, main = map(int, re.search(r"^svc (\d+) main (\d+)$", r.stdout, re.M).groups())
+    block = rank_block(r.stderr, 0)
+    assert f"  native stack (eu-stack -p {main}):\n" in block, block
+    assert re.search(rf"^  Python stack: SIGABRT to pid {main}, ", block, re.M), block
+    wait_for(lambda: (tmp_path / "saved").exists(), timeout=10, what="the service's save")
+
+
 def test_a_rank_whose_background_thread_ticks_over_is_still_hung(tmp_path):
     """Every rank waits for ever while a thread wakes 20 times a second for
     a millisecond (an idle runtime's event loop: gloo's takes about 2% of a

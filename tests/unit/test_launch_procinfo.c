@@ -124,20 +124,32 @@ static void test_pythonfaulthandler_non_empty_is_on(void **state)
 	assert_false(env_says("HOME=/"));
 }
 
+static bool waits(const char *wchan, int nthreads)
+{
+	struct proc_info pi = {.state = 'S', .nthreads = nthreads};
+
+	snprintf(pi.wchan, sizeof(pi.wchan), "%s", wchan);
+	return proc_waits_for_child(&pi);
+}
+
 /* The waits of a process that only waits for its child to end, whatever
- * suffix the compiler gave the kernel function. */
+ * suffix the compiler gave the kernel function; a wait for a signal only
+ * where no other thread works meanwhile. */
 static void test_waits_for_a_child(void **state)
 {
-	assert_true(proc_wchan_waits_for_child("do_wait"));
-	assert_true(proc_wchan_waits_for_child("do_wait.isra.0"));
-	assert_true(proc_wchan_waits_for_child("sigsuspend.isra.0"));
-	assert_true(proc_wchan_waits_for_child("do_sigtimedwait.isra.0"));
-	assert_false(proc_wchan_waits_for_child("do_waitx"));
-	assert_false(proc_wchan_waits_for_child("do_wai"));
-	assert_false(proc_wchan_waits_for_child("hrtimer_nanosleep"));
-	assert_false(proc_wchan_waits_for_child("futex_wait_queue"));
-	assert_false(proc_wchan_waits_for_child("-"));
-	assert_false(proc_wchan_waits_for_child(""));
+	assert_true(waits("do_wait", 1));
+	assert_true(waits("do_wait.isra.0", 8));
+	assert_true(waits("sigsuspend.isra.0", 1));
+	assert_true(waits("do_sigtimedwait.isra.0", 1));
+	assert_false(waits("do_sigtimedwait.isra.0", 2)); /* a trainer's main thread */
+	assert_false(waits("sigsuspend", 3));
+	assert_false(waits("do_sigtimedwait", 0)); /* threads unknown */
+	assert_false(waits("do_waitx", 1));
+	assert_false(waits("do_wai", 1));
+	assert_false(waits("hrtimer_nanosleep", 1));
+	assert_false(waits("futex_wait_queue", 1));
+	assert_false(waits("-", 1));
+	assert_false(waits("", 1));
 }
 
 int main(void)
