@@ -19,6 +19,7 @@ static struct output_buf scratch;
 /* Every open stream, so that a backed-up console can pause those it shows. */
 static struct output_stream *streams;
 static bool paused[2];	       /* per console (output_console_sink) */
+static uint64_t paused_ms[2];  /* loop time its pause began */
 static uint64_t resumed_ms[2]; /* loop time its pause last ended */
 /* Per console (output_console_sink): the stream whose line is open there. */
 static struct output_stream *owner[2];
@@ -159,7 +160,9 @@ static bool unread(const struct output_stream *o)
 }
 
 /* When a waiting stream may end the open line of o. A pause of their
- * console counts for neither: o could not go on, s did not wait for it.
+ * console counts for neither: o could not go on, s did not wait for it
+ * (output_pause takes it off s's wait, so that the waits between pauses
+ * add up: pauses less than OUTPUT_HOLD_MAX_MS apart held s for ever).
  * Nor is o silent while its pipe holds bytes: the loop, not o, was late
  * (descheduled, or another stream's bytes came first in its poll); o's are
  * read next. */
@@ -168,7 +171,7 @@ static uint64_t break_at(const struct output_stream *s, const struct output_stre
 	uint64_t back = resumed_ms[sink_of(s)], now = now_ms(s);
 	uint64_t last = (uint64_t)(o->last_ms < 0 ? 0 : o->last_ms);
 	uint64_t idle = (last > back ? last : back) + OUTPUT_HOLD_IDLE_MS;
-	uint64_t max = (s->wait_since > back ? s->wait_since : back) + OUTPUT_HOLD_MAX_MS;
+	uint64_t max = s->wait_since + OUTPUT_HOLD_MAX_MS;
 
 	if (idle <= now && idle < max && unread(o))
 		idle = now + OUTPUT_HOLD_IDLE_MS;
@@ -472,13 +475,24 @@ bool output_paused(const struct output_stream *s)
 void output_pause(int k, bool on)
 {
 	struct output_stream *s;
+	bool was = paused[k];
 
 	paused[k] = on;
-	if (!on && streams != NULL)
+	if (streams == NULL || was == on)
+		return;
+	if (on)
+		paused_ms[k] = uv_now(streams->pipe.loop);
+	else
 		resumed_ms[k] = uv_now(streams->pipe.loop);
 	for (s = streams; s != NULL; s = s->next) {
 		if (s->console_fd < 0 || sink_of(s) != k)
-			continue; /* not shown there */
+			continue;	       /* not shown there */
+		if (!on && s->wait_seq != 0) { /* the pause was no part of its wait */
+			uint64_t from = s->wait_since > paused_ms[k] ? s->wait_since : paused_ms[k];
+
+			if (resumed_ms[k] > from)
+				s->wait_since += resumed_ms[k] - from;
+		}
 		if (on)
 			uv_read_stop((uv_stream_t *)&s->pipe);
 		else

@@ -301,6 +301,52 @@ static void test_paused_console_breaks_no_line(void **state)
 			    "[a]open rest\n[b]b says\n[b]b again\n");
 }
 
+static void sleep_ms(long ms)
+{
+	const struct timespec t = {ms / 1000, ms % 1000 * 1000000};
+
+	assert_int_equal(nanosleep(&t, NULL), 0);
+	uv_update_time(&loop);
+}
+
+/* Pauses do not count towards a wait, but the waits between them add up: a
+ * console that paused again within OUTPUT_HOLD_MAX_MS of its every resume
+ * (a slow reader of one worker's endless line) held the other workers'
+ * lines for ever. Each round here waits 300 ms unpaused while a writes on,
+ * so by the fourth b has waited its OUTPUT_HOLD_MAX_MS and ends a's line;
+ * the old deadline restarted at every resume. (That pauses do not count is
+ * test_paused_console_breaks_no_line's.) */
+static void test_waits_between_pauses_add_up(void **state)
+{
+	int k = output_console_sink(1), round;
+	struct output_stream a, b;
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "open");
+	assert_true(wait_console("[a]open"));
+	put(wb, "b waits\n");
+	output_stream_drain(&b);
+	for (round = 0; round < 6; round++) {
+		output_pause(k, true);
+		sleep_ms(50);
+		output_pause(k, false);
+		sleep_ms(300);
+		put(wa, "."); /* a is not silent */
+		output_stream_drain(&a);
+		put(wb, "b again\n");
+		output_stream_drain(&b);
+		read_console();
+		if (strstr(seen.p, "[b]b waits") != NULL)
+			break;
+	}
+	assert_true(round <= 3); /* 4 x 300 ms; sooner only if the test was slow */
+	put(wa, "\n");
+	finish_streams(&a, wa, &b, wb);
+	assert_true(strncmp(seen.p, "[a]open", 7) == 0 && strstr(seen.p, "\n[b]b waits\n") != NULL);
+}
+
 static struct output_buf got_lines;
 
 static void on_line(struct output_stream *s, const char *line, size_t n)
@@ -374,6 +420,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unread_bytes_are_not_silence, live_setup,
 						live_teardown),
 		cmocka_unit_test_setup_teardown(test_paused_console_breaks_no_line, live_setup,
+						live_teardown),
+		cmocka_unit_test_setup_teardown(test_waits_between_pauses_add_up, live_setup,
 						live_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_and_lines_whatever_the_console,
 						live_setup, live_teardown),
