@@ -469,7 +469,7 @@ void output_console_gone(int fd)
 
 bool output_paused(const struct output_stream *s)
 {
-	return s->console_fd >= 0 && paused[sink_of(s)];
+	return s->open && s->console_fd >= 0 && paused[sink_of(s)];
 }
 
 void output_pause(int k, bool on)

@@ -147,7 +147,8 @@ void output_pause(int k, bool on);
 /* Internal: which console fd 1 or 2 writes to: 0 for both when they are
  * the same file (the default before output_console_open), else fd - 1. */
 int output_console_sink(int fd);
-/* Internal: whether s's pipe is paused for a slow console. */
+/* Whether s is open and its pipe paused for a slow console (its worker
+ * may be waiting on its own write: the hang monitor's progress). */
 bool output_paused(const struct output_stream *s);
 
 #endif

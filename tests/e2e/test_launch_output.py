@@ -535,6 +535,22 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
     check_lines(out.decode(), 1, 20000, 1000)
 
 
+def test_a_backed_up_console_is_no_hang(reaper):
+    """A reader that stops (a pager not scrolled, Ctrl-S) pauses the workers
+    on their own writes: --hang-timeout took that for a hang of the job,
+    SIGABRTed its ranks and exited 124 (found by a user's review)."""
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+                      prog("launch_spew"), "10000", "1000"],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_for(lambda: unread(p.stdout) > 0, timeout=30, what="stdout backed up")
+    # Not a timing assertion: the reader stays away past the hang timeout.
+    time.sleep(3)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert b"hung" not in err, err
+    check_lines(out.decode(), 2, 10000, 1000)
+
+
 # Rank 0 writes one line longer than ddprun queues for a console nobody
 # reads (CONSOLE_HIGH, 8 MiB, output_console.c, plus the two pipes' 64 KiB):
 # ddprun pauses the console with that line open, its end waiting in rank 0's
