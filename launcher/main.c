@@ -94,11 +94,11 @@ int main(int argc, char **argv)
 	struct coord *coord = NULL;
 	struct agent_coord hooks;
 	uv_loop_t loop;
-	struct sigaction old_pipe;
+	struct sigaction old_act;
 	struct rlimit nofile;
 	uint64_t fdlimit;
 	char err[512];
-	int dfl[2 * CLI_MAX_SIGNALS + 2], ndfl = 0, status = 1, rc, i;
+	int dfl[2 * CLI_MAX_SIGNALS + 3], ndfl = 0, status = 1, rc, i;
 
 	ensure_std_fds();
 	unblock_signals();
@@ -134,12 +134,19 @@ int main(int argc, char **argv)
 		goto out;
 	status = 1;
 
-	/* A worker must not inherit what ddprun does to signals: libuv's handlers
-	 * (reset before exec, spawn_worker.c) and our SIGPIPE ignore. */
-	sigaction(SIGPIPE, NULL, &old_pipe);
-	if (old_pipe.sa_handler != SIG_IGN)
-		dfl[ndfl++] = SIGPIPE;
-	signal(SIGPIPE, SIG_IGN);
+	/* ddprun's writes to a reader gone (SIGPIPE) or past a file size limit
+	 * (SIGXFSZ, ulimit -f) fail with EPIPE or EFBIG instead, and are said
+	 * (output_console.c, output.c). A worker must not inherit what ddprun
+	 * does to signals: libuv's handlers (reset before exec,
+	 * spawn_worker.c) and these ignores, unless ignored already. */
+	for (i = 0; i < 2; i++) {
+		int sig = i == 0 ? SIGPIPE : SIGXFSZ;
+
+		sigaction(sig, NULL, &old_act);
+		if (old_act.sa_handler != SIG_IGN)
+			dfl[ndfl++] = sig;
+		signal(sig, SIG_IGN);
+	}
 	dfl[ndfl++] = SIGCHLD;
 	/* One ignored at startup stays so in the workers too (nohup). */
 	ndfl += job_caught_signals(&job, dfl + ndfl);

@@ -504,10 +504,25 @@ def test_a_console_or_log_file_that_cannot_be_written_is_said(tmp_path):
     assert r.stderr == ("ddprun: warning: cannot write to standard output: No space left on "
                         "device (the workers' output there is dropped from now on)\n"), r.stderr
 
+    # Under a file size limit (ulimit -f) ddprun itself died of SIGXFSZ,
+    # without a word, on either kind of file; its workers still get the
+    # signal's default (their SigIgn shows neither it nor SIGPIPE).
     def small_files():
         import resource
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+    out = tmp_path / "out"
+    with open(out, "w") as f:
+        r = subprocess.run([binary("ddprun"), "--nproc-per-node", "2", "sh", "-c",
+                            "grep SigIgn /proc/self/status >&2; head -c 20000 /dev/zero"],
+                           stdout=f, stderr=subprocess.PIPE, text=True, timeout=60,
+                           preexec_fn=small_files)
+    assert r.returncode == 0, r
+    assert os.path.getsize(out) == 8192
+    ign = [int(v, 16) for v in re.findall(r"^SigIgn:\s*([0-9a-f]+)$", r.stderr, re.M)]
+    assert len(ign) == 2 and not any(v & (1 << (signal.SIGXFSZ - 1) | 1 << (signal.SIGPIPE - 1))
+                                     for v in ign), r.stderr
+    assert r.stderr.count("ddprun: warning: cannot write to standard output: File too large "
+                          "(the workers' output there is dropped from now on)\n") == 1, r.stderr
     logs = tmp_path / "logs"
     r = subprocess.run([binary("ddprun"), "--log-dir", str(logs), "-t", "1", "sh", "-c",
                         "head -c 20000 /dev/zero | tr '\\0' x"], stdout=subprocess.DEVNULL,
