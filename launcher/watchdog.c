@@ -72,7 +72,9 @@ PROCSWEEP_RAW static int watchdog_main(void *arg)
 	long null, dir_len = -1, dir_at = 0; /* -1: no directory message under way */
 
 	syscall(SYS_setsid);
-	syscall(SYS_prctl, PR_SET_NAME, "ddprun-watchdog", 0, 0, 0);
+	/* Not "ddprun-...": `pkill -9 ddprun` (a pattern on the name) would
+	 * kill both, and the workers' children would outlive them. */
+	syscall(SYS_prctl, PR_SET_NAME, "ddp-watchdog", 0, 0, 0);
 	/* Keep no pipe of the caller's open: a test reading ddprun's output must
 	 * see end-of-file when ddprun exits, not when the watchdog does. */
 	null = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDWR);

@@ -222,13 +222,33 @@ def test_kill_9_of_ddprun_leaves_no_worker_or_grandchild(reaper, tmp_path):
 
 
 def watchdog_of(pid):
-    """The pid of ddprun's watchdog (its child named ddprun-watchdog)."""
+    """The pid of ddprun's watchdog (its child named ddp-watchdog)."""
     for line in subprocess.run(["ps", "-o", "pid=,comm=", "--ppid", str(pid)],
                                capture_output=True, text=True).stdout.splitlines():
         child, comm = line.split(None, 1)
-        if comm.strip() == "ddprun-watchdog":
+        if comm.strip() == "ddp-watchdog":
             return int(child)
     return None
+
+
+def test_pkill_ddprun_leaves_the_watchdog(reaper, tmp_path):
+    """`pkill -9 ddprun` matches a pattern on process names: it killed the
+    watchdog, then named ddprun-watchdog, with ddprun, and the workers'
+    children lived on. It matches ddprun alone now (here by pgrep, which
+    pkill's matching is, limited to this job's two processes), and the
+    watchdog ends the grandchild."""
+    script = f'sleep 1000 & echo $! > {tmp_path}/gc.tmp; mv {tmp_path}/gc.tmp {tmp_path}/gc; wait'
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c", script],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (tmp_path / "gc").exists(), timeout=20, what="worker started")
+    grandchild = int((tmp_path / "gc").read_text())
+    wd = watchdog_of(p.pid)
+    assert wd is not None
+    matched = subprocess.run(["pgrep", "ddprun"], capture_output=True, text=True).stdout.split()
+    assert str(p.pid) in matched and str(wd) not in matched, matched
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    wait_for(lambda: not pid_alive(grandchild), timeout=10, what="the grandchild to die")
 
 
 def test_the_watchdog_outlives_signals_meant_for_the_job(reaper, tmp_path):
