@@ -89,9 +89,9 @@ static bool ends_with(const char *s, const char *suffix)
 }
 
 /* A file that reads as a Python script torchrun would have run: a "#!" line
- * naming a python, or (none) text under a name with no extension, such as
- * "trainer" (job.sh, prog.c are not). */
-static bool reads_as_python(const char *path)
+ * naming a python, or (none; *guess set, if given) text under a name with
+ * no extension, such as "trainer" (job.sh, prog.c are not). */
+static bool reads_as_python(const char *path, bool *guess)
 {
 	char head[PROG_SHEBANG_MAX + 1], *h = head;
 	const char *base = strrchr(path, '/');
@@ -108,8 +108,11 @@ static bool reads_as_python(const char *path)
 	head[n] = '\0';
 	if (strncmp(h, "\xef\xbb\xbf", 3) == 0) /* a UTF-8 byte order mark */
 		h += 3;
-	if (h[0] != '#' || h[1] != '!')
+	if (h[0] != '#' || h[1] != '!') {
+		if (guess != NULL)
+			*guess = true;
 		return strchr(base, '.') == NULL;
+	}
 	h[strcspn(h, "\n")] = '\0';
 	return strstr(h, "python") != NULL;
 }
@@ -127,7 +130,7 @@ static bool python_file(const char *path)
 		return false;
 	n = read(fd, head, sizeof(head));
 	close(fd);
-	return (n == 4 && memcmp(head, "PK\x03\x04", 4) == 0) || reads_as_python(path);
+	return (n == 4 && memcmp(head, "PK\x03\x04", 4) == 0) || reads_as_python(path, NULL);
 }
 
 /* What Python runs and an exec cannot: a script (.py, .pyw), a zip
@@ -365,7 +368,7 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	/* torchrun: --run-path runs the path (runpy.run_path), whatever -m and
 	 * --no-python say */
 	bool module = o->module && !o->run_path;
-	bool python;
+	bool python, guess = false;
 	const char *exe;
 	int i, k = 0, rc;
 
@@ -389,13 +392,16 @@ int prog_resolve(const struct cli_opts *o, const char *(*getenv_fn)(const char *
 	p->python = python;
 	p->exe_name = exe;
 	rc = prog_lookup(exe, getenv_fn("PATH"), &p->path);
-	if (rc == -EACCES && !python && reads_as_python(exe)) {
+	if (rc == -EACCES && !python && reads_as_python(exe, &guess)) {
 		const char *py = getenv_fn("PYTHON_EXEC");
 
+		/* Without a #! line it may as well be a shell's script. */
 		snprintf(err, errlen,
-			 "%.300s: permission denied (not an executable file; a Python script: run "
-			 "it as %.200s %.300s, or name it .py)",
-			 exe, py != NULL && py[0] != '\0' ? py : "python3", exe);
+			 "%.300s: permission denied (not an executable file; %s run it as "
+			 "%.200s %.300s, or name it .py)",
+			 exe,
+			 guess ? "chmod +x it, or, if it is a Python script," : "a Python script:",
+			 py != NULL && py[0] != '\0' ? py : "python3", exe);
 		return rc;
 	}
 	if (rc != 0)

@@ -480,11 +480,18 @@ def test_what_python_runs_is_run_with_python_as_torchrun_does(tmp_path):
     r = ddprun("pyline", cwd=tmp_path, env={"PATH": f"{tmp_path}:/usr/bin:/bin",
                                             "PYTHON_EXEC": "/nonexistent/python"})
     assert r.returncode == 0 and r.stdout == "main 0 []\n", r
+    # Without a #! line (a shell's script reads the same), chmod +x comes first.
     r = ddprun("--no-python", "./trainer", cwd=tmp_path)
     assert r.returncode == 126
     assert one_error_line(r) == ("ddprun: error: ./trainer: permission denied (not an "
+                                 "executable file; chmod +x it, or, if it is a Python script, "
+                                 "run it as python3 ./trainer, or name it .py)"), r
+    os.chmod(tmp_path / "pyline", 0o644)
+    r = ddprun("--no-python", "./pyline", cwd=tmp_path)
+    assert r.returncode == 126
+    assert one_error_line(r) == ("ddprun: error: ./pyline: permission denied (not an "
                                  "executable file; a Python script: run it as python3 "
-                                 "./trainer, or name it .py)"), r
+                                 "./pyline, or name it .py)"), r
     # Not for a script of another interpreter (with a byte order mark too),
     # nor for a file named as something else, nor for PYTHON_EXEC itself.
     for name, text in (("run.sh", "#!/bin/sh\necho hi\n"), ("bom", "\ufeff#!/bin/sh\necho\n"),
