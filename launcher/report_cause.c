@@ -41,6 +41,27 @@ static size_t clean_line(char *out, const char *p, size_t n)
 				;
 			continue;
 		}
+		if (c == 0x1b && i + 1 < n && p[i + 1] == ']') {
+			/* OSC (a window title, a link): up to BEL or ESC \. */
+			for (i += 2; i < n && p[i] != '\a' &&
+				     !(p[i] == 0x1b && i + 1 < n && p[i + 1] == '\\');
+			     i++)
+				;
+			if (i < n && p[i] == 0x1b)
+				i++;
+			continue;
+		}
+		if (c == 0x1b) {
+			/* Any other: ESC, intermediate bytes 0x20..0x2f, a final
+			 * byte (ESC ( B, ESC =). */
+			while (i + 1 < n && (unsigned char)p[i + 1] >= 0x20 &&
+			       (unsigned char)p[i + 1] <= 0x2f)
+				i++;
+			if (i + 1 < n && (unsigned char)p[i + 1] >= 0x30 &&
+			    (unsigned char)p[i + 1] <= 0x7e)
+				i++;
+			continue;
+		}
 		if (c < 0x20 && c != '\t')
 			continue;
 		if (c == 0x7f)
@@ -150,6 +171,11 @@ char *report_guess_cause(int exitcode, const char *tail)
 		const char *what = "exit 126: a program the worker runs could not be executed "
 				   "(not executable, or not a program for this machine)";
 
+		if ((line = line_with(tail, "Argument list too long", &len)) != NULL)
+			return quoted("exit 126: a program the worker runs could not be executed "
+				      "(its arguments and environment together are over the "
+				      "system's limit, ARG_MAX)",
+				      line, len);
 		if ((line = line_with(tail, "Permission denied", &len)) != NULL ||
 		    (line = line_with(tail, "Exec format error", &len)) != NULL ||
 		    (line = line_with(tail, "cannot execute", &len)) != NULL)

@@ -809,6 +809,7 @@ static void test_parent_error_file_of_a_failure_made_primary_has_no_cause(void *
 static void test_tail_lines_as_a_terminal_shows_them(void **state)
 {
 	const char raw[] = "cut line\nline 1\r\n\x1b[31mred\x1b[0m\n\r 10%\r 90%\n\n";
+	const char esc[] = "\x1b]0;TITLE\aa\x1b]8;;http://x\x1b\\b\x1b(Bc\x1b=d\x1b";
 	char *t;
 
 	t = report_tail_lines(raw, sizeof(raw) - 1, true, 20);
@@ -825,6 +826,11 @@ static void test_tail_lines_as_a_terminal_shows_them(void **state)
 	/* One long cut line is all there is: kept. */
 	t = report_tail_lines("xyz", 3, true, 20);
 	assert_string_equal(t, "xyz");
+	free(t);
+	/* A window title (OSC, ended by BEL or ESC \\), a charset switch,
+	 * a keypad mode: nothing of them stays ("]0;TITLE" did). */
+	t = report_tail_lines(esc, sizeof(esc) - 1, false, 20);
+	assert_string_equal(t, "abcd");
 	free(t);
 }
 
@@ -849,6 +855,12 @@ static void test_guess_cause(void **state)
 	c = report_guess_cause(126, "sh: 1: /x: Permission denied\n");
 	assert_non_null(strstr(c, "could not be executed"));
 	assert_non_null(strstr(c, "\"sh: 1: /x: Permission denied\""));
+	free(c);
+	/* Not a hint of a file that cannot run: of a command line too long. */
+	c = report_guess_cause(126, "sh: 1: /bin/echo: Argument list too long\n");
+	assert_string_equal(c, "exit 126: a program the worker runs could not be executed (its "
+			       "arguments and environment together are over the system's limit, "
+			       "ARG_MAX): \"sh: 1: /bin/echo: Argument list too long\"");
 	free(c);
 	assert_null(report_guess_cause(3, "fatal: cannot open /data/shard-1"));
 	assert_null(report_guess_cause(1, NULL));
@@ -890,7 +902,7 @@ static void test_add_output_for_a_python_worker(void **state)
 	assert_string_equal(e.interpreter, "/nonexistent/python3 (python3 found on PATH; "
 					   "PYTHON_EXEC chooses another)");
 	text = report_format("train.py", "h", &e, 1);
-	assert_non_null(strstr(text, "  interpreter: /nonexistent/python3 (python3"));
+	assert_non_null(strstr(text, "  python    : /nonexistent/python3 (python3"));
 	assert_non_null(strstr(text, "  stderr    : <empty>\n"));
 	free(text);
 	report_entry_free(&e);
