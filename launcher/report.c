@@ -280,7 +280,7 @@ static void format_output(struct text *t, const struct report_entry *e)
 	if (e->cause != NULL)
 		text_printf(t, "  cause     : %s\n", e->cause);
 	if (e->interpreter != NULL)
-		text_printf(t, "  interpreter: %s\n", e->interpreter);
+		text_printf(t, "  python    : %s\n", e->interpreter);
 	if (e->tail == NULL) {
 		if (e->log_file != NULL)
 			text_printf(t, "  stderr    : %s\n", e->log_file);

@@ -283,7 +283,7 @@ def test_a_python_workers_failure_names_the_interpreter(tmp_path):
     r = ddprun("--nproc-per-node", "1", str(script), env=env)
     assert r.returncode == 5
     root = root_cause(r.stderr)
-    assert "  interpreter: /usr/bin/python3" in root and "(PYTHON_EXEC=/usr/bin/python3)" in root
+    assert "  python    : /usr/bin/python3" in root and "(PYTHON_EXEC=/usr/bin/python3)" in root
     assert "    no torch here\n" in root
     assert URL in root  # a Python worker: torchrun's advice about @record stays
 
@@ -295,9 +295,9 @@ def test_a_python_workers_failure_names_the_interpreter(tmp_path):
     env.pop("PYTHON_EXEC", None)
     r = ddprun("--nproc-per-node", "1", str(script), env=env)
     assert r.returncode == 5
-    line = [x for x in root_cause(r.stderr).splitlines() if x.startswith("  interpreter")]
+    line = [x for x in root_cause(r.stderr).splitlines() if x.startswith("  python    :")]
     real = os.path.realpath("/usr/bin/python3")
-    assert line == [f"  interpreter: {bindir}/python3 -> {real} "
+    assert line == [f"  python    : {bindir}/python3 -> {real} "
                     "(python3 found on PATH; PYTHON_EXEC chooses another)"]
 
 
