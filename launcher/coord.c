@@ -172,7 +172,7 @@ void coord_round_start(struct coord *c)
 {
 	struct workenv_world w = {0};
 	int i, first = 0, world = 0;
-	char key[64];
+	char key[64], ranks[32];
 
 	for (i = 0; i < c->nnodes; i++) {
 		/* torchrun's role ranks: its --role's workers only, in group
@@ -221,12 +221,15 @@ void coord_round_start(struct coord *c)
 	coord_live_start(c);
 	coord_hang_round(c);
 	coord_fwd_round(c);
-	agent_say(
-		strchr(w.master_addr, ':')
-			? "round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store [%s]:%d"
-			: "round %d: node %d of %d (host %.200s), ranks %d-%d of %d, store %s:%d",
-		c->round, c->rank, c->nnodes, c->host, first, first + c->job->nproc - 1, world,
-		w.master_addr, w.master_port);
+	if (c->job->nproc == 1)
+		snprintf(ranks, sizeof(ranks), "rank %d", first);
+	else
+		snprintf(ranks, sizeof(ranks), "ranks %d-%d", first, first + c->job->nproc - 1);
+	agent_say(strchr(w.master_addr, ':')
+			  ? "round %d: node %d of %d (host %.200s), %s of %d, store [%s]:%d"
+			  : "round %d: node %d of %d (host %.200s), %s of %d, store %s:%d",
+		  c->round, c->rank, c->nnodes, c->host, ranks, world, w.master_addr,
+		  w.master_port);
 	agent_rendezvous_done(c->agent, 0, &w);
 }
 

@@ -276,7 +276,7 @@ char *hang_verdict(const struct hang_where *w, size_t n, const char *indent, int
 		if (nother > 0 || nunknown == 0)
 			text_printf(&t,
 				    "%sno rank reports its collectives (none uses libddp): see "
-				    "each rank's stack above\n",
+				    "each rank's dump above\n",
 				    indent);
 		goto out;
 	}

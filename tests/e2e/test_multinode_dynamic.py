@@ -189,7 +189,9 @@ def test_a_node_killed_while_its_workers_stop_for_a_rejoin_is_not_waited_for(rea
     b.signal(signal.SIGKILL)
     for x in (a, late):
         assert x.wait(timeout=20) == 0, x.stderr()
-        assert re.search(r"round 1: node \d of 2 \(host", x.stderr()), x.stderr()
+        # One worker a node: "rank 1 of 2", not "ranks 1-1 of 2".
+        assert re.search(r"round 1: node \d of 2 \(host [^)]*\), rank \d of 2, store ",
+                         x.stderr()), x.stderr()
 
 
 def test_two_nodes_lost_at_once_do_not_hold_up_the_restart(reaper, tmp_path):
