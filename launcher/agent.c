@@ -95,6 +95,7 @@ static void finish(struct agent *a, int status)
 	close_handle(a, (uv_handle_t *)&a->sigchld);
 	close_handle(a, (uv_handle_t *)&a->kill_timer);
 	close_handle(a, (uv_handle_t *)&a->stuck_timer);
+	close_handle(a, (uv_handle_t *)&a->helper_timer);
 	close_handle(a, (uv_handle_t *)&a->store_timer);
 	store_lookup_cancel(&a->lookup); /* never waited for: store_lookup.h */
 	agent_sig_end(a->stops, true);
@@ -111,6 +112,38 @@ static void kill_all(struct agent *a, int sig)
 
 	for (i = 0; i < a->job->nproc; i++)
 		agent_worker_signal(&a->w[i], sig);
+}
+
+static void on_helper_timer(uv_timer_t *t)
+{
+	struct agent *a = t->data;
+
+	a->helper_timer_on = false;
+	a->helpers_waited = true;
+	check_progress(a);
+}
+
+/* After success: whether what the workers left in their groups is only
+ * multiprocessing's helpers, which end on their own (their program is
+ * gone: their pipes from it read end-of-file), within a bound. */
+static bool wait_for_helpers(struct agent *a)
+{
+	int i, live = 0;
+
+	if (a->helpers_waited)
+		return false;
+	for (i = 0; i < a->job->nproc; i++) {
+		if (!a->w[i].group_live)
+			continue;
+		if (!agent_group_helpers_only(&a->w[i]))
+			return false;
+		live++;
+	}
+	if (live > 0 && !a->helper_timer_on) {
+		uv_timer_start(&a->helper_timer, on_helper_timer, AGENT_MP_HELPER_WAIT_MS, 0);
+		a->helper_timer_on = true;
+	}
+	return live > 0;
 }
 
 static void on_stuck_timer(uv_timer_t *t)
@@ -447,6 +480,7 @@ static void start_attempt(struct agent *a)
 	agent_failure_clear(a);
 	a->killed = false;
 	a->stop_had = false;
+	a->helpers_waited = false;
 	a->stepd_sig = 0;
 	a->late_failures = false;
 	/* With a coordinator, an attempt that could not start does not decide
@@ -617,6 +651,16 @@ static void check_progress(struct agent *a)
 		 * grace (until the groups are empty or the kill timer fires). */
 		if (update_groups(a) > 0 && a->state == AS_STOPPING && !a->killed)
 			return;
+		/* Success: Python's multiprocessing helpers are not killed while
+		 * they end on their own, the resource tracker removing the
+		 * shared memory its program leaked (their exits are SIGCHLDs
+		 * here: ddprun is their subreaper). */
+		if (a->state == AS_RUNNING && !hang_declared(a) && wait_for_helpers(a))
+			return;
+		if (a->helper_timer_on) {
+			uv_timer_stop(&a->helper_timer);
+			a->helper_timer_on = false;
+		}
 		if (a->kill_timer_on) {
 			uv_timer_stop(&a->kill_timer);
 			a->kill_timer_on = false;
@@ -825,6 +869,9 @@ int agent_start(struct agent *a)
 	if (rc == 0)
 		rc = init_handle(a, (uv_handle_t *)&a->stuck_timer,
 				 uv_timer_init(a->loop, &a->stuck_timer));
+	if (rc == 0)
+		rc = init_handle(a, (uv_handle_t *)&a->helper_timer,
+				 uv_timer_init(a->loop, &a->helper_timer));
 	if (rc == 0)
 		rc = init_handle(a, (uv_handle_t *)&a->store_timer,
 				 uv_timer_init(a->loop, &a->store_timer));

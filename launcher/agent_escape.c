@@ -14,19 +14,26 @@
 #include "procsweep.h"
 
 #define SWEEP_BUF (64 * 1024)
+/* include/linux/sched.h: the process is in exit() (its command line is
+ * gone already; no more a program's than a zombie is). */
+#define PF_EXITING 0x00000004
 
 /* How many processes are in process group pgid; *first: one of them (0:
- * none). A bounded scan of /proc, for a message. */
-static int group_members(pid_t pgid, pid_t *first)
+ * none); *helpers (if given): how many are multiprocessing's helpers. A
+ * bounded scan of /proc. */
+static int group_members(pid_t pgid, pid_t *first, int *helpers)
 {
 	DIR *d = opendir("/proc");
 	struct dirent *de;
 	int n = 0;
 
 	*first = 0;
+	if (helpers != NULL)
+		*helpers = 0;
 	while (d != NULL && (de = readdir(d)) != NULL) {
 		char path[64], buf[512], *end;
 		long pid = strtol(de->d_name, &end, 10), pgrp;
+		unsigned long flags;
 		ssize_t len;
 		char state;
 		int fd;
@@ -39,13 +46,17 @@ static int group_members(pid_t pgid, pid_t *first)
 		len = read(fd, buf, sizeof(buf) - 1);
 		close(fd);
 		buf[len > 0 ? len : 0] = '\0';
-		/* "pid (comm) state ppid pgrp ...": comm may hold anything */
+		/* "pid (comm) state ppid pgrp session tty tpgid flags ...":
+		 * comm may hold anything */
 		end = strrchr(buf, ')');
-		if (end == NULL || sscanf(end + 1, " %c %*d %ld", &state, &pgrp) != 2 ||
-		    pgrp != pgid || state == 'Z') /* an exit not reaped yet */
-			continue;
+		if (end == NULL ||
+		    sscanf(end + 1, " %c %*d %ld %*d %*d %*d %lu", &state, &pgrp, &flags) != 3 ||
+		    pgrp != pgid || state == 'Z' || (flags & PF_EXITING) != 0)
+			continue; /* an exit under way, or not reaped yet */
 		if (n++ == 0)
 			*first = (pid_t)pid;
+		if (helpers != NULL && proc_is_mp_helper((pid_t)pid))
+			++*helpers;
 	}
 	if (d != NULL)
 		closedir(d);
@@ -56,7 +67,7 @@ void agent_say_group_left(struct agent *a, const struct agent_worker *w)
 {
 	struct proc_info pi;
 	pid_t first;
-	int n = group_members(w->pid, &first);
+	int n = group_members(w->pid, &first, NULL);
 
 	if (n == 0)
 		return;
@@ -66,6 +77,14 @@ void agent_say_group_left(struct agent *a, const struct agent_worker *w)
 		  "when the workers ended (pid %d, %s%s)",
 		  n, n == 1 ? "" : "es", a->world.rank_offset + w->local_rank, w->local_rank,
 		  (int)first, pi.comm, n > 1 ? ", ..." : "");
+}
+
+bool agent_group_helpers_only(const struct agent_worker *w)
+{
+	pid_t first;
+	int helpers, n = group_members(w->pid, &first, &helpers);
+
+	return helpers == n;
 }
 
 void agent_kill_escaped(struct agent *a)

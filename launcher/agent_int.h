@@ -89,6 +89,9 @@ struct agent {
 	bool late_failures;	/* the stop is for a failure (here or elsewhere) */
 	uv_timer_t stuck_timer; /* bounds the wait after SIGKILL */
 	bool stuck_timer_on;
+	uv_timer_t helper_timer; /* bounds the wait for multiprocessing's helpers */
+	bool helper_timer_on;
+	bool helpers_waited;	     /* ... which is over in this attempt */
 	int open_handles;	     /* loop handles not yet closed */
 	struct store_server *store;  /* the store this agent hosts, or NULL */
 	struct store_lookup *lookup; /* its host's lookup under way (store_lookup.h) */
@@ -124,6 +127,14 @@ void agent_kill_escaped(struct agent *a);
 /* Say what w left in its process group once every worker exited (killed
  * next, as every group is then), naming one of them; nothing when none. */
 void agent_say_group_left(struct agent *a, const struct agent_worker *w);
+/* How long, after the workers succeeded, ddprun waits for Python
+ * multiprocessing's helpers they left (its resource tracker, fork server)
+ * to end on their own, the tracker once it has removed what the program
+ * leaked (shared memory, semaphores). */
+#define AGENT_MP_HELPER_WAIT_MS 5000
+/* Whether every process left in w's process group is one of those helpers
+ * (proc_is_mp_helper), or already in its exit. */
+bool agent_group_helpers_only(const struct agent_worker *w);
 /* The workers still running AGENT_STUCK_WAIT_MS after SIGKILL: name each
  * (pid, state, wchan) and stop waiting for it. */
 void agent_abandon_stuck(struct agent *a);

@@ -165,6 +165,53 @@ def test_a_child_left_in_the_workers_group_dies_without_being_called_escaped(tmp
         kill_left(pids)
 
 
+LEAKS_SHM = """import os
+from multiprocessing import shared_memory
+shm = shared_memory.SharedMemory(create=True, size=1 << 20)
+print("shm", shm.name, flush=True)
+shm.close()  # not unlinked: the resource tracker removes it at the end
+"""
+
+
+def test_pythons_multiprocessing_helpers_end_on_their_own_after_success(tmp_path):
+    """A Python worker that leaks a shared memory segment leaves its
+    resource tracker behind for a moment: ddprun SIGKILLed it at once, said
+    it was killing what rank 0 left, and the segment stayed in /dev/shm
+    (found by a user's review). Now the tracker ends on its own, removing
+    the segment (Python warns of the leak, as under torchrun)."""
+    (tmp_path / "leak.py").write_text(LEAKS_SHM)
+    r = run([binary("ddprun"), "--nproc-per-node", "1", str(tmp_path / "leak.py")],
+            env=dict(os.environ, PYTHON_EXEC=sys.executable), timeout=60)
+    name = re.search(r"^shm (\S+)$", r.stdout, re.M)[1]
+    try:
+        assert r.returncode == 0, r.stderr
+        assert "left in its process group" not in r.stderr, r.stderr
+        assert "leaked shared_memory" in r.stderr, r.stderr
+        assert not os.path.exists(f"/dev/shm/{name.lstrip('/')}")
+    finally:
+        if os.path.exists(f"/dev/shm/{name.lstrip('/')}"):
+            os.unlink(f"/dev/shm/{name.lstrip('/')}")
+
+
+def test_a_helper_that_does_not_end_is_killed_after_a_while(tmp_path):
+    """A process that looks like the resource tracker but never ends is
+    killed once the wait for it is over (AGENT_MP_HELPER_WAIT_MS), said as
+    for any process left."""
+    pidfile = tmp_path / "helper"
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c",
+             f"{sys.executable} -c 'from multiprocessing.resource_tracker import main; "
+             f"import time; time.sleep(1000)' & echo $! > {pidfile}"], timeout=60)
+    pid = int(pidfile.read_text())
+    try:
+        assert r.returncode == 0, r.stderr
+        assert re.fullmatch(r"ddprun: killing 1 process that rank 0 \(local rank 0\) left in "
+                            rf"its process group when the workers ended \(pid {pid}, \S+\)\n",
+                            r.stderr), r.stderr
+        wait_for(lambda: not pid_alive(pid), timeout=20, what="the helper to die")
+    finally:
+        kill_left([pid])
+
+
 def test_kill_9_of_ddprun_leaves_no_temporary_directory(reaper, tmp_path, private_tmpdir):
     p, pids = start_escaping(reaper, tmp_path, "setsid", nproc=1)
     try:
