@@ -572,45 +572,59 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
 }
 
 /* Whose native stack tells where rank r is (dump_rank.stack_pid): the
- * rank's, or, while the process there waits for a child
+ * rank's, or, while the process there waits for its child
  * (proc_waits_for_child: a shell running the program, a launcher's
- * subprocess.call, conda run, timeout, tini) and
- * has one Python program among its children (not multiprocessing's), that
- * program's, down the chain: a waiting parent's own stack is a wait for its
+ * subprocess.call, timeout, tini; proc_reads_output_of: conda run, a
+ * launcher that captures the output) and has one Python program among its
+ * children (not multiprocessing's), that program's, down the chain, through
+ * a wrapper that is not Python where it is the one child (a shell's
+ * `timeout python ...`): a waiting parent's own stack is a wait for its
  * child, nothing of torch.distributed. Not a libddp rank's (it reports its
  * place), not where two programs run side by side (no one place), nor
  * where the stack tool may not attach to a worker's child: under Yama's
  * ptrace_scope 1 only the rank names ddprun its tracer (spawn_worker.c). */
 static pid_t stack_process(const struct dump_rank *r, bool libddp)
 {
-	pid_t at = r->pid;
+	pid_t at = r->pid, found = r->pid;
 	int depth, i;
 
 	if (libddp || !r->d->trace_any)
 		return r->pid;
 	for (depth = 0; depth < DUMP_TREE_MAX; depth++) {
 		struct proc_info pi;
-		pid_t next = 0;
-		int n = 0;
+		pid_t py = 0, other = 0, next;
+		int npy = 0, nother = 0;
 
-		if (proc_info_read(at, &pi) != 0 || !proc_waits_for_child(&pi))
+		if (proc_info_read(at, &pi) != 0)
 			break;
-		for (i = 0; i < r->nkids && n < 2; i++) {
+		for (i = 0; i < r->nkids && npy < 2; i++) {
 			struct proc_info ki;
 			pid_t k = r->kids[i];
 
-			if (proc_info_read(k, &ki) == 0 && ki.ppid == at && proc_is_python(k) &&
-			    !proc_is_mp_helper(k) && !proc_forked_from_parent(k) &&
-			    !proc_is_mp_spawned(k)) {
-				next = k;
-				n++;
+			if (proc_info_read(k, &ki) != 0 || ki.ppid != at)
+				continue;
+			if (!proc_is_python(k)) {
+				other = k;
+				nother++;
+			} else if (!proc_is_mp_helper(k) && !proc_forked_from_parent(k) &&
+				   !proc_is_mp_spawned(k)) {
+				py = k;
+				npy++;
 			}
 		}
-		if (n != 1)
+		if (npy == 1)
+			next = py;
+		else if (npy == 0 && nother == 1)
+			next = other;
+		else
+			break;
+		if (!proc_waits_for_child(&pi) && !proc_reads_output_of(at, &pi, next))
 			break;
 		at = next;
+		if (next == py)
+			found = py;
 	}
-	return at;
+	return found;
 }
 
 /* The rank's processes whose Python stacks a hang asks for (SIGABRT: the

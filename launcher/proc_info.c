@@ -191,6 +191,59 @@ bool proc_waits_for_child(const struct proc_info *pi)
 		(wchan_is(pi->wchan, "sigsuspend") || wchan_is(pi->wchan, "do_sigtimedwait")));
 }
 
+/* The pipe fd of pid is ("pipe:[inode]") into link; false if none. */
+static bool fd_pipe(pid_t pid, const char *fd, char *link, size_t len)
+{
+	char path[64];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+	n = readlink(path, link, len - 1);
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return strncmp(link, "pipe:[", 6) == 0;
+}
+
+/* Whether pid holds pipe link on a descriptor of its own but 1 and 2 (a
+ * pipe it shares with its child as their stdout is no capture). Bounded:
+ * the first PROC_FD_SCAN_MAX descriptors. */
+#define PROC_FD_SCAN_MAX 1024
+static bool holds_pipe(pid_t pid, const char *link)
+{
+	char path[64], mine[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *d;
+	int n = 0;
+
+	for (int fd = 1; fd <= 2; fd++) {
+		snprintf(mine, sizeof(mine), "%d", fd);
+		if (fd_pipe(pid, mine, path, sizeof(path)) && strcmp(path, link) == 0)
+			return false;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return false;
+	while (!found && n++ < PROC_FD_SCAN_MAX && (de = readdir(d)) != NULL)
+		found = de->d_name[0] != '.' && fd_pipe(pid, de->d_name, mine, sizeof(mine)) &&
+			strcmp(mine, link) == 0;
+	closedir(d);
+	return found;
+}
+
+bool proc_reads_output_of(pid_t parent, const struct proc_info *pi, pid_t child)
+{
+	char link[64];
+
+	if (pi->nthreads != 1 ||
+	    !(wchan_is(pi->wchan, "poll_schedule_timeout") || wchan_is(pi->wchan, "do_select") ||
+	      wchan_is(pi->wchan, "ep_poll") || wchan_is(pi->wchan, "do_epoll_wait")))
+		return false;
+	return (fd_pipe(child, "1", link, sizeof(link)) && holds_pipe(parent, link)) ||
+	       (fd_pipe(child, "2", link, sizeof(link)) && holds_pipe(parent, link));
+}
+
 const char *proc_state_name(char state)
 {
 	switch (state) {

@@ -37,6 +37,12 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth);
  * for a signal while its other threads work is no wrapper. A compiler's
  * suffix (".isra.0") is not part of the name. */
 bool proc_waits_for_child(const struct proc_info *pi);
+/* Whether parent (pi: what proc_info_read said of it), single-threaded,
+ * waits in poll, select or epoll for its child's output: the child's
+ * stdout or stderr is a pipe the parent holds, not as its own stdout or
+ * stderr (subprocess.run(capture_output=True), conda run without
+ * --no-capture-output). */
+bool proc_reads_output_of(pid_t parent, const struct proc_info *pi, pid_t child);
 /* "sleeping" for 'S', ... */
 const char *proc_state_name(char state);
 /* True when pid's executable is a Python interpreter (python, python3, python3.11...). */

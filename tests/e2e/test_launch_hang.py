@@ -441,12 +441,16 @@ def test_a_hung_ranks_python_processes_print_their_stacks_one_at_a_time(tmp_path
 
 
 # A rank that runs job.py as its child and waits for its end: in waitpid
-# (subprocess.call, as conda run does), in sigsuspend (coreutils' timeout),
-# or in sigtimedwait for SIGCHLD (tini, dumb-init).
+# (subprocess.call, as conda run --no-capture-output does), in sigsuspend
+# (coreutils' timeout), in sigtimedwait for SIGCHLD (tini, dumb-init), in
+# poll on the pipes of its output (subprocess.run(capture_output=True), as
+# conda run does, through a shell), or through a shell that runs timeout.
 LAUNCHERS = {
     "subprocess.call": ["launch.py"],
     "timeout": ["--no-python", "timeout", "600", PYTHON, "job.py"],
     "sigtimedwait": ["launch.py", "sigtimedwait"],
+    "capture": ["launch.py", "capture"],
+    "shell-timeout": ["--no-python", "sh", "-c", f"timeout 600 {PYTHON} job.py; echo done"],
 }
 LAUNCH_PY = """import signal, subprocess, sys
 if sys.argv[1:] == ["sigtimedwait"]:
@@ -454,7 +458,15 @@ if sys.argv[1:] == ["sigtimedwait"]:
     job = subprocess.Popen([sys.executable, "job.py"])
     signal.sigtimedwait([signal.SIGCHLD], 600)
     sys.exit(job.wait())
+if sys.argv[1:] == ["capture"]:
+    r = subprocess.run(["sh", "-c", sys.executable + " job.py"], capture_output=True)
+    sys.stdout.buffer.write(r.stdout)
+    sys.exit(r.returncode)
 sys.exit(subprocess.call([sys.executable, "job.py"]))
+"""
+JOB_PY = """import os, time
+open("job.pid", "w").write(str(os.getpid()))
+time.sleep(600)
 """
 
 
@@ -463,32 +475,46 @@ def test_a_launcher_rank_shows_the_stack_of_the_program_it_waits_for(tmp_path, l
     """The rank is a launcher that runs the program and waits for it: its
     native stack was that wait, and its program, under another Python, got
     no SIGABRT. Now the program the rank waits for stands for it, in both
-    (under timeout, the wait in sigsuspend was not taken for one)."""
-    (tmp_path / "job.py").write_text("import os, time\nprint('job', os.getpid(), flush=True)\n"
-                                     "time.sleep(600)\n")
+    (under timeout, the wait in sigsuspend was not taken for one; nor a
+    launcher's poll of its program's output; nor a chain through a wrapper
+    that is not Python)."""
+    (tmp_path / "job.py").write_text(JOB_PY)
     (tmp_path / "launch.py").write_text(LAUNCH_PY)
     r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2",
              *LAUNCHERS[launcher]], env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path,
             timeout=120)
     assert r.returncode == HANG_EXIT, r.stderr
-    job = int(re.search(r"^job (\d+)$", r.stdout, re.M)[1])
+    job = int((tmp_path / "job.pid").read_text())
     block = rank_block(r.stderr, 0)
     assert f"  native stack (eu-stack -p {job}, the Python program the rank runs and waits " \
         "for):\n" in block, block
-    rank_too = r", then to pid \d+ \(the rank\)" if launcher != "timeout" else ""
+    python_rank = LAUNCHERS[launcher][0] == "launch.py"
+    rank_too = r", then to pid \d+ \(the rank\)" if python_rank else ""
     assert re.search(rf"^  Python stacks: SIGABRT to its process {job}{rank_too}, in turn",
                      block, re.M), block
-    assert re.search(r'^\[rank0\]: +File ".*job\.py", line 3 in <module>', r.stderr, re.M), \
-        r.stderr
+    if launcher != "capture":  # (its stderr is the launcher's to show)
+        assert re.search(r'^\[rank0\]: +File ".*job\.py", line 3 in <module>', r.stderr,
+                         re.M), r.stderr
 
 
-SIGWAIT_TRAIN = """import os, signal, subprocess, sys, threading, time
+# Programs that wait, with one Python service they started: for a signal
+# while a thread works; or single-threaded, in select on a pipe of its own
+# (the service writes to the same stdout, no output of its is read).
+NOT_LAUNCHERS = {
+    "sigwait": """import os, signal, subprocess, sys, threading, time
 svc = subprocess.Popen([sys.executable, "svc.py"])
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
 threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
 print("svc", svc.pid, "main", os.getpid(), flush=True)
 signal.sigwait([signal.SIGTERM])
-"""
+""",
+    "select": """import os, select, subprocess, sys
+svc = subprocess.Popen([sys.executable, "svc.py"])
+r, w = os.pipe()
+print("svc", svc.pid, "main", os.getpid(), flush=True)
+select.select([r], [], [])
+""",
+}
 SAVING_SVC = """import signal, sys, time
 def save(*_):
     open("saved", "w").close()
@@ -498,12 +524,14 @@ time.sleep(600)
 """
 
 
-def test_a_program_whose_main_thread_waits_for_a_signal_is_no_launcher(tmp_path):
+@pytest.mark.parametrize("wait", list(NOT_LAUNCHERS))
+def test_a_program_that_waits_for_a_signal_or_its_io_is_no_launcher(tmp_path, wait):
     """The rank's main thread waits for SIGTERM (sigwait) while a thread
-    does the work, and it started one Python service that saves its work
-    on SIGTERM. That wait is not a launcher's: the rank's own stack is
-    shown, and the service gets the job's stop, not a SIGABRT."""
-    (tmp_path / "train.py").write_text(SIGWAIT_TRAIN)
+    does the work, or it waits in select, and it started one Python service
+    that saves its work on SIGTERM. Neither wait is a launcher's: the rank's
+    own stack is shown, and the service gets the job's stop, not a
+    SIGABRT."""
+    (tmp_path / "train.py").write_text(NOT_LAUNCHERS[wait])
     (tmp_path / "svc.py").write_text(SAVING_SVC)
     r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "train.py"],
             env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path, timeout=120)
