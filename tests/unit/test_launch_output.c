@@ -127,9 +127,18 @@ static void on_closed(struct output_stream *s)
 	closed++;
 }
 
+/* The streams a live test started: a failed assertion leaves the test
+ * function with them open, and live_teardown ends them (so they must
+ * outlive it: static). */
+static struct output_stream *started[4];
+static int nstarted;
+
 static int start(struct output_stream *s, const char *prefix, int *wfd)
 {
 	int p[2];
+
+	if (nstarted < 4)
+		started[nstarted++] = s;
 
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	memset(s, 0, sizeof(*s));
@@ -155,11 +164,16 @@ static int live_setup(void **state)
 	console_r = p[0];
 	seen.len = 0;
 	closed = 0;
+	nstarted = 0;
 	return 0;
 }
 
 static int live_teardown(void **state)
 {
+	output_pause(output_console_sink(1), false); /* a failed test may leave it */
+	for (int i = 0; i < nstarted; i++)
+		if (started[i]->open)
+			output_stream_finish(started[i]);
 	uv_run(&loop, UV_RUN_DEFAULT);
 	assert_int_equal(uv_loop_close(&loop), 0);
 	dup2(saved_stdout, 1);
@@ -191,7 +205,7 @@ static const char *finish_streams(struct output_stream *a, int wa, struct output
 
 static void test_partial_line_shown_before_its_newline(void **state)
 {
-	struct output_stream a;
+	static struct output_stream a; /* live_teardown may end it */
 	int wa;
 
 	assert_int_equal(start(&a, "[a]", &wa), 0);
@@ -207,7 +221,7 @@ static void test_partial_line_shown_before_its_newline(void **state)
 
 static void test_other_line_never_inside_an_open_line(void **state)
 {
-	struct output_stream a, b;
+	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
 	assert_int_equal(start(&a, "[a]", &wa), 0);
@@ -224,7 +238,7 @@ static void test_other_line_never_inside_an_open_line(void **state)
 
 static void test_open_line_completed_before_the_others(void **state)
 {
-	struct output_stream a, b;
+	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
 	assert_int_equal(start(&a, "", &wa), 0);
@@ -251,7 +265,7 @@ static void test_open_line_completed_before_the_others(void **state)
  * idle deadline. */
 static void test_unread_bytes_are_not_silence(void **state)
 {
-	struct output_stream a, b;
+	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
 	assert_int_equal(start(&a, "[a]", &wa), 0);
@@ -280,7 +294,7 @@ static void test_paused_console_breaks_no_line(void **state)
 	const long pause_ms = OUTPUT_HOLD_MAX_MS + 100;
 	const struct timespec pause = {pause_ms / 1000, pause_ms % 1000 * 1000000};
 	int k = output_console_sink(1);
-	struct output_stream a, b;
+	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
 	assert_int_equal(start(&a, "[a]", &wa), 0);
@@ -319,7 +333,7 @@ static void sleep_ms(long ms)
 static void test_waits_between_pauses_add_up(void **state)
 {
 	int k = output_console_sink(1), round;
-	struct output_stream a, b;
+	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
 	assert_int_equal(start(&a, "[a]", &wa), 0);
@@ -347,6 +361,69 @@ static void test_waits_between_pauses_add_up(void **state)
 	assert_true(strncmp(seen.p, "[a]open", 7) == 0 && strstr(seen.p, "\n[b]b waits\n") != NULL);
 }
 
+/* a writes on; then b adds a line and the console is read: whether b has
+ * ended a's line. */
+static bool b_broke_in(int wa, struct output_stream *a, int wb, struct output_stream *b)
+{
+	put(wa, ".");
+	output_stream_drain(a);
+	put(wb, "b again\n");
+	output_stream_drain(b);
+	read_console();
+	return strstr(seen.p, "[b]b waits") != NULL;
+}
+
+/* A pause is taken off the wait of a stream that waited before it began:
+ * 300 ms of wait, 1100 ms paused, and b has not waited its
+ * OUTPUT_HOLD_MAX_MS at the resume; 800 ms later it has. */
+static void test_a_pause_is_off_a_wait_begun_before_it(void **state)
+{
+	int k = output_console_sink(1);
+	static struct output_stream a, b; /* live_teardown may end them */
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "open");
+	assert_true(wait_console("[a]open"));
+	put(wb, "b waits\n");
+	output_stream_drain(&b);
+	sleep_ms(300);
+	output_pause(k, true);
+	sleep_ms(1100);
+	output_pause(k, false);
+	assert_false(b_broke_in(wa, &a, wb, &b));
+	sleep_ms(800);
+	assert_true(b_broke_in(wa, &a, wb, &b));
+	put(wa, "\n");
+	finish_streams(&a, wa, &b, wb);
+}
+
+/* A stream that begins to wait during a pause waits from its end on, not
+ * from a time after it: 1050 ms after the resume it has waited its
+ * OUTPUT_HOLD_MAX_MS. */
+static void test_a_wait_begun_in_a_pause_counts_from_its_end(void **state)
+{
+	int k = output_console_sink(1);
+	static struct output_stream a, b; /* live_teardown may end them */
+	int wa, wb;
+
+	assert_int_equal(start(&a, "[a]", &wa), 0);
+	assert_int_equal(start(&b, "[b]", &wb), 0);
+	put(wa, "open");
+	assert_true(wait_console("[a]open"));
+	output_pause(k, true);
+	sleep_ms(200);
+	put(wb, "b waits\n");
+	output_stream_drain(&b);
+	sleep_ms(900);
+	output_pause(k, false);
+	sleep_ms(1050);
+	assert_true(b_broke_in(wa, &a, wb, &b));
+	put(wa, "\n");
+	finish_streams(&a, wa, &b, wb);
+}
+
 static struct output_buf got_lines;
 
 static void on_line(struct output_stream *s, const char *line, size_t n)
@@ -360,7 +437,7 @@ static void on_line(struct output_stream *s, const char *line, size_t n)
 
 static void test_tail_and_lines_whatever_the_console(void **state)
 {
-	struct output_stream a;
+	static struct output_stream a; /* live_teardown may end it */
 	char buf[OUTPUT_TAIL_MAX], big[6000];
 	bool cut;
 	size_t n;
@@ -423,6 +500,10 @@ int main(void)
 						live_teardown),
 		cmocka_unit_test_setup_teardown(test_waits_between_pauses_add_up, live_setup,
 						live_teardown),
+		cmocka_unit_test_setup_teardown(test_a_pause_is_off_a_wait_begun_before_it,
+						live_setup, live_teardown),
+		cmocka_unit_test_setup_teardown(test_a_wait_begun_in_a_pause_counts_from_its_end,
+						live_setup, live_teardown),
 		cmocka_unit_test_setup_teardown(test_tail_and_lines_whatever_the_console,
 						live_setup, live_teardown),
 	};
