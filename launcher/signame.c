@@ -76,6 +76,7 @@ int signame_forwardable(int sig)
 	case SIGTRAP:
 	case SIGSYS:
 	case SIGPIPE:
+	case SIGXFSZ: /* ddprun ignores both: its writes fail instead (main.c) */
 		return 0;
 	default:
 		return sig > 0 && sig < SIGRTMIN;

@@ -18,7 +18,8 @@ int signame_to_num_loose(const char *name);
 const char *signame_of(int sig, char *buf, size_t len);
 
 /* 1 if a launcher may catch and forward sig (not SIGKILL/SIGSTOP, not the
- * synchronous fault signals, not SIGCHLD which the agent needs). */
+ * synchronous fault signals, not SIGCHLD which the agent needs, nor
+ * SIGPIPE and SIGXFSZ which ddprun ignores). */
 int signame_forwardable(int sig);
 
 #endif
