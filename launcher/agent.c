@@ -421,6 +421,17 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 		on_slurms_repeat(a, name, by_stepd);
 		return;
 	}
+	/* Every worker succeeded; only their multiprocessing helpers were
+	 * being given time to end: the job is over, and stays a success (a
+	 * wrapper that requeues on 143 must not requeue it). */
+	if (a->helper_timer_on) {
+		agent_say("received %s: the workers have all succeeded; not waiting for the Python "
+			  "multiprocessing helpers they left",
+			  name);
+		a->helpers_waited = true;
+		check_progress(a);
+		return;
+	}
 	if (from != AGENT_SIG_ANYONE)
 		a->stepd_sig = sig;
 	if (!a->signalled)

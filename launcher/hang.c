@@ -412,7 +412,9 @@ static void on_tick(uv_timer_t *t)
 		finish_hang(h);
 		return;
 	}
-	if (a->state != AS_RUNNING || h->fired || h->timeout_ms <= 0)
+	/* No worker runs while the agent waits for what they left (their
+	 * multiprocessing helpers, after success): nothing can hang. */
+	if (a->state != AS_RUNNING || h->fired || h->timeout_ms <= 0 || a->nrunning == 0)
 		return;
 	progress = sample(h);
 	if (progress)

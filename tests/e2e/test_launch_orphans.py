@@ -193,20 +193,58 @@ def test_pythons_multiprocessing_helpers_end_on_their_own_after_success(tmp_path
             os.unlink(f"/dev/shm/{name.lstrip('/')}")
 
 
+def fake_helper(tmp_path):
+    """A worker (a script: a helper is told apart from a child of one by its
+    parent's command line, here ddprun's) that leaves a process that looks
+    like the resource tracker and never ends, once it runs as one (exec'd):
+    its pid in tmp_path/helper, the worker's in tmp_path/worker."""
+    script = tmp_path / "worker.sh"
+    script.write_text(
+        f"{sys.executable} -c 'from multiprocessing.resource_tracker import main; "
+        "import time; time.sleep(1000)' & h=$!; i=0\n"
+        "until grep -q resource_tracker /proc/$h/cmdline 2>/dev/null || [ $i -ge 1000 ]; "
+        "do sleep 0.01; i=$((i+1)); done\n"
+        f"echo $$ > {tmp_path}/worker; echo $h > {tmp_path}/helper.tmp\n"
+        f"mv {tmp_path}/helper.tmp {tmp_path}/helper\n")
+    return str(script)
+
+
 def test_a_helper_that_does_not_end_is_killed_after_a_while(tmp_path):
     """A process that looks like the resource tracker but never ends is
     killed once the wait for it is over (AGENT_MP_HELPER_WAIT_MS), said as
-    for any process left."""
+    for any process left. No rank runs meanwhile: nothing hangs (the hang
+    monitor took the wait for a hang of the job, exit 124)."""
     pidfile = tmp_path / "helper"
-    r = run([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c",
-             f"{sys.executable} -c 'from multiprocessing.resource_tracker import main; "
-             f"import time; time.sleep(1000)' & echo $! > {pidfile}"], timeout=60)
+    r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "1", "sh",
+             fake_helper(tmp_path)], timeout=60)
     pid = int(pidfile.read_text())
     try:
         assert r.returncode == 0, r.stderr
         assert re.fullmatch(r"ddprun: killing 1 process that rank 0 \(local rank 0\) left in "
                             rf"its process group when the workers ended \(pid {pid}, \S+\)\n",
                             r.stderr), r.stderr
+        wait_for(lambda: not pid_alive(pid), timeout=20, what="the helper to die")
+    finally:
+        kill_left([pid])
+
+
+def test_a_signal_while_the_helpers_end_leaves_a_success(reaper, tmp_path):
+    """SIGTERM (a time limit) once every worker has succeeded, while ddprun
+    gives the helpers they left their time: the job stays a success, exit
+    0, not 143 (a wrapper would requeue a finished job), and the helper is
+    killed at once."""
+    pidfile = tmp_path / "helper"
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", fake_helper(tmp_path)],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(pidfile.exists, timeout=20, what="the worker to start its helper")
+    worker, pid = int((tmp_path / "worker").read_text()), int(pidfile.read_text())
+    try:
+        wait_for(lambda: not pid_alive(worker), timeout=20, what="the worker to end")
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=30)[1]
+        assert p.returncode == 0, err
+        assert "ddprun: received SIGTERM: the workers have all succeeded; not waiting for the " \
+            "Python multiprocessing helpers they left\n" in err, err
         wait_for(lambda: not pid_alive(pid), timeout=20, what="the helper to die")
     finally:
         kill_left([pid])
