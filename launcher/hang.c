@@ -226,12 +226,13 @@ static bool sample(struct hang *h)
 		/* Inside a collective or ddp_init, CPU time is waiting, not work. */
 		spinning = wh.libddp && (wh.in || wh.init);
 		/* A console whose reader is behind (a pager, Ctrl-S, a slow link)
-		 * holds its workers' output: they wait on their own writes for
-		 * the reader, which no hang of theirs explains. */
+		 * holds its workers' output: one that waits on its own write for
+		 * that reader is not hung (one that waits elsewhere may be). */
 		if (!o->valid || n.entered != o->entered || n.completed != o->completed ||
 		    n.out_ms != o->out_ms || n.mtime_ns != o->mtime_ns ||
-		    (!spinning && cpu_worked(o, &n)) || output_paused(&w->stream[0]) ||
-		    output_paused(&w->stream[1]))
+		    (!spinning && cpu_worked(o, &n)) ||
+		    ((output_paused(&w->stream[0]) || output_paused(&w->stream[1])) &&
+		     proc_tree_writes_pipe(w->pid, 64)))
 			progress = true;
 		*o = n;
 	}

@@ -164,6 +164,32 @@ uint64_t proc_tree_ticks(pid_t pid, int max)
 	return total;
 }
 
+/* Whether wchan, without its suffix, is name. */
+static bool wchan_is(const char *wchan, const char *name)
+{
+	size_t n = strcspn(wchan, ".");
+
+	return strlen(name) == n && strncmp(wchan, name, n) == 0;
+}
+
+bool proc_tree_writes_pipe(pid_t pid, int max)
+{
+	pid_t list[256];
+	int i, n;
+
+	if (max > (int)(sizeof(list) / sizeof(list[0])))
+		max = (int)(sizeof(list) / sizeof(list[0]));
+	n = proc_tree(pid, list, max);
+	for (i = 0; i < n; i++) {
+		struct proc_info pi;
+
+		if (proc_info_read(list[i], &pi) == 0 &&
+		    (wchan_is(pi.wchan, "pipe_write") || wchan_is(pi.wchan, "anon_pipe_write")))
+			return true;
+	}
+	return false;
+}
+
 bool proc_descends(pid_t pid, pid_t ancestor, int depth)
 {
 	struct proc_info pi;
@@ -174,14 +200,6 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth)
 		pid = pi.ppid;
 	}
 	return false;
-}
-
-/* Whether wchan, without its suffix, is name. */
-static bool wchan_is(const char *wchan, const char *name)
-{
-	size_t n = strcspn(wchan, ".");
-
-	return strlen(name) == n && strncmp(wchan, name, n) == 0;
 }
 
 bool proc_waits_for_child(const struct proc_info *pi)

@@ -566,6 +566,30 @@ def test_a_backed_up_console_is_no_hang(reaper):
     check_lines(out.decode(), 2, 10000, 1000)
 
 
+STALLS_PAST_THE_QUEUE = r"""
+import fcntl, os, time
+if os.environ["RANK"] == "0":
+    fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20)  # its write completes
+    os.write(1, b"x" * (8 * 1024 * 1024 + 160 * 1024) + b"\n")
+time.sleep(1000)
+"""
+
+
+def test_a_hung_job_behind_a_backed_up_console_is_still_hung(reaper):
+    """Rank 0 printed past the console's queue (ddprun paused the console)
+    and then, like rank 1, hung in a sleep, no write of it waiting: that the
+    console was paused made every rank count as working, and the hang was
+    never found (found by a review). Only a rank that waits on its write is
+    not hung."""
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
+                      PYTHON, "-c", STALLS_PAST_THE_QUEUE],
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err = read_until(p, b"the job hung", stream=p.stderr)
+    out, rest = p.communicate(timeout=60)
+    assert p.returncode == 124, err + rest
+    assert len(out) == 8 * 1024 * 1024 + 160 * 1024 + 1
+
+
 # Rank 0 writes one line longer than ddprun queues for a console nobody
 # reads (CONSOLE_HIGH, 8 MiB, output_console.c, plus the two pipes' 64 KiB):
 # ddprun pauses the console with that line open, its end waiting in rank 0's
