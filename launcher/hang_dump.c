@@ -576,9 +576,10 @@ static bool program_process(const struct dump_rank *r, pid_t p, int depth)
  * (proc_waits_for_child: a shell running the program, a launcher's
  * subprocess.call, timeout, tini; proc_reads_output_of: conda run, a
  * launcher that captures the output) and has one Python program among its
- * children (not multiprocessing's), that program's, down the chain, through
- * a wrapper that is not Python where it is the one child (a shell's
- * `timeout python ...`): a waiting parent's own stack is a wait for its
+ * children (not multiprocessing's; where it waits for one by its pid, only
+ * that one counts), that program's, down the chain, through a wrapper that
+ * is not Python where it is the one child (a shell's `timeout python ...`):
+ * a waiting parent's own stack is a wait for its
  * child, nothing of torch.distributed. Not a libddp rank's (it reports its
  * place), not where two programs run side by side (no one place), nor
  * where the stack tool may not attach to a worker's child: under Yama's
@@ -592,17 +593,22 @@ static pid_t stack_process(const struct dump_rank *r, bool libddp)
 		return r->pid;
 	for (depth = 0; depth < DUMP_TREE_MAX; depth++) {
 		struct proc_info pi;
-		pid_t py = 0, other = 0, next;
-		int npy = 0, nother = 0;
+		pid_t py = 0, other = 0, next, waited;
+		int npy = 0, nother = 0, nkids = 0;
 
 		if (proc_info_read(at, &pi) != 0)
 			break;
+		/* One waited for by its pid is the one (a service beside it, or a
+		 * multiprocessing child it joins, is not the program). */
+		waited = proc_waited_child(at);
 		for (i = 0; i < r->nkids && npy < 2; i++) {
 			struct proc_info ki;
 			pid_t k = r->kids[i];
 
-			if (proc_info_read(k, &ki) != 0 || ki.ppid != at)
+			if (proc_info_read(k, &ki) != 0 || ki.ppid != at ||
+			    (waited > 0 && k != waited))
 				continue;
+			nkids++;
 			if (!proc_is_python(k)) {
 				other = k;
 				nother++;
@@ -614,8 +620,8 @@ static pid_t stack_process(const struct dump_rank *r, bool libddp)
 		}
 		if (npy == 1)
 			next = py;
-		else if (npy == 0 && nother == 1)
-			next = other;
+		else if (nkids == 1 && nother == 1)
+			next = other; /* a wrapper, its only child */
 		else
 			break;
 		if (!proc_waits_for_child(&pi) && !proc_reads_output_of(at, &pi, next))

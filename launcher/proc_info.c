@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -209,6 +211,23 @@ bool proc_waits_for_child(const struct proc_info *pi)
 		(wchan_is(pi->wchan, "sigsuspend") || wchan_is(pi->wchan, "do_sigtimedwait")));
 }
 
+pid_t proc_waited_child(pid_t pid)
+{
+	char path[64], buf[512];
+	unsigned long long a0, a1;
+	long nr;
+
+	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
+	if (read_small(path, buf, sizeof(buf)) <= 0 ||
+	    sscanf(buf, "%ld %llx %llx", &nr, &a0, &a1) != 3)
+		return 0; /* running, unreadable, or in no system call */
+	if (nr == SYS_wait4 && (int)a0 > 0)
+		return (pid_t)(int)a0;
+	if (nr == SYS_waitid && a0 == P_PID && (int)a1 > 0)
+		return (pid_t)(int)a1;
+	return 0;
+}
+
 /* The pipe fd of pid is ("pipe:[inode]") into link; false if none. */
 static bool fd_pipe(pid_t pid, const char *fd, char *link, size_t len)
 {
@@ -258,8 +277,8 @@ bool proc_reads_output_of(pid_t parent, const struct proc_info *pi, pid_t child)
 	    !(wchan_is(pi->wchan, "poll_schedule_timeout") || wchan_is(pi->wchan, "do_select") ||
 	      wchan_is(pi->wchan, "ep_poll") || wchan_is(pi->wchan, "do_epoll_wait")))
 		return false;
-	return (fd_pipe(child, "1", link, sizeof(link)) && holds_pipe(parent, link)) ||
-	       (fd_pipe(child, "2", link, sizeof(link)) && holds_pipe(parent, link));
+	return fd_pipe(child, "1", link, sizeof(link)) && holds_pipe(parent, link) &&
+	       fd_pipe(child, "2", link, sizeof(link)) && holds_pipe(parent, link);
 }
 
 const char *proc_state_name(char state)

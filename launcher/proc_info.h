@@ -40,11 +40,16 @@ bool proc_descends(pid_t pid, pid_t ancestor, int depth);
  * for a signal while its other threads work is no wrapper. A compiler's
  * suffix (".isra.0") is not part of the name. */
 bool proc_waits_for_child(const struct proc_info *pi);
+/* The child pid waits for by its pid (wait4, waitpid, waitid with
+ * P_PID: subprocess.call, Process.join), from /proc/<pid>/syscall (its main
+ * thread); 0 when it waits for any child, or in no such call. */
+pid_t proc_waited_child(pid_t pid);
 /* Whether parent (pi: what proc_info_read said of it), single-threaded,
  * waits in poll, select or epoll for its child's output: the child's
- * stdout or stderr is a pipe the parent holds, not as its own stdout or
+ * stdout and stderr are pipes the parent holds, not as its own stdout or
  * stderr (subprocess.run(capture_output=True), conda run without
- * --no-capture-output). */
+ * --no-capture-output; a service with one of them piped is no program
+ * it runs). */
 bool proc_reads_output_of(pid_t parent, const struct proc_info *pi, pid_t child);
 /* "sleeping" for 'S', ... */
 const char *proc_state_name(char state);

@@ -509,17 +509,34 @@ print("svc", svc.pid, "main", os.getpid(), flush=True)
 signal.sigwait([signal.SIGTERM])
 """,
     "select": """import os, select, subprocess, sys
-svc = subprocess.Popen([sys.executable, "svc.py"])
+svc = subprocess.Popen([sys.executable, "svc.py"], stdout=subprocess.PIPE)
 r, w = os.pipe()
 print("svc", svc.pid, "main", os.getpid(), flush=True)
 select.select([r], [], [])
 """,
+    # It joins a multiprocessing child (waitpid for that one pid), the
+    # service beside it, started directly or by a shell.
+    "join": """import multiprocessing as mp, os, subprocess, sys, time
+svc = subprocess.Popen([sys.executable, "svc.py"])
+p = mp.get_context("fork").Process(target=time.sleep, args=(600,))
+p.start()
+print("svc", svc.pid, "main", os.getpid(), flush=True)
+p.join()
+""",
+    "join-shell": """import multiprocessing as mp, os, subprocess, sys, time
+svc = subprocess.Popen(f"{sys.executable} svc.py; echo over", shell=True)
+p = mp.get_context("fork").Process(target=time.sleep, args=(600,))
+p.start()
+print("svc", svc.pid, "main", os.getpid(), flush=True)
+p.join()
+""",
 }
-SAVING_SVC = """import signal, sys, time
+SAVING_SVC = """import os, signal, sys, time
 def save(*_):
     open("saved", "w").close()
     sys.exit(0)
 signal.signal(signal.SIGTERM, save)
+open("svc.pid", "w").write(str(os.getpid()))
 time.sleep(600)
 """
 
@@ -527,19 +544,23 @@ time.sleep(600)
 @pytest.mark.parametrize("wait", list(NOT_LAUNCHERS))
 def test_a_program_that_waits_for_a_signal_or_its_io_is_no_launcher(tmp_path, wait):
     """The rank's main thread waits for SIGTERM (sigwait) while a thread
-    does the work, or it waits in select, and it started one Python service
-    that saves its work on SIGTERM. Neither wait is a launcher's: the rank's
-    own stack is shown, and the service gets the job's stop, not a
-    SIGABRT."""
+    does the work, or it waits in select (its service's stdout piped to
+    it), or it joins a multiprocessing child, and it started one Python
+    service that saves its work on SIGTERM. No such wait is a launcher's:
+    the rank's own stack is shown, and the service gets the job's stop, not
+    a SIGABRT (under select with the piped stdout, and beside a join, it
+    did)."""
     (tmp_path / "train.py").write_text(NOT_LAUNCHERS[wait])
     (tmp_path / "svc.py").write_text(SAVING_SVC)
     r = run([binary("ddprun"), "--nproc-per-node", "1", "--hang-timeout", "2", "train.py"],
             env=dict(os.environ, PYTHON_EXEC=PYTHON), cwd=tmp_path, timeout=120)
     assert r.returncode == HANG_EXIT, r.stderr
-    svc, main = map(int, re.search(r"^svc (\d+) main (\d+)$", r.stdout, re.M).groups())
+    main = int(re.search(r"^svc \d+ main (\d+)$", r.stdout, re.M)[1])
+    svc = int((tmp_path / "svc.pid").read_text())
     block = rank_block(r.stderr, 0)
     assert f"  native stack (eu-stack -p {main}):\n" in block, block
-    assert re.search(rf"^  Python stack: SIGABRT to pid {main}, ", block, re.M), block
+    aborts = re.search(r"^  Python stacks?: SIGABRT to (.*)$", block, re.M)
+    assert aborts and str(main) in aborts[1] and str(svc) not in aborts[1], block
     wait_for(lambda: (tmp_path / "saved").exists(), timeout=10, what="the service's save")
 
 
