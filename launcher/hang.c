@@ -200,6 +200,25 @@ static int64_t log_mtime(struct agent *a, int lr)
 	return best;
 }
 
+/* A console whose reader is behind (a pager, Ctrl-S, a slow link) holds
+ * its workers' output: whether a thread of w's waits in a write into a
+ * pipe of w's that ddprun does not read for that reader (then w is not
+ * hung; one that waits elsewhere may be). */
+static bool waits_on_console(struct agent_worker *w)
+{
+	char names[2][64];
+	const char *links[2];
+	int k, n = 0;
+
+	for (k = 0; k < 2; k++)
+		if (output_paused(&w->stream[k]) &&
+		    output_pipe_name(&w->stream[k], names[n], sizeof(names[n]))) {
+			links[n] = names[n];
+			n++;
+		}
+	return n > 0 && proc_tree_writes_to(w->pid, 64, links, n);
+}
+
 /* One sample: true when some rank made progress since the last one. */
 static bool sample(struct hang *h)
 {
@@ -225,14 +244,9 @@ static bool sample(struct hang *h)
 		n.mtime_ns = log_mtime(a, i);
 		/* Inside a collective or ddp_init, CPU time is waiting, not work. */
 		spinning = wh.libddp && (wh.in || wh.init);
-		/* A console whose reader is behind (a pager, Ctrl-S, a slow link)
-		 * holds its workers' output: one that waits on its own write for
-		 * that reader is not hung (one that waits elsewhere may be). */
 		if (!o->valid || n.entered != o->entered || n.completed != o->completed ||
 		    n.out_ms != o->out_ms || n.mtime_ns != o->mtime_ns ||
-		    (!spinning && cpu_worked(o, &n)) ||
-		    ((output_paused(&w->stream[0]) || output_paused(&w->stream[1])) &&
-		     proc_tree_writes_pipe(w->pid, 64)))
+		    (!spinning && cpu_worked(o, &n)) || waits_on_console(w))
 			progress = true;
 		*o = n;
 	}

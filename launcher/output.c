@@ -467,6 +467,22 @@ void output_console_gone(int fd)
 	}
 }
 
+bool output_pipe_name(const struct output_stream *s, char *link, size_t len)
+{
+	char path[64];
+	uv_os_fd_t fd;
+	ssize_t n;
+
+	if (!s->open || uv_fileno((const uv_handle_t *)&s->pipe, &fd) != 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, len - 1);
+	if (n <= 0)
+		return false;
+	link[n] = '\0';
+	return true;
+}
+
 bool output_paused(const struct output_stream *s)
 {
 	return s->open && s->console_fd >= 0 && paused[sink_of(s)];

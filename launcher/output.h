@@ -147,6 +147,9 @@ void output_pause(int k, bool on);
 /* Internal: which console fd 1 or 2 writes to: 0 for both when they are
  * the same file (the default before output_console_open), else fd - 1. */
 int output_console_sink(int fd);
+/* What /proc shows for s's pipe ("pipe:[inode]") into link; false when
+ * s is closed. */
+bool output_pipe_name(const struct output_stream *s, char *link, size_t len);
 /* Whether s is open and its pipe paused for a slow console (its worker
  * may be waiting on its own write: the hang monitor's progress). */
 bool output_paused(const struct output_stream *s);

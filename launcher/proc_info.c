@@ -174,24 +174,6 @@ static bool wchan_is(const char *wchan, const char *name)
 	return strlen(name) == n && strncmp(wchan, name, n) == 0;
 }
 
-bool proc_tree_writes_pipe(pid_t pid, int max)
-{
-	pid_t list[256];
-	int i, n;
-
-	if (max > (int)(sizeof(list) / sizeof(list[0])))
-		max = (int)(sizeof(list) / sizeof(list[0]));
-	n = proc_tree(pid, list, max);
-	for (i = 0; i < n; i++) {
-		struct proc_info pi;
-
-		if (proc_info_read(list[i], &pi) == 0 &&
-		    (wchan_is(pi.wchan, "pipe_write") || wchan_is(pi.wchan, "anon_pipe_write")))
-			return true;
-	}
-	return false;
-}
-
 bool proc_descends(pid_t pid, pid_t ancestor, int depth)
 {
 	struct proc_info pi;
@@ -221,8 +203,10 @@ pid_t proc_waited_child(pid_t pid)
 	if (read_small(path, buf, sizeof(buf)) <= 0 ||
 	    sscanf(buf, "%ld %llx %llx", &nr, &a0, &a1) != 3)
 		return 0; /* running, unreadable, or in no system call */
+#ifdef SYS_wait4	  /* (not on every architecture: glibc's waitpid is waitid there) */
 	if (nr == SYS_wait4 && (int)a0 > 0)
 		return (pid_t)(int)a0;
+#endif
 	if (nr == SYS_waitid && a0 == P_PID && (int)a1 > 0)
 		return (pid_t)(int)a1;
 	return 0;
@@ -266,6 +250,62 @@ static bool holds_pipe(pid_t pid, const char *link)
 		found = de->d_name[0] != '.' && fd_pipe(pid, de->d_name, mine, sizeof(mine)) &&
 			strcmp(mine, link) == 0;
 	closedir(d);
+	return found;
+}
+
+/* Whether thread tid of pid blocks in a write into one of links: its
+ * system call (write, writev) and the descriptor it names; where that
+ * cannot be read (Yama's ptrace_scope 2), a wait in a pipe write at all. */
+static bool task_writes_to(pid_t pid, const char *tid, const char *const *links, int nlinks)
+{
+	char path[320], buf[512], fd[16], link[64];
+	unsigned long long a0;
+	long nr;
+	int i;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall", (int)pid, tid);
+	if (read_small(path, buf, sizeof(buf)) <= 0) {
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", (int)pid, tid);
+		return read_small(path, buf, sizeof(buf)) > 0 &&
+		       (wchan_is(buf, "pipe_write") || wchan_is(buf, "anon_pipe_write"));
+	}
+	if (sscanf(buf, "%ld %llx", &nr, &a0) != 2 || (nr != SYS_write && nr != SYS_writev))
+		return false;
+	snprintf(fd, sizeof(fd), "%d", (int)a0);
+	if (!fd_pipe(pid, fd, link, sizeof(link)))
+		return false;
+	for (i = 0; i < nlinks; i++)
+		if (strcmp(link, links[i]) == 0)
+			return true;
+	return false;
+}
+
+#define PROC_TASK_SCAN_MAX 4096
+bool proc_tree_writes_to(pid_t pid, int max, const char *const *links, int nlinks)
+{
+	pid_t list[256];
+	int i, n, tasks = 0;
+	bool found = false;
+
+	if (max > (int)(sizeof(list) / sizeof(list[0])))
+		max = (int)(sizeof(list) / sizeof(list[0]));
+	n = proc_tree(pid, list, max);
+	for (i = 0; i < n && !found; i++) {
+		char path[64];
+		struct dirent *de;
+		DIR *d;
+
+		snprintf(path, sizeof(path), "/proc/%d/task", (int)list[i]);
+		if ((d = opendir(path)) == NULL)
+			continue;
+		while (!found && tasks < PROC_TASK_SCAN_MAX && (de = readdir(d)) != NULL) {
+			if (de->d_name[0] == '.')
+				continue;
+			tasks++;
+			found = task_writes_to(list[i], de->d_name, links, nlinks);
+		}
+		closedir(d);
+	}
 	return found;
 }
 

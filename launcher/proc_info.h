@@ -28,9 +28,10 @@ int proc_tree(pid_t pid, pid_t *out, int max);
  * of every thread), with what the children it waited for had used, 0 if
  * gone. */
 uint64_t proc_tree_ticks(pid_t pid, int max);
-/* Whether a process of pid's tree (up to max processes) waits in a write
- * to a full pipe (its main thread: wchan pipe_write, anon_pipe_write). */
-bool proc_tree_writes_pipe(pid_t pid, int max);
+/* Whether a thread of pid's tree (up to max processes) blocks in a write
+ * into one of the pipes links names ("pipe:[inode]", as /proc shows a
+ * descriptor of it). */
+bool proc_tree_writes_to(pid_t pid, int max, const char *const *links, int nlinks);
 /* Whether pid is a descendant of ancestor, at most depth generations down. */
 bool proc_descends(pid_t pid, pid_t ancestor, int depth);
 /* Whether the process pi describes waits for a child's end: in waitpid

@@ -550,12 +550,29 @@ def test_a_backed_up_stdout_pauses_only_the_streams_it_shows(reaper, tmp_path):
     check_lines(out.decode(), 1, 20000, 1000)
 
 
-def test_a_backed_up_console_is_no_hang(reaper):
+# A thread of the program prints while its main thread waits for it.
+THREAD_PRINTS = r"""
+import os, threading
+def spew():
+    r = int(os.environ["RANK"])
+    for i in range(10000):
+        os.write(1, f"{r}:{i}:".encode().ljust(1000, bytes([97 + r])) + b"\n")
+t = threading.Thread(target=spew)
+t.start()
+t.join()
+"""
+
+
+@pytest.mark.parametrize("writer", ["main", "thread"])
+def test_a_backed_up_console_is_no_hang(reaper, writer):
     """A reader that stops (a pager not scrolled, Ctrl-S) pauses the workers
     on their own writes: --hang-timeout took that for a hang of the job,
-    SIGABRTed its ranks and exited 124 (found by a user's review)."""
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1",
-                      prog("launch_spew"), "10000", "1000"],
+    SIGABRTed its ranks and exited 124 (found by a user's review); then
+    still where a thread of the rank wrote, not its main thread (found by
+    a review)."""
+    cmd = [prog("launch_spew"), "10000", "1000"] if writer == "main" else \
+        [PYTHON, "-c", THREAD_PRINTS]
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "2", "--hang-timeout", "1", *cmd],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for(lambda: unread(p.stdout) > 0, timeout=30, what="stdout backed up")
     # Not a timing assertion: the reader stays away past the hang timeout.
