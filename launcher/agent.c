@@ -421,10 +421,13 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 		on_slurms_repeat(a, name, by_stepd);
 		return;
 	}
+	if (from != AGENT_SIG_ANYONE)
+		a->stepd_sig = sig;
 	/* Every worker succeeded; only their multiprocessing helpers were
 	 * being given time to end: the job is over, and stays a success (a
-	 * wrapper that requeues on 143 must not requeue it). */
-	if (a->helper_timer_on) {
+	 * wrapper that requeues on 143 must not requeue it). Not with several
+	 * nodes: the others may still run, and the signal stops them too. */
+	if (a->helper_timer_on && !a->has_coord) {
 		agent_say("received %s: the workers have all succeeded; not waiting for the Python "
 			  "multiprocessing helpers they left",
 			  name);
@@ -432,8 +435,6 @@ static void on_signal(void *arg, int sig, enum agent_sig_from from)
 		check_progress(a);
 		return;
 	}
-	if (from != AGENT_SIG_ANYONE)
-		a->stepd_sig = sig;
 	if (!a->signalled)
 		a->signo = sig;
 	/* torchrun's agent raises SignalException, which its @record writes. */

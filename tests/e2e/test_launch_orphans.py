@@ -24,7 +24,7 @@ import uuid
 import pytest
 
 from conftest import binary, pid_alive, prog, run, wait_for
-from mnutil import clean_env
+from mnutil import clean_env, static_job
 
 # The worker starts one process that escapes its group as MODE says, writes
 # its pid to OUT/esc.RANK, then waits to be stopped.
@@ -245,6 +245,25 @@ def test_a_signal_while_the_helpers_end_leaves_a_success(reaper, tmp_path):
         assert p.returncode == 0, err
         assert "ddprun: received SIGTERM: the workers have all succeeded; not waiting for the " \
             "Python multiprocessing helpers they left\n" in err, err
+        wait_for(lambda: not pid_alive(pid), timeout=20, what="the helper to die")
+    finally:
+        kill_left([pid])
+
+
+def test_a_signal_while_the_helpers_end_stops_a_job_of_several_nodes(reaper, tmp_path):
+    """Node 1's worker succeeded and node 1 waits for the helper it left
+    when a SIGTERM comes: that was taken for the end of a success, and node
+    0's worker ran on to its end (found by a review). The job stops, as on
+    any SIGTERM to one of its nodes."""
+    script = f'if [ "$GROUP_RANK" = 1 ]; then exec sh {fake_helper(tmp_path)}; fi; sleep 60'
+    agents, _, _ = static_job(reaper, tmp_path, [1, 1], script)
+    wait_for((tmp_path / "helper").exists, timeout=30, what="node 1's worker to start its helper")
+    worker, pid = int((tmp_path / "worker").read_text()), int((tmp_path / "helper").read_text())
+    try:
+        wait_for(lambda: not pid_alive(worker), timeout=20, what="node 1's worker to end")
+        agents[1].signal(signal.SIGTERM)
+        assert agents[1].wait(timeout=30) == 143, agents[1].stderr()
+        assert agents[0].wait(timeout=30) != 0, agents[0].stderr()
         wait_for(lambda: not pid_alive(pid), timeout=20, what="the helper to die")
     finally:
         kill_left([pid])
