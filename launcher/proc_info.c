@@ -193,17 +193,27 @@ bool proc_waits_for_child(const struct proc_info *pi)
 		(wchan_is(pi->wchan, "sigsuspend") || wchan_is(pi->wchan, "do_sigtimedwait")));
 }
 
+/* The system call a task blocks in, from its /proc syscall file (path):
+ * its number and first two arguments; false when it runs or is in none,
+ * or the file cannot be read (it needs ptrace's access). */
+static bool blocked_in(const char *path, long *nr, unsigned long long *a0, unsigned long long *a1)
+{
+	char buf[512];
+
+	return read_small(path, buf, sizeof(buf)) > 0 &&
+	       sscanf(buf, "%ld %llx %llx", nr, a0, a1) == 3;
+}
+
 pid_t proc_waited_child(pid_t pid)
 {
-	char path[64], buf[512];
+	char path[64];
 	unsigned long long a0, a1;
 	long nr;
 
 	snprintf(path, sizeof(path), "/proc/%d/syscall", (int)pid);
-	if (read_small(path, buf, sizeof(buf)) <= 0 ||
-	    sscanf(buf, "%ld %llx %llx", &nr, &a0, &a1) != 3)
-		return 0; /* running, unreadable, or in no system call */
-#ifdef SYS_wait4	  /* (not on every architecture: glibc's waitpid is waitid there) */
+	if (!blocked_in(path, &nr, &a0, &a1))
+		return 0;
+#ifdef SYS_wait4 /* (not on every architecture: glibc's waitpid is waitid there) */
 	if (nr == SYS_wait4 && (int)a0 > 0)
 		return (pid_t)(int)a0;
 #endif
@@ -258,18 +268,18 @@ static bool holds_pipe(pid_t pid, const char *link)
  * cannot be read (Yama's ptrace_scope 2), a wait in a pipe write at all. */
 static bool task_writes_to(pid_t pid, const char *tid, const char *const *links, int nlinks)
 {
-	char path[320], buf[512], fd[16], link[64];
-	unsigned long long a0;
+	char path[320], buf[64], fd[16], link[64];
+	unsigned long long a0, a1;
 	long nr;
 	int i;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%s/syscall", (int)pid, tid);
-	if (read_small(path, buf, sizeof(buf)) <= 0) {
+	if (!blocked_in(path, &nr, &a0, &a1)) {
 		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", (int)pid, tid);
 		return read_small(path, buf, sizeof(buf)) > 0 &&
 		       (wchan_is(buf, "pipe_write") || wchan_is(buf, "anon_pipe_write"));
 	}
-	if (sscanf(buf, "%ld %llx", &nr, &a0) != 2 || (nr != SYS_write && nr != SYS_writev))
+	if (nr != SYS_write && nr != SYS_writev)
 		return false;
 	snprintf(fd, sizeof(fd), "%d", (int)a0);
 	if (!fd_pipe(pid, fd, link, sizeof(link)))

@@ -231,19 +231,25 @@ def watchdog_of(pid):
     return None
 
 
+def job_with_a_grandchild(reaper, tmp_path):
+    """ddprun running one worker that started a grandchild: (the ddprun
+    process, the grandchild's pid, the watchdog's pid)."""
+    script = f'sleep 1000 & echo $! > {tmp_path}/gc.tmp; mv {tmp_path}/gc.tmp {tmp_path}/gc; wait'
+    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c", script],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (tmp_path / "gc").exists(), timeout=20, what="worker started")
+    wd = watchdog_of(p.pid)
+    assert wd is not None
+    return p, int((tmp_path / "gc").read_text()), wd
+
+
 def test_pkill_ddprun_leaves_the_watchdog(reaper, tmp_path):
     """`pkill -9 ddprun` matches a pattern on process names: it killed the
     watchdog, then named ddprun-watchdog, with ddprun, and the workers'
     children lived on. It matches ddprun alone now (here by pgrep, which
     pkill's matching is, limited to this job's two processes), and the
     watchdog ends the grandchild."""
-    script = f'sleep 1000 & echo $! > {tmp_path}/gc.tmp; mv {tmp_path}/gc.tmp {tmp_path}/gc; wait'
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c", script],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (tmp_path / "gc").exists(), timeout=20, what="worker started")
-    grandchild = int((tmp_path / "gc").read_text())
-    wd = watchdog_of(p.pid)
-    assert wd is not None
+    p, grandchild, wd = job_with_a_grandchild(reaper, tmp_path)
     matched = subprocess.run(["pgrep", "ddprun"], capture_output=True, text=True).stdout.split()
     assert str(p.pid) in matched and str(wd) not in matched, matched
     os.kill(p.pid, signal.SIGKILL)
@@ -254,13 +260,7 @@ def test_pkill_ddprun_leaves_the_watchdog(reaper, tmp_path):
 def test_the_watchdog_outlives_signals_meant_for_the_job(reaper, tmp_path):
     # A `pkill -TERM -s <session>` or a Ctrl-C aimed at everything must not
     # take the watchdog away before ddprun is killed: it blocks every signal.
-    script = f'sleep 1000 & echo $! > {tmp_path}/gc.tmp; mv {tmp_path}/gc.tmp {tmp_path}/gc; wait'
-    p = reaper.popen([binary("ddprun"), "--nproc-per-node", "1", "sh", "-c", script],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (tmp_path / "gc").exists(), timeout=20, what="worker started")
-    grandchild = int((tmp_path / "gc").read_text())
-    wd = watchdog_of(p.pid)
-    assert wd is not None
+    p, grandchild, wd = job_with_a_grandchild(reaper, tmp_path)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                 signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE, signal.SIGTSTP):
         os.kill(wd, sig)

@@ -255,6 +255,15 @@ static void test_open_line_completed_before_the_others(void **state)
 		    strcmp(seen.p, "left \nother\nright\n") == 0);
 }
 
+/* a ("[a]") and b ("[b]") started, a's line "open" on the console. */
+static void a_line_open(struct output_stream *a, int *wa, struct output_stream *b, int *wb)
+{
+	assert_int_equal(start(a, "[a]", wa), 0);
+	assert_int_equal(start(b, "[b]", wb), 0);
+	put(*wa, "open");
+	assert_true(wait_console("[a]open"));
+}
+
 /* A worker whose bytes wait unread in its pipe is not silent, however late
  * the loop comes to them: a loop descheduled past the idle deadline, or
  * whose poll gave it the waiting stream's bytes first, broke the open line
@@ -268,10 +277,7 @@ static void test_unread_bytes_are_not_silence(void **state)
 	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
-	assert_int_equal(start(&a, "[a]", &wa), 0);
-	assert_int_equal(start(&b, "[b]", &wb), 0);
-	put(wa, "open");
-	assert_true(wait_console("[a]open"));
+	a_line_open(&a, &wa, &b, &wb);
 	put(wa, " rest\n"); /* a goes on; the loop has not read it yet */
 	a.last_ms = (int64_t)uv_now(&loop) - OUTPUT_HOLD_IDLE_MS - 1;
 	put(wb, "b says\n");
@@ -297,10 +303,7 @@ static void test_paused_console_breaks_no_line(void **state)
 	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
-	assert_int_equal(start(&a, "[a]", &wa), 0);
-	assert_int_equal(start(&b, "[b]", &wb), 0);
-	put(wa, "open");
-	assert_true(wait_console("[a]open"));
+	a_line_open(&a, &wa, &b, &wb);
 	output_pause(k, true);
 	put(wb, "b says\n");
 	output_stream_drain(&b); /* b waits for a's line */
@@ -336,10 +339,7 @@ static void test_waits_between_pauses_add_up(void **state)
 	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
-	assert_int_equal(start(&a, "[a]", &wa), 0);
-	assert_int_equal(start(&b, "[b]", &wb), 0);
-	put(wa, "open");
-	assert_true(wait_console("[a]open"));
+	a_line_open(&a, &wa, &b, &wb);
 	put(wb, "b waits\n");
 	output_stream_drain(&b);
 	for (round = 0; round < 6; round++) {
@@ -382,10 +382,7 @@ static void test_a_pause_is_off_a_wait_begun_before_it(void **state)
 	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
-	assert_int_equal(start(&a, "[a]", &wa), 0);
-	assert_int_equal(start(&b, "[b]", &wb), 0);
-	put(wa, "open");
-	assert_true(wait_console("[a]open"));
+	a_line_open(&a, &wa, &b, &wb);
 	put(wb, "b waits\n");
 	output_stream_drain(&b);
 	sleep_ms(300);
@@ -408,10 +405,7 @@ static void test_a_wait_begun_in_a_pause_counts_from_its_end(void **state)
 	static struct output_stream a, b; /* live_teardown may end them */
 	int wa, wb;
 
-	assert_int_equal(start(&a, "[a]", &wa), 0);
-	assert_int_equal(start(&b, "[b]", &wb), 0);
-	put(wa, "open");
-	assert_true(wait_console("[a]open"));
+	a_line_open(&a, &wa, &b, &wb);
 	output_pause(k, true);
 	sleep_ms(200);
 	put(wb, "b waits\n");
