@@ -209,6 +209,13 @@ def fake_helper(tmp_path):
     return str(script)
 
 
+def reaped(pid):
+    """pid is gone, not a zombie: ddprun, its parent, has seen its exit (and
+    begun its wait for the helpers in the same step); a signal sent to
+    ddprun before that would come ahead of the exit."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
 def test_a_helper_that_does_not_end_is_killed_after_a_while(tmp_path):
     """A process that looks like the resource tracker but never ends is
     killed once the wait for it is over (AGENT_MP_HELPER_WAIT_MS), said as
@@ -239,7 +246,7 @@ def test_a_signal_while_the_helpers_end_leaves_a_success(reaper, tmp_path):
     wait_for(pidfile.exists, timeout=20, what="the worker to start its helper")
     worker, pid = int((tmp_path / "worker").read_text()), int(pidfile.read_text())
     try:
-        wait_for(lambda: not pid_alive(worker), timeout=20, what="the worker to end")
+        wait_for(lambda: reaped(worker), timeout=20, what="the worker to end")
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=30)[1]
         assert p.returncode == 0, err
@@ -260,7 +267,7 @@ def test_a_signal_while_the_helpers_end_stops_a_job_of_several_nodes(reaper, tmp
     wait_for((tmp_path / "helper").exists, timeout=30, what="node 1's worker to start its helper")
     worker, pid = int((tmp_path / "worker").read_text()), int((tmp_path / "helper").read_text())
     try:
-        wait_for(lambda: not pid_alive(worker), timeout=20, what="node 1's worker to end")
+        wait_for(lambda: reaped(worker), timeout=20, what="node 1's worker to end")
         agents[1].signal(signal.SIGTERM)
         assert agents[1].wait(timeout=30) == 143, agents[1].stderr()
         assert agents[0].wait(timeout=30) != 0, agents[0].stderr()
